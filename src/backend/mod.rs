@@ -1,0 +1,480 @@
+//! The `GpuBackend` trait and the plain types it speaks in.
+//!
+//! Everything else in gputape is written against this trait: the mock and CUDA backends
+//! implement it, the recorder wraps it, the replayer drives it. Method names, argument shapes
+//! and contracts follow the engine trait gputape was built for, so a recorder can sit between
+//! such an engine and its backend unnoticed.
+//!
+//! Every method carries `#[track_caller]`, on the declaration and on every impl: callers hold
+//! `&dyn GpuBackend`, and only the declaration's attribute lets `Location::caller()` see through
+//! the vtable to the line that made the call.
+
+mod capture;
+mod op_cache;
+pub mod probe;
+mod registry;
+mod types;
+
+pub use capture::*;
+pub use op_cache::OpCache;
+pub use registry::{KernelInfo, KernelRegistry, ModuleCode, ParamAccess, ParamInfo};
+pub use types::*;
+
+use anyhow::Result;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Something a model owns on the device, released explicitly at teardown.
+pub trait ModelResource<G: ?Sized> {
+    /// A human name for teardown reports and error attribution.
+    fn label(&self) -> &'static str;
+    /// Give back everything this owns. Idempotent: teardown calls it, a Drop backstop may call
+    /// it again.
+    fn release(&mut self, gpu: &G) -> Result<()>;
+}
+
+/// The GPU as an inference engine sees it.
+///
+/// Streams, events and graphs are `u64` handles; stream `0` is the legacy NULL stream.
+/// Synchronous copies and memsets (`copy_h2d`, `copy_d2h`, `copy_d2d`, `memset`) run on the
+/// legacy stream and return when done.
+pub trait GpuBackend: Send + Sync {
+    /// Allocate `bytes` of device memory. Attributed to the caller's line in the ledger.
+    #[track_caller]
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr>;
+
+    /// Allocate managed (unified) memory: slower than device memory, but it can exceed the
+    /// device's physical memory instead of failing.
+    #[track_caller]
+    fn alloc_managed(&self, bytes: usize) -> Result<DevicePtr>;
+
+    /// Free an allocation by its base address.
+    #[track_caller]
+    fn free(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// Host to device, synchronous.
+    #[track_caller]
+    fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()>;
+
+    /// Device to host, synchronous. Orders only against the legacy stream's work; use
+    /// `copy_d2h_on_stream` to read what a kernel on another stream wrote.
+    #[track_caller]
+    fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
+
+    /// Device to device, synchronous.
+    #[track_caller]
+    fn copy_d2d(&self, src: DevicePtr, dst: DevicePtr, bytes: usize) -> Result<()>;
+
+    /// Launch a kernel. `params[i]` points at the i-th argument's value, laid out as the
+    /// kernel declares it (the registry knows the layout).
+    #[track_caller]
+    fn launch(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        params: &mut [*mut c_void],
+    ) -> Result<()>;
+
+    /// Block the host until everything enqueued on `stream` has finished.
+    #[track_caller]
+    fn synchronize(&self, stream: u64) -> Result<()>;
+
+    /// The stream this backend's work goes to unless told otherwise.
+    #[track_caller]
+    fn default_stream(&self) -> u64;
+
+    /// Look up a loaded kernel. `#[track_caller]` so an unresolved lookup names the line that
+    /// asked, which is what makes the failure actionable.
+    #[track_caller]
+    fn kernel(&self, module: &str, func_name: &str) -> Result<KernelHandle>;
+
+    /// This backend's memoized handles and scratch. Required, so no backend can forget to give
+    /// ops a place to cache what belongs to it.
+    #[track_caller]
+    fn op_cache(&self) -> &OpCache;
+
+    /// Fill device memory with a byte, synchronously.
+    #[track_caller]
+    fn memset(&self, ptr: DevicePtr, value: u8, bytes: usize) -> Result<()>;
+
+    /// Fill device memory with a byte, enqueued on `stream`.
+    #[track_caller]
+    fn memset_async(&self, ptr: DevicePtr, value: u8, bytes: usize, stream: u64) -> Result<()>;
+
+    #[track_caller]
+    fn total_memory(&self) -> Result<usize>;
+
+    #[track_caller]
+    fn free_memory(&self) -> Result<usize>;
+
+    /// Number of SMs, from the device. Callers resolve it once, not per launch.
+    #[track_caller]
+    fn sm_count(&self) -> Result<u32>;
+
+    // ---- provided ----
+
+    /// Teardown backstop: free every allocation nobody released and return how many there
+    /// were. 0 for backends without a ledger.
+    #[track_caller]
+    fn sweep_unreleased(&self) -> usize {
+        0
+    }
+
+    /// Live device bytes, for backends that keep a ledger.
+    #[track_caller]
+    fn live_bytes(&self) -> Option<usize> {
+        None
+    }
+
+    /// Live memory by allocating call site, biggest first.
+    #[track_caller]
+    fn alloc_report(&self, _top_n: usize, _min_mb: usize) -> Option<String> {
+        None
+    }
+
+    /// Synchronous device-to-host copy ordered after the work already on `stream`, so the
+    /// bytes reflect kernels enqueued there. Default: synchronise the stream, then copy.
+    #[track_caller]
+    fn copy_d2h_on_stream(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
+        self.synchronize(stream)?;
+        self.copy_d2h(src, dst)
+    }
+
+    /// Launch with arguments that say what they are. Default: give every argument its own
+    /// 8-byte-aligned slot and forward to `launch`.
+    #[track_caller]
+    fn launch_typed(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        let mut slots = pack_args(args);
+        let mut params: Vec<*mut c_void> = slots
+            .iter_mut()
+            .map(|s| s.as_mut_ptr().cast::<c_void>())
+            .collect();
+        self.launch(func, grid, block, shared_mem, stream, &mut params)
+    }
+
+    /// Is `stream` inside an active capture? Code that might sync or read back must ask first:
+    /// those calls poison a capture. Default false.
+    #[track_caller]
+    fn stream_is_capturing(&self, _stream: u64) -> bool {
+        false
+    }
+
+    /// Read every red zone back; return how many were written. 0 without red zones.
+    #[track_caller]
+    fn scan_redzones(&self) -> Result<usize> {
+        Ok(0)
+    }
+
+    /// Refill red zones: the fill byte for creation indices in `[lo, hi)`, zero for the rest.
+    /// Moves nothing, so bisection over the range keeps the heap layout identical.
+    #[track_caller]
+    fn poison_redzones(&self, _lo: usize, _hi: usize) -> Result<()> {
+        Ok(())
+    }
+
+    /// Synchronise after every launch, so an asynchronous fault surfaces at its kernel.
+    /// Decided once when the backend is built.
+    #[track_caller]
+    fn debug_sync_kernels(&self) -> bool {
+        false
+    }
+
+    /// The registry of modules this backend loaded, where it has one.
+    #[track_caller]
+    fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
+        None
+    }
+
+    /// Async host-to-device copy whose source may be dropped or reused as soon as this returns.
+    /// Default: the synchronous copy, which trivially keeps that promise.
+    #[track_caller]
+    fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, _stream: u64) -> Result<()> {
+        self.copy_h2d(src, dst)
+    }
+
+    /// Async host-to-device copy whose source the caller keeps alive and unchanged until the
+    /// next synchronisation of `stream`; in exchange, no implicit ordering is added.
+    #[track_caller]
+    fn copy_h2d_async_retained(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
+        self.copy_h2d_async(src, dst, stream)
+    }
+
+    /// Async device-to-host copy. `dst` must stay alive and unread until the next
+    /// synchronisation of the stream.
+    #[track_caller]
+    fn copy_d2h_async(&self, src: DevicePtr, dst: &mut [u8], _stream: u64) -> Result<()> {
+        self.copy_d2h(src, dst)
+    }
+
+    #[track_caller]
+    fn copy_d2d_async(
+        &self,
+        src: DevicePtr,
+        dst: DevicePtr,
+        bytes: usize,
+        _stream: u64,
+    ) -> Result<()> {
+        self.copy_d2d(src, dst, bytes)
+    }
+
+    /// Pitched 2D device-to-device copy: `height` rows of `width_bytes`. Default: one
+    /// `copy_d2d_async` per row.
+    #[allow(clippy::too_many_arguments)]
+    #[track_caller]
+    fn copy_d2d_2d_async(
+        &self,
+        src: DevicePtr,
+        src_pitch: usize,
+        dst: DevicePtr,
+        dst_pitch: usize,
+        width_bytes: usize,
+        height: usize,
+        stream: u64,
+    ) -> Result<()> {
+        for row in 0..height {
+            self.copy_d2d_async(
+                src.offset(row * src_pitch),
+                dst.offset(row * dst_pitch),
+                width_bytes,
+                stream,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Start capturing `stream` into a graph. Not the legacy stream.
+    #[track_caller]
+    fn begin_capture(&self, _stream: u64) -> Result<()> {
+        anyhow::bail!("graph capture is not supported by this backend")
+    }
+
+    /// End the capture and return an instantiated graph.
+    #[track_caller]
+    fn end_capture(&self, _stream: u64) -> Result<GraphHandle> {
+        anyhow::bail!("graph capture is not supported by this backend")
+    }
+
+    #[track_caller]
+    fn launch_graph(&self, _graph: GraphHandle, _stream: u64) -> Result<()> {
+        anyhow::bail!("graph capture is not supported by this backend")
+    }
+
+    #[track_caller]
+    fn destroy_graph(&self, _graph: GraphHandle) -> Result<()> {
+        anyhow::bail!("graph capture is not supported by this backend")
+    }
+
+    /// If `stream` is mid-capture, end it and drop the partial graph, so an error path cannot
+    /// leave the stream capturing forever. No-op otherwise.
+    #[track_caller]
+    fn abort_capture_if_active(&self, _stream: u64) {}
+
+    /// Free device memory as the driver alone reports it. Default: `free_memory`.
+    #[track_caller]
+    fn device_free_memory(&self) -> Result<usize> {
+        self.free_memory()
+    }
+
+    /// Live allocations, by count. 0 when untracked.
+    #[track_caller]
+    fn live_alloc_count(&self) -> usize {
+        0
+    }
+
+    #[track_caller]
+    fn create_stream(&self) -> Result<u64> {
+        anyhow::bail!("streams are not supported by this backend")
+    }
+
+    /// Make this backend's context current on the calling thread.
+    #[track_caller]
+    fn bind_to_thread(&self) -> Result<()> {
+        Ok(())
+    }
+
+    #[track_caller]
+    fn create_event(&self) -> Result<u64> {
+        anyhow::bail!("events are not supported by this backend")
+    }
+
+    #[track_caller]
+    fn record_event(&self, _event: u64, _stream: u64) -> Result<()> {
+        anyhow::bail!("events are not supported by this backend")
+    }
+
+    /// Make `stream` wait on the device for `event`; the host does not block.
+    #[track_caller]
+    fn stream_wait_event(&self, _stream: u64, _event: u64) -> Result<()> {
+        anyhow::bail!("events are not supported by this backend")
+    }
+
+    /// Block the host until the work recorded before `event` is done.
+    #[track_caller]
+    fn event_synchronize(&self, _event: u64) -> Result<()> {
+        anyhow::bail!("events are not supported by this backend")
+    }
+
+    #[track_caller]
+    fn destroy_event(&self, _event: u64) -> Result<()> {
+        anyhow::bail!("events are not supported by this backend")
+    }
+
+    /// The device-side alias of a pinned host pointer from `alloc_host_pinned`.
+    #[track_caller]
+    fn host_ptr_to_device(&self, _host: *mut u8) -> Result<DevicePtr> {
+        anyhow::bail!("mapped host memory is not supported by this backend")
+    }
+
+    /// Page-locked host memory, zeroed (callers build slices over all of it, written or not).
+    #[track_caller]
+    fn alloc_host_pinned(&self, bytes: usize) -> Result<*mut u8> {
+        let _ = bytes;
+        anyhow::bail!("pinned host memory is not supported by this backend")
+    }
+
+    #[track_caller]
+    fn free_host_pinned(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
+        let _ = (ptr, bytes);
+        anyhow::bail!("pinned host memory is not supported by this backend")
+    }
+}
+
+/// `launch_typed`'s default packing: each argument in its own u64-aligned slot (wide enough for
+/// by-value structs), buffers as their 8-byte address.
+pub fn pack_args(args: &[KernelArg<'_>]) -> Vec<Vec<u64>> {
+    args.iter()
+        .map(|a| match a {
+            KernelArg::Buffer(p) => vec![p.0],
+            KernelArg::Bytes(b) => {
+                let mut slot = vec![0u64; b.len().div_ceil(8).max(1)];
+                for (i, byte) in b.iter().enumerate() {
+                    slot[i / 8] |= (*byte as u64) << ((i % 8) * 8);
+                }
+                slot
+            }
+        })
+        .collect()
+}
+
+/// The trait's methods by name, for failure injection and for grouping calls in reports.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum CallKind {
+    Alloc,
+    AllocManaged,
+    Free,
+    CopyH2D,
+    CopyD2H,
+    CopyD2D,
+    Launch,
+    LaunchTyped,
+    Synchronize,
+    DefaultStream,
+    Kernel,
+    OpCache,
+    Memset,
+    MemsetAsync,
+    TotalMemory,
+    FreeMemory,
+    SmCount,
+    SweepUnreleased,
+    LiveBytes,
+    AllocReport,
+    CopyD2HOnStream,
+    StreamIsCapturing,
+    ScanRedzones,
+    PoisonRedzones,
+    DebugSyncKernels,
+    KernelRegistry,
+    CopyH2DAsync,
+    CopyH2DAsyncRetained,
+    CopyD2HAsync,
+    CopyD2DAsync,
+    CopyD2D2DAsync,
+    BeginCapture,
+    EndCapture,
+    LaunchGraph,
+    DestroyGraph,
+    AbortCaptureIfActive,
+    DeviceFreeMemory,
+    LiveAllocCount,
+    CreateStream,
+    BindToThread,
+    CreateEvent,
+    RecordEvent,
+    StreamWaitEvent,
+    EventSynchronize,
+    DestroyEvent,
+    HostPtrToDevice,
+    AllocHostPinned,
+    FreeHostPinned,
+}
+
+impl CallKind {
+    /// The trait method's name.
+    pub fn name(self) -> &'static str {
+        use CallKind::*;
+        match self {
+            Alloc => "alloc",
+            AllocManaged => "alloc_managed",
+            Free => "free",
+            CopyH2D => "copy_h2d",
+            CopyD2H => "copy_d2h",
+            CopyD2D => "copy_d2d",
+            Launch => "launch",
+            LaunchTyped => "launch_typed",
+            Synchronize => "synchronize",
+            DefaultStream => "default_stream",
+            Kernel => "kernel",
+            OpCache => "op_cache",
+            Memset => "memset",
+            MemsetAsync => "memset_async",
+            TotalMemory => "total_memory",
+            FreeMemory => "free_memory",
+            SmCount => "sm_count",
+            SweepUnreleased => "sweep_unreleased",
+            LiveBytes => "live_bytes",
+            AllocReport => "alloc_report",
+            CopyD2HOnStream => "copy_d2h_on_stream",
+            StreamIsCapturing => "stream_is_capturing",
+            ScanRedzones => "scan_redzones",
+            PoisonRedzones => "poison_redzones",
+            DebugSyncKernels => "debug_sync_kernels",
+            KernelRegistry => "kernel_registry",
+            CopyH2DAsync => "copy_h2d_async",
+            CopyH2DAsyncRetained => "copy_h2d_async_retained",
+            CopyD2HAsync => "copy_d2h_async",
+            CopyD2DAsync => "copy_d2d_async",
+            CopyD2D2DAsync => "copy_d2d_2d_async",
+            BeginCapture => "begin_capture",
+            EndCapture => "end_capture",
+            LaunchGraph => "launch_graph",
+            DestroyGraph => "destroy_graph",
+            AbortCaptureIfActive => "abort_capture_if_active",
+            DeviceFreeMemory => "device_free_memory",
+            LiveAllocCount => "live_alloc_count",
+            CreateStream => "create_stream",
+            BindToThread => "bind_to_thread",
+            CreateEvent => "create_event",
+            RecordEvent => "record_event",
+            StreamWaitEvent => "stream_wait_event",
+            EventSynchronize => "event_synchronize",
+            DestroyEvent => "destroy_event",
+            HostPtrToDevice => "host_ptr_to_device",
+            AllocHostPinned => "alloc_host_pinned",
+            FreeHostPinned => "free_host_pinned",
+        }
+    }
+}

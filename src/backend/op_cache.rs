@@ -1,0 +1,91 @@
+//! Memoized kernel handles and scratch buffers of one backend.
+
+use super::{DevicePtr, GpuBackend, KernelHandle, ModelResource};
+use anyhow::Result;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// Handles and scratch that belong to one backend's model. Living inside the backend (the
+/// trait's `op_cache`) is what stops an op from caching a handle past the registry it came
+/// from.
+#[derive(Default)]
+pub struct OpCache {
+    kernels: Mutex<HashMap<(&'static str, &'static str), KernelHandle>>,
+    scratch: Mutex<HashMap<&'static str, (DevicePtr, usize)>>,
+}
+
+impl OpCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The handle for `module::func`, looked up through `gpu` on first use only.
+    #[track_caller]
+    pub fn kernel(
+        &self,
+        gpu: &dyn GpuBackend,
+        module: &'static str,
+        func: &'static str,
+    ) -> Result<KernelHandle> {
+        if let Some(h) = self.kernels.lock().get(&(module, func)) {
+            return Ok(*h);
+        }
+        let h = gpu.kernel(module, func)?;
+        self.kernels.lock().insert((module, func), h);
+        Ok(h)
+    }
+
+    /// A scratch buffer of at least `bytes`, named `key`, reallocated (through `gpu`, so the
+    /// ledger sees the caller) only when it must grow.
+    #[track_caller]
+    pub fn scratch(
+        &self,
+        gpu: &dyn GpuBackend,
+        key: &'static str,
+        bytes: usize,
+    ) -> Result<DevicePtr> {
+        let mut g = self.scratch.lock();
+        if let Some(&(ptr, have)) = g.get(key) {
+            if have >= bytes {
+                return Ok(ptr);
+            }
+            gpu.free(ptr)?;
+            g.remove(key);
+        }
+        let ptr = gpu.alloc(bytes)?;
+        g.insert(key, (ptr, bytes));
+        Ok(ptr)
+    }
+
+    pub fn scratch_count(&self) -> usize {
+        self.scratch.lock().len()
+    }
+
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.lock().len()
+    }
+
+    /// Free the scratch buffers; shared-reference form, since the cache lives inside a backend
+    /// that callers hold by `&`. Kernel handles stay: they die with the registry's modules.
+    #[track_caller]
+    pub fn release_scratch(&self, gpu: &dyn GpuBackend) -> Result<()> {
+        let drained: Vec<_> = self.scratch.lock().drain().collect();
+        let mut first_err = None;
+        for (_, (ptr, _)) in drained {
+            if let Err(e) = gpu.free(ptr) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl ModelResource<dyn GpuBackend> for OpCache {
+    fn label(&self) -> &'static str {
+        "op-cache"
+    }
+
+    fn release(&mut self, gpu: &dyn GpuBackend) -> Result<()> {
+        self.release_scratch(gpu)
+    }
+}

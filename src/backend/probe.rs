@@ -1,0 +1,261 @@
+//! Capture-rule probes: run the call pattern behind each row of the capture table on a real
+//! backend and report what happened, so the table can be checked against the mock in CI and
+//! against the driver on a GPU with the same code.
+
+use super::{
+    decide, CaptureContext, CaptureMode, CaptureOp, GpuBackend, Relation, StreamKind, Verdict,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, LEGACY_STREAM,
+};
+use anyhow::Result;
+
+/// What one probe saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The probed call: Ok, or the driver code it failed with.
+    pub call: Result<(), u32>,
+    /// `end_capture` on the capturing stream.
+    pub end: Result<(), u32>,
+    /// For device work: whether its effect was visible before the graph was launched (it ran
+    /// eagerly) and after (the graph carried it). `None` for calls with no device effect.
+    pub landed: Option<(bool, bool)>,
+}
+
+impl Outcome {
+    pub fn describe(&self) -> String {
+        let r = |x: &Result<(), u32>| match x {
+            Ok(()) => "ok".to_string(),
+            Err(c) => format!("err {c}"),
+        };
+        let l = match self.landed {
+            None => "-".to_string(),
+            Some((true, _)) => "eager".to_string(),
+            Some((false, true)) => "in graph".to_string(),
+            Some((false, false)) => "lost".to_string(),
+        };
+        format!("call {}, end {}, {}", r(&self.call), r(&self.end), l)
+    }
+}
+
+/// One probe: a table row's conditions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub op: CaptureOp,
+    pub relation: Relation,
+    pub kind: StreamKind,
+    pub mode: CaptureMode,
+    pub same_thread: bool,
+}
+
+impl Probe {
+    pub fn context(&self) -> CaptureContext {
+        CaptureContext {
+            relation: self.relation,
+            kind: self.kind,
+            mode: self.mode,
+            same_thread: self.same_thread,
+        }
+    }
+
+    /// What the table predicts.
+    pub fn expected(&self) -> (&'static str, Outcome) {
+        let rule = decide(self.op, self.context());
+        let device_work = matches!(
+            self.op,
+            CaptureOp::StreamWork | CaptureOp::AsyncH2D | CaptureOp::SyncCopy
+        );
+        let landed = |eager: bool| device_work.then_some((eager, true));
+        let o = match rule.verdict {
+            Verdict::Captured | Verdict::Joins => Outcome {
+                call: Ok(()),
+                end: Ok(()),
+                landed: device_work.then_some((false, true)),
+            },
+            Verdict::Eager => Outcome {
+                call: Ok(()),
+                end: Ok(()),
+                landed: landed(true),
+            },
+            Verdict::Host => Outcome {
+                call: Ok(()),
+                end: Ok(()),
+                landed: None,
+            },
+            Verdict::Fails { code, invalidates } => Outcome {
+                call: Err(code),
+                end: if invalidates {
+                    Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+                } else {
+                    Ok(())
+                },
+                landed: device_work.then_some((false, false)),
+            },
+        };
+        (rule.id, o)
+    }
+}
+
+/// Every probe that has a meaningful call pattern.
+pub fn all_probes() -> Vec<Probe> {
+    use CaptureOp as O;
+    use Relation as R;
+    let mut v = Vec::new();
+    for mode in CaptureMode::ALL {
+        for kind in StreamKind::ALL {
+            let mut add = |op, relation, same_thread| {
+                v.push(Probe {
+                    op,
+                    relation,
+                    kind,
+                    mode,
+                    same_thread,
+                })
+            };
+            for rel in [R::Capturing, R::Legacy, R::Other] {
+                add(O::StreamWork, rel, true);
+                add(O::AsyncH2D, rel, true);
+                add(O::CopyThenWait, rel, true);
+                add(O::StreamSync, rel, true);
+                add(O::EventRecord, rel, true);
+                add(O::WaitCapturedEvent, rel, true);
+                add(O::WaitExternalEvent, rel, true);
+                add(O::BeginCapture, rel, true);
+            }
+            add(O::SyncCopy, R::Legacy, true);
+            add(O::EndCapture, R::Other, true);
+            add(O::EndCapture, R::Legacy, true);
+            add(O::SyncCapturedEvent, R::Capturing, true);
+            add(O::SyncExternalEvent, R::Other, true);
+            for same in [true, false] {
+                add(O::DeviceAlloc, R::NoStream, same);
+                add(O::DeviceFree, R::NoStream, same);
+                add(O::PinnedHost, R::NoStream, same);
+                add(O::HostOnly, R::NoStream, same);
+            }
+        }
+    }
+    v
+}
+
+const N: usize = 256;
+const MARK: u8 = 0xAB;
+
+/// Run `probe` on a fresh backend made by `make(mode, kind)`. `code` extracts the driver code
+/// from a backend error.
+pub fn run_probe(
+    make: &dyn Fn(CaptureMode, StreamKind) -> Result<Box<dyn GpuBackend>>,
+    code: &(dyn Fn(&anyhow::Error) -> u32 + Sync),
+    p: Probe,
+) -> Result<Outcome> {
+    use CaptureOp as O;
+    let gpu = make(p.mode, p.kind)?;
+    let g: &dyn GpuBackend = gpu.as_ref();
+    let a = g.create_stream()?;
+    let b = g.create_stream()?;
+    let buf = g.alloc(N)?;
+    let spare = g.alloc(N)?;
+    g.memset(buf, 0, N)?;
+    let pinned = g.alloc_host_pinned(N)?;
+    let ext = g.create_event()?;
+    let ev = g.create_event()?;
+    let ev2 = g.create_event()?;
+    g.record_event(ext, b)?;
+    g.synchronize(b)?;
+    let stream = match p.relation {
+        Relation::Capturing => a,
+        Relation::Legacy => LEGACY_STREAM,
+        Relation::Other | Relation::NoStream => b,
+    };
+    let src = vec![MARK; N];
+    let mut host = vec![0u8; N];
+
+    g.begin_capture(a)?;
+    let run = |f: &(dyn Fn() -> Result<()> + Sync)| -> Result<(), u32> {
+        if p.same_thread {
+            f().map_err(|e| code(&e))
+        } else {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let _ = g.bind_to_thread();
+                    f().map_err(|e| code(&e))
+                })
+                .join()
+                .expect("probe thread panicked")
+            })
+        }
+    };
+    let mut forked = false;
+    let call = match p.op {
+        O::StreamWork => run(&|| g.memset_async(buf, MARK, N, stream)),
+        O::AsyncH2D => run(&|| g.copy_h2d_async(&src, buf, stream)),
+        O::SyncCopy => run(&|| g.copy_h2d(&src, buf)),
+        O::CopyThenWait => run(&|| {
+            let mut tmp = vec![0u8; N];
+            g.copy_d2h_on_stream(buf, &mut tmp, stream)
+        }),
+        O::StreamSync => run(&|| g.synchronize(stream)),
+        O::EventRecord => run(&|| g.record_event(ev, stream)),
+        O::WaitCapturedEvent => {
+            g.record_event(ev, a)?;
+            let r = run(&|| g.stream_wait_event(stream, ev));
+            forked = r.is_ok() && stream == b;
+            r
+        }
+        O::WaitExternalEvent => run(&|| g.stream_wait_event(stream, ext)),
+        O::SyncCapturedEvent => {
+            g.record_event(ev, a)?;
+            run(&|| g.event_synchronize(ev))
+        }
+        O::SyncExternalEvent => run(&|| g.event_synchronize(ext)),
+        O::DeviceAlloc => run(&|| g.alloc(N).map(|_| ())),
+        O::DeviceFree => run(&|| g.free(spare)),
+        O::PinnedHost => run(&|| g.alloc_host_pinned(64).map(|_| ())),
+        O::BeginCapture => {
+            let r = run(&|| g.begin_capture(stream));
+            if r.is_ok() && stream == b {
+                // A second capture started: end it so it does not leak into the next probe.
+                let _ = g.end_capture(b).map(|gr| g.destroy_graph(gr));
+            }
+            r
+        }
+        O::EndCapture => run(&|| g.end_capture(stream).map(|_| ())),
+        O::HostOnly => run(&|| g.create_event().map(|_| ())),
+    };
+    if forked {
+        // Join the forked stream back so the capture can end cleanly.
+        g.record_event(ev2, b)?;
+        g.stream_wait_event(a, ev2)?;
+    }
+    let end = g.end_capture(a);
+    g.abort_capture_if_active(a);
+    g.abort_capture_if_active(b);
+    let device_work = matches!(p.op, O::StreamWork | O::AsyncH2D | O::SyncCopy);
+    let mut landed = None;
+    let end = match end {
+        Ok(graph) => {
+            if device_work {
+                g.synchronize(b)?;
+                g.copy_d2h(buf, &mut host)?;
+                let before = host.iter().all(|&x| x == MARK);
+                g.memset(buf, 0, N)?;
+                g.launch_graph(graph, a)?;
+                g.synchronize(a)?;
+                g.copy_d2h(buf, &mut host)?;
+                let after = host.iter().all(|&x| x == MARK);
+                landed = Some((before, after || before));
+            }
+            g.destroy_graph(graph)?;
+            Ok(())
+        }
+        Err(e) => {
+            if device_work {
+                g.synchronize(b)?;
+                g.copy_d2h(buf, &mut host)?;
+                let before = host.iter().all(|&x| x == MARK);
+                landed = Some((before, before));
+            }
+            Err(code(&e))
+        }
+    };
+    g.free_host_pinned(pinned, N)?;
+    Ok(Outcome { call, end, landed })
+}

@@ -1,0 +1,16 @@
+//! gputape: record and replay what an inference engine asks of its GPU.
+//!
+//! See ARCHITECTURE.md for the map. In short: [`backend`] is the trait every part speaks,
+//! [`mock`] is the driver-faithful CPU backend that tests and CI run on, [`cuda`] is the only
+//! place that talks to the driver.
+
+pub mod backend;
+pub mod cuda;
+pub mod mock;
+
+/// The CUDA driver code behind a backend error, when there is one: mock errors say which
+/// driver error they stand for, driver errors carry theirs.
+pub fn driver_code(e: &anyhow::Error) -> Option<u32> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<mock::MockError>().map(|m| m.cuda_code()))
+}

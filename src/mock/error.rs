@@ -1,0 +1,165 @@
+//! The mock's errors. Each one names the call site and, where there is one, the allocation
+//! involved, because the mock's job in a test is to say exactly what went wrong and where.
+
+use crate::backend::{cuda_error_name, CallKind, Site};
+use std::fmt;
+
+/// An allocation, as an error message describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocDesc {
+    pub base: u64,
+    pub size: usize,
+    /// Creation index (0 = first allocation of this backend).
+    pub index: usize,
+    pub site: Site,
+}
+
+impl fmt::Display for AllocDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allocation #{} [{:#x}, +{} bytes) from {}",
+            self.index,
+            self.base,
+            self.size,
+            S(self.site)
+        )
+    }
+}
+
+/// Site display: `file:line:col`.
+pub struct S<'a>(pub &'a std::panic::Location<'static>);
+
+impl fmt::Display for S<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.0.file(), self.0.line(), self.0.column())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MockError {
+    #[error("{op} at {site}: [{ptr:#x}, +{len}) is out of bounds of {alloc} (overruns by {over} bytes)", site = S(site))]
+    OutOfBounds {
+        op: &'static str,
+        site: Site,
+        ptr: u64,
+        len: usize,
+        over: usize,
+        alloc: AllocDesc,
+    },
+    #[error("{op} at {site}: {ptr:#x} is in {alloc}, which was freed at {freed_at}", site = S(site), freed_at = S(freed_at))]
+    UseAfterFree {
+        op: &'static str,
+        site: Site,
+        ptr: u64,
+        alloc: AllocDesc,
+        freed_at: Site,
+    },
+    #[error("free at {site}: {ptr:#x} was already freed at {freed_at} ({alloc})", site = S(site), freed_at = S(freed_at))]
+    DoubleFree {
+        site: Site,
+        ptr: u64,
+        alloc: AllocDesc,
+        freed_at: Site,
+    },
+    #[error("free at {site}: {ptr:#x} is inside {alloc}, not its base", site = S(site))]
+    FreeInterior {
+        site: Site,
+        ptr: u64,
+        alloc: AllocDesc,
+    },
+    #[error("{op} at {site}: {ptr:#x} points into no allocation", site = S(site))]
+    WildPointer {
+        op: &'static str,
+        site: Site,
+        ptr: u64,
+    },
+    #[error("{op} at {site}: out of memory: asked for {requested} bytes with {live} of {limit} in use", site = S(site))]
+    OutOfMemory {
+        op: &'static str,
+        site: Site,
+        requested: usize,
+        live: usize,
+        limit: usize,
+    },
+    #[error("{} at {site}: injected failure (call #{n} of this kind)", kind.name(), site = S(site))]
+    Injected {
+        kind: CallKind,
+        n: usize,
+        site: Site,
+    },
+    #[error("kernel at {site}: no kernel {module}::{func} is registered", site = S(site))]
+    UnknownKernel {
+        module: String,
+        func: String,
+        site: Site,
+    },
+    #[error("{op} at {site}: kernel handle {handle} was not issued by this backend", site = S(site))]
+    BadKernelHandle {
+        op: &'static str,
+        site: Site,
+        handle: u64,
+    },
+    #[error("launch of {kernel} at {site}: {detail}", site = S(site))]
+    BadParams {
+        kernel: String,
+        site: Site,
+        detail: String,
+    },
+    #[error("{op} at {site}: unknown {what} {id}", site = S(site))]
+    UnknownHandle {
+        op: &'static str,
+        what: &'static str,
+        id: u64,
+        site: Site,
+    },
+    #[error("{op} at {site}: {name} ({code}) by capture rule `{rule}`: {why}", site = S(site), name = cuda_error_name(*code))]
+    Capture {
+        op: &'static str,
+        site: Site,
+        code: u32,
+        rule: &'static str,
+        why: &'static str,
+    },
+    #[error("{op} at {site}: {detail}", site = S(site))]
+    Invalid {
+        op: &'static str,
+        site: Site,
+        detail: String,
+    },
+    #[error("kernel {kernel} launched at {site}: {source}", site = S(site))]
+    InKernel {
+        kernel: String,
+        site: Site,
+        #[source]
+        source: Box<MockError>,
+    },
+}
+
+impl MockError {
+    /// The CUDA driver code this error stands for, so a trace records mock and driver failures
+    /// alike. Sanitizer findings the driver has no code for map to what CUDA would most likely
+    /// report (an illegal address for a kernel, an invalid value for a copy).
+    pub fn cuda_code(&self) -> u32 {
+        match self {
+            MockError::OutOfBounds { .. }
+            | MockError::UseAfterFree { .. }
+            | MockError::WildPointer { .. }
+            | MockError::DoubleFree { .. }
+            | MockError::FreeInterior { .. }
+            | MockError::BadParams { .. }
+            | MockError::Invalid { .. } => 1,
+            MockError::OutOfMemory { .. } => 2,
+            MockError::Injected { .. } => 999,
+            MockError::UnknownKernel { .. } => 500,
+            MockError::BadKernelHandle { .. } | MockError::UnknownHandle { .. } => 400,
+            MockError::Capture { code, .. } => *code,
+            MockError::InKernel { source, .. } => match **source {
+                MockError::OutOfBounds { .. }
+                | MockError::UseAfterFree { .. }
+                | MockError::WildPointer { .. } => 700,
+                ref e => e.cuda_code(),
+            },
+        }
+    }
+}
