@@ -7,6 +7,9 @@
 pub mod backend;
 pub mod cuda;
 pub mod mock;
+pub mod recorder;
+pub mod trace;
+pub mod workloads;
 
 /// The CUDA driver code behind a backend error, when there is one: mock errors say which
 /// driver error they stand for, driver errors carry theirs.

@@ -1,0 +1,1114 @@
+//! `RecordingBackend<B>`: wraps any backend, forwards every call unchanged, and writes the
+//! trace.
+//!
+//! Each call is written twice: a `Begin` frame before the wrapped backend runs it
+//! (record-before-execute: a call that kills the process is still in the trace) and an `End`
+//! frame with its result after. Before `start()` only the ledger of live allocations and the
+//! handle maps are kept, so `start()` can snapshot a running engine's memory and later calls
+//! can name every buffer.
+
+mod state;
+
+use crate::backend::{
+    DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelRegistry, OpCache,
+    ParamAccess, Site,
+};
+use crate::trace::*;
+use anyhow::Result;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use state::{Pending, RecState};
+use std::ffi::c_void;
+use std::panic::Location;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("recording already started")]
+    AlreadyStarted,
+    #[error("recording already stopped; a recorder writes one trace")]
+    Finished,
+    #[error("could not snapshot buffer {buf} ({bytes} bytes) at start: {source}")]
+    Snapshot {
+        buf: BufferId,
+        bytes: u64,
+        #[source]
+        source: anyhow::Error,
+    },
+    #[error("could not synchronise stream {stream} before the snapshot: {source}")]
+    Drain {
+        stream: u64,
+        #[source]
+        source: anyhow::Error,
+    },
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("trace write failed earlier: {0}")]
+    WriteFailed(String),
+    #[error("could not close the trace: {0}")]
+    Close(std::io::Error),
+}
+
+/// What the trace's header says about the backend being recorded.
+#[derive(Clone, Debug)]
+pub struct BackendDesc {
+    pub kind: String,
+    pub device_ordinal: u32,
+    pub device_name: Option<String>,
+    pub driver_version: Option<i32>,
+}
+
+impl BackendDesc {
+    pub fn new(kind: &str) -> Self {
+        BackendDesc {
+            kind: kind.to_string(),
+            device_ordinal: 0,
+            device_name: None,
+            driver_version: None,
+        }
+    }
+}
+
+/// What a stopped recording wrote.
+#[derive(Clone, Debug)]
+pub struct RecordStats {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+pub struct RecordingBackend<B> {
+    inner: B,
+    on: AtomicBool,
+    st: Mutex<RecState>,
+    desc: BackendDesc,
+    op_cache: OpCache,
+    epoch: Instant,
+    registry: Option<Arc<KernelRegistry>>,
+    started: AtomicBool,
+}
+
+/// A call in flight: its seq and when it began.
+struct Tok {
+    seq: u64,
+    t0: Instant,
+}
+
+fn err_rec(e: &anyhow::Error) -> ErrorRec {
+    ErrorRec {
+        code: crate::driver_code(e),
+        message: format!("{e:#}"),
+    }
+}
+
+/// How a call's completion touches the host/device ordering, for pending async results.
+#[derive(Clone, Copy)]
+enum SyncScope {
+    None,
+    Stream(u64),
+    Event(u64),
+}
+
+impl<B: GpuBackend> RecordingBackend<B> {
+    /// Wrap `inner`, writing to `sink` once `start` is called.
+    pub fn new(inner: B, sink: Box<dyn Sink>, desc: BackendDesc) -> Result<Self, RecordError> {
+        let writer = TraceWriter::new(sink).map_err(|e| {
+            RecordError::Trace(TraceError::Io {
+                what: "write header of",
+                path: "<trace sink>".into(),
+                source: e,
+            })
+        })?;
+        let default_stream = inner.default_stream();
+        let registry = inner.kernel_registry();
+        Ok(RecordingBackend {
+            st: Mutex::new(RecState::new(writer, default_stream)),
+            inner,
+            on: AtomicBool::new(false),
+            desc,
+            op_cache: OpCache::new(),
+            epoch: Instant::now(),
+            registry,
+            started: AtomicBool::new(false),
+        })
+    }
+
+    /// Wrap `inner`, recording into a file at `path` (created now, written through a map).
+    pub fn to_file(inner: B, path: &Path, desc: BackendDesc) -> Result<Self, RecordError> {
+        let sink = MmapSink::create(path)?;
+        Self::new(inner, Box::new(sink), desc)
+    }
+
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    pub fn is_recording(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
+    /// Begin recording: header, the modules and kernels known so far, the resources that
+    /// already exist, and the contents of every live allocation as the initial state.
+    pub fn start(&self) -> Result<(), RecordError> {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return Err(RecordError::AlreadyStarted);
+        }
+        // Drain every stream we know of, so the snapshot sees finished results.
+        let streams: Vec<u64> = {
+            let st = self.st.lock();
+            let mut v: Vec<u64> = st.streams.keys().copied().collect();
+            v.sort();
+            v
+        };
+        for s in std::iter::once(0).chain(streams) {
+            self.inner
+                .synchronize(s)
+                .map_err(|source| RecordError::Drain { stream: s, source })?;
+        }
+        let mut st = self.st.lock();
+        st.recording = true;
+        let header = TraceHeader {
+            format: FORMAT_VERSION,
+            min_reader: MIN_READER_VERSION,
+            gputape: env!("CARGO_PKG_VERSION").to_string(),
+            backend: self.desc.kind.clone(),
+            device_ordinal: self.desc.device_ordinal,
+            device_name: self.desc.device_name.clone(),
+            sm_count: self.inner.sm_count().ok(),
+            total_memory: self.inner.total_memory().ok().map(|m| m as u64),
+            driver_version: self.desc.driver_version,
+        };
+        st.emit(&Frame::Header(header));
+        // Resources that exist already, in id order so the frames are deterministic.
+        let mut streams: Vec<(StreamId, u64)> = st.streams.iter().map(|(r, i)| (*i, *r)).collect();
+        streams.sort();
+        for (id, raw) in streams {
+            let is_default = raw == st.default_stream;
+            st.emit(&Frame::Adopt(Adopted::Stream { id, is_default }));
+        }
+        let mut events: Vec<EventId> = st.events.values().copied().collect();
+        events.sort();
+        for id in events {
+            st.emit(&Frame::Adopt(Adopted::Event { id }));
+        }
+        let hosts: Vec<(HostId, usize)> = st.hosts.values().copied().collect();
+        for (id, len) in hosts {
+            st.emit(&Frame::Adopt(Adopted::Host {
+                id,
+                bytes: len as u64,
+            }));
+        }
+        let mut kernels: Vec<(KernelId, u64)> =
+            st.kernels.iter().map(|(h, k)| (k.id, *h)).collect();
+        kernels.sort();
+        for (id, h) in kernels {
+            let info = self
+                .registry
+                .as_ref()
+                .and_then(|r| r.kernel_by_handle(KernelHandle(h)));
+            st.write_kernel(id, info, self.registry.as_deref());
+        }
+        // The initial state, in creation order.
+        let mut live: Vec<(BufferId, u64, u64, Site)> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none())
+            .map(|(p, b)| (b.id, *p, b.size, b.site))
+            .collect();
+        live.sort();
+        let mut bytes = Vec::new();
+        for (buf, p, size, site) in live {
+            bytes.clear();
+            bytes.resize(size as usize, 0);
+            self.inner
+                .copy_d2h(DevicePtr(p), &mut bytes)
+                .map_err(|source| RecordError::Snapshot {
+                    buf,
+                    bytes: size,
+                    source,
+                })?;
+            let data = st.blob(&bytes);
+            let site = st.site(site);
+            st.emit(&Frame::Initial {
+                buf,
+                bytes: size,
+                data,
+                site,
+            });
+        }
+        st.flush();
+        self.on.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Stop recording and close the trace. The wrapped backend keeps working.
+    pub fn stop(&self) -> Result<RecordStats, RecordError> {
+        if !self.started.load(Ordering::Acquire) {
+            self.started.store(true, Ordering::Release);
+        }
+        self.on.store(false, Ordering::Release);
+        let mut st = self.st.lock();
+        let was_recording = st.recording;
+        if st.writer.is_none() {
+            return Err(RecordError::Finished);
+        }
+        st.emit(&Frame::Stop);
+        st.recording = false;
+        let mut w = st.writer.take().expect("checked");
+        w.finish().map_err(RecordError::Close)?;
+        if let Some(e) = st.write_error.clone() {
+            return Err(RecordError::WriteFailed(e));
+        }
+        let _ = was_recording;
+        Ok(RecordStats {
+            calls: st.seq,
+            bytes: w.bytes_written,
+        })
+    }
+
+    /// Start now, stop when the guard drops.
+    pub fn scope(&self) -> Result<RecordGuard<'_, B>, RecordError> {
+        self.start()?;
+        Ok(RecordGuard { rec: self })
+    }
+
+    /// Write the Begin frame of a call, if recording. `make` builds the call with access to the
+    /// maps (to turn pointers into ids).
+    #[inline]
+    fn begin(&self, site: Site, make: impl FnOnce(&mut RecState) -> Call) -> Option<Tok> {
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut st = self.st.lock();
+        if !st.recording {
+            return None;
+        }
+        let call = make(&mut st);
+        let seq = st.seq;
+        st.seq += 1;
+        let site = st.site(site);
+        let thread = st.thread();
+        let t0 = Instant::now();
+        let t_ns = (t0 - self.epoch).as_nanos() as u64;
+        st.emit(&Frame::Begin(Begin {
+            seq,
+            thread,
+            site,
+            t_ns,
+            call,
+        }));
+        Some(Tok { seq, t0 })
+    }
+
+    /// Finish a call: update the maps from its result (always, recording or not) and write the
+    /// End frame (when recording). Errors and host syncs flush the trace.
+    #[inline]
+    fn finish<T>(
+        &self,
+        tok: Option<Tok>,
+        r: &Result<T>,
+        scope: SyncScope,
+        ok: impl FnOnce(&mut RecState, &T) -> Value,
+    ) {
+        let mut st = self.st.lock();
+        let ret = match r {
+            Ok(v) => Ok(ok(&mut st, v)),
+            Err(e) => Err(err_rec(e)),
+        };
+        let Some(tok) = tok else { return };
+        let dur_ns = tok.t0.elapsed().as_nanos() as u64;
+        let failed = ret.is_err();
+        st.emit(&Frame::End(End {
+            seq: tok.seq,
+            dur_ns,
+            ret,
+        }));
+        if !failed {
+            self.settle(&mut st, scope, tok.seq);
+        }
+        if failed || !matches!(scope, SyncScope::None) {
+            st.flush();
+        }
+    }
+
+    /// A finish for calls whose result needs no map update: touches the lock only when
+    /// recording.
+    #[inline]
+    fn finish_plain<T>(&self, tok: Option<Tok>, r: &Result<T>, ok: impl FnOnce(&T) -> Value) {
+        if tok.is_some() {
+            self.finish(tok, r, SyncScope::None, |_, v| ok(v));
+        }
+    }
+
+    /// At a host sync: async device-to-host results on the synced stream become visible (record
+    /// them), and retained sources must still hold what they held at their call.
+    fn settle(&self, st: &mut RecState, scope: SyncScope, at_sync: u64) {
+        let stream = match scope {
+            SyncScope::None => return,
+            SyncScope::Stream(s) => s,
+            SyncScope::Event(e) => match st.event_stream.get(&e) {
+                Some(s) => *s,
+                None => return,
+            },
+        };
+        let mut keep = Vec::new();
+        for p in std::mem::take(&mut st.pending) {
+            if p.stream != stream {
+                keep.push(p);
+                continue;
+            }
+            // SAFETY: the trait's contract for copy_d2h_async and copy_h2d_async_retained:
+            // the host buffer stays valid and untouched by the caller until the next
+            // synchronisation of its stream, which is this call.
+            let bytes = unsafe { std::slice::from_raw_parts(p.ptr as *const u8, p.len) };
+            match p.hash {
+                None => {
+                    let data = st.blob(bytes);
+                    st.emit(&Frame::D2HResult {
+                        seq: p.seq,
+                        data,
+                        at_sync,
+                    });
+                }
+                Some(h) => {
+                    if BlobId::of(bytes) != h {
+                        st.emit(&Frame::Finding(Finding::RetainedSourceChanged {
+                            seq: p.seq,
+                            at_sync,
+                        }));
+                    }
+                }
+            }
+        }
+        st.pending = keep;
+    }
+
+    /// Decode raw launch params with the kernel's layout.
+    fn decode_params(
+        &self,
+        st: &mut RecState,
+        func: KernelHandle,
+        params: &[*mut c_void],
+    ) -> (KernelId, Args) {
+        let id = st.kernel(func.0, self.registry.as_deref());
+        let mut args = Args::new();
+        let Some(layout) = st.kernels.get(&func.0).and_then(|k| k.params.as_ref()) else {
+            return (id, args);
+        };
+        for (p, info) in params.iter().zip(layout.iter()) {
+            // SAFETY: launch's contract: params[i] points at a value of the kernel's i-th
+            // parameter, whose size the registry's layout gives.
+            let raw = unsafe { std::slice::from_raw_parts(*p as *const u8, info.size as usize) };
+            let arg = if info.size == 8 && info.access != ParamAccess::Value {
+                let v = u64::from_le_bytes(raw.try_into().expect("8 bytes"));
+                let a = st.addr(v);
+                if info.access.is_pointer() || matches!(a, DevAddr::Buf { .. }) {
+                    Arg::Buf(a)
+                } else {
+                    Arg::Val(SmallVec::from_slice(raw))
+                }
+            } else {
+                Arg::Val(SmallVec::from_slice(raw))
+            };
+            args.push(arg);
+        }
+        (id, args)
+    }
+}
+
+/// The base of the pinned region holding host address `p` (or `p` itself if none does).
+fn region(st: &RecState, p: usize) -> usize {
+    match st.hosts.range(..=p).next_back() {
+        Some((&base, &(_, len))) if p < base + len.max(1) => base,
+        _ => p,
+    }
+}
+
+/// Stops the recording when dropped.
+pub struct RecordGuard<'a, B: GpuBackend> {
+    rec: &'a RecordingBackend<B>,
+}
+
+impl<B: GpuBackend> RecordGuard<'_, B> {
+    pub fn stop(self) -> Result<RecordStats, RecordError> {
+        let r = self.rec.stop();
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl<B: GpuBackend> Drop for RecordGuard<'_, B> {
+    fn drop(&mut self) {
+        if let Err(e) = self.rec.stop() {
+            tracing::error!("gputape: stopping the recording failed: {e}");
+        }
+    }
+}
+
+macro_rules! plain {
+    ($self:ident, $call:expr, $inner:expr, $val:expr) => {{
+        let tok = $self.begin(Location::caller(), |_| $call);
+        let r = $inner;
+        $self.finish_plain(tok, &r, $val);
+        r
+    }};
+}
+
+fn unit<T>(_: &T) -> Value {
+    Value::Unit
+}
+
+impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
+    #[track_caller]
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let site = Location::caller();
+        let tok = self.begin(site, |_| Call::Alloc {
+            bytes: bytes as u64,
+        });
+        let r = self.inner.alloc(bytes);
+        self.finish(tok, &r, SyncScope::None, |st, p| {
+            Value::Buffer(st.add_buf(p.0, bytes as u64, site, None))
+        });
+        r
+    }
+
+    #[track_caller]
+    fn alloc_managed(&self, bytes: usize) -> Result<DevicePtr> {
+        let site = Location::caller();
+        let tok = self.begin(site, |_| Call::AllocManaged {
+            bytes: bytes as u64,
+        });
+        let r = self.inner.alloc_managed(bytes);
+        self.finish(tok, &r, SyncScope::None, |st, p| {
+            Value::Buffer(st.add_buf(p.0, bytes as u64, site, None))
+        });
+        r
+    }
+
+    #[track_caller]
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::Free {
+            ptr: st.addr(ptr.0),
+        });
+        let r = self.inner.free(ptr);
+        self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.remove_buf(ptr.0);
+            Value::Unit
+        });
+        r
+    }
+
+    #[track_caller]
+    fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::CopyH2D {
+            dst: st.addr(dst.0),
+            data: st.blob(src),
+            len: src.len() as u64,
+        });
+        let r = self.inner.copy_h2d(src, dst);
+        self.finish(tok, &r, SyncScope::Stream(0), |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
+    fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        let len = dst.len() as u64;
+        let tok = self.begin(Location::caller(), |st| Call::CopyD2H {
+            src: st.addr(src.0),
+            len,
+        });
+        let r = self.inner.copy_d2h(src, dst);
+        if tok.is_some() {
+            let bytes: &[u8] = dst;
+            self.finish(tok, &r, SyncScope::Stream(0), |st, _| {
+                Value::Bytes(st.blob(bytes))
+            });
+        }
+        r
+    }
+
+    #[track_caller]
+    fn copy_d2d(&self, src: DevicePtr, dst: DevicePtr, bytes: usize) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::CopyD2D {
+            src: st.addr(src.0),
+            dst: st.addr(dst.0),
+            len: bytes as u64,
+        });
+        let r = self.inner.copy_d2d(src, dst, bytes);
+        self.finish(tok, &r, SyncScope::Stream(0), |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
+    fn launch(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| {
+            let (kernel, args) = self.decode_params(st, func, params);
+            Call::Launch {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream: st.stream(stream),
+                args,
+            }
+        });
+        let r = self
+            .inner
+            .launch(func, grid, block, shared_mem, stream, params);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn launch_typed(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| {
+            let kernel = st.kernel(func.0, self.registry.as_deref());
+            let args = args
+                .iter()
+                .map(|a| match a {
+                    KernelArg::Buffer(p) => Arg::Buf(st.addr(p.0)),
+                    KernelArg::Bytes(b) => Arg::Val(SmallVec::from_slice(b)),
+                })
+                .collect();
+            Call::LaunchTyped {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream: st.stream(stream),
+                args,
+            }
+        });
+        let r = self
+            .inner
+            .launch_typed(func, grid, block, shared_mem, stream, args);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn synchronize(&self, stream: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::Synchronize {
+            stream: st.stream(stream),
+        });
+        let r = self.inner.synchronize(stream);
+        self.finish(tok, &r, SyncScope::Stream(stream), |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
+    fn default_stream(&self) -> u64 {
+        let tok = self.begin(Location::caller(), |_| Call::DefaultStream);
+        let s = self.inner.default_stream();
+        if tok.is_some() {
+            self.finish(tok, &Ok(s), SyncScope::None, |st, s| {
+                Value::Stream(st.stream(*s))
+            });
+        }
+        s
+    }
+
+    #[track_caller]
+    fn kernel(&self, module: &str, func_name: &str) -> Result<KernelHandle> {
+        let tok = self.begin(Location::caller(), |_| Call::Kernel {
+            module: module.to_string(),
+            func: func_name.to_string(),
+        });
+        let r = self.inner.kernel(module, func_name);
+        self.finish(tok, &r, SyncScope::None, |st, h| {
+            Value::Kernel(st.kernel(h.0, self.registry.as_deref()))
+        });
+        r
+    }
+
+    #[track_caller]
+    fn op_cache(&self) -> &OpCache {
+        let tok = self.begin(Location::caller(), |_| Call::OpCache);
+        self.finish_plain(tok, &Ok(()), unit);
+        &self.op_cache
+    }
+
+    #[track_caller]
+    fn memset(&self, ptr: DevicePtr, value: u8, bytes: usize) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::Memset {
+            dst: st.addr(ptr.0),
+            value,
+            len: bytes as u64,
+        });
+        let r = self.inner.memset(ptr, value, bytes);
+        self.finish(tok, &r, SyncScope::Stream(0), |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
+    fn memset_async(&self, ptr: DevicePtr, value: u8, bytes: usize, stream: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::MemsetAsync {
+            dst: st.addr(ptr.0),
+            value,
+            len: bytes as u64,
+            stream: st.stream(stream),
+        });
+        let r = self.inner.memset_async(ptr, value, bytes, stream);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn total_memory(&self) -> Result<usize> {
+        plain!(self, Call::TotalMemory, self.inner.total_memory(), |v| {
+            Value::Count(*v as u64)
+        })
+    }
+
+    #[track_caller]
+    fn free_memory(&self) -> Result<usize> {
+        plain!(self, Call::FreeMemory, self.inner.free_memory(), |v| {
+            Value::Count(*v as u64)
+        })
+    }
+
+    #[track_caller]
+    fn sm_count(&self) -> Result<u32> {
+        plain!(
+            self,
+            Call::SmCount,
+            self.inner.sm_count(),
+            |v| Value::Count(*v as u64)
+        )
+    }
+
+    #[track_caller]
+    fn sweep_unreleased(&self) -> usize {
+        let tok = self.begin(Location::caller(), |_| Call::SweepUnreleased);
+        let n = self.inner.sweep_unreleased();
+        self.finish(tok, &Ok(n), SyncScope::None, |st, n| {
+            st.bufs.retain(|_, b| b.alias_of.is_some());
+            Value::Count(*n as u64)
+        });
+        n
+    }
+
+    #[track_caller]
+    fn live_bytes(&self) -> Option<usize> {
+        let tok = self.begin(Location::caller(), |_| Call::LiveBytes);
+        let v = self.inner.live_bytes();
+        self.finish_plain(tok, &Ok(v), |v| Value::OptCount(v.map(|x| x as u64)));
+        v
+    }
+
+    #[track_caller]
+    fn alloc_report(&self, top_n: usize, min_mb: usize) -> Option<String> {
+        let tok = self.begin(Location::caller(), |_| Call::AllocReport {
+            top_n: top_n as u64,
+            min_mb: min_mb as u64,
+        });
+        let v = self.inner.alloc_report(top_n, min_mb);
+        self.finish_plain(tok, &Ok(v.clone()), |v| Value::Text(v.clone()));
+        v
+    }
+
+    #[track_caller]
+    fn copy_d2h_on_stream(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
+        let len = dst.len() as u64;
+        let tok = self.begin(Location::caller(), |st| Call::CopyD2HOnStream {
+            src: st.addr(src.0),
+            len,
+            stream: st.stream(stream),
+        });
+        let r = self.inner.copy_d2h_on_stream(src, dst, stream);
+        if tok.is_some() {
+            let bytes: &[u8] = dst;
+            self.finish(tok, &r, SyncScope::Stream(stream), |st, _| {
+                Value::Bytes(st.blob(bytes))
+            });
+        }
+        r
+    }
+
+    #[track_caller]
+    fn stream_is_capturing(&self, stream: u64) -> bool {
+        let tok = self.begin(Location::caller(), |st| Call::StreamIsCapturing {
+            stream: st.stream(stream),
+        });
+        let v = self.inner.stream_is_capturing(stream);
+        self.finish_plain(tok, &Ok(v), |v| Value::Bool(*v));
+        v
+    }
+
+    #[track_caller]
+    fn scan_redzones(&self) -> Result<usize> {
+        plain!(self, Call::ScanRedzones, self.inner.scan_redzones(), |v| {
+            Value::Count(*v as u64)
+        })
+    }
+
+    #[track_caller]
+    fn poison_redzones(&self, lo: usize, hi: usize) -> Result<()> {
+        plain!(
+            self,
+            Call::PoisonRedzones {
+                lo: lo as u64,
+                hi: hi as u64
+            },
+            self.inner.poison_redzones(lo, hi),
+            unit
+        )
+    }
+
+    #[track_caller]
+    fn debug_sync_kernels(&self) -> bool {
+        let tok = self.begin(Location::caller(), |_| Call::DebugSyncKernels);
+        let v = self.inner.debug_sync_kernels();
+        self.finish_plain(tok, &Ok(v), |v| Value::Bool(*v));
+        v
+    }
+
+    #[track_caller]
+    fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
+        let tok = self.begin(Location::caller(), |_| Call::KernelRegistry);
+        let v = self.inner.kernel_registry();
+        self.finish_plain(tok, &Ok(()), unit);
+        v
+    }
+
+    #[track_caller]
+    fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::CopyH2DAsync {
+            dst: st.addr(dst.0),
+            data: st.blob(src),
+            len: src.len() as u64,
+            stream: st.stream(stream),
+        });
+        let r = self.inner.copy_h2d_async(src, dst, stream);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn copy_h2d_async_retained(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
+        let mut hash = None;
+        let tok = self.begin(Location::caller(), |st| {
+            let data = st.blob(src);
+            hash = Some(data);
+            Call::CopyH2DAsyncRetained {
+                dst: st.addr(dst.0),
+                data,
+                len: src.len() as u64,
+                stream: st.stream(stream),
+                src: st.host(src.as_ptr() as usize),
+            }
+        });
+        let seq = tok.as_ref().map(|t| t.seq);
+        let r = self.inner.copy_h2d_async_retained(src, dst, stream);
+        if let (Some(seq), Ok(())) = (seq, &r) {
+            self.st.lock().pending.push(Pending {
+                seq,
+                stream,
+                ptr: src.as_ptr() as usize,
+                len: src.len(),
+                hash,
+            });
+        }
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn copy_d2h_async(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
+        let (ptr, len) = (dst.as_mut_ptr() as usize, dst.len());
+        let tok = self.begin(Location::caller(), |st| Call::CopyD2HAsync {
+            src: st.addr(src.0),
+            len: len as u64,
+            stream: st.stream(stream),
+            dst: st.host(ptr),
+        });
+        let seq = tok.as_ref().map(|t| t.seq);
+        let r = self.inner.copy_d2h_async(src, dst, stream);
+        if let (Some(seq), Ok(())) = (seq, &r) {
+            self.st.lock().pending.push(Pending {
+                seq,
+                stream,
+                ptr,
+                len,
+                hash: None,
+            });
+        }
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn copy_d2d_async(
+        &self,
+        src: DevicePtr,
+        dst: DevicePtr,
+        bytes: usize,
+        stream: u64,
+    ) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::CopyD2DAsync {
+            src: st.addr(src.0),
+            dst: st.addr(dst.0),
+            len: bytes as u64,
+            stream: st.stream(stream),
+        });
+        let r = self.inner.copy_d2d_async(src, dst, bytes, stream);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn copy_d2d_2d_async(
+        &self,
+        src: DevicePtr,
+        src_pitch: usize,
+        dst: DevicePtr,
+        dst_pitch: usize,
+        width_bytes: usize,
+        height: usize,
+        stream: u64,
+    ) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::CopyD2D2DAsync {
+            src: st.addr(src.0),
+            src_pitch: src_pitch as u64,
+            dst: st.addr(dst.0),
+            dst_pitch: dst_pitch as u64,
+            width: width_bytes as u64,
+            height: height as u64,
+            stream: st.stream(stream),
+        });
+        let r = self.inner.copy_d2d_2d_async(
+            src,
+            src_pitch,
+            dst,
+            dst_pitch,
+            width_bytes,
+            height,
+            stream,
+        );
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::BeginCapture {
+            stream: st.stream(stream),
+        });
+        let r = self.inner.begin_capture(stream);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
+        let tok = self.begin(Location::caller(), |st| Call::EndCapture {
+            stream: st.stream(stream),
+        });
+        let r = self.inner.end_capture(stream);
+        self.finish(tok, &r, SyncScope::None, |st, g| {
+            Value::Graph(st.new_graph(g.0))
+        });
+        r
+    }
+
+    #[track_caller]
+    fn launch_graph(&self, graph: GraphHandle, stream: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::LaunchGraph {
+            graph: st.graph(graph.0),
+            stream: st.stream(stream),
+        });
+        let r = self.inner.launch_graph(graph, stream);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::DestroyGraph {
+            graph: st.graph(graph.0),
+        });
+        let r = self.inner.destroy_graph(graph);
+        self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.graphs.remove(&graph.0);
+            Value::Unit
+        });
+        r
+    }
+
+    #[track_caller]
+    fn abort_capture_if_active(&self, stream: u64) {
+        let tok = self.begin(Location::caller(), |st| Call::AbortCaptureIfActive {
+            stream: st.stream(stream),
+        });
+        self.inner.abort_capture_if_active(stream);
+        self.finish_plain(tok, &Ok(()), unit);
+    }
+
+    #[track_caller]
+    fn device_free_memory(&self) -> Result<usize> {
+        plain!(
+            self,
+            Call::DeviceFreeMemory,
+            self.inner.device_free_memory(),
+            |v| { Value::Count(*v as u64) }
+        )
+    }
+
+    #[track_caller]
+    fn live_alloc_count(&self) -> usize {
+        let tok = self.begin(Location::caller(), |_| Call::LiveAllocCount);
+        let v = self.inner.live_alloc_count();
+        self.finish_plain(tok, &Ok(v), |v| Value::Count(*v as u64));
+        v
+    }
+
+    #[track_caller]
+    fn create_stream(&self) -> Result<u64> {
+        let tok = self.begin(Location::caller(), |_| Call::CreateStream);
+        let r = self.inner.create_stream();
+        self.finish(tok, &r, SyncScope::None, |st, s| {
+            Value::Stream(st.new_stream(*s))
+        });
+        r
+    }
+
+    #[track_caller]
+    fn bind_to_thread(&self) -> Result<()> {
+        plain!(self, Call::BindToThread, self.inner.bind_to_thread(), unit)
+    }
+
+    #[track_caller]
+    fn create_event(&self) -> Result<u64> {
+        let tok = self.begin(Location::caller(), |_| Call::CreateEvent);
+        let r = self.inner.create_event();
+        self.finish(tok, &r, SyncScope::None, |st, e| {
+            Value::Event(st.new_event(*e))
+        });
+        r
+    }
+
+    #[track_caller]
+    fn record_event(&self, event: u64, stream: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::RecordEvent {
+            event: st.event(event),
+            stream: st.stream(stream),
+        });
+        let r = self.inner.record_event(event, stream);
+        if r.is_ok() {
+            self.st.lock().event_stream.insert(event, stream);
+        }
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::StreamWaitEvent {
+            stream: st.stream(stream),
+            event: st.event(event),
+        });
+        let r = self.inner.stream_wait_event(stream, event);
+        self.finish_plain(tok, &r, unit);
+        r
+    }
+
+    #[track_caller]
+    fn event_synchronize(&self, event: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::EventSynchronize {
+            event: st.event(event),
+        });
+        let r = self.inner.event_synchronize(event);
+        self.finish(tok, &r, SyncScope::Event(event), |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
+    fn destroy_event(&self, event: u64) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::DestroyEvent {
+            event: st.event(event),
+        });
+        let r = self.inner.destroy_event(event);
+        self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.events.remove(&event);
+            st.event_stream.remove(&event);
+            Value::Unit
+        });
+        r
+    }
+
+    #[track_caller]
+    fn host_ptr_to_device(&self, host: *mut u8) -> Result<DevicePtr> {
+        let site = Location::caller();
+        let tok = self.begin(site, |st| Call::HostPtrToDevice {
+            host: st.host(host as usize),
+        });
+        let r = self.inner.host_ptr_to_device(host);
+        self.finish(tok, &r, SyncScope::None, |st, p| {
+            // Register the alias once, as a buffer spanning the pinned region's remainder.
+            match st.addr(p.0) {
+                DevAddr::Buf { buf, .. } => Value::Buffer(buf),
+                _ => {
+                    let len = match st.host(host as usize) {
+                        HostAddr::Pinned { host: h, off } => st
+                            .hosts
+                            .values()
+                            .find(|(id, _)| *id == h)
+                            .map_or(0, |(_, l)| *l as u64 - off),
+                        HostAddr::Unknown => 0,
+                    };
+                    Value::Buffer(st.add_buf(p.0, len, site, Some(region(st, host as usize))))
+                }
+            }
+        });
+        r
+    }
+
+    #[track_caller]
+    fn alloc_host_pinned(&self, bytes: usize) -> Result<*mut u8> {
+        let tok = self.begin(Location::caller(), |_| Call::AllocHostPinned {
+            bytes: bytes as u64,
+        });
+        let r = self.inner.alloc_host_pinned(bytes);
+        self.finish(tok, &r, SyncScope::None, |st, p| {
+            let id = HostId(st.next_host);
+            st.next_host += 1;
+            st.hosts.insert(*p as usize, (id, bytes));
+            Value::Host(id)
+        });
+        r
+    }
+
+    #[track_caller]
+    fn free_host_pinned(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
+        let tok = self.begin(Location::caller(), |st| Call::FreeHostPinned {
+            host: st.host(ptr as usize),
+            bytes: bytes as u64,
+        });
+        let r = self.inner.free_host_pinned(ptr, bytes);
+        self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.hosts.remove(&(ptr as usize));
+            // Drop the device alias of this region, if one was taken.
+            st.bufs.retain(|_, b| b.alias_of != Some(ptr as usize));
+            Value::Unit
+        });
+        r
+    }
+}

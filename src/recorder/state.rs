@@ -1,0 +1,328 @@
+//! The recorder's bookkeeping: the ledger of live allocations (kept even when not recording),
+//! the raw-handle-to-id maps, and the writer.
+
+use crate::backend::{KernelInfo, ParamInfo, Site};
+use crate::trace::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::thread::ThreadId;
+
+pub(crate) struct LiveBuf {
+    pub id: BufferId,
+    pub size: u64,
+    pub site: Site,
+    /// For a device alias of pinned host memory: the region's host base. Such buffers are not
+    /// freed with `free` and not snapshotted.
+    pub alias_of: Option<usize>,
+}
+
+pub(crate) struct Pending {
+    pub seq: u64,
+    pub stream: u64,
+    pub ptr: usize,
+    pub len: usize,
+    /// For retained sources: the hash at the call.
+    pub hash: Option<BlobId>,
+}
+
+pub(crate) struct KernelEntry {
+    pub id: KernelId,
+    pub params: Option<Vec<ParamInfo>>,
+}
+
+pub(crate) struct RecState {
+    pub writer: Option<TraceWriter>,
+    pub recording: bool,
+    pub seq: u64,
+    pub bufs: BTreeMap<u64, LiveBuf>,
+    /// Freed buffers (base -> id, size), so a stale pointer is named, not just "unknown".
+    pub freed: BTreeMap<u64, (BufferId, u64)>,
+    pub next_buf: u32,
+    pub streams: HashMap<u64, StreamId>,
+    pub next_stream: u32,
+    pub events: HashMap<u64, EventId>,
+    pub event_stream: HashMap<u64, u64>,
+    pub next_event: u32,
+    pub graphs: HashMap<u64, GraphId>,
+    pub next_graph: u32,
+    pub hosts: BTreeMap<usize, (HostId, usize)>,
+    pub next_host: u32,
+    pub kernels: HashMap<u64, KernelEntry>,
+    pub next_kernel: u32,
+    pub sites: HashMap<usize, SiteId>,
+    pub threads: HashMap<ThreadId, u16>,
+    pub blobs: HashSet<BlobId>,
+    pub modules: HashSet<String>,
+    pub pending: Vec<Pending>,
+    pub write_error: Option<String>,
+    pub default_stream: u64,
+}
+
+impl RecState {
+    pub fn new(writer: TraceWriter, default_stream: u64) -> Self {
+        let mut s = RecState {
+            writer: Some(writer),
+            recording: false,
+            seq: 0,
+            bufs: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            next_buf: 0,
+            streams: HashMap::new(),
+            next_stream: 0,
+            events: HashMap::new(),
+            event_stream: HashMap::new(),
+            next_event: 0,
+            graphs: HashMap::new(),
+            next_graph: 0,
+            hosts: BTreeMap::new(),
+            next_host: 0,
+            kernels: HashMap::new(),
+            next_kernel: 0,
+            sites: HashMap::new(),
+            threads: HashMap::new(),
+            blobs: HashSet::new(),
+            modules: HashSet::new(),
+            pending: Vec::new(),
+            write_error: None,
+            default_stream,
+        };
+        s.stream_id_quiet(default_stream);
+        s
+    }
+
+    /// Write a frame; an I/O failure stops recording (the engine's call still goes through)
+    /// and keeps everything already written.
+    pub fn emit(&mut self, f: &Frame) {
+        if !self.recording {
+            return;
+        }
+        if let Some(w) = self.writer.as_mut() {
+            if let Err(e) = w.write(f) {
+                tracing::error!("gputape: recording stopped, the trace could not be written: {e}");
+                self.write_error = Some(e.to_string());
+                self.recording = false;
+                let _ = w.flush();
+            }
+        }
+    }
+
+    pub fn flush(&mut self) {
+        if let Some(w) = self.writer.as_mut() {
+            let _ = w.flush();
+        }
+    }
+
+    pub fn site(&mut self, site: Site) -> SiteId {
+        let key = site as *const _ as usize;
+        if let Some(id) = self.sites.get(&key) {
+            return *id;
+        }
+        let id = SiteId(self.sites.len() as u32);
+        self.sites.insert(key, id);
+        self.emit(&Frame::Site {
+            id,
+            file: site.file().to_string(),
+            line: site.line(),
+            col: site.column(),
+        });
+        id
+    }
+
+    pub fn thread(&mut self) -> u16 {
+        let me = std::thread::current().id();
+        let n = self.threads.len() as u16;
+        *self.threads.entry(me).or_insert(n)
+    }
+
+    pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
+        let id = BlobId::of(bytes);
+        if self.recording && self.blobs.insert(id) {
+            let packed = (bytes.len() >= 4096)
+                .then(|| zstd::bulk::compress(bytes, 1).ok())
+                .flatten()
+                .filter(|c| c.len() < bytes.len() * 9 / 10);
+            let f = match packed {
+                Some(data) => Frame::Blob {
+                    id,
+                    len: bytes.len() as u64,
+                    zstd: true,
+                    data,
+                },
+                None => Frame::Blob {
+                    id,
+                    len: bytes.len() as u64,
+                    zstd: false,
+                    data: bytes.to_vec(),
+                },
+            };
+            self.emit(&f);
+        }
+        id
+    }
+
+    pub fn addr(&self, p: u64) -> DevAddr {
+        if p == 0 {
+            return DevAddr::Null;
+        }
+        match self.bufs.range(..=p).next_back() {
+            Some((&base, b)) if p <= base + b.size => DevAddr::Buf {
+                buf: b.id,
+                off: p - base,
+            },
+            _ if self.freed_at(p).is_some() => {
+                let (buf, off) = self.freed_at(p).expect("checked");
+                DevAddr::Freed { buf, off }
+            }
+            Some((&base, b)) => DevAddr::Unknown {
+                near: Some((b.id, p - base)),
+            },
+            None => DevAddr::Unknown { near: None },
+        }
+    }
+
+    fn freed_at(&self, p: u64) -> Option<(BufferId, u64)> {
+        let (&base, &(id, size)) = self.freed.range(..=p).next_back()?;
+        (p < base + size.max(1)).then_some((id, p - base))
+    }
+
+    /// Move a freed buffer out of the live ledger.
+    pub fn remove_buf(&mut self, p: u64) {
+        if let Some(b) = self.bufs.remove(&p) {
+            self.freed.insert(p, (b.id, b.size));
+        }
+    }
+
+    pub fn add_buf(&mut self, p: u64, size: u64, site: Site, alias_of: Option<usize>) -> BufferId {
+        let id = BufferId(self.next_buf);
+        self.next_buf += 1;
+        self.freed.remove(&p);
+        self.bufs.insert(
+            p,
+            LiveBuf {
+                id,
+                size,
+                site,
+                alias_of,
+            },
+        );
+        id
+    }
+
+    pub fn host(&self, p: usize) -> HostAddr {
+        match self.hosts.range(..=p).next_back() {
+            Some((&base, &(id, len))) if p < base + len.max(1) => HostAddr::Pinned {
+                host: id,
+                off: (p - base) as u64,
+            },
+            _ => HostAddr::Unknown,
+        }
+    }
+
+    fn stream_id_quiet(&mut self, raw: u64) -> StreamId {
+        let n = StreamId(self.next_stream);
+        let id = *self.streams.entry(raw).or_insert(n);
+        if id == n {
+            self.next_stream += 1;
+        }
+        id
+    }
+
+    /// The id of a stream; one first seen while recording is adopted.
+    pub fn stream(&mut self, raw: u64) -> StreamRef {
+        if raw == 0 {
+            return StreamRef::Legacy;
+        }
+        if let Some(id) = self.streams.get(&raw) {
+            return StreamRef::Id(*id);
+        }
+        let id = self.stream_id_quiet(raw);
+        self.emit(&Frame::Adopt(Adopted::Stream {
+            id,
+            is_default: raw == self.default_stream,
+        }));
+        StreamRef::Id(id)
+    }
+
+    pub fn new_stream(&mut self, raw: u64) -> StreamRef {
+        self.streams.remove(&raw);
+        StreamRef::Id(self.stream_id_quiet(raw))
+    }
+
+    pub fn event(&mut self, raw: u64) -> EventId {
+        if let Some(id) = self.events.get(&raw) {
+            return *id;
+        }
+        let id = self.new_event(raw);
+        self.emit(&Frame::Adopt(Adopted::Event { id }));
+        id
+    }
+
+    pub fn new_event(&mut self, raw: u64) -> EventId {
+        let id = EventId(self.next_event);
+        self.next_event += 1;
+        self.events.insert(raw, id);
+        id
+    }
+
+    pub fn graph(&mut self, raw: u64) -> GraphId {
+        if let Some(id) = self.graphs.get(&raw) {
+            return *id;
+        }
+        let id = self.new_graph(raw);
+        self.emit(&Frame::Adopt(Adopted::Graph { id }));
+        id
+    }
+
+    pub fn new_graph(&mut self, raw: u64) -> GraphId {
+        let id = GraphId(self.next_graph);
+        self.next_graph += 1;
+        self.graphs.insert(raw, id);
+        id
+    }
+
+    /// The id of a kernel handle; the first sighting writes its definition (and its module's
+    /// code, once) so the trace is self-contained.
+    pub fn kernel(
+        &mut self,
+        handle: u64,
+        registry: Option<&crate::backend::KernelRegistry>,
+    ) -> KernelId {
+        if let Some(k) = self.kernels.get(&handle) {
+            return k.id;
+        }
+        let id = KernelId(self.next_kernel);
+        self.next_kernel += 1;
+        let info = registry.and_then(|r| r.kernel_by_handle(crate::backend::KernelHandle(handle)));
+        self.kernels.insert(
+            handle,
+            KernelEntry {
+                id,
+                params: info.as_ref().map(|i| i.params.clone()),
+            },
+        );
+        self.write_kernel(id, info, registry);
+        id
+    }
+
+    pub fn write_kernel(
+        &mut self,
+        id: KernelId,
+        info: Option<KernelInfo>,
+        registry: Option<&crate::backend::KernelRegistry>,
+    ) {
+        if !self.recording {
+            return;
+        }
+        let info = info.unwrap_or_else(|| KernelInfo {
+            module: "?".into(),
+            name: format!("unregistered-{}", id.0),
+            params: Vec::new(),
+        });
+        if !self.modules.contains(&info.module) {
+            if let Some(code) = registry.and_then(|r| r.module(&info.module)) {
+                self.modules.insert(info.module.clone());
+                self.emit(&Frame::Module(code));
+            }
+        }
+        self.emit(&Frame::Kernel { id, info });
+    }
+}

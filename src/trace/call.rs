@@ -1,0 +1,399 @@
+//! The trace's vocabulary: one `Call` variant per trait method, and the values they carry.
+//!
+//! Everything here holds ids, never raw pointers or handles, so that two recordings of the same
+//! program produce the same bytes and a trace means the same thing on any machine.
+
+use crate::backend::CallKind;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+use std::fmt;
+
+macro_rules! id_type {
+    ($name:ident, $prefix:literal) => {
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
+        pub struct $name(pub u32);
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+id_type!(BufferId, "buf");
+id_type!(StreamId, "s");
+id_type!(EventId, "ev");
+id_type!(GraphId, "graph");
+id_type!(KernelId, "k");
+id_type!(HostId, "host");
+id_type!(SiteId, "site");
+
+/// A content hash (first 16 bytes of BLAKE3) naming a blob of bytes stored once per trace.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BlobId(pub [u8; 16]);
+
+impl BlobId {
+    pub fn of(bytes: &[u8]) -> BlobId {
+        let h = blake3::hash(bytes);
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&h.as_bytes()[..16]);
+        BlobId(id)
+    }
+}
+
+impl fmt::Debug for BlobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for BlobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0[..6] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A device address, as a trace spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DevAddr {
+    Null,
+    /// Inside (or one past the end of) a buffer the recorder knows.
+    Buf {
+        buf: BufferId,
+        off: u64,
+    },
+    /// Inside a buffer that was already freed (a use-after-free or double free).
+    Freed {
+        buf: BufferId,
+        off: u64,
+    },
+    /// Not in any live buffer. The nearest buffer below it, and how far past its base, is kept
+    /// so a fault report can still say "4 KiB past the end of buf7".
+    Unknown {
+        near: Option<(BufferId, u64)>,
+    },
+}
+
+impl fmt::Display for DevAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DevAddr::Null => write!(f, "null"),
+            DevAddr::Buf { buf, off } => write!(f, "{buf}+{off}"),
+            DevAddr::Freed { buf, off } => write!(f, "{buf}+{off} (freed)"),
+            DevAddr::Unknown {
+                near: Some((b, off)),
+            } => write!(f, "?({b}+{off}, outside)"),
+            DevAddr::Unknown { near: None } => write!(f, "?(no buffer)"),
+        }
+    }
+}
+
+/// A stream argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum StreamRef {
+    /// The legacy NULL stream (handle 0).
+    Legacy,
+    Id(StreamId),
+}
+
+impl fmt::Display for StreamRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamRef::Legacy => write!(f, "legacy"),
+            StreamRef::Id(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// A host pointer into a pinned region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HostAddr {
+    Pinned {
+        host: HostId,
+        off: u64,
+    },
+    /// Not a pinned region this recorder saw allocated.
+    Unknown,
+}
+
+/// One kernel argument.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Arg {
+    /// A pointer-sized argument that pointed into a live buffer (or was declared a buffer).
+    Buf(DevAddr),
+    /// Anything else, by value, little-endian.
+    Val(SmallVec<[u8; 8]>),
+}
+
+pub type Args = SmallVec<[Arg; 8]>;
+
+/// One call of the trait, with its arguments as ids and blobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Call {
+    Alloc {
+        bytes: u64,
+    },
+    AllocManaged {
+        bytes: u64,
+    },
+    Free {
+        ptr: DevAddr,
+    },
+    CopyH2D {
+        dst: DevAddr,
+        data: BlobId,
+        len: u64,
+    },
+    CopyD2H {
+        src: DevAddr,
+        len: u64,
+    },
+    CopyD2D {
+        src: DevAddr,
+        dst: DevAddr,
+        len: u64,
+    },
+    Launch {
+        kernel: KernelId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: StreamRef,
+        args: Args,
+    },
+    LaunchTyped {
+        kernel: KernelId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: StreamRef,
+        args: Args,
+    },
+    Synchronize {
+        stream: StreamRef,
+    },
+    DefaultStream,
+    Kernel {
+        module: String,
+        func: String,
+    },
+    OpCache,
+    Memset {
+        dst: DevAddr,
+        value: u8,
+        len: u64,
+    },
+    MemsetAsync {
+        dst: DevAddr,
+        value: u8,
+        len: u64,
+        stream: StreamRef,
+    },
+    TotalMemory,
+    FreeMemory,
+    SmCount,
+    SweepUnreleased,
+    LiveBytes,
+    AllocReport {
+        top_n: u64,
+        min_mb: u64,
+    },
+    CopyD2HOnStream {
+        src: DevAddr,
+        len: u64,
+        stream: StreamRef,
+    },
+    StreamIsCapturing {
+        stream: StreamRef,
+    },
+    ScanRedzones,
+    PoisonRedzones {
+        lo: u64,
+        hi: u64,
+    },
+    DebugSyncKernels,
+    KernelRegistry,
+    CopyH2DAsync {
+        dst: DevAddr,
+        data: BlobId,
+        len: u64,
+        stream: StreamRef,
+    },
+    CopyH2DAsyncRetained {
+        dst: DevAddr,
+        data: BlobId,
+        len: u64,
+        stream: StreamRef,
+        src: HostAddr,
+    },
+    CopyD2HAsync {
+        src: DevAddr,
+        len: u64,
+        stream: StreamRef,
+        dst: HostAddr,
+    },
+    CopyD2DAsync {
+        src: DevAddr,
+        dst: DevAddr,
+        len: u64,
+        stream: StreamRef,
+    },
+    CopyD2D2DAsync {
+        src: DevAddr,
+        src_pitch: u64,
+        dst: DevAddr,
+        dst_pitch: u64,
+        width: u64,
+        height: u64,
+        stream: StreamRef,
+    },
+    BeginCapture {
+        stream: StreamRef,
+    },
+    EndCapture {
+        stream: StreamRef,
+    },
+    LaunchGraph {
+        graph: GraphId,
+        stream: StreamRef,
+    },
+    DestroyGraph {
+        graph: GraphId,
+    },
+    AbortCaptureIfActive {
+        stream: StreamRef,
+    },
+    DeviceFreeMemory,
+    LiveAllocCount,
+    CreateStream,
+    BindToThread,
+    CreateEvent,
+    RecordEvent {
+        event: EventId,
+        stream: StreamRef,
+    },
+    StreamWaitEvent {
+        stream: StreamRef,
+        event: EventId,
+    },
+    EventSynchronize {
+        event: EventId,
+    },
+    DestroyEvent {
+        event: EventId,
+    },
+    HostPtrToDevice {
+        host: HostAddr,
+    },
+    AllocHostPinned {
+        bytes: u64,
+    },
+    FreeHostPinned {
+        host: HostAddr,
+        bytes: u64,
+    },
+}
+
+impl Call {
+    pub fn kind(&self) -> CallKind {
+        use CallKind as K;
+        match self {
+            Call::Alloc { .. } => K::Alloc,
+            Call::AllocManaged { .. } => K::AllocManaged,
+            Call::Free { .. } => K::Free,
+            Call::CopyH2D { .. } => K::CopyH2D,
+            Call::CopyD2H { .. } => K::CopyD2H,
+            Call::CopyD2D { .. } => K::CopyD2D,
+            Call::Launch { .. } => K::Launch,
+            Call::LaunchTyped { .. } => K::LaunchTyped,
+            Call::Synchronize { .. } => K::Synchronize,
+            Call::DefaultStream => K::DefaultStream,
+            Call::Kernel { .. } => K::Kernel,
+            Call::OpCache => K::OpCache,
+            Call::Memset { .. } => K::Memset,
+            Call::MemsetAsync { .. } => K::MemsetAsync,
+            Call::TotalMemory => K::TotalMemory,
+            Call::FreeMemory => K::FreeMemory,
+            Call::SmCount => K::SmCount,
+            Call::SweepUnreleased => K::SweepUnreleased,
+            Call::LiveBytes => K::LiveBytes,
+            Call::AllocReport { .. } => K::AllocReport,
+            Call::CopyD2HOnStream { .. } => K::CopyD2HOnStream,
+            Call::StreamIsCapturing { .. } => K::StreamIsCapturing,
+            Call::ScanRedzones => K::ScanRedzones,
+            Call::PoisonRedzones { .. } => K::PoisonRedzones,
+            Call::DebugSyncKernels => K::DebugSyncKernels,
+            Call::KernelRegistry => K::KernelRegistry,
+            Call::CopyH2DAsync { .. } => K::CopyH2DAsync,
+            Call::CopyH2DAsyncRetained { .. } => K::CopyH2DAsyncRetained,
+            Call::CopyD2HAsync { .. } => K::CopyD2HAsync,
+            Call::CopyD2DAsync { .. } => K::CopyD2DAsync,
+            Call::CopyD2D2DAsync { .. } => K::CopyD2D2DAsync,
+            Call::BeginCapture { .. } => K::BeginCapture,
+            Call::EndCapture { .. } => K::EndCapture,
+            Call::LaunchGraph { .. } => K::LaunchGraph,
+            Call::DestroyGraph { .. } => K::DestroyGraph,
+            Call::AbortCaptureIfActive { .. } => K::AbortCaptureIfActive,
+            Call::DeviceFreeMemory => K::DeviceFreeMemory,
+            Call::LiveAllocCount => K::LiveAllocCount,
+            Call::CreateStream => K::CreateStream,
+            Call::BindToThread => K::BindToThread,
+            Call::CreateEvent => K::CreateEvent,
+            Call::RecordEvent { .. } => K::RecordEvent,
+            Call::StreamWaitEvent { .. } => K::StreamWaitEvent,
+            Call::EventSynchronize { .. } => K::EventSynchronize,
+            Call::DestroyEvent { .. } => K::DestroyEvent,
+            Call::HostPtrToDevice { .. } => K::HostPtrToDevice,
+            Call::AllocHostPinned { .. } => K::AllocHostPinned,
+            Call::FreeHostPinned { .. } => K::FreeHostPinned,
+        }
+    }
+
+    /// Does the host wait for the device in this call? (Where a trace is flushed, and where
+    /// async results become visible.)
+    pub fn is_host_sync(&self) -> bool {
+        matches!(
+            self,
+            Call::Synchronize { .. }
+                | Call::CopyD2H { .. }
+                | Call::CopyH2D { .. }
+                | Call::CopyD2D { .. }
+                | Call::Memset { .. }
+                | Call::CopyD2HOnStream { .. }
+                | Call::EventSynchronize { .. }
+        )
+    }
+}
+
+/// What a call returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Value {
+    Unit,
+    Buffer(BufferId),
+    Stream(StreamRef),
+    Event(EventId),
+    Graph(GraphId),
+    Kernel(KernelId),
+    Host(HostId),
+    Count(u64),
+    OptCount(Option<u64>),
+    Bool(bool),
+    /// The bytes a device-to-host copy returned.
+    Bytes(BlobId),
+    Text(Option<String>),
+}
+
+/// A failed call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorRec {
+    /// The CUDA driver code, when the error has one.
+    pub code: Option<u32>,
+    pub message: String,
+}
+
+pub type Ret = Result<Value, ErrorRec>;

@@ -1,0 +1,332 @@
+//! The file format: a 16-byte file header, then framed records.
+//!
+//! ```text
+//! file   := magic[8] format:u16 min_reader:u16 reserved:u32  frame*
+//! frame  := len:u32 crc32c:u32 seq:u64 payload[len]     (crc over seq and payload, LE)
+//! ```
+//!
+//! Frames are written as calls happen. The file sink writes through a memory map, so a frame
+//! is in the page cache the moment it is copied: a process that dies mid-call (the case a fault
+//! reproducer exists for) leaves every frame it wrote, followed by zero padding that the reader
+//! recognises as "cut here".
+
+use super::codec;
+use super::frame::{Frame, FORMAT_VERSION, MAGIC, MIN_READER_VERSION};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+pub const FILE_HEADER_LEN: usize = 16;
+pub const FRAME_HEADER_LEN: usize = 16;
+/// No single record is this big; a length field beyond it is corruption.
+pub const MAX_FRAME: usize = 1 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot {what} trace {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: empty file, not a trace")]
+    Empty { path: PathBuf },
+    #[error("{path}: not a gputape trace (magic {found:02x?}, expected \"GPUTAPE\\0\")")]
+    BadMagic { path: PathBuf, found: Vec<u8> },
+    #[error("{path}: written in trace format {format}, which needs a reader of version {min_reader} or newer; this gputape reads format {ours}")]
+    TooNew {
+        path: PathBuf,
+        format: u16,
+        min_reader: u16,
+        ours: u16,
+    },
+    #[error("{path}: frame {frame} at byte offset {offset} is corrupt: {detail}")]
+    Corrupt {
+        path: PathBuf,
+        frame: u64,
+        offset: u64,
+        detail: String,
+    },
+    #[error("cannot encode a trace record: {0}")]
+    Encode(#[from] codec::CodecError),
+}
+
+/// Where a trace stops short of a clean end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
+    /// Byte offset of the first byte not part of a complete frame.
+    pub offset: u64,
+    /// Number of complete frames before it.
+    pub frames: u64,
+    pub reason: String,
+}
+
+/// Where frames go.
+pub trait Sink: Send {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// Make what was written durable against this process dying (not the machine).
+    fn flush(&mut self) -> std::io::Result<()>;
+    /// Trim and close.
+    fn finish(&mut self) -> std::io::Result<()>;
+}
+
+/// An in-memory sink, for tests and benchmarks.
+#[derive(Default)]
+pub struct VecSink(pub std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl Sink for VecSink {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A file written through a growing memory map.
+pub struct MmapSink {
+    file: File,
+    map: Option<memmap2::MmapMut>,
+    len: usize,
+    cap: usize,
+}
+
+const GROW: usize = 8 << 20;
+
+impl MmapSink {
+    pub fn create(path: &Path) -> Result<Self, TraceError> {
+        let io = |what| {
+            move |source| TraceError::Io {
+                what,
+                path: path.to_path_buf(),
+                source,
+            }
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(io("create"))?;
+        let mut s = MmapSink {
+            file,
+            map: None,
+            len: 0,
+            cap: 0,
+        };
+        s.grow(GROW).map_err(io("map"))?;
+        Ok(s)
+    }
+
+    fn grow(&mut self, need: usize) -> std::io::Result<()> {
+        let cap = need.max(self.cap * 2).max(GROW).next_multiple_of(GROW);
+        if let Some(m) = self.map.take() {
+            m.flush_async()?;
+        }
+        self.file.set_len(cap as u64)?;
+        // SAFETY: the file is ours (created and truncated above, opened read-write) and is only
+        // modified through this map while it exists; the map is dropped before any resize.
+        self.map = Some(unsafe { memmap2::MmapMut::map_mut(&self.file)? });
+        self.cap = cap;
+        Ok(())
+    }
+}
+
+impl Sink for MmapSink {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.len + bytes.len() > self.cap {
+            self.grow(self.len + bytes.len())?;
+        }
+        let m = self.map.as_mut().expect("mapped");
+        m[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        // The bytes are already in the page cache; schedule writeback without waiting.
+        match &self.map {
+            Some(m) => m.flush_async(),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(m) = self.map.take() {
+            m.flush()?;
+        }
+        self.file.set_len(self.len as u64)?;
+        self.file.sync_data()
+    }
+}
+
+impl Drop for MmapSink {
+    fn drop(&mut self) {
+        if self.map.is_some() {
+            let _ = self.finish();
+        }
+    }
+}
+
+/// Frames a stream of records into a sink.
+pub struct TraceWriter {
+    sink: Box<dyn Sink>,
+    buf: Vec<u8>,
+    next_seq: u64,
+    pub bytes_written: u64,
+}
+
+impl TraceWriter {
+    pub fn new(mut sink: Box<dyn Sink>) -> std::io::Result<Self> {
+        let mut head = [0u8; FILE_HEADER_LEN];
+        head[..8].copy_from_slice(&MAGIC);
+        head[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        head[10..12].copy_from_slice(&MIN_READER_VERSION.to_le_bytes());
+        sink.write_all(&head)?;
+        Ok(TraceWriter {
+            sink,
+            buf: Vec::with_capacity(4096),
+            next_seq: 0,
+            bytes_written: FILE_HEADER_LEN as u64,
+        })
+    }
+
+    /// Encode and write one frame. Allocation-free once the scratch buffer has grown.
+    pub fn write(&mut self, frame: &Frame) -> Result<(), TraceError> {
+        self.buf.clear();
+        self.buf.resize(FRAME_HEADER_LEN, 0);
+        codec::encode_into(frame, &mut self.buf)?;
+        let len = self.buf.len() - FRAME_HEADER_LEN;
+        let seq = self.next_seq;
+        self.buf[8..16].copy_from_slice(&seq.to_le_bytes());
+        let crc = crc32c::crc32c(&self.buf[8..]);
+        self.buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        self.sink
+            .write_all(&self.buf)
+            .map_err(|source| TraceError::Io {
+                what: "write",
+                path: PathBuf::from("<trace sink>"),
+                source,
+            })?;
+        self.next_seq += 1;
+        self.bytes_written += self.buf.len() as u64;
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.sink.flush()
+    }
+
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        self.sink.finish()
+    }
+}
+
+/// Read every complete frame of `bytes`. A clean cut (at any byte) ends the list and is
+/// reported; a frame whose checksum or encoding is wrong is an error naming it.
+pub fn read_frames(path: &Path, bytes: &[u8]) -> Result<(Vec<Frame>, Option<Cut>), TraceError> {
+    let p = || path.to_path_buf();
+    if bytes.is_empty() {
+        return Err(TraceError::Empty { path: p() });
+    }
+    let n = bytes.len().min(8);
+    if bytes[..n] != MAGIC[..n] {
+        return Err(TraceError::BadMagic {
+            path: p(),
+            found: bytes[..n].to_vec(),
+        });
+    }
+    if bytes.len() < FILE_HEADER_LEN {
+        return Ok((
+            Vec::new(),
+            Some(Cut {
+                offset: 0,
+                frames: 0,
+                reason: format!(
+                    "file is {} bytes, shorter than its 16-byte header",
+                    bytes.len()
+                ),
+            }),
+        ));
+    }
+    let format = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let min_reader = u16::from_le_bytes([bytes[10], bytes[11]]);
+    if min_reader > FORMAT_VERSION {
+        return Err(TraceError::TooNew {
+            path: p(),
+            format,
+            min_reader,
+            ours: FORMAT_VERSION,
+        });
+    }
+    let mut frames = Vec::new();
+    let mut off = FILE_HEADER_LEN;
+    let mut cut = None;
+    while off < bytes.len() {
+        let idx = frames.len() as u64;
+        let rest = &bytes[off..];
+        let cut_here = |reason: String| Cut {
+            offset: off as u64,
+            frames: idx,
+            reason,
+        };
+        if rest.len() < FRAME_HEADER_LEN {
+            let reason = if rest.iter().all(|&b| b == 0) {
+                "zero padding: the recording process did not close the trace".to_string()
+            } else {
+                format!(
+                    "frame {idx}'s header is cut after {} of 16 bytes",
+                    rest.len()
+                )
+            };
+            cut = Some(cut_here(reason));
+            break;
+        }
+        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4")) as usize;
+        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4"));
+        let seq = u64::from_le_bytes(rest[8..16].try_into().expect("8"));
+        if len == 0 && crc == 0 && seq == 0 && rest.iter().all(|&b| b == 0) {
+            cut = Some(cut_here(
+                "zero padding: the recording process did not close the trace".into(),
+            ));
+            break;
+        }
+        let corrupt = |detail: String| TraceError::Corrupt {
+            path: p(),
+            frame: idx,
+            offset: off as u64,
+            detail,
+        };
+        if len > MAX_FRAME {
+            return Err(corrupt(format!("length field {len} is implausible")));
+        }
+        if rest.len() < FRAME_HEADER_LEN + len {
+            cut = Some(cut_here(format!(
+                "frame {idx} is cut: {} of {} payload bytes present",
+                rest.len() - FRAME_HEADER_LEN,
+                len
+            )));
+            break;
+        }
+        let body = &rest[8..FRAME_HEADER_LEN + len];
+        let actual = crc32c::crc32c(body);
+        if actual != crc {
+            return Err(corrupt(format!(
+                "checksum {actual:#010x} does not match the recorded {crc:#010x}"
+            )));
+        }
+        if seq != idx {
+            return Err(corrupt(format!("sequence number {seq}, expected {idx}")));
+        }
+        let frame = codec::decode(&body[8..]).map_err(|e| corrupt(format!("undecodable: {e}")))?;
+        frames.push(frame);
+        off += FRAME_HEADER_LEN + len;
+    }
+    Ok((frames, cut))
+}

@@ -1,0 +1,199 @@
+//! The trace: the one schema recorder, replayer, renderer and analyses share, and its file
+//! format.
+
+mod call;
+pub mod codec;
+mod format;
+mod frame;
+mod render;
+
+pub use call::*;
+pub use format::{
+    read_frames, Cut, MmapSink, Sink, TraceError, TraceWriter, VecSink, FILE_HEADER_LEN,
+    FRAME_HEADER_LEN,
+};
+pub use frame::*;
+pub use render::{render, summary};
+
+use crate::backend::{KernelInfo, ModuleCode};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A site, as the trace stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteDef {
+    pub file: String,
+    pub line: u32,
+    pub col: u32,
+}
+
+impl std::fmt::Display for SiteDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.col)
+    }
+}
+
+/// One call with its outcome. `ret` is `None` when the trace ends inside the call (the process
+/// died there), which is exactly the call a fault reproduction wants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallRecord {
+    pub seq: u64,
+    pub thread: u16,
+    pub site: SiteId,
+    pub t_ns: u64,
+    pub dur_ns: Option<u64>,
+    pub call: Call,
+    pub ret: Option<Ret>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialBuffer {
+    pub buf: BufferId,
+    pub bytes: u64,
+    pub data: BlobId,
+    pub site: SiteId,
+}
+
+/// A trace, loaded.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    pub header: Option<TraceHeader>,
+    pub sites: BTreeMap<SiteId, SiteDef>,
+    pub blobs: HashMap<BlobId, Vec<u8>>,
+    pub modules: Vec<ModuleCode>,
+    pub kernels: BTreeMap<KernelId, KernelInfo>,
+    pub initial: Vec<InitialBuffer>,
+    pub adopted: Vec<Adopted>,
+    pub calls: Vec<CallRecord>,
+    /// Bytes of async device-to-host copies, by the copy's seq.
+    pub d2h_async: BTreeMap<u64, BlobId>,
+    pub findings: Vec<Finding>,
+    /// Recording was stopped cleanly.
+    pub stopped: bool,
+    pub cut: Option<Cut>,
+    pub frames: u64,
+}
+
+impl Trace {
+    pub fn open(path: &Path) -> Result<Trace, TraceError> {
+        let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
+            what: "read",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_bytes(path, &bytes)
+    }
+
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
+        let (frames, cut) = read_frames(path, bytes)?;
+        let mut t = Trace {
+            cut,
+            frames: frames.len() as u64,
+            ..Default::default()
+        };
+        let mut open: HashMap<u64, usize> = HashMap::new();
+        for (i, f) in frames.into_iter().enumerate() {
+            let bad = |detail: String| TraceError::Corrupt {
+                path: path.to_path_buf(),
+                frame: i as u64,
+                offset: 0,
+                detail,
+            };
+            match f {
+                Frame::Header(h) => t.header = Some(h),
+                Frame::Site {
+                    id,
+                    file,
+                    line,
+                    col,
+                } => {
+                    t.sites.insert(id, SiteDef { file, line, col });
+                }
+                Frame::Blob {
+                    id,
+                    len,
+                    zstd,
+                    data,
+                } => {
+                    let data = if zstd {
+                        zstd::bulk::decompress(&data, len as usize)
+                            .map_err(|e| bad(format!("blob {id} does not decompress: {e}")))?
+                    } else {
+                        data
+                    };
+                    if data.len() as u64 != len || BlobId::of(&data) != id {
+                        return Err(bad(format!("blob {id} does not match its hash or length")));
+                    }
+                    t.blobs.insert(id, data);
+                }
+                Frame::Module(m) => t.modules.push(m),
+                Frame::Kernel { id, info } => {
+                    t.kernels.insert(id, info);
+                }
+                Frame::Initial {
+                    buf,
+                    bytes,
+                    data,
+                    site,
+                } => t.initial.push(InitialBuffer {
+                    buf,
+                    bytes,
+                    data,
+                    site,
+                }),
+                Frame::Adopt(a) => t.adopted.push(a),
+                Frame::Begin(b) => {
+                    open.insert(b.seq, t.calls.len());
+                    t.calls.push(CallRecord {
+                        seq: b.seq,
+                        thread: b.thread,
+                        site: b.site,
+                        t_ns: b.t_ns,
+                        dur_ns: None,
+                        call: b.call,
+                        ret: None,
+                    });
+                }
+                Frame::End(e) => {
+                    let Some(ix) = open.remove(&e.seq) else {
+                        return Err(bad(format!("end of call {} that never began", e.seq)));
+                    };
+                    t.calls[ix].dur_ns = Some(e.dur_ns);
+                    t.calls[ix].ret = Some(e.ret);
+                }
+                Frame::D2HResult { seq, data, .. } => {
+                    t.d2h_async.insert(seq, data);
+                }
+                Frame::Finding(f) => t.findings.push(f),
+                Frame::Stop => t.stopped = true,
+            }
+        }
+        if t.cut.is_none() && !t.stopped {
+            t.cut = Some(Cut {
+                offset: bytes.len() as u64,
+                frames: t.frames,
+                reason: format!(
+                    "ends after frame {} with no stop record: the recording did not finish",
+                    t.frames
+                ),
+            });
+        }
+        Ok(t)
+    }
+
+    pub fn site(&self, id: SiteId) -> String {
+        self.sites
+            .get(&id)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| format!("<{id}>"))
+    }
+
+    /// The call that never returned, if the trace ends inside one.
+    pub fn unfinished(&self) -> Option<&CallRecord> {
+        self.calls.iter().rev().find(|c| c.ret.is_none())
+    }
+
+    pub fn blob(&self, id: BlobId) -> Option<&[u8]> {
+        self.blobs.get(&id).map(|v| v.as_slice())
+    }
+}

@@ -1,0 +1,381 @@
+//! The canonical text form of a trace: ids, sizes, sites and content hashes; never addresses
+//! or times, so it is stable across runs and machines and can be snapshot-tested.
+
+use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+fn args(a: &Args) -> String {
+    a.iter()
+        .map(|x| match x {
+            Arg::Buf(d) => d.to_string(),
+            Arg::Val(v) => {
+                let mut s = String::from("0x");
+                for b in v.iter().rev() {
+                    let _ = write!(s, "{b:02x}");
+                }
+                s
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn host(h: &HostAddr) -> String {
+    match h {
+        HostAddr::Pinned { host, off } => format!("{host}+{off}"),
+        HostAddr::Unknown => "pageable".into(),
+    }
+}
+
+/// One call, without its result.
+pub fn call_text(t: &Trace, c: &Call) -> String {
+    let kname = |k: &KernelId| {
+        t.kernels
+            .get(k)
+            .map(|i| format!("{}::{}", i.module, i.name))
+            .unwrap_or_else(|| k.to_string())
+    };
+    match c {
+        Call::Alloc { bytes } => format!("alloc({bytes})"),
+        Call::AllocManaged { bytes } => format!("alloc_managed({bytes})"),
+        Call::Free { ptr } => format!("free({ptr})"),
+        Call::CopyH2D { dst, data, len } => format!("copy_h2d({dst}, {len} bytes #{data})"),
+        Call::CopyD2H { src, len } => format!("copy_d2h({src}, {len} bytes)"),
+        Call::CopyD2D { src, dst, len } => format!("copy_d2d({src} -> {dst}, {len})"),
+        Call::Launch {
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            args: a,
+        }
+        | Call::LaunchTyped {
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            args: a,
+        } => format!(
+            "{} {}<<<{:?}, {:?}, {shared_mem}, {stream}>>>({})",
+            if matches!(c, Call::Launch { .. }) {
+                "launch"
+            } else {
+                "launch_typed"
+            },
+            kname(kernel),
+            grid,
+            block,
+            args(a)
+        ),
+        Call::Synchronize { stream } => format!("synchronize({stream})"),
+        Call::DefaultStream => "default_stream()".into(),
+        Call::Kernel { module, func } => format!("kernel({module}::{func})"),
+        Call::OpCache => "op_cache()".into(),
+        Call::Memset { dst, value, len } => format!("memset({dst}, {value:#04x}, {len})"),
+        Call::MemsetAsync {
+            dst,
+            value,
+            len,
+            stream,
+        } => {
+            format!("memset_async({dst}, {value:#04x}, {len}, {stream})")
+        }
+        Call::TotalMemory => "total_memory()".into(),
+        Call::FreeMemory => "free_memory()".into(),
+        Call::SmCount => "sm_count()".into(),
+        Call::SweepUnreleased => "sweep_unreleased()".into(),
+        Call::LiveBytes => "live_bytes()".into(),
+        Call::AllocReport { top_n, min_mb } => format!("alloc_report({top_n}, {min_mb})"),
+        Call::CopyD2HOnStream { src, len, stream } => {
+            format!("copy_d2h_on_stream({src}, {len} bytes, {stream})")
+        }
+        Call::StreamIsCapturing { stream } => format!("stream_is_capturing({stream})"),
+        Call::ScanRedzones => "scan_redzones()".into(),
+        Call::PoisonRedzones { lo, hi } => format!("poison_redzones({lo}, {hi})"),
+        Call::DebugSyncKernels => "debug_sync_kernels()".into(),
+        Call::KernelRegistry => "kernel_registry()".into(),
+        Call::CopyH2DAsync {
+            dst,
+            data,
+            len,
+            stream,
+        } => {
+            format!("copy_h2d_async({dst}, {len} bytes #{data}, {stream})")
+        }
+        Call::CopyH2DAsyncRetained {
+            dst,
+            data,
+            len,
+            stream,
+            src,
+        } => format!(
+            "copy_h2d_async_retained({dst}, {len} bytes #{data} from {}, {stream})",
+            host(src)
+        ),
+        Call::CopyD2HAsync {
+            src,
+            len,
+            stream,
+            dst,
+        } => {
+            format!(
+                "copy_d2h_async({src}, {len} bytes to {}, {stream})",
+                host(dst)
+            )
+        }
+        Call::CopyD2DAsync {
+            src,
+            dst,
+            len,
+            stream,
+        } => {
+            format!("copy_d2d_async({src} -> {dst}, {len}, {stream})")
+        }
+        Call::CopyD2D2DAsync {
+            src,
+            src_pitch,
+            dst,
+            dst_pitch,
+            width,
+            height,
+            stream,
+        } => format!(
+            "copy_d2d_2d_async({src}/{src_pitch} -> {dst}/{dst_pitch}, {width}x{height}, {stream})"
+        ),
+        Call::BeginCapture { stream } => format!("begin_capture({stream})"),
+        Call::EndCapture { stream } => format!("end_capture({stream})"),
+        Call::LaunchGraph { graph, stream } => format!("launch_graph({graph}, {stream})"),
+        Call::DestroyGraph { graph } => format!("destroy_graph({graph})"),
+        Call::AbortCaptureIfActive { stream } => format!("abort_capture_if_active({stream})"),
+        Call::DeviceFreeMemory => "device_free_memory()".into(),
+        Call::LiveAllocCount => "live_alloc_count()".into(),
+        Call::CreateStream => "create_stream()".into(),
+        Call::BindToThread => "bind_to_thread()".into(),
+        Call::CreateEvent => "create_event()".into(),
+        Call::RecordEvent { event, stream } => format!("record_event({event}, {stream})"),
+        Call::StreamWaitEvent { stream, event } => format!("stream_wait_event({stream}, {event})"),
+        Call::EventSynchronize { event } => format!("event_synchronize({event})"),
+        Call::DestroyEvent { event } => format!("destroy_event({event})"),
+        Call::HostPtrToDevice { host: h } => format!("host_ptr_to_device({})", host(h)),
+        Call::AllocHostPinned { bytes } => format!("alloc_host_pinned({bytes})"),
+        Call::FreeHostPinned { host: h, bytes } => {
+            format!("free_host_pinned({}, {bytes})", host(h))
+        }
+    }
+}
+
+fn ret_text(r: &Option<Ret>) -> String {
+    match r {
+        None => "!! never returned".into(),
+        Some(Ok(Value::Unit)) => "ok".into(),
+        Some(Ok(v)) => match v {
+            Value::Buffer(b) => b.to_string(),
+            Value::Stream(s) => s.to_string(),
+            Value::Event(e) => e.to_string(),
+            Value::Graph(g) => g.to_string(),
+            Value::Kernel(k) => k.to_string(),
+            Value::Host(h) => h.to_string(),
+            Value::Count(n) => n.to_string(),
+            Value::OptCount(n) => format!("{n:?}"),
+            Value::Bool(b) => b.to_string(),
+            Value::Bytes(b) => format!("#{b}"),
+            Value::Text(Some(_)) => "<report>".into(),
+            Value::Text(None) => "None".into(),
+            Value::Unit => unreachable!(),
+        },
+        Some(Err(e)) => match e.code {
+            Some(c) => format!("ERR {} ({c})", crate::backend::cuda_error_name(c)),
+            None => "ERR".into(),
+        },
+    }
+}
+
+/// The whole trace as canonical text.
+pub fn render(t: &Trace) -> String {
+    let mut s = String::new();
+    if let Some(h) = &t.header {
+        let _ = writeln!(s, "trace format {} backend {}", h.format, h.backend);
+    }
+    for (id, k) in &t.kernels {
+        let layout: Vec<String> = k
+            .params
+            .iter()
+            .map(|p| format!("{}@{}:{:?}", p.size, p.offset, p.access))
+            .collect();
+        let _ = writeln!(
+            s,
+            "kernel {id} = {}::{} ({})",
+            k.module,
+            k.name,
+            layout.join(" ")
+        );
+    }
+    for m in &t.modules {
+        let _ = writeln!(
+            s,
+            "module {} (source: {}, ptx: {})",
+            m.name,
+            m.source
+                .as_ref()
+                .map_or("none".into(), |x| format!("{} bytes", x.len())),
+            m.ptx
+                .as_ref()
+                .map_or("none".into(), |x| format!("{} bytes", x.len()))
+        );
+    }
+    for a in &t.adopted {
+        let _ = writeln!(s, "adopted {a:?}");
+    }
+    for i in &t.initial {
+        let _ = writeln!(
+            s,
+            "initial {} {} bytes #{} from {}",
+            i.buf,
+            i.bytes,
+            i.data,
+            t.site(i.site)
+        );
+    }
+    for c in &t.calls {
+        let mut line = format!(
+            "#{:<4} t{} {} -> {}",
+            c.seq,
+            c.thread,
+            call_text(t, &c.call),
+            ret_text(&c.ret)
+        );
+        if let Some(b) = t.d2h_async.get(&c.seq) {
+            let _ = write!(line, " [bytes #{b} at sync]");
+        }
+        let _ = writeln!(s, "{line:<100} @ {}", t.site(c.site));
+    }
+    for f in &t.findings {
+        match f {
+            Finding::RetainedSourceChanged { seq, at_sync } => {
+                let site = t
+                    .calls
+                    .iter()
+                    .find(|c| c.seq == *seq)
+                    .map(|c| t.site(c.site))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "FINDING retained source of #{seq} ({site}) changed before the sync at #{at_sync}"
+                );
+            }
+        }
+    }
+    if let Some(c) = &t.cut {
+        let _ = writeln!(
+            s,
+            "CUT after {} frames at byte {}: {}",
+            c.frames, c.offset, c.reason
+        );
+    } else if !t.stopped {
+        let _ = writeln!(s, "(not stopped cleanly)");
+    }
+    s
+}
+
+/// Totals for `gputape show`: calls by kind, allocations and peak live bytes by site, syncs,
+/// streams, kernels.
+pub fn summary(t: &Trace) -> String {
+    let mut s = String::new();
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut syncs = 0;
+    let mut streams = BTreeSet::new();
+    let mut launches: BTreeMap<String, usize> = BTreeMap::new();
+    let mut live: BTreeMap<BufferId, (u64, SiteId)> = BTreeMap::new();
+    for i in &t.initial {
+        live.insert(i.buf, (i.bytes, i.site));
+    }
+    let mut live_bytes: u64 = live.values().map(|v| v.0).sum();
+    let mut peak = live_bytes;
+    let mut site_bytes: BTreeMap<SiteId, (u64, usize)> = BTreeMap::new();
+    let mut errors = 0;
+    for c in &t.calls {
+        *by_kind.entry(c.call.kind().name()).or_default() += 1;
+        if c.call.is_host_sync() {
+            syncs += 1;
+        }
+        if matches!(c.ret, Some(Err(_))) {
+            errors += 1;
+        }
+        match (&c.call, &c.ret) {
+            (Call::Alloc { bytes } | Call::AllocManaged { bytes }, Some(Ok(Value::Buffer(b)))) => {
+                live.insert(*b, (*bytes, c.site));
+                live_bytes += bytes;
+                peak = peak.max(live_bytes);
+                let e = site_bytes.entry(c.site).or_default();
+                e.0 += bytes;
+                e.1 += 1;
+            }
+            (
+                Call::Free {
+                    ptr: DevAddr::Buf { buf, .. },
+                },
+                Some(Ok(_)),
+            ) => {
+                if let Some((n, _)) = live.remove(buf) {
+                    live_bytes -= n;
+                }
+            }
+            (Call::CreateStream, Some(Ok(Value::Stream(st)))) => {
+                streams.insert(*st);
+            }
+            (Call::Launch { kernel, stream, .. } | Call::LaunchTyped { kernel, stream, .. }, _) => {
+                streams.insert(*stream);
+                let name = t
+                    .kernels
+                    .get(kernel)
+                    .map(|k| format!("{}::{}", k.module, k.name))
+                    .unwrap_or_else(|| kernel.to_string());
+                *launches.entry(name).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    let _ = writeln!(
+        s,
+        "{} calls ({} failed), {} host syncs, {} stream(s) used, {} frames",
+        t.calls.len(),
+        errors,
+        syncs,
+        streams.len(),
+        t.frames
+    );
+    let _ = writeln!(
+        s,
+        "initial state: {} buffers, {} bytes; peak live {} bytes; live at end {} bytes in {} buffers",
+        t.initial.len(),
+        t.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        peak,
+        live_bytes,
+        live.len()
+    );
+    let _ = writeln!(s, "calls by kind:");
+    for (k, n) in &by_kind {
+        let _ = writeln!(s, "  {n:>6}  {k}");
+    }
+    if !site_bytes.is_empty() {
+        let _ = writeln!(s, "allocations by site:");
+        let mut rows: Vec<_> = site_bytes.into_iter().collect();
+        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+        for (site, (bytes, n)) in rows {
+            let _ = writeln!(s, "  {bytes:>12} bytes x{n:<4} {}", t.site(site));
+        }
+    }
+    if !launches.is_empty() {
+        let _ = writeln!(s, "launches by kernel:");
+        for (k, n) in &launches {
+            let _ = writeln!(s, "  {n:>6}  {k}");
+        }
+    }
+    if !t.findings.is_empty() {
+        let _ = writeln!(s, "{} finding(s)", t.findings.len());
+    }
+    s
+}

@@ -1,0 +1,158 @@
+//! Small call patterns over `&dyn GpuBackend`, shared by tests, benchmarks and the CLI, each
+//! exercising one shape of engine behaviour.
+
+use crate::backend::{GpuBackend, KernelArg, ParamAccess, ParamInfo};
+use crate::mock::{KernelBody, MockGpuBackend};
+use anyhow::Result;
+use std::sync::Arc;
+
+/// Register the kernels these workloads launch: `saxpy(x, y, n, a)` (y += a*x) and
+/// `fill(dst, n, v)`.
+pub fn register_mock_kernels(m: &MockGpuBackend) {
+    use ParamAccess::*;
+    let saxpy: KernelBody = Arc::new(|ctx| {
+        let (x, y) = (ctx.ptr(0)?, ctx.ptr(1)?);
+        let n = ctx.u32(2)? as usize;
+        let a = ctx.f32(3)?;
+        let xs = ctx.read_f32(x, n)?;
+        let mut ys = ctx.read_f32(y, n)?;
+        for (y, x) in ys.iter_mut().zip(xs) {
+            *y += a * x;
+        }
+        ctx.write_f32(y, &ys)
+    });
+    m.register_kernel(
+        "blas",
+        "saxpy",
+        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
+        Some(saxpy),
+    );
+    let fill: KernelBody = Arc::new(|ctx| {
+        let d = ctx.ptr(0)?;
+        let n = ctx.u32(1)? as usize;
+        let v = ctx.f32(2)?;
+        ctx.write_f32(d, &vec![v; n])
+    });
+    m.register_kernel(
+        "blas",
+        "fill",
+        ParamInfo::packed(&[(8, Write), (4, Value), (4, Value)]),
+        Some(fill),
+    );
+}
+
+/// A workload: runs on any backend, returns the bytes it read back.
+pub type Workload = fn(&dyn GpuBackend) -> Result<Vec<u8>>;
+
+/// The built-in workloads, by name.
+pub const ALL: [(&str, Workload); 3] = [
+    ("single_stream", single_stream),
+    ("two_streams", two_streams),
+    ("capture_region", capture_region),
+];
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|f| f.to_le_bytes()).collect()
+}
+
+pub fn saxpy(
+    g: &dyn GpuBackend,
+    x: crate::backend::DevicePtr,
+    y: crate::backend::DevicePtr,
+    n: u32,
+    a: f32,
+    stream: u64,
+) -> Result<()> {
+    let k = g.op_cache().kernel(g, "blas", "saxpy")?;
+    g.launch_typed(
+        k,
+        [n.div_ceil(256), 1, 1],
+        [256, 1, 1],
+        0,
+        stream,
+        &[
+            KernelArg::Buffer(x),
+            KernelArg::Buffer(y),
+            KernelArg::Bytes(&n.to_le_bytes()),
+            KernelArg::Bytes(&a.to_le_bytes()),
+        ],
+    )
+}
+
+/// One stream: upload, two kernels, read back, free.
+pub fn single_stream(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    let n = 64u32;
+    let s = g.default_stream();
+    let x = g.alloc(n as usize * 4)?;
+    let y = g.alloc(n as usize * 4)?;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    g.copy_h2d(&f32_bytes(&xs), x)?;
+    g.memset_async(y, 0, n as usize * 4, s)?;
+    saxpy(g, x, y, n, 2.0, s)?;
+    // The raw-params path: the recorder must decode these with the kernel's layout.
+    let k = g.op_cache().kernel(g, "blas", "saxpy")?;
+    let (mut px, mut py, mut pn, mut pa) = (x.0, y.0, n, 0.5f32);
+    let mut params = [
+        (&mut px as *mut u64).cast(),
+        (&mut py as *mut u64).cast(),
+        (&mut pn as *mut u32).cast(),
+        (&mut pa as *mut f32).cast(),
+    ];
+    g.launch(k, [1, 1, 1], [64, 1, 1], 0, s, &mut params)?;
+    let mut out = vec![0u8; n as usize * 4];
+    g.copy_d2h_on_stream(y, &mut out, s)?;
+    g.free(x)?;
+    g.free(y)?;
+    Ok(out)
+}
+
+/// Two streams joined by an event, with a pinned async readback.
+pub fn two_streams(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    let n = 32u32;
+    let bytes = n as usize * 4;
+    let producer = g.create_stream()?;
+    let consumer = g.create_stream()?;
+    let ready = g.create_event()?;
+    let a = g.alloc(bytes)?;
+    let b = g.alloc(bytes)?;
+    let host = g.alloc_host_pinned(bytes)?;
+    g.copy_h2d_async(&f32_bytes(&vec![1.5; n as usize]), a, producer)?;
+    g.record_event(ready, producer)?;
+    g.stream_wait_event(consumer, ready)?;
+    g.memset_async(b, 0, bytes, consumer)?;
+    saxpy(g, a, b, n, 4.0, consumer)?;
+    // SAFETY: `host` is a live pinned region of `bytes` bytes from alloc_host_pinned.
+    let out = unsafe { std::slice::from_raw_parts_mut(host, bytes) };
+    g.copy_d2h_async(b, out, consumer)?;
+    g.synchronize(consumer)?;
+    let result = out.to_vec();
+    g.free_host_pinned(host, bytes)?;
+    g.destroy_event(ready)?;
+    g.free(a)?;
+    g.free(b)?;
+    Ok(result)
+}
+
+/// A captured region replayed twice as a graph.
+pub fn capture_region(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    let n = 16u32;
+    let bytes = n as usize * 4;
+    let s = g.create_stream()?;
+    let x = g.alloc(bytes)?;
+    let y = g.alloc(bytes)?;
+    g.copy_h2d(&f32_bytes(&vec![1.0; n as usize]), x)?;
+    g.memset(y, 0, bytes)?;
+    g.begin_capture(s)?;
+    saxpy(g, x, y, n, 1.0, s)?;
+    saxpy(g, x, y, n, 1.0, s)?;
+    let graph = g.end_capture(s)?;
+    g.launch_graph(graph, s)?;
+    g.launch_graph(graph, s)?;
+    g.synchronize(s)?;
+    let mut out = vec![0u8; bytes];
+    g.copy_d2h(y, &mut out)?;
+    g.destroy_graph(graph)?;
+    g.free(x)?;
+    g.free(y)?;
+    Ok(out)
+}

@@ -1,0 +1,390 @@
+//! The recorder and the trace format, on the mock.
+
+use gputape::backend::{CallKind, GpuBackend};
+use gputape::mock::MockGpuBackend;
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::trace::{self, Call, Finding, Trace, TraceError, VecSink};
+use gputape::workloads::{self, f32_bytes};
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::Arc;
+
+type Rec = RecordingBackend<MockGpuBackend>;
+
+fn recorder() -> (Rec, Arc<Mutex<Vec<u8>>>) {
+    let m = MockGpuBackend::default();
+    workloads::register_mock_kernels(&m);
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    (r, buf)
+}
+
+/// Record `f` from the first call, return the trace's bytes.
+fn record(f: impl FnOnce(&dyn GpuBackend)) -> Vec<u8> {
+    let (r, buf) = recorder();
+    r.start().unwrap();
+    f(&r);
+    r.stop().unwrap();
+    let b = buf.lock().clone();
+    b
+}
+
+fn load(bytes: &[u8]) -> Trace {
+    Trace::from_bytes(Path::new("mem"), bytes).unwrap()
+}
+
+fn show(bytes: &[u8]) -> String {
+    let t = load(bytes);
+    format!("{}\n{}", trace::render(&t), trace::summary(&t))
+}
+
+#[test]
+fn snapshots_of_recorded_workloads() {
+    for (name, w) in workloads::ALL {
+        let bytes = record(|g| {
+            w(g).unwrap();
+        });
+        insta::assert_snapshot!(name, show(&bytes));
+    }
+}
+
+#[test]
+fn recording_forwards_unchanged_results() {
+    for (_, w) in workloads::ALL {
+        let bare = MockGpuBackend::default();
+        workloads::register_mock_kernels(&bare);
+        let want = w(&bare).unwrap();
+        let mut got = None;
+        record(|g| got = Some(w(g).unwrap()));
+        assert_eq!(got.unwrap(), want);
+    }
+}
+
+#[test]
+fn two_recordings_give_identical_call_lists() {
+    let a = load(&record(|g| {
+        workloads::two_streams(g).unwrap();
+    }));
+    let b = load(&record(|g| {
+        workloads::two_streams(g).unwrap();
+    }));
+    let calls = |t: &Trace| {
+        t.calls
+            .iter()
+            .map(|c| (c.seq, c.site, c.call.clone(), c.ret.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(calls(&a), calls(&b));
+    assert!(!a.calls.is_empty());
+}
+
+#[test]
+fn raw_launch_params_are_decoded_into_buffer_ids() {
+    let t = load(&record(|g| {
+        workloads::single_stream(g).unwrap();
+    }));
+    let raw = t
+        .calls
+        .iter()
+        .find_map(|c| match &c.call {
+            Call::Launch { args, .. } => Some(args.clone()),
+            _ => None,
+        })
+        .expect("a raw launch");
+    assert!(matches!(
+        raw[0],
+        trace::Arg::Buf(trace::DevAddr::Buf { .. })
+    ));
+    assert!(matches!(
+        raw[1],
+        trace::Arg::Buf(trace::DevAddr::Buf { .. })
+    ));
+    assert_eq!(
+        raw[2],
+        trace::Arg::Val(64u32.to_le_bytes().as_slice().into())
+    );
+    // The module and the kernel layout travel with the trace.
+    assert!(t
+        .kernels
+        .values()
+        .any(|k| k.name == "saxpy" && k.params.len() == 4));
+}
+
+#[test]
+fn mid_run_start_snapshots_live_memory() {
+    let (r, buf) = recorder();
+    let g: &dyn GpuBackend = &r;
+    let w = g.alloc(4 * 8).unwrap();
+    g.copy_h2d(&f32_bytes(&[3.0; 8]), w).unwrap();
+    let scratch = g.alloc(4 * 8).unwrap();
+    r.start().unwrap();
+    workloads::saxpy(g, w, scratch, 8, 1.0, g.default_stream()).unwrap();
+    let mut out = vec![0u8; 32];
+    g.copy_d2h_on_stream(scratch, &mut out, g.default_stream())
+        .unwrap();
+    r.stop().unwrap();
+    let t = load(&buf.lock());
+    assert_eq!(t.initial.len(), 2);
+    assert_eq!(
+        t.blob(t.initial[0].data).unwrap(),
+        f32_bytes(&[3.0; 8]).as_slice()
+    );
+    assert_eq!(t.blob(t.initial[1].data).unwrap(), &[0u8; 32]);
+    // No call before start is in the trace, and the kernel looked up before start is defined.
+    assert!(t
+        .calls
+        .iter()
+        .all(|c| !matches!(c.call, Call::Alloc { .. })));
+    assert_eq!(t.kernels.len(), 1);
+    insta::assert_snapshot!("mid_run_start", show(&buf.lock()));
+}
+
+#[test]
+fn errors_are_recorded_with_their_code_and_flushed() {
+    let bytes = record(|g| {
+        let a = g.alloc(16).unwrap();
+        let mut out = [0u8; 32];
+        assert!(g.copy_d2h(a, &mut out).is_err());
+        g.free(a).unwrap();
+        assert!(g.free(a).is_err());
+    });
+    let t = load(&bytes);
+    let errs: Vec<_> = t
+        .calls
+        .iter()
+        .filter_map(|c| c.ret.as_ref().unwrap().as_ref().err())
+        .collect();
+    assert_eq!(errs.len(), 2);
+    assert_eq!(errs[0].code, Some(1));
+    assert!(
+        errs[0].message.contains("overruns by 16"),
+        "{}",
+        errs[0].message
+    );
+    insta::assert_snapshot!("error_path", show(&bytes));
+}
+
+#[test]
+fn async_readback_is_recorded_at_the_sync() {
+    let t = load(&record(|g| {
+        workloads::two_streams(g).unwrap();
+    }));
+    let d2h = t
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, Call::CopyD2HAsync { .. }))
+        .unwrap();
+    let blob = t
+        .d2h_async
+        .get(&d2h.seq)
+        .expect("bytes captured at the sync");
+    assert_eq!(t.blob(*blob).unwrap(), f32_bytes(&[6.0; 32]).as_slice());
+}
+
+#[test]
+fn a_retained_source_that_changes_before_the_sync_is_a_finding() {
+    let t = load(&record(|g| {
+        let s = g.create_stream().unwrap();
+        let d = g.alloc(8).unwrap();
+        let mut src = vec![1u8; 8];
+        g.copy_h2d_async_retained(&src, d, s).unwrap();
+        src[3] = 9; // broken promise
+        g.synchronize(s).unwrap();
+        let ok = vec![2u8; 8];
+        g.copy_h2d_async_retained(&ok, d, s).unwrap();
+        g.synchronize(s).unwrap();
+    }));
+    assert_eq!(t.findings.len(), 1);
+    let Finding::RetainedSourceChanged { seq, .. } = t.findings[0];
+    assert!(matches!(
+        t.calls[seq as usize].call,
+        Call::CopyH2DAsyncRetained { .. }
+    ));
+}
+
+#[test]
+fn identical_host_payloads_are_stored_once() {
+    let bytes = record(|g| {
+        let d = g.alloc(4096).unwrap();
+        for _ in 0..10 {
+            g.copy_h2d(&[7u8; 4096], d).unwrap();
+        }
+    });
+    let t = load(&bytes);
+    assert_eq!(t.blobs.len(), 1);
+    assert!(
+        bytes.len() < 4096,
+        "the 4 KiB payload compressed and stored once: {}",
+        bytes.len()
+    );
+}
+
+#[test]
+fn failure_injection_shows_up_in_the_trace_and_the_ledger_stays_right() {
+    let (r, buf) = recorder();
+    r.inner().fail_nth(CallKind::Alloc, 2);
+    r.start().unwrap();
+    let g: &dyn GpuBackend = &r;
+    let a = g.alloc(8).unwrap();
+    assert!(g.alloc(8).is_err());
+    let b = g.alloc(8).unwrap();
+    g.free(a).unwrap();
+    g.free(b).unwrap();
+    r.stop().unwrap();
+    let t = load(&buf.lock());
+    let rets: Vec<String> = t
+        .calls
+        .iter()
+        .map(|c| format!("{:?}", c.ret.as_ref().unwrap().as_ref().map_err(|e| e.code)))
+        .collect();
+    assert_eq!(rets[1], "Err(Some(999))");
+    // The failed alloc got no id: the next one is buf1.
+    assert_eq!(rets[2], "Ok(Buffer(BufferId(1)))");
+}
+
+// ---- the file format ----
+
+fn sample() -> Vec<u8> {
+    record(|g| {
+        workloads::two_streams(g).unwrap();
+        workloads::capture_region(g).unwrap();
+    })
+}
+
+#[test]
+fn a_trace_cut_at_any_byte_opens_with_every_complete_record() {
+    let full = sample();
+    let whole = load(&full);
+    assert!(whole.cut.is_none() && whole.stopped);
+    let mut last_calls = 0;
+    for n in 0..full.len() {
+        match Trace::from_bytes(Path::new("cut"), &full[..n]) {
+            Err(TraceError::Empty { .. }) => assert_eq!(n, 0),
+            Err(e) => panic!("cut at {n}: {e}"),
+            Ok(t) => {
+                let cut = t.cut.as_ref().expect("a cut trace says so");
+                assert!(cut.offset <= n as u64);
+                assert!(t.calls.len() >= last_calls, "records never disappear");
+                last_calls = t.calls.len();
+                // Every complete record is the same as in the whole trace.
+                for (a, b) in t.calls.iter().zip(&whole.calls) {
+                    assert_eq!((a.seq, &a.call), (b.seq, &b.call));
+                }
+            }
+        }
+    }
+    assert_eq!(last_calls, whole.calls.len());
+}
+
+#[test]
+fn corruption_in_the_middle_names_frame_and_offset() {
+    let mut bytes = sample();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    match Trace::from_bytes(Path::new("bad.gtape"), &bytes) {
+        Err(TraceError::Corrupt { frame, offset, .. }) => {
+            assert!(frame > 0);
+            assert!(offset as usize <= mid && mid < offset as usize + 200_000);
+            let msg = TraceError::Corrupt {
+                path: "bad.gtape".into(),
+                frame,
+                offset,
+                detail: "x".into(),
+            }
+            .to_string();
+            assert!(msg.contains(&format!("frame {frame}")) && msg.contains(&offset.to_string()));
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_headers_are_typed_errors() {
+    let p = Path::new("x");
+    assert!(matches!(
+        Trace::from_bytes(p, b""),
+        Err(TraceError::Empty { .. })
+    ));
+    assert!(matches!(
+        Trace::from_bytes(p, b"PK\x03\x04 not a trace at all"),
+        Err(TraceError::BadMagic { .. })
+    ));
+    let mut newer = sample();
+    newer[8..10].copy_from_slice(&7u16.to_le_bytes());
+    newer[10..12].copy_from_slice(&5u16.to_le_bytes());
+    let e = Trace::from_bytes(p, &newer).unwrap_err();
+    assert!(matches!(
+        e,
+        TraceError::TooNew {
+            format: 7,
+            min_reader: 5,
+            ours: 1,
+            ..
+        }
+    ));
+    assert!(e.to_string().contains("format 7"), "{e}");
+    // A newer format that old readers may still read opens.
+    let mut compatible = sample();
+    compatible[8..10].copy_from_slice(&2u16.to_le_bytes());
+    assert!(Trace::from_bytes(p, &compatible).is_ok());
+}
+
+#[test]
+fn garbage_never_panics() {
+    let base = sample();
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    for _ in 0..2000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut b = base.clone();
+        let i = (seed as usize) % b.len();
+        b[i] = (seed >> 32) as u8;
+        let _ = Trace::from_bytes(Path::new("fuzz"), &b);
+    }
+}
+
+#[test]
+fn file_round_trip_and_a_killed_recorder_leaves_a_readable_trace() {
+    let dir = std::env::temp_dir().join(format!("gputape-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Clean: file == in-memory rendering.
+    let path = dir.join("clean.gtape");
+    let m = MockGpuBackend::default();
+    workloads::register_mock_kernels(&m);
+    let r = RecordingBackend::to_file(m, &path, BackendDesc::new("mock")).unwrap();
+    r.start().unwrap();
+    workloads::two_streams(&r).unwrap();
+    r.stop().unwrap();
+    let from_file = Trace::open(&path).unwrap();
+    assert_eq!(
+        trace::render(&from_file),
+        trace::render(&load(&sample_two()))
+    );
+
+    // Killed: the recorder is never stopped or dropped, as when the process dies.
+    let path = dir.join("killed.gtape");
+    let m = MockGpuBackend::default();
+    workloads::register_mock_kernels(&m);
+    let r = RecordingBackend::to_file(m, &path, BackendDesc::new("mock")).unwrap();
+    r.start().unwrap();
+    workloads::two_streams(&r).unwrap();
+    let _ = r.alloc(8).unwrap();
+    std::mem::forget(r);
+    let t = Trace::open(&path).unwrap();
+    let cut = t.cut.as_ref().expect("an unclosed trace is cut");
+    assert!(cut.reason.contains("zero padding"), "{}", cut.reason);
+    assert!(!t.stopped);
+    assert!(matches!(
+        t.calls.last().unwrap().call,
+        Call::Alloc { bytes: 8 }
+    ));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn sample_two() -> Vec<u8> {
+    record(|g| {
+        workloads::two_streams(g).unwrap();
+    })
+}
