@@ -1,1 +1,266 @@
-fn main() {}
+//! Recorder and trace-format benchmarks. `cargo bench --bench recorder`.
+//!
+//! Medians over interleaved rounds, so the bare and recorded variants see the same machine
+//! state. A counting allocator checks the recorder's hot path for heap allocations.
+
+use gputape::backend::{GpuBackend, KernelArg, ParamAccess, ParamInfo};
+use gputape::mock::MockGpuBackend;
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::trace::{self, Frame, MmapSink, Sink, TraceWriter};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same layout contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `System.alloc` with `l`.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const ROUNDS: usize = 31;
+const PER_ROUND: usize = 20_000;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn mock() -> MockGpuBackend {
+    let m = MockGpuBackend::default();
+    use ParamAccess::*;
+    m.register_kernel(
+        "bench",
+        "six",
+        ParamInfo::packed(&[
+            (8, Read),
+            (8, Read),
+            (8, Write),
+            (4, Value),
+            (4, Value),
+            (4, Value),
+        ]),
+        None,
+    );
+    m
+}
+
+struct Setup {
+    k: gputape::backend::KernelHandle,
+    bufs: [gputape::backend::DevicePtr; 3],
+    ev: u64,
+    s: u64,
+}
+
+fn setup(g: &dyn GpuBackend) -> Setup {
+    Setup {
+        k: g.kernel("bench", "six").unwrap(),
+        bufs: [
+            g.alloc(1024).unwrap(),
+            g.alloc(1024).unwrap(),
+            g.alloc(1024).unwrap(),
+        ],
+        ev: g.create_event().unwrap(),
+        s: g.create_stream().unwrap(),
+    }
+}
+
+fn launch6(g: &dyn GpuBackend, st: &Setup) {
+    let (a, b, c) = (7u32.to_le_bytes(), 1.5f32.to_le_bytes(), 3u32.to_le_bytes());
+    g.launch_typed(
+        st.k,
+        [4, 1, 1],
+        [128, 1, 1],
+        0,
+        st.s,
+        &[
+            KernelArg::Buffer(st.bufs[0]),
+            KernelArg::Buffer(st.bufs[1]),
+            KernelArg::Buffer(st.bufs[2]),
+            KernelArg::Bytes(&a),
+            KernelArg::Bytes(&b),
+            KernelArg::Bytes(&c),
+        ],
+    )
+    .unwrap();
+}
+
+fn per_call_ns(f: &mut dyn FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..PER_ROUND {
+        f();
+    }
+    t.elapsed().as_nanos() as f64 / PER_ROUND as f64
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("gputape-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // ---- recorder overhead per call ----
+    let bare = mock();
+    let bs = setup(&bare);
+    let rec = RecordingBackend::to_file(mock(), &dir.join("rec.gtape"), BackendDesc::new("mock"))
+        .unwrap();
+    let rs = setup(&rec);
+    rec.start().unwrap();
+    // Warm up: first sightings of sites, threads and kernels allocate once.
+    launch6(&rec, &rs);
+    rec.record_event(rs.ev, rs.s).unwrap();
+    launch6(&bare, &bs);
+
+    if std::env::var("GPUTAPE_BENCH_HOT").is_ok() {
+        // For profiling: only the recorded launch loop.
+        for _ in 0..100 {
+            per_call_ns(&mut || launch6(&rec, &rs));
+        }
+        return;
+    }
+    let (mut lb, mut lr, mut eb, mut er) = (vec![], vec![], vec![], vec![]);
+    let mut allocs_launch = 0;
+    let mut allocs_event = 0;
+    for _ in 0..ROUNDS {
+        lb.push(per_call_ns(&mut || launch6(&bare, &bs)));
+        let a0 = ALLOCS.load(Ordering::Relaxed);
+        lr.push(per_call_ns(&mut || launch6(&rec, &rs)));
+        let a1 = ALLOCS.load(Ordering::Relaxed);
+        eb.push(per_call_ns(&mut || bare.record_event(bs.ev, bs.s).unwrap()));
+        let a2 = ALLOCS.load(Ordering::Relaxed);
+        er.push(per_call_ns(&mut || rec.record_event(rs.ev, rs.s).unwrap()));
+        let a3 = ALLOCS.load(Ordering::Relaxed);
+        allocs_launch += a1 - a0;
+        allocs_event += a3 - a2;
+    }
+    // The bare mock's own launch allocates (it copies args); subtract a bare round's count.
+    let b0 = ALLOCS.load(Ordering::Relaxed);
+    per_call_ns(&mut || launch6(&bare, &bs));
+    let bare_launch_allocs = ALLOCS.load(Ordering::Relaxed) - b0;
+    let b0 = ALLOCS.load(Ordering::Relaxed);
+    per_call_ns(&mut || bare.record_event(bs.ev, bs.s).unwrap());
+    let bare_event_allocs = ALLOCS.load(Ordering::Relaxed) - b0;
+    let stats = rec.stop().unwrap();
+
+    let calls = (ROUNDS * PER_ROUND) as f64;
+    let (mlb, mlr, meb, mer) = (median(lb), median(lr), median(eb), median(er));
+    println!("recorder overhead (median of {ROUNDS} rounds x {PER_ROUND} calls, mmap file sink)");
+    println!("| call | bare mock ns | recorded ns | overhead ns | recorder heap allocs/call |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| launch_typed, 6 args | {mlb:.0} | {mlr:.0} | {:.0} | {:.3} |",
+        mlr - mlb,
+        (allocs_launch as f64 - bare_launch_allocs as f64 * ROUNDS as f64) / calls
+    );
+    println!(
+        "| record_event | {meb:.0} | {mer:.0} | {:.0} | {:.3} |",
+        mer - meb,
+        (allocs_event as f64 - bare_event_allocs as f64 * ROUNDS as f64) / calls
+    );
+    println!("trace: {} calls, {} bytes", stats.calls, stats.bytes);
+
+    // ---- where the time goes: one Begin frame's encode alone ----
+    {
+        let t = trace::Trace::open(&dir.join("rec.gtape")).unwrap();
+        let c = t
+            .calls
+            .iter()
+            .find(|c| matches!(c.call, trace::Call::LaunchTyped { .. }))
+            .unwrap();
+        let f = Frame::Begin(trace::Begin {
+            seq: 1,
+            thread: 0,
+            site: c.site,
+            t_ns: 123456,
+            call: c.call.clone(),
+        });
+        let mut buf = vec![0u8; 4096];
+        let mut v = vec![];
+        let mut n = 0;
+        for _ in 0..ROUNDS {
+            v.push(per_call_ns(&mut || {
+                n = trace::codec::encode_into_slice(black_box(&f), &mut buf).unwrap();
+                black_box(&buf);
+            }));
+        }
+        println!(
+            "encode of one launch Begin frame: {:.0} ns ({n} bytes)",
+            median(v)
+        );
+        let mut v = vec![];
+        for _ in 0..ROUNDS {
+            v.push(per_call_ns(&mut || {
+                black_box(Instant::now());
+            }));
+        }
+        println!("Instant::now: {:.0} ns", median(v));
+    }
+
+    // ---- writer and reader throughput ----
+    let t = trace::Trace::open(&dir.join("rec.gtape")).unwrap();
+    let sample: Vec<Frame> = t
+        .calls
+        .iter()
+        .take(1000)
+        .map(|c| {
+            Frame::Begin(trace::Begin {
+                seq: c.seq,
+                thread: c.thread,
+                site: c.site,
+                t_ns: c.t_ns,
+                call: c.call.clone(),
+            })
+        })
+        .collect();
+    let n = 2_000_000usize;
+    let mut wr = vec![];
+    let mut rd = vec![];
+    for round in 0..5 {
+        let path = dir.join(format!("w{round}.gtape"));
+        let sink: Box<dyn Sink> = Box::new(MmapSink::create(&path).unwrap());
+        let mut w = TraceWriter::new(sink).unwrap();
+        let t0 = Instant::now();
+        for i in 0..n {
+            w.write(&sample[i % sample.len()]).unwrap();
+        }
+        w.finish().unwrap();
+        wr.push(n as f64 / t0.elapsed().as_secs_f64());
+        let bytes = std::fs::read(&path).unwrap();
+        let t0 = Instant::now();
+        let mut r = trace::FrameReader::new(&path, &bytes).unwrap();
+        let mut count = 0usize;
+        for f in r.by_ref() {
+            black_box(f.unwrap());
+            count += 1;
+        }
+        rd.push(count as f64 / t0.elapsed().as_secs_f64());
+        assert!(r.cut.is_none() && count == n);
+        std::fs::remove_file(&path).ok();
+    }
+    println!();
+    println!("trace format throughput (launch/event Begin records, framing + CRC32C on, one core)");
+    println!("| | median records/s |");
+    println!("|---|---:|");
+    println!("| writer (mmap file) | {:.2} M |", median(wr) / 1e6);
+    println!(
+        "| reader (decode + CRC check) | {:.2} M |",
+        median(rd) / 1e6
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

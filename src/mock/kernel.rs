@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub type KernelBody = Arc<dyn Fn(&mut KernelCtx<'_>) -> Result<(), MockError> + Send + Sync>;
 
 pub(crate) struct MockKernel {
-    pub info: KernelInfo,
+    pub info: Arc<KernelInfo>,
     pub body: Option<KernelBody>,
 }
 

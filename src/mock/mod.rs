@@ -217,14 +217,14 @@ impl MockGpuBackend {
         {
             Some(i) => {
                 st.kernels[i] = MockKernel {
-                    info: info.clone(),
+                    info: Arc::new(info.clone()),
                     body,
                 };
                 KernelHandle(i as u64 + 1)
             }
             None => {
                 st.kernels.push(MockKernel {
-                    info: info.clone(),
+                    info: Arc::new(info.clone()),
                     body,
                 });
                 KernelHandle(st.kernels.len() as u64)
@@ -481,7 +481,7 @@ impl MockGpuBackend {
             let mk = &st.kernels[k];
             (mk.info.clone(), mk.body.clone())
         };
-        let kname = format!("{}::{}", info.module, info.name);
+        let kname = || format!("{}::{}", info.module, info.name);
         for (i, p) in info.params.iter().enumerate() {
             if p.size != 8 {
                 continue;
@@ -499,22 +499,23 @@ impl MockGpuBackend {
                 Ok(())
             };
             res.map_err(|e| MockError::InKernel {
-                kernel: format!("{kname} (argument {i})"),
+                kernel: format!("{} (argument {i})", kname()),
                 site,
                 source: Box::new(e),
             })?;
         }
         if let Some(body) = body {
+            let name = kname();
             let mut ctx = KernelCtx {
                 mem: &mut st.mem,
                 args,
                 grid,
                 block,
                 site,
-                name: &kname,
+                name: &name,
             };
             body(&mut ctx).map_err(|e| MockError::InKernel {
-                kernel: kname.clone(),
+                kernel: name.clone(),
                 site,
                 source: Box::new(e),
             })?;
@@ -792,7 +793,8 @@ impl GpuBackend for MockGpuBackend {
         let mut st = self.state.lock();
         mock_try!(Self::tick(&mut st, CallKind::Launch, site))?;
         let k = mock_try!(Self::kernel_index(&st, func, "launch", site))?;
-        let layout = st.kernels[k].info.params.clone();
+        let info = st.kernels[k].info.clone();
+        let layout = &info.params;
         if params.len() != layout.len() {
             return mock_try!(Err(MockError::BadParams {
                 kernel: format!("{}::{}", st.kernels[k].info.module, st.kernels[k].info.name),
@@ -806,7 +808,7 @@ impl GpuBackend for MockGpuBackend {
         }
         let args: Vec<Vec<u8>> = params
             .iter()
-            .zip(&layout)
+            .zip(layout.iter())
             .map(|(p, info)| {
                 // SAFETY: the launch contract: params[i] points at a value of the kernel's i-th
                 // parameter, whose size the registered layout gives.
@@ -833,11 +835,11 @@ impl GpuBackend for MockGpuBackend {
         let mut st = self.state.lock();
         mock_try!(Self::tick(&mut st, CallKind::LaunchTyped, site))?;
         let k = mock_try!(Self::kernel_index(&st, func, "launch_typed", site))?;
-        let info = &st.kernels[k].info;
-        let kname = format!("{}::{}", info.module, info.name);
+        let info = st.kernels[k].info.clone();
+        let kname = || format!("{}::{}", info.module, info.name);
         if args.len() != info.params.len() {
             return mock_try!(Err(MockError::BadParams {
-                kernel: kname,
+                kernel: kname(),
                 site,
                 detail: format!(
                     "{} args passed, kernel takes {}",
@@ -854,7 +856,7 @@ impl GpuBackend for MockGpuBackend {
             };
             if bytes.len() != p.size as usize {
                 return mock_try!(Err(MockError::BadParams {
-                    kernel: kname,
+                    kernel: kname(),
                     site,
                     detail: format!(
                         "argument {i} is {} bytes, the kernel's parameter is {}",

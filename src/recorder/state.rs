@@ -3,7 +3,8 @@
 
 use crate::backend::{KernelInfo, ParamInfo, Site};
 use crate::trace::*;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeMap;
 use std::thread::ThreadId;
 
 pub(crate) struct LiveBuf {
@@ -66,21 +67,21 @@ impl RecState {
             bufs: BTreeMap::new(),
             freed: BTreeMap::new(),
             next_buf: 0,
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             next_stream: 0,
-            events: HashMap::new(),
-            event_stream: HashMap::new(),
+            events: HashMap::default(),
+            event_stream: HashMap::default(),
             next_event: 0,
-            graphs: HashMap::new(),
+            graphs: HashMap::default(),
             next_graph: 0,
             hosts: BTreeMap::new(),
             next_host: 0,
-            kernels: HashMap::new(),
+            kernels: HashMap::default(),
             next_kernel: 0,
-            sites: HashMap::new(),
-            threads: HashMap::new(),
-            blobs: HashSet::new(),
-            modules: HashSet::new(),
+            sites: HashMap::default(),
+            threads: HashMap::default(),
+            blobs: HashSet::default(),
+            modules: HashSet::default(),
             pending: Vec::new(),
             write_error: None,
             default_stream,
@@ -128,7 +129,8 @@ impl RecState {
     }
 
     pub fn thread(&mut self) -> u16 {
-        let me = std::thread::current().id();
+        thread_local!(static ME: ThreadId = std::thread::current().id());
+        let me = ME.with(|t| *t);
         let n = self.threads.len() as u16;
         *self.threads.entry(me).or_insert(n)
     }

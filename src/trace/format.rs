@@ -96,6 +96,8 @@ pub struct MmapSink {
 }
 
 const GROW: usize = 8 << 20;
+/// The writer's encode scratch; frames that do not fit take a slower allocating path.
+const SCRATCH: usize = 64 << 10;
 
 impl MmapSink {
     pub fn create(path: &Path) -> Result<Self, TraceError> {
@@ -131,7 +133,8 @@ impl MmapSink {
         self.file.set_len(cap as u64)?;
         // SAFETY: the file is ours (created and truncated above, opened read-write) and is only
         // modified through this map while it exists; the map is dropped before any resize.
-        self.map = Some(unsafe { memmap2::MmapMut::map_mut(&self.file)? });
+        // Populate up front: page faults on first touch would otherwise land on recorded calls.
+        self.map = Some(unsafe { memmap2::MmapOptions::new().populate().map_mut(&self.file)? });
         self.cap = cap;
         Ok(())
     }
@@ -190,7 +193,7 @@ impl TraceWriter {
         sink.write_all(&head)?;
         Ok(TraceWriter {
             sink,
-            buf: Vec::with_capacity(4096),
+            buf: vec![0u8; SCRATCH],
             next_seq: 0,
             bytes_written: FILE_HEADER_LEN as u64,
         })
@@ -198,24 +201,31 @@ impl TraceWriter {
 
     /// Encode and write one frame. Allocation-free once the scratch buffer has grown.
     pub fn write(&mut self, frame: &Frame) -> Result<(), TraceError> {
-        self.buf.clear();
-        self.buf.resize(FRAME_HEADER_LEN, 0);
-        codec::encode_into(frame, &mut self.buf)?;
-        let len = self.buf.len() - FRAME_HEADER_LEN;
+        let mut big;
+        let (buf, len) = match codec::encode_into_slice(frame, &mut self.buf[FRAME_HEADER_LEN..]) {
+            Some(n) => (&mut self.buf[..FRAME_HEADER_LEN + n], n),
+            None => {
+                let body = codec::encode_to_vec(frame)?;
+                let mut v = vec![0u8; FRAME_HEADER_LEN];
+                v.extend_from_slice(&body);
+                big = v;
+                let n = big.len() - FRAME_HEADER_LEN;
+                (&mut big[..], n)
+            }
+        };
         let seq = self.next_seq;
-        self.buf[8..16].copy_from_slice(&seq.to_le_bytes());
-        let crc = crc32c::crc32c(&self.buf[8..]);
-        self.buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-        self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
-        self.sink
-            .write_all(&self.buf)
-            .map_err(|source| TraceError::Io {
-                what: "write",
-                path: PathBuf::from("<trace sink>"),
-                source,
-            })?;
+        buf[8..16].copy_from_slice(&seq.to_le_bytes());
+        let crc = crc32c::crc32c(&buf[8..]);
+        buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        let total = buf.len() as u64;
+        self.sink.write_all(buf).map_err(|source| TraceError::Io {
+            what: "write",
+            path: PathBuf::from("<trace sink>"),
+            source,
+        })?;
         self.next_seq += 1;
-        self.bytes_written += self.buf.len() as u64;
+        self.bytes_written += total;
         Ok(())
     }
 
@@ -228,105 +238,146 @@ impl TraceWriter {
     }
 }
 
-/// Read every complete frame of `bytes`. A clean cut (at any byte) ends the list and is
-/// reported; a frame whose checksum or encoding is wrong is an error naming it.
-pub fn read_frames(path: &Path, bytes: &[u8]) -> Result<(Vec<Frame>, Option<Cut>), TraceError> {
-    let p = || path.to_path_buf();
-    if bytes.is_empty() {
-        return Err(TraceError::Empty { path: p() });
-    }
-    let n = bytes.len().min(8);
-    if bytes[..n] != MAGIC[..n] {
-        return Err(TraceError::BadMagic {
-            path: p(),
-            found: bytes[..n].to_vec(),
-        });
-    }
-    if bytes.len() < FILE_HEADER_LEN {
-        return Ok((
-            Vec::new(),
-            Some(Cut {
+/// Reads frames one at a time. After the iterator ends, `cut` says whether (and where) the
+/// bytes stopped short; a corrupt frame is yielded as an error and ends the iteration.
+pub struct FrameReader<'a> {
+    path: &'a Path,
+    bytes: &'a [u8],
+    off: usize,
+    idx: u64,
+    done: bool,
+    pub cut: Option<Cut>,
+}
+
+impl<'a> FrameReader<'a> {
+    /// Check the file header. A clean cut inside it yields no frames and a cut.
+    pub fn new(path: &'a Path, bytes: &'a [u8]) -> Result<Self, TraceError> {
+        let p = || path.to_path_buf();
+        if bytes.is_empty() {
+            return Err(TraceError::Empty { path: p() });
+        }
+        let n = bytes.len().min(8);
+        if bytes[..n] != MAGIC[..n] {
+            return Err(TraceError::BadMagic {
+                path: p(),
+                found: bytes[..n].to_vec(),
+            });
+        }
+        let mut r = FrameReader {
+            path,
+            bytes,
+            off: FILE_HEADER_LEN,
+            idx: 0,
+            done: false,
+            cut: None,
+        };
+        if bytes.len() < FILE_HEADER_LEN {
+            r.done = true;
+            r.cut = Some(Cut {
                 offset: 0,
                 frames: 0,
                 reason: format!(
                     "file is {} bytes, shorter than its 16-byte header",
                     bytes.len()
                 ),
-            }),
-        ));
+            });
+            return Ok(r);
+        }
+        let format = u16::from_le_bytes([bytes[8], bytes[9]]);
+        let min_reader = u16::from_le_bytes([bytes[10], bytes[11]]);
+        if min_reader > FORMAT_VERSION {
+            return Err(TraceError::TooNew {
+                path: p(),
+                format,
+                min_reader,
+                ours: FORMAT_VERSION,
+            });
+        }
+        Ok(r)
     }
-    let format = u16::from_le_bytes([bytes[8], bytes[9]]);
-    let min_reader = u16::from_le_bytes([bytes[10], bytes[11]]);
-    if min_reader > FORMAT_VERSION {
-        return Err(TraceError::TooNew {
-            path: p(),
-            format,
-            min_reader,
-            ours: FORMAT_VERSION,
-        });
-    }
-    let mut frames = Vec::new();
-    let mut off = FILE_HEADER_LEN;
-    let mut cut = None;
-    while off < bytes.len() {
-        let idx = frames.len() as u64;
-        let rest = &bytes[off..];
-        let cut_here = |reason: String| Cut {
-            offset: off as u64,
-            frames: idx,
+
+    fn stop_cut(&mut self, reason: String) -> Option<Result<Frame, TraceError>> {
+        self.done = true;
+        self.cut = Some(Cut {
+            offset: self.off as u64,
+            frames: self.idx,
             reason,
-        };
+        });
+        None
+    }
+
+    fn corrupt(&mut self, detail: String) -> Option<Result<Frame, TraceError>> {
+        self.done = true;
+        Some(Err(TraceError::Corrupt {
+            path: self.path.to_path_buf(),
+            frame: self.idx,
+            offset: self.off as u64,
+            detail,
+        }))
+    }
+}
+
+impl Iterator for FrameReader<'_> {
+    type Item = Result<Frame, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.off >= self.bytes.len() {
+            return None;
+        }
+        let idx = self.idx;
+        let rest = &self.bytes[self.off..];
+        const PADDING: &str = "zero padding: the recording process did not close the trace";
         if rest.len() < FRAME_HEADER_LEN {
             let reason = if rest.iter().all(|&b| b == 0) {
-                "zero padding: the recording process did not close the trace".to_string()
+                PADDING.to_string()
             } else {
                 format!(
                     "frame {idx}'s header is cut after {} of 16 bytes",
                     rest.len()
                 )
             };
-            cut = Some(cut_here(reason));
-            break;
+            return self.stop_cut(reason);
         }
         let len = u32::from_le_bytes(rest[0..4].try_into().expect("4")) as usize;
         let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4"));
         let seq = u64::from_le_bytes(rest[8..16].try_into().expect("8"));
         if len == 0 && crc == 0 && seq == 0 && rest.iter().all(|&b| b == 0) {
-            cut = Some(cut_here(
-                "zero padding: the recording process did not close the trace".into(),
-            ));
-            break;
+            return self.stop_cut(PADDING.into());
         }
-        let corrupt = |detail: String| TraceError::Corrupt {
-            path: p(),
-            frame: idx,
-            offset: off as u64,
-            detail,
-        };
         if len > MAX_FRAME {
-            return Err(corrupt(format!("length field {len} is implausible")));
+            return self.corrupt(format!("length field {len} is implausible"));
         }
         if rest.len() < FRAME_HEADER_LEN + len {
-            cut = Some(cut_here(format!(
-                "frame {idx} is cut: {} of {} payload bytes present",
-                rest.len() - FRAME_HEADER_LEN,
-                len
-            )));
-            break;
+            let have = rest.len() - FRAME_HEADER_LEN;
+            return self.stop_cut(format!(
+                "frame {idx} is cut: {have} of {len} payload bytes present"
+            ));
         }
         let body = &rest[8..FRAME_HEADER_LEN + len];
         let actual = crc32c::crc32c(body);
         if actual != crc {
-            return Err(corrupt(format!(
+            return self.corrupt(format!(
                 "checksum {actual:#010x} does not match the recorded {crc:#010x}"
-            )));
+            ));
         }
         if seq != idx {
-            return Err(corrupt(format!("sequence number {seq}, expected {idx}")));
+            return self.corrupt(format!("sequence number {seq}, expected {idx}"));
         }
-        let frame = codec::decode(&body[8..]).map_err(|e| corrupt(format!("undecodable: {e}")))?;
-        frames.push(frame);
-        off += FRAME_HEADER_LEN + len;
+        match codec::decode(&body[8..]) {
+            Ok(frame) => {
+                self.off += FRAME_HEADER_LEN + len;
+                self.idx += 1;
+                Some(Ok(frame))
+            }
+            Err(e) => self.corrupt(format!("undecodable: {e}")),
+        }
     }
-    Ok((frames, cut))
+}
+
+/// Read every complete frame of `bytes`. A clean cut (at any byte) ends the list and is
+/// reported; a frame whose checksum or encoding is wrong is an error naming it.
+pub fn read_frames(path: &Path, bytes: &[u8]) -> Result<(Vec<Frame>, Option<Cut>), TraceError> {
+    let mut r = FrameReader::new(path, bytes)?;
+    let frames = r.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok((frames, r.cut))
 }

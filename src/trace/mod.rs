@@ -9,8 +9,8 @@ mod render;
 
 pub use call::*;
 pub use format::{
-    read_frames, Cut, MmapSink, Sink, TraceError, TraceWriter, VecSink, FILE_HEADER_LEN,
-    FRAME_HEADER_LEN,
+    read_frames, Cut, FrameReader, MmapSink, Sink, TraceError, TraceWriter, VecSink,
+    FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
 pub use render::{render, summary};
@@ -85,14 +85,12 @@ impl Trace {
     }
 
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
-        let (frames, cut) = read_frames(path, bytes)?;
-        let mut t = Trace {
-            cut,
-            frames: frames.len() as u64,
-            ..Default::default()
-        };
+        let mut reader = FrameReader::new(path, bytes)?;
+        let mut t = Trace::default();
         let mut open: HashMap<u64, usize> = HashMap::new();
-        for (i, f) in frames.into_iter().enumerate() {
+        for (i, f) in reader.by_ref().enumerate() {
+            let f = f?;
+            t.frames += 1;
             let bad = |detail: String| TraceError::Corrupt {
                 path: path.to_path_buf(),
                 frame: i as u64,
@@ -168,6 +166,7 @@ impl Trace {
                 Frame::Stop => t.stopped = true,
             }
         }
+        t.cut = reader.cut;
         if t.cut.is_none() && !t.stopped {
             t.cut = Some(Cut {
                 offset: bytes.len() as u64,
