@@ -25,14 +25,33 @@ struct Cli {
 enum Cmd {
     /// List the backends usable on this machine (mock always; cuda when a driver is present).
     Info,
-    /// Record one of the built-in workloads on the mock into a trace file.
+    /// Record one of the built-in workloads into a trace file.
     Record {
         /// Which workload to run.
         #[arg(long, value_enum, default_value_t = Workload::TwoStreams)]
         workload: Workload,
+        /// Which backend to record on.
+        #[arg(long, value_enum, default_value_t = Backend::Mock)]
+        backend: Backend,
         /// Where to write the trace.
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Run every capture-rule probe on a backend and compare it with the rule table.
+    CaptureTable {
+        #[arg(long, value_enum, default_value_t = Backend::Mock)]
+        on: Backend,
+        /// Exit with an error when any probe disagrees with the table.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Measure the host cost of a kernel launch through the CUDA backend against a bare
+    /// driver launch.
+    BenchLaunch {
+        #[arg(long, default_value_t = 31)]
+        rounds: usize,
+        #[arg(long, default_value_t = 2000)]
+        per_round: usize,
     },
     /// Print a trace: its calls in canonical form, then a summary.
     Show {
@@ -41,6 +60,12 @@ enum Cmd {
         #[arg(long)]
         summary: bool,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    Mock,
+    Cuda,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -71,7 +96,13 @@ fn run() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Info => info(),
-        Cmd::Record { workload, output } => record(workload, &output),
+        Cmd::Record {
+            workload,
+            backend,
+            output,
+        } => record(workload, backend, &output),
+        Cmd::CaptureTable { on, strict } => capture_table(on, strict),
+        Cmd::BenchLaunch { rounds, per_round } => bench_launch(rounds, per_round),
         Cmd::Show { trace, summary } => show(&trace, summary),
     }
 }
@@ -100,14 +131,51 @@ fn info() -> Result<()> {
     Ok(())
 }
 
-fn record(w: Workload, out: &Path) -> Result<()> {
-    let m = gputape::mock::MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
-    let rec = gputape::recorder::RecordingBackend::to_file(
-        m,
-        out,
-        gputape::recorder::BackendDesc::new("mock"),
-    )?;
+fn cuda_backend() -> Result<gputape::cuda::CudaBackend> {
+    let g = gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))?;
+    gputape::workloads::load_cuda_kernels(&g)?;
+    Ok(g)
+}
+
+fn cuda_desc() -> gputape::recorder::BackendDesc {
+    let mut d = gputape::recorder::BackendDesc::new("cuda");
+    if let Ok(devs) = gputape::cuda::probe() {
+        if let Some(dev) = devs.first() {
+            d.device_name = Some(dev.name.clone());
+            d.driver_version = Some(dev.driver_version);
+        }
+    }
+    d
+}
+
+fn record(w: Workload, backend: Backend, out: &Path) -> Result<()> {
+    match backend {
+        Backend::Mock => {
+            let m = gputape::mock::MockGpuBackend::default();
+            gputape::workloads::register_mock_kernels(&m);
+            let d = gputape::recorder::BackendDesc::new("mock");
+            record_on(
+                gputape::recorder::RecordingBackend::to_file(m, out, d)?,
+                w,
+                out,
+            )
+        }
+        Backend::Cuda => {
+            let g = cuda_backend()?;
+            record_on(
+                gputape::recorder::RecordingBackend::to_file(g, out, cuda_desc())?,
+                w,
+                out,
+            )
+        }
+    }
+}
+
+fn record_on<B: GpuBackend>(
+    rec: gputape::recorder::RecordingBackend<B>,
+    w: Workload,
+    out: &Path,
+) -> Result<()> {
     rec.start()?;
     let g: &dyn GpuBackend = &rec;
     match w {
@@ -140,5 +208,68 @@ fn show(path: &Path, summary_only: bool) -> Result<()> {
             t.site(c.site)
         );
     }
+    Ok(())
+}
+
+fn capture_table(on: Backend, strict: bool) -> Result<()> {
+    use gputape::backend::{probe, CaptureMode, StreamKind};
+    let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
+    if on == Backend::Cuda && !gputape::cuda::driver_present() {
+        anyhow::bail!("{}", gputape::cuda::ProbeError::NoDriver);
+    }
+    let rows = match on {
+        Backend::Mock => probe::run_all(
+            &|mode: CaptureMode, kind: StreamKind| -> Result<Box<dyn GpuBackend>> {
+                Ok(Box::new(gputape::mock::MockGpuBackend::new(
+                    gputape::mock::MockConfig {
+                        capture_mode: mode,
+                        stream_kind: kind,
+                        ..Default::default()
+                    },
+                )))
+            },
+            &code,
+        ),
+        Backend::Cuda => probe::run_all(
+            &|mode: CaptureMode, kind: StreamKind| -> Result<Box<dyn GpuBackend>> {
+                let mut cfg = gputape::cuda::CudaConfig::from_env(0);
+                cfg.capture_mode = mode;
+                cfg.stream_kind = kind;
+                Ok(Box::new(gputape::cuda::CudaBackend::new(cfg)?))
+            },
+            &code,
+        ),
+    };
+    print!("{}", probe::render_rows(&rows));
+    let bad = rows.iter().filter(|r| !r.agrees()).count();
+    if strict && bad > 0 {
+        anyhow::bail!("{bad} probe(s) disagree with the capture rule table");
+    }
+    Ok(())
+}
+
+fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
+    let g = cuda_backend()?;
+    let b = gputape::cuda::bench::launch_overhead(&g, rounds, per_round)?;
+    println!(
+        "launch host cost, saxpy (4 args), median of {} rounds x {} launches",
+        b.rounds, b.per_round
+    );
+    println!("| variant | ns/launch | over bare |");
+    println!("|---|---:|---:|");
+    println!(
+        "| bare cuLaunchKernel (cudarc sys) | {:.0} | - |",
+        b.bare_ns
+    );
+    println!(
+        "| CudaBackend::launch | {:.0} | {:+.0} |",
+        b.backend_ns,
+        b.backend_ns - b.bare_ns
+    );
+    println!(
+        "| CudaBackend::launch_typed | {:.0} | {:+.0} |",
+        b.typed_ns,
+        b.typed_ns - b.bare_ns
+    );
     Ok(())
 }

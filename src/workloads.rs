@@ -6,6 +6,14 @@ use crate::mock::{KernelBody, MockGpuBackend};
 use anyhow::Result;
 use std::sync::Arc;
 
+/// The CUDA C of the workloads' kernels (and the GPU suite's), loaded as module `blas`.
+pub const TEST_KERNELS: &str = include_str!("../kernels/test_kernels.cu");
+
+/// Compile and load `TEST_KERNELS` on a CUDA backend as module `blas`.
+pub fn load_cuda_kernels(g: &crate::cuda::CudaBackend) -> Result<()> {
+    g.load_source("blas", TEST_KERNELS)
+}
+
 /// Register the kernels these workloads launch: `saxpy(x, y, n, a)` (y += a*x) and
 /// `fill(dst, n, v)`.
 pub fn register_mock_kernels(m: &MockGpuBackend) {

@@ -259,3 +259,70 @@ pub fn run_probe(
     g.free_host_pinned(pinned, N)?;
     Ok(Outcome { call, end, landed })
 }
+
+/// One probe's result beside the table's prediction.
+#[derive(Clone, Debug)]
+pub struct ProbeRow {
+    pub probe: Probe,
+    pub rule: &'static str,
+    pub expected: Outcome,
+    /// What the backend did, or why the probe itself could not run.
+    pub observed: Result<Outcome, String>,
+}
+
+impl ProbeRow {
+    pub fn agrees(&self) -> bool {
+        self.observed.as_ref().is_ok_and(|o| *o == self.expected)
+    }
+}
+
+/// Run every probe on backends made by `make`.
+pub fn run_all(
+    make: &dyn Fn(CaptureMode, StreamKind) -> Result<Box<dyn GpuBackend>>,
+    code: &(dyn Fn(&anyhow::Error) -> u32 + Sync),
+) -> Vec<ProbeRow> {
+    all_probes()
+        .into_iter()
+        .map(|p| {
+            let (rule, expected) = p.expected();
+            ProbeRow {
+                probe: p,
+                rule,
+                expected,
+                observed: run_probe(make, code, p).map_err(|e| format!("{e:#}")),
+            }
+        })
+        .collect()
+}
+
+/// The rows as a Markdown table, disagreements marked.
+pub fn render_rows(rows: &[ProbeRow]) -> String {
+    let mut s = String::from(
+        "| op | stream | capturing stream | mode | thread | rule | table says | backend did | |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let p = &r.probe;
+        s.push_str(&format!(
+            "| {:?} | {:?} | {} | {} | {} | {} | {} | {} | {} |\n",
+            p.op,
+            p.relation,
+            p.kind.name(),
+            p.mode.name(),
+            if p.same_thread { "same" } else { "other" },
+            r.rule,
+            r.expected.describe(),
+            match &r.observed {
+                Ok(o) => o.describe(),
+                Err(e) => format!("probe failed: {e}"),
+            },
+            if r.agrees() { "ok" } else { "DIFFERS" }
+        ));
+    }
+    let bad = rows.iter().filter(|r| !r.agrees()).count();
+    s.push_str(&format!(
+        "\n{} probes, {} disagree with the table\n",
+        rows.len(),
+        bad
+    ));
+    s
+}

@@ -1,6 +1,14 @@
 //! The CUDA driver, reached through cudarc with dynamic loading. This is the only module that
 //! calls into the driver; every `unsafe` block says why it is sound.
 
+mod backend;
+pub mod bench;
+mod error;
+pub mod watchdog;
+
+pub use backend::{CudaBackend, CudaConfig, RedzoneConfig, RedzoneViolation};
+pub use error::CudaError;
+
 use cudarc::driver::{result, sys};
 
 /// Facts about one CUDA device, for `gputape info` and trace headers.

@@ -13,7 +13,7 @@ pub use format::{
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
-pub use render::{render, summary};
+pub use render::{call_text, render, render_call, summary};
 
 use crate::backend::{KernelInfo, ModuleCode};
 use std::collections::{BTreeMap, HashMap};

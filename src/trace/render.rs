@@ -193,6 +193,18 @@ fn ret_text(r: &Option<Ret>) -> String {
     }
 }
 
+/// One call record as its canonical line, without the site column padding.
+pub fn render_call(t: &Trace, c: &CallRecord) -> String {
+    format!(
+        "#{} t{} {} -> {} @ {}",
+        c.seq,
+        c.thread,
+        call_text(t, &c.call),
+        ret_text(&c.ret),
+        t.site(c.site)
+    )
+}
+
 /// The whole trace as canonical text.
 pub fn render(t: &Trace) -> String {
     let mut s = String::new();

@@ -1,0 +1,32 @@
+// Kernels for gputape's own tests and workloads: small, one concern each.
+// Compiled at run time with NVRTC (see src/cuda/backend.rs, CudaBackend::load_source).
+
+extern "C" __global__ void saxpy(const float* x, float* y, unsigned n, float a) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+
+extern "C" __global__ void fill(float* dst, unsigned n, float v) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = v;
+}
+
+// Writes `n + extra` bytes starting at `p`: a planted overrun of `extra` bytes.
+extern "C" __global__ void write_past(unsigned char* p, unsigned n, unsigned extra) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n + extra) p[i] = (unsigned char)(i & 0x7f);
+}
+
+struct Pair { int a; float b; };
+
+// Mixed argument kinds: pointer, 32-bit int, 64-bit float, 64-bit int, a by-value struct.
+extern "C" __global__ void mixed(double* out, int i, double d, unsigned long long u, Pair p) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        out[0] = (double)i;
+        out[1] = d;
+        out[2] = (double)u;
+        out[3] = (double)p.a + (double)p.b;
+    }
+}
+
+extern "C" __global__ void empty() {}

@@ -1,0 +1,1039 @@
+//! `CudaBackend`: the trait on the CUDA driver API, through cudarc's dynamically loaded `sys`
+//! layer.
+
+use super::error::check;
+use super::watchdog;
+use crate::backend::{
+    CaptureMode, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelInfo,
+    KernelRegistry, ModuleCode, OpCache, ParamAccess, ParamInfo, Site, StreamKind,
+};
+use anyhow::Result;
+use cudarc::driver::sys;
+use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_void, CString};
+use std::panic::Location;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Red-zone settings: guard bands after allocations, to catch kernels that write past the end
+/// of a buffer (which CUDA itself does not notice when the neighbour is another allocation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedzoneConfig {
+    /// Guard band size in bytes, rounded up to 16; 0 disables red zones.
+    pub bytes: usize,
+    /// Guard only allocations whose creation index is at least this (weights come first and are
+    /// read-only to kernels, so skipping them keeps the cost down).
+    pub min_idx: usize,
+    /// Log a backtrace when the allocation with this creation index is made, so a bisected
+    /// index becomes a source line.
+    pub trace_idx: Option<usize>,
+    /// The fill byte. Running twice with different fills separates out-of-bounds reads (the
+    /// results change) from writes (the scan reports them).
+    pub fill: u8,
+}
+
+impl RedzoneConfig {
+    /// From `GPUTAPE_REDZONE`, `GPUTAPE_REDZONE_MIN_IDX`, `GPUTAPE_REDZONE_TRACE_IDX` and
+    /// `GPUTAPE_REDZONE_FILL`, read once when a backend is built.
+    pub fn from_env() -> Self {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
+        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<usize>().ok());
+        RedzoneConfig {
+            bytes: num("GPUTAPE_REDZONE").map_or(0, |n| n.next_multiple_of(16)),
+            min_idx: num("GPUTAPE_REDZONE_MIN_IDX").unwrap_or(0),
+            trace_idx: num("GPUTAPE_REDZONE_TRACE_IDX"),
+            fill: get("GPUTAPE_REDZONE_FILL")
+                .and_then(|v| v.trim().parse::<u8>().ok())
+                .unwrap_or(0xEE),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CudaConfig {
+    pub ordinal: usize,
+    /// The mode `begin_capture` passes to `cuStreamBeginCapture`.
+    pub capture_mode: CaptureMode,
+    /// Flags of every stream this backend creates, the default stream included.
+    pub stream_kind: StreamKind,
+    pub redzone: RedzoneConfig,
+    /// `GPUTAPE_DEBUG_SYNC_KERNELS=1`: synchronise after every launch.
+    pub debug_sync_kernels: bool,
+    /// Pinned staging ring for `copy_h2d_async`.
+    pub staging_bytes: usize,
+    /// Pinned arena for `copy_h2d_async` sources captured into graphs (kept until drop).
+    pub capture_staging_bytes: usize,
+}
+
+impl CudaConfig {
+    pub fn from_env(ordinal: usize) -> Self {
+        CudaConfig {
+            ordinal,
+            capture_mode: CaptureMode::Global,
+            stream_kind: StreamKind::Blocking,
+            redzone: RedzoneConfig::from_env(),
+            debug_sync_kernels: std::env::var("GPUTAPE_DEBUG_SYNC_KERNELS").as_deref() == Ok("1"),
+            staging_bytes: 8 << 20,
+            capture_staging_bytes: 4 << 20,
+        }
+    }
+}
+
+struct AllocRecord {
+    bytes: usize,
+    site: Site,
+}
+
+#[derive(Clone, Copy)]
+struct RedZone {
+    user_ptr: u64,
+    user_bytes: usize,
+    pad: usize,
+    idx: usize,
+    site: Site,
+}
+
+/// One guard band found written by `scan_redzones`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedzoneViolation {
+    pub alloc_idx: usize,
+    pub user_bytes: usize,
+    /// First and last changed byte, as offsets past the end of the allocation.
+    pub first: usize,
+    pub last: usize,
+    pub changed: usize,
+    pub site: String,
+}
+
+/// Pinned memory that `copy_h2d_async` copies sources into, so the caller may drop them at
+/// once even though the DMA happens later. Regions are reused once the event recorded after
+/// their copy has completed.
+struct Staging {
+    base: *mut u8,
+    cap: usize,
+    head: usize,
+    inflight: VecDeque<(usize, usize, u64)>,
+    spare_events: Vec<u64>,
+    /// Sources captured into graphs: never reused (a graph reads them at every launch).
+    capture_base: *mut u8,
+    capture_cap: usize,
+    capture_head: usize,
+}
+
+/// The CUDA backend. See the module docs.
+pub struct CudaBackend {
+    cfg: CudaConfig,
+    ctx: u64,
+    device: i32,
+    default_stream: u64,
+    sm_count: u32,
+    integrated: bool,
+    compute_capability: (i32, i32),
+    registry: Arc<KernelRegistry>,
+    modules: Mutex<HashMap<String, u64>>,
+    functions: RwLock<HashMap<(String, String), u64>>,
+    ledger: Mutex<HashMap<u64, AllocRecord>>,
+    alloc_seq: AtomicUsize,
+    redzones: Mutex<Vec<RedZone>>,
+    last_violations: Mutex<Vec<RedzoneViolation>>,
+    streams: Mutex<Vec<u64>>,
+    staging: Mutex<Staging>,
+    op_cache: OpCache,
+}
+
+// SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
+// mutex, and every driver handle is usable from any thread once the context is current.
+unsafe impl Send for CudaBackend {}
+// SAFETY: as above; all interior mutability is behind locks or atomics.
+unsafe impl Sync for CudaBackend {}
+
+macro_rules! cu {
+    ($call:ident ( $($arg:expr),* $(,)? )) => {{
+        // SAFETY: each argument is a live driver handle owned by this backend, a device address
+        // the caller passed (the driver validates it), or a pointer to a local that outlives
+        // the call; the context is current on this thread (construction or bind_to_thread).
+        let r = unsafe { sys::$call($($arg),*) };
+        check(stringify!($call), r)
+    }};
+}
+
+impl CudaBackend {
+    /// Open device `cfg.ordinal` through its primary context.
+    pub fn new(cfg: CudaConfig) -> Result<Self> {
+        if !super::driver_present() {
+            return Err(super::ProbeError::NoDriver.into());
+        }
+        cu!(cuInit(0))?;
+        let mut device = 0i32;
+        cu!(cuDeviceGet(&mut device, cfg.ordinal as i32))?;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        cu!(cuDevicePrimaryCtxRetain(&mut ctx, device))?;
+        cu!(cuCtxSetCurrent(ctx))?;
+        let attr = |a| -> Result<i32> {
+            let mut v = 0i32;
+            cu!(cuDeviceGetAttribute(&mut v, a, device))?;
+            Ok(v)
+        };
+        use sys::CUdevice_attribute as A;
+        let sm_count = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let integrated = attr(A::CU_DEVICE_ATTRIBUTE_INTEGRATED)? != 0;
+        let cc = (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let mut staging_base: *mut c_void = std::ptr::null_mut();
+        cu!(cuMemAllocHost_v2(&mut staging_base, cfg.staging_bytes))?;
+        let mut capture_base: *mut c_void = std::ptr::null_mut();
+        cu!(cuMemAllocHost_v2(
+            &mut capture_base,
+            cfg.capture_staging_bytes
+        ))?;
+        let mut b = CudaBackend {
+            ctx: ctx as u64,
+            device,
+            default_stream: 0,
+            sm_count,
+            integrated,
+            compute_capability: cc,
+            registry: Arc::new(KernelRegistry::new()),
+            modules: Mutex::new(HashMap::new()),
+            functions: RwLock::new(HashMap::new()),
+            ledger: Mutex::new(HashMap::new()),
+            alloc_seq: AtomicUsize::new(0),
+            redzones: Mutex::new(Vec::new()),
+            last_violations: Mutex::new(Vec::new()),
+            streams: Mutex::new(Vec::new()),
+            staging: Mutex::new(Staging {
+                base: staging_base.cast(),
+                cap: cfg.staging_bytes,
+                head: 0,
+                inflight: VecDeque::new(),
+                spare_events: Vec::new(),
+                capture_base: capture_base.cast(),
+                capture_cap: cfg.capture_staging_bytes,
+                capture_head: 0,
+            }),
+            op_cache: OpCache::new(),
+            cfg,
+        };
+        b.default_stream = b.new_stream()?;
+        tracing::info!(
+            "CudaBackend on device {} ({} SMs, cc {}.{}, {})",
+            b.cfg.ordinal,
+            sm_count,
+            cc.0,
+            cc.1,
+            if integrated { "integrated" } else { "discrete" }
+        );
+        Ok(b)
+    }
+
+    pub fn config(&self) -> &CudaConfig {
+        &self.cfg
+    }
+
+    pub fn device_ordinal(&self) -> i32 {
+        self.device
+    }
+
+    fn new_stream(&self) -> Result<u64> {
+        let flags = match self.cfg.stream_kind {
+            StreamKind::Blocking => sys::CUstream_flags::CU_STREAM_DEFAULT,
+            StreamKind::NonBlocking => sys::CUstream_flags::CU_STREAM_NON_BLOCKING,
+        } as u32;
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        cu!(cuStreamCreate(&mut s, flags))?;
+        self.streams.lock().push(s as u64);
+        Ok(s as u64)
+    }
+
+    /// Load a module from PTX text. `source` is kept with it when known, so a recorder can
+    /// embed the code that ran.
+    pub fn load_ptx(&self, name: &str, ptx: &str, source: Option<&str>) -> Result<()> {
+        let c = CString::new(ptx).map_err(|_| anyhow::anyhow!("PTX of {name} contains a NUL"))?;
+        let mut m: sys::CUmodule = std::ptr::null_mut();
+        cu!(cuModuleLoadData(&mut m, c.as_ptr().cast()))
+            .map_err(|e| e.with(format!("module {name}")))?;
+        if let Some(old) = self.modules.lock().insert(name.to_string(), m as u64) {
+            let _ = cu!(cuModuleUnload(old as sys::CUmodule));
+            self.functions.write().retain(|(mname, _), _| mname != name);
+        }
+        self.registry.add_module(ModuleCode {
+            name: name.to_string(),
+            source: source.map(str::to_string),
+            ptx: Some(ptx.to_string()),
+        });
+        Ok(())
+    }
+
+    /// Compile CUDA C with NVRTC for this device and load it.
+    pub fn load_source(&self, name: &str, source: &str) -> Result<()> {
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![format!(
+                "--gpu-architecture=compute_{}{}",
+                self.compute_capability.0, self.compute_capability.1
+            )],
+            name: Some(format!("{name}.cu")),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+            .map_err(|e| anyhow::anyhow!("NVRTC could not compile module {name}: {e:?}"))?;
+        self.load_ptx(name, &ptx.to_src(), Some(source))
+    }
+
+    /// Each parameter's offset and size, from the driver.
+    fn param_layout(f: u64) -> Vec<ParamInfo> {
+        let mut out = Vec::new();
+        for i in 0.. {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: `f` is a CUfunction from cuModuleGetFunction on a loaded module; the
+            // out-pointers are locals. Past the last parameter the driver returns an error.
+            let r =
+                unsafe { sys::cuFuncGetParamInfo(f as sys::CUfunction, i, &mut off, &mut size) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                break;
+            }
+            out.push(ParamInfo {
+                offset: off as u32,
+                size: size as u32,
+                access: ParamAccess::Unknown,
+            });
+        }
+        out
+    }
+
+    /// What the last `scan_redzones` found.
+    pub fn last_redzone_violations(&self) -> Vec<RedzoneViolation> {
+        self.last_violations.lock().clone()
+    }
+
+    /// Live allocations by site, biggest first: (site, bytes, count).
+    pub fn live_by_site(&self) -> Vec<(String, usize, usize)> {
+        let mut m: HashMap<String, (usize, usize)> = HashMap::new();
+        for r in self.ledger.lock().values() {
+            let e = m.entry(crate::backend::site_string(r.site)).or_default();
+            e.0 += r.bytes;
+            e.1 += 1;
+        }
+        let mut v: Vec<_> = m.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+
+    fn mem_info(&self) -> Result<(usize, usize)> {
+        let (mut free, mut total) = (0usize, 0usize);
+        cu!(cuMemGetInfo_v2(&mut free, &mut total))?;
+        Ok((free, total))
+    }
+
+    fn sync_stream(&self, stream: u64) -> Result<()> {
+        Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)
+    }
+
+    fn is_capturing(&self, stream: u64) -> bool {
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: `stream` is a stream handle (or 0, the legacy stream); `st` is a local.
+        let r = unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut st) };
+        r == sys::CUresult::CUDA_SUCCESS
+            && st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // SAFETY: make this backend's context current on the dropping thread before releasing.
+        let _ = unsafe { sys::cuCtxSetCurrent(self.ctx as sys::CUcontext) };
+        let swept = self.sweep_unreleased();
+        if swept > 0 {
+            tracing::warn!(
+                "CudaBackend dropped with {swept} allocation(s) no owner released (an abandoned \
+                 load, or an owner that never registered)"
+            );
+        }
+        let st = self.staging.get_mut();
+        for (_, _, ev) in st.inflight.drain(..) {
+            let _ = cu!(cuEventSynchronize(ev as sys::CUevent));
+            let _ = cu!(cuEventDestroy_v2(ev as sys::CUevent));
+        }
+        for ev in st.spare_events.drain(..) {
+            let _ = cu!(cuEventDestroy_v2(ev as sys::CUevent));
+        }
+        let _ = cu!(cuMemFreeHost(st.base.cast()));
+        let _ = cu!(cuMemFreeHost(st.capture_base.cast()));
+        for s in self.streams.get_mut().drain(..) {
+            let _ = cu!(cuStreamDestroy_v2(s as sys::CUstream));
+        }
+        for (_, m) in self.modules.get_mut().drain() {
+            let _ = cu!(cuModuleUnload(m as sys::CUmodule));
+        }
+        let _ = cu!(cuDevicePrimaryCtxRelease_v2(self.device));
+    }
+}
+
+fn dp(p: DevicePtr) -> sys::CUdeviceptr {
+    p.0 as sys::CUdeviceptr
+}
+
+fn st(s: u64) -> sys::CUstream {
+    s as sys::CUstream
+}
+
+impl GpuBackend for CudaBackend {
+    #[track_caller]
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let site = Location::caller();
+        let idx = self.alloc_seq.fetch_add(1, Ordering::Relaxed);
+        let rz = &self.cfg.redzone;
+        let pad = if rz.bytes > 0 && idx >= rz.min_idx {
+            rz.bytes
+        } else {
+            0
+        };
+        let mut p: sys::CUdeviceptr = 0;
+        cu!(cuMemAlloc_v2(&mut p, bytes + pad)).map_err(|e| {
+            e.with(format!(
+                "{bytes} bytes for {}",
+                crate::backend::site_string(site)
+            ))
+        })?;
+        if pad > 0 {
+            if let Err(e) = cu!(cuMemsetD8_v2(p + bytes as u64, rz.fill, pad)) {
+                let _ = cu!(cuMemFree_v2(p));
+                return Err(e.into());
+            }
+            self.redzones.lock().push(RedZone {
+                user_ptr: p,
+                user_bytes: bytes,
+                pad,
+                idx,
+                site,
+            });
+            if rz.trace_idx == Some(idx) {
+                tracing::warn!(
+                    "red-zone trace: allocation #{idx} ({bytes} bytes) at {}\n{}",
+                    crate::backend::site_string(site),
+                    std::backtrace::Backtrace::force_capture()
+                );
+            }
+        }
+        self.ledger.lock().insert(p, AllocRecord { bytes, site });
+        Ok(DevicePtr(p))
+    }
+
+    #[track_caller]
+    fn alloc_managed(&self, bytes: usize) -> Result<DevicePtr> {
+        let site = Location::caller();
+        self.alloc_seq.fetch_add(1, Ordering::Relaxed);
+        let mut p: sys::CUdeviceptr = 0;
+        cu!(cuMemAllocManaged(
+            &mut p,
+            bytes,
+            sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32
+        ))?;
+        self.ledger.lock().insert(p, AllocRecord { bytes, site });
+        Ok(DevicePtr(p))
+    }
+
+    #[track_caller]
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        cu!(cuMemFree_v2(dp(ptr))).map_err(|e| {
+            e.with(format!(
+                "{ptr} from {}",
+                crate::backend::site_string(Location::caller())
+            ))
+        })?;
+        self.ledger.lock().remove(&ptr.0);
+        if self.cfg.redzone.bytes > 0 {
+            self.redzones.lock().retain(|z| z.user_ptr != ptr.0);
+        }
+        Ok(())
+    }
+
+    #[track_caller]
+    fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
+        Ok(cu!(cuMemcpyHtoD_v2(
+            dp(dst),
+            src.as_ptr().cast(),
+            src.len()
+        ))?)
+    }
+
+    #[track_caller]
+    fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        Ok(cu!(cuMemcpyDtoH_v2(
+            dst.as_mut_ptr().cast(),
+            dp(src),
+            dst.len()
+        ))?)
+    }
+
+    #[track_caller]
+    fn copy_d2d(&self, src: DevicePtr, dst: DevicePtr, bytes: usize) -> Result<()> {
+        Ok(cu!(cuMemcpyDtoD_v2(dp(dst), dp(src), bytes))?)
+    }
+
+    #[track_caller]
+    fn launch(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        cu!(cuLaunchKernel(
+            func.0 as sys::CUfunction,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            shared_mem,
+            st(stream),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        ))?;
+        if self.cfg.debug_sync_kernels {
+            self.sync_stream(stream)?;
+        }
+        Ok(())
+    }
+
+    #[track_caller]
+    fn launch_typed(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        // Pack on the stack: every argument gets whole 8-byte slots.
+        let mut slots: SmallVec<[u64; 24]> = SmallVec::new();
+        let mut starts: SmallVec<[usize; 16]> = SmallVec::new();
+        for a in args {
+            starts.push(slots.len());
+            match a {
+                KernelArg::Buffer(p) => slots.push(p.0),
+                KernelArg::Bytes(b) => {
+                    for chunk in b.chunks(8) {
+                        let mut w = [0u8; 8];
+                        w[..chunk.len()].copy_from_slice(chunk);
+                        slots.push(u64::from_le_bytes(w));
+                    }
+                    if b.is_empty() {
+                        slots.push(0);
+                    }
+                }
+            }
+        }
+        let base = slots.as_mut_ptr();
+        let mut params: SmallVec<[*mut c_void; 16]> = starts
+            .iter()
+            // SAFETY: each start indexes into `slots`, which is not resized after this point.
+            .map(|&i| unsafe { base.add(i) }.cast::<c_void>())
+            .collect();
+        self.launch(func, grid, block, shared_mem, stream, &mut params)
+    }
+
+    #[track_caller]
+    fn synchronize(&self, stream: u64) -> Result<()> {
+        self.sync_stream(stream)
+    }
+
+    #[track_caller]
+    fn default_stream(&self) -> u64 {
+        self.default_stream
+    }
+
+    #[track_caller]
+    fn kernel(&self, module: &str, func_name: &str) -> Result<KernelHandle> {
+        let key = (module.to_string(), func_name.to_string());
+        if let Some(f) = self.functions.read().get(&key) {
+            return Ok(KernelHandle(*f));
+        }
+        let site = crate::backend::site_string(Location::caller());
+        let Some(m) = self.modules.lock().get(module).copied() else {
+            anyhow::bail!(
+                "kernel {module}::{func_name} looked up at {site}: module {module} is not loaded"
+            );
+        };
+        let name = CString::new(func_name)?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        cu!(cuModuleGetFunction(
+            &mut f,
+            m as sys::CUmodule,
+            name.as_ptr()
+        ))
+        .map_err(|e| e.with(format!("{module}::{func_name}, looked up at {site}")))?;
+        let handle = KernelHandle(f as u64);
+        self.registry.add_kernel(
+            handle,
+            KernelInfo {
+                module: module.to_string(),
+                name: func_name.to_string(),
+                params: Self::param_layout(f as u64),
+            },
+        );
+        self.functions.write().insert(key, f as u64);
+        Ok(handle)
+    }
+
+    #[track_caller]
+    fn op_cache(&self) -> &OpCache {
+        &self.op_cache
+    }
+
+    #[track_caller]
+    fn memset(&self, ptr: DevicePtr, value: u8, bytes: usize) -> Result<()> {
+        Ok(cu!(cuMemsetD8_v2(dp(ptr), value, bytes))?)
+    }
+
+    #[track_caller]
+    fn memset_async(&self, ptr: DevicePtr, value: u8, bytes: usize, stream: u64) -> Result<()> {
+        Ok(cu!(cuMemsetD8Async(dp(ptr), value, bytes, st(stream)))?)
+    }
+
+    #[track_caller]
+    fn total_memory(&self) -> Result<usize> {
+        Ok(self.mem_info()?.1)
+    }
+
+    #[track_caller]
+    fn free_memory(&self) -> Result<usize> {
+        let (free, _) = self.mem_info()?;
+        Ok(watchdog::effective_free_bytes(
+            free,
+            watchdog::mem_available(),
+            self.integrated,
+        ))
+    }
+
+    #[track_caller]
+    fn sm_count(&self) -> Result<u32> {
+        Ok(self.sm_count)
+    }
+
+    #[track_caller]
+    fn sweep_unreleased(&self) -> usize {
+        let outstanding: Vec<(u64, AllocRecord)> = self.ledger.lock().drain().collect();
+        if !outstanding.is_empty() {
+            let mut by_site: HashMap<String, (usize, usize)> = HashMap::new();
+            for (_, r) in &outstanding {
+                let e = by_site
+                    .entry(crate::backend::site_string(r.site))
+                    .or_default();
+                e.0 += r.bytes;
+                e.1 += 1;
+            }
+            let mut rows: Vec<_> = by_site.into_iter().collect();
+            rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+            let top: Vec<String> = rows
+                .iter()
+                .take(5)
+                .map(|(s, (b, n))| format!("{s} ({b} bytes x{n})"))
+                .collect();
+            tracing::warn!(
+                "sweep: {} allocation(s), {} bytes, had no owner; largest sites: {}",
+                outstanding.len(),
+                outstanding.iter().map(|(_, r)| r.bytes).sum::<usize>(),
+                top.join(", ")
+            );
+        }
+        let mut zones = self.redzones.lock();
+        for (p, _) in &outstanding {
+            // Straight to the driver: the ledger is drained, and one failure must not stop the
+            // rest of the sweep.
+            if let Err(e) = cu!(cuMemFree_v2(*p)) {
+                tracing::warn!("sweep: {e} for {p:#x}");
+            }
+            zones.retain(|z| z.user_ptr != *p);
+        }
+        outstanding.len()
+    }
+
+    #[track_caller]
+    fn live_bytes(&self) -> Option<usize> {
+        Some(self.ledger.lock().values().map(|r| r.bytes).sum())
+    }
+
+    #[track_caller]
+    fn alloc_report(&self, top_n: usize, min_mb: usize) -> Option<String> {
+        let rows = self.live_by_site();
+        let total: usize = rows.iter().map(|r| r.1).sum();
+        let mut out = format!("live: {total} bytes in {} site(s)\n", rows.len());
+        for (site, bytes, n) in rows.iter().filter(|r| r.1 >= min_mb << 20).take(top_n) {
+            out.push_str(&format!("  {bytes:>14} bytes x{n:<4} {site}\n"));
+        }
+        Some(out)
+    }
+
+    #[track_caller]
+    fn copy_d2h_on_stream(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
+        cu!(cuMemcpyDtoHAsync_v2(
+            dst.as_mut_ptr().cast(),
+            dp(src),
+            dst.len(),
+            st(stream)
+        ))?;
+        self.sync_stream(stream)
+    }
+
+    #[track_caller]
+    fn stream_is_capturing(&self, stream: u64) -> bool {
+        self.is_capturing(stream)
+    }
+
+    #[track_caller]
+    fn scan_redzones(&self) -> Result<usize> {
+        let fill = self.cfg.redzone.fill;
+        let zones: Vec<RedZone> = self.redzones.lock().clone();
+        let mut bad = Vec::new();
+        let mut host = Vec::new();
+        for z in &zones {
+            host.clear();
+            host.resize(z.pad, 0);
+            let end = z.user_ptr + z.user_bytes as u64;
+            cu!(cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), end, z.pad))?;
+            let Some(first) = host.iter().position(|b| *b != fill) else {
+                continue;
+            };
+            let last = host.iter().rposition(|b| *b != fill).unwrap_or(first);
+            let v = RedzoneViolation {
+                alloc_idx: z.idx,
+                user_bytes: z.user_bytes,
+                first,
+                last,
+                changed: host.iter().filter(|b| **b != fill).count(),
+                site: crate::backend::site_string(z.site),
+            };
+            tracing::error!(
+                "red zone written: allocation #{} ({} bytes, from {}): bytes {}..={} past its end \
+                 changed ({} of {}), first value {:#04x}",
+                v.alloc_idx,
+                v.user_bytes,
+                v.site,
+                v.first,
+                v.last,
+                v.changed,
+                z.pad,
+                host[first]
+            );
+            bad.push(v);
+            // Refill, so a repeat offender is reported once per scan.
+            cu!(cuMemsetD8_v2(end, fill, z.pad))?;
+        }
+        let n = bad.len();
+        *self.last_violations.lock() = bad;
+        Ok(n)
+    }
+
+    #[track_caller]
+    fn poison_redzones(&self, lo: usize, hi: usize) -> Result<()> {
+        let zones: Vec<RedZone> = self.redzones.lock().clone();
+        for z in &zones {
+            let v = if (lo..hi).contains(&z.idx) {
+                0xEE
+            } else {
+                0x00
+            };
+            cu!(cuMemsetD8_v2(z.user_ptr + z.user_bytes as u64, v, z.pad))?;
+        }
+        Ok(())
+    }
+
+    #[track_caller]
+    fn debug_sync_kernels(&self) -> bool {
+        self.cfg.debug_sync_kernels
+    }
+
+    #[track_caller]
+    fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
+        Some(self.registry.clone())
+    }
+
+    #[track_caller]
+    fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
+        let len = src.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let mut s = self.staging.lock();
+        if self.is_capturing(stream) {
+            // A graph reads its memcpy source at every launch: give the bytes a home that is
+            // never reused, so each launch copies what was captured.
+            let start = s.capture_head.next_multiple_of(256);
+            if start + len > s.capture_cap {
+                anyhow::bail!(
+                    "copy_h2d_async at {} inside a capture: capture staging exhausted ({} of {} bytes used, {len} more needed)",
+                    crate::backend::site_string(Location::caller()),
+                    s.capture_head,
+                    s.capture_cap
+                );
+            }
+            // SAFETY: [start, start+len) lies inside the capture arena (checked above), which
+            // is pinned memory owned by this backend and disjoint from `src`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), s.capture_base.add(start), len) };
+            s.capture_head = start + len;
+            let from = s.capture_base as usize + start;
+            return Ok(cu!(cuMemcpyHtoDAsync_v2(
+                dp(dst),
+                from as *const c_void,
+                len,
+                st(stream)
+            ))?);
+        }
+        if len > s.cap / 2 {
+            // Too big to stage: copy and wait, which keeps the promise the slow way.
+            cu!(cuMemcpyHtoDAsync_v2(
+                dp(dst),
+                src.as_ptr().cast(),
+                len,
+                st(stream)
+            ))?;
+            return self.sync_stream(stream);
+        }
+        let mut start = s.head.next_multiple_of(256);
+        if start + len > s.cap {
+            start = 0;
+        }
+        // Wait for every in-flight copy whose staging bytes we are about to overwrite.
+        let mut i = 0;
+        while i < s.inflight.len() {
+            let (a, b, ev) = s.inflight[i];
+            if a < start + len && start < b {
+                cu!(cuEventSynchronize(ev as sys::CUevent))?;
+                s.inflight.remove(i);
+                s.spare_events.push(ev);
+            } else {
+                i += 1;
+            }
+        }
+        // SAFETY: [start, start+len) is inside the staging ring (len <= cap/2, start+len <=
+        // cap), no in-flight copy reads it any more (waited above), and `src` is the caller's.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), s.base.add(start), len) };
+        let from = s.base as usize + start;
+        cu!(cuMemcpyHtoDAsync_v2(
+            dp(dst),
+            from as *const c_void,
+            len,
+            st(stream)
+        ))?;
+        let ev = match s.spare_events.pop() {
+            Some(e) => e,
+            None => {
+                let mut e: sys::CUevent = std::ptr::null_mut();
+                cu!(cuEventCreate(
+                    &mut e,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+                ))?;
+                e as u64
+            }
+        };
+        cu!(cuEventRecord(ev as sys::CUevent, st(stream)))?;
+        s.inflight.push_back((start, start + len, ev));
+        s.head = start + len;
+        Ok(())
+    }
+
+    #[track_caller]
+    fn copy_h2d_async_retained(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
+        Ok(cu!(cuMemcpyHtoDAsync_v2(
+            dp(dst),
+            src.as_ptr().cast(),
+            src.len(),
+            st(stream)
+        ))?)
+    }
+
+    #[track_caller]
+    fn copy_d2h_async(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
+        Ok(cu!(cuMemcpyDtoHAsync_v2(
+            dst.as_mut_ptr().cast(),
+            dp(src),
+            dst.len(),
+            st(stream)
+        ))?)
+    }
+
+    #[track_caller]
+    fn copy_d2d_async(
+        &self,
+        src: DevicePtr,
+        dst: DevicePtr,
+        bytes: usize,
+        stream: u64,
+    ) -> Result<()> {
+        Ok(cu!(cuMemcpyDtoDAsync_v2(
+            dp(dst),
+            dp(src),
+            bytes,
+            st(stream)
+        ))?)
+    }
+
+    #[track_caller]
+    fn copy_d2d_2d_async(
+        &self,
+        src: DevicePtr,
+        src_pitch: usize,
+        dst: DevicePtr,
+        dst_pitch: usize,
+        width_bytes: usize,
+        height: usize,
+        stream: u64,
+    ) -> Result<()> {
+        let p = sys::CUDA_MEMCPY2D_st {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: dp(src),
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dp(dst),
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: width_bytes,
+            Height: height,
+        };
+        Ok(cu!(cuMemcpy2DAsync_v2(&p, st(stream)))?)
+    }
+
+    #[track_caller]
+    fn begin_capture(&self, stream: u64) -> Result<()> {
+        use sys::CUstreamCaptureMode as M;
+        let mode = match self.cfg.capture_mode {
+            CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+        };
+        Ok(cu!(cuStreamBeginCapture_v2(st(stream), mode))?)
+    }
+
+    #[track_caller]
+    fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
+        let mut g: sys::CUgraph = std::ptr::null_mut();
+        let r = cu!(cuStreamEndCapture(st(stream), &mut g));
+        if let Err(e) = r {
+            if !g.is_null() {
+                let _ = cu!(cuGraphDestroy(g));
+            }
+            return Err(e.into());
+        }
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        let r = cu!(cuGraphInstantiateWithFlags(&mut exec, g, 0));
+        let _ = cu!(cuGraphDestroy(g));
+        r?;
+        Ok(GraphHandle(exec as u64))
+    }
+
+    #[track_caller]
+    fn launch_graph(&self, graph: GraphHandle, stream: u64) -> Result<()> {
+        Ok(cu!(cuGraphLaunch(graph.0 as sys::CUgraphExec, st(stream)))?)
+    }
+
+    #[track_caller]
+    fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
+        Ok(cu!(cuGraphExecDestroy(graph.0 as sys::CUgraphExec))?)
+    }
+
+    #[track_caller]
+    fn abort_capture_if_active(&self, stream: u64) {
+        if self.is_capturing(stream) {
+            let mut g: sys::CUgraph = std::ptr::null_mut();
+            let _ = cu!(cuStreamEndCapture(st(stream), &mut g));
+            if !g.is_null() {
+                let _ = cu!(cuGraphDestroy(g));
+            }
+        }
+    }
+
+    #[track_caller]
+    fn device_free_memory(&self) -> Result<usize> {
+        Ok(self.mem_info()?.0)
+    }
+
+    #[track_caller]
+    fn live_alloc_count(&self) -> usize {
+        self.ledger.lock().len()
+    }
+
+    #[track_caller]
+    fn create_stream(&self) -> Result<u64> {
+        self.new_stream()
+    }
+
+    #[track_caller]
+    fn bind_to_thread(&self) -> Result<()> {
+        Ok(cu!(cuCtxSetCurrent(self.ctx as sys::CUcontext))?)
+    }
+
+    #[track_caller]
+    fn create_event(&self) -> Result<u64> {
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        cu!(cuEventCreate(
+            &mut e,
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+        ))?;
+        Ok(e as u64)
+    }
+
+    #[track_caller]
+    fn record_event(&self, event: u64, stream: u64) -> Result<()> {
+        Ok(cu!(cuEventRecord(event as sys::CUevent, st(stream)))?)
+    }
+
+    #[track_caller]
+    fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
+        Ok(cu!(cuStreamWaitEvent(
+            st(stream),
+            event as sys::CUevent,
+            0
+        ))?)
+    }
+
+    #[track_caller]
+    fn event_synchronize(&self, event: u64) -> Result<()> {
+        Ok(cu!(cuEventSynchronize(event as sys::CUevent))?)
+    }
+
+    #[track_caller]
+    fn destroy_event(&self, event: u64) -> Result<()> {
+        Ok(cu!(cuEventDestroy_v2(event as sys::CUevent))?)
+    }
+
+    #[track_caller]
+    fn host_ptr_to_device(&self, host: *mut u8) -> Result<DevicePtr> {
+        let mut p: sys::CUdeviceptr = 0;
+        cu!(cuMemHostGetDevicePointer_v2(&mut p, host.cast(), 0))?;
+        Ok(DevicePtr(p))
+    }
+
+    #[track_caller]
+    fn alloc_host_pinned(&self, bytes: usize) -> Result<*mut u8> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        cu!(cuMemAllocHost_v2(&mut p, bytes.max(1)))?;
+        // SAFETY: the driver just returned `bytes` of page-locked memory at `p`. The trait
+        // promises zeroed memory; cuMemAllocHost does not zero.
+        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
+        Ok(p.cast())
+    }
+
+    #[track_caller]
+    fn free_host_pinned(&self, ptr: *mut u8, _bytes: usize) -> Result<()> {
+        Ok(cu!(cuMemFreeHost(ptr.cast()))?)
+    }
+}

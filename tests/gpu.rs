@@ -1,0 +1,345 @@
+//! The CUDA backend on a real GPU. Every test is `#[ignore]`d (run them with
+//! `--include-ignored` on the GPU machine) and returns early, saying so, where no driver is
+//! present, so they also pass on CPU-only machines.
+
+use gputape::backend::{probe, CaptureMode, GpuBackend, KernelArg, StreamKind};
+use gputape::cuda::{CudaBackend, CudaConfig, RedzoneConfig};
+use gputape::mock::{MockConfig, MockGpuBackend};
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::trace::{self, Trace, VecSink};
+use gputape::workloads::{self, f32_bytes};
+use std::path::Path;
+
+fn gpu_with(cfg: CudaConfig) -> Option<CudaBackend> {
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return None;
+    }
+    let g = CudaBackend::new(cfg).expect("open device 0");
+    workloads::load_cuda_kernels(&g).expect("compile test kernels with NVRTC");
+    Some(g)
+}
+
+fn gpu() -> Option<CudaBackend> {
+    gpu_with(CudaConfig::from_env(0))
+}
+
+fn mock() -> MockGpuBackend {
+    let m = MockGpuBackend::default();
+    workloads::register_mock_kernels(&m);
+    m
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_copy_kind_round_trips_bytes() {
+    let Some(g) = gpu() else { return };
+    let s = g.create_stream().unwrap();
+    let n = 4096;
+    let src: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+    let a = g.alloc(n).unwrap();
+    let b = g.alloc(n).unwrap();
+    let mut out = vec![0u8; n];
+    g.copy_h2d(&src, a).unwrap();
+    g.copy_d2d(a, b, n).unwrap();
+    g.copy_d2h(b, &mut out).unwrap();
+    assert_eq!(out, src, "sync h2d/d2d/d2h");
+
+    // Async h2d: the source is dropped (and its memory reused) right after the call.
+    {
+        let tmp = src.iter().map(|x| x ^ 0xFF).collect::<Vec<_>>();
+        g.copy_h2d_async(&tmp, a, s).unwrap();
+    }
+    let _scribble = vec![0x11u8; n];
+    g.copy_d2d_async(a, b, n, s).unwrap();
+    g.copy_d2h_on_stream(b, &mut out, s).unwrap();
+    assert!(
+        out.iter().zip(&src).all(|(o, i)| *o == i ^ 0xFF),
+        "async h2d staged"
+    );
+
+    // Retained and async d2h into pinned memory.
+    let pinned = g.alloc_host_pinned(n).unwrap();
+    // SAFETY: n bytes of pinned memory just allocated.
+    let ph = unsafe { std::slice::from_raw_parts_mut(pinned, n) };
+    assert!(ph.iter().all(|&x| x == 0), "pinned memory is zeroed");
+    g.copy_h2d_async_retained(&src, a, s).unwrap();
+    g.copy_d2h_async(a, ph, s).unwrap();
+    g.synchronize(s).unwrap();
+    assert_eq!(ph, &src[..]);
+
+    // Memsets.
+    g.memset(a, 0x5A, n).unwrap();
+    g.memset_async(a, 0x33, 16, s).unwrap();
+    g.copy_d2h_on_stream(a, &mut out, s).unwrap();
+    assert!(out[..16].iter().all(|&x| x == 0x33) && out[16..].iter().all(|&x| x == 0x5A));
+
+    // 2D: 8 rows of 100 bytes, pitches 128 -> 112.
+    g.copy_h2d(&src, a).unwrap();
+    g.memset(b, 0, n).unwrap();
+    g.copy_d2d_2d_async(a, 128, b, 112, 100, 8, s).unwrap();
+    g.copy_d2h_on_stream(b, &mut out, s).unwrap();
+    for row in 0..8 {
+        assert_eq!(
+            &out[row * 112..row * 112 + 100],
+            &src[row * 128..row * 128 + 100]
+        );
+        assert!(out[row * 112 + 100..row * 112 + 112]
+            .iter()
+            .all(|&x| x == 0));
+    }
+
+    // Mapped pinned memory: a device memset through the alias lands in host memory.
+    let d = g.host_ptr_to_device(pinned).unwrap();
+    g.memset(d, 0x77, 8).unwrap();
+    assert!(ph[..8].iter().all(|&x| x == 0x77));
+    g.free_host_pinned(pinned, n).unwrap();
+    g.free(a).unwrap();
+    g.free(b).unwrap();
+    assert_eq!(g.live_alloc_count(), 0);
+    assert!(g.total_memory().unwrap() > 100 << 30);
+    assert!(g.device_free_memory().unwrap() <= g.total_memory().unwrap());
+    assert!(g.free_memory().unwrap() > 0);
+    assert_eq!(g.sm_count().unwrap(), 132);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn kernel_with_mixed_args_and_its_layout_from_the_driver() {
+    let Some(g) = gpu() else { return };
+    let k = g.kernel("blas", "mixed").unwrap();
+    let info = g.kernel_registry().unwrap().kernel_by_handle(k).unwrap();
+    let layout: Vec<(u32, u32)> = info.params.iter().map(|p| (p.offset, p.size)).collect();
+    assert_eq!(
+        layout,
+        vec![(0, 8), (8, 4), (16, 8), (24, 8), (32, 8)],
+        "cuFuncGetParamInfo"
+    );
+    let out = g.alloc(32).unwrap();
+    let (i, d, u) = (-7i32, 2.5f64, 1u64 << 40);
+    let mut pair = Vec::new();
+    pair.extend_from_slice(&3i32.to_le_bytes());
+    pair.extend_from_slice(&0.25f32.to_le_bytes());
+    g.launch_typed(
+        k,
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        g.default_stream(),
+        &[
+            KernelArg::Buffer(out),
+            KernelArg::Bytes(&i.to_le_bytes()),
+            KernelArg::Bytes(&d.to_le_bytes()),
+            KernelArg::Bytes(&u.to_le_bytes()),
+            KernelArg::Bytes(&pair),
+        ],
+    )
+    .unwrap();
+    let mut bytes = vec![0u8; 32];
+    g.copy_d2h_on_stream(out, &mut bytes, g.default_stream())
+        .unwrap();
+    let vals: Vec<f64> = bytes
+        .chunks(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(vals, vec![-7.0, 2.5, (1u64 << 40) as f64, 3.25]);
+    g.free(out).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn workloads_give_the_mock_s_bytes() {
+    let Some(g) = gpu() else { return };
+    for (name, w) in workloads::ALL {
+        let want = w(&mock()).unwrap();
+        let got = w(&g).unwrap();
+        assert_eq!(got, want, "workload {name}");
+    }
+    assert_eq!(g.live_alloc_count(), 0);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn red_zones_catch_a_planted_overrun_and_poison_bisects() {
+    let mut cfg = CudaConfig::from_env(0);
+    cfg.redzone = RedzoneConfig {
+        bytes: 64,
+        min_idx: 0,
+        trace_idx: None,
+        fill: 0xEE,
+    };
+    let Some(g) = gpu_with(cfg) else { return };
+    let k = g.kernel("blas", "write_past").unwrap();
+    let a = g.alloc(100).unwrap();
+    let line = line!() + 1;
+    let victim = g.alloc(100).unwrap();
+    let c = g.alloc(100).unwrap();
+    let s = g.default_stream();
+    let (n, extra) = (100u32, 8u32);
+    g.launch_typed(
+        k,
+        [1, 1, 1],
+        [128, 1, 1],
+        0,
+        s,
+        &[
+            KernelArg::Buffer(victim),
+            KernelArg::Bytes(&n.to_le_bytes()),
+            KernelArg::Bytes(&extra.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    g.synchronize(s).unwrap();
+    assert_eq!(g.scan_redzones().unwrap(), 1);
+    let v = &g.last_redzone_violations()[0];
+    assert_eq!(
+        (v.alloc_idx, v.user_bytes, v.first, v.last, v.changed),
+        (1, 100, 0, 7, 8)
+    );
+    assert!(
+        v.site.contains(&format!("tests/gpu.rs:{line}:")),
+        "{}",
+        v.site
+    );
+    assert_eq!(
+        g.scan_redzones().unwrap(),
+        0,
+        "the scan refills what it reports"
+    );
+
+    // Poison: zone 1 gets 0xEE, the others 0x00.
+    g.poison_redzones(1, 2).unwrap();
+    let mut pad = [0u8; 64];
+    for (i, p) in [a, victim, c].iter().enumerate() {
+        g.copy_d2h(p.offset(100), &mut pad).unwrap();
+        let want = if i == 1 { 0xEE } else { 0x00 };
+        assert!(pad.iter().all(|&x| x == want), "zone {i}");
+    }
+    for p in [a, victim, c] {
+        g.free(p).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn ledger_attributes_to_the_caller_and_sweep_names_the_leak() {
+    let Some(g) = gpu() else { return };
+    let d: &dyn GpuBackend = &g;
+    let line = line!() + 2;
+    for _ in 0..3 {
+        d.alloc(1 << 20).unwrap();
+    }
+    let sites = g.live_by_site();
+    assert_eq!(sites.len(), 1);
+    assert!(
+        sites[0].0.contains(&format!("tests/gpu.rs:{line}:")),
+        "{:?}",
+        sites[0]
+    );
+    assert_eq!(d.live_bytes(), Some(3 << 20));
+    assert!(d
+        .alloc_report(5, 0)
+        .unwrap()
+        .contains(&format!("gpu.rs:{line}:")));
+    assert_eq!(d.sweep_unreleased(), 3);
+    assert_eq!(d.live_alloc_count(), 0);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn events_order_two_streams_and_graphs_replay() {
+    let Some(g) = gpu() else { return };
+    let out = workloads::two_streams(&g).unwrap();
+    assert_eq!(out, f32_bytes(&[6.0; 32]));
+    let out = workloads::capture_region(&g).unwrap();
+    assert_eq!(out, f32_bytes(&[4.0; 16]));
+    let s = g.create_stream().unwrap();
+    g.begin_capture(s).unwrap();
+    assert!(g.stream_is_capturing(s));
+    g.abort_capture_if_active(s);
+    assert!(!g.stream_is_capturing(s));
+    g.synchronize(s).unwrap();
+}
+
+/// Every capture-rule probe on the driver, in every mode and stream kind. The driver is the
+/// truth: a disagreement is a bug in the table.
+#[test]
+#[ignore = "needs a GPU"]
+fn capture_rules_match_the_driver() {
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return;
+    }
+    let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
+    let rows = probe::run_all(
+        &|mode: CaptureMode, kind: StreamKind| -> anyhow::Result<Box<dyn GpuBackend>> {
+            let mut cfg = CudaConfig::from_env(0);
+            cfg.capture_mode = mode;
+            cfg.stream_kind = kind;
+            Ok(Box::new(CudaBackend::new(cfg)?))
+        },
+        &code,
+    );
+    let table = probe::render_rows(&rows);
+    if let Ok(dir) = std::env::var("GPUTAPE_OUT") {
+        std::fs::write(Path::new(&dir).join("capture_table_cuda.md"), &table).unwrap();
+    }
+    let bad: Vec<_> = table.lines().filter(|l| l.contains("DIFFERS")).collect();
+    assert!(
+        bad.is_empty(),
+        "{} probes differ:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_workload_recorded_on_cuda_renders_like_the_mock_s() {
+    let Some(g) = gpu() else { return };
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    r.start().unwrap();
+    workloads::two_streams(&r).unwrap();
+    r.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("cuda"), &buf.lock()).unwrap();
+    let text = trace::render(&t);
+    if let Ok(dir) = std::env::var("GPUTAPE_OUT") {
+        std::fs::write(Path::new(&dir).join("two_streams_cuda.txt"), &text).unwrap();
+        std::fs::write(Path::new(&dir).join("two_streams_cuda.gtape"), &*buf.lock()).unwrap();
+    }
+    // Same calls, ids, sites and results as on the mock (kernel layouts differ: the driver
+    // does not say which parameters are pointers).
+    let m = mock();
+    let sink = VecSink::default();
+    let mbuf = sink.0.clone();
+    let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    r.start().unwrap();
+    workloads::two_streams(&r).unwrap();
+    r.stop().unwrap();
+    let mt = Trace::from_bytes(Path::new("mock"), &mbuf.lock()).unwrap();
+    let calls = |t: &Trace| {
+        t.calls
+            .iter()
+            .map(|c| trace::render_call(t, c))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(calls(&t), calls(&mt));
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn capture_config_is_what_begin_capture_uses() {
+    let mut cfg = CudaConfig::from_env(0);
+    cfg.capture_mode = CaptureMode::Relaxed;
+    let Some(g) = gpu_with(cfg) else { return };
+    let s = g.create_stream().unwrap();
+    g.begin_capture(s).unwrap();
+    // Relaxed tolerates allocation inside the capture.
+    let p = g.alloc(64).unwrap();
+    let graph = g.end_capture(s).unwrap();
+    g.destroy_graph(graph).unwrap();
+    g.free(p).unwrap();
+    let _ = MockConfig::default();
+}
