@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Everything that runs on the GPU machine, in one go. Builds nothing: expects the release binary
-# and the GPU test binary (copied next to it as target/release/gpu-tests) from a build here.
+# and the GPU test binary (stripped copies in gpu-bin/, see ARCHITECTURE.md) from a build here.
 # Writes logs and artefacts under $OUT (or ./gpu-out).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export GPUTAPE_OUT="$OUT"
-BIN=target/release/gputape
-TESTS=target/release/gpu-tests
+BIN=${BIN:-gpu-bin/gputape}
+TESTS=${TESTS:-gpu-bin/gpu-tests}
 chmod +x "$BIN" "$TESTS" 2>/dev/null
 {
   echo "== info";            $BIN info

@@ -8,8 +8,12 @@
 //! there is exactly one place to fix when the driver disagrees.
 //!
 //! Rows were first written from the CUDA programming guide's stream-capture section and
-//! `cuThreadExchangeStreamCaptureMode`'s documentation; the `checked` column says whether a row
-//! was confirmed on real hardware (see `tests/gpu_capture_rules.rs`).
+//! `cuThreadExchangeStreamCaptureMode`'s documentation, then corrected where the driver
+//! disagreed (H200, driver 580, CUDA 13.0; `tests/gpu.rs::capture_rules_match_the_driver` runs
+//! every row as a call pattern). What the driver taught us: during a global capture (or this
+//! thread's thread-local one) synchronising *any* stream or event from the host is refused and
+//! kills the capture, and beginning or ending a capture on the legacy stream also kills a
+//! blocking capture.
 
 use super::types::{CaptureMode, StreamKind};
 use serde::{Deserialize, Serialize};
@@ -173,340 +177,399 @@ macro_rules! rule {
 }
 
 /// The table. First matching row wins, so specific rows come before general ones.
-pub static CAPTURE_RULES: &[CaptureRule] =
-    &[
-        rule!(
-            "begin-on-legacy",
-            O::BeginCapture,
-            Some(R::Legacy),
-            None,
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, false),
-            "the legacy NULL stream cannot be captured"
-        ),
-        rule!(
-            "begin-while-capturing",
-            O::BeginCapture,
-            Some(R::Capturing),
-            None,
-            None,
-            fails(CUDA_ERROR_ILLEGAL_STATE, false),
-            "a stream already in capture cannot begin another"
-        ),
-        rule!(
-            "begin-other",
-            O::BeginCapture,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "a second, independent capture may start on another stream"
-        ),
-        rule!(
-            "end-not-capturing",
-            O::EndCapture,
-            Some(R::Other),
-            None,
-            None,
-            fails(CUDA_ERROR_ILLEGAL_STATE, false),
-            "end_capture on a stream that is not capturing"
-        ),
-        rule!(
-            "end-on-legacy",
-            O::EndCapture,
-            Some(R::Legacy),
-            None,
-            None,
-            fails(CUDA_ERROR_ILLEGAL_STATE, false),
-            "end_capture on the legacy stream"
-        ),
-        rule!(
-            "end-capture",
-            O::EndCapture,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "end_capture on the capturing stream ends it"
-        ),
-        CaptureRule {
-            id: "h2d-async-captured",
-            op: O::AsyncH2D,
-            relation: Some(R::Capturing),
-            kind: None,
-            prohibited: None,
-            verdict: Verdict::Captured,
-            hazard: Some(
-                "the graph's memcpy node reads the host source when the graph is launched, \
+pub static CAPTURE_RULES: &[CaptureRule] = &[
+    rule!(
+        "begin-on-legacy-vs-blocking",
+        O::BeginCapture,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "the legacy stream cannot be captured, and touching it joins a blocking capture"
+    ),
+    rule!(
+        "begin-on-legacy",
+        O::BeginCapture,
+        Some(R::Legacy),
+        None,
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, false),
+        "the legacy NULL stream cannot be captured"
+    ),
+    rule!(
+        "begin-while-capturing",
+        O::BeginCapture,
+        Some(R::Capturing),
+        None,
+        None,
+        fails(CUDA_ERROR_ILLEGAL_STATE, false),
+        "a stream already in capture cannot begin another"
+    ),
+    rule!(
+        "begin-other",
+        O::BeginCapture,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "a second, independent capture may start on another stream"
+    ),
+    rule!(
+        "end-not-capturing",
+        O::EndCapture,
+        Some(R::Other),
+        None,
+        None,
+        fails(CUDA_ERROR_ILLEGAL_STATE, false),
+        "end_capture on a stream that is not capturing"
+    ),
+    rule!(
+        "end-on-legacy-vs-blocking",
+        O::EndCapture,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_ILLEGAL_STATE, true),
+        "end_capture on the legacy stream, which also joins a blocking capture"
+    ),
+    rule!(
+        "end-on-legacy",
+        O::EndCapture,
+        Some(R::Legacy),
+        None,
+        None,
+        fails(CUDA_ERROR_ILLEGAL_STATE, false),
+        "end_capture on the legacy stream"
+    ),
+    rule!(
+        "end-capture",
+        O::EndCapture,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "end_capture on the capturing stream ends it"
+    ),
+    CaptureRule {
+        id: "h2d-async-captured",
+        op: O::AsyncH2D,
+        relation: Some(R::Capturing),
+        kind: None,
+        prohibited: None,
+        verdict: Verdict::Captured,
+        hazard: Some(
+            "the graph's memcpy node reads the host source when the graph is launched, \
              not when it was captured",
-            ),
-            why: "async host-to-device copy on the capturing stream becomes a memcpy node",
-        },
-        rule!(
-            "work-captured",
-            O::StreamWork,
-            Some(R::Capturing),
-            None,
-            None,
-            Verdict::Captured,
-            "async work on a capturing stream becomes a graph node"
         ),
-        rule!(
-            "event-record-captured",
-            O::EventRecord,
-            Some(R::Capturing),
-            None,
-            None,
-            Verdict::Captured,
-            "an event recorded on a capturing stream marks a capture point"
-        ),
-        rule!(
-            "wait-captured-event-joins",
-            O::WaitCapturedEvent,
-            Some(R::Other),
-            None,
-            None,
-            Verdict::Joins,
-            "waiting on a captured event pulls the stream into the capture (fork)"
-        ),
-        rule!(
-            "wait-captured-event-capturing",
-            O::WaitCapturedEvent,
-            Some(R::Capturing),
-            None,
-            None,
-            Verdict::Captured,
-            "a dependency inside the capture"
-        ),
-        rule!(
-            "wait-captured-event-legacy",
-            O::WaitCapturedEvent,
-            Some(R::Legacy),
-            None,
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-            "the legacy stream cannot join a capture"
-        ),
-        rule!(
-            "wait-external-event-capturing",
-            O::WaitExternalEvent,
-            Some(R::Capturing),
-            None,
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, true),
-            "a capturing stream may not depend on work recorded outside the capture"
-        ),
-        rule!(
-            "sync-capturing",
-            O::StreamSync,
-            Some(R::Capturing),
-            None,
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
-            "a capturing stream has nothing to wait for: synchronising it is an error"
-        ),
-        rule!(
-            "copy-wait-capturing",
-            O::CopyThenWait,
-            Some(R::Capturing),
-            None,
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
-            "the copy is captured, then the wait on the capturing stream fails"
-        ),
-        rule!(
-            "legacy-vs-blocking",
-            O::StreamWork,
-            Some(R::Legacy),
-            Some(K::Blocking),
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-            "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
-        ),
-        rule!(
-            "legacy-h2d-vs-blocking",
-            O::AsyncH2D,
-            Some(R::Legacy),
-            Some(K::Blocking),
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-            "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
-        ),
-        rule!("sync-copy-vs-blocking", O::SyncCopy, None, Some(K::Blocking), None,
+        why: "async host-to-device copy on the capturing stream becomes a memcpy node",
+    },
+    rule!(
+        "work-captured",
+        O::StreamWork,
+        Some(R::Capturing),
+        None,
+        None,
+        Verdict::Captured,
+        "async work on a capturing stream becomes a graph node"
+    ),
+    rule!(
+        "event-record-captured",
+        O::EventRecord,
+        Some(R::Capturing),
+        None,
+        None,
+        Verdict::Captured,
+        "an event recorded on a capturing stream marks a capture point"
+    ),
+    rule!(
+        "wait-captured-event-joins",
+        O::WaitCapturedEvent,
+        Some(R::Other),
+        None,
+        None,
+        Verdict::Joins,
+        "waiting on a captured event pulls the stream into the capture (fork)"
+    ),
+    rule!(
+        "wait-captured-event-capturing",
+        O::WaitCapturedEvent,
+        Some(R::Capturing),
+        None,
+        None,
+        Verdict::Captured,
+        "a dependency inside the capture"
+    ),
+    rule!(
+        "wait-captured-event-legacy",
+        O::WaitCapturedEvent,
+        Some(R::Legacy),
+        None,
+        None,
         fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-        "a synchronous copy runs on the legacy stream, which implicitly joins a blocking capture"),
-        rule!(
-            "record-legacy-vs-blocking",
-            O::EventRecord,
-            Some(R::Legacy),
-            Some(K::Blocking),
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-            "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
-        ),
-        rule!(
-            "legacy-sync-vs-blocking",
-            O::StreamSync,
-            Some(R::Legacy),
-            Some(K::Blocking),
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-            "waiting on the legacy stream waits on the capturing blocking stream"
-        ),
-        rule!(
-            "copy-wait-legacy-vs-blocking",
-            O::CopyThenWait,
-            Some(R::Legacy),
-            Some(K::Blocking),
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
-            "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
-        ),
-        rule!(
-            "sync-copy-eager",
-            O::SyncCopy,
-            None,
-            Some(K::NonBlocking),
-            None,
-            Verdict::Eager,
-            "a non-blocking capture does not see the legacy stream: the copy runs now"
-        ),
-        rule!(
-            "work-elsewhere-eager",
-            O::StreamWork,
-            None,
-            None,
-            None,
-            Verdict::Eager,
-            "work on a stream outside the capture runs now"
-        ),
-        rule!(
-            "h2d-elsewhere-eager",
-            O::AsyncH2D,
-            None,
-            None,
-            None,
-            Verdict::Eager,
-            "work on a stream outside the capture runs now"
-        ),
-        rule!(
-            "copy-wait-elsewhere",
-            O::CopyThenWait,
-            None,
-            None,
-            None,
-            Verdict::Eager,
-            "a copy and wait on a stream outside the capture runs now"
-        ),
-        rule!(
-            "record-elsewhere",
-            O::EventRecord,
-            None,
-            None,
-            None,
-            Verdict::Eager,
-            "an event recorded outside the capture is an ordinary record"
-        ),
-        rule!(
-            "sync-elsewhere",
-            O::StreamSync,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "synchronising a stream outside the capture is ordinary"
-        ),
-        rule!(
-            "wait-external-elsewhere",
-            O::WaitExternalEvent,
-            None,
-            None,
-            None,
-            Verdict::Eager,
-            "an ordinary cross-stream wait outside the capture"
-        ),
-        rule!(
-            "event-sync-captured",
-            O::SyncCapturedEvent,
-            None,
-            None,
-            None,
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
-            "an event recorded inside a capture never completes before the graph runs"
-        ),
-        rule!(
-            "event-sync-external",
-            O::SyncExternalEvent,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "waiting on an event recorded outside the capture is ordinary"
-        ),
-        rule!(
-            "alloc-prohibited",
-            O::DeviceAlloc,
-            None,
-            None,
-            Some(true),
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
-            "cuMemAlloc is potentially unsafe during a global (or this thread's) capture"
-        ),
-        rule!(
-            "alloc-tolerated",
-            O::DeviceAlloc,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "relaxed mode (or another thread's thread-local capture) tolerates allocation"
-        ),
-        rule!(
-            "free-prohibited",
-            O::DeviceFree,
-            None,
-            None,
-            Some(true),
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
-            "cuMemFree is potentially unsafe during a global (or this thread's) capture"
-        ),
-        rule!(
-            "free-tolerated",
-            O::DeviceFree,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "relaxed mode (or another thread's thread-local capture) tolerates free"
-        ),
-        rule!(
-            "pinned-prohibited",
-            O::PinnedHost,
-            None,
-            None,
-            Some(true),
-            fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
-            "page-locked host allocation is potentially unsafe during a strict capture"
-        ),
-        rule!(
-            "pinned-tolerated",
-            O::PinnedHost,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "relaxed mode tolerates page-locked host allocation"
-        ),
-        rule!(
-            "host-only",
-            O::HostOnly,
-            None,
-            None,
-            None,
-            Verdict::Host,
-            "host-side bookkeeping does not interact with capture"
-        ),
-    ];
+        "the legacy stream cannot join a capture"
+    ),
+    rule!(
+        "wait-external-event-capturing",
+        O::WaitExternalEvent,
+        Some(R::Capturing),
+        None,
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, true),
+        "a capturing stream may not depend on work recorded outside the capture"
+    ),
+    rule!(
+        "sync-capturing",
+        O::StreamSync,
+        Some(R::Capturing),
+        None,
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "a capturing stream has nothing to wait for: synchronising it is an error"
+    ),
+    rule!(
+        "copy-wait-capturing",
+        O::CopyThenWait,
+        Some(R::Capturing),
+        None,
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "the copy is captured, then the wait on the capturing stream fails"
+    ),
+    rule!(
+        "legacy-vs-blocking",
+        O::StreamWork,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
+    ),
+    rule!(
+        "legacy-h2d-vs-blocking",
+        O::AsyncH2D,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
+    ),
+    rule!(
+        "sync-copy-vs-blocking",
+        O::SyncCopy,
+        None,
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "a synchronous copy runs on the legacy stream, which implicitly joins a blocking capture"
+    ),
+    rule!(
+        "record-legacy-vs-blocking",
+        O::EventRecord,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
+    ),
+    rule!(
+        "legacy-sync-vs-blocking",
+        O::StreamSync,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "waiting on the legacy stream waits on the capturing blocking stream"
+    ),
+    rule!(
+        "copy-wait-legacy-vs-blocking",
+        O::CopyThenWait,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
+    ),
+    rule!(
+        "wait-external-legacy-vs-blocking",
+        O::WaitExternalEvent,
+        Some(R::Legacy),
+        Some(K::Blocking),
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
+        "legacy-stream work implicitly waits for every blocking stream, the capturing one too"
+    ),
+    rule!(
+        "sync-prohibited",
+        O::StreamSync,
+        None,
+        None,
+        Some(true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "synchronising any stream is potentially unsafe during a global (or this thread's) capture"
+    ),
+    rule!(
+        "copy-wait-prohibited",
+        O::CopyThenWait,
+        None,
+        None,
+        Some(true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "the wait after the copy synchronises a stream: potentially unsafe during a strict capture"
+    ),
+    rule!(
+        "event-sync-prohibited",
+        O::SyncExternalEvent,
+        None,
+        None,
+        Some(true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "waiting on an event from the host is potentially unsafe during a strict capture"
+    ),
+    rule!(
+        "sync-copy-eager",
+        O::SyncCopy,
+        None,
+        Some(K::NonBlocking),
+        None,
+        Verdict::Eager,
+        "a non-blocking capture does not see the legacy stream: the copy runs now"
+    ),
+    rule!(
+        "work-elsewhere-eager",
+        O::StreamWork,
+        None,
+        None,
+        None,
+        Verdict::Eager,
+        "work on a stream outside the capture runs now"
+    ),
+    rule!(
+        "h2d-elsewhere-eager",
+        O::AsyncH2D,
+        None,
+        None,
+        None,
+        Verdict::Eager,
+        "work on a stream outside the capture runs now"
+    ),
+    rule!(
+        "copy-wait-elsewhere",
+        O::CopyThenWait,
+        None,
+        None,
+        None,
+        Verdict::Eager,
+        "relaxed mode: a copy and wait on a stream outside the capture runs now"
+    ),
+    rule!(
+        "record-elsewhere",
+        O::EventRecord,
+        None,
+        None,
+        None,
+        Verdict::Eager,
+        "an event recorded outside the capture is an ordinary record"
+    ),
+    rule!(
+        "sync-elsewhere",
+        O::StreamSync,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "relaxed mode: synchronising a stream outside the capture is ordinary"
+    ),
+    rule!(
+        "wait-external-elsewhere",
+        O::WaitExternalEvent,
+        None,
+        None,
+        None,
+        Verdict::Eager,
+        "an ordinary cross-stream wait outside the capture"
+    ),
+    rule!(
+        "event-sync-captured",
+        O::SyncCapturedEvent,
+        None,
+        None,
+        None,
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "an event recorded inside a capture never completes before the graph runs"
+    ),
+    rule!(
+        "event-sync-external",
+        O::SyncExternalEvent,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "relaxed mode: waiting on an event recorded outside the capture is ordinary"
+    ),
+    rule!(
+        "alloc-prohibited",
+        O::DeviceAlloc,
+        None,
+        None,
+        Some(true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "cuMemAlloc is potentially unsafe during a global (or this thread's) capture"
+    ),
+    rule!(
+        "alloc-tolerated",
+        O::DeviceAlloc,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "relaxed mode (or another thread's thread-local capture) tolerates allocation"
+    ),
+    rule!(
+        "free-prohibited",
+        O::DeviceFree,
+        None,
+        None,
+        Some(true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "cuMemFree is potentially unsafe during a global (or this thread's) capture"
+    ),
+    rule!(
+        "free-tolerated",
+        O::DeviceFree,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "relaxed mode (or another thread's thread-local capture) tolerates free"
+    ),
+    rule!(
+        "pinned-prohibited",
+        O::PinnedHost,
+        None,
+        None,
+        Some(true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        "page-locked host allocation is potentially unsafe during a strict capture"
+    ),
+    rule!(
+        "pinned-tolerated",
+        O::PinnedHost,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "relaxed mode tolerates page-locked host allocation"
+    ),
+    rule!(
+        "host-only",
+        O::HostOnly,
+        None,
+        None,
+        None,
+        Verdict::Host,
+        "host-side bookkeeping does not interact with capture"
+    ),
+];
 
 /// The conditions a call is judged under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -212,8 +212,9 @@ pub fn run_probe(
         O::BeginCapture => {
             let r = run(&|| g.begin_capture(stream));
             if r.is_ok() && stream == b {
-                // A second capture started: end it so it does not leak into the next probe.
-                let _ = g.end_capture(b).map(|gr| g.destroy_graph(gr));
+                // A second capture started: drop it without instantiating a graph (that would
+                // itself be a prohibited call while `a` captures in a strict mode).
+                g.abort_capture_if_active(b);
             }
             r
         }

@@ -573,6 +573,17 @@ impl MockGpuBackend {
         Self::tick(&mut st, CallKind::EndCapture, site)?;
         Self::check_stream(&st, stream, "end_capture", site)?;
         let Some(ci) = st.captures.iter().position(|c| c.origin == stream) else {
+            if !st.captures.iter().any(|c| c.streams.contains(&stream)) {
+                // Not a capturing stream: judged against the running captures first (the
+                // legacy stream kills a blocking one), then refused on its own account.
+                Self::judge(
+                    &mut st,
+                    CaptureOp::EndCapture,
+                    Some(stream),
+                    "end_capture",
+                    site,
+                )?;
+            }
             if st.captures.iter().any(|c| c.streams.contains(&stream)) {
                 return Err(MockError::Capture {
                     op: "end_capture",
@@ -1257,6 +1268,15 @@ impl GpuBackend for MockGpuBackend {
         let mut st = self.state.lock();
         mock_try!(Self::tick(&mut st, CallKind::BeginCapture, site))?;
         mock_try!(Self::check_stream(&st, stream, "begin_capture", site))?;
+        // Against the captures already running (touching the legacy stream kills a blocking
+        // one), then against the stream's own state.
+        mock_try!(Self::judge(
+            &mut st,
+            CaptureOp::BeginCapture,
+            Some(stream),
+            "begin_capture",
+            site
+        ))?;
         let relation = if stream == LEGACY_STREAM {
             Relation::Legacy
         } else if st.captures.iter().any(|c| c.streams.contains(&stream)) {
