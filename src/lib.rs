@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod cuda;
 pub mod mock;
+pub mod model;
 pub mod recorder;
 pub mod trace;
 pub mod workloads;

@@ -271,7 +271,8 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Compile CUDA C with NVRTC for this device and load it.
+    /// Compile CUDA C with NVRTC for this device and load it. FMA contraction is off, so the
+    /// kernels do the same roundings as their CPU twins on the mock.
     pub fn load_source(&self, name: &str, source: &str) -> Result<()> {
         let opts = cudarc::nvrtc::CompileOptions {
             options: vec![format!(
@@ -279,6 +280,7 @@ impl CudaBackend {
                 self.compute_capability.0, self.compute_capability.1
             )],
             name: Some(format!("{name}.cu")),
+            fmad: Some(false),
             ..Default::default()
         };
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)

@@ -127,12 +127,11 @@ pub enum MockError {
         site: Site,
         detail: String,
     },
-    #[error("kernel {kernel} launched at {site}: {source}", site = S(site))]
+    #[error("kernel {kernel} launched at {site}: {cause}", site = S(site))]
     InKernel {
         kernel: String,
         site: Site,
-        #[source]
-        source: Box<MockError>,
+        cause: Box<MockError>,
     },
 }
 
@@ -154,7 +153,7 @@ impl MockError {
             MockError::UnknownKernel { .. } => 500,
             MockError::BadKernelHandle { .. } | MockError::UnknownHandle { .. } => 400,
             MockError::Capture { code, .. } => *code,
-            MockError::InKernel { source, .. } => match **source {
+            MockError::InKernel { cause, .. } => match **cause {
                 MockError::OutOfBounds { .. }
                 | MockError::UseAfterFree { .. }
                 | MockError::WildPointer { .. } => 700,

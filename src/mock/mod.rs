@@ -501,7 +501,7 @@ impl MockGpuBackend {
             res.map_err(|e| MockError::InKernel {
                 kernel: format!("{} (argument {i})", kname()),
                 site,
-                source: Box::new(e),
+                cause: Box::new(e),
             })?;
         }
         if let Some(body) = body {
@@ -517,7 +517,7 @@ impl MockGpuBackend {
             body(&mut ctx).map_err(|e| MockError::InKernel {
                 kernel: name.clone(),
                 site,
-                source: Box::new(e),
+                cause: Box::new(e),
             })?;
         }
         Ok(())

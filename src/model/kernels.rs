@@ -1,0 +1,282 @@
+//! The decode step's kernels: their CUDA C (kernels/model/*.cu, one module each) and their
+//! CPU twins for the mock, registered with the same parameter layouts. The twins do the same
+//! arithmetic in the same order as the CUDA code, which is compiled without FMA contraction,
+//! so the two agree bit for bit except where the device's `expf`/`sinf`/`cosf`/`powf` differ
+//! from the host's by an ulp.
+
+use crate::backend::{ParamAccess, ParamInfo};
+use crate::mock::{KernelBody, KernelCtx, MockError, MockGpuBackend};
+use std::sync::Arc;
+
+/// (module = kernel name, CUDA source).
+pub const SOURCES: [(&str, &str); 9] = [
+    (
+        "embedding",
+        include_str!("../../kernels/model/embedding.cu"),
+    ),
+    ("rmsnorm", include_str!("../../kernels/model/rmsnorm.cu")),
+    ("gemv", include_str!("../../kernels/model/gemv.cu")),
+    ("rope", include_str!("../../kernels/model/rope.cu")),
+    (
+        "kv_append",
+        include_str!("../../kernels/model/kv_append.cu"),
+    ),
+    (
+        "paged_attention",
+        include_str!("../../kernels/model/paged_attention.cu"),
+    ),
+    ("silu_mul", include_str!("../../kernels/model/silu_mul.cu")),
+    ("add", include_str!("../../kernels/model/add.cu")),
+    ("argmax", include_str!("../../kernels/model/argmax.cu")),
+];
+
+/// Compile (NVRTC) and load every model kernel on a CUDA backend.
+pub fn load_cuda(g: &crate::cuda::CudaBackend) -> anyhow::Result<()> {
+    for (name, src) in SOURCES {
+        g.load_source(name, src)?;
+    }
+    Ok(())
+}
+
+use ParamAccess::{Read as R, ReadWrite as RW, Value as V, Write as W};
+
+/// Parameter layouts, as nvcc lays them out for the signatures in kernels/model.
+pub fn layout(name: &str) -> Vec<ParamInfo> {
+    let p = |v: &[(u32, ParamAccess)]| ParamInfo::packed(v);
+    match name {
+        "embedding" => p(&[(8, R), (8, R), (8, W), (4, V)]),
+        "rmsnorm" => p(&[(8, R), (8, R), (8, W), (4, V), (4, V)]),
+        "gemv" => p(&[(8, R), (8, R), (8, W), (4, V), (4, V)]),
+        "rope" => p(&[(8, RW), (8, RW), (8, R), (4, V), (4, V), (4, V), (4, V)]),
+        "kv_append" => p(&[(8, R), (8, R), (8, W), (8, W), (8, R), (4, V), (4, V)]),
+        "paged_attention" => p(&[
+            (8, R),
+            (8, R),
+            (8, R),
+            (8, R),
+            (8, W),
+            (4, V),
+            (4, V),
+            (4, V),
+            (4, V),
+            (4, V),
+        ]),
+        "silu_mul" => p(&[(8, R), (8, R), (8, W), (4, V), (4, V)]),
+        "add" => p(&[(8, RW), (8, R), (4, V)]),
+        "argmax" => p(&[(8, R), (4, V), (8, W)]),
+        other => panic!("no layout for kernel {other}"),
+    }
+}
+
+type K = Result<(), MockError>;
+/// A CPU twin.
+type Twin = fn(&mut KernelCtx<'_>) -> K;
+
+fn embedding(c: &mut KernelCtx<'_>) -> K {
+    let (table, inputs, out, hidden) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.u32(3)? as usize);
+    let tok = c.read_u32(inputs, 1)?[0] as usize;
+    let row = c.read_f32(table.offset(tok * hidden * 4), hidden)?;
+    c.write_f32(out, &row)
+}
+
+fn rmsnorm(c: &mut KernelCtx<'_>) -> K {
+    let (x, w, out, n, eps) = (
+        c.ptr(0)?,
+        c.ptr(1)?,
+        c.ptr(2)?,
+        c.u32(3)? as usize,
+        c.f32(4)?,
+    );
+    let xs = c.read_f32(x, n)?;
+    let ws = c.read_f32(w, n)?;
+    let mut ss = 0.0f32;
+    for v in &xs {
+        ss += v * v;
+    }
+    let inv = 1.0f32 / (ss / n as f32 + eps).sqrt();
+    let o: Vec<f32> = xs.iter().zip(&ws).map(|(x, w)| x * inv * w).collect();
+    c.write_f32(out, &o)
+}
+
+fn gemv(c: &mut KernelCtx<'_>) -> K {
+    let (w, x, y) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
+    let (rows, cols) = (c.u32(3)? as usize, c.u32(4)? as usize);
+    let ws = c.read_f32(w, rows * cols)?;
+    let xs = c.read_f32(x, cols)?;
+    let out: Vec<f32> = ws
+        .chunks_exact(cols)
+        .map(|row| {
+            let mut acc = 0.0f32;
+            for (a, b) in row.iter().zip(&xs) {
+                acc += a * b;
+            }
+            acc
+        })
+        .collect();
+    c.write_f32(y, &out)
+}
+
+fn rope(c: &mut KernelCtx<'_>) -> K {
+    let (q, k, inputs) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
+    let (nh, nkv, hd, theta) = (
+        c.u32(3)? as usize,
+        c.u32(4)? as usize,
+        c.u32(5)? as usize,
+        c.f32(6)?,
+    );
+    let pos = c.read_u32(inputs, 2)?[1] as f32;
+    let half = hd / 2;
+    for (base, heads) in [(q, nh), (k, nkv)] {
+        let mut v = c.read_f32(base, heads * hd)?;
+        for h in 0..heads {
+            for i in 0..half {
+                let inv_freq = 1.0f32 / theta.powf((2 * i) as f32 / hd as f32);
+                let a = pos * inv_freq;
+                let (s, co) = (a.sin(), a.cos());
+                let (x0, x1) = (v[h * hd + 2 * i], v[h * hd + 2 * i + 1]);
+                v[h * hd + 2 * i] = x0 * co - x1 * s;
+                v[h * hd + 2 * i + 1] = x0 * s + x1 * co;
+            }
+        }
+        c.write_f32(base, &v)?;
+    }
+    Ok(())
+}
+
+/// The step's position and the block-table entries that cover it.
+fn block_table(
+    c: &KernelCtx<'_>,
+    inputs: crate::backend::DevicePtr,
+    bs: usize,
+) -> Result<(usize, Vec<u32>), MockError> {
+    let pos = c.read_u32(inputs, 2)?[1] as usize;
+    let blocks = c.read_u32(inputs, 2 + pos / bs + 1)?;
+    Ok((pos, blocks[2..].to_vec()))
+}
+
+fn kv_append(c: &mut KernelCtx<'_>) -> K {
+    let (k, v, kp, vp, inputs) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?, c.ptr(4)?);
+    let (kv_dim, bs) = (c.u32(5)? as usize, c.u32(6)? as usize);
+    let (pos, table) = block_table(c, inputs, bs)?;
+    let slot = (table[pos / bs] as usize * bs + pos % bs) * kv_dim * 4;
+    let kk = c.read_f32(k, kv_dim)?;
+    let vv = c.read_f32(v, kv_dim)?;
+    c.write_f32(kp.offset(slot), &kk)?;
+    c.write_f32(vp.offset(slot), &vv)
+}
+
+// Indexing by position mirrors the CUDA loop it must match operation for operation.
+#[allow(clippy::needless_range_loop)]
+fn paged_attention(c: &mut KernelCtx<'_>) -> K {
+    let (q, kp, vp, inputs, out) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?, c.ptr(4)?);
+    let (nh, nkv, hd, bs, scale) = (
+        c.u32(5)? as usize,
+        c.u32(6)? as usize,
+        c.u32(7)? as usize,
+        c.u32(8)? as usize,
+        c.f32(9)?,
+    );
+    let (pos, table) = block_table(c, inputs, bs)?;
+    let len = pos + 1;
+    let kv_dim = nkv * hd;
+    let qs = c.read_f32(q, nh * hd)?;
+    let row = |t: usize| (table[t / bs] as usize * bs + t % bs) * kv_dim;
+    let mut keys = Vec::with_capacity(len);
+    let mut vals = Vec::with_capacity(len);
+    for t in 0..len {
+        keys.push(c.read_f32(kp.offset(row(t) * 4), kv_dim)?);
+        vals.push(c.read_f32(vp.offset(row(t) * 4), kv_dim)?);
+    }
+    let mut o = vec![0.0f32; nh * hd];
+    for h in 0..nh {
+        let kvh = h / (nh / nkv);
+        let qh = &qs[h * hd..(h + 1) * hd];
+        let score = |t: usize| {
+            let kh = &keys[t][kvh * hd..(kvh + 1) * hd];
+            let mut s = 0.0f32;
+            for j in 0..hd {
+                s += qh[j] * kh[j];
+            }
+            s
+        };
+        let mut m = -3.402_823_5e38f32;
+        for t in 0..len {
+            let s = score(t) * scale;
+            m = if s > m { s } else { m };
+        }
+        for d in 0..hd {
+            let (mut sum, mut acc) = (0.0f32, 0.0f32);
+            for t in 0..len {
+                let p = (score(t) * scale - m).exp();
+                sum += p;
+                acc += p * vals[t][kvh * hd + d];
+            }
+            o[h * hd + d] = acc / sum;
+        }
+    }
+    c.write_f32(out, &o)
+}
+
+fn silu_mul(c: &mut KernelCtx<'_>) -> K {
+    let (g, u, out) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
+    let (n, overrun) = (c.u32(3)? as usize, c.u32(4)? as usize);
+    let gs = c.read_f32(g, n)?;
+    let us = c.read_f32(u, n)?;
+    let mut o: Vec<f32> = gs
+        .iter()
+        .zip(&us)
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
+    o.resize(n + overrun, 0.0);
+    c.write_f32(out, &o)
+}
+
+fn add(c: &mut KernelCtx<'_>) -> K {
+    let (x, y, n) = (c.ptr(0)?, c.ptr(1)?, c.u32(2)? as usize);
+    let mut xs = c.read_f32(x, n)?;
+    let ys = c.read_f32(y, n)?;
+    for (a, b) in xs.iter_mut().zip(&ys) {
+        *a += b;
+    }
+    c.write_f32(x, &xs)
+}
+
+fn argmax(c: &mut KernelCtx<'_>) -> K {
+    let (l, n, out) = (c.ptr(0)?, c.u32(1)? as usize, c.ptr(2)?);
+    let ls = c.read_f32(l, n)?;
+    let mut best = 0usize;
+    for i in 1..n {
+        if ls[i] > ls[best] {
+            best = i;
+        }
+    }
+    c.write_u32(out, &[best as u32])
+}
+
+/// Register every model kernel, with its CPU twin, on a mock backend.
+pub fn register_mock(m: &MockGpuBackend) {
+    let twins: [(&str, Twin); 9] = [
+        ("embedding", embedding),
+        ("rmsnorm", rmsnorm),
+        ("gemv", gemv),
+        ("rope", rope),
+        ("kv_append", kv_append),
+        ("paged_attention", paged_attention),
+        ("silu_mul", silu_mul),
+        ("add", add),
+        ("argmax", argmax),
+    ];
+    for (name, f) in twins {
+        let body: KernelBody = Arc::new(f);
+        m.register_kernel(name, name, layout(name), Some(body));
+        let src = SOURCES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s.to_string());
+        m.set_module_code(crate::backend::ModuleCode {
+            name: name.to_string(),
+            source: src,
+            ptx: None,
+        });
+    }
+}

@@ -1,0 +1,132 @@
+//! The decode step on the mock: deterministic tokens, clean teardown, recorded steps.
+
+use gputape::backend::GpuBackend;
+use gputape::mock::MockGpuBackend;
+use gputape::model::{self, FaultPlan, Model, ModelConfig};
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::trace::{self, Call, Trace, VecSink};
+use std::path::Path;
+
+fn mock() -> MockGpuBackend {
+    let m = MockGpuBackend::default();
+    model::kernels::register_mock(&m);
+    m
+}
+
+fn run(cfg: ModelConfig, steps: usize) -> (Vec<u32>, Vec<f32>) {
+    let g = mock();
+    let mut m = Model::load(&g, cfg).unwrap();
+    let toks = model::generate(&g, &mut m, steps, |_, _, _| {}).unwrap();
+    let logits = m.logits(&g).unwrap();
+    m.teardown(&g).unwrap();
+    assert_eq!(g.live_alloc_count(), 0, "teardown frees everything");
+    assert_eq!(g.sweep_unreleased(), 0, "nothing left for the sweep");
+    (toks, logits)
+}
+
+#[test]
+fn tokens_are_deterministic_and_teardown_is_clean() {
+    let (a, la) = run(ModelConfig::tiny(), 12);
+    let (b, lb) = run(ModelConfig::tiny(), 12);
+    assert_eq!(a, b);
+    assert_eq!(la, lb);
+    assert_eq!(a.len(), 12 - model::PROMPT.len() + 1);
+    insta::assert_snapshot!("tiny_tokens", format!("{a:?}"));
+}
+
+#[test]
+fn the_default_config_runs_and_tears_down() {
+    let (toks, logits) = run(ModelConfig::default_config(), 6);
+    assert_eq!(logits.len(), 512);
+    assert!(logits.iter().all(|x| x.is_finite()));
+    insta::assert_snapshot!("default_tokens", format!("{toks:?}"));
+}
+
+#[test]
+fn teardown_is_idempotent_and_resources_release_once() {
+    let g = mock();
+    let mut m = Model::load(&g, ModelConfig::tiny()).unwrap();
+    m.step(&g, 1, 0).unwrap();
+    m.teardown(&g).unwrap();
+    m.teardown(&g).unwrap();
+    assert_eq!(g.live_alloc_count(), 0);
+}
+
+fn record_step(k: usize, fault: Option<FaultPlan>) -> (Vec<u8>, anyhow::Result<u32>) {
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(mock(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    let gpu: &dyn GpuBackend = &rec;
+    let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
+    m.fault = fault;
+    let mut token = model::PROMPT[0];
+    let mut last = Ok(0);
+    for pos in 0..=k {
+        if pos == k {
+            rec.start().unwrap();
+        }
+        last = m.step(gpu, token, pos);
+        if pos < k {
+            let next = last.as_ref().copied().unwrap();
+            token = model::PROMPT.get(pos + 1).copied().unwrap_or(next);
+        }
+    }
+    rec.stop().unwrap();
+    let _ = m.teardown(gpu);
+    let b = buf.lock().clone();
+    (b, last)
+}
+
+#[test]
+fn a_recorded_decode_step_is_self_contained_and_snapshot_stable() {
+    let (bytes, r) = record_step(5, None);
+    r.unwrap();
+    assert!(
+        bytes.len() < 5 << 20,
+        "tiny step trace is {} bytes",
+        bytes.len()
+    );
+    let t = Trace::from_bytes(Path::new("step5"), &bytes).unwrap();
+    // The initial state holds every live allocation (weights, arena, KV pools, scratch).
+    assert!(t.initial.len() > 20);
+    // All nine kernels' modules, with their CUDA source, travel with the trace.
+    assert_eq!(t.modules.len(), 9);
+    assert!(t
+        .modules
+        .iter()
+        .all(|m| m.source.as_ref().is_some_and(|s| s.contains("__global__"))));
+    // The step ends in the synchronous token readback.
+    let last = t.calls.last().unwrap();
+    assert!(matches!(last.call, Call::CopyD2H { len: 4, .. }));
+    insta::assert_snapshot!(
+        "tiny_step5",
+        format!("{}\n{}", trace::render(&t), trace::summary(&t))
+    );
+}
+
+#[test]
+fn the_planted_fault_is_recorded_at_its_kernel() {
+    let (bytes, r) = record_step(
+        4,
+        Some(FaultPlan {
+            step: 4,
+            overrun: 16,
+        }),
+    );
+    let e = r.unwrap_err();
+    assert!(format!("{e:#}").contains("silu_mul"), "{e:#}");
+    let t = Trace::from_bytes(Path::new("fault"), &bytes).unwrap();
+    let failed: Vec<_> = t
+        .calls
+        .iter()
+        .filter(|c| matches!(c.ret, Some(Err(_))))
+        .collect();
+    assert_eq!(failed.len(), 1);
+    let err = failed[0].ret.as_ref().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.code, Some(700));
+    assert!(t.site(failed[0].site).starts_with("src/model/mod.rs:"));
+    let Call::LaunchTyped { kernel, .. } = &failed[0].call else {
+        panic!("the failing call is a launch");
+    };
+    assert_eq!(t.kernels[kernel].name, "silu_mul");
+}
