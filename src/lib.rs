@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod mock;
 pub mod model;
 pub mod recorder;
+pub mod replayer;
 pub mod trace;
 pub mod workloads;
 

@@ -76,6 +76,49 @@ enum Cmd {
         #[arg(long, default_value_t = 2000)]
         per_round: usize,
     },
+    /// Replay a trace on a backend, check its results against the recording, reproduce its
+    /// faults, optionally as CUDA graphs.
+    Replay {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value_t = Backend::Mock)]
+        on: Backend,
+        /// Replay only calls A..B (the calls before A still run, to rebuild the state).
+        #[arg(long, value_parser = parse_range)]
+        range: Option<(u64, u64)>,
+        /// Stop after call N.
+        #[arg(long)]
+        stop_at: Option<u64>,
+        /// Replay N times, each from a fresh state.
+        #[arg(long = "loop", default_value_t = 1)]
+        loops: usize,
+        /// Replay as CUDA graphs (through the trait: the mock emulates capture).
+        #[arg(long)]
+        as_graph: bool,
+        /// Synchronise after every launch, so a fault is reported at its kernel.
+        #[arg(long)]
+        sync_each: bool,
+        /// Scan red zones after every launch (CUDA).
+        #[arg(long)]
+        scan_redzones: bool,
+        /// Compare device-to-host results with the recording (on by default).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        verify: bool,
+        /// Print each call's time (first loop).
+        #[arg(long)]
+        timing: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// On CUDA, replay in this process even if the trace recorded a fault (an illegal
+        /// address kills the CUDA context, so by default a child process runs such replays).
+        #[arg(long)]
+        no_isolate: bool,
+        #[arg(long, hide = true)]
+        child_report: Option<PathBuf>,
+    },
+    /// The first difference between two traces' call lists (ids renamed away), and what was
+    /// added or removed: allocations, host syncs, launches.
+    Diff { a: PathBuf, b: PathBuf },
     /// Print a trace: its calls in canonical form, then a summary.
     Show {
         trace: PathBuf,
@@ -139,6 +182,46 @@ fn run() -> Result<()> {
         Cmd::CaptureTable { on, strict } => capture_table(on, strict),
         Cmd::BenchLaunch { rounds, per_round } => bench_launch(rounds, per_round),
         Cmd::Show { trace, summary } => show(&trace, summary),
+        Cmd::Replay {
+            trace,
+            on,
+            range,
+            stop_at,
+            loops,
+            as_graph,
+            sync_each,
+            scan_redzones,
+            verify,
+            timing,
+            json,
+            no_isolate,
+            child_report,
+        } => {
+            let opts = gputape::replayer::ReplayOptions {
+                range,
+                stop_at,
+                loops,
+                sync_each,
+                scan_redzones_each: scan_redzones,
+                verify,
+                per_call_timing: timing,
+            };
+            replay(
+                &trace,
+                on,
+                &opts,
+                as_graph,
+                json,
+                no_isolate,
+                child_report.as_deref(),
+            )
+        }
+        Cmd::Diff { a, b } => {
+            let ta = gputape::trace::Trace::open(&a)?;
+            let tb = gputape::trace::Trace::open(&b)?;
+            print!("{}", gputape::trace::diff(&ta, &tb));
+            Ok(())
+        }
     }
 }
 
@@ -361,24 +444,30 @@ fn demo(backend: Backend, steps: usize, config: &str, fault_step: Option<usize>)
     );
     let mut times = Vec::new();
     let mut fault_seen = None;
+    let scan = fault_step.is_some() && backend == Backend::Cuda;
     let result = gputape::model::generate(gpu, &mut model, steps, |pos, tok, dt| {
         times.push(dt.as_secs_f64() * 1e3);
         println!(
             "step {pos:>3}  token {tok:>4}  {:8.3} ms",
             dt.as_secs_f64() * 1e3
         );
+        if scan {
+            // With a planted fault, read the red zones after every step so the report names
+            // the step that wrote past its buffer.
+            match gpu.scan_redzones() {
+                Ok(0) => {}
+                Ok(n) => {
+                    println!(
+                        "step {pos:>3}  RED ZONE: {n} guard band(s) written past their buffer"
+                    );
+                    fault_seen = Some(n);
+                }
+                Err(e) => println!("step {pos:>3}  red-zone scan failed: {e:#}"),
+            }
+        }
     });
     if let Err(e) = &result {
         println!("step {} failed: {e:#}", model.step_index);
-    }
-    if fault_step.is_some() && backend == Backend::Cuda {
-        let bad = gpu.scan_redzones()?;
-        if bad > 0 {
-            fault_seen = Some(bad);
-            println!(
-                "red-zone scan after the run: {bad} guard band(s) written (see the log above)"
-            );
-        }
     }
     let tokens = result.unwrap_or_default();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -469,4 +558,174 @@ fn record_step_on<B: GpuBackend + 'static>(
     }
     model.teardown(gpu)?;
     Ok(())
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("{s:?} is not a range like 10..200"))?;
+    let a = if a.is_empty() {
+        0
+    } else {
+        a.parse().map_err(|e| format!("{a:?}: {e}"))?
+    };
+    let b = if b.is_empty() {
+        u64::MAX
+    } else {
+        b.parse().map_err(|e| format!("{b:?}: {e}"))?
+    };
+    if a >= b {
+        return Err(format!("empty range {s}"));
+    }
+    Ok((a, b))
+}
+
+/// A mock that knows every kernel gputape's own traces use.
+fn replay_mock() -> gputape::mock::MockGpuBackend {
+    let m = gputape::mock::MockGpuBackend::default();
+    gputape::workloads::register_mock_kernels(&m);
+    gputape::model::kernels::register_mock(&m);
+    m
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay(
+    path: &Path,
+    on: Backend,
+    opts: &gputape::replayer::ReplayOptions,
+    as_graph: bool,
+    json: bool,
+    no_isolate: bool,
+    child_report: Option<&Path>,
+) -> Result<()> {
+    use gputape::replayer::Replayer;
+    let t = gputape::trace::Trace::open(path)?;
+    let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))));
+    // A recorded fault on CUDA may kill the context: replay it in a child process.
+    if on == Backend::Cuda && faulty && !no_isolate && child_report.is_none() {
+        return replay_in_child(json);
+    }
+    let cuda = match on {
+        Backend::Cuda => {
+            let mut cfg = gputape::cuda::CudaConfig::from_env(0);
+            if opts.scan_redzones_each && cfg.redzone.bytes == 0 {
+                cfg.redzone.bytes = 256;
+            }
+            Some(gputape::cuda::CudaBackend::new(cfg)?)
+        }
+        Backend::Mock => None,
+    };
+    let mock = (on == Backend::Mock).then(replay_mock);
+    let gpu: &dyn GpuBackend = match (&cuda, &mock) {
+        (Some(c), _) => c,
+        (None, Some(m)) => m,
+        (None, None) => unreachable!("one backend is always built"),
+    };
+    let load_cuda = |m: &gputape::backend::ModuleCode| -> Result<()> {
+        let Some(cuda) = cuda.as_ref() else {
+            return Ok(());
+        };
+        match (&m.source, &m.ptx) {
+            (Some(src), _) => cuda.load_source(&m.name, src),
+            (None, Some(ptx)) => cuda.load_ptx(&m.name, ptx, None),
+            (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
+        }
+    };
+    let r = Replayer::new(&t);
+    let mut out = String::new();
+    let report = if as_graph {
+        let launches = opts.loops.max(1);
+        let g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
+        out.push_str(&g.summary());
+        if !g.loop_ms.is_empty() {
+            out.push_str(&timing_line("graph replay", &g.loop_ms));
+        }
+        serde_json::to_value(&g)?
+    } else {
+        let total = t.calls.len() as u64;
+        let bar = (total > 20_000 && !json).then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} calls {per_sec} eta {eta}",
+                )
+                .expect("valid template"),
+            );
+            b
+        });
+        let rep = r.run(gpu, opts, Some(&load_cuda), |seq| {
+            if let Some(b) = &bar {
+                if seq % 1024 == 0 {
+                    b.set_position(seq);
+                }
+            }
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        out.push_str(&rep.summary());
+        if !rep.loop_ms.is_empty() {
+            out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
+            out.push_str(&timing_line("eager replay", &rep.loop_ms));
+        }
+        for (seq, us) in &rep.per_call_us {
+            out.push_str(&format!("  #{seq:<6} {us:10.1} us\n"));
+        }
+        serde_json::to_value(&rep)?
+    };
+    if let Some(p) = child_report {
+        std::fs::write(
+            p,
+            serde_json::to_string(&serde_json::json!({"text": out, "report": report}))?,
+        )?;
+        return Ok(());
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{out}");
+    }
+    Ok(())
+}
+
+fn timing_line(what: &str, ms: &[f64]) -> String {
+    let mut v = ms.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    format!(
+        "{what}: median {:.3} ms over {} run(s) (min {:.3}, max {:.3})\n",
+        v[v.len() / 2],
+        v.len(),
+        v[0],
+        v[v.len() - 1]
+    )
+}
+
+/// Run this same command in a child process and relay its report, so a fault that poisons the
+/// CUDA context cannot take the parent (and its report) down.
+fn replay_in_child(json: bool) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let report = dir.join("report.json");
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(std::env::args_os().skip(1))
+        .arg("--child-report")
+        .arg(&report)
+        .status()?;
+    let text = std::fs::read_to_string(&report).ok();
+    std::fs::remove_dir_all(&dir).ok();
+    match text {
+        Some(t) => {
+            let v: serde_json::Value = serde_json::from_str(&t)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v["report"])?);
+            } else {
+                print!("{}", v["text"].as_str().unwrap_or_default());
+                println!("(replayed in a child process, which exited with {status})");
+            }
+            Ok(())
+        }
+        None => anyhow::bail!(
+            "the replay process died before reporting ({status}); the fault is past the point a report could be written"
+        ),
+    }
 }

@@ -47,6 +47,12 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         ParamInfo::packed(&[(8, Write), (4, Value), (4, Value)]),
         Some(fill),
     );
+    // The CUDA C the twins stand for, so a trace recorded here replays on a GPU.
+    m.set_module_code(crate::backend::ModuleCode {
+        name: "blas".into(),
+        source: Some(TEST_KERNELS.to_string()),
+        ptx: None,
+    });
 }
 
 /// A workload: runs on any backend, returns the bytes it read back.

@@ -343,3 +343,88 @@ fn capture_config_is_what_begin_capture_uses() {
     g.free(p).unwrap();
     let _ = MockConfig::default();
 }
+
+fn model_gpu() -> Option<CudaBackend> {
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return None;
+    }
+    let g = CudaBackend::new(CudaConfig::from_env(0)).expect("open device 0");
+    gputape::model::kernels::load_cuda(&g).expect("compile the model's kernels with NVRTC");
+    Some(g)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn model_kernel_layouts_from_the_driver_match_the_mock_declarations() {
+    let Some(g) = model_gpu() else { return };
+    for (name, _) in gputape::model::kernels::SOURCES {
+        let k = g.kernel(name, name).unwrap();
+        let drv: Vec<(u32, u32)> = g
+            .kernel_registry()
+            .unwrap()
+            .kernel_by_handle(k)
+            .unwrap()
+            .params
+            .iter()
+            .map(|p| (p.offset, p.size))
+            .collect();
+        let mock: Vec<(u32, u32)> = gputape::model::kernels::layout(name)
+            .iter()
+            .map(|p| (p.offset, p.size))
+            .collect();
+        assert_eq!(drv, mock, "kernel {name}");
+    }
+}
+
+/// 36 decode steps of the default config (4 prompt tokens, 32 generated) on the H200 and on
+/// the mock, step by step: tokens, and the largest logit difference.
+#[test]
+#[ignore = "needs a GPU"]
+fn decode_on_the_gpu_matches_the_mock() {
+    use gputape::model::{Model, ModelConfig, PROMPT};
+    let Some(g) = model_gpu() else { return };
+    let m = MockGpuBackend::default();
+    gputape::model::kernels::register_mock(&m);
+    let cfg = ModelConfig::default_config();
+    let mut mg = Model::load(&g, cfg.clone()).unwrap();
+    let mut mm = Model::load(&m, cfg).unwrap();
+    let (mut tg, mut tm) = (PROMPT[0], PROMPT[0]);
+    let mut lines = Vec::new();
+    let mut worst = 0f32;
+    let mut first_token_diff = None;
+    for pos in 0..36 {
+        let t0 = std::time::Instant::now();
+        let ng = mg.step(&g, tg, pos).unwrap();
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let nm = mm.step(&m, tm, pos).unwrap();
+        let lg = mg.logits(&g).unwrap();
+        let lm = mm.logits(&m).unwrap();
+        let d = lg
+            .iter()
+            .zip(&lm)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        worst = worst.max(d);
+        if ng != nm && first_token_diff.is_none() {
+            first_token_diff = Some(pos);
+        }
+        lines.push(format!(
+            "step {pos:>2}: gpu {ng:>4} mock {nm:>4} max|dlogit| {d:.3e} gpu step {ms:.3} ms"
+        ));
+        tg = PROMPT.get(pos + 1).copied().unwrap_or(ng);
+        tm = PROMPT.get(pos + 1).copied().unwrap_or(nm);
+    }
+    let text = format!(
+        "{}\nworst max|dlogit| {worst:.3e}\nfirst token difference: {first_token_diff:?}\n",
+        lines.join("\n")
+    );
+    if let Ok(dir) = std::env::var("GPUTAPE_OUT") {
+        std::fs::write(Path::new(&dir).join("model_parity.txt"), &text).unwrap();
+    }
+    println!("{text}");
+    mg.teardown(&g).unwrap();
+    assert_eq!(g.sweep_unreleased(), 0);
+    assert_eq!(first_token_diff, None, "{text}");
+    assert!(worst < 1e-3, "{text}");
+}

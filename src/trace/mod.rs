@@ -3,11 +3,13 @@
 
 mod call;
 pub mod codec;
+mod diff;
 mod format;
 mod frame;
 mod render;
 
 pub use call::*;
+pub use diff::diff;
 pub use format::{
     read_frames, Cut, FrameReader, MmapSink, Sink, TraceError, TraceWriter, VecSink,
     FILE_HEADER_LEN, FRAME_HEADER_LEN,

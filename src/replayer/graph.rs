@@ -1,0 +1,407 @@
+//! Replaying a step as CUDA graphs, through the trait: the same code captures on the driver and
+//! on the mock's emulation.
+//!
+//! A step is cut into segments: runs of asynchronous device work on one stream become graphs;
+//! everything else (host syncs, synchronous copies, allocation, cross-stream event edges) runs
+//! eagerly between them. Each call that forced a cut is reported with the capture rule that
+//! makes it uncapturable.
+
+use super::{Outcome, ReplayError, ReplayOptions, Replayer};
+use crate::backend::{
+    decide, CaptureContext, CaptureMode, CaptureOp, GpuBackend, Relation, StreamKind, Verdict,
+};
+use crate::trace::*;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// A run of calls replayed one way.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Segment {
+    /// Indices into `Trace::calls`.
+    pub calls: Vec<usize>,
+    /// The stream a graph segment captures; `None` for an eager segment.
+    pub stream: Option<StreamRef>,
+}
+
+/// A call that kept the step out of one graph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breaker {
+    pub seq: u64,
+    pub site: String,
+    pub call: String,
+    pub rule: String,
+    pub why: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SegmentPlan {
+    pub segments: Vec<Segment>,
+    pub breakers: Vec<Breaker>,
+}
+
+impl SegmentPlan {
+    pub fn graph_count(&self) -> usize {
+        self.segments.iter().filter(|s| s.stream.is_some()).count()
+    }
+}
+
+/// Device work that can sit in a graph on the given stream. (Launches of graphs the trace
+/// recorded stay eager: their lifetime is the trace's own business.)
+fn graphable(c: &Call) -> Option<StreamRef> {
+    match c {
+        Call::Launch { stream, .. }
+        | Call::LaunchTyped { stream, .. }
+        | Call::MemsetAsync { stream, .. }
+        | Call::CopyD2DAsync { stream, .. }
+        | Call::CopyD2D2DAsync { stream, .. } => Some(*stream).filter(|s| *s != StreamRef::Legacy),
+        _ => None,
+    }
+}
+
+/// Calls with no device effect, which neither join nor break a segment.
+fn neutral(c: &Call) -> bool {
+    matches!(
+        c,
+        Call::DefaultStream
+            | Call::OpCache
+            | Call::Kernel { .. }
+            | Call::TotalMemory
+            | Call::FreeMemory
+            | Call::SmCount
+            | Call::LiveBytes
+            | Call::AllocReport { .. }
+            | Call::StreamIsCapturing { .. }
+            | Call::DebugSyncKernels
+            | Call::KernelRegistry
+            | Call::DeviceFreeMemory
+            | Call::LiveAllocCount
+    )
+}
+
+/// Resource lifetime calls. A graph holds the addresses it was captured with, so a graph replay
+/// creates resources once (the build pass), never frees them between launches, and frees them
+/// all at the end.
+fn creates(c: &Call) -> bool {
+    matches!(
+        c,
+        Call::Alloc { .. }
+            | Call::AllocManaged { .. }
+            | Call::AllocHostPinned { .. }
+            | Call::CreateStream
+            | Call::CreateEvent
+            | Call::HostPtrToDevice { .. }
+    )
+}
+
+fn destroys(c: &Call) -> bool {
+    matches!(
+        c,
+        Call::Free { .. }
+            | Call::FreeHostPinned { .. }
+            | Call::DestroyEvent { .. }
+            | Call::SweepUnreleased
+    )
+}
+
+/// What the capture rules call this call, for the breaker report.
+fn capture_op(c: &Call) -> CaptureOp {
+    match c {
+        // Red-zone scans and poisoning are synchronous copies and memsets underneath.
+        Call::CopyH2D { .. }
+        | Call::CopyD2H { .. }
+        | Call::CopyD2D { .. }
+        | Call::Memset { .. }
+        | Call::ScanRedzones
+        | Call::PoisonRedzones { .. } => CaptureOp::SyncCopy,
+        Call::CopyD2HOnStream { .. } => CaptureOp::CopyThenWait,
+        Call::Synchronize { .. } => CaptureOp::StreamSync,
+        Call::EventSynchronize { .. } => CaptureOp::SyncExternalEvent,
+        Call::Alloc { .. } | Call::AllocManaged { .. } => CaptureOp::DeviceAlloc,
+        Call::Free { .. } => CaptureOp::DeviceFree,
+        Call::AllocHostPinned { .. } | Call::FreeHostPinned { .. } => CaptureOp::PinnedHost,
+        Call::CopyH2DAsync { .. } | Call::CopyH2DAsyncRetained { .. } => CaptureOp::AsyncH2D,
+        Call::RecordEvent { .. } => CaptureOp::EventRecord,
+        Call::StreamWaitEvent { .. } => CaptureOp::WaitExternalEvent,
+        _ => CaptureOp::HostOnly,
+    }
+}
+
+/// Cut calls `[a, b)` into segments, and name every call that keeps the range from being one
+/// graph of its main stream (the stream with the most capturable work), with the rule that
+/// decides it (global mode and a blocking stream: the defaults, and the strictest).
+pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
+    // Calls inside a capture the trace itself recorded are replayed as recorded (re-captured),
+    // in eager segments, and are not reported: they are already in a graph.
+    let mut open: std::collections::BTreeSet<StreamRef> = Default::default();
+    let calls: Vec<(usize, &CallRecord, bool)> = t
+        .calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.seq >= range.0 && c.seq < range.1 && !neutral(&c.call))
+        .map(|(i, c)| {
+            let was_open = !open.is_empty();
+            match &c.call {
+                Call::BeginCapture { stream } => {
+                    open.insert(*stream);
+                }
+                Call::EndCapture { stream } => {
+                    open.remove(stream);
+                }
+                _ => {}
+            }
+            (i, c, was_open || !open.is_empty())
+        })
+        .collect();
+    let mut counts: std::collections::BTreeMap<StreamRef, usize> = Default::default();
+    for (_, c, inside) in &calls {
+        if let (Some(s), false) = (graphable(&c.call), inside) {
+            *counts.entry(s).or_default() += 1;
+        }
+    }
+    let main = counts
+        .iter()
+        .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
+        .map(|(s, _)| *s);
+    let mut plan = SegmentPlan::default();
+    let mut cur: Option<Segment> = None;
+    for (i, c, inside) in calls {
+        let g = if inside { None } else { graphable(&c.call) };
+        if g != cur.as_ref().and_then(|s| s.stream) {
+            if let Some(s) = cur.take() {
+                plan.segments.push(s);
+            }
+        }
+        cur.get_or_insert_with(|| Segment {
+            calls: vec![],
+            stream: g,
+        })
+        .calls
+        .push(i);
+        let Some(main) = main else { continue };
+        if inside || g == Some(main) {
+            continue;
+        }
+        let relation = match call_stream(&c.call) {
+            None => Relation::NoStream,
+            Some(StreamRef::Legacy) => Relation::Legacy,
+            Some(s) if s == main => Relation::Capturing,
+            Some(_) => Relation::Other,
+        };
+        let op = match g {
+            Some(_) => CaptureOp::StreamWork,
+            None => capture_op(&c.call),
+        };
+        let rule = decide(
+            op,
+            CaptureContext {
+                relation,
+                kind: StreamKind::Blocking,
+                mode: CaptureMode::Global,
+                same_thread: true,
+            },
+        );
+        // Host-side calls are legal inside a capture; only device work outside the graph and
+        // calls that would fail keep the range from being one graph.
+        if matches!(
+            rule.verdict,
+            Verdict::Host | Verdict::Captured | Verdict::Joins
+        ) {
+            continue;
+        }
+        plan.breakers.push(Breaker {
+            seq: c.seq,
+            site: t.site(c.site),
+            call: c.call.kind().name().to_string(),
+            rule: rule.id.to_string(),
+            why: format!("{} ({})", rule.why, rule.verdict.name()),
+        });
+    }
+    if let Some(s) = cur.take() {
+        plan.segments.push(s);
+    }
+    plan
+}
+
+fn call_stream(c: &Call) -> Option<StreamRef> {
+    match c {
+        Call::Synchronize { stream }
+        | Call::CopyD2HOnStream { stream, .. }
+        | Call::CopyH2DAsync { stream, .. }
+        | Call::CopyH2DAsyncRetained { stream, .. }
+        | Call::CopyD2HAsync { stream, .. }
+        | Call::RecordEvent { stream, .. }
+        | Call::StreamWaitEvent { stream, .. } => Some(*stream),
+        Call::CopyH2D { .. }
+        | Call::CopyD2H { .. }
+        | Call::CopyD2D { .. }
+        | Call::Memset { .. }
+        | Call::ScanRedzones
+        | Call::PoisonRedzones { .. } => Some(StreamRef::Legacy),
+        _ => graphable(c),
+    }
+}
+
+/// The result of a graph replay.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GraphReport {
+    pub plan: SegmentPlan,
+    /// Wall time of each launch of the whole step (graphs plus the eager calls between them).
+    pub loop_ms: Vec<f64>,
+    pub d2h_checked: u64,
+    pub d2h_matched: u64,
+    pub first_mismatch: Option<String>,
+}
+
+impl GraphReport {
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} segment(s): {} graph(s), {} eager; {} call(s) keep the range from being one graph\n",
+            self.plan.segments.len(),
+            self.plan.graph_count(),
+            self.plan.segments.len() - self.plan.graph_count(),
+            self.plan.breakers.len()
+        );
+        for b in &self.plan.breakers {
+            s.push_str(&format!(
+                "  #{} {} ({}): rule {}: {}\n",
+                b.seq, b.call, b.site, b.rule, b.why
+            ));
+        }
+        s.push_str(&format!(
+            "graph replay device-to-host results: {} of {} match the recording{}\n",
+            self.d2h_matched,
+            self.d2h_checked,
+            self.first_mismatch
+                .as_ref()
+                .map(|m| format!(" (first mismatch: {m})"))
+                .unwrap_or_default()
+        ));
+        s
+    }
+}
+
+impl Replayer<'_> {
+    /// Build the step's graphs once (launching each right after capture, so the eager calls
+    /// between them see its results), then launch the whole step `launches` times, checking the
+    /// device-to-host results of every launch against the recording.
+    pub fn run_as_graph(
+        &self,
+        gpu: &dyn GpuBackend,
+        range: Option<(u64, u64)>,
+        launches: usize,
+        loader: Option<super::ModuleLoader<'_>>,
+    ) -> Result<GraphReport, ReplayError> {
+        let (a, b) = range.unwrap_or((0, u64::MAX));
+        let plan = plan_segments(self.trace, (a, b));
+        let kernels = self.kernels(gpu, loader)?;
+        let mut st = self.setup(gpu, &kernels)?;
+        let opts = ReplayOptions::default();
+        let mut report = GraphReport {
+            plan,
+            ..Default::default()
+        };
+        let fail = |c: &CallRecord, what: &str, e: String| ReplayError::Unsupported {
+            seq: c.seq,
+            site: self.trace.site(c.site),
+            msg: format!("{what}: {e}"),
+        };
+        // Calls before the range rebuild the state.
+        for c in self.trace.calls.iter().filter(|c| c.seq < a) {
+            if let Outcome::Failed(e) = self.issue(gpu, &mut st, c, &opts, false, true)? {
+                return Err(fail(c, "fast-forward", format!("{e:#}")));
+            }
+        }
+        // Build.
+        let mut graphs = Vec::new();
+        for seg in &report.plan.segments {
+            match seg.stream {
+                Some(s) => {
+                    let first = &self.trace.calls[seg.calls[0]];
+                    let raw = super::resolve_stream(&st, s, first)?;
+                    gpu.begin_capture(raw)
+                        .map_err(|e| fail(first, "begin_capture", format!("{e:#}")))?;
+                    for &i in &seg.calls {
+                        let c = &self.trace.calls[i];
+                        if let Outcome::Failed(e) =
+                            self.issue(gpu, &mut st, c, &opts, false, true)?
+                        {
+                            gpu.abort_capture_if_active(raw);
+                            return Err(fail(c, "capturing", format!("{e:#}")));
+                        }
+                    }
+                    let g = gpu
+                        .end_capture(raw)
+                        .map_err(|e| fail(first, "end_capture", format!("{e:#}")))?;
+                    gpu.launch_graph(g, raw)
+                        .map_err(|e| fail(first, "launch_graph", format!("{e:#}")))?;
+                    graphs.push(Some((g, raw)));
+                }
+                None => {
+                    for &i in &seg.calls {
+                        let c = &self.trace.calls[i];
+                        if destroys(&c.call) {
+                            continue; // deferred to the end: the graphs still use it
+                        }
+                        if let Outcome::Failed(e) =
+                            self.issue(gpu, &mut st, c, &opts, false, true)?
+                        {
+                            if !matches!(c.ret, Some(Err(_))) {
+                                return Err(fail(c, "eager call", format!("{e:#}")));
+                            }
+                        }
+                    }
+                    graphs.push(None);
+                }
+            }
+        }
+        // Launch.
+        for _ in 0..launches {
+            let t0 = Instant::now();
+            for (seg, g) in report.plan.segments.iter().zip(&graphs) {
+                match g {
+                    Some((g, raw)) => gpu.launch_graph(*g, *raw).map_err(|e| {
+                        fail(
+                            &self.trace.calls[seg.calls[0]],
+                            "launch_graph",
+                            format!("{e:#}"),
+                        )
+                    })?,
+                    None => {
+                        for &i in &seg.calls {
+                            let c = &self.trace.calls[i];
+                            if creates(&c.call) || destroys(&c.call) {
+                                continue;
+                            }
+                            match self.issue(gpu, &mut st, c, &opts, true, false)? {
+                                Outcome::Ok { checked, mismatch } => {
+                                    report.d2h_checked += checked as u64;
+                                    match mismatch {
+                                        None if checked => report.d2h_matched += 1,
+                                        Some((buf, off, d)) if report.first_mismatch.is_none() => {
+                                            report.first_mismatch = Some(format!(
+                                                "call #{} buffer {:?} byte {:?}: {d}",
+                                                c.seq, buf, off
+                                            ))
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                                Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
+                                    return Err(fail(c, "eager call", format!("{e:#}")))
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+            let _ = gpu.synchronize(gpu.default_stream());
+            report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        for (g, _) in graphs.into_iter().flatten() {
+            let _ = gpu.destroy_graph(g);
+        }
+        self.teardown(gpu, &mut st);
+        Ok(report)
+    }
+}

@@ -1,0 +1,1019 @@
+//! The replayer: runs a trace on any backend, checks it against what was recorded, reproduces
+//! faults, and replays steps as CUDA graphs.
+//!
+//! It depends on the trace model and the trait only (never on the recorder): buffers are
+//! allocated with their recorded sizes and filled from the initial snapshot, every recorded
+//! (buffer, offset) becomes an address of the new allocation, and the calls are issued in
+//! recorded order.
+
+mod graph;
+
+pub use graph::{plan_segments, Breaker, GraphReport, Segment, SegmentPlan};
+
+use crate::backend::{DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode};
+use crate::trace::*;
+use rustc_hash::FxHashMap as HashMap;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("trace needs kernel {module}::{name} (k{id}), which the replay backend cannot provide: {cause}")]
+    Kernel {
+        id: u32,
+        module: String,
+        name: String,
+        cause: String,
+    },
+    #[error("setting up the replay failed at {what}: {cause}")]
+    Setup { what: String, cause: String },
+    #[error("call #{seq} ({kind}) refers to {what}, which the trace never defines")]
+    Dangling {
+        seq: u64,
+        kind: &'static str,
+        what: String,
+    },
+    #[error("the trace is missing blob {0}")]
+    MissingBlob(BlobId),
+    #[error("call #{seq} at {site}: {msg}")]
+    Unsupported { seq: u64, site: String, msg: String },
+}
+
+/// What to replay and how.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayOptions {
+    /// Replay (verify and time) only calls with seq in `[a, b)`; the calls before `a` still run,
+    /// unverified, to rebuild the state at `a`.
+    pub range: Option<(u64, u64)>,
+    /// Stop after this call.
+    pub stop_at: Option<u64>,
+    /// Replay the whole trace this many times, each from a fresh state (default 1).
+    pub loops: usize,
+    /// Synchronise after every launch, so a fault is reported at its kernel.
+    pub sync_each: bool,
+    /// Scan red zones after every launch (backends with red zones).
+    pub scan_redzones_each: bool,
+    /// Compare every device-to-host result with the recorded bytes.
+    pub verify: bool,
+    /// Keep each call's wall time.
+    pub per_call_timing: bool,
+}
+
+/// The first place a replay's results part from the recording.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    pub seq: u64,
+    pub site: String,
+    pub call: String,
+    pub buffer: Option<String>,
+    pub byte_offset: Option<u64>,
+    /// The last kernel launched before this call with the buffer among its arguments.
+    pub last_writer: Option<String>,
+    pub detail: String,
+}
+
+/// A recorded failure and what the replay did at the same call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultReport {
+    pub seq: u64,
+    pub site: String,
+    pub call: String,
+    pub kernel: Option<String>,
+    pub recorded: String,
+    pub recorded_code: Option<u32>,
+    /// `None`: the call succeeded on replay.
+    pub replayed: Option<String>,
+    pub replayed_code: Option<u32>,
+    pub reproduced: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReplayReport {
+    pub calls: u64,
+    pub loops: usize,
+    pub d2h_checked: u64,
+    pub d2h_matched: u64,
+    pub divergence: Option<Divergence>,
+    pub faults: Vec<FaultReport>,
+    /// Wall time of the replayed range, per loop, in milliseconds.
+    pub loop_ms: Vec<f64>,
+    /// (seq, microseconds) when per-call timing was asked for (first loop).
+    pub per_call_us: Vec<(u64, f64)>,
+    /// Red-zone violations found by per-launch scans: (seq, count).
+    pub redzone_hits: Vec<(u64, u64)>,
+    /// The recording's own wall time for the same range, in milliseconds.
+    pub recorded_ms: f64,
+}
+
+impl ReplayReport {
+    /// A short human summary (stable: no times), for snapshots and the CLI.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "replayed {} calls x{}; device-to-host results (all loops): {} of {} match the recording\n",
+            self.calls, self.loops, self.d2h_matched, self.d2h_checked
+        );
+        match &self.divergence {
+            None => s.push_str("no divergence\n"),
+            Some(d) => s.push_str(&format!(
+                "FIRST DIVERGENCE at call #{} {} ({}){}{}{}: {}\n",
+                d.seq,
+                d.call,
+                d.site,
+                d.buffer
+                    .as_ref()
+                    .map(|b| format!(", buffer {b}"))
+                    .unwrap_or_default(),
+                d.byte_offset
+                    .map(|o| format!(" byte {o}"))
+                    .unwrap_or_default(),
+                d.last_writer
+                    .as_ref()
+                    .map(|k| format!(", last written by {k}"))
+                    .unwrap_or_default(),
+                d.detail
+            )),
+        }
+        for f in &self.faults {
+            s.push_str(&format!(
+                "fault at call #{} {}{} ({}): recorded {}; replay {} -> {}\n",
+                f.seq,
+                f.call,
+                f.kernel
+                    .as_ref()
+                    .map(|k| format!(" [{k}]"))
+                    .unwrap_or_default(),
+                f.site,
+                f.recorded,
+                f.replayed.as_deref().unwrap_or("succeeded"),
+                if f.reproduced {
+                    "REPRODUCED"
+                } else {
+                    "not reproduced"
+                }
+            ));
+        }
+        for (seq, n) in &self.redzone_hits {
+            s.push_str(&format!(
+                "red-zone scan after call #{seq}: {n} guard band(s) written\n"
+            ));
+        }
+        s
+    }
+}
+
+/// How the replay gets the trace's kernels onto its backend. The default asks the backend by
+/// name (kernels registered on a mock, or modules a CUDA backend already loaded).
+pub type ModuleLoader<'a> = &'a dyn Fn(&ModuleCode) -> anyhow::Result<()>;
+
+/// Replay state: recorded ids to this backend's handles.
+pub(crate) struct State {
+    pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
+    pub streams: HashMap<StreamId, u64>,
+    pub events: HashMap<EventId, u64>,
+    pub graphs: HashMap<GraphId, GraphHandle>,
+    pub kernels: HashMap<KernelId, KernelHandle>,
+    pub hosts: HashMap<HostId, (*mut u8, usize)>,
+    /// Host buffers that async copies write into or read from until their stream syncs.
+    pub pending: Vec<(u64, StreamRef, Vec<u8>)>,
+    /// What the last replayed `scan_redzones` returned.
+    pub last_scan: Option<usize>,
+}
+
+pub struct Replayer<'t> {
+    pub trace: &'t Trace,
+}
+
+fn kernel_name(t: &Trace, k: KernelId) -> String {
+    t.kernels
+        .get(&k)
+        .map(|i| format!("{}::{}", i.module, i.name))
+        .unwrap_or_else(|| k.to_string())
+}
+
+fn err_code(e: &anyhow::Error) -> Option<u32> {
+    crate::driver_code(e)
+}
+
+impl<'t> Replayer<'t> {
+    pub fn new(trace: &'t Trace) -> Self {
+        Replayer { trace }
+    }
+
+    fn blob(&self, id: BlobId) -> Result<&'t [u8], ReplayError> {
+        self.trace.blob(id).ok_or(ReplayError::MissingBlob(id))
+    }
+
+    /// Load modules (through `loader`, if given) and resolve every kernel the trace uses.
+    fn kernels(
+        &self,
+        gpu: &dyn GpuBackend,
+        loader: Option<ModuleLoader<'_>>,
+    ) -> Result<HashMap<KernelId, KernelHandle>, ReplayError> {
+        if let Some(load) = loader {
+            for m in &self.trace.modules {
+                load(m).map_err(|e| ReplayError::Setup {
+                    what: format!("loading module {}", m.name),
+                    cause: format!("{e:#}"),
+                })?;
+            }
+        }
+        let mut out = HashMap::default();
+        for (id, info) in &self.trace.kernels {
+            let h = gpu
+                .kernel(&info.module, &info.name)
+                .map_err(|e| ReplayError::Kernel {
+                    id: id.0,
+                    module: info.module.clone(),
+                    name: info.name.clone(),
+                    cause: format!("{e:#}"),
+                })?;
+            out.insert(*id, h);
+        }
+        Ok(out)
+    }
+
+    /// Fresh state: adopted resources created, initial buffers allocated and filled.
+    pub(crate) fn setup(
+        &self,
+        gpu: &dyn GpuBackend,
+        kernels: &HashMap<KernelId, KernelHandle>,
+    ) -> Result<State, ReplayError> {
+        let setup = |what: String| {
+            move |e: anyhow::Error| ReplayError::Setup {
+                what,
+                cause: format!("{e:#}"),
+            }
+        };
+        let mut st = State {
+            bufs: HashMap::default(),
+            streams: HashMap::default(),
+            events: HashMap::default(),
+            graphs: HashMap::default(),
+            kernels: kernels.clone(),
+            hosts: HashMap::default(),
+            pending: Vec::new(),
+            last_scan: None,
+        };
+        for a in &self.trace.adopted {
+            match a {
+                Adopted::Stream { id, is_default } => {
+                    let s = if *is_default {
+                        gpu.default_stream()
+                    } else {
+                        gpu.create_stream()
+                            .map_err(setup(format!("creating {id}")))?
+                    };
+                    st.streams.insert(*id, s);
+                }
+                Adopted::Event { id } => {
+                    let e = gpu
+                        .create_event()
+                        .map_err(setup(format!("creating {id}")))?;
+                    st.events.insert(*id, e);
+                }
+                Adopted::Host { id, bytes } => {
+                    let p = gpu
+                        .alloc_host_pinned(*bytes as usize)
+                        .map_err(setup(format!("allocating {id}")))?;
+                    st.hosts.insert(*id, (p, *bytes as usize));
+                }
+                Adopted::Graph { .. } => {}
+            }
+        }
+        for i in &self.trace.initial {
+            let p = gpu
+                .alloc(i.bytes as usize)
+                .map_err(setup(format!("allocating {}", i.buf)))?;
+            gpu.copy_h2d(self.blob(i.data)?, p)
+                .map_err(setup(format!("restoring {}", i.buf)))?;
+            st.bufs.insert(i.buf, (p, i.bytes));
+        }
+        Ok(st)
+    }
+
+    /// Free what `setup` and the replayed calls left allocated.
+    pub(crate) fn teardown(&self, gpu: &dyn GpuBackend, st: &mut State) {
+        for (_, g) in st.graphs.drain() {
+            let _ = gpu.destroy_graph(g);
+        }
+        for (_, (p, _)) in st.bufs.drain() {
+            let _ = gpu.free(p);
+        }
+        for (_, e) in st.events.drain() {
+            let _ = gpu.destroy_event(e);
+        }
+        for (_, (p, n)) in st.hosts.drain() {
+            let _ = gpu.free_host_pinned(p, n);
+        }
+    }
+
+    /// Run the trace. `loader` gets each embedded module first (for backends that compile).
+    pub fn run(
+        &self,
+        gpu: &dyn GpuBackend,
+        opts: &ReplayOptions,
+        loader: Option<ModuleLoader<'_>>,
+        mut progress: impl FnMut(u64),
+    ) -> Result<ReplayReport, ReplayError> {
+        let kernels = self.kernels(gpu, loader)?;
+        let (a, b) = opts.range.unwrap_or((0, u64::MAX));
+        let stop = opts.stop_at.map_or(u64::MAX, |s| s + 1).min(b);
+        let mut report = ReplayReport {
+            loops: opts.loops.max(1),
+            ..Default::default()
+        };
+        let in_range: Vec<&CallRecord> = self
+            .trace
+            .calls
+            .iter()
+            .filter(|c| c.seq >= a && c.seq < stop)
+            .collect();
+        if let (Some(first), Some(last)) = (in_range.first(), in_range.last()) {
+            report.recorded_ms =
+                (last.t_ns + last.dur_ns.unwrap_or(0)).saturating_sub(first.t_ns) as f64 / 1e6;
+        }
+        for lp in 0..report.loops {
+            let mut st = self.setup(gpu, &kernels)?;
+            let mut t0 = None;
+            let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();
+            for c in &self.trace.calls {
+                if c.seq >= stop {
+                    break;
+                }
+                let live = c.seq >= a;
+                if live && t0.is_none() {
+                    t0 = Some(Instant::now());
+                }
+                let tc = Instant::now();
+                let outcome = self.issue(gpu, &mut st, c, opts, live && opts.verify, lp == 0)?;
+                if live && lp == 0 && opts.per_call_timing {
+                    report
+                        .per_call_us
+                        .push((c.seq, tc.elapsed().as_secs_f64() * 1e6));
+                }
+                if live && lp == 0 {
+                    report.calls += 1;
+                    progress(c.seq);
+                }
+                if let Some(kid) = launched_kernel(&c.call) {
+                    for arg in launch_args(&c.call) {
+                        if let Arg::Buf(DevAddr::Buf { buf, .. }) = arg {
+                            last_writer.insert(*buf, kid);
+                        }
+                    }
+                }
+                match outcome {
+                    Outcome::Ok { checked, mismatch } => {
+                        if live {
+                            report.d2h_checked += checked as u64;
+                            if checked && mismatch.is_none() {
+                                report.d2h_matched += 1;
+                            }
+                        }
+                        if let (Call::ScanRedzones, Some(Ok(Value::Count(n))), Some(m)) =
+                            (&c.call, &c.ret, st.last_scan.take())
+                        {
+                            if (*n > 0 || m > 0) && lp == 0 {
+                                report.faults.push(FaultReport {
+                                    seq: c.seq,
+                                    site: self.trace.site(c.site),
+                                    call: "scan_redzones".into(),
+                                    kernel: None,
+                                    recorded: format!("{n} red zone(s) written"),
+                                    recorded_code: None,
+                                    replayed: Some(format!("{m} red zone(s) written")),
+                                    replayed_code: None,
+                                    reproduced: *n == m as u64,
+                                });
+                            }
+                        }
+                        if let Some((buf, off, detail)) = mismatch {
+                            if report.divergence.is_none() {
+                                report.divergence = Some(Divergence {
+                                    seq: c.seq,
+                                    site: self.trace.site(c.site),
+                                    call: c.call.kind().name().to_string(),
+                                    buffer: buf.map(|b| b.to_string()),
+                                    byte_offset: off,
+                                    last_writer: buf
+                                        .and_then(|b| last_writer.get(&b))
+                                        .map(|k| kernel_name(self.trace, *k)),
+                                    detail,
+                                });
+                            }
+                        }
+                        if live
+                            && (opts.sync_each || opts.scan_redzones_each)
+                            && launched_kernel(&c.call).is_some()
+                        {
+                            if let Some(s) = launch_stream(&c.call) {
+                                let raw = resolve_stream(&st, s, c)?;
+                                if let Err(e) = gpu.synchronize(raw) {
+                                    report.faults.push(self.fault(c, None, Some(&e)));
+                                    break;
+                                }
+                            }
+                            if opts.scan_redzones_each {
+                                if let Ok(n) = gpu.scan_redzones() {
+                                    if n > 0 && lp == 0 {
+                                        report.redzone_hits.push((c.seq, n as u64));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Outcome::Failed(e) => {
+                        let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
+                        if lp == 0 || recorded.is_none() {
+                            report.faults.push(self.fault(c, recorded, Some(&e)));
+                        }
+                        if recorded.is_none() {
+                            // Diverged: the state is no longer the recording's.
+                            if report.divergence.is_none() {
+                                report.divergence = Some(Divergence {
+                                    seq: c.seq,
+                                    site: self.trace.site(c.site),
+                                    call: c.call.kind().name().to_string(),
+                                    buffer: None,
+                                    byte_offset: None,
+                                    last_writer: None,
+                                    detail: format!(
+                                        "succeeded when recorded, failed on replay: {e:#}"
+                                    ),
+                                });
+                            }
+                            break;
+                        }
+                    }
+                    Outcome::SucceededButRecordedError => {
+                        let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
+                        if lp == 0 {
+                            report.faults.push(self.fault(c, recorded, None));
+                        }
+                    }
+                }
+            }
+            if let Some(t0) = t0 {
+                let _ = gpu.synchronize(gpu.default_stream());
+                report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            self.teardown(gpu, &mut st);
+        }
+        Ok(report)
+    }
+
+    fn fault(
+        &self,
+        c: &CallRecord,
+        recorded: Option<&ErrorRec>,
+        replayed: Option<&anyhow::Error>,
+    ) -> FaultReport {
+        let replayed_code = replayed.and_then(err_code);
+        let recorded_code = recorded.and_then(|r| r.code);
+        FaultReport {
+            seq: c.seq,
+            site: self.trace.site(c.site),
+            call: c.call.kind().name().to_string(),
+            kernel: launched_kernel(&c.call).map(|k| kernel_name(self.trace, k)),
+            recorded: match (recorded, &c.ret) {
+                (Some(r), _) => match r.code {
+                    Some(code) => format!("{} ({code})", crate::backend::cuda_error_name(code)),
+                    None => r.message.clone(),
+                },
+                (None, None) => "never returned (the process died in this call)".into(),
+                (None, Some(_)) => "success".into(),
+            },
+            recorded_code,
+            replayed: replayed.map(|e| match err_code(e) {
+                Some(code) => format!("{} ({code})", crate::backend::cuda_error_name(code)),
+                None => format!("{e:#}"),
+            }),
+            replayed_code,
+            reproduced: match (recorded, replayed) {
+                (Some(r), Some(_)) => r.code.is_none() || r.code == replayed_code,
+                (None, Some(_)) => c.ret.is_none(),
+                _ => false,
+            },
+        }
+    }
+}
+
+pub(crate) enum Outcome {
+    Ok {
+        checked: bool,
+        mismatch: Option<(Option<BufferId>, Option<u64>, String)>,
+    },
+    Failed(anyhow::Error),
+    SucceededButRecordedError,
+}
+
+pub(crate) fn launched_kernel(c: &Call) -> Option<KernelId> {
+    match c {
+        Call::Launch { kernel, .. } | Call::LaunchTyped { kernel, .. } => Some(*kernel),
+        _ => None,
+    }
+}
+
+fn launch_args(c: &Call) -> &[Arg] {
+    match c {
+        Call::Launch { args, .. } | Call::LaunchTyped { args, .. } => args,
+        _ => &[],
+    }
+}
+
+fn launch_stream(c: &Call) -> Option<StreamRef> {
+    match c {
+        Call::Launch { stream, .. } | Call::LaunchTyped { stream, .. } => Some(*stream),
+        _ => None,
+    }
+}
+
+pub(crate) fn resolve_stream(st: &State, s: StreamRef, c: &CallRecord) -> Result<u64, ReplayError> {
+    match s {
+        StreamRef::Legacy => Ok(0),
+        StreamRef::Id(id) => st.streams.get(&id).copied().ok_or(ReplayError::Dangling {
+            seq: c.seq,
+            kind: c.call.kind().name(),
+            what: id.to_string(),
+        }),
+    }
+}
+
+fn first_diff(a: &[u8], b: &[u8]) -> Option<u64> {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .map(|p| p as u64)
+        .or((a.len() != b.len()).then_some(a.len().min(b.len()) as u64))
+}
+
+impl Replayer<'_> {
+    fn addr(&self, st: &State, a: &DevAddr, c: &CallRecord) -> Result<DevicePtr, ReplayError> {
+        match a {
+            DevAddr::Null => Ok(DevicePtr::NULL),
+            DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off } => st
+                .bufs
+                .get(buf)
+                .map(|(p, _)| p.offset(*off as usize))
+                .ok_or(ReplayError::Dangling {
+                    seq: c.seq,
+                    kind: c.call.kind().name(),
+                    what: buf.to_string(),
+                }),
+            // Outside every buffer when recorded: aim just as far past the nearest one, so an
+            // out-of-bounds access stays out of bounds.
+            DevAddr::Unknown {
+                near: Some((buf, off)),
+            } => st
+                .bufs
+                .get(buf)
+                .map(|(p, _)| p.offset(*off as usize))
+                .ok_or(ReplayError::Dangling {
+                    seq: c.seq,
+                    kind: c.call.kind().name(),
+                    what: buf.to_string(),
+                }),
+            DevAddr::Unknown { near: None } => Err(ReplayError::Unsupported {
+                seq: c.seq,
+                site: self.trace.site(c.site),
+                msg: "a pointer that was in no known buffer when recorded cannot be remapped"
+                    .into(),
+            }),
+        }
+    }
+
+    fn host(&self, st: &State, h: &HostAddr) -> Option<*mut u8> {
+        match h {
+            HostAddr::Pinned { host, off } => st.hosts.get(host).map(|(p, _)| {
+                // SAFETY: `off` was inside this pinned region when recorded, and the replay's
+                // region has the recorded size.
+                unsafe { p.add(*off as usize) }
+            }),
+            HostAddr::Unknown => None,
+        }
+    }
+
+    /// Issue one recorded call. Returns how it went relative to the recording.
+    pub(crate) fn issue(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &mut State,
+        c: &CallRecord,
+        opts: &ReplayOptions,
+        verify: bool,
+        first_loop: bool,
+    ) -> Result<Outcome, ReplayError> {
+        let _ = (opts, first_loop);
+        let recorded_err = matches!(c.ret, Some(Err(_)));
+        let dangling = |what: String| ReplayError::Dangling {
+            seq: c.seq,
+            kind: c.call.kind().name(),
+            what,
+        };
+        let ret_value = match &c.ret {
+            Some(Ok(v)) => Some(v),
+            _ => None,
+        };
+        let mut checked = false;
+        let mut mismatch = None;
+        let r: anyhow::Result<()> = match &c.call {
+            Call::Alloc { bytes } | Call::AllocManaged { bytes } => {
+                let r = if matches!(c.call, Call::Alloc { .. }) {
+                    gpu.alloc(*bytes as usize)
+                } else {
+                    gpu.alloc_managed(*bytes as usize)
+                };
+                r.map(|p| {
+                    if let Some(Value::Buffer(id)) = ret_value {
+                        st.bufs.insert(*id, (p, *bytes));
+                    }
+                })
+            }
+            Call::Free { ptr } => {
+                let p = self.addr(st, ptr, c)?;
+                let r = gpu.free(p);
+                if r.is_ok() {
+                    if let DevAddr::Buf { buf, .. } = ptr {
+                        st.bufs.remove(buf);
+                    }
+                }
+                r
+            }
+            Call::CopyH2D { dst, data, .. } => {
+                gpu.copy_h2d(self.blob(*data)?, self.addr(st, dst, c)?)
+            }
+            Call::CopyD2H { src, len } | Call::CopyD2HOnStream { src, len, .. } => {
+                let mut out = vec![0u8; *len as usize];
+                let p = self.addr(st, src, c)?;
+                let r = match &c.call {
+                    Call::CopyD2HOnStream { stream: s, .. } => {
+                        gpu.copy_d2h_on_stream(p, &mut out, resolve_stream(st, *s, c)?)
+                    }
+                    _ => gpu.copy_d2h(p, &mut out),
+                };
+                if r.is_ok() && verify {
+                    if let Some(Value::Bytes(blob)) = ret_value {
+                        checked = true;
+                        let want = self.blob(*blob)?;
+                        if let Some(off) = first_diff(want, &out) {
+                            let buf = match src {
+                                DevAddr::Buf { buf, off: o } => Some((*buf, *o)),
+                                _ => None,
+                            };
+                            mismatch = Some((
+                                buf.map(|b| b.0),
+                                Some(off + buf.map_or(0, |b| b.1)),
+                                format!(
+                                    "recorded byte {:#04x}, replayed {:#04x}",
+                                    want.get(off as usize).copied().unwrap_or(0),
+                                    out.get(off as usize).copied().unwrap_or(0)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                r
+            }
+            Call::CopyD2D { src, dst, len } => gpu.copy_d2d(
+                self.addr(st, src, c)?,
+                self.addr(st, dst, c)?,
+                *len as usize,
+            ),
+            Call::Launch {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream: s,
+                args,
+            }
+            | Call::LaunchTyped {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream: s,
+                args,
+            } => {
+                let k = *st
+                    .kernels
+                    .get(kernel)
+                    .ok_or_else(|| dangling(kernel.to_string()))?;
+                let mut ptrs: smallvec::SmallVec<[DevicePtr; 8]> = smallvec::SmallVec::new();
+                for a in args.iter() {
+                    if let Arg::Buf(d) = a {
+                        ptrs.push(self.addr(st, d, c)?);
+                    }
+                }
+                let mut pi = ptrs.iter();
+                let kargs: smallvec::SmallVec<[KernelArg<'_>; 12]> = args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Buf(_) => KernelArg::Buffer(*pi.next().expect("one per Buf")),
+                        Arg::Val(v) => KernelArg::Bytes(v),
+                    })
+                    .collect();
+                gpu.launch_typed(
+                    k,
+                    *grid,
+                    *block,
+                    *shared_mem,
+                    resolve_stream(st, *s, c)?,
+                    &kargs,
+                )
+            }
+            Call::Synchronize { stream: s } => {
+                let raw = resolve_stream(st, *s, c)?;
+                let r = gpu.synchronize(raw);
+                self.settle(st, *s, c, verify, &mut checked, &mut mismatch)?;
+                r
+            }
+            Call::Memset { dst, value, len } => {
+                gpu.memset(self.addr(st, dst, c)?, *value, *len as usize)
+            }
+            Call::MemsetAsync {
+                dst,
+                value,
+                len,
+                stream: s,
+            } => gpu.memset_async(
+                self.addr(st, dst, c)?,
+                *value,
+                *len as usize,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::CopyH2DAsync {
+                dst,
+                data,
+                stream: s,
+                ..
+            } => gpu.copy_h2d_async(
+                self.blob(*data)?,
+                self.addr(st, dst, c)?,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::CopyH2DAsyncRetained {
+                dst,
+                data,
+                stream: s,
+                src,
+                ..
+            } => {
+                let bytes = self.blob(*data)?;
+                let d = self.addr(st, dst, c)?;
+                let raw = resolve_stream(st, *s, c)?;
+                match self.host(st, src) {
+                    Some(h) => {
+                        // SAFETY: `h` points into a replay pinned region at the recorded offset,
+                        // with room for the recorded length.
+                        let slice = unsafe { std::slice::from_raw_parts_mut(h, bytes.len()) };
+                        slice.copy_from_slice(bytes);
+                        gpu.copy_h2d_async_retained(slice, d, raw)
+                    }
+                    None => {
+                        st.pending.push((c.seq, *s, bytes.to_vec()));
+                        let v = &st.pending.last().expect("pushed").2;
+                        gpu.copy_h2d_async_retained(v, d, raw)
+                    }
+                }
+            }
+            Call::CopyD2HAsync {
+                src,
+                len,
+                stream: s,
+                dst,
+            } => {
+                let p = self.addr(st, src, c)?;
+                let raw = resolve_stream(st, *s, c)?;
+                match self.host(st, dst) {
+                    Some(h) => {
+                        // SAFETY: as above: a pinned region of the replay, recorded offset and
+                        // length.
+                        let slice = unsafe { std::slice::from_raw_parts_mut(h, *len as usize) };
+                        let r = gpu.copy_d2h_async(p, slice, raw);
+                        st.pending.push((c.seq, *s, Vec::new()));
+                        r
+                    }
+                    None => {
+                        st.pending.push((c.seq, *s, vec![0u8; *len as usize]));
+                        let v = &mut st.pending.last_mut().expect("pushed").2;
+                        gpu.copy_d2h_async(p, v, raw)
+                    }
+                }
+            }
+            Call::CopyD2DAsync {
+                src,
+                dst,
+                len,
+                stream: s,
+            } => gpu.copy_d2d_async(
+                self.addr(st, src, c)?,
+                self.addr(st, dst, c)?,
+                *len as usize,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::CopyD2D2DAsync {
+                src,
+                src_pitch,
+                dst,
+                dst_pitch,
+                width,
+                height,
+                stream: s,
+            } => gpu.copy_d2d_2d_async(
+                self.addr(st, src, c)?,
+                *src_pitch as usize,
+                self.addr(st, dst, c)?,
+                *dst_pitch as usize,
+                *width as usize,
+                *height as usize,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::BeginCapture { stream: s } => gpu.begin_capture(resolve_stream(st, *s, c)?),
+            Call::EndCapture { stream: s } => {
+                gpu.end_capture(resolve_stream(st, *s, c)?).map(|g| {
+                    if let Some(Value::Graph(id)) = ret_value {
+                        st.graphs.insert(*id, g);
+                    }
+                })
+            }
+            Call::LaunchGraph { graph, stream: s } => {
+                let g = *st
+                    .graphs
+                    .get(graph)
+                    .ok_or_else(|| dangling(graph.to_string()))?;
+                gpu.launch_graph(g, resolve_stream(st, *s, c)?)
+            }
+            Call::DestroyGraph { graph } => {
+                let g = st
+                    .graphs
+                    .remove(graph)
+                    .ok_or_else(|| dangling(graph.to_string()))?;
+                gpu.destroy_graph(g)
+            }
+            Call::AbortCaptureIfActive { stream: s } => {
+                gpu.abort_capture_if_active(resolve_stream(st, *s, c)?);
+                Ok(())
+            }
+            Call::CreateStream => gpu.create_stream().map(|s| {
+                if let Some(Value::Stream(StreamRef::Id(id))) = ret_value {
+                    st.streams.insert(*id, s);
+                }
+            }),
+            Call::CreateEvent => gpu.create_event().map(|e| {
+                if let Some(Value::Event(id)) = ret_value {
+                    st.events.insert(*id, e);
+                }
+            }),
+            Call::RecordEvent { event, stream: s } => {
+                let e = *st
+                    .events
+                    .get(event)
+                    .ok_or_else(|| dangling(event.to_string()))?;
+                gpu.record_event(e, resolve_stream(st, *s, c)?)
+            }
+            Call::StreamWaitEvent { stream: s, event } => {
+                let e = *st
+                    .events
+                    .get(event)
+                    .ok_or_else(|| dangling(event.to_string()))?;
+                gpu.stream_wait_event(resolve_stream(st, *s, c)?, e)
+            }
+            Call::EventSynchronize { event } => {
+                let e = *st
+                    .events
+                    .get(event)
+                    .ok_or_else(|| dangling(event.to_string()))?;
+                gpu.event_synchronize(e)
+            }
+            Call::DestroyEvent { event } => {
+                let e = st
+                    .events
+                    .remove(event)
+                    .ok_or_else(|| dangling(event.to_string()))?;
+                gpu.destroy_event(e)
+            }
+            Call::HostPtrToDevice { host } => match self.host(st, host) {
+                Some(h) => gpu.host_ptr_to_device(h).map(|p| {
+                    if let Some(Value::Buffer(id)) = ret_value {
+                        st.bufs.insert(*id, (p, 0));
+                    }
+                }),
+                None => Err(anyhow::anyhow!(
+                    "host pointer was not in a recorded pinned region"
+                )),
+            },
+            Call::AllocHostPinned { bytes } => gpu.alloc_host_pinned(*bytes as usize).map(|p| {
+                if let Some(Value::Host(id)) = ret_value {
+                    st.hosts.insert(*id, (p, *bytes as usize));
+                }
+            }),
+            Call::FreeHostPinned { host, bytes } => match host {
+                HostAddr::Pinned { host: id, .. } => {
+                    let (p, _) = st
+                        .hosts
+                        .remove(id)
+                        .ok_or_else(|| dangling(id.to_string()))?;
+                    gpu.free_host_pinned(p, *bytes as usize)
+                }
+                HostAddr::Unknown => Err(anyhow::anyhow!("freeing an unknown pinned region")),
+            },
+            Call::Kernel { module, func } => gpu.kernel(module, func).map(|h| {
+                if let Some(Value::Kernel(id)) = ret_value {
+                    st.kernels.insert(*id, h);
+                }
+            }),
+            Call::ScanRedzones => gpu.scan_redzones().map(|n| st.last_scan = Some(n)),
+            Call::PoisonRedzones { lo, hi } => gpu.poison_redzones(*lo as usize, *hi as usize),
+            Call::SweepUnreleased => {
+                gpu.sweep_unreleased();
+                st.bufs.clear();
+                Ok(())
+            }
+            Call::BindToThread => gpu.bind_to_thread(),
+            // Queries and accessors: nothing to reproduce.
+            Call::DefaultStream
+            | Call::OpCache
+            | Call::TotalMemory
+            | Call::FreeMemory
+            | Call::SmCount
+            | Call::LiveBytes
+            | Call::AllocReport { .. }
+            | Call::StreamIsCapturing { .. }
+            | Call::DebugSyncKernels
+            | Call::KernelRegistry
+            | Call::DeviceFreeMemory
+            | Call::LiveAllocCount => Ok(()),
+        };
+        if let Call::EventSynchronize { event } = &c.call {
+            // The recorded stream of the event is not known here; settle everything pending.
+            let _ = event;
+            let streams: Vec<StreamRef> = st.pending.iter().map(|p| p.1).collect();
+            for s in streams {
+                self.settle(st, s, c, verify, &mut checked, &mut mismatch)?;
+            }
+        }
+        Ok(match (r, recorded_err) {
+            (Ok(()), false) => Outcome::Ok { checked, mismatch },
+            (Ok(()), true) => Outcome::SucceededButRecordedError,
+            (Err(e), _) => Outcome::Failed(e),
+        })
+    }
+
+    /// At a sync of `s`: async readbacks on it are complete; compare them with the recording.
+    fn settle(
+        &self,
+        st: &mut State,
+        s: StreamRef,
+        c: &CallRecord,
+        verify: bool,
+        checked: &mut bool,
+        mismatch: &mut Option<(Option<BufferId>, Option<u64>, String)>,
+    ) -> Result<(), ReplayError> {
+        let mut keep = Vec::new();
+        for (seq, ps, bytes) in std::mem::take(&mut st.pending) {
+            if ps != s {
+                keep.push((seq, ps, bytes));
+                continue;
+            }
+            let Some(rec) = self.trace.calls.iter().find(|x| x.seq == seq) else {
+                continue;
+            };
+            if !verify {
+                continue;
+            }
+            let Call::CopyD2HAsync { len, dst, src, .. } = &rec.call else {
+                continue;
+            };
+            let Some(blob) = self.trace.d2h_async.get(&seq) else {
+                continue;
+            };
+            let got: Vec<u8> = match self.host(st, dst) {
+                // SAFETY: the replay's pinned region, at the recorded offset and length; the
+                // copy into it completed at this sync.
+                Some(h) => unsafe { std::slice::from_raw_parts(h, *len as usize) }.to_vec(),
+                None => bytes,
+            };
+            *checked = true;
+            let want = self.blob(*blob)?;
+            if let Some(off) = first_diff(want, &got) {
+                if mismatch.is_none() {
+                    let buf = match src {
+                        DevAddr::Buf { buf, off: o } => Some((*buf, *o)),
+                        _ => None,
+                    };
+                    *mismatch = Some((
+                        buf.map(|b| b.0),
+                        Some(off + buf.map_or(0, |b| b.1)),
+                        format!(
+                            "async readback #{seq} differs (checked at the sync #{})",
+                            c.seq
+                        ),
+                    ));
+                }
+            }
+        }
+        st.pending = keep;
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! The replayer on the mock: every trace in traces/ replays and matches what was recorded.
+
+use gputape::backend::GpuBackend;
+use gputape::mock::MockGpuBackend;
+use gputape::replayer::{ReplayOptions, Replayer};
+use gputape::trace::{self, Trace, TraceError};
+use std::path::{Path, PathBuf};
+
+fn mock() -> MockGpuBackend {
+    let m = MockGpuBackend::default();
+    gputape::workloads::register_mock_kernels(&m);
+    gputape::model::kernels::register_mock(&m);
+    m
+}
+
+fn traces() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("traces")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+        .collect();
+    v.sort();
+    assert!(v.len() >= 4, "traces/ holds the fixtures");
+    v
+}
+
+fn name(p: &Path) -> String {
+    p.file_stem().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn every_trace_replays_on_the_mock_and_matches_its_recording() {
+    for p in traces() {
+        let t = Trace::open(&p).unwrap();
+        let g = mock();
+        let opts = ReplayOptions {
+            verify: true,
+            loops: 2,
+            ..Default::default()
+        };
+        let r = Replayer::new(&t).run(&g, &opts, None, |_| {}).unwrap();
+        assert!(r.divergence.is_none(), "{}: {}", p.display(), r.summary());
+        assert_eq!(r.d2h_checked, r.d2h_matched, "{}", p.display());
+        // Every recorded failure happens again at the same call.
+        let recorded_faults = t
+            .calls
+            .iter()
+            .filter(|c| !matches!(c.ret, Some(Ok(_))))
+            .count();
+        assert_eq!(r.faults.len(), recorded_faults, "{}", p.display());
+        assert!(
+            r.faults.iter().all(|f| f.reproduced),
+            "{}: {}",
+            p.display(),
+            r.summary()
+        );
+        assert_eq!(g.live_alloc_count(), 0, "replay state is torn down");
+        insta::assert_snapshot!(format!("replay_{}", name(&p)), r.summary());
+    }
+}
+
+#[test]
+fn every_trace_replays_as_graphs_with_the_same_results() {
+    for p in traces() {
+        let t = Trace::open(&p).unwrap();
+        if t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_)))) {
+            continue; // a faulting step has no graph to build
+        }
+        let g = mock();
+        let r = Replayer::new(&t).run_as_graph(&g, None, 3, None).unwrap();
+        assert_eq!(
+            r.d2h_checked,
+            r.d2h_matched,
+            "{}: {}",
+            p.display(),
+            r.summary()
+        );
+        insta::assert_snapshot!(format!("graph_{}", name(&p)), r.summary());
+    }
+}
+
+#[test]
+fn the_decode_step_is_kept_out_of_one_graph_by_its_token_copy() {
+    let t = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
+    let plan = gputape::replayer::plan_segments(&t, (0, u64::MAX));
+    let copy = plan
+        .breakers
+        .iter()
+        .find(|b| b.call == "copy_d2h")
+        .expect("the token readback is a breaker");
+    assert_eq!(copy.rule, "sync-copy-vs-blocking");
+    assert!(copy.site.starts_with("src/model/mod.rs:"));
+}
+
+#[test]
+fn range_and_stop_replay_only_what_was_asked() {
+    let t = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
+    let g = mock();
+    let r = Replayer::new(&t)
+        .run(
+            &g,
+            &ReplayOptions {
+                range: Some((10, 30)),
+                verify: true,
+                ..Default::default()
+            },
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(r.calls, 20);
+    let r = Replayer::new(&t)
+        .run(
+            &g,
+            &ReplayOptions {
+                stop_at: Some(4),
+                verify: true,
+                ..Default::default()
+            },
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(r.calls, 5);
+}
+
+#[test]
+fn a_corrupted_step_diverges_at_the_named_call_and_buffer() {
+    // Flip one weight byte in the initial snapshot: the token readback must diverge, and the
+    // report names the readback, its buffer and the kernel that last wrote it.
+    let mut t = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
+    let lm_head = t
+        .initial
+        .iter()
+        .find(|i| i.bytes == 128 * 64 * 4 && i.buf.0 == 20)
+        .unwrap()
+        .clone();
+    let mut bytes = t.blobs[&lm_head.data].clone();
+    for b in bytes.iter_mut().take(4096) {
+        *b ^= 0x55;
+    }
+    let id = trace::BlobId::of(&bytes);
+    t.blobs.insert(id, bytes);
+    t.initial
+        .iter_mut()
+        .find(|i| i.buf == lm_head.buf)
+        .unwrap()
+        .data = id;
+    let g = mock();
+    let r = Replayer::new(&t)
+        .run(
+            &g,
+            &ReplayOptions {
+                verify: true,
+                ..Default::default()
+            },
+            None,
+            |_| {},
+        )
+        .unwrap();
+    let d = r.divergence.expect("diverges");
+    assert_eq!(d.call, "copy_d2h");
+    assert_eq!(d.last_writer.as_deref(), Some("argmax::argmax"));
+    assert!(d.site.starts_with("src/model/mod.rs:"));
+}
+
+#[test]
+fn a_damaged_trace_file_gives_the_trace_layer_s_errors() {
+    let bytes = std::fs::read("traces/mock_tiny_step5.gtape").unwrap();
+    let mut bad = bytes.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 1;
+    assert!(matches!(
+        Trace::from_bytes(Path::new("bad"), &bad),
+        Err(TraceError::Corrupt { .. })
+    ));
+    // A cut trace opens and replays what it has.
+    let t = Trace::from_bytes(Path::new("cut"), &bytes[..bytes.len() - 300]).unwrap();
+    assert!(t.cut.is_some());
+    let g = mock();
+    let r = Replayer::new(&t)
+        .run(&g, &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(r.calls > 0 && r.calls < 74);
+}
+
+#[test]
+fn diff_ignores_id_renaming_and_counts_what_changed() {
+    let a = Trace::open(Path::new("traces/mock_two_streams.gtape")).unwrap();
+    let b = Trace::open(Path::new("traces/mock_capture_region.gtape")).unwrap();
+    insta::assert_snapshot!("diff_two_streams_capture", trace::diff(&a, &b));
+    assert!(trace::diff(&a, &a).starts_with("call lists are identical"));
+}
+
+#[test]
+fn replaying_through_a_trait_object_works_for_any_backend() {
+    let t = Trace::open(Path::new("traces/mock_capture_region.gtape")).unwrap();
+    let m = mock();
+    let g: &dyn GpuBackend = &m;
+    let r = Replayer::new(&t)
+        .run(
+            g,
+            &ReplayOptions {
+                verify: true,
+                ..Default::default()
+            },
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(r.d2h_matched, 1);
+}
