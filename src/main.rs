@@ -608,7 +608,15 @@ fn replay(
     let cuda = match on {
         Backend::Cuda => {
             let mut cfg = gputape::cuda::CudaConfig::from_env(0);
-            if opts.scan_redzones_each && cfg.redzone.bytes == 0 {
+            // Red zones on when asked for, or when the recording found some written: without
+            // them the replay could not see the same violation.
+            let recorded_hits = t.calls.iter().any(|c| {
+                matches!(
+                    (&c.call, &c.ret),
+                    (gputape::trace::Call::ScanRedzones, Some(Ok(gputape::trace::Value::Count(n)))) if *n > 0
+                )
+            });
+            if (opts.scan_redzones_each || recorded_hits) && cfg.redzone.bytes == 0 {
                 cfg.redzone.bytes = 256;
             }
             Some(gputape::cuda::CudaBackend::new(cfg)?)

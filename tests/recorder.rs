@@ -319,14 +319,14 @@ fn bad_headers_are_typed_errors() {
         TraceError::TooNew {
             format: 7,
             min_reader: 5,
-            ours: 1,
+            ours: 2,
             ..
         }
     ));
     assert!(e.to_string().contains("format 7"), "{e}");
     // A newer format that old readers may still read opens.
     let mut compatible = sample();
-    compatible[8..10].copy_from_slice(&2u16.to_le_bytes());
+    compatible[8..10].copy_from_slice(&3u16.to_le_bytes());
     assert!(Trace::from_bytes(p, &compatible).is_ok());
 }
 

@@ -24,6 +24,15 @@ fn traces() -> Vec<PathBuf> {
     v
 }
 
+/// A trace whose recording saw something go wrong: a failed call, or red zones written.
+fn faulty(t: &Trace) -> bool {
+    t.calls.iter().any(|c| match (&c.call, &c.ret) {
+        (_, Some(Err(_))) | (_, None) => true,
+        (trace::Call::ScanRedzones, Some(Ok(trace::Value::Count(n)))) => *n > 0,
+        _ => false,
+    })
+}
+
 fn name(p: &Path) -> String {
     p.file_stem().unwrap().to_string_lossy().into_owned()
 }
@@ -39,6 +48,16 @@ fn every_trace_replays_on_the_mock_and_matches_its_recording() {
             ..Default::default()
         };
         let r = Replayer::new(&t).run(&g, &opts, None, |_| {}).unwrap();
+        insta::assert_snapshot!(format!("replay_{}", name(&p)), r.summary());
+        if name(&p) == "h200_tiny_fault_step4" {
+            // On the H200 the planted overrun landed in a red zone and the launch succeeded;
+            // the mock checks every write, so the replay stops at that very launch.
+            let d = r.divergence.as_ref().expect("the mock catches the overrun");
+            assert_eq!((d.seq, d.call.as_str()), (30, "launch_typed"));
+            assert!(d.detail.contains("silu_mul") && d.detail.contains("overruns by 64 bytes"));
+            assert_eq!(g.live_alloc_count(), 0);
+            continue;
+        }
         assert!(r.divergence.is_none(), "{}: {}", p.display(), r.summary());
         assert_eq!(r.d2h_checked, r.d2h_matched, "{}", p.display());
         // Every recorded failure happens again at the same call.
@@ -55,7 +74,6 @@ fn every_trace_replays_on_the_mock_and_matches_its_recording() {
             r.summary()
         );
         assert_eq!(g.live_alloc_count(), 0, "replay state is torn down");
-        insta::assert_snapshot!(format!("replay_{}", name(&p)), r.summary());
     }
 }
 
@@ -63,7 +81,7 @@ fn every_trace_replays_on_the_mock_and_matches_its_recording() {
 fn every_trace_replays_as_graphs_with_the_same_results() {
     for p in traces() {
         let t = Trace::open(&p).unwrap();
-        if t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_)))) {
+        if faulty(&t) {
             continue; // a faulting step has no graph to build
         }
         let g = mock();

@@ -127,6 +127,7 @@ pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: u32 = 901;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: u32 = 904;
 pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: u32 = 905;
 pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: u32 = 906;
+pub const CUDA_ERROR_CAPTURED_EVENT: u32 = 907;
 pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: u32 = 908;
 
 /// The symbolic name of the driver error codes the capture rules (and the mock) produce.
@@ -184,7 +185,7 @@ pub static CAPTURE_RULES: &[CaptureRule] = &[
         Some(R::Legacy),
         Some(K::Blocking),
         None,
-        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
         "the legacy stream cannot be captured, and touching it joins a blocking capture"
     ),
     rule!(
@@ -229,7 +230,7 @@ pub static CAPTURE_RULES: &[CaptureRule] = &[
         Some(R::Legacy),
         Some(K::Blocking),
         None,
-        fails(CUDA_ERROR_ILLEGAL_STATE, true),
+        fails(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, true),
         "end_capture on the legacy stream, which also joins a blocking capture"
     ),
     rule!(
@@ -494,7 +495,7 @@ pub static CAPTURE_RULES: &[CaptureRule] = &[
         None,
         None,
         None,
-        fails(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, true),
+        fails(CUDA_ERROR_CAPTURED_EVENT, true),
         "an event recorded inside a capture never completes before the graph runs"
     ),
     rule!(

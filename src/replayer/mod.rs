@@ -336,6 +336,7 @@ impl<'t> Replayer<'t> {
             let mut st = self.setup(gpu, &kernels)?;
             let mut t0 = None;
             let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();
+            let mut scanned_since = 0u64;
             for c in &self.trace.calls {
                 if c.seq >= stop {
                     break;
@@ -373,6 +374,9 @@ impl<'t> Replayer<'t> {
                         if let (Call::ScanRedzones, Some(Ok(Value::Count(n))), Some(m)) =
                             (&c.call, &c.ret, st.last_scan.take())
                         {
+                            // Per-launch scans since the last recorded scan already found (and
+                            // refilled) some zones: they count towards this one.
+                            let m = m + std::mem::take(&mut scanned_since) as usize;
                             if (*n > 0 || m > 0) && lp == 0 {
                                 report.faults.push(FaultReport {
                                     seq: c.seq,
@@ -415,6 +419,7 @@ impl<'t> Replayer<'t> {
                             }
                             if opts.scan_redzones_each {
                                 if let Ok(n) = gpu.scan_redzones() {
+                                    scanned_since += n as u64;
                                     if n > 0 && lp == 0 {
                                         report.redzone_hits.push((c.seq, n as u64));
                                     }
@@ -424,7 +429,7 @@ impl<'t> Replayer<'t> {
                     }
                     Outcome::Failed(e) => {
                         let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
-                        if lp == 0 || recorded.is_none() {
+                        if lp == 0 {
                             report.faults.push(self.fault(c, recorded, Some(&e)));
                         }
                         if recorded.is_none() {
@@ -434,7 +439,7 @@ impl<'t> Replayer<'t> {
                                     seq: c.seq,
                                     site: self.trace.site(c.site),
                                     call: c.call.kind().name().to_string(),
-                                    buffer: None,
+                                    buffer: self.buffer_in_error(&st, &e),
                                     byte_offset: None,
                                     last_writer: None,
                                     detail: format!(
@@ -460,6 +465,44 @@ impl<'t> Replayer<'t> {
             self.teardown(gpu, &mut st);
         }
         Ok(report)
+    }
+
+    /// The recorded buffer a backend error is about, when the backend says which allocation
+    /// (the mock's sanitizer errors do), with the site that allocated it in the recording.
+    fn buffer_in_error(&self, st: &State, e: &anyhow::Error) -> Option<String> {
+        use crate::mock::MockError as M;
+        let m = e.chain().find_map(|c| c.downcast_ref::<M>())?;
+        let m = match m {
+            M::InKernel { cause, .. } => cause.as_ref(),
+            other => other,
+        };
+        let base = match m {
+            M::OutOfBounds { alloc, .. } | M::UseAfterFree { alloc, .. } => alloc.base,
+            _ => return None,
+        };
+        let (id, _) = st.bufs.iter().find(|(_, (p, _))| p.0 == base)?;
+        let site = self
+            .trace
+            .initial
+            .iter()
+            .find(|i| i.buf == *id)
+            .map(|i| self.trace.site(i.site))
+            .or_else(|| {
+                self.trace
+                    .calls
+                    .iter()
+                    .find_map(|c| match (&c.call, &c.ret) {
+                        (
+                            Call::Alloc { .. } | Call::AllocManaged { .. },
+                            Some(Ok(Value::Buffer(b))),
+                        ) if b == id => Some(self.trace.site(c.site)),
+                        _ => None,
+                    })
+            });
+        Some(match site {
+            Some(s) => format!("{id} (allocated at {s})"),
+            None => id.to_string(),
+        })
     }
 
     fn fault(

@@ -1,9 +1,15 @@
 //! The file format: a 16-byte file header, then framed records.
 //!
 //! ```text
-//! file   := magic[8] format:u16 min_reader:u16 reserved:u32  frame*
-//! frame  := len:u32 crc32c:u32 seq:u64 payload[len]     (crc over seq and payload, LE)
+//! file      := magic[8] format:u16 min_reader:u16 reserved:u32  frame*
+//! frame v2  := len:u32 seq:u64 hcrc:u32 crc:u32 payload[len]
+//!              (hcrc: CRC32C of len and seq; crc: CRC32C of the payload; all little-endian)
+//! frame v1  := len:u32 crc:u32 seq:u64 payload[len]          (crc over seq and payload)
 //! ```
+//!
+//! Format 2 added the header checksum: with it a damaged length field is reported as
+//! corruption, where format 1 could only see "the frame runs past the end" and call it a cut.
+//! Format 1 files stay readable.
 //!
 //! Frames are written as calls happen. The file sink writes through a memory map, so a frame
 //! is in the page cache the moment it is copied: a process that dies mid-call (the case a fault
@@ -16,7 +22,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub const FILE_HEADER_LEN: usize = 16;
-pub const FRAME_HEADER_LEN: usize = 16;
+/// Frame header size of the format this build writes.
+pub const FRAME_HEADER_LEN: usize = 20;
+const FRAME_HEADER_LEN_V1: usize = 16;
 /// No single record is this big; a length field beyond it is corruption.
 pub const MAX_FRAME: usize = 1 << 30;
 
@@ -214,10 +222,12 @@ impl TraceWriter {
             }
         };
         let seq = self.next_seq;
-        buf[8..16].copy_from_slice(&seq.to_le_bytes());
-        let crc = crc32c::crc32c(&buf[8..]);
         buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        buf[4..12].copy_from_slice(&seq.to_le_bytes());
+        let hcrc = crc32c::crc32c(&buf[0..12]);
+        buf[12..16].copy_from_slice(&hcrc.to_le_bytes());
+        let crc = crc32c::crc32c(&buf[FRAME_HEADER_LEN..]);
+        buf[16..20].copy_from_slice(&crc.to_le_bytes());
         let total = buf.len() as u64;
         self.sink.write_all(buf).map_err(|source| TraceError::Io {
             what: "write",
@@ -246,6 +256,8 @@ pub struct FrameReader<'a> {
     off: usize,
     idx: u64,
     done: bool,
+    /// Format 1 frame layout (no header checksum).
+    v1: bool,
     pub cut: Option<Cut>,
 }
 
@@ -269,6 +281,7 @@ impl<'a> FrameReader<'a> {
             off: FILE_HEADER_LEN,
             idx: 0,
             done: false,
+            v1: false,
             cut: None,
         };
         if bytes.len() < FILE_HEADER_LEN {
@@ -293,6 +306,7 @@ impl<'a> FrameReader<'a> {
                 ours: FORMAT_VERSION,
             });
         }
+        r.v1 = format <= 1;
         Ok(r)
     }
 
@@ -326,35 +340,57 @@ impl Iterator for FrameReader<'_> {
         }
         let idx = self.idx;
         let rest = &self.bytes[self.off..];
+        let hlen = if self.v1 {
+            FRAME_HEADER_LEN_V1
+        } else {
+            FRAME_HEADER_LEN
+        };
         const PADDING: &str = "zero padding: the recording process did not close the trace";
-        if rest.len() < FRAME_HEADER_LEN {
+        if rest.len() < hlen {
             let reason = if rest.iter().all(|&b| b == 0) {
                 PADDING.to_string()
             } else {
                 format!(
-                    "frame {idx}'s header is cut after {} of 16 bytes",
+                    "frame {idx}'s header is cut after {} of {hlen} bytes",
                     rest.len()
                 )
             };
             return self.stop_cut(reason);
         }
-        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4")) as usize;
-        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4"));
-        let seq = u64::from_le_bytes(rest[8..16].try_into().expect("8"));
-        if len == 0 && crc == 0 && seq == 0 && rest.iter().all(|&b| b == 0) {
+        let u32_at = |o: usize| u32::from_le_bytes(rest[o..o + 4].try_into().expect("4"));
+        let u64_at = |o: usize| u64::from_le_bytes(rest[o..o + 8].try_into().expect("8"));
+        let (len, seq, crc) = if self.v1 {
+            (u32_at(0) as usize, u64_at(8), u32_at(4))
+        } else {
+            (u32_at(0) as usize, u64_at(4), u32_at(16))
+        };
+        if rest[..hlen].iter().all(|&b| b == 0) && rest.iter().all(|&b| b == 0) {
             return self.stop_cut(PADDING.into());
+        }
+        if !self.v1 {
+            let hcrc = crc32c::crc32c(&rest[0..12]);
+            if hcrc != u32_at(12) {
+                return self.corrupt(format!(
+                    "header checksum {hcrc:#010x} does not match the recorded {:#010x} (length or sequence damaged)",
+                    u32_at(12)
+                ));
+            }
         }
         if len > MAX_FRAME {
             return self.corrupt(format!("length field {len} is implausible"));
         }
-        if rest.len() < FRAME_HEADER_LEN + len {
-            let have = rest.len() - FRAME_HEADER_LEN;
+        if rest.len() < hlen + len {
+            let have = rest.len() - hlen;
             return self.stop_cut(format!(
                 "frame {idx} is cut: {have} of {len} payload bytes present"
             ));
         }
-        let body = &rest[8..FRAME_HEADER_LEN + len];
-        let actual = crc32c::crc32c(body);
+        let (checked, payload) = if self.v1 {
+            (&rest[8..hlen + len], &rest[hlen..hlen + len])
+        } else {
+            (&rest[hlen..hlen + len], &rest[hlen..hlen + len])
+        };
+        let actual = crc32c::crc32c(checked);
         if actual != crc {
             return self.corrupt(format!(
                 "checksum {actual:#010x} does not match the recorded {crc:#010x}"
@@ -363,9 +399,9 @@ impl Iterator for FrameReader<'_> {
         if seq != idx {
             return self.corrupt(format!("sequence number {seq}, expected {idx}"));
         }
-        match codec::decode(&body[8..]) {
+        match codec::decode(payload) {
             Ok(frame) => {
-                self.off += FRAME_HEADER_LEN + len;
+                self.off += hlen + len;
                 self.idx += 1;
                 Some(Ok(frame))
             }

@@ -5,9 +5,9 @@ use crate::backend::{KernelInfo, ModuleCode};
 use serde::{Deserialize, Serialize};
 
 /// The format this build writes.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 /// The oldest reader that can read what this build writes.
-pub const MIN_READER_VERSION: u16 = 1;
+pub const MIN_READER_VERSION: u16 = 2;
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
 /// What the trace was recorded on.
