@@ -4,6 +4,7 @@
 //! [`mock`] is the driver-faithful CPU backend that tests and CI run on, [`cuda`] is the only
 //! place that talks to the driver.
 
+pub mod analysis;
 pub mod backend;
 pub mod cuda;
 pub mod mock;

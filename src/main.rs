@@ -119,6 +119,40 @@ enum Cmd {
     /// The first difference between two traces' call lists (ids renamed away), and what was
     /// added or removed: allocations, host syncs, launches.
     Diff { a: PathBuf, b: PathBuf },
+    /// Analyse a trace offline: what breaks CUDA-graph capture and why, cross-stream races,
+    /// leaks and use-after-free, the critical path. All sections unless some are named.
+    Analyze {
+        trace: PathBuf,
+        /// The capture-legality section (for the capture described by --mode, --stream-kind,
+        /// --stream, --range).
+        #[arg(long)]
+        capture: bool,
+        #[arg(long, value_enum, default_value_t = Mode::Global)]
+        mode: Mode,
+        #[arg(long, value_enum, default_value_t = Kind::Blocking)]
+        stream_kind: Kind,
+        /// The stream that would begin the capture (e.g. `1` for s1); default: the stream
+        /// with the most device work.
+        #[arg(long)]
+        stream: Option<u32>,
+        /// Calls A..B (default: all).
+        #[arg(long, value_parser = parse_range)]
+        range: Option<(u64, u64)>,
+        #[arg(long)]
+        races: bool,
+        #[arg(long)]
+        leaks: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export a trace as pictures: Perfetto/Chrome trace-event JSON and/or Graphviz DOT.
+    Export {
+        trace: PathBuf,
+        #[arg(long)]
+        perfetto: Option<PathBuf>,
+        #[arg(long)]
+        dot: Option<PathBuf>,
+    },
     /// Print a trace: its calls in canonical form, then a summary.
     Show {
         trace: PathBuf,
@@ -132,6 +166,19 @@ enum Cmd {
 enum Backend {
     Mock,
     Cuda,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    Global,
+    ThreadLocal,
+    Relaxed,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Kind {
+    Blocking,
+    NonBlocking,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -215,6 +262,58 @@ fn run() -> Result<()> {
                 no_isolate,
                 child_report.as_deref(),
             )
+        }
+        Cmd::Analyze {
+            trace,
+            capture,
+            mode,
+            stream_kind,
+            stream,
+            range,
+            races,
+            leaks,
+            json,
+        } => {
+            let t = gputape::trace::Trace::open(&trace)?;
+            let q = capture_query(mode, stream_kind, stream, range);
+            let all = !(capture || races || leaks);
+            let sections = gputape::analysis::Sections {
+                capture: capture || all,
+                races: races || all,
+                leaks: leaks || all,
+            };
+            let r = gputape::analysis::analyze(&t, q, sections);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", r.render());
+            }
+            Ok(())
+        }
+        Cmd::Export {
+            trace,
+            perfetto,
+            dot,
+        } => {
+            let t = gputape::trace::Trace::open(&trace)?;
+            let q = gputape::analysis::CaptureQuery::default();
+            anyhow::ensure!(
+                perfetto.is_some() || dot.is_some(),
+                "nothing to export: give --perfetto FILE and/or --dot FILE"
+            );
+            if let Some(p) = perfetto {
+                let j = gputape::analysis::export::perfetto(&t, q);
+                std::fs::write(&p, serde_json::to_string(&j)?)?;
+                println!(
+                    "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
+                    p.display()
+                );
+            }
+            if let Some(p) = dot {
+                std::fs::write(&p, gputape::analysis::export::dot(&t, q))?;
+                println!("wrote {} (render with `dot -Tsvg`)", p.display());
+            }
+            Ok(())
         }
         Cmd::Diff { a, b } => {
             let ta = gputape::trace::Trace::open(&a)?;
@@ -735,5 +834,27 @@ fn replay_in_child(json: bool) -> Result<()> {
         None => anyhow::bail!(
             "the replay process died before reporting ({status}); the fault is past the point a report could be written"
         ),
+    }
+}
+
+fn capture_query(
+    mode: Mode,
+    kind: Kind,
+    stream: Option<u32>,
+    range: Option<(u64, u64)>,
+) -> gputape::analysis::CaptureQuery {
+    use gputape::backend::{CaptureMode, StreamKind};
+    gputape::analysis::CaptureQuery {
+        range: range.unwrap_or((0, u64::MAX)),
+        stream: stream.map(|s| gputape::trace::StreamRef::Id(gputape::trace::StreamId(s))),
+        mode: match mode {
+            Mode::Global => CaptureMode::Global,
+            Mode::ThreadLocal => CaptureMode::ThreadLocal,
+            Mode::Relaxed => CaptureMode::Relaxed,
+        },
+        kind: match kind {
+            Kind::Blocking => StreamKind::Blocking,
+            Kind::NonBlocking => StreamKind::NonBlocking,
+        },
     }
 }

@@ -146,9 +146,20 @@ pub fn run_probe(
     code: &(dyn Fn(&anyhow::Error) -> u32 + Sync),
     p: Probe,
 ) -> Result<Outcome> {
-    use CaptureOp as O;
     let gpu = make(p.mode, p.kind)?;
-    let g: &dyn GpuBackend = gpu.as_ref();
+    run_pattern(gpu.as_ref(), code, p, true)
+}
+
+/// The call pattern of `p` on `g`. With `capture` false the same calls run eagerly, with
+/// `stream_is_capturing(a)` standing where `begin_capture(a)` would be and again right after the
+/// probed call, so an offline analysis of the recorded pattern knows what to judge.
+pub fn run_pattern(
+    g: &dyn GpuBackend,
+    code: &(dyn Fn(&anyhow::Error) -> u32 + Sync),
+    p: Probe,
+    capture: bool,
+) -> Result<Outcome> {
+    use CaptureOp as O;
     let a = g.create_stream()?;
     let b = g.create_stream()?;
     let buf = g.alloc(N)?;
@@ -168,7 +179,11 @@ pub fn run_probe(
     let src = vec![MARK; N];
     let mut host = vec![0u8; N];
 
-    g.begin_capture(a)?;
+    if capture {
+        g.begin_capture(a)?;
+    } else {
+        g.stream_is_capturing(a);
+    }
     let run = |f: &(dyn Fn() -> Result<()> + Sync)| -> Result<(), u32> {
         if p.same_thread {
             f().map_err(|e| code(&e))
@@ -221,6 +236,19 @@ pub fn run_probe(
         O::EndCapture => run(&|| g.end_capture(stream).map(|_| ())),
         O::HostOnly => run(&|| g.create_event().map(|_| ())),
     };
+    if !capture {
+        g.stream_is_capturing(a);
+        if p.op == O::BeginCapture && call.is_ok() && stream == a {
+            // Eagerly, "beginning" on `a` really began a capture: end it.
+            g.abort_capture_if_active(a);
+        }
+        g.free_host_pinned(pinned, N)?;
+        return Ok(Outcome {
+            call,
+            end: Ok(()),
+            landed: None,
+        });
+    }
     if forked {
         // Join the forked stream back so the capture can end cleanly.
         g.record_event(ev2, b)?;

@@ -1,0 +1,133 @@
+//! What each call does to device memory and to ordering, read off the trace.
+
+use crate::backend::ParamAccess;
+use crate::trace::*;
+
+/// One access to a buffer's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub buf: BufferId,
+    pub start: u64,
+    /// Exclusive end; `u64::MAX` when the extent is unknown (a kernel argument).
+    pub end: u64,
+    pub write: bool,
+}
+
+impl Access {
+    pub fn overlaps(&self, o: &Access) -> bool {
+        self.buf == o.buf && self.start < o.end && o.start < self.end
+    }
+}
+
+fn range(a: &DevAddr, len: u64, write: bool, out: &mut Vec<Access>) {
+    if let DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off } = a {
+        out.push(Access {
+            buf: *buf,
+            start: *off,
+            end: off.saturating_add(len),
+            write,
+        });
+    }
+}
+
+/// Where a call's device work runs: a stream, or the legacy stream for synchronous copies.
+pub fn work_stream(c: &Call) -> Option<StreamRef> {
+    use Call::*;
+    match c {
+        Launch { stream, .. }
+        | LaunchTyped { stream, .. }
+        | MemsetAsync { stream, .. }
+        | CopyH2DAsync { stream, .. }
+        | CopyH2DAsyncRetained { stream, .. }
+        | CopyD2HAsync { stream, .. }
+        | CopyD2DAsync { stream, .. }
+        | CopyD2D2DAsync { stream, .. }
+        | CopyD2HOnStream { stream, .. }
+        | LaunchGraph { stream, .. }
+        | RecordEvent { stream, .. }
+        | StreamWaitEvent { stream, .. } => Some(*stream),
+        CopyH2D { .. } | CopyD2H { .. } | CopyD2D { .. } | Memset { .. } => Some(StreamRef::Legacy),
+        _ => None,
+    }
+}
+
+/// The bytes a call reads and writes. Kernel arguments are read-write unless the kernel's
+/// layout says otherwise, and reach to the end of their buffer (the launch does not say how far).
+pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
+    use Call::*;
+    let mut v = Vec::new();
+    match c {
+        CopyH2D { dst, len, .. }
+        | CopyH2DAsync { dst, len, .. }
+        | CopyH2DAsyncRetained { dst, len, .. } => range(dst, *len, true, &mut v),
+        CopyD2H { src, len } | CopyD2HOnStream { src, len, .. } | CopyD2HAsync { src, len, .. } => {
+            range(src, *len, false, &mut v)
+        }
+        CopyD2D { src, dst, len } | CopyD2DAsync { src, dst, len, .. } => {
+            range(src, *len, false, &mut v);
+            range(dst, *len, true, &mut v);
+        }
+        CopyD2D2DAsync {
+            src,
+            src_pitch,
+            dst,
+            dst_pitch,
+            width,
+            height,
+            ..
+        } => {
+            let span = |pitch: u64| pitch.saturating_mul(height.saturating_sub(1)) + width;
+            range(src, span(*src_pitch), false, &mut v);
+            range(dst, span(*dst_pitch), true, &mut v);
+        }
+        Memset { dst, len, .. } | MemsetAsync { dst, len, .. } => range(dst, *len, true, &mut v),
+        Launch { kernel, args, .. } | LaunchTyped { kernel, args, .. } => {
+            let layout = t
+                .kernels
+                .get(kernel)
+                .map(|k| k.params.clone())
+                .unwrap_or_default();
+            for (i, a) in args.iter().enumerate() {
+                if let Arg::Buf(DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) = a {
+                    let access = layout.get(i).map_or(ParamAccess::Unknown, |p| p.access);
+                    let (r, w) = match access {
+                        ParamAccess::Read => (true, false),
+                        ParamAccess::Write => (false, true),
+                        ParamAccess::Value => (false, false),
+                        ParamAccess::ReadWrite | ParamAccess::Unknown => (true, true),
+                    };
+                    let size = buffer_size(t, *buf).unwrap_or(u64::MAX);
+                    for write in [false, true] {
+                        if (write && w) || (!write && r) {
+                            v.push(Access {
+                                buf: *buf,
+                                start: *off,
+                                end: size.max(*off + 1),
+                                write,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+/// A buffer's recorded size (initial snapshot or allocation in the trace).
+pub fn buffer_size(t: &Trace, b: BufferId) -> Option<u64> {
+    t.initial
+        .iter()
+        .find(|i| i.buf == b)
+        .map(|i| i.bytes)
+        .or_else(|| {
+            t.calls.iter().find_map(|c| match (&c.call, &c.ret) {
+                (
+                    Call::Alloc { bytes } | Call::AllocManaged { bytes },
+                    Some(Ok(Value::Buffer(x))),
+                ) if *x == b => Some(*bytes),
+                _ => None,
+            })
+        })
+}

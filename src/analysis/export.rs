@@ -1,0 +1,117 @@
+//! Pictures of a trace: Chrome/Perfetto trace-event JSON (one track per stream, flows for event
+//! edges, capture breakers marked) and Graphviz DOT of the dependency graph.
+
+use super::{capture_verdicts, Agent, CaptureQuery, DepGraph, EdgeKind};
+use crate::trace::*;
+use petgraph::visit::EdgeRef;
+use serde_json::{json, Value as J};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn track(a: Agent) -> (u64, String) {
+    match a {
+        Agent::Host => (0, "host".into()),
+        Agent::Stream(StreamRef::Legacy) => (1, "legacy stream".into()),
+        Agent::Stream(StreamRef::Id(s)) => (2 + s.0 as u64, format!("stream {s}")),
+    }
+}
+
+/// Trace-event JSON (the format chrome://tracing and ui.perfetto.dev load). Times are the
+/// recording's host times: when each call was issued and how long the call took.
+pub fn perfetto(t: &Trace, q: CaptureQuery) -> J {
+    let g = DepGraph::build(t, q.range, q.kind);
+    let breakers: BTreeSet<u64> = capture_verdicts(t, q)
+        .into_iter()
+        .filter(|v| matches!(v.category, "fails" | "outside-graph" | "hazard"))
+        .map(|v| v.seq)
+        .collect();
+    let mut events = Vec::new();
+    let mut tracks = BTreeMap::new();
+    for n in g.graph.node_indices() {
+        let node = &g.graph[n];
+        let c = &t.calls[node.call];
+        let (tid, name) = track(node.agent);
+        tracks.insert(tid, name);
+        let mut ev = json!({
+            "name": c.call.kind().name(),
+            "cat": if breakers.contains(&c.seq) { "capture-breaker" } else { "call" },
+            "ph": "X",
+            "ts": c.t_ns as f64 / 1e3,
+            "dur": (c.dur_ns.unwrap_or(0) as f64 / 1e3).max(0.001),
+            "pid": 1,
+            "tid": tid,
+            "args": { "seq": c.seq, "site": t.site(c.site), "call": super::super::trace::call_text(t, &c.call) },
+        });
+        if breakers.contains(&c.seq) {
+            ev["cname"] = json!("terrible");
+        }
+        events.push(ev);
+    }
+    // Event edges as flows from the record to the wait.
+    for (id, e) in g
+        .graph
+        .edge_references()
+        .filter(|e| *e.weight() == EdgeKind::Event)
+        .enumerate()
+    {
+        for (ph, n) in [("s", e.source()), ("f", e.target())] {
+            let c = &t.calls[g.graph[n].call];
+            let mut ev = json!({
+                "name": "event", "cat": "event", "ph": ph, "id": id,
+                "ts": c.t_ns as f64 / 1e3, "pid": 1, "tid": track(g.graph[n].agent).0,
+            });
+            if ph == "f" {
+                ev["bp"] = json!("e");
+            }
+            events.push(ev);
+        }
+    }
+    for (tid, name) in tracks {
+        events.push(
+            json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}),
+        );
+    }
+    events.push(
+        json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "gputape trace"}}),
+    );
+    json!({ "traceEvents": events, "displayTimeUnit": "ns" })
+}
+
+/// Graphviz DOT of the dependency graph: one cluster per stream, edges styled by kind.
+pub fn dot(t: &Trace, q: CaptureQuery) -> String {
+    let g = DepGraph::build(t, q.range, q.kind);
+    let mut s =
+        String::from("digraph gputape {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n");
+    let mut by_agent: BTreeMap<Agent, Vec<petgraph::graph::NodeIndex>> = BTreeMap::new();
+    for n in g.graph.node_indices() {
+        by_agent.entry(g.graph[n].agent).or_default().push(n);
+    }
+    for (i, (a, nodes)) in by_agent.iter().enumerate() {
+        s.push_str(&format!(
+            "  subgraph cluster_{i} {{\n    label=\"{}\";\n",
+            track(*a).1
+        ));
+        for n in nodes {
+            let c = &t.calls[g.graph[*n].call];
+            let label = format!("#{} {}\\n{}", c.seq, c.call.kind().name(), t.site(c.site))
+                .replace('"', "'");
+            s.push_str(&format!("    n{} [label=\"{label}\"];\n", n.index()));
+        }
+        s.push_str("  }\n");
+    }
+    for e in g.graph.edge_references() {
+        let style = match e.weight() {
+            EdgeKind::Program => "color=black",
+            EdgeKind::Event => "color=blue, penwidth=2",
+            EdgeKind::HostSync => "color=red, style=dashed",
+            EdgeKind::Legacy => "color=orange, style=dotted",
+            EdgeKind::Data => "color=gray, style=dotted",
+        };
+        s.push_str(&format!(
+            "  n{} -> n{} [{style}];\n",
+            e.source().index(),
+            e.target().index()
+        ));
+    }
+    s.push_str("}\n");
+    s
+}

@@ -1,0 +1,774 @@
+//! Offline analysis of a trace: the dependency graph and what is computed on it (capture
+//! legality, cross-stream races, lifetimes, critical path), and exports (Perfetto, DOT).
+//!
+//! Everything is judged from the trace alone, with the same capture rule table the mock
+//! emulates and the GPU suite checks against the driver.
+
+mod access;
+pub mod export;
+
+pub use access::{accesses, buffer_size, work_stream, Access};
+
+use crate::backend::{
+    decide, CaptureContext, CaptureMode, CaptureOp, Relation, StreamKind, Verdict,
+};
+use crate::trace::*;
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Who performs a node's work: a stream, or the host thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Agent {
+    Host,
+    Stream(StreamRef),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum EdgeKind {
+    /// Program order on one stream (or the host's issue order).
+    Program,
+    /// An event recorded on one stream and waited on by another (or by the host).
+    Event,
+    /// The host waited for the device, then issued what follows.
+    HostSync,
+    /// The legacy stream's implicit synchronisation with blocking streams.
+    Legacy,
+    /// Read-after-write, write-after-read or write-after-write on a buffer.
+    Data,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    /// Index into `Trace::calls`.
+    pub call: usize,
+    pub seq: u64,
+    pub agent: Agent,
+}
+
+/// Calls with no device effect and no ordering role; left out of the graph.
+fn neutral(c: &Call) -> bool {
+    matches!(
+        c,
+        Call::DefaultStream
+            | Call::OpCache
+            | Call::Kernel { .. }
+            | Call::TotalMemory
+            | Call::FreeMemory
+            | Call::SmCount
+            | Call::LiveBytes
+            | Call::AllocReport { .. }
+            | Call::StreamIsCapturing { .. }
+            | Call::DebugSyncKernels
+            | Call::KernelRegistry
+            | Call::DeviceFreeMemory
+            | Call::LiveAllocCount
+            | Call::BindToThread
+            | Call::CreateStream
+            | Call::CreateEvent
+    )
+}
+
+/// Does the host wait in this call for device work (so that everything it issues later is
+/// ordered after that work)?
+fn host_waits(c: &Call) -> bool {
+    c.is_host_sync() || matches!(c, Call::ScanRedzones | Call::PoisonRedzones { .. })
+}
+
+/// The dependency graph of a range of calls.
+pub struct DepGraph {
+    pub graph: DiGraph<Node, EdgeKind>,
+    /// Vector clocks over agents, per node: the happens-before relation.
+    clocks: Vec<Vec<u32>>,
+    agents: Vec<Agent>,
+    by_call: HashMap<usize, NodeIndex>,
+}
+
+impl DepGraph {
+    /// Build the graph of calls `[a, b)`. Streams are taken to be `kind` (blocking streams wait
+    /// for the legacy stream and it for them).
+    pub fn build(t: &Trace, range: (u64, u64), kind: StreamKind) -> DepGraph {
+        let mut g: DiGraph<Node, EdgeKind> = DiGraph::new();
+        let mut by_call = HashMap::new();
+        let mut last_on: BTreeMap<Agent, NodeIndex> = BTreeMap::new();
+        let mut last_host_wait: Option<NodeIndex> = None;
+        let mut last_legacy: Option<NodeIndex> = None;
+        let mut recorded: HashMap<EventId, NodeIndex> = HashMap::new();
+        let mut last_access: HashMap<BufferId, Vec<(NodeIndex, Access)>> = HashMap::new();
+        for (i, c) in t.calls.iter().enumerate() {
+            if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) {
+                continue;
+            }
+            let agent = work_stream(&c.call).map_or(Agent::Host, Agent::Stream);
+            let n = g.add_node(Node {
+                call: i,
+                seq: c.seq,
+                agent,
+            });
+            by_call.insert(i, n);
+            let edge = |g: &mut DiGraph<Node, EdgeKind>, from: Option<NodeIndex>, k| {
+                if let Some(f) = from {
+                    if f != n && !g.contains_edge(f, n) {
+                        g.add_edge(f, n, k);
+                    }
+                }
+            };
+            edge(&mut g, last_on.get(&agent).copied(), EdgeKind::Program);
+            edge(&mut g, last_host_wait, EdgeKind::HostSync);
+            if agent == Agent::Host {
+                // Host calls follow the host's own issue order.
+                edge(
+                    &mut g,
+                    last_on.get(&Agent::Host).copied(),
+                    EdgeKind::Program,
+                );
+            }
+            if kind == StreamKind::Blocking {
+                match agent {
+                    Agent::Stream(StreamRef::Legacy) => {
+                        let others: Vec<NodeIndex> = last_on
+                            .iter()
+                            .filter(|(a, _)| matches!(a, Agent::Stream(StreamRef::Id(_))))
+                            .map(|(_, n)| *n)
+                            .collect();
+                        for o in others {
+                            edge(&mut g, Some(o), EdgeKind::Legacy);
+                        }
+                    }
+                    Agent::Stream(StreamRef::Id(_)) => edge(&mut g, last_legacy, EdgeKind::Legacy),
+                    Agent::Host => {}
+                }
+            }
+            match &c.call {
+                Call::RecordEvent { event, .. } => {
+                    recorded.insert(*event, n);
+                }
+                Call::StreamWaitEvent { event, .. } | Call::EventSynchronize { event } => {
+                    edge(&mut g, recorded.get(event).copied(), EdgeKind::Event);
+                }
+                Call::Synchronize { stream } => {
+                    edge(
+                        &mut g,
+                        last_on.get(&Agent::Stream(*stream)).copied(),
+                        EdgeKind::HostSync,
+                    );
+                }
+                _ => {}
+            }
+            for a in accesses(t, &c.call) {
+                let prev = last_access.entry(a.buf).or_default();
+                for (p, pa) in prev.iter() {
+                    if pa.overlaps(&a) && (pa.write || a.write) {
+                        edge(&mut g, Some(*p), EdgeKind::Data);
+                    }
+                }
+                prev.push((n, a));
+            }
+            last_on.insert(agent, n);
+            if agent == Agent::Stream(StreamRef::Legacy) {
+                last_legacy = Some(n);
+            }
+            if host_waits(&c.call) || agent == Agent::Host {
+                last_host_wait = Some(n);
+            }
+        }
+        // Vector clocks over the ordering edges (data edges are dependencies, not ordering).
+        let agents: Vec<Agent> = {
+            let s: BTreeSet<Agent> = g.node_weights().map(|n| n.agent).collect();
+            s.into_iter().collect()
+        };
+        let ai: HashMap<Agent, usize> = agents.iter().enumerate().map(|(i, a)| (*a, i)).collect();
+        let mut clocks = vec![vec![0u32; agents.len()]; g.node_count()];
+        for n in g.node_indices() {
+            let mut vc = vec![0u32; agents.len()];
+            for e in g.edges_directed(n, petgraph::Direction::Incoming) {
+                if *e.weight() == EdgeKind::Data {
+                    continue;
+                }
+                use petgraph::visit::EdgeRef;
+                for (x, y) in vc.iter_mut().zip(&clocks[e.source().index()]) {
+                    *x = (*x).max(*y);
+                }
+            }
+            let me = ai[&g[n].agent];
+            vc[me] += 1;
+            clocks[n.index()] = vc;
+        }
+        DepGraph {
+            graph: g,
+            clocks,
+            agents,
+            by_call,
+        }
+    }
+
+    fn agent_index(&self, a: Agent) -> usize {
+        self.agents
+            .iter()
+            .position(|x| *x == a)
+            .expect("known agent")
+    }
+
+    /// Is `a` ordered before `b` (through program order, events, host syncs)?
+    pub fn happens_before(&self, a: NodeIndex, b: NodeIndex) -> bool {
+        let i = self.agent_index(self.graph[a].agent);
+        a == b || self.clocks[a.index()][i] <= self.clocks[b.index()][i]
+    }
+
+    pub fn node_of_call(&self, call: usize) -> Option<NodeIndex> {
+        self.by_call.get(&call).copied()
+    }
+
+    /// Longest chain of device work through all edges, and total device work (in calls).
+    pub fn critical_path(&self) -> (usize, usize) {
+        let mut longest = vec![0usize; self.graph.node_count()];
+        let mut work = 0;
+        for n in self.graph.node_indices() {
+            let is_work = matches!(self.graph[n].agent, Agent::Stream(_));
+            work += is_work as usize;
+            let best = self
+                .graph
+                .neighbors_directed(n, petgraph::Direction::Incoming)
+                .map(|p| longest[p.index()])
+                .max()
+                .unwrap_or(0);
+            longest[n.index()] = best + is_work as usize;
+        }
+        (longest.into_iter().max().unwrap_or(0), work)
+    }
+}
+
+/// One call's fate in a hypothetical capture.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CaptureVerdict {
+    pub seq: u64,
+    pub site: String,
+    pub call: String,
+    /// captured, host, outside-graph, fails, hazard
+    pub category: &'static str,
+    pub rule: &'static str,
+    pub detail: String,
+}
+
+/// The capture to imagine.
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureQuery {
+    pub range: (u64, u64),
+    /// The stream that would begin the capture; default: the stream with the most device work.
+    pub stream: Option<StreamRef>,
+    pub mode: CaptureMode,
+    pub kind: StreamKind,
+}
+
+impl Default for CaptureQuery {
+    fn default() -> Self {
+        CaptureQuery {
+            range: (0, u64::MAX),
+            stream: None,
+            mode: CaptureMode::Global,
+            kind: StreamKind::Blocking,
+        }
+    }
+}
+
+/// The stream with the most device work in the range.
+pub fn main_stream(t: &Trace, range: (u64, u64)) -> Option<StreamRef> {
+    let mut n: BTreeMap<StreamRef, usize> = BTreeMap::new();
+    for c in t
+        .calls
+        .iter()
+        .filter(|c| c.seq >= range.0 && c.seq < range.1)
+    {
+        if let Some(s @ StreamRef::Id(_)) = work_stream(&c.call) {
+            if !matches!(
+                c.call,
+                Call::RecordEvent { .. } | Call::StreamWaitEvent { .. }
+            ) {
+                *n.entry(s).or_default() += 1;
+            }
+        }
+    }
+    n.into_iter()
+        .max_by_key(|(s, k)| (*k, std::cmp::Reverse(*s)))
+        .map(|(s, _)| s)
+}
+
+/// What the capture rules call this call, and on which stream (if any).
+pub fn capture_op(c: &Call, captured_events: &BTreeSet<EventId>) -> (CaptureOp, Option<StreamRef>) {
+    use Call::*;
+    use CaptureOp as O;
+    match c {
+        Launch { stream, .. }
+        | LaunchTyped { stream, .. }
+        | MemsetAsync { stream, .. }
+        | CopyD2DAsync { stream, .. }
+        | CopyD2D2DAsync { stream, .. }
+        | CopyD2HAsync { stream, .. }
+        | LaunchGraph { stream, .. } => (O::StreamWork, Some(*stream)),
+        CopyH2DAsync { stream, .. } | CopyH2DAsyncRetained { stream, .. } => {
+            (O::AsyncH2D, Some(*stream))
+        }
+        CopyH2D { .. }
+        | CopyD2H { .. }
+        | CopyD2D { .. }
+        | Memset { .. }
+        | ScanRedzones
+        | PoisonRedzones { .. } => (O::SyncCopy, Some(StreamRef::Legacy)),
+        CopyD2HOnStream { stream, .. } => (O::CopyThenWait, Some(*stream)),
+        Synchronize { stream } => (O::StreamSync, Some(*stream)),
+        RecordEvent { stream, .. } => (O::EventRecord, Some(*stream)),
+        StreamWaitEvent { stream, event } => (
+            if captured_events.contains(event) {
+                O::WaitCapturedEvent
+            } else {
+                O::WaitExternalEvent
+            },
+            Some(*stream),
+        ),
+        EventSynchronize { event } => (
+            if captured_events.contains(event) {
+                O::SyncCapturedEvent
+            } else {
+                O::SyncExternalEvent
+            },
+            None,
+        ),
+        Free { .. } => (O::DeviceFree, None),
+        Alloc { .. } | AllocManaged { .. } => (O::DeviceAlloc, None),
+        AllocHostPinned { .. } | FreeHostPinned { .. } => (O::PinnedHost, None),
+        BeginCapture { stream } => (O::BeginCapture, Some(*stream)),
+        EndCapture { stream } => (O::EndCapture, Some(*stream)),
+        _ => (O::HostOnly, None),
+    }
+}
+
+/// Give every call in the range a verdict under a hypothetical capture.
+pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
+    let Some(origin) = q.stream.or_else(|| main_stream(t, q.range)) else {
+        return Vec::new();
+    };
+    let mut capturing: BTreeSet<StreamRef> = BTreeSet::from([origin]);
+    let mut captured_events: BTreeSet<EventId> = BTreeSet::new();
+    // Forked streams not yet joined back into the origin: stream -> (last call on it, site).
+    let mut unjoined: BTreeMap<StreamRef, (u64, String, String)> = BTreeMap::new();
+    // Where each captured event was recorded, and how much work its stream had done then.
+    let mut recorded_on: BTreeMap<EventId, (StreamRef, u64)> = BTreeMap::new();
+    let mut work_seen: BTreeMap<StreamRef, u64> = BTreeMap::new();
+    let mut thread = None;
+    let changed: BTreeSet<u64> = t
+        .findings
+        .iter()
+        .map(|f| match f {
+            Finding::RetainedSourceChanged { seq, .. } => *seq,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for c in t
+        .calls
+        .iter()
+        .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1)
+    {
+        let capture_thread = *thread.get_or_insert(c.thread);
+        let (op, stream) = capture_op(&c.call, &captured_events);
+        let relation = match stream {
+            None => Relation::NoStream,
+            Some(s) if capturing.contains(&s) => Relation::Capturing,
+            Some(StreamRef::Legacy) => Relation::Legacy,
+            Some(_) => Relation::Other,
+        };
+        let rule = decide(
+            op,
+            CaptureContext {
+                relation,
+                kind: q.kind,
+                mode: q.mode,
+                same_thread: c.thread == capture_thread,
+            },
+        );
+        let (mut category, mut detail) = match rule.verdict {
+            Verdict::Captured | Verdict::Joins => ("captured", rule.why.to_string()),
+            Verdict::Host => ("host", rule.why.to_string()),
+            Verdict::Eager => (
+                "outside-graph",
+                format!("{}; a replayed graph skips it", rule.why),
+            ),
+            Verdict::Fails { .. } => ("fails", format!("{}: {}", rule.verdict.name(), rule.why)),
+        };
+        if category == "captured" {
+            if let Some(h) = rule.hazard {
+                category = "hazard";
+                detail = h.to_string();
+            }
+            if changed.contains(&c.seq) {
+                category = "hazard";
+                detail = "a retained source that changed before the sync: the graph would copy whatever it holds at launch".into();
+            }
+        }
+        if let (Some(st), Verdict::Captured | Verdict::Joins) = (stream, rule.verdict) {
+            *work_seen.entry(st).or_default() += 1;
+            if st != origin {
+                unjoined.insert(
+                    st,
+                    (c.seq, t.site(c.site), c.call.kind().name().to_string()),
+                );
+            }
+        }
+        match (&c.call, rule.verdict) {
+            (Call::RecordEvent { event, stream }, Verdict::Captured) => {
+                captured_events.insert(*event);
+                recorded_on.insert(
+                    *event,
+                    (*stream, work_seen.get(stream).copied().unwrap_or(0)),
+                );
+            }
+            (Call::StreamWaitEvent { stream, event }, Verdict::Captured) if *stream == origin => {
+                // The origin waiting on a forked stream's latest point joins that stream back.
+                if let Some((from, at)) = recorded_on.get(event) {
+                    if work_seen.get(from).copied().unwrap_or(0) == *at {
+                        unjoined.remove(from);
+                    }
+                }
+            }
+            (Call::RecordEvent { event, .. }, _) => {
+                captured_events.remove(event);
+            }
+            (Call::StreamWaitEvent { stream, .. }, Verdict::Joins) => {
+                capturing.insert(*stream);
+            }
+            _ => {}
+        }
+        out.push(CaptureVerdict {
+            seq: c.seq,
+            site: t.site(c.site),
+            call: c.call.kind().name().to_string(),
+            category,
+            rule: rule.id,
+            detail,
+        });
+        if matches!(&c.call, Call::EndCapture { stream } if *stream == origin) {
+            break;
+        }
+    }
+    // The capture ends here: every fork still open makes end_capture fail.
+    for (s, (seq, site, call)) in unjoined {
+        out.push(CaptureVerdict {
+            seq,
+            site,
+            call,
+            category: "fails",
+            rule: "end-unjoined",
+            detail: format!(
+                "{s} forked into the capture and was never joined back into {origin}: end_capture fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED (904)"
+            ),
+        });
+    }
+    out
+}
+
+/// A race: two accesses to overlapping bytes, at least one a write, on different streams, with
+/// no ordering between them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Race {
+    pub buffer: String,
+    pub first: (u64, String, String),
+    pub second: (u64, String, String),
+    pub kind: &'static str,
+}
+
+pub fn races(t: &Trace, g: &DepGraph) -> Vec<Race> {
+    let mut per_buf: BTreeMap<BufferId, Vec<(NodeIndex, Access)>> = BTreeMap::new();
+    for n in g.graph.node_indices() {
+        let c = &t.calls[g.graph[n].call];
+        for a in accesses(t, &c.call) {
+            per_buf.entry(a.buf).or_default().push((n, a));
+        }
+    }
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (buf, acc) in per_buf {
+        for (i, (na, aa)) in acc.iter().enumerate() {
+            for (nb, ab) in &acc[i + 1..] {
+                if na == nb || !aa.overlaps(ab) || !(aa.write || ab.write) {
+                    continue;
+                }
+                if g.graph[*na].agent == g.graph[*nb].agent {
+                    continue;
+                }
+                if g.happens_before(*na, *nb) || g.happens_before(*nb, *na) {
+                    continue;
+                }
+                let (ca, cb) = (&t.calls[g.graph[*na].call], &t.calls[g.graph[*nb].call]);
+                if !seen.insert((ca.site, cb.site, buf)) {
+                    continue;
+                }
+                let desc =
+                    |c: &CallRecord| (c.seq, c.call.kind().name().to_string(), t.site(c.site));
+                out.push(Race {
+                    buffer: buf.to_string(),
+                    first: desc(ca),
+                    second: desc(cb),
+                    kind: if aa.write && ab.write {
+                        "write-write"
+                    } else {
+                        "read-write"
+                    },
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A lifetime problem: a leak, a use after free, or a free racing with pending work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Lifetime {
+    pub kind: &'static str,
+    pub buffer: String,
+    pub seq: u64,
+    pub site: String,
+    pub detail: String,
+}
+
+pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
+    let mut out = Vec::new();
+    let mut live: BTreeMap<BufferId, (u64, String)> = BTreeMap::new();
+    let mut freed_at: BTreeMap<BufferId, String> = BTreeMap::new();
+    let mut last_use: HashMap<BufferId, NodeIndex> = HashMap::new();
+    for (i, c) in t.calls.iter().enumerate() {
+        if c.seq < range.0 || c.seq >= range.1 {
+            continue;
+        }
+        let site = t.site(c.site);
+        match (&c.call, &c.ret) {
+            (Call::Alloc { .. } | Call::AllocManaged { .. }, Some(Ok(Value::Buffer(b)))) => {
+                live.insert(*b, (c.seq, site.clone()));
+            }
+            (
+                Call::Free {
+                    ptr: DevAddr::Buf { buf, .. },
+                },
+                Some(Ok(_)),
+            ) => {
+                live.remove(buf);
+                freed_at.insert(*buf, site.clone());
+                if let (Some(u), Some(f)) = (last_use.get(buf), g.node_of_call(i)) {
+                    if !g.happens_before(*u, f) {
+                        let uc = &t.calls[g.graph[*u].call];
+                        out.push(Lifetime {
+                            kind: "free-while-pending",
+                            buffer: buf.to_string(),
+                            seq: c.seq,
+                            site: site.clone(),
+                            detail: format!(
+                                "work from #{} {} ({}) on another stream may still use it",
+                                uc.seq,
+                                uc.call.kind().name(),
+                                t.site(uc.site)
+                            ),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+        for a in accesses(t, &c.call) {
+            if let Some(n) = g.node_of_call(i) {
+                last_use.insert(a.buf, n);
+            }
+        }
+        let mut stale = |buf: &BufferId| {
+            out.push(Lifetime {
+                kind: "use-after-free",
+                buffer: buf.to_string(),
+                seq: c.seq,
+                site: site.clone(),
+                detail: format!(
+                    "{} uses it after it was freed{}",
+                    c.call.kind().name(),
+                    freed_at
+                        .get(buf)
+                        .map(|s| format!(" at {s}"))
+                        .unwrap_or_default()
+                ),
+            })
+        };
+        match &c.call {
+            Call::Free {
+                ptr: DevAddr::Freed { buf, .. },
+            } => stale(buf),
+            other => {
+                let args: Vec<DevAddr> = addrs(other);
+                for a in args {
+                    if let DevAddr::Freed { buf, .. } = a {
+                        stale(&buf);
+                    }
+                }
+            }
+        }
+    }
+    for (b, (seq, site)) in live {
+        out.push(Lifetime {
+            kind: "leak",
+            buffer: b.to_string(),
+            seq,
+            site,
+            detail: format!(
+                "allocated in the trace and never freed ({} bytes)",
+                buffer_size(t, b).unwrap_or(0)
+            ),
+        });
+    }
+    out
+}
+
+fn addrs(c: &Call) -> Vec<DevAddr> {
+    use Call::*;
+    match c {
+        CopyH2D { dst, .. }
+        | CopyH2DAsync { dst, .. }
+        | CopyH2DAsyncRetained { dst, .. }
+        | Memset { dst, .. }
+        | MemsetAsync { dst, .. } => vec![*dst],
+        CopyD2H { src, .. } | CopyD2HOnStream { src, .. } | CopyD2HAsync { src, .. } => vec![*src],
+        CopyD2D { src, dst, .. }
+        | CopyD2DAsync { src, dst, .. }
+        | CopyD2D2DAsync { src, dst, .. } => vec![*src, *dst],
+        Launch { args, .. } | LaunchTyped { args, .. } => args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Buf(d) => Some(*d),
+                Arg::Val(_) => None,
+            })
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// Offenders are grouped by (category, site, call, rule).
+type GroupKey<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+/// Everything `gputape analyze` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub calls: usize,
+    pub critical_path: usize,
+    pub device_work: usize,
+    pub capture_stream: Option<String>,
+    pub capture_mode: &'static str,
+    pub stream_kind: &'static str,
+    pub verdicts: Vec<CaptureVerdict>,
+    pub races: Vec<Race>,
+    pub lifetimes: Vec<Lifetime>,
+}
+
+/// Which sections to compute.
+#[derive(Clone, Copy, Debug)]
+pub struct Sections {
+    pub capture: bool,
+    pub races: bool,
+    pub leaks: bool,
+}
+
+pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
+    let g = DepGraph::build(t, q.range, q.kind);
+    let (cp, work) = g.critical_path();
+    let stream = q.stream.or_else(|| main_stream(t, q.range));
+    Report {
+        calls: t
+            .calls
+            .iter()
+            .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1)
+            .count(),
+        critical_path: cp,
+        device_work: work,
+        capture_stream: stream.map(|s| s.to_string()),
+        capture_mode: q.mode.name(),
+        stream_kind: q.kind.name(),
+        verdicts: if s.capture {
+            capture_verdicts(t, CaptureQuery { stream, ..q })
+        } else {
+            vec![]
+        },
+        races: if s.races { races(t, &g) } else { vec![] },
+        lifetimes: if s.leaks {
+            lifetimes(t, &g, q.range)
+        } else {
+            vec![]
+        },
+    }
+}
+
+impl Report {
+    /// The short human report: offenders grouped by site and rule, so an engineer sees the
+    /// lines to change rather than every call.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "{} calls; device work {} calls, critical path {} (parallelism {:.2})\n",
+            self.calls,
+            self.device_work,
+            self.critical_path,
+            if self.critical_path > 0 {
+                self.device_work as f64 / self.critical_path as f64
+            } else {
+                0.0
+            }
+        );
+        if let Some(st) = &self.capture_stream {
+            let count = |cat: &str| self.verdicts.iter().filter(|v| v.category == cat).count();
+            s.push_str(&format!(
+                "capture of {st} ({} mode, {} streams): {} captured, {} fail, {} outside the graph, {} hazards, {} host-only\n",
+                self.capture_mode,
+                self.stream_kind,
+                count("captured"),
+                count("fails"),
+                count("outside-graph"),
+                count("hazard"),
+                count("host")
+            ));
+            let mut groups: BTreeMap<GroupKey<'_>, (usize, Vec<u64>, &str)> = BTreeMap::new();
+            for v in self
+                .verdicts
+                .iter()
+                .filter(|v| matches!(v.category, "fails" | "outside-graph" | "hazard"))
+            {
+                let e = groups
+                    .entry((v.category, v.site.as_str(), v.call.as_str(), v.rule))
+                    .or_insert((0, vec![], &v.detail));
+                e.0 += 1;
+                e.1.push(v.seq);
+            }
+            if groups.is_empty() && !self.verdicts.is_empty() {
+                s.push_str("  the whole range captures into one graph\n");
+            }
+            for ((cat, site, call, rule), (n, seqs, detail)) in groups {
+                s.push_str(&format!(
+                    "  {cat:<13} {call} at {site} (x{n}, first #{}): [{rule}] {detail}\n",
+                    seqs[0]
+                ));
+            }
+        }
+        if !self.races.is_empty() {
+            s.push_str(&format!("{} race(s):\n", self.races.len()));
+            for r in &self.races {
+                s.push_str(&format!(
+                    "  {} on {}: #{} {} ({}) and #{} {} ({}) are unordered\n",
+                    r.kind,
+                    r.buffer,
+                    r.first.0,
+                    r.first.1,
+                    r.first.2,
+                    r.second.0,
+                    r.second.1,
+                    r.second.2
+                ));
+            }
+        }
+        for l in &self.lifetimes {
+            s.push_str(&format!(
+                "{} {} at #{} ({}): {}\n",
+                l.kind, l.buffer, l.seq, l.site, l.detail
+            ));
+        }
+        s
+    }
+}

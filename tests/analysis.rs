@@ -1,0 +1,376 @@
+//! Offline analysis: reports for the fixture traces, planted problems found at the right site,
+//! a clean trace clean, and the offline capture verdicts equal to the mock's real capture.
+
+use gputape::analysis::{self, CaptureQuery, Sections};
+use gputape::backend::probe::{all_probes, run_pattern, run_probe};
+use gputape::backend::{CaptureMode, GpuBackend, StreamKind};
+use gputape::mock::{MockConfig, MockGpuBackend};
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::trace::{Call, StreamId, StreamRef, Trace, VecSink};
+use gputape::workloads::{self, f32_bytes};
+use std::path::{Path, PathBuf};
+
+const ALL: Sections = Sections {
+    capture: true,
+    races: true,
+    leaks: true,
+};
+
+fn mock_with(mode: CaptureMode, kind: StreamKind) -> MockGpuBackend {
+    let m = MockGpuBackend::new(MockConfig {
+        capture_mode: mode,
+        stream_kind: kind,
+        ..Default::default()
+    });
+    workloads::register_mock_kernels(&m);
+    m
+}
+
+/// Record `f` on a mock (from before its first call) and load the trace.
+fn record(f: impl FnOnce(&dyn GpuBackend)) -> Trace {
+    record_on(mock_with(CaptureMode::Global, StreamKind::Blocking), f)
+}
+
+fn record_on(m: MockGpuBackend, f: impl FnOnce(&dyn GpuBackend)) -> Trace {
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    r.start().unwrap();
+    f(&r);
+    r.stop().unwrap();
+    let bytes = buf.lock().clone();
+    Trace::from_bytes(Path::new("mem"), &bytes).unwrap()
+}
+
+fn line_of(t: &Trace, seq: u64) -> String {
+    t.site(t.calls[seq as usize].site)
+}
+
+#[test]
+fn reports_for_the_fixture_traces() {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir("traces")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        let t = Trace::open(&p).unwrap();
+        let r = analysis::analyze(&t, CaptureQuery::default(), ALL);
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        insta::assert_snapshot!(format!("analyze_{name}"), r.render());
+    }
+}
+
+#[test]
+fn the_decode_step_s_token_copy_is_named_as_a_capture_breaker() {
+    for p in [
+        "traces/h200_tiny_step5.gtape",
+        "traces/mock_tiny_step5.gtape",
+    ] {
+        let t = Trace::open(Path::new(p)).unwrap();
+        let v = analysis::capture_verdicts(&t, CaptureQuery::default());
+        let copy = v
+            .iter()
+            .find(|v| v.call == "copy_d2h")
+            .expect("the token readback");
+        assert_eq!(
+            (copy.category, copy.rule),
+            ("fails", "sync-copy-vs-blocking")
+        );
+        assert!(copy.site.starts_with("src/model/mod.rs:"), "{}", copy.site);
+        // Every launch of the step itself is captured.
+        assert!(v
+            .iter()
+            .filter(|v| v.call == "launch_typed")
+            .all(|v| v.category == "captured"));
+    }
+}
+
+#[test]
+fn an_unjoined_fork_is_found_at_the_forked_work() {
+    let t = record(|g| {
+        let a = g.create_stream().unwrap();
+        let b = g.create_stream().unwrap();
+        let e = g.create_event().unwrap();
+        let buf = g.alloc(64).unwrap();
+        g.memset_async(buf, 0, 64, a).unwrap();
+        g.record_event(e, a).unwrap();
+        g.stream_wait_event(b, e).unwrap(); // fork
+        g.memset_async(buf, 1, 64, b).unwrap(); // never joined back
+        g.memset_async(buf, 2, 64, a).unwrap();
+        g.synchronize(b).unwrap();
+        g.free(buf).unwrap();
+    });
+    let q = CaptureQuery {
+        range: (5, 8), // the region a capture of `a` would cover
+        stream: Some(StreamRef::Id(StreamId(1))),
+        ..Default::default()
+    };
+    let v = analysis::capture_verdicts(&t, q);
+    let unjoined = v.iter().find(|v| v.rule == "end-unjoined").expect("found");
+    assert_eq!(unjoined.seq, 7);
+    assert_eq!(unjoined.site, line_of(&t, 7));
+    // Joined, it is clean.
+    let t = record(|g| {
+        let a = g.create_stream().unwrap();
+        let b = g.create_stream().unwrap();
+        let (e, j) = (g.create_event().unwrap(), g.create_event().unwrap());
+        let buf = g.alloc(64).unwrap();
+        g.memset_async(buf, 0, 64, a).unwrap();
+        g.record_event(e, a).unwrap();
+        g.stream_wait_event(b, e).unwrap();
+        g.memset_async(buf, 1, 64, b).unwrap();
+        g.record_event(j, b).unwrap();
+        g.stream_wait_event(a, j).unwrap();
+        g.synchronize(a).unwrap();
+        g.free(buf).unwrap();
+    });
+    let q = CaptureQuery {
+        range: (5, 11),
+        stream: Some(StreamRef::Id(StreamId(1))),
+        ..Default::default()
+    };
+    let v = analysis::capture_verdicts(&t, q);
+    assert!(v.iter().all(|v| v.category == "captured"), "{v:#?}");
+}
+
+#[test]
+fn planted_problems_are_found_with_their_sites() {
+    let t = record(|g| {
+        let s = g.create_stream().unwrap();
+        let p = g.create_stream().unwrap();
+        let x = g.alloc(256).unwrap();
+        let y = g.alloc(256).unwrap();
+        g.copy_h2d(&f32_bytes(&[1.0; 64]), x).unwrap();
+        g.memset(y, 0, 256).unwrap();
+        workloads::saxpy(g, x, y, 64, 1.0, s).unwrap(); // #6.. (op_cache, kernel, launch)
+        let scratch = g.alloc(256).unwrap(); // alloc inside the step
+        g.memset_async(scratch, 0, 256, p).unwrap(); // producer on p ...
+        workloads::saxpy(g, scratch, y, 64, 1.0, s).unwrap(); // ... consumer on s, no event
+        let mut out = vec![0u8; 256];
+        g.copy_d2h(y, &mut out).unwrap(); // sync copy on the legacy stream
+        g.free(x).unwrap();
+        g.free(y).unwrap();
+        // `scratch` leaks.
+    });
+    let r = analysis::analyze(&t, CaptureQuery::default(), ALL);
+    let text = r.render();
+    let find = |seq_pred: &dyn Fn(&Call) -> bool| {
+        t.calls
+            .iter()
+            .find(|c| seq_pred(&c.call))
+            .map(|c| (c.seq, t.site(c.site)))
+            .unwrap()
+    };
+    let (_, first_alloc_site) = find(&|c| matches!(c, Call::Alloc { .. }));
+    let scratch = t
+        .calls
+        .iter()
+        .filter(|c| matches!(c.call, Call::Alloc { .. }))
+        .nth(2)
+        .unwrap();
+    let copy = t
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, Call::CopyD2H { .. }))
+        .unwrap();
+    let producer = t
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, Call::MemsetAsync { .. }))
+        .unwrap();
+    let consumer = t
+        .calls
+        .iter()
+        .filter(|c| matches!(c.call, Call::LaunchTyped { .. }))
+        .nth(1)
+        .unwrap();
+    // Alloc inside the step.
+    assert!(r.verdicts.iter().any(|v| v.rule == "alloc-prohibited"
+        && v.seq == scratch.seq
+        && v.site == t.site(scratch.site)));
+    // The sync copy on the legacy stream.
+    assert!(r
+        .verdicts
+        .iter()
+        .any(|v| v.rule == "sync-copy-vs-blocking" && v.seq == copy.seq));
+    // The missing event between producer and consumer.
+    let race = r
+        .races
+        .iter()
+        .find(|x| x.first.0 == producer.seq)
+        .expect("race found");
+    assert_eq!(race.second.0, consumer.seq);
+    assert_eq!(race.first.2, t.site(producer.site));
+    assert_eq!(race.second.2, t.site(consumer.site));
+    // The leak.
+    let leak = r
+        .lifetimes
+        .iter()
+        .find(|l| l.kind == "leak")
+        .expect("leak found");
+    assert_eq!(
+        (leak.seq, leak.site.clone()),
+        (scratch.seq, t.site(scratch.site))
+    );
+    assert_ne!(
+        first_alloc_site, leak.site,
+        "the leak names the leaking line, not the first alloc"
+    );
+    insta::assert_snapshot!("planted", text);
+}
+
+#[test]
+fn use_after_free_and_a_free_racing_pending_work_are_found() {
+    let t = record(|g| {
+        let s = g.create_stream().unwrap();
+        let a = g.alloc(64).unwrap();
+        g.memset_async(a, 1, 64, s).unwrap();
+        g.free(a).unwrap(); // no sync: work may still be pending on s
+        let _ = g.memset(a, 0, 64); // use after free (the mock refuses it; it is recorded)
+    });
+    let r = analysis::analyze(&t, CaptureQuery::default(), ALL);
+    assert!(r
+        .lifetimes
+        .iter()
+        .any(|l| l.kind == "free-while-pending" && l.seq == 3));
+    assert!(r
+        .lifetimes
+        .iter()
+        .any(|l| l.kind == "use-after-free" && l.seq == 4));
+}
+
+#[test]
+fn a_clean_step_reports_nothing_but_its_graph() {
+    let m = mock_with(CaptureMode::Global, StreamKind::Blocking);
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    let g: &dyn GpuBackend = &r;
+    let s = g.create_stream().unwrap();
+    let x = g.alloc(256).unwrap();
+    let y = g.alloc(256).unwrap();
+    workloads::saxpy(g, x, y, 64, 1.0, s).unwrap(); // warms the op cache before recording
+    r.start().unwrap();
+    workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+    g.memset_async(x, 0, 256, s).unwrap();
+    workloads::saxpy(g, x, y, 64, 2.0, s).unwrap();
+    r.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("clean"), &buf.lock()).unwrap();
+    let rep = analysis::analyze(&t, CaptureQuery::default(), ALL);
+    assert!(rep.races.is_empty() && rep.lifetimes.is_empty());
+    assert!(rep
+        .verdicts
+        .iter()
+        .all(|v| matches!(v.category, "captured" | "host")));
+    insta::assert_snapshot!("clean", rep.render());
+}
+
+/// Each capture-table pattern, recorded eagerly (no capture at all), judged offline as if
+/// captured: the offline verdict is the table's, and the mock's real capture of the same
+/// pattern does what that verdict says.
+#[test]
+fn offline_verdicts_equal_what_the_mock_s_real_capture_does() {
+    let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
+    let mut bad = Vec::new();
+    for p in all_probes() {
+        let t = record_on(mock_with(p.mode, p.kind), |g| {
+            let _ = run_pattern(g, &code, p, false);
+        });
+        let markers: Vec<u64> = t
+            .calls
+            .iter()
+            .filter(|c| matches!(c.call, Call::StreamIsCapturing { .. }))
+            .map(|c| c.seq)
+            .collect();
+        let (start, end) = (markers[0], markers[1]);
+        // The probed call: the last before the second marker (a second capture the pattern
+        // began eagerly is aborted right after it; that is not the probed call).
+        let probed = t.calls[..end as usize]
+            .iter()
+            .rev()
+            .find(|c| {
+                !matches!(
+                    c.call,
+                    Call::StreamIsCapturing { .. } | Call::AbortCaptureIfActive { .. }
+                )
+            })
+            .unwrap();
+        let q = CaptureQuery {
+            range: (start, end),
+            stream: Some(StreamRef::Id(StreamId(1))),
+            mode: p.mode,
+            kind: p.kind,
+        };
+        let v = analysis::capture_verdicts(&t, q);
+        let offline = v.iter().find(|v| v.seq == probed.seq).expect("judged");
+        let (rule, expected) = p.expected();
+        let real = run_probe(
+            &|mode, kind| -> anyhow::Result<Box<dyn GpuBackend>> {
+                Ok(Box::new(mock_with(mode, kind)))
+            },
+            &code,
+            p,
+        )
+        .unwrap();
+        if offline.rule != rule || real != expected {
+            bad.push(format!(
+                "{p:?}: offline {} / table {rule}; mock did [{}], table says [{}]",
+                offline.rule,
+                real.describe(),
+                expected.describe()
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn exports_load_as_trace_events_and_dot() {
+    let t = Trace::open(Path::new("traces/mock_two_streams.gtape")).unwrap();
+    let j = analysis::export::perfetto(&t, CaptureQuery::default());
+    // Round-trip through text, as a viewer would read it, and check the trace-event shape.
+    let parsed: serde_json::Value =
+        serde_json::from_str(&serde_json::to_string(&j).unwrap()).unwrap();
+    let evs = parsed["traceEvents"].as_array().unwrap();
+    assert!(!evs.is_empty());
+    for e in evs {
+        let ph = e["ph"].as_str().unwrap();
+        assert!(["X", "s", "f", "M"].contains(&ph));
+        assert!(e["pid"].is_number());
+        if ph == "X" {
+            assert!(
+                e["ts"].is_number()
+                    && e["dur"].is_number()
+                    && e["tid"].is_number()
+                    && e["name"].is_string()
+            );
+        }
+    }
+    let flows = evs.iter().filter(|e| e["ph"] == "s").count();
+    assert_eq!(flows, 1, "one event edge: record -> wait");
+    assert!(evs.iter().any(|e| e["cat"] == "capture-breaker"));
+    let dot = analysis::export::dot(&t, CaptureQuery::default());
+    assert!(dot.starts_with("digraph") && dot.trim_end().ends_with('}'));
+    // Render with Graphviz where it is installed.
+    if let Ok(mut child) = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(dot.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "dot rejected the graph");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+    } else {
+        eprintln!("graphviz not installed: DOT checked for shape only");
+    }
+}
