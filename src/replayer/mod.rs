@@ -345,9 +345,10 @@ impl<'t> Replayer<'t> {
                 if live && t0.is_none() {
                     t0 = Some(Instant::now());
                 }
-                let tc = Instant::now();
+                let timed = live && lp == 0 && opts.per_call_timing;
+                let tc = timed.then(Instant::now);
                 let outcome = self.issue(gpu, &mut st, c, opts, live && opts.verify, lp == 0)?;
-                if live && lp == 0 && opts.per_call_timing {
+                if let Some(tc) = tc {
                     report
                         .per_call_us
                         .push((c.seq, tc.elapsed().as_secs_f64() * 1e6));
@@ -574,11 +575,15 @@ fn launch_stream(c: &Call) -> Option<StreamRef> {
 pub(crate) fn resolve_stream(st: &State, s: StreamRef, c: &CallRecord) -> Result<u64, ReplayError> {
     match s {
         StreamRef::Legacy => Ok(0),
-        StreamRef::Id(id) => st.streams.get(&id).copied().ok_or(ReplayError::Dangling {
-            seq: c.seq,
-            kind: c.call.kind().name(),
-            what: id.to_string(),
-        }),
+        StreamRef::Id(id) => st
+            .streams
+            .get(&id)
+            .copied()
+            .ok_or_else(|| ReplayError::Dangling {
+                seq: c.seq,
+                kind: c.call.kind().name(),
+                what: id.to_string(),
+            }),
     }
 }
 
@@ -598,7 +603,7 @@ impl Replayer<'_> {
                 .bufs
                 .get(buf)
                 .map(|(p, _)| p.offset(*off as usize))
-                .ok_or(ReplayError::Dangling {
+                .ok_or_else(|| ReplayError::Dangling {
                     seq: c.seq,
                     kind: c.call.kind().name(),
                     what: buf.to_string(),
@@ -611,7 +616,7 @@ impl Replayer<'_> {
                 .bufs
                 .get(buf)
                 .map(|(p, _)| p.offset(*off as usize))
-                .ok_or(ReplayError::Dangling {
+                .ok_or_else(|| ReplayError::Dangling {
                     seq: c.seq,
                     kind: c.call.kind().name(),
                     what: buf.to_string(),
