@@ -130,7 +130,11 @@ fn main() {
     if std::env::var("GPUTAPE_BENCH_HOT").is_ok() {
         // For profiling: only the recorded launch loop.
         for _ in 0..100 {
-            per_call_ns(&mut || launch6(&rec, &rs));
+            if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("event") {
+                per_call_ns(&mut || rec.record_event(rs.ev, rs.s).unwrap());
+            } else {
+                per_call_ns(&mut || launch6(&rec, &rs));
+            }
         }
         return;
     }

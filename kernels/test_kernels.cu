@@ -30,3 +30,9 @@ extern "C" __global__ void mixed(double* out, int i, double d, unsigned long lon
 }
 
 extern "C" __global__ void empty() {}
+
+// out[i] = table[i][0]: reads through device addresses stored in device memory.
+extern "C" __global__ void gather(const float* const* table, float* out, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = table[i][0];
+}

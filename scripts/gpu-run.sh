@@ -13,7 +13,7 @@ STEP=traces/h200_tiny_step5.gtape
 FAULT=traces/h200_tiny_fault_step4.gtape
 {
   echo "== info";              $BIN info
-  echo "== gpu tests";         $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked|differ|DIFFERS" | head -80
+  echo "== gpu tests";         $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked|differ|DIFFERS|Error|error" | head -80
   echo "== capture table";     $BIN capture-table --on cuda --strict > "$OUT/capture_table_cli.md" 2>&1; tail -2 "$OUT/capture_table_cli.md"
   echo "== demo cuda default"; $BIN demo --backend cuda --steps 40 | tail -3
   echo "== demo cuda tiny";    $BIN demo --backend cuda --config tiny --steps 40 | tail -3
@@ -25,5 +25,7 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== mock fault on cuda"; $BIN replay traces/mock_tiny_fault_step4.gtape --on cuda --scan-redzones 2>/dev/null
   echo "== mock step on cuda"; $BIN replay traces/mock_tiny_step5.gtape --on cuda --loop 10
   echo "== record + analyze on cuda"; $BIN record --backend cuda --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
+  echo "== pointer table";     $BIN record --backend cuda --workload pointer-table -o "$OUT/pt.gtape" && \
+                               { $BIN replay "$OUT/pt.gtape" --on cuda; $BIN replay "$OUT/pt.gtape" --on cuda --fixed-addresses; }
   echo "== launch bench";      $BIN bench-launch
 } 2>&1 | tee "$OUT/gpu-run.log"

@@ -106,6 +106,10 @@ enum Cmd {
         /// Print each call's time (first loop).
         #[arg(long)]
         timing: bool,
+        /// Put every buffer at its recorded address (needed when buffers hold device
+        /// addresses; CUDA uses the driver's virtual memory management).
+        #[arg(long)]
+        fixed_addresses: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -186,6 +190,7 @@ enum Workload {
     SingleStream,
     TwoStreams,
     Capture,
+    PointerTable,
 }
 
 fn main() -> std::process::ExitCode {
@@ -240,6 +245,7 @@ fn run() -> Result<()> {
             scan_redzones,
             verify,
             timing,
+            fixed_addresses,
             json,
             no_isolate,
             child_report,
@@ -253,15 +259,13 @@ fn run() -> Result<()> {
                 verify,
                 per_call_timing: timing,
             };
-            replay(
-                &trace,
-                on,
-                &opts,
+            let flags = ReplayFlags {
                 as_graph,
+                fixed_addresses,
                 json,
                 no_isolate,
-                child_report.as_deref(),
-            )
+            };
+            replay(&trace, on, &opts, flags, child_report.as_deref())
         }
         Cmd::Analyze {
             trace,
@@ -399,6 +403,7 @@ fn record_on<B: GpuBackend>(
         Workload::SingleStream => gputape::workloads::single_stream(g)?,
         Workload::TwoStreams => gputape::workloads::two_streams(g)?,
         Workload::Capture => gputape::workloads::capture_region(g)?,
+        Workload::PointerTable => gputape::workloads::pointer_table(g)?,
     };
     let stats = rec.stop()?;
     println!(
@@ -687,16 +692,28 @@ fn replay_mock() -> gputape::mock::MockGpuBackend {
     m
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How `replay` runs, beyond the replayer's own options.
+#[derive(Clone, Copy)]
+struct ReplayFlags {
+    as_graph: bool,
+    fixed_addresses: bool,
+    json: bool,
+    no_isolate: bool,
+}
+
 fn replay(
     path: &Path,
     on: Backend,
     opts: &gputape::replayer::ReplayOptions,
-    as_graph: bool,
-    json: bool,
-    no_isolate: bool,
+    flags: ReplayFlags,
     child_report: Option<&Path>,
 ) -> Result<()> {
+    let ReplayFlags {
+        as_graph,
+        fixed_addresses,
+        json,
+        no_isolate,
+    } = flags;
     use gputape::replayer::Replayer;
     let t = gputape::trace::Trace::open(path)?;
     let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))));
@@ -738,7 +755,25 @@ fn replay(
             (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
         }
     };
-    let r = Replayer::new(&t);
+    let place = |addr: u64, bytes: usize| -> Result<gputape::backend::DevicePtr> {
+        match (&cuda, &mock) {
+            (Some(c), _) => c.place_at(addr, bytes),
+            (None, Some(m)) => m.alloc_at(addr, bytes),
+            (None, None) => unreachable!("one backend is always built"),
+        }
+    };
+    let mut r = Replayer::new(&t);
+    if fixed_addresses {
+        r = r.with_fixed_addresses(&place);
+    } else if let Some(h) = r.hidden().first() {
+        eprintln!(
+            "note: {} holds the device address of {} (and {} more such words); the replay \
+             stops if that buffer lands elsewhere (--fixed-addresses puts buffers where they were)",
+            h.holder,
+            h.target,
+            r.hidden().len() - 1
+        );
+    }
     let mut out = String::new();
     let report = if as_graph {
         let launches = opts.loops.max(1);

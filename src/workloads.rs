@@ -47,6 +47,26 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         ParamInfo::packed(&[(8, Write), (4, Value), (4, Value)]),
         Some(fill),
     );
+    let gather: KernelBody = Arc::new(|ctx| {
+        let (table, out) = (ctx.ptr(0)?, ctx.ptr(1)?);
+        let n = ctx.u32(2)? as usize;
+        let ptrs: Vec<u64> = ctx
+            .read(table, n * 8)?
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+            .collect();
+        let mut vals = Vec::with_capacity(n);
+        for p in ptrs {
+            vals.push(ctx.read_f32(crate::backend::DevicePtr(p), 1)?[0]);
+        }
+        ctx.write_f32(out, &vals)
+    });
+    m.register_kernel(
+        "blas",
+        "gather",
+        ParamInfo::packed(&[(8, Read), (8, Write), (4, Value)]),
+        Some(gather),
+    );
     // The CUDA C the twins stand for, so a trace recorded here replays on a GPU.
     m.set_module_code(crate::backend::ModuleCode {
         name: "blas".into(),
@@ -59,10 +79,11 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
 pub type Workload = fn(&dyn GpuBackend) -> Result<Vec<u8>>;
 
 /// The built-in workloads, by name.
-pub const ALL: [(&str, Workload); 3] = [
+pub const ALL: [(&str, Workload); 4] = [
     ("single_stream", single_stream),
     ("two_streams", two_streams),
     ("capture_region", capture_region),
+    ("pointer_table", pointer_table),
 ];
 
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -169,4 +190,39 @@ pub fn capture_region(g: &dyn GpuBackend) -> Result<Vec<u8>> {
     g.free(x)?;
     g.free(y)?;
     Ok(out)
+}
+
+/// A device buffer that holds device addresses: a table of pointers to four buffers, read
+/// through by a kernel. The replay must put the four buffers back where they were.
+pub fn pointer_table(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    let s = g.default_stream();
+    let mut bufs = Vec::new();
+    for i in 0..4 {
+        let b = g.alloc(64)?;
+        g.copy_h2d(&f32_bytes(&[10.0 + i as f32; 16]), b)?;
+        bufs.push(b);
+    }
+    let table = g.alloc(4 * 8)?;
+    let addrs: Vec<u8> = bufs.iter().flat_map(|b| b.0.to_le_bytes()).collect();
+    g.copy_h2d(&addrs, table)?;
+    let out = g.alloc(16)?;
+    let k = g.op_cache().kernel(g, "blas", "gather")?;
+    g.launch_typed(
+        k,
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        s,
+        &[
+            KernelArg::Buffer(table),
+            KernelArg::Buffer(out),
+            KernelArg::Bytes(&4u32.to_le_bytes()),
+        ],
+    )?;
+    let mut res = vec![0u8; 16];
+    g.copy_d2h_on_stream(out, &mut res, s)?;
+    for b in bufs.into_iter().chain([table, out]) {
+        g.free(b)?;
+    }
+    Ok(res)
 }

@@ -428,3 +428,43 @@ fn decode_on_the_gpu_matches_the_mock() {
     assert_eq!(first_token_diff, None, "{text}");
     assert!(worst < 1e-3, "{text}");
 }
+
+/// A buffer of device addresses, recorded on the GPU and replayed on a fresh backend: the
+/// buffers go back to their recorded addresses through the driver's virtual memory management,
+/// and the kernel reading through the table gets the recorded values.
+#[test]
+#[ignore = "needs a GPU"]
+fn pointer_tables_replay_at_their_recorded_addresses() {
+    use gputape::replayer::{ReplayOptions, Replayer};
+    let Some(g) = gpu() else { return };
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    r.start().unwrap();
+    let want = workloads::pointer_table(&r).unwrap();
+    r.stop().unwrap();
+    drop(r); // the recording's memory goes back to the driver
+    let t = Trace::from_bytes(Path::new("pt"), &buf.lock()).unwrap();
+    let g2 = gpu().unwrap();
+    let place = |addr: u64, bytes: usize| g2.place_at(addr, bytes);
+    let rep = Replayer::new(&t)
+        .with_fixed_addresses(&place)
+        .run(
+            &g2,
+            &ReplayOptions {
+                verify: true,
+                ..Default::default()
+            },
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(
+        (rep.d2h_checked, rep.d2h_matched),
+        (1, 1),
+        "{}",
+        rep.summary()
+    );
+    assert_eq!(want, f32_bytes(&[10.0, 11.0, 12.0, 13.0]));
+    assert_eq!(g2.live_alloc_count(), 0);
+}

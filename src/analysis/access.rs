@@ -117,17 +117,5 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
 
 /// A buffer's recorded size (initial snapshot or allocation in the trace).
 pub fn buffer_size(t: &Trace, b: BufferId) -> Option<u64> {
-    t.initial
-        .iter()
-        .find(|i| i.buf == b)
-        .map(|i| i.bytes)
-        .or_else(|| {
-            t.calls.iter().find_map(|c| match (&c.call, &c.ret) {
-                (
-                    Call::Alloc { bytes } | Call::AllocManaged { bytes },
-                    Some(Ok(Value::Buffer(x))),
-                ) if *x == b => Some(*bytes),
-                _ => None,
-            })
-        })
+    t.buffer_size(b)
 }

@@ -143,6 +143,10 @@ pub struct CudaBackend {
     last_violations: Mutex<Vec<RedzoneViolation>>,
     streams: Mutex<Vec<u64>>,
     staging: Mutex<Staging>,
+    /// Granularity-sized chunks mapped at fixed addresses (`place_at`): chunk base -> handle.
+    fixed: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// Buffers handed out by `place_at` (freed by unmapping at drop, not by cuMemFree).
+    placed: Mutex<std::collections::HashSet<u64>>,
     op_cache: OpCache,
 }
 
@@ -218,6 +222,8 @@ impl CudaBackend {
                 capture_cap: cfg.capture_staging_bytes,
                 capture_head: 0,
             }),
+            fixed: Mutex::new(Default::default()),
+            placed: Mutex::new(Default::default()),
             op_cache: OpCache::new(),
             cfg,
         };
@@ -309,6 +315,76 @@ impl CudaBackend {
         out
     }
 
+    fn vmm_prop(&self) -> sys::CUmemAllocationProp {
+        // SAFETY: a plain C struct; all-zero is a valid value for every field (the enums' zero
+        // variants exist, the pointer is null), and the fields that matter are set below.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.device;
+        prop
+    }
+
+    /// Allocate `bytes` at exactly `addr`, reserving and mapping the driver's virtual address
+    /// range there (granularity-sized chunks, shared by buffers that share one). For replaying
+    /// traces whose buffers hold device addresses. Fails, naming the address, when the range is
+    /// taken in this process.
+    #[track_caller]
+    pub fn place_at(&self, addr: u64, bytes: usize) -> Result<DevicePtr> {
+        let prop = self.vmm_prop();
+        let mut gran = 0usize;
+        cu!(cuMemGetAllocationGranularity(
+            &mut gran,
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        ))?;
+        let g = gran as u64;
+        let (lo, hi) = (addr / g * g, (addr + bytes.max(1) as u64).div_ceil(g) * g);
+        let mut fixed = self.fixed.lock();
+        let mut chunk = lo;
+        while chunk < hi {
+            if !fixed.contains_key(&chunk) {
+                let mut got: sys::CUdeviceptr = 0;
+                cu!(cuMemAddressReserve(&mut got, gran, gran, chunk, 0))
+                    .map_err(|e| e.with(format!("reserving {chunk:#x}")))?;
+                if got != chunk {
+                    let _ = cu!(cuMemAddressFree(got, gran));
+                    anyhow::bail!(
+                        "cannot replay at the recorded address {addr:#x}: the driver will not reserve {chunk:#x} in this process (offered {got:#x})"
+                    );
+                }
+                let mut h: sys::CUmemGenericAllocationHandle = 0;
+                if let Err(e) = cu!(cuMemCreate(&mut h, gran, &prop, 0)) {
+                    let _ = cu!(cuMemAddressFree(chunk, gran));
+                    return Err(e.into());
+                }
+                let access = sys::CUmemAccessDesc {
+                    location: prop.location,
+                    flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                };
+                let mapped = cu!(cuMemMap(chunk, gran, 0, h, 0))
+                    .and_then(|_| cu!(cuMemSetAccess(chunk, gran, &access, 1)));
+                if let Err(e) = mapped {
+                    let _ = cu!(cuMemUnmap(chunk, gran));
+                    let _ = cu!(cuMemRelease(h));
+                    let _ = cu!(cuMemAddressFree(chunk, gran));
+                    return Err(e.into());
+                }
+                fixed.insert(chunk, h);
+            }
+            chunk += g;
+        }
+        self.placed.lock().insert(addr);
+        self.ledger.lock().insert(
+            addr,
+            AllocRecord {
+                bytes,
+                site: Location::caller(),
+            },
+        );
+        Ok(DevicePtr(addr))
+    }
+
     /// What the last `scan_redzones` found.
     pub fn last_redzone_violations(&self) -> Vec<RedzoneViolation> {
         self.last_violations.lock().clone()
@@ -367,6 +443,21 @@ impl Drop for CudaBackend {
         }
         let _ = cu!(cuMemFreeHost(st.base.cast()));
         let _ = cu!(cuMemFreeHost(st.capture_base.cast()));
+        let gran = {
+            let prop = self.vmm_prop();
+            let mut g = 0usize;
+            let _ = cu!(cuMemGetAllocationGranularity(
+                &mut g,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+            ));
+            g
+        };
+        for (chunk, h) in std::mem::take(self.fixed.get_mut()) {
+            let _ = cu!(cuMemUnmap(chunk, gran));
+            let _ = cu!(cuMemRelease(h));
+            let _ = cu!(cuMemAddressFree(chunk, gran));
+        }
         for s in self.streams.get_mut().drain(..) {
             let _ = cu!(cuStreamDestroy_v2(s as sys::CUstream));
         }
@@ -443,6 +534,11 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn free(&self, ptr: DevicePtr) -> Result<()> {
+        if self.placed.lock().remove(&ptr.0) {
+            // Fixed-address memory stays mapped until the backend drops.
+            self.ledger.lock().remove(&ptr.0);
+            return Ok(());
+        }
         cu!(cuMemFree_v2(dp(ptr))).map_err(|e| {
             e.with(format!(
                 "{ptr} from {}",
@@ -651,7 +747,11 @@ impl GpuBackend for CudaBackend {
             );
         }
         let mut zones = self.redzones.lock();
+        let mut placed = self.placed.lock();
         for (p, _) in &outstanding {
+            if placed.remove(p) {
+                continue;
+            }
             // Straight to the driver: the ledger is drained, and one failure must not stop the
             // rest of the sweep.
             if let Err(e) = cu!(cuMemFree_v2(*p)) {

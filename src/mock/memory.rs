@@ -91,6 +91,37 @@ impl Memory {
         base
     }
 
+    /// Allocate at exactly `base`, if no live allocation overlaps it.
+    pub fn alloc_at(&mut self, base: u64, size: usize, site: Site) -> Result<u64, MockError> {
+        let end = base + size as u64;
+        let clash = self
+            .allocs
+            .range(..end)
+            .next_back()
+            .filter(|(b, a)| **b + a.size as u64 > base || **b == base);
+        if let Some((b, a)) = clash {
+            return Err(MockError::Invalid {
+                op: "alloc_at",
+                site,
+                detail: format!("[{base:#x}, +{size}) overlaps {}", desc(*b, a)),
+            });
+        }
+        self.allocs.insert(
+            base,
+            Allocation {
+                size,
+                storage: Storage::Owned(vec![0u8; size]),
+                index: self.created,
+                site,
+            },
+        );
+        self.freed.remove(&base);
+        self.created += 1;
+        self.live_bytes += size;
+        self.next = self.next.max((end + GAP).next_multiple_of(ALIGN));
+        Ok(base)
+    }
+
     pub fn free(&mut self, ptr: u64, site: Site) -> Result<usize, MockError> {
         match self.allocs.get(&ptr) {
             Some(a) if matches!(a.storage, Storage::Owned(_)) => {

@@ -247,6 +247,15 @@ impl MockGpuBackend {
         st.fail_at.insert(kind, seen + n);
     }
 
+    /// Allocate `bytes` at exactly `addr` (for replays that must put buffers where they were
+    /// recorded). Fails if the range overlaps a live allocation.
+    #[track_caller]
+    pub fn alloc_at(&self, addr: u64, bytes: usize) -> anyhow::Result<DevicePtr> {
+        let site = here();
+        let mut st = self.state.lock();
+        Ok(DevicePtr(st.mem.alloc_at(addr, bytes, site)?))
+    }
+
     /// What the last `sweep_unreleased` found, by site, biggest first.
     pub fn last_sweep(&self) -> Vec<SiteTotal> {
         self.state.lock().last_sweep.clone()

@@ -16,7 +16,6 @@ use crate::backend::{
 use crate::trace::*;
 use anyhow::Result;
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 use state::{Pending, RecState};
 use std::ffi::c_void;
 use std::panic::Location;
@@ -231,6 +230,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 })?;
             let data = st.blob(&bytes);
             let site = st.site(site);
+            st.emit(&Frame::Address { buf, addr: p });
             st.emit(&Frame::Initial {
                 buf,
                 bytes: size,
@@ -407,10 +407,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 if info.access.is_pointer() || matches!(a, DevAddr::Buf { .. }) {
                     Arg::Buf(a)
                 } else {
-                    Arg::Val(SmallVec::from_slice(raw))
+                    Arg::Val(ArgBytes::from(raw))
                 }
             } else {
-                Arg::Val(SmallVec::from_slice(raw))
+                Arg::Val(ArgBytes::from(raw))
             };
             args.push(arg);
         }
@@ -585,7 +585,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                 .iter()
                 .map(|a| match a {
                     KernelArg::Buffer(p) => Arg::Buf(st.addr(p.0)),
-                    KernelArg::Bytes(b) => Arg::Val(SmallVec::from_slice(b)),
+                    KernelArg::Bytes(b) => Arg::Val(ArgBytes::from(*b)),
                 })
                 .collect();
             Call::LaunchTyped {

@@ -197,6 +197,7 @@ impl RecState {
         let id = BufferId(self.next_buf);
         self.next_buf += 1;
         self.freed.remove(&p);
+        self.emit(&Frame::Address { buf: id, addr: p });
         self.bufs.insert(
             p,
             LiveBuf {

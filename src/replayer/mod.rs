@@ -7,8 +7,10 @@
 //! recorded order.
 
 mod graph;
+mod pointers;
 
 pub use graph::{plan_segments, Breaker, GraphReport, Segment, SegmentPlan};
+pub use pointers::{hidden_pointers, HiddenPointer};
 
 use crate::backend::{DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode};
 use crate::trace::*;
@@ -37,6 +39,15 @@ pub enum ReplayError {
     MissingBlob(BlobId),
     #[error("call #{seq} at {site}: {msg}")]
     Unsupported { seq: u64, site: String, msg: String },
+    #[error("{holder} holds the device address of {target} (byte {offset}{}), recorded at {recorded:#x}; the replay put {target} at {replayed:#x}, so the pointer would dangle. Replay with fixed addresses (`--fixed-addresses`, CUDA) to put buffers where they were recorded", .seq.map(|s| format!(", written by call #{s}")).unwrap_or_else(|| ", in the initial snapshot".into()))]
+    HiddenPointer {
+        holder: BufferId,
+        offset: u64,
+        target: BufferId,
+        seq: Option<u64>,
+        recorded: u64,
+        replayed: u64,
+    },
 }
 
 /// What to replay and how.
@@ -179,8 +190,14 @@ pub(crate) struct State {
     pub last_scan: Option<usize>,
 }
 
+/// Puts a buffer at a given device address (for traces whose buffers hold pointers); the
+/// CUDA backend does it with the driver's virtual memory management.
+pub type Placer<'a> = &'a dyn Fn(u64, usize) -> anyhow::Result<DevicePtr>;
+
 pub struct Replayer<'t> {
     pub trace: &'t Trace,
+    placer: Option<Placer<'t>>,
+    hidden: Vec<HiddenPointer>,
 }
 
 fn kernel_name(t: &Trace, k: KernelId) -> String {
@@ -196,7 +213,56 @@ fn err_code(e: &anyhow::Error) -> Option<u32> {
 
 impl<'t> Replayer<'t> {
     pub fn new(trace: &'t Trace) -> Self {
-        Replayer { trace }
+        Replayer {
+            trace,
+            placer: None,
+            hidden: hidden_pointers(trace),
+        }
+    }
+
+    /// Allocate every buffer at its recorded address through `placer`.
+    pub fn with_fixed_addresses(mut self, placer: Placer<'t>) -> Self {
+        self.placer = Some(placer);
+        self
+    }
+
+    /// Device addresses the trace hides inside buffer contents.
+    pub fn hidden(&self) -> &[HiddenPointer] {
+        &self.hidden
+    }
+
+    /// Allocate buffer `id` of `bytes`: at its recorded address when placing, else anywhere.
+    fn alloc_buf(
+        &self,
+        gpu: &dyn GpuBackend,
+        id: BufferId,
+        bytes: u64,
+        managed: bool,
+    ) -> anyhow::Result<DevicePtr> {
+        match (self.placer, self.trace.addresses.get(&id)) {
+            (Some(place), Some(addr)) => place(*addr, bytes as usize),
+            _ if managed => gpu.alloc_managed(bytes as usize),
+            _ => gpu.alloc(bytes as usize),
+        }
+    }
+
+    /// Refuse to go on if a pointer hidden in some buffer targets `id` and `id` is not where the
+    /// recording had it.
+    fn check_hidden(&self, id: BufferId, at: DevicePtr) -> Result<(), ReplayError> {
+        for h in self.hidden.iter().filter(|h| h.target == id) {
+            let recorded = self.trace.addresses.get(&id).copied().unwrap_or(0);
+            if recorded != at.0 {
+                return Err(ReplayError::HiddenPointer {
+                    holder: h.holder,
+                    offset: h.offset,
+                    target: h.target,
+                    seq: h.seq,
+                    recorded,
+                    replayed: at.0,
+                });
+            }
+        }
+        Ok(())
     }
 
     fn blob(&self, id: BlobId) -> Result<&'t [u8], ReplayError> {
@@ -281,9 +347,10 @@ impl<'t> Replayer<'t> {
             }
         }
         for i in &self.trace.initial {
-            let p = gpu
-                .alloc(i.bytes as usize)
+            let p = self
+                .alloc_buf(gpu, i.buf, i.bytes, false)
                 .map_err(setup(format!("allocating {}", i.buf)))?;
+            self.check_hidden(i.buf, p)?;
             gpu.copy_h2d(self.blob(i.data)?, p)
                 .map_err(setup(format!("restoring {}", i.buf)))?;
             st.bufs.insert(i.buf, (p, i.bytes));
@@ -666,16 +733,20 @@ impl Replayer<'_> {
         let mut mismatch = None;
         let r: anyhow::Result<()> = match &c.call {
             Call::Alloc { bytes } | Call::AllocManaged { bytes } => {
-                let r = if matches!(c.call, Call::Alloc { .. }) {
-                    gpu.alloc(*bytes as usize)
-                } else {
-                    gpu.alloc_managed(*bytes as usize)
-                };
-                r.map(|p| {
-                    if let Some(Value::Buffer(id)) = ret_value {
-                        st.bufs.insert(*id, (p, *bytes));
+                let managed = matches!(c.call, Call::AllocManaged { .. });
+                match ret_value {
+                    Some(Value::Buffer(id)) => {
+                        let r = self.alloc_buf(gpu, *id, *bytes, managed);
+                        if let Ok(p) = &r {
+                            self.check_hidden(*id, *p)?;
+                            st.bufs.insert(*id, (*p, *bytes));
+                        }
+                        r.map(|_| ())
                     }
-                })
+                    // Recorded as failed: make the same request, the result is not kept.
+                    _ if managed => gpu.alloc_managed(*bytes as usize).map(|_| ()),
+                    _ => gpu.alloc(*bytes as usize).map(|_| ()),
+                }
             }
             Call::Free { ptr } => {
                 let p = self.addr(st, ptr, c)?;

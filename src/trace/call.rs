@@ -127,7 +127,58 @@ pub enum Arg {
     /// A pointer-sized argument that pointed into a live buffer (or was declared a buffer).
     Buf(DevAddr),
     /// Anything else, by value, little-endian.
-    Val(SmallVec<[u8; 8]>),
+    Val(ArgBytes),
+}
+
+/// A by-value kernel argument's bytes, inline up to 8. Serialised as one byte string (a length
+/// and a copy) rather than as a sequence of single bytes, which is what serde would do for a
+/// `SmallVec<u8>` and which cost the recorder's hot path a visitor call per byte.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ArgBytes(pub SmallVec<[u8; 8]>);
+
+impl std::ops::Deref for ArgBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&[u8]> for ArgBytes {
+    fn from(b: &[u8]) -> Self {
+        ArgBytes(SmallVec::from_slice(b))
+    }
+}
+
+impl Serialize for ArgBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ArgBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ArgBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("argument bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ArgBytes, E> {
+                Ok(ArgBytes::from(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<ArgBytes, A::Error> {
+                let mut out = SmallVec::new();
+                while let Some(b) = a.next_element::<u8>()? {
+                    out.push(b);
+                }
+                Ok(ArgBytes(out))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
 }
 
 pub type Args = SmallVec<[Arg; 8]>;

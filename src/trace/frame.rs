@@ -104,4 +104,11 @@ pub enum Frame {
     Finding(Finding),
     /// Recording stopped cleanly.
     Stop,
+    /// Where a buffer lived in the recorded process. Metadata, never identity (calls name
+    /// buffers by id): it lets a replay find device addresses hidden inside buffer contents,
+    /// and put buffers back at those addresses when it must.
+    Address {
+        buf: BufferId,
+        addr: u64,
+    },
 }

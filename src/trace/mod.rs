@@ -70,6 +70,8 @@ pub struct Trace {
     /// Bytes of async device-to-host copies, by the copy's seq.
     pub d2h_async: BTreeMap<u64, BlobId>,
     pub findings: Vec<Finding>,
+    /// Recorded device address of each buffer (see `Frame::Address`).
+    pub addresses: BTreeMap<BufferId, u64>,
     /// Recording was stopped cleanly.
     pub stopped: bool,
     pub cut: Option<Cut>,
@@ -166,6 +168,9 @@ impl Trace {
                 }
                 Frame::Finding(f) => t.findings.push(f),
                 Frame::Stop => t.stopped = true,
+                Frame::Address { buf, addr } => {
+                    t.addresses.insert(buf, addr);
+                }
             }
         }
         t.cut = reader.cut;
@@ -192,6 +197,23 @@ impl Trace {
     /// The call that never returned, if the trace ends inside one.
     pub fn unfinished(&self) -> Option<&CallRecord> {
         self.calls.iter().rev().find(|c| c.ret.is_none())
+    }
+
+    /// The recorded size of a buffer: from the initial snapshot or the call that allocated it.
+    pub fn buffer_size(&self, b: BufferId) -> Option<u64> {
+        self.initial
+            .iter()
+            .find(|i| i.buf == b)
+            .map(|i| i.bytes)
+            .or_else(|| {
+                self.calls.iter().find_map(|c| match (&c.call, &c.ret) {
+                    (
+                        Call::Alloc { bytes } | Call::AllocManaged { bytes },
+                        Some(Ok(Value::Buffer(x))),
+                    ) if *x == b => Some(*bytes),
+                    _ => None,
+                })
+            })
     }
 
     pub fn blob(&self, id: BlobId) -> Option<&[u8]> {
