@@ -343,7 +343,7 @@ impl CudaBackend {
         let mut fixed = self.fixed.lock();
         let mut chunk = lo;
         while chunk < hi {
-            if !fixed.contains_key(&chunk) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = fixed.entry(chunk) {
                 let mut got: sys::CUdeviceptr = 0;
                 cu!(cuMemAddressReserve(&mut got, gran, gran, chunk, 0))
                     .map_err(|e| e.with(format!("reserving {chunk:#x}")))?;
@@ -370,7 +370,7 @@ impl CudaBackend {
                     let _ = cu!(cuMemAddressFree(chunk, gran));
                     return Err(e.into());
                 }
-                fixed.insert(chunk, h);
+                slot.insert(h);
             }
             chunk += g;
         }
