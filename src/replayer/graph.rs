@@ -294,7 +294,13 @@ impl Replayer<'_> {
         let (a, b) = range.unwrap_or((0, u64::MAX));
         let plan = plan_segments(self.trace, (a, b));
         let kernels = self.kernels(gpu, loader)?;
-        let mut st = self.setup(gpu, &kernels)?;
+        let mut guard = super::Guard {
+            r: self,
+            gpu,
+            st: super::State::new(&kernels),
+        };
+        self.setup(gpu, &mut guard.st)?;
+        let st = &mut guard.st;
         let opts = ReplayOptions::default();
         let mut report = GraphReport {
             plan,
@@ -307,7 +313,7 @@ impl Replayer<'_> {
         };
         // Calls before the range rebuild the state.
         for c in self.trace.calls.iter().filter(|c| c.seq < a) {
-            if let Outcome::Failed(e) = self.issue(gpu, &mut st, c, &opts, false, true)? {
+            if let Outcome::Failed(e) = self.issue(gpu, st, c, &opts, false, true)? {
                 return Err(fail(c, "fast-forward", format!("{e:#}")));
             }
         }
@@ -317,14 +323,12 @@ impl Replayer<'_> {
             match seg.stream {
                 Some(s) => {
                     let first = &self.trace.calls[seg.calls[0]];
-                    let raw = super::resolve_stream(&st, s, first)?;
+                    let raw = super::resolve_stream(st, s, first)?;
                     gpu.begin_capture(raw)
                         .map_err(|e| fail(first, "begin_capture", format!("{e:#}")))?;
                     for &i in &seg.calls {
                         let c = &self.trace.calls[i];
-                        if let Outcome::Failed(e) =
-                            self.issue(gpu, &mut st, c, &opts, false, true)?
-                        {
+                        if let Outcome::Failed(e) = self.issue(gpu, st, c, &opts, false, true)? {
                             gpu.abort_capture_if_active(raw);
                             return Err(fail(c, "capturing", format!("{e:#}")));
                         }
@@ -342,9 +346,7 @@ impl Replayer<'_> {
                         if destroys(&c.call) {
                             continue; // deferred to the end: the graphs still use it
                         }
-                        if let Outcome::Failed(e) =
-                            self.issue(gpu, &mut st, c, &opts, false, true)?
-                        {
+                        if let Outcome::Failed(e) = self.issue(gpu, st, c, &opts, false, true)? {
                             if !matches!(c.ret, Some(Err(_))) {
                                 return Err(fail(c, "eager call", format!("{e:#}")));
                             }
@@ -372,7 +374,7 @@ impl Replayer<'_> {
                             if creates(&c.call) || destroys(&c.call) {
                                 continue;
                             }
-                            match self.issue(gpu, &mut st, c, &opts, true, false)? {
+                            match self.issue(gpu, st, c, &opts, true, false)? {
                                 Outcome::Ok { checked, mismatch } => {
                                     report.d2h_checked += checked as u64;
                                     match mismatch {
@@ -401,7 +403,7 @@ impl Replayer<'_> {
         for (g, _) in graphs.into_iter().flatten() {
             let _ = gpu.destroy_graph(g);
         }
-        self.teardown(gpu, &mut st);
+        drop(guard);
         Ok(report)
     }
 }

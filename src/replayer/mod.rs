@@ -177,6 +177,34 @@ impl ReplayReport {
 pub type ModuleLoader<'a> = &'a dyn Fn(&ModuleCode) -> anyhow::Result<()>;
 
 /// Replay state: recorded ids to this backend's handles.
+/// Owns a replay's state and tears it down however the replay ends.
+pub(crate) struct Guard<'r, 't> {
+    pub r: &'r Replayer<'t>,
+    pub gpu: &'r dyn GpuBackend,
+    pub st: State,
+}
+
+impl Drop for Guard<'_, '_> {
+    fn drop(&mut self) {
+        self.r.teardown(self.gpu, &mut self.st);
+    }
+}
+
+impl State {
+    pub(crate) fn new(kernels: &HashMap<KernelId, KernelHandle>) -> State {
+        State {
+            bufs: HashMap::default(),
+            streams: HashMap::default(),
+            events: HashMap::default(),
+            graphs: HashMap::default(),
+            kernels: kernels.clone(),
+            hosts: HashMap::default(),
+            pending: Vec::new(),
+            last_scan: None,
+        }
+    }
+}
+
 pub(crate) struct State {
     pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
     pub streams: HashMap<StreamId, u64>,
@@ -240,7 +268,8 @@ impl<'t> Replayer<'t> {
         managed: bool,
     ) -> anyhow::Result<DevicePtr> {
         match (self.placer, self.trace.addresses.get(&id)) {
-            (Some(place), Some(addr)) => place(*addr, bytes as usize),
+            (Some(place), Some(addr)) => place(*addr, bytes as usize)
+                .map_err(|e| e.context(format!("placing {id} ({bytes} bytes) at {addr:#x}"))),
             _ if managed => gpu.alloc_managed(bytes as usize),
             _ => gpu.alloc(bytes as usize),
         }
@@ -298,27 +327,14 @@ impl<'t> Replayer<'t> {
         Ok(out)
     }
 
-    /// Fresh state: adopted resources created, initial buffers allocated and filled.
-    pub(crate) fn setup(
-        &self,
-        gpu: &dyn GpuBackend,
-        kernels: &HashMap<KernelId, KernelHandle>,
-    ) -> Result<State, ReplayError> {
+    /// Fresh state: adopted resources created, initial buffers allocated and filled. Fills
+    /// `st` as it goes, so whatever was made before a failure is still torn down.
+    pub(crate) fn setup(&self, gpu: &dyn GpuBackend, st: &mut State) -> Result<(), ReplayError> {
         let setup = |what: String| {
             move |e: anyhow::Error| ReplayError::Setup {
                 what,
                 cause: format!("{e:#}"),
             }
-        };
-        let mut st = State {
-            bufs: HashMap::default(),
-            streams: HashMap::default(),
-            events: HashMap::default(),
-            graphs: HashMap::default(),
-            kernels: kernels.clone(),
-            hosts: HashMap::default(),
-            pending: Vec::new(),
-            last_scan: None,
         };
         for a in &self.trace.adopted {
             match a {
@@ -355,7 +371,7 @@ impl<'t> Replayer<'t> {
                 .map_err(setup(format!("restoring {}", i.buf)))?;
             st.bufs.insert(i.buf, (p, i.bytes));
         }
-        Ok(st)
+        Ok(())
     }
 
     /// Free what `setup` and the replayed calls left allocated.
@@ -400,7 +416,13 @@ impl<'t> Replayer<'t> {
                 (last.t_ns + last.dur_ns.unwrap_or(0)).saturating_sub(first.t_ns) as f64 / 1e6;
         }
         for lp in 0..report.loops {
-            let mut st = self.setup(gpu, &kernels)?;
+            let mut guard = Guard {
+                r: self,
+                gpu,
+                st: State::new(&kernels),
+            };
+            self.setup(gpu, &mut guard.st)?;
+            let st = &mut guard.st;
             let mut t0 = None;
             let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();
             let mut scanned_since = 0u64;
@@ -414,7 +436,7 @@ impl<'t> Replayer<'t> {
                 }
                 let timed = live && lp == 0 && opts.per_call_timing;
                 let tc = timed.then(Instant::now);
-                let outcome = self.issue(gpu, &mut st, c, opts, live && opts.verify, lp == 0)?;
+                let outcome = self.issue(gpu, st, c, opts, live && opts.verify, lp == 0)?;
                 if let Some(tc) = tc {
                     report
                         .per_call_us
@@ -479,7 +501,7 @@ impl<'t> Replayer<'t> {
                             && launched_kernel(&c.call).is_some()
                         {
                             if let Some(s) = launch_stream(&c.call) {
-                                let raw = resolve_stream(&st, s, c)?;
+                                let raw = resolve_stream(st, s, c)?;
                                 if let Err(e) = gpu.synchronize(raw) {
                                     report.faults.push(self.fault(c, None, Some(&e)));
                                     break;
@@ -507,7 +529,7 @@ impl<'t> Replayer<'t> {
                                     seq: c.seq,
                                     site: self.trace.site(c.site),
                                     call: c.call.kind().name().to_string(),
-                                    buffer: self.buffer_in_error(&st, &e),
+                                    buffer: self.buffer_in_error(st, &e),
                                     byte_offset: None,
                                     last_writer: None,
                                     detail: format!(
@@ -530,7 +552,7 @@ impl<'t> Replayer<'t> {
                 let _ = gpu.synchronize(gpu.default_stream());
                 report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             }
-            self.teardown(gpu, &mut st);
+            drop(guard);
         }
         Ok(report)
     }
