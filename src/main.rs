@@ -53,6 +53,10 @@ enum Cmd {
         /// Record a small workload instead of the model.
         #[arg(long, value_enum)]
         workload: Option<Workload>,
+        /// Hash every live buffer at each host sync, so a replay can name the first sync (and
+        /// the kernels before it) where a buffer went wrong. Reads all device memory per sync.
+        #[arg(long)]
+        hash_syncs: bool,
         /// Which backend to record on.
         #[arg(long, value_enum, default_value_t = Backend::Mock)]
         backend: Backend,
@@ -225,12 +229,16 @@ fn run() -> Result<()> {
             config,
             fault_step,
             workload,
+            hash_syncs,
             backend,
             output,
-        } => match (step, workload) {
-            (Some(k), _) => record_step(backend, k, &config, fault_step, &output),
-            (None, w) => record(w.unwrap_or(Workload::TwoStreams), backend, &output),
-        },
+        } => {
+            HASH_SYNCS.store(hash_syncs, std::sync::atomic::Ordering::Relaxed);
+            match (step, workload) {
+                (Some(k), _) => record_step(backend, k, &config, fault_step, &output),
+                (None, w) => record(w.unwrap_or(Workload::TwoStreams), backend, &output),
+            }
+        }
         Cmd::CaptureTable { on, strict } => capture_table(on, strict),
         Cmd::BenchLaunch { rounds, per_round } => bench_launch(rounds, per_round),
         Cmd::Show { trace, summary } => show(&trace, summary),
@@ -392,11 +400,15 @@ fn record(w: Workload, backend: Backend, out: &Path) -> Result<()> {
     }
 }
 
+/// `record --hash-syncs`, for the recording helpers below.
+static HASH_SYNCS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn record_on<B: GpuBackend>(
     rec: gputape::recorder::RecordingBackend<B>,
     w: Workload,
     out: &Path,
 ) -> Result<()> {
+    rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
     rec.start()?;
     let g: &dyn GpuBackend = &rec;
     match w {
@@ -629,6 +641,7 @@ fn record_step_on<B: GpuBackend + 'static>(
     fault_step: Option<usize>,
     out: &Path,
 ) -> Result<()> {
+    rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
     let gpu: &dyn GpuBackend = rec;
     let mut model = gputape::model::Model::load(gpu, cfg)?;
     model.fault = fault_plan(fault_step);

@@ -317,3 +317,80 @@ fn buffers_holding_device_addresses_are_replayed_at_their_addresses_or_refused()
         gputape::workloads::f32_bytes(&[10.0, 11.0, 12.0, 13.0])
     );
 }
+
+#[test]
+fn hashes_at_syncs_name_the_first_buffer_and_the_kernels_that_took_it() {
+    use gputape::backend::{ParamAccess, ParamInfo};
+    use gputape::recorder::{BackendDesc, RecordingBackend};
+    let sink = gputape::trace::VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(mock(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.hash_at_syncs(true);
+    rec.start().unwrap();
+    let g: &dyn GpuBackend = &rec;
+    let s = g.create_stream().unwrap();
+    let x = g.alloc(64).unwrap();
+    let y = g.alloc(64).unwrap();
+    let z = g.alloc(64).unwrap();
+    g.copy_h2d(&gputape::workloads::f32_bytes(&[1.0; 16]), x)
+        .unwrap();
+    g.memset(y, 0, 64).unwrap();
+    g.memset(z, 0, 64).unwrap();
+    gputape::workloads::saxpy(g, x, z, 16, 1.0, s).unwrap(); // z: fine either way
+    g.synchronize(s).unwrap();
+    gputape::workloads::saxpy(g, x, y, 16, 3.0, s).unwrap(); // y: the kernel that will differ
+    g.synchronize(s).unwrap();
+    let mut out = vec![0u8; 64];
+    g.copy_d2h(y, &mut out).unwrap();
+    rec.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("h"), &buf.lock()).unwrap();
+    assert!(t.sync_hashes.len() >= 4);
+
+    // Replay on a mock whose saxpy is subtly wrong when a == 3.
+    let m = mock();
+    use ParamAccess::*;
+    m.register_kernel(
+        "blas",
+        "saxpy",
+        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
+        Some(std::sync::Arc::new(|ctx| {
+            let (x, y, n, a) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize, ctx.f32(3)?);
+            let xs = ctx.read_f32(x, n)?;
+            let mut ys = ctx.read_f32(y, n)?;
+            for (y, x) in ys.iter_mut().zip(xs) {
+                *y += if a == 3.0 { 2.5 } else { a } * x;
+            }
+            ctx.write_f32(y, &ys)
+        })),
+    );
+    let r = Replayer::new(&t)
+        .run(
+            &m,
+            &ReplayOptions {
+                verify: true,
+                ..Default::default()
+            },
+            None,
+            |_| {},
+        )
+        .unwrap();
+    let d = r.divergence.expect("diverges");
+    assert_eq!(
+        d.call, "synchronize",
+        "caught at the sync, before the readback"
+    );
+    assert_eq!(d.buffer.as_deref(), Some("buf1"));
+    assert!(d.detail.contains("blas::saxpy"), "{}", d.detail);
+    assert!(
+        !d.detail.contains(&format!(
+            "#{} ",
+            t.calls
+                .iter()
+                .find(|c| matches!(c.call, gputape::trace::Call::LaunchTyped { .. }))
+                .unwrap()
+                .seq
+        )),
+        "the first saxpy (into z) is not a suspect: {}",
+        d.detail
+    );
+}

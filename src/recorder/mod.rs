@@ -87,6 +87,7 @@ pub struct RecordingBackend<B> {
     epoch: Instant,
     registry: Option<Arc<KernelRegistry>>,
     started: AtomicBool,
+    hash_syncs: AtomicBool,
 }
 
 /// A call in flight: its seq and when it began.
@@ -131,6 +132,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             epoch: Instant::now(),
             registry,
             started: AtomicBool::new(false),
+            hash_syncs: AtomicBool::new(false),
         })
     }
 
@@ -142,6 +144,13 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     pub fn inner(&self) -> &B {
         &self.inner
+    }
+
+    /// After every host sync, hash every live buffer into the trace. Costly (it reads all of
+    /// device memory back at each sync), so off by default; it lets a replay name the first sync
+    /// at which a buffer went wrong.
+    pub fn hash_at_syncs(&self, on: bool) {
+        self.hash_syncs.store(on, Ordering::Relaxed);
     }
 
     pub fn is_recording(&self) -> bool {
@@ -327,6 +336,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }));
         if !failed {
             self.settle(&mut st, scope, tok.seq);
+            if !matches!(scope, SyncScope::None) && self.hash_syncs.load(Ordering::Relaxed) {
+                self.hash_buffers(&mut st, tok.seq);
+            }
         }
         if failed || !matches!(scope, SyncScope::None) {
             st.flush();
@@ -340,6 +352,27 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if tok.is_some() {
             self.finish(tok, r, SyncScope::None, |_, v| ok(v));
         }
+    }
+
+    /// Hash every live device buffer (not host aliases) after sync `seq`.
+    fn hash_buffers(&self, st: &mut RecState, seq: u64) {
+        let mut live: Vec<(BufferId, u64, u64)> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none())
+            .map(|(p, b)| (b.id, *p, b.size))
+            .collect();
+        live.sort();
+        let mut bytes = Vec::new();
+        let mut hashes = Vec::with_capacity(live.len());
+        for (id, p, size) in live {
+            bytes.clear();
+            bytes.resize(size as usize, 0);
+            if self.inner.copy_d2h(DevicePtr(p), &mut bytes).is_ok() {
+                hashes.push((id, BlobId::of(&bytes)));
+            }
+        }
+        st.emit(&Frame::SyncHashes { seq, hashes });
     }
 
     /// At a host sync: async device-to-host results on the synced stream become visible (record

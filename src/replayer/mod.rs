@@ -453,6 +453,16 @@ impl<'t> Replayer<'t> {
                         }
                     }
                 }
+                let outcome = match outcome {
+                    Outcome::Ok {
+                        checked,
+                        mismatch: None,
+                    } if live && opts.verify => Outcome::Ok {
+                        checked,
+                        mismatch: self.check_sync_hashes(gpu, st, c),
+                    },
+                    other => other,
+                };
                 match outcome {
                     Outcome::Ok { checked, mismatch } => {
                         if live {
@@ -555,6 +565,62 @@ impl<'t> Replayer<'t> {
             drop(guard);
         }
         Ok(report)
+    }
+
+    /// At a sync with recorded buffer hashes: the first buffer whose replayed bytes differ, with
+    /// the kernels since the previous hashed sync that wrote it (the suspects).
+    fn check_sync_hashes(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &State,
+        c: &CallRecord,
+    ) -> Option<(Option<BufferId>, Option<u64>, String)> {
+        let hashes = self.trace.sync_hashes.get(&c.seq)?;
+        let mut bytes = Vec::new();
+        for (id, want) in hashes {
+            let (p, size) = st.bufs.get(id)?;
+            bytes.clear();
+            bytes.resize(*size as usize, 0);
+            gpu.copy_d2h(*p, &mut bytes).ok()?;
+            if BlobId::of(&bytes) == *want {
+                continue;
+            }
+            let since = self
+                .trace
+                .sync_hashes
+                .range(..c.seq)
+                .next_back()
+                .map_or(0, |(s, _)| *s);
+            let mut suspects: Vec<String> = self
+                .trace
+                .calls
+                .iter()
+                .filter(|x| x.seq > since && x.seq < c.seq)
+                .filter(|x| {
+                    launch_args(&x.call)
+                        .iter()
+                        .any(|a| matches!(a, Arg::Buf(DevAddr::Buf { buf, .. }) if buf == id))
+                })
+                .map(|x| {
+                    format!(
+                        "#{} {} ({})",
+                        x.seq,
+                        launched_kernel(&x.call).map_or("?".into(), |k| kernel_name(self.trace, k)),
+                        self.trace.site(x.site)
+                    )
+                })
+                .collect();
+            suspects.dedup();
+            return Some((
+                Some(*id),
+                None,
+                format!(
+                    "{id} no longer matches its recorded hash at this sync (it matched at #{since}); kernels since then that took it: {}",
+                    if suspects.is_empty() { "none".to_string() } else { suspects.join(", ") }
+                ),
+            ));
+        }
+        None
     }
 
     /// The recorded buffer a backend error is about, when the backend says which allocation

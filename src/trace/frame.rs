@@ -111,4 +111,11 @@ pub enum Frame {
         buf: BufferId,
         addr: u64,
     },
+    /// Content hashes of every live buffer right after the host sync `seq` (opt-in: see
+    /// `RecordingBackend::hash_at_syncs`). A replay compares them to find the first sync at
+    /// which a buffer differs, which narrows a divergence to the kernels since the sync before.
+    SyncHashes {
+        seq: u64,
+        hashes: Vec<(BufferId, BlobId)>,
+    },
 }

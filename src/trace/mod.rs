@@ -70,6 +70,8 @@ pub struct Trace {
     /// Bytes of async device-to-host copies, by the copy's seq.
     pub d2h_async: BTreeMap<u64, BlobId>,
     pub findings: Vec<Finding>,
+    /// Buffer hashes at host syncs, by the sync's seq (see `Frame::SyncHashes`).
+    pub sync_hashes: BTreeMap<u64, Vec<(BufferId, BlobId)>>,
     /// Recorded device address of each buffer (see `Frame::Address`).
     pub addresses: BTreeMap<BufferId, u64>,
     /// Recording was stopped cleanly.
@@ -168,6 +170,9 @@ impl Trace {
                 }
                 Frame::Finding(f) => t.findings.push(f),
                 Frame::Stop => t.stopped = true,
+                Frame::SyncHashes { seq, hashes } => {
+                    t.sync_hashes.insert(seq, hashes);
+                }
                 Frame::Address { buf, addr } => {
                     t.addresses.insert(buf, addr);
                 }
