@@ -30,27 +30,6 @@ fn range(a: &DevAddr, len: u64, write: bool, out: &mut Vec<Access>) {
     }
 }
 
-/// Where a call's device work runs: a stream, or the legacy stream for synchronous copies.
-pub fn work_stream(c: &Call) -> Option<StreamRef> {
-    use Call::*;
-    match c {
-        Launch { stream, .. }
-        | LaunchTyped { stream, .. }
-        | MemsetAsync { stream, .. }
-        | CopyH2DAsync { stream, .. }
-        | CopyH2DAsyncRetained { stream, .. }
-        | CopyD2HAsync { stream, .. }
-        | CopyD2DAsync { stream, .. }
-        | CopyD2D2DAsync { stream, .. }
-        | CopyD2HOnStream { stream, .. }
-        | LaunchGraph { stream, .. }
-        | RecordEvent { stream, .. }
-        | StreamWaitEvent { stream, .. } => Some(*stream),
-        CopyH2D { .. } | CopyD2H { .. } | CopyD2D { .. } | Memset { .. } => Some(StreamRef::Legacy),
-        _ => None,
-    }
-}
-
 /// The bytes a call reads and writes. Kernel arguments are read-write unless the kernel's
 /// layout says otherwise, and reach to the end of their buffer (the launch does not say how far).
 pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {

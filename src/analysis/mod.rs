@@ -7,11 +7,9 @@
 mod access;
 pub mod export;
 
-pub use access::{accesses, buffer_size, work_stream, Access};
+pub use access::{accesses, buffer_size, Access};
 
-use crate::backend::{
-    decide, CaptureContext, CaptureMode, CaptureOp, Relation, StreamKind, Verdict,
-};
+use crate::backend::{decide, CaptureContext, CaptureMode, Relation, StreamKind, Verdict};
 use crate::trace::*;
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
@@ -48,25 +46,11 @@ pub struct Node {
 
 /// Calls with no device effect and no ordering role; left out of the graph.
 fn neutral(c: &Call) -> bool {
-    matches!(
-        c,
-        Call::DefaultStream
-            | Call::OpCache
-            | Call::Kernel { .. }
-            | Call::TotalMemory
-            | Call::FreeMemory
-            | Call::SmCount
-            | Call::LiveBytes
-            | Call::AllocReport { .. }
-            | Call::StreamIsCapturing { .. }
-            | Call::DebugSyncKernels
-            | Call::KernelRegistry
-            | Call::DeviceFreeMemory
-            | Call::LiveAllocCount
-            | Call::BindToThread
-            | Call::CreateStream
-            | Call::CreateEvent
-    )
+    c.is_query()
+        || matches!(
+            c,
+            Call::Kernel { .. } | Call::BindToThread | Call::CreateStream | Call::CreateEvent
+        )
 }
 
 /// Does the host wait in this call for device work (so that everything it issues later is
@@ -99,7 +83,7 @@ impl DepGraph {
             if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) {
                 continue;
             }
-            let agent = work_stream(&c.call).map_or(Agent::Host, Agent::Stream);
+            let agent = c.call.work_stream().map_or(Agent::Host, Agent::Stream);
             let n = g.add_node(Node {
                 call: i,
                 seq: c.seq,
@@ -279,7 +263,7 @@ pub fn main_stream(t: &Trace, range: (u64, u64)) -> Option<StreamRef> {
         .iter()
         .filter(|c| c.seq >= range.0 && c.seq < range.1)
     {
-        if let Some(s @ StreamRef::Id(_)) = work_stream(&c.call) {
+        if let Some(s @ StreamRef::Id(_)) = c.call.work_stream() {
             if !matches!(
                 c.call,
                 Call::RecordEvent { .. } | Call::StreamWaitEvent { .. }
@@ -291,55 +275,6 @@ pub fn main_stream(t: &Trace, range: (u64, u64)) -> Option<StreamRef> {
     n.into_iter()
         .max_by_key(|(s, k)| (*k, std::cmp::Reverse(*s)))
         .map(|(s, _)| s)
-}
-
-/// What the capture rules call this call, and on which stream (if any).
-pub fn capture_op(c: &Call, captured_events: &BTreeSet<EventId>) -> (CaptureOp, Option<StreamRef>) {
-    use Call::*;
-    use CaptureOp as O;
-    match c {
-        Launch { stream, .. }
-        | LaunchTyped { stream, .. }
-        | MemsetAsync { stream, .. }
-        | CopyD2DAsync { stream, .. }
-        | CopyD2D2DAsync { stream, .. }
-        | CopyD2HAsync { stream, .. }
-        | LaunchGraph { stream, .. } => (O::StreamWork, Some(*stream)),
-        CopyH2DAsync { stream, .. } | CopyH2DAsyncRetained { stream, .. } => {
-            (O::AsyncH2D, Some(*stream))
-        }
-        CopyH2D { .. }
-        | CopyD2H { .. }
-        | CopyD2D { .. }
-        | Memset { .. }
-        | ScanRedzones
-        | PoisonRedzones { .. } => (O::SyncCopy, Some(StreamRef::Legacy)),
-        CopyD2HOnStream { stream, .. } => (O::CopyThenWait, Some(*stream)),
-        Synchronize { stream } => (O::StreamSync, Some(*stream)),
-        RecordEvent { stream, .. } => (O::EventRecord, Some(*stream)),
-        StreamWaitEvent { stream, event } => (
-            if captured_events.contains(event) {
-                O::WaitCapturedEvent
-            } else {
-                O::WaitExternalEvent
-            },
-            Some(*stream),
-        ),
-        EventSynchronize { event } => (
-            if captured_events.contains(event) {
-                O::SyncCapturedEvent
-            } else {
-                O::SyncExternalEvent
-            },
-            None,
-        ),
-        Free { .. } => (O::DeviceFree, None),
-        Alloc { .. } | AllocManaged { .. } => (O::DeviceAlloc, None),
-        AllocHostPinned { .. } | FreeHostPinned { .. } => (O::PinnedHost, None),
-        BeginCapture { stream } => (O::BeginCapture, Some(*stream)),
-        EndCapture { stream } => (O::EndCapture, Some(*stream)),
-        _ => (O::HostOnly, None),
-    }
 }
 
 /// Give every call in the range a verdict under a hypothetical capture.
@@ -369,7 +304,7 @@ pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
         .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1)
     {
         let capture_thread = *thread.get_or_insert(c.thread);
-        let (op, stream) = capture_op(&c.call, &captured_events);
+        let (op, stream) = c.call.capture_op(&|e| captured_events.contains(&e));
         let relation = match stream {
             None => Relation::NoStream,
             Some(s) if capturing.contains(&s) => Relation::Capturing,

@@ -8,7 +8,7 @@
 
 use super::{Outcome, ReplayError, ReplayOptions, Replayer};
 use crate::backend::{
-    decide, CaptureContext, CaptureMode, CaptureOp, GpuBackend, Relation, StreamKind, Verdict,
+    decide, CaptureContext, CaptureMode, GpuBackend, Relation, StreamKind, Verdict,
 };
 use crate::trace::*;
 use serde::{Deserialize, Serialize};
@@ -60,22 +60,7 @@ fn graphable(c: &Call) -> Option<StreamRef> {
 
 /// Calls with no device effect, which neither join nor break a segment.
 fn neutral(c: &Call) -> bool {
-    matches!(
-        c,
-        Call::DefaultStream
-            | Call::OpCache
-            | Call::Kernel { .. }
-            | Call::TotalMemory
-            | Call::FreeMemory
-            | Call::SmCount
-            | Call::LiveBytes
-            | Call::AllocReport { .. }
-            | Call::StreamIsCapturing { .. }
-            | Call::DebugSyncKernels
-            | Call::KernelRegistry
-            | Call::DeviceFreeMemory
-            | Call::LiveAllocCount
-    )
+    c.is_query() || matches!(c, Call::Kernel { .. })
 }
 
 /// Resource lifetime calls. A graph holds the addresses it was captured with, so a graph replay
@@ -101,29 +86,6 @@ fn destroys(c: &Call) -> bool {
             | Call::DestroyEvent { .. }
             | Call::SweepUnreleased
     )
-}
-
-/// What the capture rules call this call, for the breaker report.
-fn capture_op(c: &Call) -> CaptureOp {
-    match c {
-        // Red-zone scans and poisoning are synchronous copies and memsets underneath.
-        Call::CopyH2D { .. }
-        | Call::CopyD2H { .. }
-        | Call::CopyD2D { .. }
-        | Call::Memset { .. }
-        | Call::ScanRedzones
-        | Call::PoisonRedzones { .. } => CaptureOp::SyncCopy,
-        Call::CopyD2HOnStream { .. } => CaptureOp::CopyThenWait,
-        Call::Synchronize { .. } => CaptureOp::StreamSync,
-        Call::EventSynchronize { .. } => CaptureOp::SyncExternalEvent,
-        Call::Alloc { .. } | Call::AllocManaged { .. } => CaptureOp::DeviceAlloc,
-        Call::Free { .. } => CaptureOp::DeviceFree,
-        Call::AllocHostPinned { .. } | Call::FreeHostPinned { .. } => CaptureOp::PinnedHost,
-        Call::CopyH2DAsync { .. } | Call::CopyH2DAsyncRetained { .. } => CaptureOp::AsyncH2D,
-        Call::RecordEvent { .. } => CaptureOp::EventRecord,
-        Call::StreamWaitEvent { .. } => CaptureOp::WaitExternalEvent,
-        _ => CaptureOp::HostOnly,
-    }
 }
 
 /// Cut calls `[a, b)` into segments, and name every call that keeps the range from being one
@@ -181,15 +143,12 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
         if inside || g == Some(main) {
             continue;
         }
-        let relation = match call_stream(&c.call) {
+        let (op, stream) = c.call.capture_op(&|_| false);
+        let relation = match stream {
             None => Relation::NoStream,
             Some(StreamRef::Legacy) => Relation::Legacy,
             Some(s) if s == main => Relation::Capturing,
             Some(_) => Relation::Other,
-        };
-        let op = match g {
-            Some(_) => CaptureOp::StreamWork,
-            None => capture_op(&c.call),
         };
         let rule = decide(
             op,
@@ -220,25 +179,6 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
         plan.segments.push(s);
     }
     plan
-}
-
-fn call_stream(c: &Call) -> Option<StreamRef> {
-    match c {
-        Call::Synchronize { stream }
-        | Call::CopyD2HOnStream { stream, .. }
-        | Call::CopyH2DAsync { stream, .. }
-        | Call::CopyH2DAsyncRetained { stream, .. }
-        | Call::CopyD2HAsync { stream, .. }
-        | Call::RecordEvent { stream, .. }
-        | Call::StreamWaitEvent { stream, .. } => Some(*stream),
-        Call::CopyH2D { .. }
-        | Call::CopyD2H { .. }
-        | Call::CopyD2D { .. }
-        | Call::Memset { .. }
-        | Call::ScanRedzones
-        | Call::PoisonRedzones { .. } => Some(StreamRef::Legacy),
-        _ => graphable(c),
-    }
 }
 
 /// The result of a graph replay.

@@ -228,13 +228,6 @@ pub struct Replayer<'t> {
     hidden: Vec<HiddenPointer>,
 }
 
-fn kernel_name(t: &Trace, k: KernelId) -> String {
-    t.kernels
-        .get(&k)
-        .map(|i| format!("{}::{}", i.module, i.name))
-        .unwrap_or_else(|| k.to_string())
-}
-
 fn err_code(e: &anyhow::Error) -> Option<u32> {
     crate::driver_code(e)
 }
@@ -501,7 +494,7 @@ impl<'t> Replayer<'t> {
                                     byte_offset: off,
                                     last_writer: buf
                                         .and_then(|b| last_writer.get(&b))
-                                        .map(|k| kernel_name(self.trace, *k)),
+                                        .map(|k| self.trace.kernel_name(*k)),
                                     detail,
                                 });
                             }
@@ -605,7 +598,7 @@ impl<'t> Replayer<'t> {
                     format!(
                         "#{} {} ({})",
                         x.seq,
-                        launched_kernel(&x.call).map_or("?".into(), |k| kernel_name(self.trace, k)),
+                        launched_kernel(&x.call).map_or("?".into(), |k| self.trace.kernel_name(k)),
                         self.trace.site(x.site)
                     )
                 })
@@ -673,7 +666,7 @@ impl<'t> Replayer<'t> {
             seq: c.seq,
             site: self.trace.site(c.site),
             call: c.call.kind().name().to_string(),
-            kernel: launched_kernel(&c.call).map(|k| kernel_name(self.trace, k)),
+            kernel: launched_kernel(&c.call).map(|k| self.trace.kernel_name(k)),
             recorded: match (recorded, &c.ret) {
                 (Some(r), _) => match r.code {
                     Some(code) => format!("{} ({code})", crate::backend::cuda_error_name(code)),

@@ -3,7 +3,7 @@
 //! Everything here holds ids, never raw pointers or handles, so that two recordings of the same
 //! program produce the same bytes and a trace means the same thing on any machine.
 
-use crate::backend::CallKind;
+use crate::backend::{CallKind, CaptureOp};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::fmt;
@@ -402,6 +402,103 @@ impl Call {
             Call::HostPtrToDevice { .. } => K::HostPtrToDevice,
             Call::AllocHostPinned { .. } => K::AllocHostPinned,
             Call::FreeHostPinned { .. } => K::FreeHostPinned,
+        }
+    }
+
+    /// A query or accessor: no device effect, no ordering role.
+    pub fn is_query(&self) -> bool {
+        matches!(
+            self,
+            Call::DefaultStream
+                | Call::OpCache
+                | Call::TotalMemory
+                | Call::FreeMemory
+                | Call::SmCount
+                | Call::LiveBytes
+                | Call::AllocReport { .. }
+                | Call::StreamIsCapturing { .. }
+                | Call::DebugSyncKernels
+                | Call::KernelRegistry
+                | Call::DeviceFreeMemory
+                | Call::LiveAllocCount
+        )
+    }
+
+    /// Where this call's device work runs: a stream, or the legacy stream for synchronous
+    /// copies and memsets. `None` for host-side calls.
+    pub fn work_stream(&self) -> Option<StreamRef> {
+        use Call::*;
+        match self {
+            Launch { stream, .. }
+            | LaunchTyped { stream, .. }
+            | MemsetAsync { stream, .. }
+            | CopyH2DAsync { stream, .. }
+            | CopyH2DAsyncRetained { stream, .. }
+            | CopyD2HAsync { stream, .. }
+            | CopyD2DAsync { stream, .. }
+            | CopyD2D2DAsync { stream, .. }
+            | CopyD2HOnStream { stream, .. }
+            | LaunchGraph { stream, .. }
+            | RecordEvent { stream, .. }
+            | StreamWaitEvent { stream, .. } => Some(*stream),
+            CopyH2D { .. } | CopyD2H { .. } | CopyD2D { .. } | Memset { .. } => {
+                Some(StreamRef::Legacy)
+            }
+            _ => None,
+        }
+    }
+
+    /// What the capture rules call this call, and the stream they judge it on.
+    /// `in_capture(e)` says whether event `e` was last recorded inside the capture.
+    pub fn capture_op(
+        &self,
+        in_capture: &dyn Fn(EventId) -> bool,
+    ) -> (CaptureOp, Option<StreamRef>) {
+        use Call::*;
+        use CaptureOp as O;
+        match self {
+            Launch { stream, .. }
+            | LaunchTyped { stream, .. }
+            | MemsetAsync { stream, .. }
+            | CopyD2DAsync { stream, .. }
+            | CopyD2D2DAsync { stream, .. }
+            | CopyD2HAsync { stream, .. }
+            | LaunchGraph { stream, .. } => (O::StreamWork, Some(*stream)),
+            CopyH2DAsync { stream, .. } | CopyH2DAsyncRetained { stream, .. } => {
+                (O::AsyncH2D, Some(*stream))
+            }
+            // Red-zone scans and poisoning are synchronous copies and memsets underneath.
+            CopyH2D { .. }
+            | CopyD2H { .. }
+            | CopyD2D { .. }
+            | Memset { .. }
+            | ScanRedzones
+            | PoisonRedzones { .. } => (O::SyncCopy, Some(StreamRef::Legacy)),
+            CopyD2HOnStream { stream, .. } => (O::CopyThenWait, Some(*stream)),
+            Synchronize { stream } => (O::StreamSync, Some(*stream)),
+            RecordEvent { stream, .. } => (O::EventRecord, Some(*stream)),
+            StreamWaitEvent { stream, event } => (
+                if in_capture(*event) {
+                    O::WaitCapturedEvent
+                } else {
+                    O::WaitExternalEvent
+                },
+                Some(*stream),
+            ),
+            EventSynchronize { event } => (
+                if in_capture(*event) {
+                    O::SyncCapturedEvent
+                } else {
+                    O::SyncExternalEvent
+                },
+                None,
+            ),
+            Free { .. } => (O::DeviceFree, None),
+            Alloc { .. } | AllocManaged { .. } => (O::DeviceAlloc, None),
+            AllocHostPinned { .. } | FreeHostPinned { .. } => (O::PinnedHost, None),
+            BeginCapture { stream } => (O::BeginCapture, Some(*stream)),
+            EndCapture { stream } => (O::EndCapture, Some(*stream)),
+            _ => (O::HostOnly, None),
         }
     }
 

@@ -70,11 +70,7 @@ fn stats(t: &Trace) -> (usize, u64, usize, BTreeMap<String, usize>) {
                 bytes += b;
             }
             Call::Launch { kernel, .. } | Call::LaunchTyped { kernel, .. } => {
-                let name = t
-                    .kernels
-                    .get(kernel)
-                    .map(|k| format!("{}::{}", k.module, k.name))
-                    .unwrap_or_else(|| kernel.to_string());
+                let name = t.kernel_name(*kernel);
                 *launches.entry(name).or_default() += 1;
             }
             other if other.is_host_sync() => syncs += 1,

@@ -199,6 +199,14 @@ impl Trace {
             .unwrap_or_else(|| format!("<{id}>"))
     }
 
+    /// `module::name` of a kernel, or its id if the trace does not define it.
+    pub fn kernel_name(&self, k: KernelId) -> String {
+        self.kernels
+            .get(&k)
+            .map(|i| format!("{}::{}", i.module, i.name))
+            .unwrap_or_else(|| k.to_string())
+    }
+
     /// The call that never returned, if the trace ends inside one.
     pub fn unfinished(&self) -> Option<&CallRecord> {
         self.calls.iter().rev().find(|c| c.ret.is_none())

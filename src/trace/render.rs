@@ -30,12 +30,7 @@ fn host(h: &HostAddr) -> String {
 
 /// One call, without its result.
 pub fn call_text(t: &Trace, c: &Call) -> String {
-    let kname = |k: &KernelId| {
-        t.kernels
-            .get(k)
-            .map(|i| format!("{}::{}", i.module, i.name))
-            .unwrap_or_else(|| k.to_string())
-    };
+    let kname = |k: &KernelId| t.kernel_name(*k);
     match c {
         Call::Alloc { bytes } => format!("alloc({bytes})"),
         Call::AllocManaged { bytes } => format!("alloc_managed({bytes})"),
@@ -340,11 +335,7 @@ pub fn summary(t: &Trace) -> String {
             }
             (Call::Launch { kernel, stream, .. } | Call::LaunchTyped { kernel, stream, .. }, _) => {
                 streams.insert(*stream);
-                let name = t
-                    .kernels
-                    .get(kernel)
-                    .map(|k| format!("{}::{}", k.module, k.name))
-                    .unwrap_or_else(|| kernel.to_string());
+                let name = t.kernel_name(*kernel);
                 *launches.entry(name).or_default() += 1;
             }
             _ => {}
