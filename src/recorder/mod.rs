@@ -254,12 +254,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     /// Stop recording and close the trace. The wrapped backend keeps working.
     pub fn stop(&self) -> Result<RecordStats, RecordError> {
-        if !self.started.load(Ordering::Acquire) {
-            self.started.store(true, Ordering::Release);
-        }
+        // A recorder writes one trace: once stopped, it cannot start again.
+        self.started.store(true, Ordering::Release);
         self.on.store(false, Ordering::Release);
         let mut st = self.st.lock();
-        let was_recording = st.recording;
         if st.writer.is_none() {
             return Err(RecordError::Finished);
         }
@@ -270,7 +268,6 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if let Some(e) = st.write_error.clone() {
             return Err(RecordError::WriteFailed(e));
         }
-        let _ = was_recording;
         Ok(RecordStats {
             calls: st.seq,
             bytes: w.bytes_written,

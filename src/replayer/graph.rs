@@ -6,7 +6,7 @@
 //! eagerly between them. Each call that forced a cut is reported with the capture rule that
 //! makes it uncapturable.
 
-use super::{Outcome, ReplayError, ReplayOptions, Replayer};
+use super::{Outcome, ReplayError, Replayer};
 use crate::backend::{
     decide, CaptureContext, CaptureMode, GpuBackend, Relation, StreamKind, Verdict,
 };
@@ -241,7 +241,6 @@ impl Replayer<'_> {
         };
         self.setup(gpu, &mut guard.st)?;
         let st = &mut guard.st;
-        let opts = ReplayOptions::default();
         let mut report = GraphReport {
             plan,
             ..Default::default()
@@ -253,7 +252,7 @@ impl Replayer<'_> {
         };
         // Calls before the range rebuild the state.
         for c in self.trace.calls.iter().filter(|c| c.seq < a) {
-            if let Outcome::Failed(e) = self.issue(gpu, st, c, &opts, false, true)? {
+            if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
                 return Err(fail(c, "fast-forward", format!("{e:#}")));
             }
         }
@@ -268,7 +267,7 @@ impl Replayer<'_> {
                         .map_err(|e| fail(first, "begin_capture", format!("{e:#}")))?;
                     for &i in &seg.calls {
                         let c = &self.trace.calls[i];
-                        if let Outcome::Failed(e) = self.issue(gpu, st, c, &opts, false, true)? {
+                        if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
                             gpu.abort_capture_if_active(raw);
                             return Err(fail(c, "capturing", format!("{e:#}")));
                         }
@@ -286,7 +285,7 @@ impl Replayer<'_> {
                         if destroys(&c.call) {
                             continue; // deferred to the end: the graphs still use it
                         }
-                        if let Outcome::Failed(e) = self.issue(gpu, st, c, &opts, false, true)? {
+                        if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
                             if !matches!(c.ret, Some(Err(_))) {
                                 return Err(fail(c, "eager call", format!("{e:#}")));
                             }
@@ -314,7 +313,7 @@ impl Replayer<'_> {
                             if creates(&c.call) || destroys(&c.call) {
                                 continue;
                             }
-                            match self.issue(gpu, st, c, &opts, true, false)? {
+                            match self.issue(gpu, st, c, true)? {
                                 Outcome::Ok { checked, mismatch } => {
                                     report.d2h_checked += checked as u64;
                                     match mismatch {

@@ -429,7 +429,7 @@ impl<'t> Replayer<'t> {
                 }
                 let timed = live && lp == 0 && opts.per_call_timing;
                 let tc = timed.then(Instant::now);
-                let outcome = self.issue(gpu, st, c, opts, live && opts.verify, lp == 0)?;
+                let outcome = self.issue(gpu, st, c, live && opts.verify)?;
                 if let Some(tc) = tc {
                     report
                         .per_call_us
@@ -795,11 +795,8 @@ impl Replayer<'_> {
         gpu: &dyn GpuBackend,
         st: &mut State,
         c: &CallRecord,
-        opts: &ReplayOptions,
         verify: bool,
-        first_loop: bool,
     ) -> Result<Outcome, ReplayError> {
-        let _ = (opts, first_loop);
         let recorded_err = matches!(c.ret, Some(Err(_)));
         let dangling = |what: String| ReplayError::Dangling {
             seq: c.seq,
