@@ -71,6 +71,9 @@ enum Cmd {
         /// Exit with an error when any probe disagrees with the table.
         #[arg(long)]
         strict: bool,
+        /// Print the rule table itself instead of running the probes.
+        #[arg(long)]
+        rules: bool,
     },
     /// Measure the host cost of a kernel launch through the CUDA backend against a bare
     /// driver launch.
@@ -239,7 +242,11 @@ fn run() -> Result<()> {
                 (None, w) => record(w.unwrap_or(Workload::TwoStreams), backend, &output),
             }
         }
-        Cmd::CaptureTable { on, strict } => capture_table(on, strict),
+        Cmd::CaptureTable { rules: true, .. } => {
+            print!("{}", gputape::backend::render_rules());
+            Ok(())
+        }
+        Cmd::CaptureTable { on, strict, .. } => capture_table(on, strict),
         Cmd::BenchLaunch { rounds, per_round } => bench_launch(rounds, per_round),
         Cmd::Show { trace, summary } => show(&trace, summary),
         Cmd::Replay {

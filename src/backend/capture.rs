@@ -572,6 +572,28 @@ pub static CAPTURE_RULES: &[CaptureRule] = &[
     ),
 ];
 
+/// The table as Markdown: one row per rule, `*` where a condition matches anything.
+pub fn render_rules() -> String {
+    let any = |x: Option<String>| x.unwrap_or_else(|| "*".into());
+    let mut s = String::from(
+        "| rule | call | stream | capturing stream | strict mode | verdict |\n|---|---|---|---|---|---|\n",
+    );
+    for r in CAPTURE_RULES {
+        s.push_str(&format!(
+            "| {} | {:?} | {} | {} | {} | {} |\n",
+            r.id,
+            r.op,
+            any(r.relation.map(|x| format!("{x:?}"))),
+            any(r.kind.map(|k| k.name().to_string())),
+            any(r
+                .prohibited
+                .map(|p| if p { "yes" } else { "no" }.to_string())),
+            r.verdict.name()
+        ));
+    }
+    s
+}
+
 /// The conditions a call is judged under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CaptureContext {
