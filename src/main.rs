@@ -736,6 +736,15 @@ fn replay(
     } = flags;
     use gputape::replayer::Replayer;
     let t = gputape::trace::Trace::open(path)?;
+    if let Some(cut) = &t.cut {
+        eprintln!(
+            "note: {} is cut after {} frames ({}); replaying the {} complete calls",
+            path.display(),
+            cut.frames,
+            cut.reason,
+            t.calls.iter().filter(|c| c.ret.is_some()).count()
+        );
+    }
     let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))));
     // A recorded fault on CUDA may kill the context: replay it in a child process.
     if on == Backend::Cuda && faulty && !no_isolate && child_report.is_none() {

@@ -30,14 +30,14 @@ pub enum RecordError {
     AlreadyStarted,
     #[error("recording already stopped; a recorder writes one trace")]
     Finished,
-    #[error("could not snapshot buffer {buf} ({bytes} bytes) at start: {source}")]
+    #[error("could not snapshot buffer {buf} ({bytes} bytes) at start")]
     Snapshot {
         buf: BufferId,
         bytes: u64,
         #[source]
         source: anyhow::Error,
     },
-    #[error("could not synchronise stream {stream} before the snapshot: {source}")]
+    #[error("could not synchronise stream {stream} before the snapshot")]
     Drain {
         stream: u64,
         #[source]

@@ -30,7 +30,7 @@ pub const MAX_FRAME: usize = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot {what} trace {path}: {source}")]
+    #[error("cannot {what} trace {path}")]
     Io {
         what: &'static str,
         path: PathBuf,
