@@ -37,6 +37,10 @@ enum Cmd {
         /// Plant the fault: at this step `silu_mul` writes past the end of its output.
         #[arg(long)]
         fault_step: Option<usize>,
+        /// How far past the end, in floats: the default lands in a red zone; a large value
+        /// (say 268435456) runs into unmapped memory and faults with an illegal address.
+        #[arg(long, default_value_t = 16)]
+        fault_overrun: u32,
     },
     /// Record decode step K of the built-in model (mid-run start: the trace begins with a
     /// snapshot of device memory), or one of the small built-in workloads.
@@ -50,6 +54,9 @@ enum Cmd {
         /// Plant the fault at this step (see `demo`).
         #[arg(long)]
         fault_step: Option<usize>,
+        /// How far past the end the planted fault writes, in floats (see `demo`).
+        #[arg(long, default_value_t = 16)]
+        fault_overrun: u32,
         /// Record a small workload instead of the model.
         #[arg(long, value_enum)]
         workload: Option<Workload>,
@@ -226,11 +233,18 @@ fn run() -> Result<()> {
             steps,
             config,
             fault_step,
-        } => demo(backend, steps, &config, fault_step),
+            fault_overrun,
+        } => demo(
+            backend,
+            steps,
+            &config,
+            fault_plan(fault_step, fault_overrun),
+        ),
         Cmd::Record {
             step,
             config,
             fault_step,
+            fault_overrun,
             workload,
             hash_syncs,
             backend,
@@ -238,7 +252,13 @@ fn run() -> Result<()> {
         } => {
             HASH_SYNCS.store(hash_syncs, std::sync::atomic::Ordering::Relaxed);
             match (step, workload) {
-                (Some(k), _) => record_step(backend, k, &config, fault_step, &output),
+                (Some(k), _) => record_step(
+                    backend,
+                    k,
+                    &config,
+                    fault_plan(fault_step, fault_overrun),
+                    &output,
+                ),
                 (None, w) => record(w.unwrap_or(Workload::TwoStreams), backend, &output),
             }
         }
@@ -520,8 +540,8 @@ fn model_config(name: &str) -> Result<gputape::model::ModelConfig> {
         .ok_or_else(|| anyhow::anyhow!("unknown model config {name:?} (try `default` or `tiny`)"))
 }
 
-fn fault_plan(step: Option<usize>) -> Option<gputape::model::FaultPlan> {
-    step.map(|step| gputape::model::FaultPlan { step, overrun: 16 })
+fn fault_plan(step: Option<usize>, overrun: u32) -> Option<gputape::model::FaultPlan> {
+    step.map(|step| gputape::model::FaultPlan { step, overrun })
 }
 
 /// The mock with the model's kernels, or the CUDA backend with them compiled. With a planted
@@ -547,12 +567,18 @@ fn cuda_model_backend(fault: bool) -> Result<gputape::cuda::CudaBackend> {
     Ok(g)
 }
 
-fn demo(backend: Backend, steps: usize, config: &str, fault_step: Option<usize>) -> Result<()> {
+fn demo(
+    backend: Backend,
+    steps: usize,
+    config: &str,
+    fault: Option<gputape::model::FaultPlan>,
+) -> Result<()> {
+    let fault_step = fault.map(|f| f.step);
     let cfg = model_config(config)?;
     let g = model_backend(backend, fault_step.is_some())?;
     let gpu: &dyn GpuBackend = g.as_ref();
     let mut model = gputape::model::Model::load(gpu, cfg.clone())?;
-    model.fault = fault_plan(fault_step);
+    model.fault = fault;
     println!(
         "model {} ({} layers, hidden {}, vocab {}, {:.1} MB of f32 weights) on {}",
         cfg.name,
@@ -618,7 +644,7 @@ fn record_step(
     backend: Backend,
     k: usize,
     config: &str,
-    fault_step: Option<usize>,
+    fault: Option<gputape::model::FaultPlan>,
     out: &Path,
 ) -> Result<()> {
     let cfg = model_config(config)?;
@@ -631,12 +657,12 @@ fn record_step(
                 out,
                 gputape::recorder::BackendDesc::new("mock"),
             )?;
-            record_step_on(&rec, cfg, k, fault_step, out)
+            record_step_on(&rec, cfg, k, fault, out)
         }
         Backend::Cuda => {
-            let g = cuda_model_backend(fault_step.is_some())?;
+            let g = cuda_model_backend(fault.is_some())?;
             let rec = gputape::recorder::RecordingBackend::to_file(g, out, cuda_desc())?;
-            record_step_on(&rec, cfg, k, fault_step, out)
+            record_step_on(&rec, cfg, k, fault, out)
         }
     }
 }
@@ -645,13 +671,13 @@ fn record_step_on<B: GpuBackend + 'static>(
     rec: &gputape::recorder::RecordingBackend<B>,
     cfg: gputape::model::ModelConfig,
     k: usize,
-    fault_step: Option<usize>,
+    fault: Option<gputape::model::FaultPlan>,
     out: &Path,
 ) -> Result<()> {
     rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
     let gpu: &dyn GpuBackend = rec;
     let mut model = gputape::model::Model::load(gpu, cfg)?;
-    model.fault = fault_plan(fault_step);
+    model.fault = fault;
     let mut token = gputape::model::PROMPT[0];
     for pos in 0..=k {
         if pos == k {

@@ -70,6 +70,14 @@ impl KernelCtx<'_> {
         Ok(())
     }
 
+    /// Fill `len` bytes with `value`, bounds-checked like any write.
+    pub fn fill(&mut self, ptr: DevicePtr, len: usize, value: u8) -> Result<(), MockError> {
+        self.mem
+            .write(ptr.0, len, "kernel write", self.site)?
+            .fill(value);
+        Ok(())
+    }
+
     pub fn read_f32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<f32>, MockError> {
         Ok(self
             .read(ptr, n * 4)?

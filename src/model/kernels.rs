@@ -222,12 +222,16 @@ fn silu_mul(c: &mut KernelCtx<'_>) -> K {
     let (n, overrun) = (c.u32(3)? as usize, c.u32(4)? as usize);
     let gs = c.read_f32(g, n)?;
     let us = c.read_f32(u, n)?;
-    let mut o: Vec<f32> = gs
+    let o: Vec<f32> = gs
         .iter()
         .zip(&us)
         .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
         .collect();
-    o.resize(n + overrun, 0.0);
+    if overrun > 0 {
+        // The planted fault: the same write past the end as the CUDA kernel, as one access
+        // (the bounds check fires on it; nothing is allocated for it).
+        c.fill(out, (n + overrun) * 4, 0)?;
+    }
     c.write_f32(out, &o)
 }
 
