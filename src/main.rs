@@ -701,6 +701,13 @@ fn record_step_on<B: GpuBackend + 'static>(
                 }
                 (Ok(t), _) => println!("step {k} produced token {t}"),
             }
+            if r.is_err() {
+                // After a recorded fault the device may be gone; the trace is what matters.
+                if let Err(e) = model.teardown(gpu) {
+                    eprintln!("note: teardown after the recorded fault failed too: {e:#}");
+                }
+                return Ok(());
+            }
             break;
         }
         let next = r?;

@@ -130,6 +130,12 @@ pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: u32 = 906;
 pub const CUDA_ERROR_CAPTURED_EVENT: u32 = 907;
 pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: u32 = 908;
 
+/// Errors after which the CUDA context is unusable: every later call fails with the same code,
+/// so a replay that reproduces one has nothing more to learn in that process.
+pub fn is_sticky(code: u32) -> bool {
+    matches!(code, 700 | 702 | 714 | 715 | 716 | 717 | 718 | 719)
+}
+
 /// The symbolic name of the driver error codes the capture rules (and the mock) produce.
 pub fn cuda_error_name(code: u32) -> &'static str {
     match code {

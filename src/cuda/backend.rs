@@ -534,6 +534,7 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let site = Location::caller();
         if self.placed.lock().remove(&ptr.0) {
             // Fixed-address memory stays mapped until the backend drops.
             self.ledger.lock().remove(&ptr.0);
@@ -541,8 +542,8 @@ impl GpuBackend for CudaBackend {
         }
         cu!(cuMemFree_v2(dp(ptr))).map_err(|e| {
             e.with(format!(
-                "{ptr} from {}",
-                crate::backend::site_string(Location::caller())
+                "{ptr} freed at {}",
+                crate::backend::site_string(site)
             ))
         })?;
         self.ledger.lock().remove(&ptr.0);

@@ -114,6 +114,8 @@ pub struct ReplayReport {
     pub redzone_hits: Vec<(u64, u64)>,
     /// The recording's own wall time for the same range, in milliseconds.
     pub recorded_ms: f64,
+    /// The replay stopped here: a reproduced fault that leaves the context unusable.
+    pub stopped_at: Option<u64>,
 }
 
 impl ReplayReport {
@@ -161,6 +163,11 @@ impl ReplayReport {
                 } else {
                     "not reproduced"
                 }
+            ));
+        }
+        if let Some(seq) = self.stopped_at {
+            s.push_str(&format!(
+                "stopped after call #{seq}: the fault leaves the CUDA context unusable, as it did in the recording\n"
             ));
         }
         for (seq, n) in &self.redzone_hits {
@@ -522,8 +529,19 @@ impl<'t> Replayer<'t> {
                     }
                     Outcome::Failed(e) => {
                         let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
+                        let fault = self.fault(c, recorded, Some(&e));
+                        let dead = fault.reproduced
+                            && fault.replayed_code.is_some_and(crate::backend::is_sticky);
                         if lp == 0 {
-                            report.faults.push(self.fault(c, recorded, Some(&e)));
+                            report.faults.push(fault);
+                        }
+                        if dead {
+                            // The context is gone (as it was in the recording): nothing after
+                            // this call can be replayed in this process.
+                            if lp == 0 {
+                                report.stopped_at = Some(c.seq);
+                            }
+                            break;
                         }
                         if recorded.is_none() {
                             // Diverged: the state is no longer the recording's.
