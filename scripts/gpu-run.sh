@@ -25,10 +25,11 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== mock fault on cuda"; $BIN replay traces/mock_tiny_fault_step4.gtape --on cuda --scan-redzones 2>/dev/null
   echo "== mock step on cuda"; $BIN replay traces/mock_tiny_step5.gtape --on cuda --loop 10
   echo "== record + analyze on cuda"; $BIN record --backend cuda --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
-  echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>&1 | tail -2
+  echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>/dev/null
                                $BIN show "$OUT/h200_tiny_illegal_step4.gtape" | grep -E "ERR|never|CUT" | cut -c1-160
-                               $BIN replay "$OUT/h200_tiny_illegal_step4.gtape" --on cuda --sync-each 2>&1 | tail -4
-                               $BIN replay "$OUT/h200_tiny_illegal_step4.gtape" --on mock 2>&1 | tail -3
+                               $BIN replay traces/h200_tiny_illegal_step4.gtape --on cuda --sync-each 2>/dev/null
+                               $BIN replay traces/h200_tiny_illegal_step4.gtape --on cuda 2>/dev/null
+                               $BIN replay traces/h200_tiny_illegal_step4.gtape --on mock 2>/dev/null
   echo "== pointer table";     $BIN record --backend cuda --workload pointer-table -o "$OUT/pt.gtape" && \
                                { $BIN replay "$OUT/pt.gtape" --on cuda; $BIN replay "$OUT/pt.gtape" --on cuda --fixed-addresses; }
   echo "== launch bench";      $BIN bench-launch
