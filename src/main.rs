@@ -779,6 +779,19 @@ fn replay(
         );
     }
     let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))));
+    // A recorded context-killing fault (an illegal address, say) need not recur: whether an
+    // overrun faults depends on what happens to be mapped past the buffer in this process. Red
+    // zones and a scan after every launch catch the same write either way.
+    let sticky_recorded = t
+        .calls
+        .iter()
+        .any(|c| matches!(&c.ret, Some(Err(e)) if e.code.is_some_and(gputape::backend::is_sticky)));
+    let mut opts = opts.clone();
+    if on == Backend::Cuda && sticky_recorded {
+        opts.sync_each = true;
+        opts.scan_redzones_each = true;
+    }
+    let opts = &opts;
     // A recorded fault on CUDA may kill the context: replay it in a child process.
     if on == Backend::Cuda && faulty && !no_isolate && child_report.is_none() {
         return replay_in_child(json);

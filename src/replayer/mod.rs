@@ -164,6 +164,14 @@ impl ReplayReport {
                     "not reproduced"
                 }
             ));
+            if let (false, Some((_, n))) = (
+                f.reproduced,
+                self.redzone_hits.iter().find(|(seq, _)| *seq == f.seq),
+            ) {
+                s.push_str(&format!(
+                    "  ...but the red-zone scan right after it found {n} guard band(s) written: this call writes past its buffer here too\n"
+                ));
+            }
         }
         if let Some(seq) = self.stopped_at {
             s.push_str(&format!(
