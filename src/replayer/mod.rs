@@ -461,6 +461,36 @@ impl<'t> Replayer<'t> {
                         }
                     }
                 }
+                // After a launch that went through, synchronise (and scan red zones) when asked:
+                // an asynchronous fault then surfaces at its own launch and is that call's
+                // outcome.
+                let outcome = match outcome {
+                    o @ (Outcome::Ok { .. } | Outcome::SucceededButRecordedError)
+                        if live
+                            && (opts.sync_each || opts.scan_redzones_each)
+                            && launched_kernel(&c.call).is_some() =>
+                    {
+                        let synced = match launch_stream(&c.call) {
+                            Some(s) => gpu.synchronize(resolve_stream(st, s, c)?),
+                            None => Ok(()),
+                        };
+                        match synced {
+                            Err(e) => Outcome::Failed(e),
+                            Ok(()) => {
+                                if opts.scan_redzones_each {
+                                    if let Ok(n) = gpu.scan_redzones() {
+                                        scanned_since += n as u64;
+                                        if n > 0 && lp == 0 {
+                                            report.redzone_hits.push((c.seq, n as u64));
+                                        }
+                                    }
+                                }
+                                o
+                            }
+                        }
+                    }
+                    other => other,
+                };
                 let outcome = match outcome {
                     Outcome::Ok {
                         checked,
@@ -512,26 +542,6 @@ impl<'t> Replayer<'t> {
                                         .map(|k| self.trace.kernel_name(*k)),
                                     detail,
                                 });
-                            }
-                        }
-                        if live
-                            && (opts.sync_each || opts.scan_redzones_each)
-                            && launched_kernel(&c.call).is_some()
-                        {
-                            if let Some(s) = launch_stream(&c.call) {
-                                let raw = resolve_stream(st, s, c)?;
-                                if let Err(e) = gpu.synchronize(raw) {
-                                    report.faults.push(self.fault(c, None, Some(&e)));
-                                    break;
-                                }
-                            }
-                            if opts.scan_redzones_each {
-                                if let Ok(n) = gpu.scan_redzones() {
-                                    scanned_since += n as u64;
-                                    if n > 0 && lp == 0 {
-                                        report.redzone_hits.push((c.seq, n as u64));
-                                    }
-                                }
                             }
                         }
                     }
