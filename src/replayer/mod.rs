@@ -116,6 +116,9 @@ pub struct ReplayReport {
     pub recorded_ms: f64,
     /// The replay stopped here: a reproduced fault that leaves the context unusable.
     pub stopped_at: Option<u64>,
+    /// A device error that surfaced only at the final synchronisation (an asynchronous fault
+    /// no replayed call observed; `--sync-each` pins it to its launch).
+    pub late_fault: Option<String>,
 }
 
 impl ReplayReport {
@@ -172,6 +175,11 @@ impl ReplayReport {
                     "  ...but the red-zone scan right after it found {n} guard band(s) written: this call writes past its buffer here too\n"
                 ));
             }
+        }
+        if let Some(e) = &self.late_fault {
+            s.push_str(&format!(
+                "the device reported an error at the final synchronisation: {e} (replay with --sync-each to pin it to its launch)\n"
+            ));
         }
         if let Some(seq) = self.stopped_at {
             s.push_str(&format!(
@@ -588,7 +596,13 @@ impl<'t> Replayer<'t> {
                 }
             }
             if let Some(t0) = t0 {
-                let _ = gpu.synchronize(gpu.default_stream());
+                // A fault the device raised asynchronously, after the last call that looked,
+                // must not go unnoticed.
+                if let Err(e) = gpu.synchronize(gpu.default_stream()) {
+                    if lp == 0 && report.stopped_at.is_none() {
+                        report.late_fault = Some(format!("{e:#}"));
+                    }
+                }
                 report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             }
             drop(guard);
