@@ -129,7 +129,11 @@ fn main() {
 
     if std::env::var("GPUTAPE_BENCH_HOT").is_ok() {
         // For profiling: only the recorded launch loop.
-        for _ in 0..100 {
+        let rounds: usize = std::env::var("GPUTAPE_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100);
+        for _ in 0..rounds {
             if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("event") {
                 per_call_ns(&mut || rec.record_event(rs.ev, rs.s).unwrap());
             } else {
