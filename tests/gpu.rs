@@ -232,7 +232,7 @@ fn ledger_attributes_to_the_caller_and_sweep_names_the_leak() {
     let sites = g.live_by_site();
     assert_eq!(sites.len(), 1);
     assert!(
-        sites[0].0.contains(&format!("tests/gpu.rs:{line}:")),
+        sites[0].site.contains(&format!("tests/gpu.rs:{line}:")),
         "{:?}",
         sites[0]
     );

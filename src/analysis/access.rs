@@ -11,6 +11,8 @@ pub struct Access {
     /// Exclusive end; `u64::MAX` when the extent is unknown (a kernel argument).
     pub end: u64,
     pub write: bool,
+    /// The address was in a buffer already freed when the call was made.
+    pub freed: bool,
 }
 
 impl Access {
@@ -26,6 +28,7 @@ fn range(a: &DevAddr, len: u64, write: bool, out: &mut Vec<Access>) {
             start: *off,
             end: off.saturating_add(len),
             write,
+            freed: matches!(a, DevAddr::Freed { .. }),
         });
     }
 }
@@ -61,11 +64,8 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
         }
         Memset { dst, len, .. } | MemsetAsync { dst, len, .. } => range(dst, *len, true, &mut v),
         Launch { kernel, args, .. } | LaunchTyped { kernel, args, .. } => {
-            let layout = t
-                .kernels
-                .get(kernel)
-                .map(|k| k.params.clone())
-                .unwrap_or_default();
+            let layout: &[crate::backend::ParamInfo] =
+                t.kernels.get(kernel).map_or(&[], |k| &k.params);
             for (i, a) in args.iter().enumerate() {
                 if let Arg::Buf(DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) = a {
                     let access = layout.get(i).map_or(ParamAccess::Unknown, |p| p.access);
@@ -75,7 +75,7 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
                         ParamAccess::Value => (false, false),
                         ParamAccess::ReadWrite | ParamAccess::Unknown => (true, true),
                     };
-                    let size = buffer_size(t, *buf).unwrap_or(u64::MAX);
+                    let size = t.buffer_size(*buf).unwrap_or(u64::MAX);
                     for write in [false, true] {
                         if (write && w) || (!write && r) {
                             v.push(Access {
@@ -83,6 +83,7 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
                                 start: *off,
                                 end: size.max(*off + 1),
                                 write,
+                                freed: matches!(a, Arg::Buf(DevAddr::Freed { .. })),
                             });
                         }
                     }
@@ -92,9 +93,4 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
         _ => {}
     }
     v
-}
-
-/// A buffer's recorded size (initial snapshot or allocation in the trace).
-pub fn buffer_size(t: &Trace, b: BufferId) -> Option<u64> {
-    t.buffer_size(b)
 }

@@ -7,7 +7,7 @@
 mod access;
 pub mod export;
 
-pub use access::{accesses, buffer_size, Access};
+pub use access::{accesses, Access};
 
 use crate::backend::{decide, CaptureContext, CaptureMode, Relation, StreamKind, Verdict};
 use crate::trace::*;
@@ -506,7 +506,8 @@ pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
             }
             _ => {}
         }
-        for a in accesses(t, &c.call) {
+        let acc = accesses(t, &c.call);
+        for a in &acc {
             if let Some(n) = g.node_of_call(i) {
                 last_use.insert(a.buf, n);
             }
@@ -527,17 +528,16 @@ pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
                 ),
             })
         };
-        match &c.call {
-            Call::Free {
-                ptr: DevAddr::Freed { buf, .. },
-            } => stale(buf),
-            other => {
-                let args: Vec<DevAddr> = addrs(other);
-                for a in args {
-                    if let DevAddr::Freed { buf, .. } = a {
-                        stale(&buf);
-                    }
-                }
+        if let Call::Free {
+            ptr: DevAddr::Freed { buf, .. },
+        } = &c.call
+        {
+            stale(buf);
+        }
+        let mut seen = BTreeSet::new();
+        for a in acc.iter().filter(|a| a.freed) {
+            if seen.insert(a.buf) {
+                stale(&a.buf);
             }
         }
     }
@@ -549,34 +549,11 @@ pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
             site,
             detail: format!(
                 "allocated in the trace and never freed ({} bytes)",
-                buffer_size(t, b).unwrap_or(0)
+                t.buffer_size(b).unwrap_or(0)
             ),
         });
     }
     out
-}
-
-fn addrs(c: &Call) -> Vec<DevAddr> {
-    use Call::*;
-    match c {
-        CopyH2D { dst, .. }
-        | CopyH2DAsync { dst, .. }
-        | CopyH2DAsyncRetained { dst, .. }
-        | Memset { dst, .. }
-        | MemsetAsync { dst, .. } => vec![*dst],
-        CopyD2H { src, .. } | CopyD2HOnStream { src, .. } | CopyD2HAsync { src, .. } => vec![*src],
-        CopyD2D { src, dst, .. }
-        | CopyD2DAsync { src, dst, .. }
-        | CopyD2D2DAsync { src, dst, .. } => vec![*src, *dst],
-        Launch { args, .. } | LaunchTyped { args, .. } => args
-            .iter()
-            .filter_map(|a| match a {
-                Arg::Buf(d) => Some(*d),
-                Arg::Val(_) => None,
-            })
-            .collect(),
-        _ => vec![],
-    }
 }
 
 /// Offenders are grouped by (category, site, call, rule).

@@ -10,6 +10,7 @@
 //! the vtable to the line that made the call.
 
 mod capture;
+pub mod ledger;
 mod op_cache;
 pub mod probe;
 mod registry;

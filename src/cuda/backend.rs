@@ -3,6 +3,7 @@
 
 use super::error::check;
 use super::watchdog;
+use crate::backend::ledger::{by_site, format_sites, SiteTotal};
 use crate::backend::{
     CaptureMode, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelInfo,
     KernelRegistry, ModuleCode, OpCache, ParamAccess, ParamInfo, Site, StreamKind,
@@ -390,17 +391,9 @@ impl CudaBackend {
         self.last_violations.lock().clone()
     }
 
-    /// Live allocations by site, biggest first: (site, bytes, count).
-    pub fn live_by_site(&self) -> Vec<(String, usize, usize)> {
-        let mut m: HashMap<String, (usize, usize)> = HashMap::new();
-        for r in self.ledger.lock().values() {
-            let e = m.entry(crate::backend::site_string(r.site)).or_default();
-            e.0 += r.bytes;
-            e.1 += 1;
-        }
-        let mut v: Vec<_> = m.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        v
+    /// Live allocations by site, biggest first.
+    pub fn live_by_site(&self) -> Vec<SiteTotal> {
+        by_site(self.ledger.lock().values().map(|r| (r.site, r.bytes)))
     }
 
     fn mem_info(&self) -> Result<(usize, usize)> {
@@ -725,26 +718,12 @@ impl GpuBackend for CudaBackend {
     fn sweep_unreleased(&self) -> usize {
         let outstanding: Vec<(u64, AllocRecord)> = self.ledger.lock().drain().collect();
         if !outstanding.is_empty() {
-            let mut by_site: HashMap<String, (usize, usize)> = HashMap::new();
-            for (_, r) in &outstanding {
-                let e = by_site
-                    .entry(crate::backend::site_string(r.site))
-                    .or_default();
-                e.0 += r.bytes;
-                e.1 += 1;
-            }
-            let mut rows: Vec<_> = by_site.into_iter().collect();
-            rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
-            let top: Vec<String> = rows
-                .iter()
-                .take(5)
-                .map(|(s, (b, n))| format!("{s} ({b} bytes x{n})"))
-                .collect();
+            let rows = by_site(outstanding.iter().map(|(_, r)| (r.site, r.bytes)));
             tracing::warn!(
                 "sweep: {} allocation(s), {} bytes, had no owner; largest sites: {}",
                 outstanding.len(),
                 outstanding.iter().map(|(_, r)| r.bytes).sum::<usize>(),
-                top.join(", ")
+                format_sites(&rows, 5)
             );
         }
         let mut zones = self.redzones.lock();
@@ -770,13 +749,11 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn alloc_report(&self, top_n: usize, min_mb: usize) -> Option<String> {
-        let rows = self.live_by_site();
-        let total: usize = rows.iter().map(|r| r.1).sum();
-        let mut out = format!("live: {total} bytes in {} site(s)\n", rows.len());
-        for (site, bytes, n) in rows.iter().filter(|r| r.1 >= min_mb << 20).take(top_n) {
-            out.push_str(&format!("  {bytes:>14} bytes x{n:<4} {site}\n"));
-        }
-        Some(out)
+        Some(crate::backend::ledger::alloc_report(
+            &self.live_by_site(),
+            top_n,
+            min_mb,
+        ))
     }
 
     #[track_caller]

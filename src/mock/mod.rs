@@ -10,9 +10,12 @@ mod error;
 mod kernel;
 mod memory;
 
+pub use crate::backend::ledger::SiteTotal;
 pub use error::{AllocDesc, MockError};
 pub use kernel::{KernelBody, KernelCtx};
 pub use memory::{ALIGN, BASE_ADDR};
+
+use crate::backend::ledger::{by_site, format_sites};
 
 use crate::backend::{
     decide, CallKind, CaptureContext, CaptureMode, CaptureOp, DevicePtr, GpuBackend, GraphHandle,
@@ -125,14 +128,6 @@ struct State {
     calls: HashMap<CallKind, usize>,
     fail_at: HashMap<CallKind, usize>,
     last_sweep: Vec<SiteTotal>,
-}
-
-/// Bytes and count of allocations from one call site.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SiteTotal {
-    pub site: String,
-    pub bytes: usize,
-    pub count: usize,
 }
 
 /// The mock backend. See the module docs.
@@ -675,30 +670,6 @@ fn capture_err(
     }
 }
 
-fn by_site(items: impl Iterator<Item = (Site, usize)>) -> Vec<SiteTotal> {
-    let mut m: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for (site, bytes) in items {
-        let e = m.entry(crate::backend::site_string(site)).or_default();
-        e.0 += bytes;
-        e.1 += 1;
-    }
-    let mut v: Vec<SiteTotal> = m
-        .into_iter()
-        .map(|(site, (bytes, count))| SiteTotal { site, bytes, count })
-        .collect();
-    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
-    v
-}
-
-/// Format a by-site table the way `alloc_report` and sweep logs print it.
-pub fn format_sites(rows: &[SiteTotal], top_n: usize) -> String {
-    rows.iter()
-        .take(top_n)
-        .map(|r| format!("{} ({} bytes x{})", r.site, r.bytes, r.count))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 macro_rules! mock_try {
     ($e:expr) => {
         $e.map_err(anyhow::Error::from)
@@ -1035,16 +1006,11 @@ impl GpuBackend for MockGpuBackend {
 
     #[track_caller]
     fn alloc_report(&self, top_n: usize, min_mb: usize) -> Option<String> {
-        let rows = self.live_by_site();
-        let total: usize = rows.iter().map(|r| r.bytes).sum();
-        let mut out = format!("live: {total} bytes in {} site(s)\n", rows.len());
-        for r in rows.iter().filter(|r| r.bytes >= min_mb << 20).take(top_n) {
-            out.push_str(&format!(
-                "  {:>14} bytes x{:<4} {}\n",
-                r.bytes, r.count, r.site
-            ));
-        }
-        Some(out)
+        Some(crate::backend::ledger::alloc_report(
+            &self.live_by_site(),
+            top_n,
+            min_mb,
+        ))
     }
 
     #[track_caller]

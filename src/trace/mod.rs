@@ -72,6 +72,9 @@ pub struct Trace {
     pub findings: Vec<Finding>,
     /// Buffer hashes at host syncs, by the sync's seq (see `Frame::SyncHashes`).
     pub sync_hashes: BTreeMap<u64, Vec<(BufferId, BlobId)>>,
+    /// Every buffer's size, from the initial snapshot and the allocations (derived on load, so
+    /// the analyses can ask per kernel argument without rescanning the calls).
+    pub sizes: BTreeMap<BufferId, u64>,
     /// Recorded device address of each buffer (see `Frame::Address`).
     pub addresses: BTreeMap<BufferId, u64>,
     /// Recording was stopped cleanly.
@@ -178,6 +181,16 @@ impl Trace {
                 }
             }
         }
+        t.sizes = t.initial.iter().map(|i| (i.buf, i.bytes)).collect();
+        for c in &t.calls {
+            if let (
+                Call::Alloc { bytes } | Call::AllocManaged { bytes },
+                Some(Ok(Value::Buffer(b))),
+            ) = (&c.call, &c.ret)
+            {
+                t.sizes.insert(*b, *bytes);
+            }
+        }
         t.cut = reader.cut;
         if t.cut.is_none() && !t.stopped {
             t.cut = Some(Cut {
@@ -214,19 +227,7 @@ impl Trace {
 
     /// The recorded size of a buffer: from the initial snapshot or the call that allocated it.
     pub fn buffer_size(&self, b: BufferId) -> Option<u64> {
-        self.initial
-            .iter()
-            .find(|i| i.buf == b)
-            .map(|i| i.bytes)
-            .or_else(|| {
-                self.calls.iter().find_map(|c| match (&c.call, &c.ret) {
-                    (
-                        Call::Alloc { bytes } | Call::AllocManaged { bytes },
-                        Some(Ok(Value::Buffer(x))),
-                    ) if *x == b => Some(*bytes),
-                    _ => None,
-                })
-            })
+        self.sizes.get(&b).copied()
     }
 
     pub fn blob(&self, id: BlobId) -> Option<&[u8]> {
