@@ -198,12 +198,14 @@ fn main() {
             t_ns: 123456,
             call: c.call.clone(),
         });
-        let mut buf = vec![0u8; 4096];
+        let mut buf = Vec::with_capacity(4096);
         let mut v = vec![];
         let mut n = 0;
         for _ in 0..ROUNDS {
             v.push(per_call_ns(&mut || {
-                n = trace::codec::encode_into_slice(black_box(&f), &mut buf).unwrap();
+                buf.clear();
+                trace::codec::append(black_box(&f), &mut buf).unwrap();
+                n = buf.len();
                 black_box(&buf);
             }));
         }

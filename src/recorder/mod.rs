@@ -16,13 +16,12 @@ use crate::backend::{
 use crate::trace::*;
 use anyhow::Result;
 use parking_lot::Mutex;
-use state::{Pending, RecState};
+use state::{Addrs, Pending, RecState};
 use std::ffi::c_void;
 use std::panic::Location;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -84,7 +83,11 @@ pub struct RecordingBackend<B> {
     st: Mutex<RecState>,
     desc: BackendDesc,
     op_cache: OpCache,
-    epoch: Instant,
+    /// Call times come from the TSC where it is invariant (quanta falls back to the OS clock
+    /// where it is not): two clock reads per call through the vDSO were a tenth of a recorded
+    /// event's cost.
+    clock: quanta::Clock,
+    epoch: u64,
     registry: Option<Arc<KernelRegistry>>,
     started: AtomicBool,
     hash_syncs: AtomicBool,
@@ -93,7 +96,7 @@ pub struct RecordingBackend<B> {
 /// A call in flight: its seq and when it began.
 struct Tok {
     seq: u64,
-    t0: Instant,
+    t0: u64,
 }
 
 fn err_rec(e: &anyhow::Error) -> ErrorRec {
@@ -123,13 +126,15 @@ impl<B: GpuBackend> RecordingBackend<B> {
         })?;
         let default_stream = inner.default_stream();
         let registry = inner.kernel_registry();
+        let clock = quanta::Clock::new();
         Ok(RecordingBackend {
             st: Mutex::new(RecState::new(writer, default_stream)),
             inner,
             on: AtomicBool::new(false),
             desc,
             op_cache: OpCache::new(),
-            epoch: Instant::now(),
+            epoch: clock.raw(),
+            clock,
             registry,
             started: AtomicBool::new(false),
             hash_syncs: AtomicBool::new(false),
@@ -284,6 +289,20 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// maps (to turn pointers into ids).
     #[inline]
     fn begin(&self, site: Site, make: impl FnOnce(&mut RecState) -> Call) -> Option<Tok> {
+        self.begin_with(site, |st, head| {
+            let call = make(st);
+            st.emit_begin(&head.with(&call));
+        })
+    }
+
+    /// `begin` for a caller that writes its Begin frame itself (`emit` gets the frame's head:
+    /// sequence, thread, site, time).
+    #[inline]
+    fn begin_with(
+        &self,
+        site: Site,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Option<Tok> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
@@ -291,20 +310,22 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if !st.recording {
             return None;
         }
-        let call = make(&mut st);
         let seq = st.seq;
         st.seq += 1;
         let site = st.site(site);
         let thread = st.thread();
-        let t0 = Instant::now();
-        let t_ns = (t0 - self.epoch).as_nanos() as u64;
-        st.emit(&Frame::Begin(Begin {
-            seq,
-            thread,
-            site,
-            t_ns,
-            call,
-        }));
+        let t0 = self.clock.raw();
+        let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
+        emit(
+            &mut st,
+            BeginRef {
+                seq,
+                thread,
+                site,
+                t_ns,
+                call: &(),
+            },
+        );
         Some(Tok { seq, t0 })
     }
 
@@ -324,7 +345,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             Err(e) => Err(err_rec(e)),
         };
         let Some(tok) = tok else { return };
-        let dur_ns = tok.t0.elapsed().as_nanos() as u64;
+        let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
         st.emit(&Frame::End(End {
             seq: tok.seq,
@@ -414,38 +435,28 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         st.pending = keep;
     }
+}
 
-    /// Decode raw launch params with the kernel's layout.
-    fn decode_params(
-        &self,
-        st: &mut RecState,
-        func: KernelHandle,
-        params: &[*mut c_void],
-    ) -> (KernelId, Args) {
-        let id = st.kernel(func.0, self.registry.as_deref());
-        let mut args = Args::new();
-        let Some(layout) = st.kernels.get(&func.0).and_then(|k| k.params.as_ref()) else {
-            return (id, args);
-        };
-        for (p, info) in params.iter().zip(layout.iter()) {
-            // SAFETY: launch's contract: params[i] points at a value of the kernel's i-th
-            // parameter, whose size the registry's layout gives.
-            let raw = unsafe { std::slice::from_raw_parts(*p as *const u8, info.size as usize) };
-            let arg = if info.size == 8 && info.access != ParamAccess::Value {
-                let v = u64::from_le_bytes(raw.try_into().expect("8 bytes"));
-                let a = st.addr(v);
-                if info.access.is_pointer() || matches!(a, DevAddr::Buf { .. }) {
-                    Arg::Buf(a)
-                } else {
-                    Arg::Val(ArgBytes::from(raw))
-                }
-            } else {
-                Arg::Val(ArgBytes::from(raw))
-            };
-            args.push(arg);
+/// A raw launch parameter as the trace records it: a pointer-sized parameter that is declared a
+/// pointer, or that points into a live buffer, becomes an address; anything else its bytes.
+///
+/// # Safety
+/// `p` points at a readable value of `info.size` bytes (launch's contract for its params).
+unsafe fn raw_param_arg(
+    addrs: &Addrs<'_>,
+    p: *mut c_void,
+    info: &crate::backend::ParamInfo,
+) -> Arg {
+    // SAFETY: the caller's contract.
+    let raw = unsafe { std::slice::from_raw_parts(p as *const u8, info.size as usize) };
+    if info.size == 8 && info.access != ParamAccess::Value {
+        let v = u64::from_le_bytes(raw.try_into().expect("8 bytes"));
+        let a = addrs.addr(v);
+        if info.access.is_pointer() || matches!(a, DevAddr::Buf { .. }) {
+            return Arg::Buf(a);
         }
-        (id, args)
     }
+    Arg::Val(ArgBytes::from(raw))
 }
 
 /// The base of the pinned region holding host address `p` (or `p` itself if none does).
@@ -581,16 +592,25 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         stream: u64,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| {
-            let (kernel, args) = self.decode_params(st, func, params);
-            Call::Launch {
+        let tok = self.begin_with(Location::caller(), |st, head| {
+            let kernel = st.kernel(func.0, self.registry.as_deref());
+            let stream = st.stream(stream);
+            let parts = st.launch_parts(func.0);
+            let (addrs, layout) = (&parts.addrs, parts.layout);
+            let view = LaunchRef {
+                typed: false,
                 kernel,
                 grid,
                 block,
                 shared_mem,
-                stream: st.stream(stream),
-                args,
-            }
+                stream,
+                n_args: params.len().min(layout.len()),
+                // SAFETY: launch's contract: params[i] points at a value of the kernel's i-th
+                // parameter, whose size the layout gives.
+                arg: |i| unsafe { raw_param_arg(addrs, params[i], &layout[i]) },
+            };
+            let written = parts.writer.map(|w| w.write_begin(&head.with(&view)));
+            st.written(written);
         });
         let r = self
             .inner
@@ -609,23 +629,26 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         stream: u64,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| {
+        let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref());
-            let args = args
-                .iter()
-                .map(|a| match a {
-                    KernelArg::Buffer(p) => Arg::Buf(st.addr(p.0)),
-                    KernelArg::Bytes(b) => Arg::Val(ArgBytes::from(*b)),
-                })
-                .collect();
-            Call::LaunchTyped {
+            let stream = st.stream(stream);
+            let parts = st.launch_parts(func.0);
+            let addrs = &parts.addrs;
+            let view = LaunchRef {
+                typed: true,
                 kernel,
                 grid,
                 block,
                 shared_mem,
-                stream: st.stream(stream),
-                args,
-            }
+                stream,
+                n_args: args.len(),
+                arg: |i| match args[i] {
+                    KernelArg::Buffer(p) => Arg::Buf(addrs.addr(p.0)),
+                    KernelArg::Bytes(b) => Arg::Val(ArgBytes::from(b)),
+                },
+            };
+            let written = parts.writer.map(|w| w.write_begin(&head.with(&view)));
+            st.written(written);
         });
         let r = self
             .inner
@@ -1042,10 +1065,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             stream: st.stream(stream),
         });
         let r = self.inner.record_event(event, stream);
-        if r.is_ok() {
-            self.st.lock().event_stream.insert(event, stream);
-        }
-        self.finish_plain(tok, &r, unit);
+        // One lock for the map update and the End frame.
+        self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.event_stream.insert(event, stream);
+            Value::Unit
+        });
         r
     }
 

@@ -30,6 +30,46 @@ pub(crate) struct KernelEntry {
     pub params: Option<Vec<ParamInfo>>,
 }
 
+/// See `RecState::launch_parts`.
+pub(crate) struct LaunchParts<'a> {
+    pub addrs: Addrs<'a>,
+    pub layout: &'a [ParamInfo],
+    pub writer: Option<&'a mut TraceWriter>,
+}
+
+/// The address ledger, read-only: device addresses to (buffer, offset).
+pub(crate) struct Addrs<'a> {
+    bufs: &'a BTreeMap<u64, LiveBuf>,
+    freed: &'a BTreeMap<u64, (BufferId, u64)>,
+}
+
+impl Addrs<'_> {
+    pub fn addr(&self, p: u64) -> DevAddr {
+        if p == 0 {
+            return DevAddr::Null;
+        }
+        match self.bufs.range(..=p).next_back() {
+            Some((&base, b)) if p <= base + b.size => DevAddr::Buf {
+                buf: b.id,
+                off: p - base,
+            },
+            _ if self.freed_at(p).is_some() => {
+                let (buf, off) = self.freed_at(p).expect("checked");
+                DevAddr::Freed { buf, off }
+            }
+            Some((&base, b)) => DevAddr::Unknown {
+                near: Some((b.id, p - base)),
+            },
+            None => DevAddr::Unknown { near: None },
+        }
+    }
+
+    fn freed_at(&self, p: u64) -> Option<(BufferId, u64)> {
+        let (&base, &(id, size)) = self.freed.range(..=p).next_back()?;
+        (p < base + size.max(1)).then_some((id, p - base))
+    }
+}
+
 pub(crate) struct RecState {
     pub writer: Option<TraceWriter>,
     pub recording: bool,
@@ -51,6 +91,8 @@ pub(crate) struct RecState {
     pub next_kernel: u32,
     pub sites: HashMap<usize, SiteId>,
     pub threads: HashMap<ThreadId, u16>,
+    /// The thread of the last call: an engine's calls come in runs from one thread.
+    last_thread: Option<(ThreadId, u16)>,
     pub blobs: HashSet<BlobId>,
     pub modules: HashSet<String>,
     pub pending: Vec<Pending>,
@@ -80,6 +122,7 @@ impl RecState {
             next_kernel: 0,
             sites: HashMap::default(),
             threads: HashMap::default(),
+            last_thread: None,
             blobs: HashSet::default(),
             modules: HashSet::default(),
             pending: Vec::new(),
@@ -98,11 +141,58 @@ impl RecState {
         }
         if let Some(w) = self.writer.as_mut() {
             if let Err(e) = w.write(f) {
-                tracing::error!("gputape: recording stopped, the trace could not be written: {e}");
-                self.write_error = Some(e.to_string());
-                self.recording = false;
-                let _ = w.flush();
+                self.write_failed(e);
             }
+        }
+    }
+
+    /// `emit` for a call's Begin frame, encoded from the borrowed call.
+    pub fn emit_begin(&mut self, b: &BeginRef<'_>) {
+        if !self.recording {
+            return;
+        }
+        if let Some(w) = self.writer.as_mut() {
+            if let Err(e) = w.write_begin(b) {
+                self.write_failed(e);
+            }
+        }
+    }
+
+    /// What a launch's Begin frame is encoded from, borrowed together: the address ledger and
+    /// the kernel's parameter layout (empty when unknown) for its arguments, and the writer
+    /// (`None` when not recording).
+    pub fn launch_parts(&mut self, kernel: u64) -> LaunchParts<'_> {
+        LaunchParts {
+            addrs: Addrs {
+                bufs: &self.bufs,
+                freed: &self.freed,
+            },
+            layout: self
+                .kernels
+                .get(&kernel)
+                .and_then(|k| k.params.as_deref())
+                .unwrap_or(&[]),
+            writer: if self.recording {
+                self.writer.as_mut()
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The outcome of a write made through `launch_parts`.
+    pub fn written(&mut self, r: Option<Result<(), TraceError>>) {
+        if let Some(Err(e)) = r {
+            self.write_failed(e);
+        }
+    }
+
+    fn write_failed(&mut self, e: TraceError) {
+        tracing::error!("gputape: recording stopped, the trace could not be written: {e}");
+        self.write_error = Some(e.to_string());
+        self.recording = false;
+        if let Some(w) = self.writer.as_mut() {
+            let _ = w.flush();
         }
     }
 
@@ -131,8 +221,15 @@ impl RecState {
     pub fn thread(&mut self) -> u16 {
         thread_local!(static ME: ThreadId = std::thread::current().id());
         let me = ME.with(|t| *t);
-        let n = self.threads.len() as u16;
-        *self.threads.entry(me).or_insert(n)
+        match self.last_thread {
+            Some((t, id)) if t == me => id,
+            _ => {
+                let n = self.threads.len() as u16;
+                let id = *self.threads.entry(me).or_insert(n);
+                self.last_thread = Some((me, id));
+                id
+            }
+        }
     }
 
     pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
@@ -162,28 +259,11 @@ impl RecState {
     }
 
     pub fn addr(&self, p: u64) -> DevAddr {
-        if p == 0 {
-            return DevAddr::Null;
+        Addrs {
+            bufs: &self.bufs,
+            freed: &self.freed,
         }
-        match self.bufs.range(..=p).next_back() {
-            Some((&base, b)) if p <= base + b.size => DevAddr::Buf {
-                buf: b.id,
-                off: p - base,
-            },
-            _ if self.freed_at(p).is_some() => {
-                let (buf, off) = self.freed_at(p).expect("checked");
-                DevAddr::Freed { buf, off }
-            }
-            Some((&base, b)) => DevAddr::Unknown {
-                near: Some((b.id, p - base)),
-            },
-            None => DevAddr::Unknown { near: None },
-        }
-    }
-
-    fn freed_at(&self, p: u64) -> Option<(BufferId, u64)> {
-        let (&base, &(id, size)) = self.freed.range(..=p).next_back()?;
-        (p < base + size.max(1)).then_some((id, p - base))
+        .addr(p)
     }
 
     /// Move a freed buffer out of the live ledger.

@@ -17,7 +17,7 @@
 //! recognises as "cut here".
 
 use super::codec;
-use super::frame::{Frame, FORMAT_VERSION, MAGIC, MIN_READER_VERSION};
+use super::frame::{BeginRef, Frame, FORMAT_VERSION, MAGIC, MIN_READER_VERSION};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -104,7 +104,7 @@ pub struct MmapSink {
 }
 
 const GROW: usize = 8 << 20;
-/// The writer's encode scratch; frames that do not fit take a slower allocating path.
+/// The writer's encode scratch; a bigger frame grows it for as long as it is written.
 const SCRATCH: usize = 64 << 10;
 
 impl MmapSink {
@@ -141,8 +141,19 @@ impl MmapSink {
         self.file.set_len(cap as u64)?;
         // SAFETY: the file is ours (created and truncated above, opened read-write) and is only
         // modified through this map while it exists; the map is dropped before any resize.
-        // Populate up front: page faults on first touch would otherwise land on recorded calls.
-        self.map = Some(unsafe { memmap2::MmapOptions::new().populate().map_mut(&self.file)? });
+        let map = unsafe { memmap2::MmapOptions::new().map_mut(&self.file)? };
+        // Fault the new pages in for writing now, not one by one on recorded calls. A read
+        // populate is not enough: a shared file page still takes a second, write-protect fault
+        // on its first store. Kernels before 5.14 lack the advice; they fault lazily instead.
+        #[cfg(target_os = "linux")]
+        if map
+            .advise_range(memmap2::Advice::PopulateWrite, self.len, cap - self.len)
+            .is_err()
+        {
+            map.advise_range(memmap2::Advice::WillNeed, self.len, cap - self.len)
+                .ok();
+        }
+        self.map = Some(map);
         self.cap = cap;
         Ok(())
     }
@@ -201,7 +212,7 @@ impl TraceWriter {
         sink.write_all(&head)?;
         Ok(TraceWriter {
             sink,
-            buf: vec![0u8; SCRATCH],
+            buf: Vec::with_capacity(SCRATCH),
             next_seq: 0,
             bytes_written: FILE_HEADER_LEN as u64,
         })
@@ -209,24 +220,30 @@ impl TraceWriter {
 
     /// Encode and write one frame. Allocation-free once the scratch buffer has grown.
     pub fn write(&mut self, frame: &Frame) -> Result<(), TraceError> {
-        let mut big;
-        let (buf, len) = match codec::encode_into_slice(frame, &mut self.buf[FRAME_HEADER_LEN..]) {
-            Some(n) => (&mut self.buf[..FRAME_HEADER_LEN + n], n),
-            None => {
-                let body = codec::encode_to_vec(frame)?;
-                let mut v = vec![0u8; FRAME_HEADER_LEN];
-                v.extend_from_slice(&body);
-                big = v;
-                let n = big.len() - FRAME_HEADER_LEN;
-                (&mut big[..], n)
-            }
-        };
+        self.write_encoded(frame)
+    }
+
+    /// Write a call's Begin frame from a borrowed call (the recorder's hot path).
+    pub fn write_begin<C: serde::Serialize + ?Sized>(
+        &mut self,
+        begin: &BeginRef<'_, C>,
+    ) -> Result<(), TraceError> {
+        self.write_encoded(begin)
+    }
+
+    fn write_encoded<F: serde::Serialize + ?Sized>(&mut self, frame: &F) -> Result<(), TraceError> {
+        let buf = &mut self.buf;
+        buf.clear();
+        buf.resize(FRAME_HEADER_LEN, 0);
+        let encoded = codec::append(frame, buf);
+        let len = buf.len() - FRAME_HEADER_LEN;
+        encoded?;
         let seq = self.next_seq;
         buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         buf[4..12].copy_from_slice(&seq.to_le_bytes());
-        let hcrc = crc32c::crc32c(&buf[0..12]);
+        let hcrc = super::crc::crc32c(&buf[0..12]);
         buf[12..16].copy_from_slice(&hcrc.to_le_bytes());
-        let crc = crc32c::crc32c(&buf[FRAME_HEADER_LEN..]);
+        let crc = super::crc::crc32c(&buf[FRAME_HEADER_LEN..]);
         buf[16..20].copy_from_slice(&crc.to_le_bytes());
         let total = buf.len() as u64;
         self.sink.write_all(buf).map_err(|source| TraceError::Io {
@@ -236,6 +253,10 @@ impl TraceWriter {
         })?;
         self.next_seq += 1;
         self.bytes_written += total;
+        if self.buf.capacity() > 4 * SCRATCH {
+            // A big blob passed through: do not hold its size for the rest of the recording.
+            self.buf = Vec::with_capacity(SCRATCH);
+        }
         Ok(())
     }
 
@@ -368,7 +389,7 @@ impl Iterator for FrameReader<'_> {
             return self.stop_cut(PADDING.into());
         }
         if !self.v1 {
-            let hcrc = crc32c::crc32c(&rest[0..12]);
+            let hcrc = super::crc::crc32c(&rest[0..12]);
             if hcrc != u32_at(12) {
                 return self.corrupt(format!(
                     "header checksum {hcrc:#010x} does not match the recorded {:#010x} (length or sequence damaged)",
@@ -390,7 +411,7 @@ impl Iterator for FrameReader<'_> {
         } else {
             (&rest[hlen..hlen + len], &rest[hlen..hlen + len])
         };
-        let actual = crc32c::crc32c(checked);
+        let actual = super::crc::crc32c(checked);
         if actual != crc {
             return self.corrupt(format!(
                 "checksum {actual:#010x} does not match the recorded {crc:#010x}"

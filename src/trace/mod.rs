@@ -3,6 +3,7 @@
 
 mod call;
 pub mod codec;
+pub mod crc;
 mod diff;
 mod format;
 mod frame;
