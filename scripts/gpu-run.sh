@@ -8,7 +8,7 @@ mkdir -p "$OUT"
 export GPUTAPE_OUT="$OUT"
 BIN=${BIN:-gpu-bin/gputape}
 TESTS=${TESTS:-gpu-bin/gpu-tests}
-chmod +x "$BIN" "$TESTS" 2>/dev/null
+chmod +x "$BIN" "$TESTS" gpu-bin/*-bench 2>/dev/null
 STEP=traces/h200_tiny_step5.gtape
 FAULT=traces/h200_tiny_fault_step4.gtape
 {
@@ -33,4 +33,11 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== pointer table";     $BIN record --backend cuda --workload pointer-table -o "$OUT/pt.gtape" && \
                                { $BIN replay "$OUT/pt.gtape" --on cuda; $BIN replay "$OUT/pt.gtape" --on cuda --fixed-addresses; }
   echo "== launch bench";      $BIN bench-launch
+  echo "== host cpu";          grep -m1 "model name" /proc/cpuinfo; nproc
+  if [ -x gpu-bin/recorder-bench ]; then
+    echo "== recorder bench (host CPU, mock)"; gpu-bin/recorder-bench
+  fi
+  if [ -x gpu-bin/replay-bench ]; then
+    echo "== replay bench (host CPU, mock)";   gpu-bin/replay-bench
+  fi
 } 2>&1 | tee "$OUT/gpu-run.log"

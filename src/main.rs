@@ -532,6 +532,26 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
         b.typed_ns,
         b.typed_ns - b.bare_ns
     );
+
+    // The same launch through a recorder that is recording (into a file in the temp dir).
+    let path = std::env::temp_dir().join(format!("gputape-bench-{}.gtape", std::process::id()));
+    let rec = gputape::recorder::RecordingBackend::to_file(cuda_backend()?, &path, cuda_desc())?;
+    rec.start()?;
+    let (plain, recorded) = gputape::cuda::bench::recorder_overhead(&g, &rec, rounds, per_round)?;
+    let stats = rec.stop()?;
+    std::fs::remove_file(&path).ok();
+    println!();
+    println!(
+        "recorder overhead on the driver, saxpy launch_typed (4 args), median of {rounds} rounds x {per_round}"
+    );
+    println!("| variant | ns/launch | over plain |");
+    println!("|---|---:|---:|");
+    println!("| CudaBackend::launch_typed | {plain:.0} | - |");
+    println!(
+        "| RecordingBackend<CudaBackend>, recording | {recorded:.0} | {:+.0} |",
+        recorded - plain
+    );
+    println!("({} calls, {} bytes recorded)", stats.calls, stats.bytes);
     Ok(())
 }
 
@@ -856,6 +876,9 @@ fn replay(
         out.push_str(&g.summary());
         if !g.loop_ms.is_empty() {
             out.push_str(&timing_line("graph replay", &g.loop_ms));
+        }
+        if let Some(t) = g.captured_timing() {
+            out.push_str(&t);
         }
         serde_json::to_value(&g)?
     } else {

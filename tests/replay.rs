@@ -122,6 +122,10 @@ fn every_trace_replays_as_graphs_with_the_same_results() {
             p.display(),
             r.summary()
         );
+        // The captured part was also timed alone, as graphs and eagerly, once per launch.
+        let timed = if r.plan.graph_count() > 0 { 3 } else { 0 };
+        assert_eq!(r.graphs_only_ms.len(), timed, "{}", p.display());
+        assert_eq!(r.captured_eager_ms.len(), timed, "{}", p.display());
         insta::assert_snapshot!(format!("graph_{}", name(&p)), r.summary());
     }
 }

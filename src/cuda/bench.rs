@@ -99,3 +99,62 @@ pub fn launch_overhead(gpu: &CudaBackend, rounds: usize, per_round: usize) -> Re
         per_round,
     })
 }
+
+/// Host nanoseconds per `launch_typed` of saxpy on `plain` and on `recorded` (a recorder,
+/// recording, around its own `CudaBackend`), medians of interleaved rounds: the recorder's
+/// overhead on the real driver rather than on the mock. No FFI here; it sits beside
+/// `launch_overhead` so the two tables come from one run.
+pub fn recorder_overhead(
+    plain: &dyn GpuBackend,
+    recorded: &dyn GpuBackend,
+    rounds: usize,
+    per_round: usize,
+) -> Result<(f64, f64)> {
+    struct Saxpy {
+        k: crate::backend::KernelHandle,
+        s: u64,
+        x: DevicePtr,
+        y: DevicePtr,
+    }
+    let n = 256u32;
+    let setup = |g: &dyn GpuBackend| -> Result<Saxpy> {
+        Ok(Saxpy {
+            k: g.kernel("blas", "saxpy")?,
+            s: g.default_stream(),
+            x: g.alloc(n as usize * 4)?,
+            y: g.alloc(n as usize * 4)?,
+        })
+    };
+    let time = |g: &dyn GpuBackend, l: &Saxpy| -> Result<f64> {
+        let t = Instant::now();
+        for _ in 0..per_round {
+            g.launch_typed(
+                l.k,
+                [1, 1, 1],
+                [256, 1, 1],
+                0,
+                l.s,
+                &[
+                    KernelArg::Buffer(l.x),
+                    KernelArg::Buffer(l.y),
+                    KernelArg::Bytes(&n.to_le_bytes()),
+                    KernelArg::Bytes(&1.0f32.to_le_bytes()),
+                ],
+            )?;
+        }
+        let ns = t.elapsed().as_nanos() as f64 / per_round as f64;
+        g.synchronize(l.s)?;
+        Ok(ns)
+    };
+    let (p, r) = (setup(plain)?, setup(recorded)?);
+    let (mut pv, mut rv) = (vec![], vec![]);
+    for _ in 0..rounds {
+        pv.push(time(plain, &p)?);
+        rv.push(time(recorded, &r)?);
+    }
+    for (g, l) in [(plain, p), (recorded, r)] {
+        g.free(l.x)?;
+        g.free(l.y)?;
+    }
+    Ok((median(pv), median(rv)))
+}

@@ -8,7 +8,7 @@
 
 use super::{Outcome, ReplayError, Replayer};
 use crate::backend::{
-    decide, CaptureContext, CaptureMode, GpuBackend, Relation, StreamKind, Verdict,
+    decide, CaptureContext, CaptureMode, GpuBackend, GraphHandle, Relation, StreamKind, Verdict,
 };
 use crate::trace::*;
 use serde::{Deserialize, Serialize};
@@ -181,18 +181,45 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
     plan
 }
 
+fn median(ms: &[f64]) -> f64 {
+    let mut v = ms.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// The result of a graph replay.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GraphReport {
     pub plan: SegmentPlan,
     /// Wall time of each launch of the whole step (graphs plus the eager calls between them).
     pub loop_ms: Vec<f64>,
+    /// The captured calls alone, each run followed by a sync of their streams: as graphs, and
+    /// issued eagerly. Separates what graphs buy from the eager calls around them (uploads,
+    /// readbacks), which cost the same either way.
+    pub graphs_only_ms: Vec<f64>,
+    pub captured_eager_ms: Vec<f64>,
     pub d2h_checked: u64,
     pub d2h_matched: u64,
     pub first_mismatch: Option<String>,
 }
 
 impl GraphReport {
+    /// The captured calls alone, as graphs against eager (timings: not for snapshots).
+    pub fn captured_timing(&self) -> Option<String> {
+        if self.graphs_only_ms.is_empty() || self.captured_eager_ms.is_empty() {
+            return None;
+        }
+        let (g, e) = (
+            median(&self.graphs_only_ms),
+            median(&self.captured_eager_ms),
+        );
+        Some(format!(
+            "captured calls alone, median of {}: as graph(s) {g:.3} ms, eager {e:.3} ms ({:.2}x)\n",
+            self.graphs_only_ms.len(),
+            e / g
+        ))
+    }
+
     pub fn summary(&self) -> String {
         let mut s = format!(
             "{} segment(s): {} graph(s), {} eager; {} call(s) keep the range from being one graph\n",
@@ -338,6 +365,46 @@ impl Replayer<'_> {
             }
             let _ = gpu.synchronize(gpu.default_stream());
             report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        // The captured part alone: the graphs, then the same calls eagerly.
+        let captured: Vec<(&Segment, (GraphHandle, u64))> = report
+            .plan
+            .segments
+            .iter()
+            .zip(&graphs)
+            .filter_map(|(seg, g)| g.map(|g| (seg, g)))
+            .collect();
+        let sync_all = |st: &[(&Segment, (GraphHandle, u64))]| {
+            for (_, (_, raw)) in st {
+                let _ = gpu.synchronize(*raw);
+            }
+        };
+        for _ in 0..if captured.is_empty() { 0 } else { launches } {
+            let t0 = Instant::now();
+            for (seg, (g, raw)) in &captured {
+                gpu.launch_graph(*g, *raw).map_err(|e| {
+                    fail(
+                        &self.trace.calls[seg.calls[0]],
+                        "launch_graph",
+                        format!("{e:#}"),
+                    )
+                })?;
+            }
+            sync_all(&captured);
+            report.graphs_only_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            for (seg, _) in &captured {
+                for &i in &seg.calls {
+                    let c = &self.trace.calls[i];
+                    if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
+                        return Err(fail(c, "eager run of a captured call", format!("{e:#}")));
+                    }
+                }
+            }
+            sync_all(&captured);
+            report
+                .captured_eager_ms
+                .push(t0.elapsed().as_secs_f64() * 1e3);
         }
         for (g, _) in graphs.into_iter().flatten() {
             let _ = gpu.destroy_graph(g);
