@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Build here and put stripped copies of what scripts/gpu-run.sh runs into gpu-bin/ (git-ignored;
+# unstripped, the binaries exceed the device tool's 64 MiB carry limit). Binaries are found by
+# cargo's own build messages: tests/recorder.rs and benches/recorder.rs both make a
+# target/release/deps/recorder-<hash>, so picking by name or time can take the wrong one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exe() { grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | grep -E "/$1(-[0-9a-f]+)?$" | tail -1; }
+cargo build --release --bins --tests
+tests=$(cargo build --release --tests --message-format=json 2>/dev/null | exe gpu)
+benches=$(cargo bench --no-run --message-format=json 2>/dev/null)
+mkdir -p gpu-bin
+rm -f gpu-bin/*
+strip -o gpu-bin/gputape target/release/gputape
+strip -o gpu-bin/gpu-tests "$tests"
+strip -o gpu-bin/recorder-bench "$(echo "$benches" | exe recorder)"
+strip -o gpu-bin/replay-bench "$(echo "$benches" | exe replay)"
+ls -l gpu-bin
