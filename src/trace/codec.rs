@@ -291,13 +291,13 @@ impl<'a> ser::Serializer for Writer<'a> {
     #[inline(always)]
     fn serialize_struct_variant(
         self,
-        _: &'static str,
+        name: &'static str,
         index: u32,
-        _: &'static str,
-        _: usize,
+        variant: &'static str,
+        len: usize,
     ) -> Result<Self, CodecError> {
-        varint(self.out, index.into());
-        Ok(self)
+        // Fields without names: laid out like a tuple variant's.
+        self.serialize_tuple_variant(name, index, variant, len)
     }
     fn collect_str<T: std::fmt::Display + ?Sized>(self, _: &T) -> Res {
         // As bincode: a string of unknown length cannot be written ahead of its length.
@@ -588,10 +588,8 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         fields: &'static [&'static str],
         v: V,
     ) -> DRes<V::Value> {
-        v.visit_seq(Elements {
-            r: self,
-            left: fields.len(),
-        })
+        // A struct is its fields in order, like a tuple.
+        self.deserialize_tuple(fields.len(), v)
     }
     #[inline(always)]
     fn deserialize_enum<V: Visitor<'de>>(
@@ -683,10 +681,7 @@ impl<'de> de::VariantAccess<'de> for &mut Reader<'de> {
         fields: &'static [&'static str],
         v: V,
     ) -> DRes<V::Value> {
-        v.visit_seq(Elements {
-            r: self,
-            left: fields.len(),
-        })
+        self.tuple_variant(fields.len(), v)
     }
 }
 
