@@ -363,12 +363,16 @@ type DRes<T> = Result<T, CodecError>;
 impl<'de> Reader<'de> {
     #[inline(always)]
     fn take(&mut self, n: usize) -> DRes<&'de [u8]> {
-        match self.bytes.get(self.pos..self.pos.wrapping_add(n)) {
-            Some(b) if self.pos.checked_add(n).is_some() => {
+        match self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.bytes.get(self.pos..end))
+        {
+            Some(b) => {
                 self.pos += n;
                 Ok(b)
             }
-            _ => Err(CodecError(format!(
+            None => Err(CodecError(format!(
                 "record ends after {} bytes, {n} more needed at byte {}",
                 self.bytes.len(),
                 self.pos
