@@ -25,6 +25,8 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== mock fault on cuda"; $BIN replay traces/mock_tiny_fault_step4.gtape --on cuda --scan-redzones 2>/dev/null
   echo "== mock step on cuda"; $BIN replay traces/mock_tiny_step5.gtape --on cuda --loop 10
   echo "== record + analyze on cuda"; $BIN record --backend cuda --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
+  echo "== this build's step, eager x30"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 30
+  echo "== this build's step, graph x30"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 30 | grep -E "graph|captured"
   echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>/dev/null
                                $BIN show "$OUT/h200_tiny_illegal_step4.gtape" | grep -E "ERR|never|CUT" | cut -c1-160
                                $BIN replay traces/h200_tiny_illegal_step4.gtape --on cuda --sync-each 2>/dev/null
