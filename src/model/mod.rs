@@ -205,11 +205,6 @@ impl Model {
             (token as usize) < c.vocab,
             "token {token} is outside the vocabulary"
         );
-        anyhow::ensure!(
-            c.head_dim <= ATTENTION_THREADS as usize,
-            "head_dim {} is more than the attention kernel's {ATTENTION_THREADS} threads per head",
-            c.head_dim
-        );
         if pos / c.block_size >= self.seq_blocks.len() {
             let b = self.kv.allocate_block()?;
             self.seq_blocks.push(b);
@@ -308,7 +303,7 @@ impl Model {
             gpu.launch_typed(
                 k,
                 [c.heads as u32, 1, 1],
-                [ATTENTION_THREADS, 1, 1],
+                [c.head_dim as u32, 1, 1],
                 0,
                 self.compute_stream,
                 &[
@@ -389,7 +384,7 @@ impl Model {
             gpu,
             "argmax",
             1,
-            128,
+            32,
             &[b(a.logits), KernelArg::Bytes(&u(c.vocab)), b(token_out)],
         )?;
         // The sampled token comes back synchronously: the copy that breaks graph capture.
@@ -414,7 +409,7 @@ impl Model {
             gpu,
             "gemv",
             rows,
-            128,
+            64,
             &[
                 KernelArg::Buffer(w),
                 KernelArg::Buffer(x),
@@ -453,10 +448,6 @@ impl Model {
 
 /// Tokens fed before generation starts.
 pub const PROMPT: [u32; 4] = [1, 17, 42, 7];
-
-/// Threads per block of `paged_attention`: one per position for the dot products, one per
-/// output dimension for the weighted sum of V (so at least `head_dim`).
-const ATTENTION_THREADS: u32 = 128;
 
 /// Run `steps` decode steps from `PROMPT` (fed one token per step) and return the tokens the
 /// model produced after the prompt, with each step's wall time.
