@@ -127,7 +127,7 @@ fn main() {
     rec.record_event(rs.ev, rs.s).unwrap();
     launch6(&bare, &bs);
 
-    if std::env::var("GPUTAPE_BENCH_HOT").is_ok() {
+    if std::env::var("GPUTAPE_BENCH_HOT").is_ok_and(|v| v != "read") {
         // For profiling: only the recorded launch loop.
         let rounds: usize = std::env::var("GPUTAPE_BENCH_ROUNDS")
             .ok()
@@ -239,6 +239,23 @@ fn main() {
         })
         .collect();
     let n = 2_000_000usize;
+    if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("read") {
+        // For profiling: read one file of `sample` frames, many times.
+        let path = dir.join("read.gtape");
+        let mut w = TraceWriter::new(Box::new(MmapSink::create(&path).unwrap())).unwrap();
+        for f in &sample {
+            w.write(f).unwrap();
+        }
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for _ in 0..200 {
+            for f in trace::FrameReader::new(&path, &bytes).unwrap() {
+                black_box(f.unwrap());
+            }
+        }
+        std::fs::remove_dir_all(&dir).ok();
+        return;
+    }
     let mut wr = vec![];
     let mut rd = vec![];
     for round in 0..5 {
