@@ -213,10 +213,22 @@ impl GraphReport {
             median(&self.graphs_only_ms),
             median(&self.captured_eager_ms),
         );
+        let nodes: usize = self
+            .plan
+            .segments
+            .iter()
+            .filter(|s| s.stream.is_some())
+            .map(|s| s.calls.len())
+            .sum();
+        // Per call: a graph's floor is the device's per-node cost plus each kernel's run time;
+        // eager's is the host's launch cost. Their ratio bounds what graphs can gain here.
         Some(format!(
-            "captured calls alone, median of {}: as graph(s) {g:.3} ms, eager {e:.3} ms ({:.2}x)\n",
+            "captured calls alone, median of {}: as graph(s) {g:.3} ms, eager {e:.3} ms ({:.2}x); \
+             per call {:.2} us as graph nodes, {:.2} us eager ({nodes} calls)\n",
             self.graphs_only_ms.len(),
-            e / g
+            e / g,
+            g * 1e3 / nodes.max(1) as f64,
+            e * 1e3 / nodes.max(1) as f64,
         ))
     }
 
