@@ -404,3 +404,69 @@ fn hashes_at_syncs_name_the_first_buffer_and_the_kernels_that_took_it() {
         d.detail
     );
 }
+
+/// Record, on the mock, a fork/join step: a fill on a side stream, an event, the main stream
+/// waiting on it and filling after it, then a readback; optionally an `event_synchronize` on
+/// that event after the step, which only an eager event can serve.
+fn fork_join_trace(sync_event_after: bool) -> Trace {
+    use gputape::recorder::{BackendDesc, RecordingBackend};
+    let sink = trace::VecSink::default();
+    let bytes = sink.0.clone();
+    let rec = RecordingBackend::new(mock(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.start().unwrap();
+    let (side, main) = (rec.create_stream().unwrap(), rec.create_stream().unwrap());
+    let ev = rec.create_event().unwrap();
+    let buf = rec.alloc(256).unwrap();
+    rec.memset_async(buf, 7, 256, side).unwrap();
+    rec.record_event(ev, side).unwrap();
+    rec.stream_wait_event(main, ev).unwrap();
+    rec.memset_async(buf, 9, 128, main).unwrap();
+    let mut out = [0u8; 256];
+    rec.copy_d2h(buf, &mut out).unwrap();
+    assert_eq!((out[0], out[255]), (9, 7));
+    if sync_event_after {
+        rec.event_synchronize(ev).unwrap();
+    }
+    rec.stop().unwrap();
+    let b = bytes.lock().clone();
+    Trace::from_bytes(Path::new("fork-join"), &b).unwrap()
+}
+
+#[test]
+fn a_fork_join_step_is_one_graph_that_starts_on_the_side_stream() {
+    let t = fork_join_trace(false);
+    let plan = gputape::replayer::plan_segments(&t, (0, u64::MAX));
+    let graphs: Vec<_> = plan
+        .segments
+        .iter()
+        .filter(|s| s.stream.is_some())
+        .collect();
+    assert_eq!(graphs.len(), 1, "{plan:#?}");
+    let g = graphs[0];
+    assert_eq!(g.calls.len(), 4, "fill, record, wait, fill: {plan:#?}");
+    assert_eq!(g.forked.len(), 1);
+    assert_ne!(g.stream, Some(g.forked[0]));
+    // Only the allocation (illegal in a global-mode capture) and the readback keep the step
+    // from being one graph; the side stream's work no longer does.
+    let breakers: Vec<_> = plan.breakers.iter().map(|b| b.call.as_str()).collect();
+    assert_eq!(breakers, ["alloc", "copy_d2h"]);
+    // Replayed as that graph, launched three times: the readback sees both fills each time.
+    let r = Replayer::new(&t)
+        .run_as_graph(&mock(), None, 3, None)
+        .unwrap();
+    assert_eq!((r.d2h_checked, r.d2h_matched), (3, 3), "{}", r.summary());
+}
+
+#[test]
+fn an_event_used_after_the_step_keeps_its_record_out_of_the_graph() {
+    let t = fork_join_trace(true);
+    let plan = gputape::replayer::plan_segments(&t, (0, u64::MAX));
+    assert!(
+        plan.segments.iter().all(|s| s.forked.is_empty()),
+        "the event is synchronised after the step, so it cannot live inside a graph: {plan:#?}"
+    );
+    let r = Replayer::new(&t)
+        .run_as_graph(&mock(), None, 3, None)
+        .unwrap();
+    assert_eq!((r.d2h_checked, r.d2h_matched), (3, 3), "{}", r.summary());
+}

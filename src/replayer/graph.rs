@@ -1,10 +1,13 @@
 //! Replaying a step as CUDA graphs, through the trait: the same code captures on the driver and
 //! on the mock's emulation.
 //!
-//! A step is cut into segments: runs of asynchronous device work on one stream become graphs;
-//! everything else (host syncs, synchronous copies, allocation, cross-stream event edges) runs
-//! eagerly between them. Each call that forced a cut is reported with the capture rule that
-//! makes it uncapturable.
+//! A step is cut into segments. A graph segment begins at asynchronous device work (or an
+//! upload) on some stream and takes in what a capture takes in: more work on the capturing
+//! streams, events recorded on them, and waits on those events, which fork the waiting stream
+//! into the capture (the replay joins it back before ending the capture). Everything else (host
+//! syncs, synchronous copies, allocation) runs eagerly between graphs. Each call that forced a
+//! cut is reported with the capture rule that makes it uncapturable. If an event recorded in a
+//! graph is used after it, the plan falls back to one stream per graph.
 
 use super::{Outcome, ReplayError, Replayer};
 use crate::backend::{
@@ -19,8 +22,13 @@ use std::time::Instant;
 pub struct Segment {
     /// Indices into `Trace::calls`.
     pub calls: Vec<usize>,
-    /// The stream a graph segment captures; `None` for an eager segment.
+    /// The stream a graph segment's capture begins on; `None` for an eager segment.
     pub stream: Option<StreamRef>,
+    /// Other streams the capture forked into (each waited on an event recorded inside it). The
+    /// replay joins each back into `stream` before ending the capture, and after every launch
+    /// makes each wait for the graph, as the recorded program's later calls expect.
+    #[serde(default)]
+    pub forked: Vec<StreamRef>,
 }
 
 /// A call that kept the step out of one graph.
@@ -124,23 +132,24 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
         .iter()
         .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
         .map(|(s, _)| *s);
-    let mut plan = SegmentPlan::default();
-    let mut cur: Option<Segment> = None;
+    let forked = forked_segments(&calls);
+    let segments = if events_stay_inside(t, &forked) {
+        forked
+    } else {
+        single_stream_segments(&calls)
+    };
+    let in_graph: std::collections::HashSet<usize> = segments
+        .iter()
+        .filter(|s| s.stream.is_some())
+        .flat_map(|s| s.calls.iter().copied())
+        .collect();
+    let mut plan = SegmentPlan {
+        segments,
+        breakers: vec![],
+    };
+    let Some(main) = main else { return plan };
     for (i, c, inside) in calls {
-        let g = if inside { None } else { graphable(&c.call) };
-        if g != cur.as_ref().and_then(|s| s.stream) {
-            if let Some(s) = cur.take() {
-                plan.segments.push(s);
-            }
-        }
-        cur.get_or_insert_with(|| Segment {
-            calls: vec![],
-            stream: g,
-        })
-        .calls
-        .push(i);
-        let Some(main) = main else { continue };
-        if inside || g == Some(main) {
+        if inside || in_graph.contains(&i) {
             continue;
         }
         let (op, stream) = c.call.capture_op(&|_| false);
@@ -175,10 +184,150 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
             why: format!("{} ({})", rule.why, rule.verdict.name()),
         });
     }
-    if let Some(s) = cur.take() {
-        plan.segments.push(s);
-    }
     plan
+}
+
+/// Runs of asynchronous device work on one stream each: graphs; everything else eager.
+fn single_stream_segments(calls: &[(usize, &CallRecord, bool)]) -> Vec<Segment> {
+    let mut out = vec![];
+    let mut cur: Option<Segment> = None;
+    for &(i, c, inside) in calls {
+        let g = if inside { None } else { graphable(&c.call) };
+        if g != cur.as_ref().and_then(|s| s.stream) {
+            out.extend(cur.take());
+        }
+        cur.get_or_insert_with(|| Segment {
+            calls: vec![],
+            stream: g,
+            forked: vec![],
+        })
+        .calls
+        .push(i);
+    }
+    out.extend(cur);
+    out
+}
+
+/// Like `single_stream_segments`, but a graph also takes in what a capture takes in across
+/// streams: an upload on a capturing stream (the replay's source bytes are the trace's own,
+/// stable for the graph's life), an event recorded on a capturing stream, and a wait on such an
+/// event, which forks the waiting stream into the capture. This is how an engine's step with a
+/// copy stream (upload, record, compute waits) becomes one graph.
+fn forked_segments(calls: &[(usize, &CallRecord, bool)]) -> Vec<Segment> {
+    let mut out = vec![];
+    let mut eager: Option<Segment> = None;
+    let mut graph: Option<(Segment, Vec<StreamRef>, Vec<EventId>)> = None;
+    for &(i, c, inside) in calls {
+        let start = if inside {
+            None
+        } else {
+            graphable(&c.call).or(match &c.call {
+                Call::CopyH2DAsync { stream, .. } if *stream != StreamRef::Legacy => Some(*stream),
+                _ => None,
+            })
+        };
+        if let Some((seg, capturing, events)) = graph.as_mut() {
+            let joins = !inside
+                && match &c.call {
+                    Call::RecordEvent { event, stream } if capturing.contains(stream) => {
+                        events.push(*event);
+                        true
+                    }
+                    Call::StreamWaitEvent { stream, event } if events.contains(event) => {
+                        if *stream != StreamRef::Legacy && !capturing.contains(stream) {
+                            capturing.push(*stream);
+                            seg.forked.push(*stream);
+                        }
+                        *stream != StreamRef::Legacy
+                    }
+                    _ => start.is_some_and(|s| capturing.contains(&s)),
+                };
+            if joins {
+                seg.calls.push(i);
+                continue;
+            }
+            out.extend(graph.take().map(|(seg, ..)| seg));
+        }
+        match start {
+            Some(s) => {
+                out.extend(eager.take());
+                graph = Some((
+                    Segment {
+                        calls: vec![i],
+                        stream: Some(s),
+                        forked: vec![],
+                    },
+                    vec![s],
+                    vec![],
+                ));
+            }
+            None => eager
+                .get_or_insert_with(|| Segment {
+                    calls: vec![],
+                    stream: None,
+                    forked: vec![],
+                })
+                .calls
+                .push(i),
+        }
+    }
+    out.extend(graph.map(|(seg, ..)| seg));
+    out.extend(eager);
+    out
+}
+
+/// An event recorded inside a capture exists only as an edge of that capture's graph; the plan
+/// holds only if no call after the graph uses such an event before recording it again.
+fn events_stay_inside(t: &Trace, segments: &[Segment]) -> bool {
+    let event_of = |c: &Call| match c {
+        Call::RecordEvent { event, .. }
+        | Call::StreamWaitEvent { event, .. }
+        | Call::EventSynchronize { event }
+        | Call::DestroyEvent { event } => Some(*event),
+        _ => None,
+    };
+    segments.iter().filter(|s| s.stream.is_some()).all(|seg| {
+        let last = *seg.calls.last().expect("segments are not empty");
+        seg.calls
+            .iter()
+            .filter_map(|&i| match &t.calls[i].call {
+                Call::RecordEvent { event, .. } => Some(*event),
+                _ => None,
+            })
+            .all(|e| {
+                let next = t.calls[last + 1..]
+                    .iter()
+                    .find(|c| event_of(&c.call) == Some(e));
+                matches!(
+                    next.map(|c| &c.call),
+                    None | Some(Call::RecordEvent { .. } | Call::DestroyEvent { .. })
+                )
+            })
+    })
+}
+
+/// A graph built from one segment, with what its launch needs.
+struct Built {
+    g: GraphHandle,
+    /// The origin stream, where the graph is launched.
+    raw: u64,
+    /// Streams forked into the capture; after each launch they wait for the graph.
+    forked: Vec<u64>,
+    join: Option<u64>,
+    after: Option<u64>,
+}
+
+impl Built {
+    fn launch(&self, gpu: &dyn GpuBackend) -> anyhow::Result<()> {
+        gpu.launch_graph(self.g, self.raw)?;
+        if let Some(after) = self.after {
+            gpu.record_event(after, self.raw)?;
+            for &f in &self.forked {
+                gpu.stream_wait_event(f, after)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn median(ms: &[f64]) -> f64 {
@@ -302,6 +451,22 @@ impl Replayer<'_> {
                 Some(s) => {
                     let first = &self.trace.calls[seg.calls[0]];
                     let raw = super::resolve_stream(st, s, first)?;
+                    let forked = seg
+                        .forked
+                        .iter()
+                        .map(|f| super::resolve_stream(st, *f, first))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    // Replay-owned events: one joins the forked streams back into the origin
+                    // (inside the capture), one orders them after each launch.
+                    let helper = || {
+                        gpu.create_event()
+                            .map_err(|e| fail(first, "create_event", format!("{e:#}")))
+                    };
+                    let (join, after) = if forked.is_empty() {
+                        (None, None)
+                    } else {
+                        (Some(helper()?), Some(helper()?))
+                    };
                     gpu.begin_capture(raw)
                         .map_err(|e| fail(first, "begin_capture", format!("{e:#}")))?;
                     for &i in &seg.calls {
@@ -311,12 +476,35 @@ impl Replayer<'_> {
                             return Err(fail(c, "capturing", format!("{e:#}")));
                         }
                     }
+                    if let Some(join) = join {
+                        for &f in &forked {
+                            let joined = gpu
+                                .record_event(join, f)
+                                .and_then(|()| gpu.stream_wait_event(raw, join));
+                            if let Err(e) = joined {
+                                gpu.abort_capture_if_active(raw);
+                                return Err(fail(
+                                    first,
+                                    "joining a forked stream",
+                                    format!("{e:#}"),
+                                ));
+                            }
+                        }
+                    }
                     let g = gpu
                         .end_capture(raw)
                         .map_err(|e| fail(first, "end_capture", format!("{e:#}")))?;
-                    gpu.launch_graph(g, raw)
+                    let built = Built {
+                        g,
+                        raw,
+                        forked,
+                        join,
+                        after,
+                    };
+                    built
+                        .launch(gpu)
                         .map_err(|e| fail(first, "launch_graph", format!("{e:#}")))?;
-                    graphs.push(Some((g, raw)));
+                    graphs.push(Some(built));
                 }
                 None => {
                     for &i in &seg.calls {
@@ -339,7 +527,7 @@ impl Replayer<'_> {
             let t0 = Instant::now();
             for (seg, g) in report.plan.segments.iter().zip(&graphs) {
                 match g {
-                    Some((g, raw)) => gpu.launch_graph(*g, *raw).map_err(|e| {
+                    Some(g) => g.launch(gpu).map_err(|e| {
                         fail(
                             &self.trace.calls[seg.calls[0]],
                             "launch_graph",
@@ -379,22 +567,24 @@ impl Replayer<'_> {
             report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         // The captured part alone: the graphs, then the same calls eagerly.
-        let captured: Vec<(&Segment, (GraphHandle, u64))> = report
+        let captured: Vec<(&Segment, &Built)> = report
             .plan
             .segments
             .iter()
             .zip(&graphs)
-            .filter_map(|(seg, g)| g.map(|g| (seg, g)))
+            .filter_map(|(seg, g)| g.as_ref().map(|g| (seg, g)))
             .collect();
-        let sync_all = |st: &[(&Segment, (GraphHandle, u64))]| {
-            for (_, (_, raw)) in st {
-                let _ = gpu.synchronize(*raw);
+        let sync_all = |st: &[(&Segment, &Built)]| {
+            for (_, b) in st {
+                for raw in std::iter::once(&b.raw).chain(&b.forked) {
+                    let _ = gpu.synchronize(*raw);
+                }
             }
         };
         for _ in 0..if captured.is_empty() { 0 } else { launches } {
             let t0 = Instant::now();
-            for (seg, (g, raw)) in &captured {
-                gpu.launch_graph(*g, *raw).map_err(|e| {
+            for (seg, b) in &captured {
+                b.launch(gpu).map_err(|e| {
                     fail(
                         &self.trace.calls[seg.calls[0]],
                         "launch_graph",
@@ -418,8 +608,11 @@ impl Replayer<'_> {
                 .captured_eager_ms
                 .push(t0.elapsed().as_secs_f64() * 1e3);
         }
-        for (g, _) in graphs.into_iter().flatten() {
-            let _ = gpu.destroy_graph(g);
+        for b in graphs.into_iter().flatten() {
+            let _ = gpu.destroy_graph(b.g);
+            for e in [b.join, b.after].into_iter().flatten() {
+                let _ = gpu.destroy_event(e);
+            }
         }
         drop(guard);
         Ok(report)
