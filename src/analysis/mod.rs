@@ -6,8 +6,10 @@
 
 mod access;
 pub mod export;
+mod plan;
 
 pub use access::{accesses, Access};
+pub use plan::{plan_segments, Breaker, Segment, SegmentPlan};
 
 use crate::backend::{decide, CaptureContext, CaptureMode, Relation, StreamKind, Verdict};
 use crate::trace::*;
@@ -569,6 +571,8 @@ pub struct Report {
     pub capture_mode: &'static str,
     pub stream_kind: &'static str,
     pub verdicts: Vec<CaptureVerdict>,
+    /// The graph replay's plan: captures that follow forks across streams.
+    pub graph_plan: Option<SegmentPlan>,
     pub races: Vec<Race>,
     pub lifetimes: Vec<Lifetime>,
 }
@@ -601,6 +605,7 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         } else {
             vec![]
         },
+        graph_plan: s.capture.then(|| plan_segments(t, q.range)),
         races: if s.races { races(t, &g) } else { vec![] },
         lifetimes: if s.leaks {
             lifetimes(t, &g, q.range)
@@ -656,6 +661,37 @@ impl Report {
                 s.push_str(&format!(
                     "  {cat:<13} {call} at {site} (x{n}, first #{}): [{rule}] {detail}\n",
                     seqs[0]
+                ));
+            }
+        }
+        if let Some(p) = &self.graph_plan {
+            // The verdicts above judge one capture of one stream; a capture that forks into the
+            // streams the step waits on (as `replay --as-graph` builds it) can take in more.
+            let forked: BTreeSet<String> = p
+                .segments
+                .iter()
+                .flat_map(|seg| seg.forked.iter().map(|f| f.to_string()))
+                .collect();
+            s.push_str(&format!(
+                "as graphs, following forks across streams (replay --as-graph): {} graph(s), {} eager segment(s){}; {} call(s) kept out\n",
+                p.graph_count(),
+                p.segments.len() - p.graph_count(),
+                if forked.is_empty() {
+                    String::new()
+                } else {
+                    format!(", forking {}", forked.into_iter().collect::<Vec<_>>().join(", "))
+                },
+                p.breakers.len()
+            ));
+            let mut kept: BTreeMap<(&str, &str, &str), (usize, u64)> = BTreeMap::new();
+            for b in &p.breakers {
+                kept.entry((b.call.as_str(), b.site.as_str(), b.rule.as_str()))
+                    .or_insert((0, b.seq))
+                    .0 += 1;
+            }
+            for ((call, site, rule), (n, first)) in kept {
+                s.push_str(&format!(
+                    "  kept out      {call} at {site} (x{n}, first #{first}): [{rule}]\n"
                 ));
             }
         }

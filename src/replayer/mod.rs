@@ -9,7 +9,8 @@
 mod graph;
 mod pointers;
 
-pub use graph::{plan_segments, Breaker, GraphReport, Segment, SegmentPlan};
+pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
+pub use graph::GraphReport;
 pub use pointers::{hidden_pointers, HiddenPointer};
 
 use crate::backend::{DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode};
