@@ -117,7 +117,8 @@ enum Cmd {
         /// Compare device-to-host results with the recording (on by default).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         verify: bool,
-        /// Print each call's time (first loop).
+        /// Print each call's host time (first loop); with --sync-each, a launch's time runs
+        /// until its stream is synchronised, so it includes the kernel's run.
         #[arg(long)]
         timing: bool,
         /// Put every buffer at its recorded address (needed when buffers hold device

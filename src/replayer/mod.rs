@@ -67,7 +67,7 @@ pub struct ReplayOptions {
     pub scan_redzones_each: bool,
     /// Compare every device-to-host result with the recorded bytes.
     pub verify: bool,
-    /// Keep each call's wall time.
+    /// Keep each call's wall time (to the end of the sync after it, with `sync_each`).
     pub per_call_timing: bool,
 }
 
@@ -454,11 +454,6 @@ impl<'t> Replayer<'t> {
                 let timed = live && lp == 0 && opts.per_call_timing;
                 let tc = timed.then(Instant::now);
                 let outcome = self.issue(gpu, st, c, live && opts.verify)?;
-                if let Some(tc) = tc {
-                    report
-                        .per_call_us
-                        .push((c.seq, tc.elapsed().as_secs_f64() * 1e6));
-                }
                 if live && lp == 0 {
                     report.calls += 1;
                     progress(c.seq);
@@ -500,6 +495,12 @@ impl<'t> Replayer<'t> {
                     }
                     other => other,
                 };
+                // With a sync after each launch, a launch's time runs to its completion.
+                if let Some(tc) = tc {
+                    report
+                        .per_call_us
+                        .push((c.seq, tc.elapsed().as_secs_f64() * 1e6));
+                }
                 let outcome = match outcome {
                     Outcome::Ok {
                         checked,
