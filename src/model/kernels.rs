@@ -105,15 +105,26 @@ fn gemv(c: &mut KernelCtx<'_>) -> K {
     let xs = c.read_f32(x, cols)?;
     let out: Vec<f32> = ws
         .chunks_exact(cols)
-        .map(|row| {
-            let mut acc = 0.0f32;
-            for (a, b) in row.iter().zip(&xs) {
-                acc += a * b;
-            }
-            acc
-        })
+        .map(|row| warp_dot(row, &xs))
         .collect();
     c.write_f32(y, &out)
+}
+
+/// A row times a vector the way `gemv.cu`'s warp computes it: lane `l` of 32 sums columns
+/// l, l+32, ... in order, then the lanes' sums are added in the warp's butterfly (each lane
+/// adds its partner's sum at xor 16, 8, 4, 2, 1; lane 0's result is kept).
+fn warp_dot(row: &[f32], x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 32];
+    for (c, (a, b)) in row.iter().zip(x).enumerate() {
+        lanes[c % 32] += a * b;
+    }
+    for off in [16, 8, 4, 2, 1] {
+        let before = lanes;
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            *lane = before[i] + before[i ^ off];
+        }
+    }
+    lanes[0]
 }
 
 fn rope(c: &mut KernelCtx<'_>) -> K {

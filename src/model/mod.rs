@@ -408,8 +408,8 @@ impl Model {
         self.launch(
             gpu,
             "gemv",
-            rows,
-            64,
+            rows * 32,
+            128,
             &[
                 KernelArg::Buffer(w),
                 KernelArg::Buffer(x),
