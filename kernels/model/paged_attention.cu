@@ -1,29 +1,36 @@
-// Attention of one new token over positions 0..=inputs[1], reading K/V through the block table.
-// One block per query head, one thread per output dimension; grouped-query heads share a KV
-// head. Every reduction runs in position order in each thread, matching the CPU twin.
+// Attention of one new token over positions 0..=inputs[1] (at most 1024), reading K/V through
+// the block table. One warp per query head (head_dim <= 32); grouped-query heads share a KV
+// head. The arithmetic is the CPU twin's, in its order: each score is q.k summed over the head
+// dimension in index order (one position per lane, all positions' loads in flight together);
+// the maximum, the softmax sum and each output's weighted sum of V then run over positions in
+// order (the maximum and the sum by every lane over shared memory, one output per lane).
 extern "C" __global__ void paged_attention(const float* q, const float* k_pool, const float* v_pool, const int* inputs, float* out, unsigned n_heads, unsigned n_kv_heads, unsigned head_dim, unsigned block_size, float scale) {
-    unsigned h = blockIdx.x, d = threadIdx.x;
-    if (h >= n_heads || d >= head_dim) return;
+    __shared__ float sc[1024];
+    unsigned h = blockIdx.x, lane = threadIdx.x;
+    if (h >= n_heads) return;
     unsigned kvh = h / (n_heads / n_kv_heads);
     unsigned kv_dim = n_kv_heads * head_dim;
     unsigned len = (unsigned)inputs[1] + 1;
     const float* qh = q + h * head_dim;
-    float m = -3.402823466e38f;
-    for (unsigned t = 0; t < len; t++) {
+    for (unsigned t = lane; t < len; t += blockDim.x) {
         size_t base = ((size_t)inputs[2 + t / block_size] * block_size + t % block_size) * kv_dim + kvh * head_dim;
         float s = 0.0f;
         for (unsigned j = 0; j < head_dim; j++) s += qh[j] * k_pool[base + j];
-        s *= scale;
-        m = s > m ? s : m;
+        sc[t] = s * scale;
     }
+    __syncthreads();
+    float m = -3.402823466e38f;
+    for (unsigned t = 0; t < len; t++) m = sc[t] > m ? sc[t] : m;
+    __syncthreads();
+    for (unsigned t = lane; t < len; t += blockDim.x) sc[t] = expf(sc[t] - m);
+    __syncthreads();
+    if (lane >= head_dim) return;
     float sum = 0.0f, acc = 0.0f;
     for (unsigned t = 0; t < len; t++) {
         size_t base = ((size_t)inputs[2 + t / block_size] * block_size + t % block_size) * kv_dim + kvh * head_dim;
-        float s = 0.0f;
-        for (unsigned j = 0; j < head_dim; j++) s += qh[j] * k_pool[base + j];
-        float p = expf(s * scale - m);
+        float p = sc[t];
         sum += p;
-        acc += p * v_pool[base + d];
+        acc += p * v_pool[base + lane];
     }
-    out[h * head_dim + d] = acc / sum;
+    out[h * head_dim + lane] = acc / sum;
 }

@@ -205,6 +205,13 @@ impl Model {
             (token as usize) < c.vocab,
             "token {token} is outside the vocabulary"
         );
+        // What the kernels' shared-memory staging and one-warp attention hold.
+        anyhow::ensure!(
+            c.head_dim <= 32 && c.max_seq <= 1024 && c.hidden <= 1024 && c.vocab <= 4096,
+            "config {} is beyond the kernels' limits (head_dim <= 32, max_seq <= 1024, \
+             hidden <= 1024, vocab <= 4096)",
+            c.name
+        );
         if pos / c.block_size >= self.seq_blocks.len() {
             let b = self.kv.allocate_block()?;
             self.seq_blocks.push(b);
@@ -303,7 +310,7 @@ impl Model {
             gpu.launch_typed(
                 k,
                 [c.heads as u32, 1, 1],
-                [c.head_dim as u32, 1, 1],
+                [32, 1, 1],
                 0,
                 self.compute_stream,
                 &[
@@ -384,7 +391,7 @@ impl Model {
             gpu,
             "argmax",
             1,
-            32,
+            128,
             &[b(a.logits), KernelArg::Bytes(&u(c.vocab)), b(token_out)],
         )?;
         // The sampled token comes back synchronously: the copy that breaks graph capture.
