@@ -66,15 +66,7 @@ fn main() {
         let m = mock();
         let t0 = Instant::now();
         let r = Replayer::new(&t)
-            .run(
-                &m,
-                &ReplayOptions {
-                    verify: true,
-                    ..Default::default()
-                },
-                None,
-                |_| {},
-            )
+            .run(&m, &ReplayOptions::default(), None, |_| {})
             .unwrap();
         let secs = t0.elapsed().as_secs_f64();
         assert_eq!(r.calls as usize, calls);

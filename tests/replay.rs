@@ -63,7 +63,6 @@ fn every_trace_replays_on_the_mock_and_matches_its_recording() {
         let t = Trace::open(&p).unwrap();
         let g = mock();
         let opts = ReplayOptions {
-            verify: true,
             loops: 2,
             ..Default::default()
         };
@@ -152,7 +151,6 @@ fn range_and_stop_replay_only_what_was_asked() {
             &g,
             &ReplayOptions {
                 range: Some((10, 30)),
-                verify: true,
                 ..Default::default()
             },
             None,
@@ -165,7 +163,6 @@ fn range_and_stop_replay_only_what_was_asked() {
             &g,
             &ReplayOptions {
                 stop_at: Some(4),
-                verify: true,
                 ..Default::default()
             },
             None,
@@ -199,15 +196,7 @@ fn a_corrupted_step_diverges_at_the_named_call_and_buffer() {
         .data = id;
     let g = mock();
     let r = Replayer::new(&t)
-        .run(
-            &g,
-            &ReplayOptions {
-                verify: true,
-                ..Default::default()
-            },
-            None,
-            |_| {},
-        )
+        .run(&g, &ReplayOptions::default(), None, |_| {})
         .unwrap();
     let d = r.divergence.expect("diverges");
     assert_eq!(d.call, "copy_d2h");
@@ -249,15 +238,7 @@ fn replaying_through_a_trait_object_works_for_any_backend() {
     let m = mock();
     let g: &dyn GpuBackend = &m;
     let r = Replayer::new(&t)
-        .run(
-            g,
-            &ReplayOptions {
-                verify: true,
-                ..Default::default()
-            },
-            None,
-            |_| {},
-        )
+        .run(g, &ReplayOptions::default(), None, |_| {})
         .unwrap();
     assert_eq!(r.d2h_matched, 1);
 }
@@ -305,17 +286,7 @@ fn buffers_holding_device_addresses_are_replayed_at_their_addresses_or_refused()
     let m = mock();
     let place = |addr: u64, bytes: usize| m.alloc_at(addr, bytes);
     let r = Replayer::new(&t).with_fixed_addresses(&place);
-    let rep = r
-        .run(
-            &m,
-            &ReplayOptions {
-                verify: true,
-                ..Default::default()
-            },
-            None,
-            |_| {},
-        )
-        .unwrap();
+    let rep = r.run(&m, &ReplayOptions::default(), None, |_| {}).unwrap();
     assert_eq!(
         (rep.d2h_checked, rep.d2h_matched),
         (1, 1),
@@ -374,15 +345,7 @@ fn hashes_at_syncs_name_the_first_buffer_and_the_kernels_that_took_it() {
         })),
     );
     let r = Replayer::new(&t)
-        .run(
-            &m,
-            &ReplayOptions {
-                verify: true,
-                ..Default::default()
-            },
-            None,
-            |_| {},
-        )
+        .run(&m, &ReplayOptions::default(), None, |_| {})
         .unwrap();
     let d = r.divergence.expect("diverges");
     assert_eq!(

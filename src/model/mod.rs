@@ -258,19 +258,7 @@ impl Model {
         };
         for l in 0..c.layers {
             let lw = |n: &str| w.get(&format!("l{l}.{n}"));
-            self.launch(
-                gpu,
-                "rmsnorm",
-                1,
-                128,
-                &[
-                    b(a.x),
-                    b(lw("attn_norm")?),
-                    b(a.xn),
-                    KernelArg::Bytes(&u(hidden)),
-                    KernelArg::Bytes(&eps),
-                ],
-            )?;
+            self.rmsnorm(gpu, lw("attn_norm")?, &eps)?;
             for (name, out, rows) in [("wq", a.q, qd), ("wk", a.k, kvd), ("wv", a.v, kvd)] {
                 self.gemv(gpu, lw(name)?, a.xn, out, rows, hidden)?;
             }
@@ -328,26 +316,8 @@ impl Model {
             )
             .with_context(|| format!("kernel paged_attention at step {}", self.step_index))?;
             self.gemv(gpu, lw("wo")?, a.attn, a.tmp, hidden, qd)?;
-            self.launch(
-                gpu,
-                "add",
-                hidden,
-                128,
-                &[b(a.x), b(a.tmp), KernelArg::Bytes(&u(hidden))],
-            )?;
-            self.launch(
-                gpu,
-                "rmsnorm",
-                1,
-                128,
-                &[
-                    b(a.x),
-                    b(lw("ffn_norm")?),
-                    b(a.xn),
-                    KernelArg::Bytes(&u(hidden)),
-                    KernelArg::Bytes(&eps),
-                ],
-            )?;
+            self.residual_add(gpu)?;
+            self.rmsnorm(gpu, lw("ffn_norm")?, &eps)?;
             self.gemv(gpu, lw("w_gate")?, a.xn, a.gate, ffn, hidden)?;
             self.gemv(gpu, lw("w_up")?, a.xn, a.up, ffn, hidden)?;
             self.launch(
@@ -364,27 +334,9 @@ impl Model {
                 ],
             )?;
             self.gemv(gpu, lw("w_down")?, a.act, a.tmp, hidden, ffn)?;
-            self.launch(
-                gpu,
-                "add",
-                hidden,
-                128,
-                &[b(a.x), b(a.tmp), KernelArg::Bytes(&u(hidden))],
-            )?;
+            self.residual_add(gpu)?;
         }
-        self.launch(
-            gpu,
-            "rmsnorm",
-            1,
-            128,
-            &[
-                b(a.x),
-                b(w.get("final_norm")?),
-                b(a.xn),
-                KernelArg::Bytes(&u(hidden)),
-                KernelArg::Bytes(&eps),
-            ],
-        )?;
+        self.rmsnorm(gpu, w.get("final_norm")?, &eps)?;
         self.gemv(gpu, w.get("lm_head")?, a.xn, a.logits, c.vocab, hidden)?;
         let token_out = gpu.op_cache().scratch(gpu, "argmax.token", 4)?;
         self.launch(
@@ -399,6 +351,45 @@ impl Model {
         gpu.copy_d2h(token_out, &mut out)?;
         self.step_index += 1;
         Ok(u32::from_le_bytes(out))
+    }
+
+    /// RMSNorm of the residual stream (`x`) with weight `w`, into `xn`.
+    #[track_caller]
+    fn rmsnorm(&self, gpu: &dyn GpuBackend, w: DevicePtr, eps: &[u8; 4]) -> Result<()> {
+        let a = &self.arena;
+        let n = (self.cfg.hidden as u32).to_le_bytes();
+        let b = KernelArg::Buffer;
+        self.launch(
+            gpu,
+            "rmsnorm",
+            1,
+            128,
+            &[
+                b(a.x),
+                b(w),
+                b(a.xn),
+                KernelArg::Bytes(&n),
+                KernelArg::Bytes(eps),
+            ],
+        )
+    }
+
+    /// The residual connection: `x += tmp`.
+    #[track_caller]
+    fn residual_add(&self, gpu: &dyn GpuBackend) -> Result<()> {
+        let a = &self.arena;
+        let n = (self.cfg.hidden as u32).to_le_bytes();
+        self.launch(
+            gpu,
+            "add",
+            self.cfg.hidden,
+            128,
+            &[
+                KernelArg::Buffer(a.x),
+                KernelArg::Buffer(a.tmp),
+                KernelArg::Bytes(&n),
+            ],
+        )
     }
 
     #[track_caller]

@@ -595,7 +595,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref());
             let stream = st.stream(stream);
-            let parts = st.launch_parts(func.0);
+            let parts = st.launch_parts(Some(func.0));
             let (addrs, layout) = (&parts.addrs, parts.layout);
             let view = LaunchRef {
                 typed: false,
@@ -632,7 +632,8 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref());
             let stream = st.stream(stream);
-            let parts = st.launch_parts(func.0);
+            // Typed arguments say what they are: no layout needed.
+            let parts = st.launch_parts(None);
             let addrs = &parts.addrs;
             let view = LaunchRef {
                 typed: true,

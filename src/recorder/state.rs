@@ -163,18 +163,17 @@ impl RecState {
         }
     }
 
-    /// What a launch's Begin frame is encoded from, borrowed together: the address ledger and
-    /// the kernel's parameter layout (empty when unknown) for its arguments, and the writer
-    /// (`None` when not recording).
-    pub fn launch_parts(&mut self, kernel: u64) -> LaunchParts<'_> {
+    /// What a launch's Begin frame is encoded from, borrowed together: the address ledger and,
+    /// for a raw launch (`layout_of` its kernel), the kernel's parameter layout (empty when
+    /// unknown) for its arguments, and the writer (`None` when not recording).
+    pub fn launch_parts(&mut self, layout_of: Option<u64>) -> LaunchParts<'_> {
         LaunchParts {
             addrs: Addrs {
                 bufs: &self.bufs,
                 freed: &self.freed,
             },
-            layout: self
-                .kernels
-                .get(&kernel)
+            layout: layout_of
+                .and_then(|k| self.kernels.get(&k))
                 .and_then(|k| k.params.as_deref())
                 .unwrap_or(&[]),
             writer: if self.recording {

@@ -52,7 +52,7 @@ pub enum ReplayError {
 }
 
 /// What to replay and how.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ReplayOptions {
     /// Replay (verify and time) only calls with seq in `[a, b)`; the calls before `a` still run,
     /// unverified, to rebuild the state at `a`.
@@ -69,6 +69,21 @@ pub struct ReplayOptions {
     pub verify: bool,
     /// Keep each call's wall time (to the end of the sync after it, with `sync_each`).
     pub per_call_timing: bool,
+}
+
+/// A replay checks its results against the recording unless told not to, as the CLI does.
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            range: None,
+            stop_at: None,
+            loops: 1,
+            sync_each: false,
+            scan_redzones_each: false,
+            verify: true,
+            per_call_timing: false,
+        }
+    }
 }
 
 /// The first place a replay's results part from the recording.
@@ -458,8 +473,8 @@ impl<'t> Replayer<'t> {
                     report.calls += 1;
                     progress(c.seq);
                 }
-                if let Some(kid) = launched_kernel(&c.call) {
-                    for arg in launch_args(&c.call) {
+                if let Some((kid, args)) = c.call.launch() {
+                    for arg in args {
                         if let Arg::Buf(DevAddr::Buf { buf, .. }) = arg {
                             last_writer.insert(*buf, kid);
                         }
@@ -472,9 +487,9 @@ impl<'t> Replayer<'t> {
                     o @ (Outcome::Ok { .. } | Outcome::SucceededButRecordedError)
                         if live
                             && (opts.sync_each || opts.scan_redzones_each)
-                            && launched_kernel(&c.call).is_some() =>
+                            && c.call.launch().is_some() =>
                     {
-                        let synced = match launch_stream(&c.call) {
+                        let synced = match c.call.work_stream() {
                             Some(s) => gpu.synchronize(resolve_stream(st, s, c)?),
                             None => Ok(()),
                         };
@@ -642,15 +657,18 @@ impl<'t> Replayer<'t> {
                 .iter()
                 .filter(|x| x.seq > since && x.seq < c.seq)
                 .filter(|x| {
-                    launch_args(&x.call)
-                        .iter()
-                        .any(|a| matches!(a, Arg::Buf(DevAddr::Buf { buf, .. }) if buf == id))
+                    x.call.launch().is_some_and(|(_, args)| {
+                        args.iter()
+                            .any(|a| matches!(a, Arg::Buf(DevAddr::Buf { buf, .. }) if buf == id))
+                    })
                 })
                 .map(|x| {
                     format!(
                         "#{} {} ({})",
                         x.seq,
-                        launched_kernel(&x.call).map_or("?".into(), |k| self.trace.kernel_name(k)),
+                        x.call
+                            .launch()
+                            .map_or("?".into(), |(k, _)| self.trace.kernel_name(k)),
                         self.trace.site(x.site)
                     )
                 })
@@ -718,7 +736,7 @@ impl<'t> Replayer<'t> {
             seq: c.seq,
             site: self.trace.site(c.site),
             call: c.call.kind().name().to_string(),
-            kernel: launched_kernel(&c.call).map(|k| self.trace.kernel_name(k)),
+            kernel: c.call.launch().map(|(k, _)| self.trace.kernel_name(k)),
             recorded: match (recorded, &c.ret) {
                 (Some(r), _) => match r.code {
                     Some(code) => format!("{} ({code})", crate::backend::cuda_error_name(code)),
@@ -749,27 +767,6 @@ pub(crate) enum Outcome {
     },
     Failed(anyhow::Error),
     SucceededButRecordedError,
-}
-
-pub(crate) fn launched_kernel(c: &Call) -> Option<KernelId> {
-    match c {
-        Call::Launch { kernel, .. } | Call::LaunchTyped { kernel, .. } => Some(*kernel),
-        _ => None,
-    }
-}
-
-fn launch_args(c: &Call) -> &[Arg] {
-    match c {
-        Call::Launch { args, .. } | Call::LaunchTyped { args, .. } => args,
-        _ => &[],
-    }
-}
-
-fn launch_stream(c: &Call) -> Option<StreamRef> {
-    match c {
-        Call::Launch { stream, .. } | Call::LaunchTyped { stream, .. } => Some(*stream),
-        _ => None,
-    }
 }
 
 pub(crate) fn resolve_stream(st: &State, s: StreamRef, c: &CallRecord) -> Result<u64, ReplayError> {
@@ -854,6 +851,12 @@ impl Replayer<'_> {
             seq: c.seq,
             kind: c.call.kind().name(),
             what,
+        };
+        let live_event = |st: &State, id: &EventId| {
+            st.events
+                .get(id)
+                .copied()
+                .ok_or_else(|| dangling(id.to_string()))
         };
         let ret_value = match &c.ret {
             Some(Ok(v)) => Some(v),
@@ -1115,24 +1118,15 @@ impl Replayer<'_> {
                 }
             }),
             Call::RecordEvent { event, stream: s } => {
-                let e = *st
-                    .events
-                    .get(event)
-                    .ok_or_else(|| dangling(event.to_string()))?;
+                let e = live_event(st, event)?;
                 gpu.record_event(e, resolve_stream(st, *s, c)?)
             }
             Call::StreamWaitEvent { stream: s, event } => {
-                let e = *st
-                    .events
-                    .get(event)
-                    .ok_or_else(|| dangling(event.to_string()))?;
+                let e = live_event(st, event)?;
                 gpu.stream_wait_event(resolve_stream(st, *s, c)?, e)
             }
             Call::EventSynchronize { event } => {
-                let e = *st
-                    .events
-                    .get(event)
-                    .ok_or_else(|| dangling(event.to_string()))?;
+                let e = live_event(st, event)?;
                 gpu.event_synchronize(e)
             }
             Call::DestroyEvent { event } => {
@@ -1194,10 +1188,11 @@ impl Replayer<'_> {
             | Call::DeviceFreeMemory
             | Call::LiveAllocCount => Ok(()),
         };
-        if let Call::EventSynchronize { event } = &c.call {
+        if let Call::EventSynchronize { .. } = &c.call {
             // The recorded stream of the event is not known here; settle everything pending.
-            let _ = event;
-            let streams: Vec<StreamRef> = st.pending.iter().map(|p| p.1).collect();
+            let mut streams: Vec<StreamRef> = st.pending.iter().map(|p| p.1).collect();
+            streams.sort();
+            streams.dedup();
             for s in streams {
                 self.settle(st, s, c, verify, &mut checked, &mut mismatch)?;
             }

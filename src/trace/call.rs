@@ -405,6 +405,16 @@ impl Call {
         }
     }
 
+    /// A kernel launch's kernel and arguments (typed or not); `None` for any other call.
+    pub fn launch(&self) -> Option<(KernelId, &[Arg])> {
+        match self {
+            Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
+                Some((*kernel, args))
+            }
+            _ => None,
+        }
+    }
+
     /// A query or accessor: no device effect, no ordering role.
     pub fn is_query(&self) -> bool {
         matches!(
