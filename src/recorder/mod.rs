@@ -347,11 +347,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let Some(tok) = tok else { return };
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
-        st.emit(&Frame::End(End {
-            seq: tok.seq,
-            dur_ns,
-            ret,
-        }));
+        st.emit_end(tok.seq, dur_ns, &ret);
         if !failed {
             self.settle(&mut st, scope, tok.seq);
             if !matches!(scope, SyncScope::None) && self.hash_syncs.load(Ordering::Relaxed) {
@@ -442,21 +438,21 @@ impl<B: GpuBackend> RecordingBackend<B> {
 ///
 /// # Safety
 /// `p` points at a readable value of `info.size` bytes (launch's contract for its params).
-unsafe fn raw_param_arg(
+unsafe fn raw_param_arg<'a>(
     addrs: &Addrs<'_>,
     p: *mut c_void,
     info: &crate::backend::ParamInfo,
-) -> Arg {
+) -> ArgRef<'a> {
     // SAFETY: the caller's contract.
     let raw = unsafe { std::slice::from_raw_parts(p as *const u8, info.size as usize) };
     if info.size == 8 && info.access != ParamAccess::Value {
         let v = u64::from_le_bytes(raw.try_into().expect("8 bytes"));
         let a = addrs.addr(v);
         if info.access.is_pointer() || matches!(a, DevAddr::Buf { .. }) {
-            return Arg::Buf(a);
+            return ArgRef::Buf(a);
         }
     }
-    Arg::Val(ArgBytes::from(raw))
+    ArgRef::Val(raw)
 }
 
 /// The base of the pinned region holding host address `p` (or `p` itself if none does).
@@ -609,7 +605,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                 // parameter, whose size the layout gives.
                 arg: |i| unsafe { raw_param_arg(addrs, params[i], &layout[i]) },
             };
-            let written = parts.writer.map(|w| w.write_begin(&head.with(&view)));
+            let written = parts.writer.map(|w| w.write_launch_begin(&head, &view));
             st.written(written);
         });
         let r = self
@@ -644,11 +640,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                 stream,
                 n_args: args.len(),
                 arg: |i| match args[i] {
-                    KernelArg::Buffer(p) => Arg::Buf(addrs.addr(p.0)),
-                    KernelArg::Bytes(b) => Arg::Val(ArgBytes::from(b)),
+                    KernelArg::Buffer(p) => ArgRef::Buf(addrs.addr(p.0)),
+                    KernelArg::Bytes(b) => ArgRef::Val(b),
                 },
             };
-            let written = parts.writer.map(|w| w.write_begin(&head.with(&view)));
+            let written = parts.writer.map(|w| w.write_launch_begin(&head, &view));
             st.written(written);
         });
         let r = self

@@ -163,6 +163,18 @@ impl RecState {
         }
     }
 
+    /// `emit` for a call's End frame.
+    pub fn emit_end(&mut self, seq: u64, dur_ns: u64, ret: &Ret) {
+        if !self.recording {
+            return;
+        }
+        if let Some(w) = self.writer.as_mut() {
+            if let Err(e) = w.write_end(seq, dur_ns, ret) {
+                self.write_failed(e);
+            }
+        }
+    }
+
     /// What a launch's Begin frame is encoded from, borrowed together: the address ledger and,
     /// for a raw launch (`layout_of` its kernel), the kernel's parameter layout (empty when
     /// unknown) for its arguments, and the writer (`None` when not recording).

@@ -16,8 +16,9 @@
 //! reproducer exists for) leaves every frame it wrote, followed by zero padding that the reader
 //! recognises as "cut here".
 
+use super::call::Ret;
 use super::codec;
-use super::frame::{BeginRef, Frame, FORMAT_VERSION, MAGIC, MIN_READER_VERSION};
+use super::frame::{ArgRef, BeginRef, Frame, LaunchRef, FORMAT_VERSION, MAGIC, MIN_READER_VERSION};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -231,11 +232,39 @@ impl TraceWriter {
         self.write_encoded(begin)
     }
 
+    /// Write a launch's Begin frame: `head` with `launch` as its call.
+    #[inline]
+    pub fn write_launch_begin<'a, F: Fn(usize) -> ArgRef<'a>>(
+        &mut self,
+        head: &BeginRef<'_, ()>,
+        launch: &LaunchRef<F>,
+    ) -> Result<(), TraceError> {
+        self.write_with(|buf| {
+            codec::append_launch_begin(head, launch, buf);
+            Ok(())
+        })
+    }
+
+    /// Write a call's End frame.
+    #[inline]
+    pub fn write_end(&mut self, seq: u64, dur_ns: u64, ret: &Ret) -> Result<(), TraceError> {
+        self.write_with(|buf| codec::append_end(seq, dur_ns, ret, buf))
+    }
+
     fn write_encoded<F: serde::Serialize + ?Sized>(&mut self, frame: &F) -> Result<(), TraceError> {
+        self.write_with(|buf| codec::append(frame, buf))
+    }
+
+    /// Frame the record `encode` appends.
+    #[inline]
+    fn write_with(
+        &mut self,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), codec::CodecError>,
+    ) -> Result<(), TraceError> {
         let buf = &mut self.buf;
         buf.clear();
         buf.resize(FRAME_HEADER_LEN, 0);
-        let encoded = codec::append(frame, buf);
+        let encoded = encode(buf);
         let len = buf.len() - FRAME_HEADER_LEN;
         encoded?;
         let seq = self.next_seq;
