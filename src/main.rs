@@ -125,6 +125,11 @@ enum Cmd {
         /// addresses; CUDA uses the driver's virtual memory management).
         #[arg(long)]
         fixed_addresses: bool,
+        /// On CUDA, launch kernels written for programmatic dependent launch (their PTX waits
+        /// on the grid dependency) so each may start while the one before it finishes; in a
+        /// graph that overlaps a node's launch with the previous node. Same as GPUTAPE_PDL=1.
+        #[arg(long)]
+        pdl: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -282,6 +287,7 @@ fn run() -> Result<()> {
             verify,
             timing,
             fixed_addresses,
+            pdl,
             json,
             no_isolate,
             child_report,
@@ -297,6 +303,7 @@ fn run() -> Result<()> {
             };
             let flags = ReplayFlags {
                 as_graph,
+                pdl,
                 fixed_addresses,
                 json,
                 no_isolate,
@@ -770,6 +777,7 @@ fn replay_mock() -> gputape::mock::MockGpuBackend {
 #[derive(Clone, Copy)]
 struct ReplayFlags {
     as_graph: bool,
+    pdl: bool,
     fixed_addresses: bool,
     json: bool,
     no_isolate: bool,
@@ -784,6 +792,7 @@ fn replay(
 ) -> Result<()> {
     let ReplayFlags {
         as_graph,
+        pdl,
         fixed_addresses,
         json,
         no_isolate,
@@ -820,6 +829,7 @@ fn replay(
     let cuda = match on {
         Backend::Cuda => {
             let mut cfg = gputape::cuda::CudaConfig::from_env(0);
+            cfg.pdl |= pdl;
             // Red zones on when asked for, or when the recording found some written: without
             // them the replay could not see the same violation.
             let recorded_hits = t.calls.iter().any(|c| {

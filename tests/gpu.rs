@@ -377,6 +377,115 @@ fn model_kernel_layouts_from_the_driver_match_the_mock_declarations() {
     }
 }
 
+/// The parallel argmax kernel against the scan it replaces (the CPU twin): ties, NaNs, signed
+/// zeros, lengths around the block size, on the GPU and on the mock.
+#[test]
+#[ignore = "needs a GPU"]
+fn argmax_picks_what_the_scan_picks() {
+    let Some(g) = model_gpu() else { return };
+    let m = MockGpuBackend::default();
+    gputape::model::kernels::register_mock(&m);
+    let scan = |v: &[f32]| {
+        let mut best = 0;
+        for i in 1..v.len() {
+            if v[i] > v[best] {
+                best = i;
+            }
+        }
+        best as u32
+    };
+    let mut cases: Vec<Vec<f32>> = vec![
+        vec![1.0],
+        vec![0.0, -0.0, 0.0],
+        vec![-0.0, 0.0],
+        vec![f32::NAN, 5.0, 7.0],
+        vec![1.0, f32::NAN, 7.0, 7.0],
+        vec![f32::NEG_INFINITY; 200],
+        vec![f32::NAN; 3],
+        vec![3.0, 1.0, 3.0],
+    ];
+    for n in [31usize, 32, 127, 128, 129, 300, 4096] {
+        // Ties between the last and an early element, and between lanes of different warps.
+        let mut v: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32).collect();
+        v[n - 1] = 200.0;
+        v[n / 2] = 200.0;
+        cases.push(v);
+        cases.push((0..n).map(|i| -(i as f32)).collect());
+    }
+    for v in &cases {
+        let mut got = Vec::new();
+        for gpu in [&g as &dyn GpuBackend, &m] {
+            let k = gpu.kernel("argmax", "argmax").unwrap();
+            let buf = gpu.alloc(v.len() * 4).unwrap();
+            let out = gpu.alloc(4).unwrap();
+            gpu.copy_h2d(&f32_bytes(v), buf).unwrap();
+            let n = (v.len() as u32).to_le_bytes();
+            let s = gpu.default_stream();
+            gpu.launch_typed(
+                k,
+                [1, 1, 1],
+                [128, 1, 1],
+                0,
+                s,
+                &[
+                    KernelArg::Buffer(buf),
+                    KernelArg::Bytes(&n),
+                    KernelArg::Buffer(out),
+                ],
+            )
+            .unwrap();
+            gpu.synchronize(s).unwrap();
+            let mut b = [0u8; 4];
+            gpu.copy_d2h(out, &mut b).unwrap();
+            got.push(u32::from_le_bytes(b));
+            gpu.free(buf).unwrap();
+            gpu.free(out).unwrap();
+        }
+        assert_eq!(got, [scan(v); 2], "logits {:?}", &v[..v.len().min(8)]);
+    }
+}
+
+/// Programmatic dependent launch changes when a kernel starts, never what it computes: eight
+/// decode steps with it give the same tokens and bit-identical logits as without.
+#[test]
+#[ignore = "needs a GPU"]
+fn pdl_launches_give_the_same_bytes() {
+    use gputape::model::{Model, ModelConfig, PROMPT};
+    let Some(plain) = model_gpu() else { return };
+    let mut cfg = CudaConfig::from_env(0);
+    cfg.pdl = true;
+    let pdl = CudaBackend::new(cfg).unwrap();
+    gputape::model::kernels::load_cuda(&pdl).unwrap();
+    for (name, _) in gputape::model::kernels::SOURCES {
+        let k = pdl.kernel(name, name).unwrap();
+        assert!(
+            pdl.launches_programmatically(k),
+            "{name} is not launched with PDL"
+        );
+        let k = plain.kernel(name, name).unwrap();
+        assert!(
+            !plain.launches_programmatically(k),
+            "{name}: PDL is off by default"
+        );
+    }
+    let mc = ModelConfig::default_config();
+    let mut a = Model::load(&plain, mc.clone()).unwrap();
+    let mut b = Model::load(&pdl, mc).unwrap();
+    let (mut ta, mut tb) = (PROMPT[0], PROMPT[0]);
+    for pos in 0..8 {
+        let na = a.step(&plain, ta, pos).unwrap();
+        let nb = b.step(&pdl, tb, pos).unwrap();
+        assert_eq!(na, nb, "token at step {pos}");
+        let (la, lb) = (a.logits(&plain).unwrap(), b.logits(&pdl).unwrap());
+        assert!(
+            la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "logits differ at step {pos}"
+        );
+        ta = PROMPT.get(pos + 1).copied().unwrap_or(na);
+        tb = PROMPT.get(pos + 1).copied().unwrap_or(nb);
+    }
+}
+
 /// 36 decode steps of the default config (4 prompt tokens, 32 generated) on the H200 and on
 /// the mock, step by step: tokens, and the largest logit difference.
 #[test]

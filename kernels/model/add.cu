@@ -1,5 +1,6 @@
 // Residual: x += y.
 extern "C" __global__ void add(float* x, const float* y, unsigned n) {
+    gputape_grid_dependency();
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }

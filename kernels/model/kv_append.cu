@@ -1,5 +1,6 @@
 // Append this token's K and V to the paged cache: position inputs[1], block table inputs[2..].
 extern "C" __global__ void kv_append(const float* k, const float* v, float* k_pool, float* v_pool, const int* inputs, unsigned kv_dim, unsigned block_size) {
+    gputape_grid_dependency();
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= kv_dim) return;
     unsigned pos = (unsigned)inputs[1];

@@ -5,6 +5,7 @@
 // the maximum, the softmax sum and each output's weighted sum of V then run over positions in
 // order (the maximum and the sum by every lane over shared memory, one output per lane).
 extern "C" __global__ void paged_attention(const float* q, const float* k_pool, const float* v_pool, const int* inputs, float* out, unsigned n_heads, unsigned n_kv_heads, unsigned head_dim, unsigned block_size, float scale) {
+    gputape_grid_dependency();
     __shared__ float sc[1024];
     unsigned h = blockIdx.x, lane = threadIdx.x;
     if (h >= n_heads) return;

@@ -1,5 +1,6 @@
 // Rotary embedding on interleaved pairs of every query and key head, at position inputs[1].
 extern "C" __global__ void rope(float* q, float* k, const int* inputs, unsigned n_heads, unsigned n_kv_heads, unsigned head_dim, float theta) {
+    gputape_grid_dependency();
     unsigned half = head_dim / 2;
     unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned total = (n_heads + n_kv_heads) * half;

@@ -69,6 +69,12 @@ pub struct CudaConfig {
     pub staging_bytes: usize,
     /// Pinned arena for `copy_h2d_async` sources captured into graphs (kept until drop).
     pub capture_staging_bytes: usize,
+    /// Programmatic dependent launch: launch every kernel whose PTX waits on its grid
+    /// dependency (`griddepcontrol.wait`) with programmatic stream serialization, so that it may
+    /// start while the kernel before it finishes. Kernels without the wait are launched the
+    /// ordinary way: for them an early start would be a race. Off by default (an engine's
+    /// kernels decide whether they are written for it); `GPUTAPE_PDL=1` or `replay --pdl`.
+    pub pdl: bool,
 }
 
 impl CudaConfig {
@@ -81,6 +87,7 @@ impl CudaConfig {
             debug_sync_kernels: std::env::var("GPUTAPE_DEBUG_SYNC_KERNELS").as_deref() == Ok("1"),
             staging_bytes: 8 << 20,
             capture_staging_bytes: 4 << 20,
+            pdl: std::env::var("GPUTAPE_PDL").as_deref() == Ok("1"),
         }
     }
 }
@@ -138,6 +145,10 @@ pub struct CudaBackend {
     registry: Arc<KernelRegistry>,
     modules: Mutex<HashMap<String, u64>>,
     functions: RwLock<HashMap<(String, String), u64>>,
+    /// (module, kernel) whose PTX waits on its grid dependency, found at module load.
+    waiting_entries: Mutex<std::collections::HashSet<(String, String)>>,
+    /// Those kernels' handles, once looked up: the launches `cfg.pdl` applies to.
+    pdl_functions: RwLock<std::collections::HashSet<u64>>,
     ledger: Mutex<HashMap<u64, AllocRecord>>,
     alloc_seq: AtomicUsize,
     redzones: Mutex<Vec<RedZone>>,
@@ -208,6 +219,8 @@ impl CudaBackend {
             registry: Arc::new(KernelRegistry::new()),
             modules: Mutex::new(HashMap::new()),
             functions: RwLock::new(HashMap::new()),
+            waiting_entries: Mutex::new(Default::default()),
+            pdl_functions: RwLock::new(Default::default()),
             ledger: Mutex::new(HashMap::new()),
             alloc_seq: AtomicUsize::new(0),
             redzones: Mutex::new(Vec::new()),
@@ -270,6 +283,13 @@ impl CudaBackend {
             let _ = cu!(cuModuleUnload(old as sys::CUmodule));
             self.functions.write().retain(|(mname, _), _| mname != name);
         }
+        {
+            let mut waiting = self.waiting_entries.lock();
+            waiting.retain(|(mname, _)| mname != name);
+            for entry in entries_waiting_on_grid(ptx) {
+                waiting.insert((name.to_string(), entry.to_string()));
+            }
+        }
         self.registry.add_module(ModuleCode {
             name: name.to_string(),
             source: source.map(str::to_string),
@@ -293,6 +313,48 @@ impl CudaBackend {
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
             .map_err(|e| anyhow::anyhow!("NVRTC could not compile module {name}: {e:?}"))?;
         self.load_ptx(name, &ptx.to_src(), Some(source))
+    }
+
+    /// Whether `launch` starts this kernel with programmatic dependent launch (`cfg.pdl` is on
+    /// and its PTX waits on its grid dependency).
+    pub fn launches_programmatically(&self, k: KernelHandle) -> bool {
+        self.cfg.pdl && self.pdl_functions.read().contains(&k.0)
+    }
+
+    /// `cuLaunchKernelEx` with programmatic stream serialization allowed: the kernel may begin
+    /// while its predecessor in the stream runs, and waits for it in `griddepcontrol.wait`.
+    fn launch_programmatic(
+        &self,
+        func: KernelHandle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: u64,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: a plain C struct and union; all-zero is a valid value (id 0 is "ignore").
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid[0],
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block[0],
+            blockDimY: block[1],
+            blockDimZ: block[2],
+            sharedMemBytes: shared_mem,
+            hStream: st(stream),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        cu!(cuLaunchKernelEx(
+            &config,
+            func.0 as sys::CUfunction,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        ))?;
+        Ok(())
     }
 
     /// Each parameter's offset and size, from the driver.
@@ -579,6 +641,13 @@ impl GpuBackend for CudaBackend {
         stream: u64,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        if self.launches_programmatically(func) {
+            self.launch_programmatic(func, grid, block, shared_mem, stream, params)?;
+            if self.cfg.debug_sync_kernels {
+                self.sync_stream(stream)?;
+            }
+            return Ok(());
+        }
         cu!(cuLaunchKernel(
             func.0 as sys::CUfunction,
             grid[0],
@@ -675,6 +744,9 @@ impl GpuBackend for CudaBackend {
                 params: Self::param_layout(f as u64),
             },
         );
+        if self.waiting_entries.lock().contains(&key) {
+            self.pdl_functions.write().insert(f as u64);
+        }
         self.functions.write().insert(key, f as u64);
         Ok(handle)
     }
@@ -1115,5 +1187,61 @@ impl GpuBackend for CudaBackend {
     #[track_caller]
     fn free_host_pinned(&self, ptr: *mut u8, _bytes: usize) -> Result<()> {
         Ok(cu!(cuMemFreeHost(ptr.cast()))?)
+    }
+}
+
+/// The kernels (`.entry` names) of a PTX module whose bodies contain `griddepcontrol.wait`: the
+/// ones written to be launched with programmatic dependent launch. A device function that
+/// waits is inlined into its kernels at `-O3`, which is how the model's kernels get it.
+pub(crate) fn entries_waiting_on_grid(ptx: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        let after = &rest[at + ".entry ".len()..];
+        let name = after
+            .split(|c: char| c == '(' || c.is_whitespace())
+            .next()
+            .unwrap_or("");
+        let body_end = after.find(".entry ").unwrap_or(after.len());
+        if after[..body_end].contains("griddepcontrol.wait") && !name.is_empty() {
+            out.push(name);
+        }
+        rest = &after[body_end..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries_waiting_on_grid;
+
+    #[test]
+    fn finds_the_kernels_that_wait_on_their_grid_dependency() {
+        let ptx = "
+.version 8.8
+.target sm_90
+.address_size 64
+.visible .entry first(
+	.param .u64 first_param_0
+)
+{
+	griddepcontrol.launch_dependents;
+	griddepcontrol.wait;
+	ret;
+}
+.visible .entry second(
+	.param .u64 second_param_0
+)
+{
+	ret;
+}
+.visible .entry third()
+{
+	griddepcontrol.wait;
+}
+";
+        assert_eq!(entries_waiting_on_grid(ptx), ["first", "third"]);
+        assert!(entries_waiting_on_grid("").is_empty());
+        assert!(entries_waiting_on_grid(".entry").is_empty());
     }
 }

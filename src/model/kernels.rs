@@ -8,26 +8,32 @@ use crate::backend::{ParamAccess, ParamInfo};
 use crate::mock::{KernelBody, KernelCtx, MockError, MockGpuBackend};
 use std::sync::Arc;
 
+/// Every module's source starts with kernels/model/prelude.cuh (the grid-dependency wait that
+/// makes a kernel safe to launch with programmatic dependent launch), so that the source a
+/// trace embeds compiles on its own.
+macro_rules! module {
+    ($name:literal) => {
+        (
+            $name,
+            concat!(
+                include_str!("../../kernels/model/prelude.cuh"),
+                include_str!(concat!("../../kernels/model/", $name, ".cu"))
+            ),
+        )
+    };
+}
+
 /// (module = kernel name, CUDA source).
 pub const SOURCES: [(&str, &str); 9] = [
-    (
-        "embedding",
-        include_str!("../../kernels/model/embedding.cu"),
-    ),
-    ("rmsnorm", include_str!("../../kernels/model/rmsnorm.cu")),
-    ("gemv", include_str!("../../kernels/model/gemv.cu")),
-    ("rope", include_str!("../../kernels/model/rope.cu")),
-    (
-        "kv_append",
-        include_str!("../../kernels/model/kv_append.cu"),
-    ),
-    (
-        "paged_attention",
-        include_str!("../../kernels/model/paged_attention.cu"),
-    ),
-    ("silu_mul", include_str!("../../kernels/model/silu_mul.cu")),
-    ("add", include_str!("../../kernels/model/add.cu")),
-    ("argmax", include_str!("../../kernels/model/argmax.cu")),
+    module!("embedding"),
+    module!("rmsnorm"),
+    module!("gemv"),
+    module!("rope"),
+    module!("kv_append"),
+    module!("paged_attention"),
+    module!("silu_mul"),
+    module!("add"),
+    module!("argmax"),
 ];
 
 /// Compile (NVRTC) and load every model kernel on a CUDA backend.
@@ -89,10 +95,7 @@ fn rmsnorm(c: &mut KernelCtx<'_>) -> K {
     );
     let xs = c.read_f32(x, n)?;
     let ws = c.read_f32(w, n)?;
-    let mut ss = 0.0f32;
-    for v in &xs {
-        ss += v * v;
-    }
+    let ss = warp_dot(&xs, &xs);
     let inv = 1.0f32 / (ss / n as f32 + eps).sqrt();
     let o: Vec<f32> = xs.iter().zip(&ws).map(|(x, w)| x * inv * w).collect();
     c.write_f32(out, &o)
