@@ -25,12 +25,14 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== mock fault on cuda"; $BIN replay traces/mock_tiny_fault_step4.gtape --on cuda --scan-redzones 2>/dev/null
   echo "== mock step on cuda"; $BIN replay traces/mock_tiny_step5.gtape --on cuda --loop 10
   echo "== record + analyze on cuda"; $BIN record --backend cuda --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
-  echo "== this build's step, eager x30"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 30
-  echo "== this build's step, graph x30"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 30 | grep -E "graph|captured"
-  echo "== this build's step, eager x30 --pdl"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 30 --pdl
-  echo "== this build's step, graph x30 --pdl"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 30 --pdl | grep -E "graph|captured|match|differ"
-  echo "== this build's step, graph x100 --pdl (again)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 --pdl | grep -E "graph|captured|match|differ"
-  echo "== this build's step, graph x100 (again)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 | grep -E "graph|captured|match|differ"
+  # Eager and graph replays of the step just recorded, interleaved and repeated (the host's
+  # speed drifts): eager as the step ran, graph, and graph with programmatic dependent launch.
+  for round in 1 2; do
+    echo "== this build's step, eager x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 100 | grep -E "match|eager replay"
+    echo "== this build's step, graph x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 | grep -E "graph replay|captured|match|differ"
+    echo "== this build's step, graph x100 --pdl (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 --pdl | grep -E "graph replay|captured|match|differ"
+  done
+  echo "== this build's step, eager x100 --pdl"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 100 --pdl | grep -E "match|eager replay"
   echo "== demo cuda tiny, PDL"; GPUTAPE_PDL=1 $BIN demo --backend cuda --config tiny --steps 40 | tail -3
   echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>/dev/null
                                $BIN show "$OUT/h200_tiny_illegal_step4.gtape" | grep -E "ERR|never|CUT" | cut -c1-160

@@ -15,7 +15,8 @@ __device__ __forceinline__ bool argmax_better(float v, unsigned i, float bv, uns
 extern "C" __global__ void argmax(const float* logits, unsigned n, int* out) {
     __shared__ float wv[32];
     __shared__ unsigned wi[32];
-    gputape_grid_dependency();
+    gputape_pdl_trigger();
+    gputape_pdl_wait();
     if (blockIdx.x != 0) return;
     float bv = 0.0f;
     unsigned bi = ARGMAX_NONE;

@@ -3,7 +3,8 @@
 // xor 16, 8, 4, 2, 1). The CPU twin repeats exactly these additions, so the two agree bit for
 // bit when FMA contraction is off, and a row's loads are coalesced across the warp.
 extern "C" __global__ void gemv(const float* w, const float* x, float* y, unsigned rows, unsigned cols) {
-    gputape_grid_dependency();
+    gputape_pdl_trigger();
+    gputape_pdl_wait();
     unsigned r = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (r >= rows) return; // the whole warp: r is the same in all its lanes
     const float* row = w + (size_t)r * cols;

@@ -1,7 +1,8 @@
 // SwiGLU's gate: out[i] = silu(gate[i]) * up[i]. `overrun` is the planted-fault switch: when
 // non-zero the kernel also writes `overrun` elements past the end of `out` (0 otherwise).
 extern "C" __global__ void silu_mul(const float* gate, const float* up, float* out, unsigned n, unsigned overrun) {
-    gputape_grid_dependency();
+    gputape_pdl_trigger();
+    gputape_pdl_wait();
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = gate[i];
