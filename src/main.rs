@@ -924,6 +924,17 @@ fn replay(
         }
         serde_json::to_value(&rep)?
     };
+    if pdl {
+        match &cuda {
+            Some(c) => {
+                let (pdl_kernels, kernels) = c.programmatic_kernels();
+                out.push_str(&format!(
+                    "programmatic dependent launch: {pdl_kernels} of {kernels} kernel(s) (the others' PTX has no griddepcontrol.wait, so they launch the ordinary way)\n"
+                ));
+            }
+            None => out.push_str("note: --pdl applies to CUDA replays only; ignored\n"),
+        }
+    }
     if let Some(p) = child_report {
         std::fs::write(
             p,

@@ -281,7 +281,14 @@ impl CudaBackend {
             .map_err(|e| e.with(format!("module {name}")))?;
         if let Some(old) = self.modules.lock().insert(name.to_string(), m as u64) {
             let _ = cu!(cuModuleUnload(old as sys::CUmodule));
-            self.functions.write().retain(|(mname, _), _| mname != name);
+            let mut pdl = self.pdl_functions.write();
+            self.functions.write().retain(|(mname, _), f| {
+                let keep = mname != name;
+                if !keep {
+                    pdl.remove(f);
+                }
+                keep
+            });
         }
         {
             let mut waiting = self.waiting_entries.lock();
@@ -319,6 +326,17 @@ impl CudaBackend {
     /// and its PTX waits on its grid dependency).
     pub fn launches_programmatically(&self, k: KernelHandle) -> bool {
         self.cfg.pdl && self.pdl_functions.read().contains(&k.0)
+    }
+
+    /// (kernels `launch` starts with programmatic dependent launch, kernels looked up).
+    pub fn programmatic_kernels(&self) -> (usize, usize) {
+        let looked_up = self.functions.read().len();
+        let pdl = if self.cfg.pdl {
+            self.pdl_functions.read().len()
+        } else {
+            0
+        };
+        (pdl, looked_up)
     }
 
     /// `cuLaunchKernelEx` with programmatic stream serialization allowed: the kernel may begin
