@@ -6,6 +6,17 @@ extern "C" __global__ void saxpy(const float* x, float* y, unsigned n, float a) 
     if (i < n) y[i] += a * x[i];
 }
 
+// saxpy written for programmatic dependent launch: nothing is read before the grid-dependency
+// wait (bench-launch times it launched both ways).
+extern "C" __global__ void saxpy_pdl(const float* x, float* y, unsigned n, float a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+
 extern "C" __global__ void fill(float* dst, unsigned n, float v) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = v;

@@ -545,7 +545,8 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
     let path = std::env::temp_dir().join(format!("gputape-bench-{}.gtape", std::process::id()));
     let rec = gputape::recorder::RecordingBackend::to_file(cuda_backend()?, &path, cuda_desc())?;
     rec.start()?;
-    let (plain, recorded) = gputape::cuda::bench::recorder_overhead(&g, &rec, rounds, per_round)?;
+    let (plain, recorded) =
+        gputape::cuda::bench::launch_pair(&g, &rec, "saxpy", rounds, per_round)?;
     let stats = rec.stop()?;
     std::fs::remove_file(&path).ok();
     println!();
@@ -560,6 +561,34 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
         recorded - plain
     );
     println!("({} calls, {} bytes recorded)", stats.calls, stats.bytes);
+
+    // A kernel written for programmatic dependent launch, launched the ordinary way and with
+    // it (cuLaunchKernelEx): what PDL costs or saves on the host.
+    let backend = |pdl: bool| -> Result<gputape::cuda::CudaBackend> {
+        let mut cfg = gputape::cuda::CudaConfig::from_env(0);
+        cfg.pdl = pdl;
+        let g = gputape::cuda::CudaBackend::new(cfg)?;
+        gputape::workloads::load_cuda_kernels(&g)?;
+        Ok(g)
+    };
+    let (ordinary, programmatic) = gputape::cuda::bench::launch_pair(
+        &backend(false)?,
+        &backend(true)?,
+        "saxpy_pdl",
+        rounds,
+        per_round,
+    )?;
+    println!();
+    println!(
+        "programmatic dependent launch, saxpy_pdl launch_typed (4 args), median of {rounds} rounds x {per_round}"
+    );
+    println!("| variant | ns/launch | over ordinary |");
+    println!("|---|---:|---:|");
+    println!("| ordinary (cuLaunchKernel) | {ordinary:.0} | - |");
+    println!(
+        "| PDL (cuLaunchKernelEx, programmatic serialization) | {programmatic:.0} | {:+.0} |",
+        programmatic - ordinary
+    );
     Ok(())
 }
 

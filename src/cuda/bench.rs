@@ -100,13 +100,15 @@ pub fn launch_overhead(gpu: &CudaBackend, rounds: usize, per_round: usize) -> Re
     })
 }
 
-/// Host nanoseconds per `launch_typed` of saxpy on `plain` and on `recorded` (a recorder,
-/// recording, around its own `CudaBackend`), medians of interleaved rounds: the recorder's
-/// overhead on the real driver rather than on the mock. No FFI here; it sits beside
-/// `launch_overhead` so the two tables come from one run.
-pub fn recorder_overhead(
-    plain: &dyn GpuBackend,
-    recorded: &dyn GpuBackend,
+/// Host nanoseconds per `launch_typed` of `blas::<kernel>` (saxpy's signature) on `a` and on
+/// `b`, medians of interleaved rounds. With a recorder (recording, around its own
+/// `CudaBackend`) as `b`, the recorder's overhead on the real driver rather than on the mock;
+/// with a backend that launches with programmatic dependent launch, that launch's host cost. No
+/// FFI here; it sits beside `launch_overhead` so the tables come from one run.
+pub fn launch_pair(
+    a: &dyn GpuBackend,
+    b: &dyn GpuBackend,
+    kernel: &str,
     rounds: usize,
     per_round: usize,
 ) -> Result<(f64, f64)> {
@@ -119,7 +121,7 @@ pub fn recorder_overhead(
     let n = 256u32;
     let setup = |g: &dyn GpuBackend| -> Result<Saxpy> {
         Ok(Saxpy {
-            k: g.kernel("blas", "saxpy")?,
+            k: g.kernel("blas", kernel)?,
             s: g.default_stream(),
             x: g.alloc(n as usize * 4)?,
             y: g.alloc(n as usize * 4)?,
@@ -146,13 +148,13 @@ pub fn recorder_overhead(
         g.synchronize(l.s)?;
         Ok(ns)
     };
-    let (p, r) = (setup(plain)?, setup(recorded)?);
+    let (p, r) = (setup(a)?, setup(b)?);
     let (mut pv, mut rv) = (vec![], vec![]);
     for _ in 0..rounds {
-        pv.push(time(plain, &p)?);
-        rv.push(time(recorded, &r)?);
+        pv.push(time(a, &p)?);
+        rv.push(time(b, &r)?);
     }
-    for (g, l) in [(plain, p), (recorded, r)] {
+    for (g, l) in [(a, p), (b, r)] {
         g.free(l.x)?;
         g.free(l.y)?;
     }
