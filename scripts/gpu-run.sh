@@ -33,6 +33,12 @@ FAULT=traces/h200_tiny_fault_step4.gtape
     echo "== this build's step, graph x100 --pdl (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 --pdl | grep -E "graph replay|captured|match|differ"
   done
   echo "== this build's step, eager x100 --pdl"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 100 --pdl | grep -E "match|eager replay"
+  echo "== per-call timing of this build's step (5 x plain, 5 x --sync-each; aggregated off the machine)"
+  $BIN show "$OUT/h200_step7.gtape" > "$OUT/step7-show.txt"
+  for i in 1 2 3 4 5; do
+    $BIN replay "$OUT/h200_step7.gtape" --on cuda --timing | grep -E "^  #" | sed "s/^/plain /"
+    $BIN replay "$OUT/h200_step7.gtape" --on cuda --timing --sync-each | grep -E "^  #" | sed "s/^/sync /"
+  done > "$OUT/timing-raw.txt"; wc -l < "$OUT/timing-raw.txt"
   echo "== demo cuda tiny, PDL"; GPUTAPE_PDL=1 $BIN demo --backend cuda --config tiny --steps 40 | tail -3
   echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>/dev/null
                                $BIN show "$OUT/h200_tiny_illegal_step4.gtape" | grep -E "ERR|never|CUT" | cut -c1-160
