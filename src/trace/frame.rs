@@ -128,7 +128,8 @@ pub struct BeginRef<'a, C: Serialize + ?Sized = Call> {
     pub thread: u16,
     pub site: SiteId,
     pub t_ns: u64,
-    /// A `Call`, or a view that encodes like one (`LaunchRef`).
+    /// A `Call`, or anything that serializes like one. (A launch goes through
+    /// `TraceWriter::write_launch_begin` instead.)
     pub call: &'a C,
 }
 
@@ -192,15 +193,6 @@ pub struct LaunchRef<F> {
 pub enum ArgRef<'a> {
     Buf(DevAddr),
     Val(&'a [u8]),
-}
-
-impl ArgRef<'_> {
-    pub fn to_arg(self) -> Arg {
-        match self {
-            ArgRef::Buf(a) => Arg::Buf(a),
-            ArgRef::Val(b) => Arg::Val(ArgBytes::from(b)),
-        }
-    }
 }
 
 impl Begin {
