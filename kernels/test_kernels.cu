@@ -17,6 +17,15 @@ extern "C" __global__ void saxpy_pdl(const float* x, float* y, unsigned n, float
     if (i < n) y[i] += a * x[i];
 }
 
+// Does nothing but take part in programmatic dependent launch: bench-launch chains it into
+// graphs to measure the per-node floor.
+extern "C" __global__ void noop_pdl() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 extern "C" __global__ void fill(float* dst, unsigned n, float v) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = v;

@@ -102,7 +102,8 @@ enum Cmd {
         /// Stop after call N.
         #[arg(long)]
         stop_at: Option<u64>,
-        /// Replay N times, each from a fresh state.
+        /// Replay N times, each from the recorded initial state (restored into the same
+        /// buffers, as an engine steps over long-lived ones).
         #[arg(long = "loop", default_value_t = 1)]
         loops: usize,
         /// Replay as CUDA graphs (through the trait: the mock emulates capture).
@@ -571,13 +572,9 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
         gputape::workloads::load_cuda_kernels(&g)?;
         Ok(g)
     };
-    let (ordinary, programmatic) = gputape::cuda::bench::launch_pair(
-        &backend(false)?,
-        &backend(true)?,
-        "saxpy_pdl",
-        rounds,
-        per_round,
-    )?;
+    let (plain_g, pdl_g) = (backend(false)?, backend(true)?);
+    let (ordinary, programmatic) =
+        gputape::cuda::bench::launch_pair(&plain_g, &pdl_g, "saxpy_pdl", rounds, per_round)?;
     println!();
     println!(
         "programmatic dependent launch, saxpy_pdl launch_typed (4 args), median of {rounds} rounds x {per_round}"
@@ -589,6 +586,19 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
         "| PDL (cuLaunchKernelEx, programmatic serialization) | {programmatic:.0} | {:+.0} |",
         programmatic - ordinary
     );
+
+    // The floor under graph replay: a chain of empty kernels as one graph, per node.
+    println!();
+    println!(
+        "graph of a chain of empty kernels (noop_pdl), us per node, median of {rounds} launches"
+    );
+    println!("| nodes | ordinary edges | programmatic edges (PDL) |");
+    println!("|---:|---:|---:|");
+    for nodes in [37, 1000] {
+        let a = gputape::cuda::bench::graph_chain_us_per_node(&plain_g, nodes, rounds)?;
+        let b = gputape::cuda::bench::graph_chain_us_per_node(&pdl_g, nodes, rounds)?;
+        println!("| {nodes} | {a:.2} | {b:.2} |");
+    }
     Ok(())
 }
 

@@ -15,7 +15,7 @@ pub fn load_cuda_kernels(g: &crate::cuda::CudaBackend) -> Result<()> {
 }
 
 /// Register the kernels these workloads launch: `saxpy(x, y, n, a)` (y += a*x) and
-/// `fill(dst, n, v)`.
+/// `fill(dst, n, v)`, and the PDL variants `bench-launch` uses (`saxpy_pdl`, `noop_pdl`).
 pub fn register_mock_kernels(m: &MockGpuBackend) {
     use ParamAccess::*;
     let saxpy: KernelBody = Arc::new(|ctx| {
@@ -33,7 +33,19 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         "blas",
         "saxpy",
         ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
+        Some(saxpy.clone()),
+    );
+    m.register_kernel(
+        "blas",
+        "saxpy_pdl",
+        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
         Some(saxpy),
+    );
+    m.register_kernel(
+        "blas",
+        "noop_pdl",
+        ParamInfo::packed(&[]),
+        Some(Arc::new(|_| Ok(()))),
     );
     let fill: KernelBody = Arc::new(|ctx| {
         let d = ctx.ptr(0)?;

@@ -105,6 +105,34 @@ fn every_trace_replays_on_the_mock_and_matches_its_recording() {
     }
 }
 
+/// Loops after the first restore the initial contents into the first loop's buffers and drop
+/// what the calls made (buffers, events, graphs): every loop checks every readback, and nothing
+/// is left allocated, for traces that allocate, free, fork streams and capture graphs.
+#[test]
+fn later_loops_restore_the_initial_state_in_place() {
+    for stem in ["mock_tiny_step5", "mock_two_streams", "mock_capture_region"] {
+        let t = Trace::open(&Path::new("traces").join(format!("{stem}.gtape"))).unwrap();
+        let once = {
+            let g = mock();
+            Replayer::new(&t)
+                .run(&g, &ReplayOptions::default(), None, |_| {})
+                .unwrap()
+        };
+        assert!(once.d2h_checked > 0 || stem != "mock_tiny_step5");
+        let g = mock();
+        let opts = ReplayOptions {
+            loops: 3,
+            ..Default::default()
+        };
+        let r = Replayer::new(&t).run(&g, &opts, None, |_| {}).unwrap();
+        assert!(r.divergence.is_none(), "{stem}: {}", r.summary());
+        assert_eq!(r.d2h_checked, 3 * once.d2h_checked, "{stem}");
+        assert_eq!(r.d2h_matched, r.d2h_checked, "{stem}");
+        assert_eq!(r.loop_ms.len(), 3, "{stem}");
+        assert_eq!(g.live_alloc_count(), 0, "{stem}: torn down");
+    }
+}
+
 #[test]
 fn every_trace_replays_as_graphs_with_the_same_results() {
     for p in traces() {

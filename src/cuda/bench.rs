@@ -160,3 +160,49 @@ pub fn launch_pair(
     }
     Ok((median(pv), median(rv)))
 }
+
+/// Microseconds per node of a CUDA graph that is one chain of `nodes` launches of an empty
+/// kernel (`blas::noop_pdl`), launched and synchronised, median of `rounds`: the floor under
+/// any graph replay's per-node cost on this machine. On a backend with `pdl` on, the chain's
+/// edges are programmatic. No FFI here: capture goes through the trait.
+pub fn graph_chain_us_per_node(gpu: &dyn GpuBackend, nodes: usize, rounds: usize) -> Result<f64> {
+    let k = gpu.kernel("blas", "noop_pdl")?;
+    let s = gpu.create_stream()?;
+    gpu.begin_capture(s)?;
+    for _ in 0..nodes {
+        if let Err(e) = gpu.launch_typed(k, [1, 1, 1], [32, 1, 1], 0, s, &[]) {
+            gpu.abort_capture_if_active(s);
+            return Err(e);
+        }
+    }
+    let g = gpu.end_capture(s)?;
+    let mut v = Vec::with_capacity(rounds);
+    gpu.launch_graph(g, s)?; // the first launch uploads the graph
+    gpu.synchronize(s)?;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        gpu.launch_graph(g, s)?;
+        gpu.synchronize(s)?;
+        v.push(t.elapsed().as_secs_f64() * 1e6 / nodes as f64);
+    }
+    gpu.destroy_graph(g)?;
+    Ok(median(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chain graph goes through the trait, so the mock's emulated capture runs it: every
+    /// node is captured and the graph launches and is destroyed.
+    #[test]
+    fn the_chain_graph_captures_and_launches_on_the_mock() {
+        let m = crate::mock::MockGpuBackend::default();
+        crate::workloads::register_mock_kernels(&m);
+        let us = graph_chain_us_per_node(&m, 37, 3).unwrap();
+        assert!(us.is_finite() && us > 0.0, "{us}");
+        // A kernel the mock does not know fails the capture cleanly.
+        let k = graph_chain_us_per_node(&crate::mock::MockGpuBackend::default(), 3, 1);
+        assert!(k.is_err());
+    }
+}

@@ -15,7 +15,7 @@ pub use pointers::{hidden_pointers, HiddenPointer};
 
 use crate::backend::{DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode};
 use crate::trace::*;
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -59,7 +59,8 @@ pub struct ReplayOptions {
     pub range: Option<(u64, u64)>,
     /// Stop after this call.
     pub stop_at: Option<u64>,
-    /// Replay the whole trace this many times, each from a fresh state (default 1).
+    /// Replay the whole trace this many times, each from the recorded initial state (default
+    /// 1). Later loops put the initial contents back into the first loop's buffers.
     pub loops: usize,
     /// Synchronise after every launch, so a fault is reported at its kernel.
     pub sync_each: bool,
@@ -406,6 +407,67 @@ impl<'t> Replayer<'t> {
         Ok(())
     }
 
+    /// Back to the initial state for another loop, keeping what `setup` made: wait for every
+    /// stream, drop what the replayed calls created (buffers, graphs, events, pinned regions),
+    /// and copy each initial buffer's recorded contents back in (allocating it again if a call
+    /// freed it).
+    pub(crate) fn restore(&self, gpu: &dyn GpuBackend, st: &mut State) -> Result<(), ReplayError> {
+        let setup = |what: String| {
+            move |e: anyhow::Error| ReplayError::Setup {
+                what,
+                cause: format!("{e:#}"),
+            }
+        };
+        for s in st.streams.values() {
+            gpu.synchronize(*s)
+                .map_err(setup("waiting for the previous loop".into()))?;
+        }
+        for (_, g) in st.graphs.drain() {
+            let _ = gpu.destroy_graph(g);
+        }
+        let initial: HashSet<BufferId> = self.trace.initial.iter().map(|i| i.buf).collect();
+        st.bufs.retain(|id, (p, _)| {
+            let keep = initial.contains(id);
+            if !keep {
+                let _ = gpu.free(*p);
+            }
+            keep
+        });
+        let adopted = |want: &dyn Fn(&Adopted) -> bool| self.trace.adopted.iter().any(want);
+        st.events.retain(|id, e| {
+            let keep = adopted(&|a| matches!(a, Adopted::Event { id: x } if x == id));
+            if !keep {
+                let _ = gpu.destroy_event(*e);
+            }
+            keep
+        });
+        st.hosts.retain(|id, (p, n)| {
+            let keep = adopted(&|a| matches!(a, Adopted::Host { id: x, .. } if x == id));
+            if !keep {
+                let _ = gpu.free_host_pinned(*p, *n);
+            }
+            keep
+        });
+        st.pending.clear();
+        st.last_scan = None;
+        for i in &self.trace.initial {
+            let p = match st.bufs.get(&i.buf) {
+                Some((p, _)) => *p,
+                None => {
+                    let p = self
+                        .alloc_buf(gpu, i.buf, i.bytes, false)
+                        .map_err(setup(format!("allocating {}", i.buf)))?;
+                    self.check_hidden(i.buf, p)?;
+                    st.bufs.insert(i.buf, (p, i.bytes));
+                    p
+                }
+            };
+            gpu.copy_h2d(self.blob(i.data)?, p)
+                .map_err(setup(format!("restoring {}", i.buf)))?;
+        }
+        Ok(())
+    }
+
     /// Free what `setup` and the replayed calls left allocated.
     pub(crate) fn teardown(&self, gpu: &dyn GpuBackend, st: &mut State) {
         for (_, g) in st.graphs.drain() {
@@ -447,13 +509,21 @@ impl<'t> Replayer<'t> {
             report.recorded_ms =
                 (last.t_ns + last.dur_ns.unwrap_or(0)).saturating_sub(first.t_ns) as f64 / 1e6;
         }
+        // One state for all loops: the first sets it up, each later one puts the initial
+        // contents back into the same buffers (`restore`). A fresh allocation per loop would
+        // measure cold device memory mappings and caches every time, which a running engine,
+        // stepping over long-lived buffers, does not see.
+        let mut guard = Guard {
+            r: self,
+            gpu,
+            st: State::new(&kernels),
+        };
         for lp in 0..report.loops {
-            let mut guard = Guard {
-                r: self,
-                gpu,
-                st: State::new(&kernels),
-            };
-            self.setup(gpu, &mut guard.st)?;
+            if lp == 0 {
+                self.setup(gpu, &mut guard.st)?;
+            } else {
+                self.restore(gpu, &mut guard.st)?;
+            }
             let st = &mut guard.st;
             let mut t0 = None;
             let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();
@@ -622,8 +692,12 @@ impl<'t> Replayer<'t> {
                 }
                 report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             }
-            drop(guard);
+            if report.stopped_at.is_some() {
+                // The context is dead: nothing more can run in this process.
+                break;
+            }
         }
+        drop(guard);
         Ok(report)
     }
 
