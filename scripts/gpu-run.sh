@@ -25,9 +25,11 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== mock fault on cuda"; $BIN replay traces/mock_tiny_fault_step4.gtape --on cuda --scan-redzones 2>/dev/null
   echo "== mock step on cuda"; $BIN replay traces/mock_tiny_step5.gtape --on cuda --loop 10
   echo "== record + analyze on cuda"; $BIN record --backend cuda --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
-  # Eager and graph replays of the step just recorded, interleaved and repeated (the host's
-  # speed drifts): eager as the step ran, graph, and graph with programmatic dependent launch.
-  for round in 1 2; do
+  # The original step (the demo), and eager and graph replays of the step just recorded,
+  # interleaved and repeated (the host's speed drifts between processes): eager as the step
+  # ran, graph, and graph with programmatic dependent launch.
+  for round in 1 2 3; do
+    echo "== original step: demo cuda tiny, 40 steps (round $round)"; $BIN demo --backend cuda --config tiny --steps 40 | grep per-step
     echo "== this build's step, eager x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 100 | grep -E "match|eager replay"
     echo "== this build's step, graph x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 | grep -E "graph replay|captured|match|differ"
     echo "== this build's step, graph x100 --pdl (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 --pdl | grep -E "graph replay|captured|match|differ"
