@@ -31,8 +31,8 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   for round in 1 2 3; do
     echo "== original step: demo cuda tiny, 40 steps (round $round)"; $BIN demo --backend cuda --config tiny --steps 40 | grep per-step
     echo "== this build's step, eager x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 100 | grep -E "match|eager replay"
-    echo "== this build's step, graph x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 | grep -E "graph replay|captured|match|differ"
-    echo "== this build's step, graph x100 --pdl (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 --pdl | grep -E "graph replay|captured|match|differ"
+    echo "== this build's step, graph x100 (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 | grep -E "graph replay|captured|whole step|match|differ"
+    echo "== this build's step, graph x100 --pdl (round $round)"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --as-graph --loop 100 --pdl | grep -E "graph replay|captured|whole step|match|differ"
   done
   echo "== this build's step, eager x100 --pdl"; $BIN replay "$OUT/h200_step7.gtape" --on cuda --loop 100 --pdl | grep -E "match|eager replay"
   echo "== per-call timing of this build's step (5 x plain, 5 x --sync-each; aggregated off the machine)"

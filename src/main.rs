@@ -922,13 +922,26 @@ fn replay(
     let mut out = String::new();
     let report = if as_graph {
         let launches = opts.loops.max(1);
-        let g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
+        let mut g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
         out.push_str(&g.summary());
         if !g.loop_ms.is_empty() {
             out.push_str(&timing_line("graph replay", &g.loop_ms));
         }
         if let Some(t) = g.captured_timing() {
             out.push_str(&t);
+        }
+        if launches > 1 {
+            // The same step eagerly, right after in this process: the ratio that matters.
+            let eager = gputape::replayer::ReplayOptions {
+                range: opts.range,
+                loops: launches,
+                verify: opts.verify,
+                ..Default::default()
+            };
+            g.eager_step_ms = r.run(gpu, &eager, None, |_| {})?.loop_ms;
+            if let Some(t) = g.step_ratio() {
+                out.push_str(&t);
+            }
         }
         serde_json::to_value(&g)?
     } else {

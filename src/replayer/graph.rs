@@ -75,6 +75,11 @@ pub struct GraphReport {
     /// readbacks), which cost the same either way.
     pub graphs_only_ms: Vec<f64>,
     pub captured_eager_ms: Vec<f64>,
+    /// The whole step replayed eagerly in the same process right after (filled by the caller
+    /// that wants the ratio, as `replay --as-graph --loop N` does): the host's speed drifts
+    /// between processes, so a ratio across two runs can be off by a fifth.
+    #[serde(default)]
+    pub eager_step_ms: Vec<f64>,
     pub d2h_checked: u64,
     pub d2h_matched: u64,
     pub first_mismatch: Option<String>,
@@ -106,6 +111,20 @@ impl GraphReport {
             e / g,
             g * 1e3 / nodes.max(1) as f64,
             e * 1e3 / nodes.max(1) as f64,
+        ))
+    }
+
+    /// Graph replay against the eager replay of the same step (timings: not for snapshots).
+    pub fn step_ratio(&self) -> Option<String> {
+        if self.loop_ms.is_empty() || self.eager_step_ms.is_empty() {
+            return None;
+        }
+        let (g, e) = (median(&self.loop_ms), median(&self.eager_step_ms));
+        Some(format!(
+            "whole step, same process: graph replay {g:.3} ms, eager replay {e:.3} ms (median of {} and {}): graph {:.2}x faster\n",
+            self.loop_ms.len(),
+            self.eager_step_ms.len(),
+            e / g
         ))
     }
 
