@@ -360,7 +360,8 @@ impl<'t> Replayer<'t> {
         Ok(out)
     }
 
-    /// Fresh state: adopted resources created, initial buffers allocated and filled. Fills
+    /// The initial state: adopted resources created and initial buffers allocated (each only
+    /// if `st` lacks it), then every initial buffer filled with its recorded contents. Fills
     /// `st` as it goes, so whatever was made before a failure is still torn down.
     pub(crate) fn setup(&self, gpu: &dyn GpuBackend, st: &mut State) -> Result<(), ReplayError> {
         let setup = |what: String| {
@@ -371,7 +372,7 @@ impl<'t> Replayer<'t> {
         };
         for a in &self.trace.adopted {
             match a {
-                Adopted::Stream { id, is_default } => {
+                Adopted::Stream { id, is_default } if !st.streams.contains_key(id) => {
                     let s = if *is_default {
                         gpu.default_stream()
                     } else {
@@ -380,47 +381,49 @@ impl<'t> Replayer<'t> {
                     };
                     st.streams.insert(*id, s);
                 }
-                Adopted::Event { id } => {
+                Adopted::Event { id } if !st.events.contains_key(id) => {
                     let e = gpu
                         .create_event()
                         .map_err(setup(format!("creating {id}")))?;
                     st.events.insert(*id, e);
                 }
-                Adopted::Host { id, bytes } => {
+                Adopted::Host { id, bytes } if !st.hosts.contains_key(id) => {
                     let p = gpu
                         .alloc_host_pinned(*bytes as usize)
                         .map_err(setup(format!("allocating {id}")))?;
                     st.hosts.insert(*id, (p, *bytes as usize));
                 }
-                Adopted::Graph { .. } => {}
+                _ => {}
             }
         }
         for i in &self.trace.initial {
-            let p = self
-                .alloc_buf(gpu, i.buf, i.bytes, false)
-                .map_err(setup(format!("allocating {}", i.buf)))?;
-            self.check_hidden(i.buf, p)?;
+            let p = match st.bufs.get(&i.buf) {
+                Some((p, _)) => *p,
+                None => {
+                    let p = self
+                        .alloc_buf(gpu, i.buf, i.bytes, false)
+                        .map_err(setup(format!("allocating {}", i.buf)))?;
+                    self.check_hidden(i.buf, p)?;
+                    st.bufs.insert(i.buf, (p, i.bytes));
+                    p
+                }
+            };
             gpu.copy_h2d(self.blob(i.data)?, p)
                 .map_err(setup(format!("restoring {}", i.buf)))?;
-            st.bufs.insert(i.buf, (p, i.bytes));
         }
         Ok(())
     }
 
     /// Back to the initial state for another loop, keeping what `setup` made: wait for every
     /// stream, drop what the replayed calls created (buffers, graphs, events, pinned regions),
-    /// and copy each initial buffer's recorded contents back in (allocating it again if a call
-    /// freed it).
+    /// then `setup` again, which makes only what a call destroyed and refills the initial
+    /// buffers.
     pub(crate) fn restore(&self, gpu: &dyn GpuBackend, st: &mut State) -> Result<(), ReplayError> {
-        let setup = |what: String| {
-            move |e: anyhow::Error| ReplayError::Setup {
-                what,
+        for (id, s) in &st.streams {
+            gpu.synchronize(*s).map_err(|e| ReplayError::Setup {
+                what: format!("waiting for {id} after the previous loop"),
                 cause: format!("{e:#}"),
-            }
-        };
-        for s in st.streams.values() {
-            gpu.synchronize(*s)
-                .map_err(setup("waiting for the previous loop".into()))?;
+            })?;
         }
         for (_, g) in st.graphs.drain() {
             let _ = gpu.destroy_graph(g);
@@ -450,22 +453,7 @@ impl<'t> Replayer<'t> {
         });
         st.pending.clear();
         st.last_scan = None;
-        for i in &self.trace.initial {
-            let p = match st.bufs.get(&i.buf) {
-                Some((p, _)) => *p,
-                None => {
-                    let p = self
-                        .alloc_buf(gpu, i.buf, i.bytes, false)
-                        .map_err(setup(format!("allocating {}", i.buf)))?;
-                    self.check_hidden(i.buf, p)?;
-                    st.bufs.insert(i.buf, (p, i.bytes));
-                    p
-                }
-            };
-            gpu.copy_h2d(self.blob(i.data)?, p)
-                .map_err(setup(format!("restoring {}", i.buf)))?;
-        }
-        Ok(())
+        self.setup(gpu, st)
     }
 
     /// Free what `setup` and the replayed calls left allocated.
