@@ -9,15 +9,40 @@ use std::sync::Arc;
 /// The CUDA C of the workloads' kernels (and the GPU suite's), loaded as module `blas`.
 pub const TEST_KERNELS: &str = include_str!("../kernels/test_kernels.cu");
 
-/// Compile and load `TEST_KERNELS` on a CUDA backend as module `blas`.
+/// Compile and load `TEST_KERNELS` on a CUDA backend as module `blas`, and declare what the
+/// parameters of the kernels the workloads use are (the driver reports only their sizes).
 pub fn load_cuda_kernels(g: &crate::cuda::CudaBackend) -> Result<()> {
-    g.load_source("blas", TEST_KERNELS)
+    g.load_source("blas", TEST_KERNELS)?;
+    if let Some(reg) = g.kernel_registry() {
+        for name in BLAS_KERNELS {
+            let access: Vec<ParamAccess> = blas_layout(name).iter().map(|p| p.access).collect();
+            reg.declare_access("blas", name, &access);
+        }
+    }
+    Ok(())
+}
+
+/// The `blas` kernels the workloads launch (and the mock runs).
+const BLAS_KERNELS: [&str; 5] = ["saxpy", "saxpy_pdl", "noop_pdl", "fill", "gather"];
+
+/// Their parameter layouts, as nvcc lays out the signatures in kernels/test_kernels.cu, with
+/// what each parameter is.
+fn blas_layout(name: &str) -> Vec<ParamInfo> {
+    use ParamAccess::*;
+    match name {
+        "saxpy" | "saxpy_pdl" => {
+            ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)])
+        }
+        "noop_pdl" => Vec::new(),
+        "fill" => ParamInfo::packed(&[(8, Write), (4, Value), (4, Value)]),
+        "gather" => ParamInfo::packed(&[(8, Read), (8, Write), (4, Value)]),
+        other => unreachable!("no layout for blas::{other}"),
+    }
 }
 
 /// Register the kernels these workloads launch: `saxpy(x, y, n, a)` (y += a*x) and
 /// `fill(dst, n, v)`, and the PDL variants `bench-launch` uses (`saxpy_pdl`, `noop_pdl`).
 pub fn register_mock_kernels(m: &MockGpuBackend) {
-    use ParamAccess::*;
     let saxpy: KernelBody = Arc::new(|ctx| {
         let (x, y) = (ctx.ptr(0)?, ctx.ptr(1)?);
         let n = ctx.u32(2)? as usize;
@@ -29,22 +54,12 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         }
         ctx.write_f32(y, &ys)
     });
-    m.register_kernel(
-        "blas",
-        "saxpy",
-        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
-        Some(saxpy.clone()),
-    );
-    m.register_kernel(
-        "blas",
-        "saxpy_pdl",
-        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
-        Some(saxpy),
-    );
+    m.register_kernel("blas", "saxpy", blas_layout("saxpy"), Some(saxpy.clone()));
+    m.register_kernel("blas", "saxpy_pdl", blas_layout("saxpy_pdl"), Some(saxpy));
     m.register_kernel(
         "blas",
         "noop_pdl",
-        ParamInfo::packed(&[]),
+        blas_layout("noop_pdl"),
         Some(Arc::new(|_| Ok(()))),
     );
     let fill: KernelBody = Arc::new(|ctx| {
@@ -53,12 +68,7 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         let v = ctx.f32(2)?;
         ctx.write_f32(d, &vec![v; n])
     });
-    m.register_kernel(
-        "blas",
-        "fill",
-        ParamInfo::packed(&[(8, Write), (4, Value), (4, Value)]),
-        Some(fill),
-    );
+    m.register_kernel("blas", "fill", blas_layout("fill"), Some(fill));
     let gather: KernelBody = Arc::new(|ctx| {
         let (table, out) = (ctx.ptr(0)?, ctx.ptr(1)?);
         let n = ctx.u32(2)? as usize;
@@ -73,12 +83,7 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         }
         ctx.write_f32(out, &vals)
     });
-    m.register_kernel(
-        "blas",
-        "gather",
-        ParamInfo::packed(&[(8, Read), (8, Write), (4, Value)]),
-        Some(gather),
-    );
+    m.register_kernel("blas", "gather", blas_layout("gather"), Some(gather));
     // The CUDA C the twins stand for, so a trace recorded here replays on a GPU.
     m.set_module_code(crate::backend::ModuleCode {
         name: "blas".into(),

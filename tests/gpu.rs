@@ -2,7 +2,7 @@
 //! `--include-ignored` on the GPU machine) and returns early, saying so, where no driver is
 //! present, so they also pass on CPU-only machines.
 
-use gputape::backend::{probe, CaptureMode, GpuBackend, KernelArg, StreamKind};
+use gputape::backend::{probe, CaptureMode, GpuBackend, KernelArg, ParamAccess, StreamKind};
 use gputape::cuda::{CudaBackend, CudaConfig, RedzoneConfig};
 use gputape::mock::{MockConfig, MockGpuBackend};
 use gputape::recorder::{BackendDesc, RecordingBackend};
@@ -309,8 +309,8 @@ fn a_workload_recorded_on_cuda_renders_like_the_mock_s() {
         std::fs::write(Path::new(&dir).join("two_streams_cuda.txt"), &text).unwrap();
         std::fs::write(Path::new(&dir).join("two_streams_cuda.gtape"), &*buf.lock()).unwrap();
     }
-    // Same calls, ids, sites and results as on the mock (kernel layouts differ: the driver
-    // does not say which parameters are pointers).
+    // Same calls, ids, sites and results as on the mock, and the same kernel signatures: the
+    // driver's offsets and sizes, with the access modes `load_cuda_kernels` declared.
     let m = mock();
     let sink = VecSink::default();
     let mbuf = sink.0.clone();
@@ -326,6 +326,13 @@ fn a_workload_recorded_on_cuda_renders_like_the_mock_s() {
             .collect::<Vec<_>>()
     };
     assert_eq!(calls(&t), calls(&mt));
+    let kernels = |t: &Trace| {
+        t.kernels
+            .iter()
+            .map(|(id, k)| (*id, k.module.clone(), k.name.clone(), k.params.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kernels(&t), kernels(&mt));
 }
 
 #[test]
@@ -360,19 +367,20 @@ fn model_kernel_layouts_from_the_driver_match_the_mock_declarations() {
     let Some(g) = model_gpu() else { return };
     for (name, _) in gputape::model::kernels::SOURCES {
         let k = g.kernel(name, name).unwrap();
-        let drv: Vec<(u32, u32)> = g
+        let drv: Vec<(u32, u32, ParamAccess)> = g
             .kernel_registry()
             .unwrap()
             .kernel_by_handle(k)
             .unwrap()
             .params
             .iter()
-            .map(|p| (p.offset, p.size))
+            .map(|p| (p.offset, p.size, p.access))
             .collect();
-        let mock: Vec<(u32, u32)> = gputape::model::kernels::layout(name)
+        let mock: Vec<(u32, u32, ParamAccess)> = gputape::model::kernels::layout(name)
             .iter()
-            .map(|p| (p.offset, p.size))
+            .map(|p| (p.offset, p.size, p.access))
             .collect();
+        // Offsets and sizes from the driver; access modes as `load_cuda` declared them.
         assert_eq!(drv, mock, "kernel {name}");
     }
 }

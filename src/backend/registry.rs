@@ -86,6 +86,29 @@ struct Inner {
     modules: Vec<ModuleCode>,
     by_name: HashMap<(String, String), KernelInfo>,
     by_handle: HashMap<KernelHandle, KernelInfo>,
+    /// Access modes the kernels' owner declared (`declare_access`), by (module, kernel).
+    declared: HashMap<(String, String), Vec<ParamAccess>>,
+}
+
+/// Fill a layout's unknown access modes from a declaration of the same length; a declaration
+/// that does not fit the layout is ignored (and said so), never guessed into place.
+fn apply_declared(info: &mut KernelInfo, access: &[ParamAccess]) {
+    let params = &mut info.params;
+    if params.len() != access.len() {
+        tracing::warn!(
+            "kernel {}::{}: {} access modes declared for {} parameters; ignored",
+            info.module,
+            info.name,
+            access.len(),
+            params.len()
+        );
+        return;
+    }
+    for (p, a) in params.iter_mut().zip(access) {
+        if p.access == ParamAccess::Unknown {
+            p.access = *a;
+        }
+    }
 }
 
 /// A backend's loaded modules. One per backend (per model), shared by `Arc`.
@@ -110,11 +133,33 @@ impl KernelRegistry {
     }
 
     /// Declare a kernel's layout, and the handle its backend issued for it.
-    pub fn add_kernel(&self, handle: KernelHandle, info: KernelInfo) {
+    pub fn add_kernel(&self, handle: KernelHandle, mut info: KernelInfo) {
         let mut g = self.inner.write();
+        if let Some(access) = g.declared.get(&(info.module.clone(), info.name.clone())) {
+            apply_declared(&mut info, access);
+        }
         g.by_name
             .insert((info.module.clone(), info.name.clone()), info.clone());
         g.by_handle.insert(handle, info);
+    }
+
+    /// What each parameter of `module::name` is (read, written, a value...), as the kernel's
+    /// owner knows it. A driver reports sizes and offsets only, so without this every parameter
+    /// of a CUDA kernel is `Unknown`: traces then cannot tell a kernel's inputs from its outputs,
+    /// and the analyses must assume each buffer argument is both. Fills in layouts registered
+    /// before or after the declaration.
+    pub fn declare_access(&self, module: &str, name: &str, access: &[ParamAccess]) {
+        let mut g = self.inner.write();
+        let key = (module.to_string(), name.to_string());
+        if let Some(info) = g.by_name.get_mut(&key) {
+            apply_declared(info, access);
+        }
+        for info in g.by_handle.values_mut() {
+            if info.module == module && info.name == name {
+                apply_declared(info, access);
+            }
+        }
+        g.declared.insert(key, access.to_vec());
     }
 
     pub fn kernel_by_handle(&self, handle: KernelHandle) -> Option<KernelInfo> {
@@ -157,5 +202,39 @@ mod tests {
         let l = ParamInfo::packed(&[(8, Read), (4, Value), (8, Write), (4, Value), (4, Value)]);
         let offs: Vec<u32> = l.iter().map(|p| p.offset).collect();
         assert_eq!(offs, vec![0, 8, 16, 24, 28]);
+    }
+
+    /// A driver's layout (sizes only) takes the owner's access modes, whether they were
+    /// declared before or after the kernel was looked up; a declaration of the wrong length
+    /// changes nothing.
+    #[test]
+    fn declared_access_fills_a_driver_layout() {
+        use ParamAccess::*;
+        let unknown = || ParamInfo::packed(&[(8, Unknown), (8, Unknown), (4, Unknown)]);
+        let info = |name: &str| KernelInfo {
+            module: "m".into(),
+            name: name.into(),
+            params: unknown(),
+        };
+        let modes = |r: &KernelRegistry, h: u64| -> Vec<ParamAccess> {
+            let by_handle = r.kernel_by_handle(KernelHandle(h)).unwrap();
+            let by_name = r.kernel_by_name("m", &by_handle.name).unwrap();
+            assert_eq!(by_handle.params, by_name.params);
+            by_handle.params.iter().map(|p| p.access).collect()
+        };
+        let r = KernelRegistry::new();
+        r.declare_access("m", "before", &[Read, Write, Value]);
+        r.add_kernel(KernelHandle(1), info("before"));
+        r.add_kernel(KernelHandle(2), info("after"));
+        r.add_kernel(KernelHandle(3), info("wrong"));
+        r.declare_access("m", "after", &[Read, ReadWrite, Value]);
+        r.declare_access("m", "wrong", &[Read, Write]);
+        assert_eq!(modes(&r, 1), [Read, Write, Value]);
+        assert_eq!(modes(&r, 2), [Read, ReadWrite, Value]);
+        assert_eq!(modes(&r, 3), [Unknown, Unknown, Unknown]);
+        // Offsets and sizes are the driver's, untouched.
+        let p = r.kernel_by_handle(KernelHandle(1)).unwrap().params;
+        let shape: Vec<(u32, u32)> = p.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(shape, [(0, 8), (8, 8), (16, 4)]);
     }
 }

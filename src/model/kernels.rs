@@ -36,10 +36,17 @@ pub const SOURCES: [(&str, &str); 9] = [
     module!("argmax"),
 ];
 
-/// Compile (NVRTC) and load every model kernel on a CUDA backend.
+/// Compile (NVRTC) and load every model kernel on a CUDA backend, declaring what each
+/// parameter is (the driver reports only sizes), so traces recorded there know each kernel's
+/// inputs from its outputs as the mock's do.
 pub fn load_cuda(g: &crate::cuda::CudaBackend) -> anyhow::Result<()> {
+    use crate::backend::GpuBackend;
     for (name, src) in SOURCES {
         g.load_source(name, src)?;
+        if let Some(reg) = g.kernel_registry() {
+            let access: Vec<ParamAccess> = layout(name).iter().map(|p| p.access).collect();
+            reg.declare_access(name, name, &access);
+        }
     }
     Ok(())
 }

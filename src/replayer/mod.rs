@@ -13,7 +13,9 @@ pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use graph::GraphReport;
 pub use pointers::{hidden_pointers, HiddenPointer};
 
-use crate::backend::{DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode};
+use crate::backend::{
+    DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode, ParamAccess,
+};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::{Deserialize, Serialize};
@@ -346,7 +348,15 @@ impl<'t> Replayer<'t> {
             }
         }
         let mut out = HashMap::default();
+        let registry = gpu.kernel_registry();
         for (id, info) in &self.trace.kernels {
+            // What the recording knew of each parameter, so a recorded replay knows it too.
+            if let Some(reg) = &registry {
+                if info.params.iter().any(|p| p.access != ParamAccess::Unknown) {
+                    let access: Vec<ParamAccess> = info.params.iter().map(|p| p.access).collect();
+                    reg.declare_access(&info.module, &info.name, &access);
+                }
+            }
             let h = gpu
                 .kernel(&info.module, &info.name)
                 .map_err(|e| ReplayError::Kernel {
