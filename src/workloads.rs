@@ -15,8 +15,7 @@ pub fn load_cuda_kernels(g: &crate::cuda::CudaBackend) -> Result<()> {
     g.load_source("blas", TEST_KERNELS)?;
     if let Some(reg) = g.kernel_registry() {
         for name in BLAS_KERNELS {
-            let access: Vec<ParamAccess> = blas_layout(name).iter().map(|p| p.access).collect();
-            reg.declare_access("blas", name, &access);
+            reg.declare_access("blas", name, &blas_layout(name));
         }
     }
     Ok(())

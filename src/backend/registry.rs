@@ -87,26 +87,26 @@ struct Inner {
     by_name: HashMap<(String, String), KernelInfo>,
     by_handle: HashMap<KernelHandle, KernelInfo>,
     /// Access modes the kernels' owner declared (`declare_access`), by (module, kernel).
-    declared: HashMap<(String, String), Vec<ParamAccess>>,
+    declared: HashMap<(String, String), Vec<ParamInfo>>,
 }
 
 /// Fill a layout's unknown access modes from a declaration of the same length; a declaration
 /// that does not fit the layout is ignored (and said so), never guessed into place.
-fn apply_declared(info: &mut KernelInfo, access: &[ParamAccess]) {
+fn apply_declared(info: &mut KernelInfo, declared: &[ParamInfo]) {
     let params = &mut info.params;
-    if params.len() != access.len() {
+    if params.len() != declared.len() {
         tracing::warn!(
             "kernel {}::{}: {} access modes declared for {} parameters; ignored",
             info.module,
             info.name,
-            access.len(),
+            declared.len(),
             params.len()
         );
         return;
     }
-    for (p, a) in params.iter_mut().zip(access) {
+    for (p, d) in params.iter_mut().zip(declared) {
         if p.access == ParamAccess::Unknown {
-            p.access = *a;
+            p.access = d.access;
         }
     }
 }
@@ -135,8 +135,8 @@ impl KernelRegistry {
     /// Declare a kernel's layout, and the handle its backend issued for it.
     pub fn add_kernel(&self, handle: KernelHandle, mut info: KernelInfo) {
         let mut g = self.inner.write();
-        if let Some(access) = g.declared.get(&(info.module.clone(), info.name.clone())) {
-            apply_declared(&mut info, access);
+        if let Some(layout) = g.declared.get(&(info.module.clone(), info.name.clone())) {
+            apply_declared(&mut info, layout);
         }
         g.by_name
             .insert((info.module.clone(), info.name.clone()), info.clone());
@@ -144,22 +144,22 @@ impl KernelRegistry {
     }
 
     /// What each parameter of `module::name` is (read, written, a value...), as the kernel's
-    /// owner knows it. A driver reports sizes and offsets only, so without this every parameter
+    /// owner knows it (the access modes of `layout`; its offsets and sizes stay the backend's). A driver reports sizes and offsets only, so without this every parameter
     /// of a CUDA kernel is `Unknown`: traces then cannot tell a kernel's inputs from its outputs,
     /// and the analyses must assume each buffer argument is both. Fills in layouts registered
     /// before or after the declaration.
-    pub fn declare_access(&self, module: &str, name: &str, access: &[ParamAccess]) {
+    pub fn declare_access(&self, module: &str, name: &str, layout: &[ParamInfo]) {
         let mut g = self.inner.write();
         let key = (module.to_string(), name.to_string());
         if let Some(info) = g.by_name.get_mut(&key) {
-            apply_declared(info, access);
+            apply_declared(info, layout);
         }
         for info in g.by_handle.values_mut() {
             if info.module == module && info.name == name {
-                apply_declared(info, access);
+                apply_declared(info, layout);
             }
         }
-        g.declared.insert(key, access.to_vec());
+        g.declared.insert(key, layout.to_vec());
     }
 
     pub fn kernel_by_handle(&self, handle: KernelHandle) -> Option<KernelInfo> {
@@ -223,12 +223,16 @@ mod tests {
             by_handle.params.iter().map(|p| p.access).collect()
         };
         let r = KernelRegistry::new();
-        r.declare_access("m", "before", &[Read, Write, Value]);
+        let declared = |modes: &[ParamAccess]| {
+            let p: Vec<(u32, ParamAccess)> = modes.iter().map(|a| (8, *a)).collect();
+            ParamInfo::packed(&p)
+        };
+        r.declare_access("m", "before", &declared(&[Read, Write, Value]));
         r.add_kernel(KernelHandle(1), info("before"));
         r.add_kernel(KernelHandle(2), info("after"));
         r.add_kernel(KernelHandle(3), info("wrong"));
-        r.declare_access("m", "after", &[Read, ReadWrite, Value]);
-        r.declare_access("m", "wrong", &[Read, Write]);
+        r.declare_access("m", "after", &declared(&[Read, ReadWrite, Value]));
+        r.declare_access("m", "wrong", &declared(&[Read, Write]));
         assert_eq!(modes(&r, 1), [Read, Write, Value]);
         assert_eq!(modes(&r, 2), [Read, ReadWrite, Value]);
         assert_eq!(modes(&r, 3), [Unknown, Unknown, Unknown]);

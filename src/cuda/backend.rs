@@ -661,24 +661,21 @@ impl GpuBackend for CudaBackend {
     ) -> Result<()> {
         if self.launches_programmatically(func) {
             self.launch_programmatic(func, grid, block, shared_mem, stream, params)?;
-            if self.cfg.debug_sync_kernels {
-                self.sync_stream(stream)?;
-            }
-            return Ok(());
+        } else {
+            cu!(cuLaunchKernel(
+                func.0 as sys::CUfunction,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem,
+                st(stream),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ))?;
         }
-        cu!(cuLaunchKernel(
-            func.0 as sys::CUfunction,
-            grid[0],
-            grid[1],
-            grid[2],
-            block[0],
-            block[1],
-            block[2],
-            shared_mem,
-            st(stream),
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        ))?;
         if self.cfg.debug_sync_kernels {
             self.sync_stream(stream)?;
         }

@@ -44,8 +44,7 @@ pub fn load_cuda(g: &crate::cuda::CudaBackend) -> anyhow::Result<()> {
     for (name, src) in SOURCES {
         g.load_source(name, src)?;
         if let Some(reg) = g.kernel_registry() {
-            let access: Vec<ParamAccess> = layout(name).iter().map(|p| p.access).collect();
-            reg.declare_access(name, name, &access);
+            reg.declare_access(name, name, &layout(name));
         }
     }
     Ok(())

@@ -141,35 +141,27 @@ impl RecState {
     /// Write a frame; an I/O failure stops recording (the engine's call still goes through)
     /// and keeps everything already written.
     pub fn emit(&mut self, f: &Frame) {
-        if !self.recording {
-            return;
-        }
-        if let Some(w) = self.writer.as_mut() {
-            if let Err(e) = w.write(f) {
-                self.write_failed(e);
-            }
-        }
+        self.emit_with(|w| w.write(f));
     }
 
     /// `emit` for a call's Begin frame, encoded from the borrowed call.
     pub fn emit_begin(&mut self, b: &BeginRef<'_>) {
-        if !self.recording {
-            return;
-        }
-        if let Some(w) = self.writer.as_mut() {
-            if let Err(e) = w.write_begin(b) {
-                self.write_failed(e);
-            }
-        }
+        self.emit_with(|w| w.write_begin(b));
     }
 
     /// `emit` for a call's End frame.
     pub fn emit_end(&mut self, seq: u64, dur_ns: u64, ret: &Ret) {
+        self.emit_with(|w| w.write_end(seq, dur_ns, ret));
+    }
+
+    /// Run one write on the writer, when recording.
+    #[inline]
+    fn emit_with(&mut self, write: impl FnOnce(&mut TraceWriter) -> Result<(), TraceError>) {
         if !self.recording {
             return;
         }
         if let Some(w) = self.writer.as_mut() {
-            if let Err(e) = w.write_end(seq, dur_ns, ret) {
+            if let Err(e) = write(w) {
                 self.write_failed(e);
             }
         }

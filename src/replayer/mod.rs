@@ -353,8 +353,7 @@ impl<'t> Replayer<'t> {
             // What the recording knew of each parameter, so a recorded replay knows it too.
             if let Some(reg) = &registry {
                 if info.params.iter().any(|p| p.access != ParamAccess::Unknown) {
-                    let access: Vec<ParamAccess> = info.params.iter().map(|p| p.access).collect();
-                    reg.declare_access(&info.module, &info.name, &access);
+                    reg.declare_access(&info.module, &info.name, &info.params);
                 }
             }
             let h = gpu

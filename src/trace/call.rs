@@ -405,6 +405,38 @@ impl Call {
         }
     }
 
+    /// A launch through `launch_typed` (`typed`) or `launch`: the two variants carry the same
+    /// fields.
+    pub fn new_launch(
+        typed: bool,
+        kernel: KernelId,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: StreamRef,
+        args: Args,
+    ) -> Call {
+        if typed {
+            Call::LaunchTyped {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream,
+                args,
+            }
+        } else {
+            Call::Launch {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream,
+                args,
+            }
+        }
+    }
+
     /// A kernel launch's kernel and arguments (typed or not); `None` for any other call.
     pub fn launch(&self) -> Option<(KernelId, &[Arg])> {
         match self {

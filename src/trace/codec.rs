@@ -272,26 +272,7 @@ mod hot {
             _ => return None,
         };
         let n = r.len().ok()?;
-        let args = Args::new();
-        let call = if typed {
-            Call::LaunchTyped {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                args,
-            }
-        } else {
-            Call::Launch {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                args,
-            }
-        };
+        let call = Call::new_launch(typed, kernel, grid, block, shared_mem, stream, Args::new());
         *out = Frame::Begin(Begin {
             seq,
             thread,
@@ -1117,54 +1098,19 @@ mod tests {
                     let (seq, t_ns) = (e, e.rotate_left(k as u32));
                     let (kernel, grid, block, shared_mem) =
                         (KernelId(small), [small, 1, 251], [32, small, 65_536], small);
-                    let call = if typed {
-                        Call::LaunchTyped {
-                            kernel,
-                            grid,
-                            block,
-                            shared_mem,
-                            stream,
-                            args: args.clone(),
-                        }
-                    } else {
-                        Call::Launch {
-                            kernel,
-                            grid,
-                            block,
-                            shared_mem,
-                            stream,
-                            args: args.clone(),
-                        }
-                    };
-                    let head = BeginRef {
-                        seq,
-                        thread: e as u16,
-                        site: SiteId(small),
-                        t_ns,
-                        call: &(),
-                    };
-                    let view = LaunchRef {
-                        typed,
-                        kernel,
-                        grid,
-                        block,
-                        shared_mem,
-                        stream,
-                        n_args: args.len(),
-                        arg: |i: usize| match &args[i] {
-                            Arg::Buf(a) => ArgRef::Buf(*a),
-                            Arg::Val(b) => ArgRef::Val(b),
-                        },
-                    };
-                    let mut ours = Vec::new();
-                    append_launch_begin(&head, &view, &mut ours);
-                    let frame = Frame::Begin(Begin {
+                    let call =
+                        Call::new_launch(typed, kernel, grid, block, shared_mem, stream, args);
+                    let begin = Begin {
                         seq,
                         thread: e as u16,
                         site: SiteId(small),
                         t_ns,
                         call,
-                    });
+                    };
+                    let mut ours = Vec::new();
+                    let (head, view) = begin.launch_parts().expect("a launch");
+                    append_launch_begin(&head, &view, &mut ours);
+                    let frame = Frame::Begin(begin.clone());
                     assert_eq!(ours, encode_with_bincode(&frame).unwrap(), "{frame:?}");
                     let mut into = Frame::Stop;
                     assert!(hot::decode_into(&ours, &mut into));
@@ -1212,27 +1158,30 @@ mod tests {
     /// or, where bincode refuses the bytes, an error.
     #[test]
     fn damaged_hot_records_decode_as_bincode_does() {
-        let args = every_arg();
-        let head = BeginRef {
+        // Every argument shape, with value bytes cut to 9 to keep the record short.
+        let args: Args = every_arg()
+            .into_iter()
+            .map(|a| match a {
+                Arg::Val(b) => Arg::Val(ArgBytes::from(&b[..b.len().min(9)])),
+                other => other,
+            })
+            .collect();
+        let launch = Begin {
             seq: 1 << 33,
             thread: 1,
             site: SiteId(300),
             t_ns: 12_345,
-            call: &(),
+            call: Call::new_launch(
+                true,
+                KernelId(2),
+                [1, 1, 1],
+                [256, 1, 1],
+                0,
+                StreamRef::Id(StreamId(1)),
+                args,
+            ),
         };
-        let view = LaunchRef {
-            typed: true,
-            kernel: KernelId(2),
-            grid: [1, 1, 1],
-            block: [256, 1, 1],
-            shared_mem: 0,
-            stream: StreamRef::Id(StreamId(1)),
-            n_args: args.len(),
-            arg: |i: usize| match &args[i] {
-                Arg::Buf(a) => ArgRef::Buf(*a),
-                Arg::Val(b) => ArgRef::Val(&b[..b.len().min(9)]),
-            },
-        };
+        let (head, view) = launch.launch_parts().expect("a launch");
         let mut begin = Vec::new();
         append_launch_begin(&head, &view, &mut begin);
         let mut end = Vec::new();

@@ -207,25 +207,26 @@ impl Begin {
         BeginRef<'static, ()>,
         LaunchRef<impl Fn(usize) -> ArgRef<'a> + 'a>,
     )> {
-        let (typed, kernel, grid, block, shared_mem, stream, args) = match &self.call {
-            Call::LaunchTyped {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                args,
-            } => (true, kernel, grid, block, shared_mem, stream, args),
-            Call::Launch {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                args,
-            } => (false, kernel, grid, block, shared_mem, stream, args),
-            _ => return None,
+        let (Call::Launch {
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            args,
+        }
+        | Call::LaunchTyped {
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            args,
+        }) = &self.call
+        else {
+            return None;
         };
+        let typed = matches!(self.call, Call::LaunchTyped { .. });
         let head = BeginRef {
             seq: self.seq,
             thread: self.thread,
