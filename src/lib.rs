@@ -14,12 +14,4 @@ pub mod replayer;
 pub mod trace;
 pub mod workloads;
 
-/// The CUDA driver code behind a backend error, when there is one: mock errors say which
-/// driver error they stand for, driver errors carry theirs.
-pub fn driver_code(e: &anyhow::Error) -> Option<u32> {
-    e.chain().find_map(|c| {
-        c.downcast_ref::<mock::MockError>()
-            .map(|m| m.cuda_code())
-            .or_else(|| c.downcast_ref::<cuda::CudaError>().map(|e| e.cuda_code()))
-    })
-}
+pub use backend::driver_code;

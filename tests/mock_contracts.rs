@@ -12,7 +12,10 @@ fn mock() -> MockGpuBackend {
 }
 
 fn err_of(e: anyhow::Error) -> MockError {
-    e.downcast::<MockError>().expect("a MockError")
+    e.downcast::<gputape::backend::DeviceError>()
+        .expect("a DeviceError")
+        .into_inner::<MockError>()
+        .expect("from the mock")
 }
 
 #[test]
@@ -286,30 +289,40 @@ fn kernels_run_their_cpu_body_through_raw_and_typed_launch() {
     assert_eq!(out, f32_bytes(&[14.0, 18.0, 22.0, 26.0]));
 }
 
-#[test]
-fn a_kernel_that_overruns_is_caught_at_the_write() {
-    let m = mock();
+/// Launch saxpy over 4 floats into a 12-byte `y`: one float too far.
+fn overrunning_saxpy(m: &MockGpuBackend) -> anyhow::Result<()> {
     m.register_kernel("blas", "saxpy", saxpy_layout(), Some(saxpy_body()));
     let k = m.kernel("blas", "saxpy").unwrap();
     let x = m.alloc(64).unwrap();
     let y = m.alloc(12).unwrap();
     let n = 4u32;
-    let e = m
-        .launch_typed(
-            k,
-            [1; 3],
-            [1; 3],
-            0,
-            1,
-            &[
-                KernelArg::Buffer(x),
-                KernelArg::Buffer(y),
-                KernelArg::Bytes(&n.to_le_bytes()),
-                KernelArg::Bytes(&1f32.to_le_bytes()),
-            ],
-        )
-        .unwrap_err();
+    m.launch_typed(
+        k,
+        [1; 3],
+        [1; 3],
+        0,
+        1,
+        &[
+            KernelArg::Buffer(x),
+            KernelArg::Buffer(y),
+            KernelArg::Bytes(&n.to_le_bytes()),
+            KernelArg::Bytes(&1f32.to_le_bytes()),
+        ],
+    )
+}
+
+#[test]
+fn a_kernel_that_overruns_is_caught_at_the_write_with_debug_sync() {
+    let m = MockGpuBackend::new(MockConfig {
+        debug_sync_kernels: true,
+        ..Default::default()
+    });
+    let e = overrunning_saxpy(&m).unwrap_err();
     assert_eq!(gputape::driver_code(&e), Some(700));
+    let d = gputape::backend::device_error(&e).unwrap();
+    assert_eq!(d.kernel.as_deref(), Some("blas::saxpy"));
+    let a = d.alloc.as_ref().expect("the allocation is named");
+    assert_eq!((a.bytes, a.past_end), (12, 4));
     let msg = err_of(e).to_string();
     assert!(
         msg.contains("blas::saxpy") && msg.contains("overruns by 4"),
@@ -317,9 +330,36 @@ fn a_kernel_that_overruns_is_caught_at_the_write() {
     );
 }
 
+/// Without a sync after each launch the driver reports a kernel's fault at the next call that
+/// waits, and the context is dead from then on: the mock does the same.
+#[test]
+fn a_kernel_fault_surfaces_at_the_next_call_that_waits_and_stays() {
+    let m = mock();
+    overrunning_saxpy(&m).expect("the launch itself succeeds");
+    // Work queued after the fault does not run and reports nothing yet.
+    let z = m.alloc(8).unwrap();
+    m.memset_async(z, 1, 8, 1).expect("async work is only queued");
+    let e = m.synchronize(1).unwrap_err();
+    assert_eq!(gputape::driver_code(&e), Some(700));
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("synchronize at") && msg.contains("before this call waited") && msg.contains("overruns by 4"),
+        "{msg}"
+    );
+    let d = gputape::backend::device_error(&e).unwrap();
+    assert_eq!(d.kernel.as_deref(), Some("blas::saxpy"));
+    let again = m.alloc(8).unwrap_err();
+    assert_eq!(gputape::driver_code(&again), Some(700));
+    assert!(format!("{again:#}").contains("unusable after an earlier fault"));
+}
+
 #[test]
 fn bodiless_kernels_still_check_pointer_arguments_and_unknown_kernels_fail() {
-    let m = mock();
+    // A sync after each launch, so the fault is the launch's own result.
+    let m = MockGpuBackend::new(MockConfig {
+        debug_sync_kernels: true,
+        ..Default::default()
+    });
     m.register_kernel(
         "k",
         "noop",
@@ -335,6 +375,15 @@ fn bodiless_kernels_still_check_pointer_arguments_and_unknown_kernels_fail() {
         .launch_typed(k, [1; 3], [1; 3], 0, 1, &[KernelArg::Buffer(a)])
         .unwrap_err();
     assert!(err_of(e).to_string().contains("freed at"));
+    // The context is dead after that fault; a fresh one for the synchronous checks.
+    let m = mock();
+    m.register_kernel(
+        "k",
+        "noop",
+        ParamInfo::packed(&[(8, ParamAccess::Write)]),
+        None,
+    );
+    let k = m.kernel("k", "noop").unwrap();
     assert!(matches!(
         err_of(m.kernel("k", "missing").unwrap_err()),
         MockError::UnknownKernel { .. }

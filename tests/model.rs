@@ -53,9 +53,17 @@ fn teardown_is_idempotent_and_resources_release_once() {
 }
 
 fn record_step(k: usize, fault: Option<FaultPlan>) -> (Vec<u8>, anyhow::Result<u32>) {
+    record_step_on(mock(), k, fault)
+}
+
+fn record_step_on(
+    m: MockGpuBackend,
+    k: usize,
+    fault: Option<FaultPlan>,
+) -> (Vec<u8>, anyhow::Result<u32>) {
     let sink = VecSink::default();
     let buf = sink.0.clone();
-    let rec = RecordingBackend::new(mock(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    let rec = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
     let gpu: &dyn GpuBackend = &rec;
     let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
     m.fault = fault;
@@ -104,15 +112,39 @@ fn a_recorded_decode_step_is_self_contained_and_snapshot_stable() {
     );
 }
 
+const PLANTED: Option<FaultPlan> = Some(FaultPlan {
+    step: 4,
+    overrun: 16,
+});
+
+/// As an engine sees it: no sync after each launch, so the overrun surfaces at the step's
+/// blocking token readback, and the error still names the kernel that raised it.
 #[test]
-fn the_planted_fault_is_recorded_at_its_kernel() {
-    let (bytes, r) = record_step(
-        4,
-        Some(FaultPlan {
-            step: 4,
-            overrun: 16,
-        }),
-    );
+fn the_planted_fault_is_recorded_at_the_next_blocking_copy() {
+    let (bytes, r) = record_step(4, PLANTED);
+    let e = r.unwrap_err();
+    assert!(format!("{e:#}").contains("silu_mul"), "{e:#}");
+    let t = Trace::from_bytes(Path::new("fault"), &bytes).unwrap();
+    let failed: Vec<_> = t
+        .calls
+        .iter()
+        .filter(|c| matches!(c.ret, Some(Err(_))))
+        .collect();
+    assert_eq!(failed.len(), 1);
+    let err = failed[0].ret.as_ref().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.code, Some(700));
+    assert!(matches!(failed[0].call, Call::CopyD2H { len: 4, .. }));
+    assert!(err.message.contains("silu_mul"), "{}", err.message);
+}
+
+#[test]
+fn the_planted_fault_is_recorded_at_its_kernel_with_debug_sync() {
+    let m = MockGpuBackend::new(gputape::mock::MockConfig {
+        debug_sync_kernels: true,
+        ..Default::default()
+    });
+    model::kernels::register_mock(&m);
+    let (bytes, r) = record_step_on(m, 4, PLANTED);
     let e = r.unwrap_err();
     assert!(format!("{e:#}").contains("silu_mul"), "{e:#}");
     let t = Trace::from_bytes(Path::new("fault"), &bytes).unwrap();

@@ -10,6 +10,7 @@
 //! the vtable to the line that made the call.
 
 mod capture;
+mod error;
 pub mod ledger;
 mod op_cache;
 pub mod probe;
@@ -17,6 +18,7 @@ mod registry;
 mod types;
 
 pub use capture::*;
+pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
 pub use op_cache::OpCache;
 pub use registry::{KernelInfo, KernelRegistry, ModuleCode, ParamAccess, ParamInfo};
 pub use types::*;

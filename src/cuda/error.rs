@@ -1,42 +1,23 @@
-//! Driver errors, with the call that failed and the driver's own name and number.
+//! Driver errors, with the call that failed and the driver's own name and number. They travel
+//! as the backend layer's `DeviceError`, so nothing above `cuda/` needs to know this module.
 
+use crate::backend::DeviceError;
 use cudarc::driver::sys::CUresult;
 
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{call} failed: {name} ({code}){}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]
-pub struct CudaError {
-    /// The driver entry point, e.g. `cuMemAlloc_v2`.
-    pub call: &'static str,
-    pub code: u32,
-    pub name: String,
-    pub detail: String,
-}
+/// A failed driver call is a [`DeviceError`] whose text names the entry point (e.g.
+/// `cuMemAlloc_v2`), the driver's symbolic name and its number.
+pub type CudaError = DeviceError;
 
-impl CudaError {
-    pub fn new(call: &'static str, r: CUresult) -> Self {
-        CudaError {
-            call,
-            code: r as u32,
-            name: format!("{r:?}"),
-            detail: String::new(),
-        }
-    }
-
-    pub fn with(mut self, detail: impl Into<String>) -> Self {
-        self.detail = detail.into();
-        self
-    }
-
-    pub fn cuda_code(&self) -> u32 {
-        self.code
-    }
+/// The error for driver entry point `call` returning `r`.
+pub(crate) fn driver_error(call: &'static str, r: CUresult) -> DeviceError {
+    DeviceError::new(r as u32, format!("{call} failed: {r:?} ({})", r as u32))
 }
 
 /// Turn a driver status into a `Result` naming the call.
-pub(crate) fn check(call: &'static str, r: CUresult) -> Result<(), CudaError> {
+pub(crate) fn check(call: &'static str, r: CUresult) -> Result<(), DeviceError> {
     if r == CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(CudaError::new(call, r))
+        Err(driver_error(call, r))
     }
 }

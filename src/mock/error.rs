@@ -36,7 +36,7 @@ impl fmt::Display for S<'_> {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum MockError {
     #[error("{op} at {site}: [{ptr:#x}, +{len}) is out of bounds of {alloc} (overruns by {over} bytes)", site = S(site))]
     OutOfBounds {
@@ -133,6 +133,16 @@ pub enum MockError {
         site: Site,
         cause: Box<MockError>,
     },
+    /// A call after a kernel faulted asynchronously: the context is dead, as CUDA's is after an
+    /// illegal address. `first` is the fault; `observed` says whether this call is the first
+    /// to wait for it (CUDA reports such a fault at the next call that waits).
+    #[error("{op} at {site}: {}{first}", if *observed { "the device faulted before this call waited: " } else { "the context is unusable after an earlier fault: " }, site = S(site))]
+    Sticky {
+        op: &'static str,
+        site: Site,
+        observed: bool,
+        first: Box<MockError>,
+    },
 }
 
 impl MockError {
@@ -153,6 +163,7 @@ impl MockError {
             MockError::UnknownKernel { .. } => 500,
             MockError::BadKernelHandle { .. } | MockError::UnknownHandle { .. } => 400,
             MockError::Capture { code, .. } => *code,
+            MockError::Sticky { first, .. } => first.cuda_code(),
             MockError::InKernel { cause, .. } => match **cause {
                 MockError::OutOfBounds { .. }
                 | MockError::UseAfterFree { .. }
@@ -160,5 +171,45 @@ impl MockError {
                 ref e => e.cuda_code(),
             },
         }
+    }
+}
+
+impl MockError {
+    /// The allocation a kernel fault was about, as the backend layer reports it.
+    fn fault_alloc(&self) -> Option<crate::backend::FaultAlloc> {
+        match self {
+            MockError::InKernel { cause, .. } => cause.fault_alloc(),
+            MockError::Sticky { first, .. } => first.fault_alloc(),
+            MockError::OutOfBounds { alloc, over, .. } => Some(crate::backend::FaultAlloc {
+                base: alloc.base,
+                bytes: alloc.size as u64,
+                past_end: *over as u64,
+                what: "out of bounds",
+            }),
+            MockError::UseAfterFree { alloc, .. } => Some(crate::backend::FaultAlloc {
+                base: alloc.base,
+                bytes: alloc.size as u64,
+                past_end: 0,
+                what: "use after free",
+            }),
+            _ => None,
+        }
+    }
+
+    fn fault_kernel(&self) -> Option<String> {
+        match self {
+            MockError::InKernel { kernel, .. } => Some(kernel.clone()),
+            MockError::Sticky { first, .. } => first.fault_kernel(),
+            _ => None,
+        }
+    }
+}
+
+impl From<MockError> for crate::backend::DeviceError {
+    fn from(e: MockError) -> Self {
+        let (code, kernel, alloc) = (e.cuda_code(), e.fault_kernel(), e.fault_alloc());
+        crate::backend::DeviceError::wrap(code, e)
+            .with_kernel(kernel)
+            .with_alloc(alloc)
     }
 }

@@ -41,6 +41,10 @@ pub struct MockConfig {
     pub capture_mode: CaptureMode,
     /// The kind of every stream this backend creates, the default stream included.
     pub stream_kind: StreamKind,
+    /// Report a kernel's fault at its launch. Off (the default), the mock behaves as the driver
+    /// does without a sync after each launch: the launch succeeds, the fault surfaces at the
+    /// next call that waits (a sync, a blocking copy, a free), and from then on every call
+    /// fails with it.
     pub debug_sync_kernels: bool,
 }
 
@@ -128,6 +132,14 @@ struct State {
     calls: HashMap<CallKind, usize>,
     fail_at: HashMap<CallKind, usize>,
     last_sweep: Vec<SiteTotal>,
+    /// Kernel faults are raised at the launch and observed at the next call that waits, as on
+    /// CUDA without a sync after each launch (`MockConfig::debug_sync_kernels` off).
+    async_faults: bool,
+    /// A kernel fault raised and not yet observed: the device stopped there, so later work does
+    /// not run, and the next call that waits reports it.
+    raised: Option<MockError>,
+    /// A fault that was observed: the context is dead and every call fails with it.
+    dead: Option<MockError>,
 }
 
 /// The mock backend. See the module docs.
@@ -137,6 +149,24 @@ pub struct MockGpuBackend {
     registry: Arc<KernelRegistry>,
     op_cache: OpCache,
     default_stream: u64,
+}
+
+/// Calls that wait for the device's earlier work, and so report a fault it raised (as CUDA's
+/// synchronous copies, frees and syncs do).
+fn waits_for_device(kind: CallKind) -> bool {
+    use CallKind::*;
+    matches!(
+        kind,
+        Synchronize
+            | EventSynchronize
+            | CopyH2D
+            | CopyD2H
+            | CopyD2D
+            | Memset
+            | CopyD2HOnStream
+            | Free
+            | FreeHostPinned
+    )
 }
 
 #[track_caller]
@@ -172,6 +202,9 @@ impl MockGpuBackend {
                 calls: HashMap::new(),
                 fail_at: HashMap::new(),
                 last_sweep: Vec::new(),
+                async_faults: !cfg.debug_sync_kernels,
+                raised: None,
+                dead: None,
             }),
             registry: Arc::new(KernelRegistry::new()),
             op_cache: OpCache::new(),
@@ -278,6 +311,22 @@ impl MockGpuBackend {
     }
 
     fn tick(st: &mut State, kind: CallKind, site: Site) -> R<()> {
+        let sticky = |first: &MockError, observed| MockError::Sticky {
+            op: kind.name(),
+            site,
+            observed,
+            first: Box::new(first.clone()),
+        };
+        if let Some(first) = &st.dead {
+            return Err(sticky(first, false));
+        }
+        if waits_for_device(kind) {
+            if let Some(first) = st.raised.take() {
+                let e = sticky(&first, true);
+                st.dead = Some(first);
+                return Err(e);
+            }
+        }
         let n = st.calls.entry(kind).or_insert(0);
         *n += 1;
         if st.fail_at.get(&kind) == Some(n) {
@@ -407,6 +456,10 @@ impl MockGpuBackend {
     }
 
     fn exec(st: &mut State, work: &Work, name: &'static str, site: Site) -> R<()> {
+        if st.raised.is_some() {
+            // The device stopped at a faulting kernel: nothing queued after it runs.
+            return Ok(());
+        }
         match work {
             Work::H2D { dst, src } => match src {
                 HostSrc::Copied(v) => {
@@ -442,7 +495,18 @@ impl MockGpuBackend {
                 grid,
                 block,
                 args,
-            } => Self::run_kernel(st, *kernel, *grid, *block, args, site)?,
+            } => match Self::run_kernel(st, *kernel, *grid, *block, args, site) {
+                Err(e) if crate::backend::is_sticky(e.cuda_code()) => {
+                    if st.async_faults {
+                        // The launch went through; the fault shows at the next call that waits.
+                        st.raised = Some(e);
+                    } else {
+                        st.dead = Some(e.clone());
+                        return Err(e);
+                    }
+                }
+                r => r?,
+            },
             Work::Graph(g) => {
                 let Some(work) = st.graphs.get(g).cloned() else {
                     return Err(MockError::UnknownHandle {
@@ -672,7 +736,7 @@ fn capture_err(
 
 macro_rules! mock_try {
     ($e:expr) => {
-        $e.map_err(anyhow::Error::from)
+        $e.map_err(|e: MockError| anyhow::Error::from(crate::backend::DeviceError::from(e)))
     };
 }
 
@@ -721,6 +785,11 @@ impl GpuBackend for MockGpuBackend {
     fn free(&self, ptr: DevicePtr) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        if st.dead.is_some() {
+            // The driver fails every call on a dead context, frees included, and the memory
+            // goes with the context: the allocation is gone either way.
+            let _ = st.mem.free(ptr.0, site);
+        }
         mock_try!(Self::tick(&mut st, CallKind::Free, site))?;
         mock_try!(Self::judge(
             &mut st,

@@ -8,10 +8,12 @@
 
 mod graph;
 mod pointers;
+mod window;
 
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use graph::GraphReport;
 pub use pointers::{hidden_pointers, HiddenPointer};
+pub use window::{captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind};
 
 use crate::backend::{
     DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode, ParamAccess,
@@ -115,6 +117,61 @@ pub struct FaultReport {
     pub replayed: Option<String>,
     pub replayed_code: Option<u32>,
     pub reproduced: bool,
+    /// The replayed call that reported it, when that is not `seq` (an asynchronous fault
+    /// shows at the first call that waits, which may differ between recording and replay).
+    #[serde(default)]
+    pub observed_at: Option<u64>,
+    /// The calls that may have raised it: from the first call after the last host sync that
+    /// succeeded before `seq`, to `seq`.
+    #[serde(default)]
+    pub window: Option<(u64, u64)>,
+    /// The launch that raised it, found by synchronising after each launch of the window.
+    #[serde(default)]
+    pub raised_by: Option<Culprit>,
+}
+
+/// The launch a replay found raising a fault, and what it is known to have touched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Culprit {
+    pub seq: u64,
+    pub kernel: String,
+    pub site: String,
+    /// For a node of a recorded graph: the graph and the call that launched it.
+    pub graph: Option<String>,
+    /// The buffer the fault was about, with its allocating site, when the backend says (the
+    /// mock does for every out-of-bounds access or use after free).
+    pub buffer: Option<String>,
+    /// How far past the buffer's end the access ran, in bytes.
+    pub past_end: Option<u64>,
+    /// The buffers the kernel writes (when the backend cannot say which one it was).
+    pub writes: Vec<String>,
+}
+
+impl Culprit {
+    fn render(&self) -> String {
+        let mut s = format!(
+            "  raised by call #{} {} ({}){}\n",
+            self.seq,
+            self.kernel,
+            self.site,
+            self.graph
+                .as_ref()
+                .map(|g| format!(", a node of {g}"))
+                .unwrap_or_default()
+        );
+        match (&self.buffer, self.past_end) {
+            (Some(b), Some(n)) if n > 0 => {
+                s.push_str(&format!("  it accessed {n} bytes past the end of {b}\n"))
+            }
+            (Some(b), _) => s.push_str(&format!("  the access was to {b}\n")),
+            (None, _) if !self.writes.is_empty() => s.push_str(&format!(
+                "  the backend does not say which buffer; the kernel writes {}\n",
+                self.writes.join(", ")
+            )),
+            _ => {}
+        }
+        s
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -141,6 +198,12 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// Whether the replay did what the recording did: no divergence, every recorded fault
+    /// reproduced, no fault the recording did not have. What `gputape replay` exits 0 on.
+    pub fn passed(&self) -> bool {
+        self.divergence.is_none() && self.late_fault.is_none() && self.faults.iter().all(|f| f.reproduced)
+    }
+
     /// A short human summary (stable: no times), for snapshots and the CLI.
     pub fn summary(&self) -> String {
         let mut s = format!(
@@ -170,7 +233,7 @@ impl ReplayReport {
         }
         for f in &self.faults {
             s.push_str(&format!(
-                "fault at call #{} {}{} ({}): recorded {}; replay {} -> {}\n",
+                "fault at call #{} {}{} ({}): recorded {}; replay {}{} -> {}\n",
                 f.seq,
                 f.call,
                 f.kernel
@@ -180,12 +243,24 @@ impl ReplayReport {
                 f.site,
                 f.recorded,
                 f.replayed.as_deref().unwrap_or("succeeded"),
+                f.observed_at
+                    .filter(|o| *o != f.seq)
+                    .map(|o| format!(" at call #{o}"))
+                    .unwrap_or_default(),
                 if f.reproduced {
                     "REPRODUCED"
                 } else {
                     "not reproduced"
                 }
             ));
+            if let Some((a, b)) = f.window.filter(|(a, b)| a != b) {
+                s.push_str(&format!(
+                    "  window #{a}..=#{b}: the calls that may have raised it (since the last host sync, or red-zone scan, before it)\n"
+                ));
+            }
+            if let Some(c) = &f.raised_by {
+                s.push_str(&c.render());
+            }
             if let (false, Some((_, n))) = (
                 f.reproduced,
                 self.redzone_hits.iter().find(|(seq, _)| *seq == f.seq),
@@ -202,7 +277,7 @@ impl ReplayReport {
         }
         if let Some(seq) = self.stopped_at {
             s.push_str(&format!(
-                "stopped after call #{seq}: the fault leaves the CUDA context unusable, as it did in the recording\n"
+                "stopped after call #{seq}: the fault leaves the CUDA context unusable\n"
             ));
         }
         for (seq, n) in &self.redzone_hits {
@@ -268,6 +343,9 @@ pub struct Replayer<'t> {
     pub trace: &'t Trace,
     placer: Option<Placer<'t>>,
     hidden: Vec<HiddenPointer>,
+    windows: Vec<FaultWindow>,
+    captured: HashMap<GraphId, Vec<u64>>,
+    by_seq: HashMap<u64, &'t CallRecord>,
 }
 
 fn err_code(e: &anyhow::Error) -> Option<u32> {
@@ -280,6 +358,9 @@ impl<'t> Replayer<'t> {
             trace,
             placer: None,
             hidden: hidden_pointers(trace),
+            windows: fault_windows(trace),
+            captured: captured_work(trace),
+            by_seq: window::by_seq(trace),
         }
     }
 
@@ -287,6 +368,11 @@ impl<'t> Replayer<'t> {
     pub fn with_fixed_addresses(mut self, placer: Placer<'t>) -> Self {
         self.placer = Some(placer);
         self
+    }
+
+    /// Where the trace's recorded faults may have been raised.
+    pub fn windows(&self) -> &[FaultWindow] {
+        &self.windows
     }
 
     /// Device addresses the trace hides inside buffer contents.
@@ -525,6 +611,9 @@ impl<'t> Replayer<'t> {
             let mut t0 = None;
             let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();
             let mut scanned_since = 0u64;
+            // Inside a fault window every launch is followed by a sync of every stream (and
+            // a red-zone scan for a red-zone window), so the fault shows at its launch.
+            let mut pinning = false;
             for c in &self.trace.calls {
                 if c.seq >= stop {
                     break;
@@ -535,7 +624,70 @@ impl<'t> Replayer<'t> {
                 }
                 let timed = live && lp == 0 && opts.per_call_timing;
                 let tc = timed.then(Instant::now);
-                let outcome = self.issue(gpu, st, c, live && opts.verify)?;
+                let window = self.windows.iter().find(|w| w.contains(c.seq)).copied();
+                let pin = live && window.is_some();
+                let pin_scan = live
+                    && self
+                        .windows
+                        .iter()
+                        .any(|w| w.kind == WindowKind::Redzone && w.contains(c.seq));
+                let mut culprit: Option<(u64, Option<String>)> = None;
+                let mut outcome = Outcome::Ok {
+                    checked: false,
+                    mismatch: None,
+                };
+                if pin && !pinning {
+                    // A fault raised before the window would otherwise be blamed on its first
+                    // launch: make sure everything before it has finished cleanly.
+                    if let Err(e) = sync_all(gpu, st) {
+                        outcome = Outcome::Failed(e.context(format!(
+                            "the device had already faulted before call #{} (the window of the recorded fault starts there)",
+                            c.seq
+                        )));
+                    }
+                }
+                pinning = pin;
+                let expand = match (&c.call, pin) {
+                    (Call::LaunchGraph { graph, .. }, true) => self.captured.get(graph),
+                    _ => None,
+                };
+                if matches!(outcome, Outcome::Ok { .. }) {
+                    outcome = match expand {
+                        // A graph launch inside a window: run the graph's recorded work eagerly,
+                        // a sync after each launch, so a fault names its node.
+                        Some(nodes) => {
+                            let mut o = Outcome::Ok {
+                                checked: false,
+                                mismatch: None,
+                            };
+                            for seq in nodes {
+                                let Some(n) = self.by_seq.get(seq) else {
+                                    continue;
+                                };
+                                let r = match self.issue(gpu, st, n, false)? {
+                                    Outcome::Failed(e) => Err(e),
+                                    _ if n.call.launch().is_some() => sync_all(gpu, st),
+                                    _ => Ok(()),
+                                };
+                                if let Err(e) = r {
+                                    culprit = Some((*seq, Some(c.call.kind().name().into())));
+                                    o = Outcome::Failed(e);
+                                    break;
+                                }
+                                if pin_scan && n.call.launch().is_some() {
+                                    self.scan_after(gpu, n.seq, lp, &mut scanned_since, &mut report);
+                                }
+                            }
+                            match (o, c.ret.as_ref()) {
+                                (Outcome::Ok { .. }, Some(Err(_))) => {
+                                    Outcome::SucceededButRecordedError
+                                }
+                                (o, _) => o,
+                            }
+                        }
+                        None => self.issue(gpu, st, c, live && opts.verify)?,
+                    };
+                }
                 if live && lp == 0 {
                     report.calls += 1;
                     progress(c.seq);
@@ -547,29 +699,28 @@ impl<'t> Replayer<'t> {
                         }
                     }
                 }
-                // After a launch that went through, synchronise (and scan red zones) when asked:
-                // an asynchronous fault then surfaces at its own launch and is that call's
-                // outcome.
+                // After a launch that went through, synchronise (and scan red zones) when asked
+                // or inside a fault window: an asynchronous fault then surfaces at its own
+                // launch and is that call's outcome.
                 let outcome = match outcome {
                     o @ (Outcome::Ok { .. } | Outcome::SucceededButRecordedError)
                         if live
-                            && (opts.sync_each || opts.scan_redzones_each)
+                            && (opts.sync_each || opts.scan_redzones_each || pin)
                             && c.call.launch().is_some() =>
                     {
-                        let synced = match c.call.work_stream() {
-                            Some(s) => gpu.synchronize(resolve_stream(st, s, c)?),
-                            None => Ok(()),
+                        let synced = match (pin, c.call.work_stream()) {
+                            (true, _) => sync_all(gpu, st),
+                            (false, Some(s)) => gpu.synchronize(resolve_stream(st, s, c)?),
+                            (false, None) => Ok(()),
                         };
                         match synced {
-                            Err(e) => Outcome::Failed(e),
+                            Err(e) => {
+                                culprit = Some((c.seq, None));
+                                Outcome::Failed(e)
+                            }
                             Ok(()) => {
-                                if opts.scan_redzones_each {
-                                    if let Ok(n) = gpu.scan_redzones() {
-                                        scanned_since += n as u64;
-                                        if n > 0 && lp == 0 {
-                                            report.redzone_hits.push((c.seq, n as u64));
-                                        }
-                                    }
+                                if opts.scan_redzones_each || pin_scan {
+                                    self.scan_after(gpu, c.seq, lp, &mut scanned_since, &mut report);
                                 }
                                 o
                             }
@@ -608,6 +759,12 @@ impl<'t> Replayer<'t> {
                             // refilled) some zones: they count towards this one.
                             let m = m + std::mem::take(&mut scanned_since) as usize;
                             if (*n > 0 || m > 0) && lp == 0 {
+                                let w = window.filter(|w| w.kind == WindowKind::Redzone);
+                                let first_hit = report
+                                    .redzone_hits
+                                    .iter()
+                                    .find(|(s, _)| w.is_some_and(|w| w.contains(*s)))
+                                    .map(|(s, _)| *s);
                                 report.faults.push(FaultReport {
                                     seq: c.seq,
                                     site: self.trace.site(c.site),
@@ -618,6 +775,10 @@ impl<'t> Replayer<'t> {
                                     replayed: Some(format!("{m} red zone(s) written")),
                                     replayed_code: None,
                                     reproduced: *n == m as u64,
+                                    observed_at: None,
+                                    window: w.map(|w| (w.start, w.observed)),
+                                    raised_by: first_hit
+                                        .and_then(|s| self.culprit(st, s, None, None)),
                                 });
                             }
                         }
@@ -638,35 +799,68 @@ impl<'t> Replayer<'t> {
                         }
                     }
                     Outcome::Failed(e) => {
-                        let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
-                        let fault = self.fault(c, recorded, Some(&e));
-                        let dead = fault.reproduced
-                            && fault.replayed_code.is_some_and(crate::backend::is_sticky);
+                        let replayed_code = err_code(&e);
+                        // A recorded asynchronous fault whose window holds this call, with the
+                        // same code: the recorded fault, seen where this replay first waited.
+                        // Or a recorded red-zone hit that a backend with exact bounds (the
+                        // mock) catches as the out-of-bounds access itself.
+                        let out_of_bounds = crate::backend::device_error(&e)
+                            .and_then(|d| d.alloc.as_ref())
+                            .is_some_and(|a| a.past_end > 0);
+                        let recorded_window = window.filter(|w| match w.kind {
+                            WindowKind::Error => w.code.is_none() || w.code == replayed_code,
+                            WindowKind::Redzone => out_of_bounds,
+                        });
+                        let fault = match recorded_window.and_then(|w| self.by_seq.get(&w.observed)) {
+                            Some(rc) => {
+                                let recorded = rc.ret.as_ref().and_then(|r| r.as_ref().err());
+                                let mut f = self.fault(rc, recorded, Some(&e));
+                                if let (Call::ScanRedzones, Some(Ok(Value::Count(n)))) =
+                                    (&rc.call, &rc.ret)
+                                {
+                                    f.recorded = format!("{n} red zone(s) written");
+                                }
+                                f.reproduced = true;
+                                f.observed_at = Some(c.seq);
+                                f.window = recorded_window.map(|w| (w.start, w.observed));
+                                f.raised_by = culprit.and_then(|(seq, graph)| {
+                                    self.culprit(st, seq, graph.map(|_| c), Some(&e))
+                                });
+                                f
+                            }
+                            None => {
+                                let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
+                                let mut f = self.fault(c, recorded, Some(&e));
+                                f.window = window
+                                    .filter(|w| w.observed == c.seq)
+                                    .map(|w| (w.start, w.observed));
+                                f.raised_by = culprit.and_then(|(seq, graph)| {
+                                    self.culprit(st, seq, graph.map(|_| c), Some(&e))
+                                });
+                                f
+                            }
+                        };
+                        let dead = replayed_code.is_some_and(crate::backend::is_sticky);
+                        let recorded_here = matches!(c.ret, Some(Err(_)))
+                            || recorded_window.is_some();
                         if lp == 0 {
                             report.faults.push(fault);
                         }
                         if dead {
-                            // The context is gone (as it was in the recording): nothing after
-                            // this call can be replayed in this process.
+                            // The context is gone: nothing after this call can be replayed in
+                            // this process.
                             if lp == 0 {
                                 report.stopped_at = Some(c.seq);
+                                if !recorded_here && report.divergence.is_none() {
+                                    report.divergence = Some(self.failed_divergence(st, c, &e));
+                                }
                             }
                             break;
                         }
-                        if recorded.is_none() {
+                        if !recorded_here {
                             // Diverged: the state is no longer the recording's.
                             if report.divergence.is_none() {
-                                report.divergence = Some(Divergence {
-                                    seq: c.seq,
-                                    site: self.trace.site(c.site),
-                                    call: c.call.kind().name().to_string(),
-                                    buffer: self.buffer_in_error(st, &e),
-                                    byte_offset: None,
-                                    last_writer: None,
-                                    detail: format!(
-                                        "succeeded when recorded, failed on replay: {e:#}"
-                                    ),
-                                });
+                                report.divergence = Some(self.failed_divergence(st, c, &e));
                             }
                             break;
                         }
@@ -674,7 +868,11 @@ impl<'t> Replayer<'t> {
                     Outcome::SucceededButRecordedError => {
                         let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
                         if lp == 0 {
-                            report.faults.push(self.fault(c, recorded, None));
+                            let mut f = self.fault(c, recorded, None);
+                            f.window = window
+                                .filter(|w| w.observed == c.seq && w.start != w.observed)
+                                .map(|w| (w.start, w.observed));
+                            report.faults.push(f);
                         }
                     }
                 }
@@ -758,41 +956,117 @@ impl<'t> Replayer<'t> {
     }
 
     /// The recorded buffer a backend error is about, when the backend says which allocation
-    /// (the mock's sanitizer errors do), with the site that allocated it in the recording.
-    fn buffer_in_error(&self, st: &State, e: &anyhow::Error) -> Option<String> {
-        use crate::mock::MockError as M;
-        let m = e.chain().find_map(|c| c.downcast_ref::<M>())?;
-        let m = match m {
-            M::InKernel { cause, .. } => cause.as_ref(),
-            other => other,
+    /// (the mock's sanitizer errors do), with the site that allocated it in the recording, and
+    /// how far past its end the access ran.
+    fn buffer_in_error(&self, st: &State, e: &anyhow::Error) -> Option<(String, u64)> {
+        let a = crate::backend::device_error(e)?.alloc.as_ref()?;
+        let (id, _) = st.bufs.iter().find(|(_, (p, _))| p.0 == a.base)?;
+        Some((self.describe_buffer(*id), a.past_end))
+    }
+
+    /// `buf30 (512 bytes, allocated at src/model/resources.rs:111:22)`.
+    fn describe_buffer(&self, id: BufferId) -> String {
+        let initial = self.trace.initial.iter().find(|i| i.buf == id);
+        let alloc = || {
+            self.trace
+                .calls
+                .iter()
+                .find_map(|c| match (&c.call, &c.ret) {
+                    (
+                        Call::Alloc { bytes } | Call::AllocManaged { bytes },
+                        Some(Ok(Value::Buffer(b))),
+                    ) if *b == id => Some((*bytes, c.site)),
+                    _ => None,
+                })
         };
-        let base = match m {
-            M::OutOfBounds { alloc, .. } | M::UseAfterFree { alloc, .. } => alloc.base,
-            _ => return None,
-        };
-        let (id, _) = st.bufs.iter().find(|(_, (p, _))| p.0 == base)?;
-        let site = self
-            .trace
-            .initial
-            .iter()
-            .find(|i| i.buf == *id)
-            .map(|i| self.trace.site(i.site))
-            .or_else(|| {
-                self.trace
-                    .calls
-                    .iter()
-                    .find_map(|c| match (&c.call, &c.ret) {
-                        (
-                            Call::Alloc { .. } | Call::AllocManaged { .. },
-                            Some(Ok(Value::Buffer(b))),
-                        ) if b == id => Some(self.trace.site(c.site)),
-                        _ => None,
-                    })
-            });
-        Some(match site {
-            Some(s) => format!("{id} (allocated at {s})"),
+        match initial.map(|i| (i.bytes, i.site)).or_else(alloc) {
+            Some((bytes, site)) => format!(
+                "{id} ({bytes} bytes, allocated at {})",
+                self.trace.site(site)
+            ),
             None => id.to_string(),
+        }
+    }
+
+    /// The divergence of a call that succeeded when recorded and failed on replay.
+    fn failed_divergence(&self, st: &State, c: &CallRecord, e: &anyhow::Error) -> Divergence {
+        Divergence {
+            seq: c.seq,
+            site: self.trace.site(c.site),
+            call: c.call.kind().name().to_string(),
+            buffer: self.buffer_in_error(st, e).map(|(b, _)| b),
+            byte_offset: None,
+            last_writer: None,
+            detail: format!("succeeded when recorded, failed on replay: {e:#}"),
+        }
+    }
+
+    /// The launch `seq` as the one that raised a fault (`graph_launch`: the call that launched
+    /// the graph it was captured into), with what the backend's error says of the buffer.
+    fn culprit(
+        &self,
+        st: &State,
+        seq: u64,
+        graph_launch: Option<&CallRecord>,
+        e: Option<&anyhow::Error>,
+    ) -> Option<Culprit> {
+        let c = self.by_seq.get(&seq)?;
+        let (kid, args) = c.call.launch()?;
+        let info = self.trace.kernels.get(&kid);
+        let in_error = e.and_then(|e| self.buffer_in_error(st, e));
+        let writes = args
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| match a {
+                Arg::Buf(DevAddr::Buf { buf, .. }) => {
+                    let access = info
+                        .and_then(|k| k.params.get(i))
+                        .map_or(ParamAccess::Unknown, |p| p.access);
+                    matches!(
+                        access,
+                        ParamAccess::Write | ParamAccess::ReadWrite | ParamAccess::Unknown
+                    )
+                    .then(|| self.describe_buffer(*buf))
+                }
+                _ => None,
+            })
+            .collect();
+        let graph = graph_launch.map(|g| match &g.call {
+            Call::LaunchGraph { graph, .. } => format!("{graph} (launched by call #{})", g.seq),
+            _ => format!("the graph launched by call #{}", g.seq),
+        });
+        Some(Culprit {
+            seq,
+            kernel: self.trace.kernel_name(kid),
+            site: self.trace.site(c.site),
+            graph,
+            past_end: in_error.as_ref().map(|(_, n)| *n),
+            buffer: in_error.map(|(b, _)| b),
+            writes: if e.is_some_and(|e| {
+                crate::backend::device_error(e).is_some_and(|d| d.alloc.is_some())
+            }) {
+                Vec::new()
+            } else {
+                writes
+            },
         })
+    }
+
+    /// A red-zone scan after the launch `seq`; hits are kept in the report (first loop).
+    fn scan_after(
+        &self,
+        gpu: &dyn GpuBackend,
+        seq: u64,
+        lp: usize,
+        scanned_since: &mut u64,
+        report: &mut ReplayReport,
+    ) {
+        if let Ok(n) = gpu.scan_redzones() {
+            *scanned_since += n as u64;
+            if n > 0 && lp == 0 {
+                report.redzone_hits.push((seq, n as u64));
+            }
+        }
     }
 
     fn fault(
@@ -827,6 +1101,9 @@ impl<'t> Replayer<'t> {
                 (None, Some(_)) => c.ret.is_none(),
                 _ => false,
             },
+            observed_at: None,
+            window: None,
+            raised_by: None,
         }
     }
 }
@@ -838,6 +1115,16 @@ pub(crate) enum Outcome {
     },
     Failed(anyhow::Error),
     SucceededButRecordedError,
+}
+
+/// Wait for every stream of the replay (the legacy stream too): after a launch inside a fault
+/// window, whatever the launch raised is reported here.
+fn sync_all(gpu: &dyn GpuBackend, st: &State) -> anyhow::Result<()> {
+    gpu.synchronize(0)?;
+    for s in st.streams.values() {
+        gpu.synchronize(*s)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn resolve_stream(st: &State, s: StreamRef, c: &CallRecord) -> Result<u64, ReplayError> {
