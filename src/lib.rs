@@ -11,6 +11,7 @@ pub mod mock;
 pub mod model;
 pub mod recorder;
 pub mod replayer;
+pub mod testing;
 pub mod trace;
 pub mod workloads;
 

@@ -163,12 +163,20 @@ enum Cmd {
         /// Calls A..B (default: all).
         #[arg(long, value_parser = parse_range)]
         range: Option<(u64, u64)>,
+        /// The cross-stream race section.
         #[arg(long)]
         races: bool,
+        /// The leak and use-after-free section.
         #[arg(long)]
         leaks: bool,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Exit with 1 when any of these is found (comma-separated), for CI: `capture` (a call
+        /// that fails or breaks the capture), `hazard` (a capture hazard), `race`, `leak`
+        /// (leaks and use-after-free).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        fail_on: Vec<FailOn>,
     },
     /// Export a trace as pictures: Perfetto/Chrome trace-event JSON and/or Graphviz DOT.
     Export {
@@ -185,6 +193,35 @@ enum Cmd {
         #[arg(long)]
         summary: bool,
     },
+}
+
+/// What `analyze --fail-on` fails on.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FailOn {
+    Capture,
+    Hazard,
+    Race,
+    Leak,
+}
+
+impl FailOn {
+    fn name(self) -> &'static str {
+        match self {
+            FailOn::Capture => "capture breakers",
+            FailOn::Hazard => "capture hazards",
+            FailOn::Race => "races",
+            FailOn::Leak => "leaks or use-after-free",
+        }
+    }
+
+    fn found_in(self, r: &gputape::analysis::Report) -> bool {
+        match self {
+            FailOn::Capture => r.verdicts.iter().any(|v| v.category == "fails"),
+            FailOn::Hazard => r.verdicts.iter().any(|v| v.category == "hazard"),
+            FailOn::Race => !r.races.is_empty(),
+            FailOn::Leak => !r.lifetimes.is_empty(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -212,41 +249,103 @@ enum Workload {
     TwoStreams,
     Capture,
     PointerTable,
+    /// A step captured into a graph whose second node writes past its output
+    /// (`--fault-overrun` floats; the default 16 is caught by the mock's bounds).
+    GraphFault,
+}
+
+/// What `gputape` exits with, the same for every verb (README and `--help` list them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// Matched, fault reproduced, no differences, no findings.
+    Pass = 0,
+    /// A divergence, a fault not reproduced, differences, or an `analyze --fail-on` finding.
+    Findings = 1,
+    /// A usage error, or anything else that kept the command from running.
+    Usage = 2,
+    /// The trace is damaged or unreadable.
+    Damaged = 3,
+    /// The backend asked for is not available on this machine.
+    NoBackend = 4,
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(e: Exit) -> Self {
+        std::process::ExitCode::from(e as u8)
+    }
 }
 
 fn main() -> std::process::ExitCode {
     match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::from(2)
+            exit_for(&e).into()
         }
     }
 }
 
-fn run() -> Result<()> {
+/// The exit status of a failed command, from what failed.
+fn exit_for(e: &anyhow::Error) -> Exit {
+    use gputape::replayer::ReplayError as R;
+    use gputape::trace::TraceError as T;
+    for c in e.chain() {
+        if let Some(t) = c.downcast_ref::<T>() {
+            return match t {
+                T::Io { what, .. } if !matches!(*what, "open" | "read") => Exit::Usage,
+                T::Encode(_) => Exit::Usage,
+                _ => Exit::Damaged,
+            };
+        }
+        if let Some(r) = c.downcast_ref::<R>() {
+            if matches!(r, R::Dangling { .. } | R::MissingBlob(_)) {
+                return Exit::Damaged;
+            }
+        }
+        if c.downcast_ref::<gputape::cuda::ProbeError>().is_some() {
+            return Exit::NoBackend;
+        }
+    }
+    // CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_INITIALIZED: a driver without a usable device.
+    if matches!(gputape::driver_code(e), Some(100 | 3)) {
+        return Exit::NoBackend;
+    }
+    Exit::Usage
+}
+
+fn pass_if(ok: bool) -> Exit {
+    if ok {
+        Exit::Pass
+    } else {
+        Exit::Findings
+    }
+}
+
+fn run() -> Result<Exit> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUTAPE_LOG")
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let done = |r: Result<()>| r.map(|()| Exit::Pass);
     match cli.cmd {
-        Cmd::Info => info(),
+        Cmd::Info => done(info()),
         Cmd::Demo {
             backend,
             steps,
             config,
             fault_step,
             fault_overrun,
-        } => demo(
+        } => done(demo(
             backend,
             steps,
             &config,
             fault_plan(fault_step, fault_overrun),
-        ),
+        )),
         Cmd::Record {
             step,
             config,
@@ -258,7 +357,7 @@ fn run() -> Result<()> {
             output,
         } => {
             HASH_SYNCS.store(hash_syncs, std::sync::atomic::Ordering::Relaxed);
-            match (step, workload) {
+            done(match (step, workload) {
                 (Some(k), _) => record_step(
                     backend,
                     k,
@@ -266,16 +365,21 @@ fn run() -> Result<()> {
                     fault_plan(fault_step, fault_overrun),
                     &output,
                 ),
-                (None, w) => record(w.unwrap_or(Workload::TwoStreams), backend, &output),
-            }
+                (None, w) => record(
+                    w.unwrap_or(Workload::TwoStreams),
+                    fault_overrun,
+                    backend,
+                    &output,
+                ),
+            })
         }
         Cmd::CaptureTable { rules: true, .. } => {
             print!("{}", gputape::backend::render_rules());
-            Ok(())
+            Ok(Exit::Pass)
         }
         Cmd::CaptureTable { on, strict, .. } => capture_table(on, strict),
-        Cmd::BenchLaunch { rounds, per_round } => bench_launch(rounds, per_round),
-        Cmd::Show { trace, summary } => show(&trace, summary),
+        Cmd::BenchLaunch { rounds, per_round } => done(bench_launch(rounds, per_round)),
+        Cmd::Show { trace, summary } => done(show(&trace, summary)),
         Cmd::Replay {
             trace,
             on,
@@ -321,6 +425,7 @@ fn run() -> Result<()> {
             races,
             leaks,
             json,
+            fail_on,
         } => {
             let t = gputape::trace::Trace::open(&trace)?;
             let q = capture_query(mode, stream_kind, stream, range);
@@ -336,7 +441,15 @@ fn run() -> Result<()> {
             } else {
                 print!("{}", r.render());
             }
-            Ok(())
+            let found: Vec<&str> = fail_on
+                .iter()
+                .filter(|f| f.found_in(&r))
+                .map(|f| f.name())
+                .collect();
+            if !found.is_empty() {
+                eprintln!("analyze --fail-on: found {}", found.join(", "));
+            }
+            Ok(pass_if(found.is_empty()))
         }
         Cmd::Export {
             trace,
@@ -361,13 +474,14 @@ fn run() -> Result<()> {
                 std::fs::write(&p, gputape::analysis::export::dot(&t, q))?;
                 println!("wrote {} (render with `dot -Tsvg`)", p.display());
             }
-            Ok(())
+            Ok(Exit::Pass)
         }
         Cmd::Diff { a, b } => {
             let ta = gputape::trace::Trace::open(&a)?;
             let tb = gputape::trace::Trace::open(&b)?;
-            print!("{}", gputape::trace::diff(&ta, &tb));
-            Ok(())
+            let (text, differs) = gputape::trace::diff_report(&ta, &tb);
+            print!("{text}");
+            Ok(pass_if(!differs))
         }
     }
 }
@@ -413,7 +527,7 @@ fn cuda_desc() -> gputape::recorder::BackendDesc {
     d
 }
 
-fn record(w: Workload, backend: Backend, out: &Path) -> Result<()> {
+fn record(w: Workload, overrun: u32, backend: Backend, out: &Path) -> Result<()> {
     match backend {
         Backend::Mock => {
             let m = gputape::mock::MockGpuBackend::default();
@@ -422,6 +536,7 @@ fn record(w: Workload, backend: Backend, out: &Path) -> Result<()> {
             record_on(
                 gputape::recorder::RecordingBackend::to_file(m, out, d)?,
                 w,
+                overrun,
                 out,
             )
         }
@@ -430,6 +545,7 @@ fn record(w: Workload, backend: Backend, out: &Path) -> Result<()> {
             record_on(
                 gputape::recorder::RecordingBackend::to_file(g, out, cuda_desc())?,
                 w,
+                overrun,
                 out,
             )
         }
@@ -442,6 +558,7 @@ static HASH_SYNCS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 fn record_on<B: GpuBackend>(
     rec: gputape::recorder::RecordingBackend<B>,
     w: Workload,
+    overrun: u32,
     out: &Path,
 ) -> Result<()> {
     rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
@@ -452,6 +569,14 @@ fn record_on<B: GpuBackend>(
         Workload::TwoStreams => gputape::workloads::two_streams(g)?,
         Workload::Capture => gputape::workloads::capture_region(g)?,
         Workload::PointerTable => gputape::workloads::pointer_table(g)?,
+        Workload::GraphFault => {
+            let r = gputape::workloads::graph_fault_with(g, overrun);
+            if let Err(e) = &r {
+                println!("the graph step failed (recorded): {e:#}");
+            }
+            let _ = g.sweep_unreleased();
+            Vec::new()
+        }
     };
     let stats = rec.stop()?;
     println!(
@@ -481,7 +606,7 @@ fn show(path: &Path, summary_only: bool) -> Result<()> {
     Ok(())
 }
 
-fn capture_table(on: Backend, strict: bool) -> Result<()> {
+fn capture_table(on: Backend, strict: bool) -> Result<Exit> {
     use gputape::backend::{probe, CaptureMode, StreamKind};
     let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
     if on == Backend::Cuda && !gputape::cuda::driver_present() {
@@ -513,9 +638,10 @@ fn capture_table(on: Backend, strict: bool) -> Result<()> {
     print!("{}", probe::render_rows(&rows));
     let bad = rows.iter().filter(|r| !r.agrees()).count();
     if strict && bad > 0 {
-        anyhow::bail!("{bad} probe(s) disagree with the capture rule table");
+        eprintln!("{bad} probe(s) disagree with the capture rule table");
+        return Ok(Exit::Findings);
     }
-    Ok(())
+    Ok(Exit::Pass)
 }
 
 fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
@@ -828,7 +954,7 @@ fn replay(
     opts: &gputape::replayer::ReplayOptions,
     flags: ReplayFlags,
     child_report: Option<&Path>,
-) -> Result<()> {
+) -> Result<Exit> {
     let ReplayFlags {
         as_graph,
         pdl,
@@ -847,7 +973,19 @@ fn replay(
             t.calls.iter().filter(|c| c.ret.is_some()).count()
         );
     }
-    let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))));
+    let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))))
+        || !gputape::replayer::fault_windows(&t).is_empty();
+    // A fault inside a graph launch can only be pinned to its node eagerly, and a graph replay
+    // of a trace whose step failed would stop at a launch the plan cannot build.
+    let as_graph = if as_graph && faulty {
+        eprintln!(
+            "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
+            path.display()
+        );
+        false
+    } else {
+        as_graph
+    };
     // A recorded context-killing fault (an illegal address, say) need not recur: whether an
     // overrun faults depends on what happens to be mapped past the buffer in this process. Red
     // zones and a scan after every launch catch the same write either way.
@@ -920,10 +1058,12 @@ fn replay(
         );
     }
     let mut out = String::new();
+    let passed: bool;
     let report = if as_graph {
         let launches = opts.loops.max(1);
         let mut g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
         out.push_str(&g.summary());
+        passed = g.first_mismatch.is_none() && g.d2h_checked == g.d2h_matched;
         if !g.loop_ms.is_empty() {
             out.push_str(&timing_line("graph replay", &g.loop_ms));
         }
@@ -967,6 +1107,7 @@ fn replay(
             b.finish_and_clear();
         }
         out.push_str(&rep.summary());
+        passed = rep.passed();
         if !rep.loop_ms.is_empty() {
             out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
             out.push_str(&timing_line("eager replay", &rep.loop_ms));
@@ -990,16 +1131,18 @@ fn replay(
     if let Some(p) = child_report {
         std::fs::write(
             p,
-            serde_json::to_string(&serde_json::json!({"text": out, "report": report}))?,
+            serde_json::to_string(
+                &serde_json::json!({"text": out, "report": report, "passed": passed}),
+            )?,
         )?;
-        return Ok(());
+        return Ok(pass_if(passed));
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{out}");
     }
-    Ok(())
+    Ok(pass_if(passed))
 }
 
 fn timing_line(what: &str, ms: &[f64]) -> String {
@@ -1016,7 +1159,7 @@ fn timing_line(what: &str, ms: &[f64]) -> String {
 
 /// Run this same command in a child process and relay its report, so a fault that poisons the
 /// CUDA context cannot take the parent (and its report) down.
-fn replay_in_child(json: bool) -> Result<()> {
+fn replay_in_child(json: bool) -> Result<Exit> {
     let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let report = dir.join("report.json");
@@ -1036,7 +1179,7 @@ fn replay_in_child(json: bool) -> Result<()> {
                 print!("{}", v["text"].as_str().unwrap_or_default());
                 println!("(replayed in a child process, which exited with {status})");
             }
-            Ok(())
+            Ok(pass_if(v["passed"].as_bool().unwrap_or(false)))
         }
         None => anyhow::bail!(
             "the replay process died before reporting ({status}); the fault is past the point a report could be written"

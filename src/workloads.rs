@@ -65,7 +65,7 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         let d = ctx.ptr(0)?;
         let n = ctx.u32(1)? as usize;
         let v = ctx.f32(2)?;
-        ctx.write_f32(d, &vec![v; n])
+        ctx.fill_f32(d, n, v)
     });
     m.register_kernel("blas", "fill", blas_layout("fill"), Some(fill));
     let gather: KernelBody = Arc::new(|ctx| {
@@ -206,6 +206,56 @@ pub fn capture_region(g: &dyn GpuBackend) -> Result<Vec<u8>> {
     g.free(x)?;
     g.free(y)?;
     Ok(out)
+}
+
+/// Floats past its 64-float output that `graph_fault`'s planted `fill` writes.
+pub const GRAPH_FAULT_OVERRUN: u32 = 16;
+
+/// A step run as a CUDA graph, as engines run decode steps, with a fault planted in one node:
+/// the second of three kernels writes `GRAPH_FAULT_OVERRUN` floats past its output.
+pub fn graph_fault(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    graph_fault_with(g, GRAPH_FAULT_OVERRUN)
+}
+
+/// `graph_fault` with the overrun given: a large one (268435456 floats, say) runs into
+/// unmapped memory on a GPU and raises an illegal address inside the graph launch; the error
+/// is reported by the sync after it.
+pub fn graph_fault_with(g: &dyn GpuBackend, overrun: u32) -> Result<Vec<u8>> {
+    let n = 64u32;
+    let bytes = n as usize * 4;
+    let s = g.create_stream()?;
+    let x = g.alloc(bytes)?;
+    let y = g.alloc(bytes)?;
+    let out = g.alloc(bytes)?;
+    g.copy_h2d(&f32_bytes(&vec![1.0; n as usize]), x)?;
+    g.memset(y, 0, bytes)?;
+    let fill = g.op_cache().kernel(g, "blas", "fill")?;
+    g.begin_capture(s)?;
+    saxpy(g, x, y, n, 2.0, s)?;
+    let planted = n.saturating_add(overrun);
+    g.launch_typed(
+        fill,
+        [planted.div_ceil(256), 1, 1],
+        [256, 1, 1],
+        0,
+        s,
+        &[
+            KernelArg::Buffer(out),
+            KernelArg::Bytes(&planted.to_le_bytes()),
+            KernelArg::Bytes(&3.0f32.to_le_bytes()),
+        ],
+    )?;
+    saxpy(g, y, out, n, 1.0, s)?;
+    let graph = g.end_capture(s)?;
+    g.launch_graph(graph, s)?;
+    g.synchronize(s)?;
+    let mut res = vec![0u8; bytes];
+    g.copy_d2h(out, &mut res)?;
+    g.destroy_graph(graph)?;
+    for b in [x, y, out] {
+        g.free(b)?;
+    }
+    Ok(res)
 }
 
 /// A device buffer that holds device addresses: a table of pointers to four buffers, read

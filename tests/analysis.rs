@@ -6,6 +6,7 @@ use gputape::backend::probe::{all_probes, run_pattern, run_probe};
 use gputape::backend::{CaptureMode, GpuBackend, StreamKind};
 use gputape::mock::{MockConfig, MockGpuBackend};
 use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::testing::mask_lines;
 use gputape::trace::{Call, StreamId, StreamRef, Trace, VecSink};
 use gputape::workloads::{self, f32_bytes};
 use std::path::{Path, PathBuf};
@@ -58,7 +59,7 @@ fn reports_for_the_fixture_traces() {
         let t = Trace::open(&p).unwrap();
         let r = analysis::analyze(&t, CaptureQuery::default(), ALL);
         let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-        insta::assert_snapshot!(format!("analyze_{name}"), r.render());
+        insta::assert_snapshot!(format!("analyze_{name}"), mask_lines(&r.render()));
     }
 }
 
@@ -218,7 +219,7 @@ fn planted_problems_are_found_with_their_sites() {
         first_alloc_site, leak.site,
         "the leak names the leaking line, not the first alloc"
     );
-    insta::assert_snapshot!("planted", text);
+    insta::assert_snapshot!("planted", mask_lines(&text));
 }
 
 #[test]
@@ -264,7 +265,7 @@ fn a_clean_step_reports_nothing_but_its_graph() {
         .verdicts
         .iter()
         .all(|v| matches!(v.category, "captured" | "host")));
-    insta::assert_snapshot!("clean", rep.render());
+    insta::assert_snapshot!("clean", mask_lines(&rep.render()));
 }
 
 /// Each capture-table pattern, recorded eagerly (no capture at all), judged offline as if

@@ -338,12 +338,15 @@ fn a_kernel_fault_surfaces_at_the_next_call_that_waits_and_stays() {
     overrunning_saxpy(&m).expect("the launch itself succeeds");
     // Work queued after the fault does not run and reports nothing yet.
     let z = m.alloc(8).unwrap();
-    m.memset_async(z, 1, 8, 1).expect("async work is only queued");
+    m.memset_async(z, 1, 8, 1)
+        .expect("async work is only queued");
     let e = m.synchronize(1).unwrap_err();
     assert_eq!(gputape::driver_code(&e), Some(700));
     let msg = format!("{e:#}");
     assert!(
-        msg.contains("synchronize at") && msg.contains("before this call waited") && msg.contains("overruns by 4"),
+        msg.contains("synchronize at")
+            && msg.contains("before this call waited")
+            && msg.contains("overruns by 4"),
         "{msg}"
     );
     let d = gputape::backend::device_error(&e).unwrap();

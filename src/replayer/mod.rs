@@ -201,7 +201,9 @@ impl ReplayReport {
     /// Whether the replay did what the recording did: no divergence, every recorded fault
     /// reproduced, no fault the recording did not have. What `gputape replay` exits 0 on.
     pub fn passed(&self) -> bool {
-        self.divergence.is_none() && self.late_fault.is_none() && self.faults.iter().all(|f| f.reproduced)
+        self.divergence.is_none()
+            && self.late_fault.is_none()
+            && self.faults.iter().all(|f| f.reproduced)
     }
 
     /// A short human summary (stable: no times), for snapshots and the CLI.
@@ -614,10 +616,19 @@ impl<'t> Replayer<'t> {
             // Inside a fault window every launch is followed by a sync of every stream (and
             // a red-zone scan for a red-zone window), so the fault shows at its launch.
             let mut pinning = false;
+            // Captures open at this call: nothing may sync while one is (it would invalidate
+            // the capture), so pinning waits for the graph's launch.
+            let mut open_captures = 0usize;
             for c in &self.trace.calls {
                 if c.seq >= stop {
                     break;
                 }
+                match (&c.call, &c.ret) {
+                    (Call::BeginCapture { .. }, Some(Ok(_))) => open_captures += 1,
+                    (Call::EndCapture { .. }, _) => open_captures = open_captures.saturating_sub(1),
+                    _ => {}
+                }
+                let capturing = open_captures > 0 || matches!(c.call, Call::EndCapture { .. });
                 let live = c.seq >= a;
                 if live && t0.is_none() {
                     t0 = Some(Instant::now());
@@ -625,8 +636,8 @@ impl<'t> Replayer<'t> {
                 let timed = live && lp == 0 && opts.per_call_timing;
                 let tc = timed.then(Instant::now);
                 let window = self.windows.iter().find(|w| w.contains(c.seq)).copied();
-                let pin = live && window.is_some();
-                let pin_scan = live
+                let pin = live && window.is_some() && !capturing;
+                let pin_scan = pin
                     && self
                         .windows
                         .iter()
@@ -675,7 +686,13 @@ impl<'t> Replayer<'t> {
                                     break;
                                 }
                                 if pin_scan && n.call.launch().is_some() {
-                                    self.scan_after(gpu, n.seq, lp, &mut scanned_since, &mut report);
+                                    self.scan_after(
+                                        gpu,
+                                        n.seq,
+                                        lp,
+                                        &mut scanned_since,
+                                        &mut report,
+                                    );
                                 }
                             }
                             match (o, c.ret.as_ref()) {
@@ -720,7 +737,13 @@ impl<'t> Replayer<'t> {
                             }
                             Ok(()) => {
                                 if opts.scan_redzones_each || pin_scan {
-                                    self.scan_after(gpu, c.seq, lp, &mut scanned_since, &mut report);
+                                    self.scan_after(
+                                        gpu,
+                                        c.seq,
+                                        lp,
+                                        &mut scanned_since,
+                                        &mut report,
+                                    );
                                 }
                                 o
                             }
@@ -811,7 +834,8 @@ impl<'t> Replayer<'t> {
                             WindowKind::Error => w.code.is_none() || w.code == replayed_code,
                             WindowKind::Redzone => out_of_bounds,
                         });
-                        let fault = match recorded_window.and_then(|w| self.by_seq.get(&w.observed)) {
+                        let fault = match recorded_window.and_then(|w| self.by_seq.get(&w.observed))
+                        {
                             Some(rc) => {
                                 let recorded = rc.ret.as_ref().and_then(|r| r.as_ref().err());
                                 let mut f = self.fault(rc, recorded, Some(&e));
@@ -841,8 +865,8 @@ impl<'t> Replayer<'t> {
                             }
                         };
                         let dead = replayed_code.is_some_and(crate::backend::is_sticky);
-                        let recorded_here = matches!(c.ret, Some(Err(_)))
-                            || recorded_window.is_some();
+                        let recorded_here =
+                            matches!(c.ret, Some(Err(_))) || recorded_window.is_some();
                         if lp == 0 {
                             report.faults.push(fault);
                         }
@@ -1042,9 +1066,9 @@ impl<'t> Replayer<'t> {
             graph,
             past_end: in_error.as_ref().map(|(_, n)| *n),
             buffer: in_error.map(|(b, _)| b),
-            writes: if e.is_some_and(|e| {
-                crate::backend::device_error(e).is_some_and(|d| d.alloc.is_some())
-            }) {
+            writes: if e
+                .is_some_and(|e| crate::backend::device_error(e).is_some_and(|d| d.alloc.is_some()))
+            {
                 Vec::new()
             } else {
                 writes

@@ -108,7 +108,11 @@ pub fn captured_work(trace: &Trace) -> HashMap<GraphId, Vec<u64>> {
             Call::BeginCapture { stream } => {
                 open.insert(
                     *stream,
-                    (HashSet::from_iter([*stream]), HashSet::default(), Vec::new()),
+                    (
+                        HashSet::from_iter([*stream]),
+                        HashSet::default(),
+                        Vec::new(),
+                    ),
                 );
             }
             Call::EndCapture { stream } => {

@@ -82,7 +82,33 @@ fn stats(t: &Trace) -> (usize, u64, usize, BTreeMap<String, usize>) {
 
 /// A human report: the first differing call (with both sites), then the count deltas.
 pub fn diff(a: &Trace, b: &Trace) -> String {
+    diff_report(a, b).0
+}
+
+/// The diff's text, and whether the traces differ at all: in their calls, in what the calls
+/// added up to, or in one of them being cut (ending inside a call, say) where the other is not.
+pub fn diff_report(a: &Trace, b: &Trace) -> (String, bool) {
     let mut s = String::new();
+    let mut differs = false;
+    for (name, t) in [("A", a), ("B", b)] {
+        if let Some(c) = &t.cut {
+            differs = true;
+            let _ = writeln!(
+                s,
+                "{name} is cut after {} frames at byte {}: {}",
+                c.frames, c.offset, c.reason
+            );
+        }
+        if let Some(c) = t.unfinished() {
+            differs = true;
+            let _ = writeln!(
+                s,
+                "{name} ends inside call #{} ({})",
+                c.seq,
+                c.call.kind().name()
+            );
+        }
+    }
     let (mut ca, mut cb) = (Canon::default(), Canon::default());
     let n = a.calls.len().max(b.calls.len());
     let mut first = None;
@@ -100,6 +126,7 @@ pub fn diff(a: &Trace, b: &Trace) -> String {
             break;
         }
     }
+    differs |= first.is_some();
     match first {
         None => {
             let _ = writeln!(
@@ -152,5 +179,5 @@ pub fn diff(a: &Trace, b: &Trace) -> String {
             );
         }
     }
-    s
+    (s, differs)
 }

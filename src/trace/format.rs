@@ -40,6 +40,8 @@ pub enum TraceError {
     },
     #[error("{path}: empty file, not a trace")]
     Empty { path: PathBuf },
+    #[error("{path}: no trace header, so nothing was recorded ({reason})")]
+    NoHeader { path: PathBuf, reason: String },
     #[error("{path}: not a gputape trace (magic {found:02x?}, expected \"GPUTAPE\\0\")")]
     BadMagic { path: PathBuf, found: Vec<u8> },
     #[error("{path}: written in trace format {format}, which needs a reader of version {min_reader} or newer; this gputape reads format {ours}")]

@@ -10,7 +10,7 @@ mod frame;
 mod render;
 
 pub use call::*;
-pub use diff::diff;
+pub use diff::{diff, diff_report};
 pub use format::{
     read_frames, Cut, FrameReader, MmapSink, Sink, TraceError, TraceWriter, VecSink,
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
@@ -181,6 +181,17 @@ impl Trace {
                     t.addresses.insert(buf, addr);
                 }
             }
+        }
+        if t.header.is_none() {
+            // A recorder writes its header first: without one nothing was recorded, and an
+            // empty trace must not replay as "no divergence".
+            return Err(TraceError::NoHeader {
+                path: path.to_path_buf(),
+                reason: match &reader.cut {
+                    Some(c) => c.reason.clone(),
+                    None => format!("{} frames, none of them the header", t.frames),
+                },
+            });
         }
         t.sizes = t.initial.iter().map(|i| (i.buf, i.bytes)).collect();
         for c in &t.calls {
