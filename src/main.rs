@@ -186,6 +186,39 @@ enum Cmd {
         #[arg(long)]
         dot: Option<PathBuf>,
     },
+    /// Shrink a trace that records a fault to the fewest calls (and the buffers they use) that
+    /// still reproduce it: the same driver error, raised by the same kernel. The result is an
+    /// ordinary trace that `replay` reproduces. On CUDA each attempt runs in a child process
+    /// (a reproduced illegal address kills the context).
+    Minimize {
+        /// The trace to shrink.
+        trace: PathBuf,
+        /// Where to write the small trace.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The backend each attempt replays on.
+        #[arg(long, value_enum, default_value_t = Backend::Mock)]
+        on: Backend,
+        /// Give up shrinking after this many replays (what was found so far is written).
+        #[arg(long, default_value_t = 400)]
+        max_attempts: usize,
+    },
+    /// Cut a trace to calls A..B. The new trace starts with the device state at A, computed
+    /// by replaying the calls before A (on the mock when every kernel has a CPU twin there,
+    /// or on CUDA), so a long recording can be cut to the step that matters.
+    Trim {
+        /// The trace to cut.
+        trace: PathBuf,
+        /// The calls to keep, A..B (B exclusive; `A..` to the end).
+        #[arg(long, value_parser = parse_range)]
+        range: (u64, u64),
+        /// Where to write the cut trace.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The backend that replays the calls before A.
+        #[arg(long, value_enum, default_value_t = Backend::Mock)]
+        on: Backend,
+    },
     /// Print a trace: its calls in canonical form, then a summary.
     Show {
         trace: PathBuf,
@@ -476,6 +509,18 @@ fn run() -> Result<Exit> {
             }
             Ok(Exit::Pass)
         }
+        Cmd::Minimize {
+            trace,
+            output,
+            on,
+            max_attempts,
+        } => minimize(&trace, &output, on, max_attempts),
+        Cmd::Trim {
+            trace,
+            range,
+            output,
+            on,
+        } => done(trim(&trace, range, &output, on)),
         Cmd::Diff { a, b } => {
             let ta = gputape::trace::Trace::open(&a)?;
             let tb = gputape::trace::Trace::open(&b)?;
@@ -1029,13 +1074,9 @@ fn replay(
         (None, None) => unreachable!("one backend is always built"),
     };
     let load_cuda = |m: &gputape::backend::ModuleCode| -> Result<()> {
-        let Some(cuda) = cuda.as_ref() else {
-            return Ok(());
-        };
-        match (&m.source, &m.ptx) {
-            (Some(src), _) => cuda.load_source(&m.name, src),
-            (None, Some(ptx)) => cuda.load_ptx(&m.name, ptx, None),
-            (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
+        match cuda.as_ref() {
+            Some(cuda) => load_module(cuda, m),
+            None => Ok(()),
         }
     };
     let place = |addr: u64, bytes: usize| -> Result<gputape::backend::DevicePtr> {
@@ -1143,6 +1184,136 @@ fn replay(
         print!("{out}");
     }
     Ok(pass_if(passed))
+}
+
+/// Write `t` to `out` through a temporary name in the same directory, renamed when complete,
+/// so a failure never leaves half a trace (or destroys the trace that was there).
+fn write_trace_atomically(t: &gputape::trace::Trace, out: &Path) -> Result<u64> {
+    let tmp = temp_beside(out);
+    let bytes = t.to_bytes()?;
+    std::fs::write(&tmp, &bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, out).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), out.display())
+    })?;
+    Ok(bytes.len() as u64)
+}
+
+/// `dir/.name.partial-PID`, beside `out`.
+fn temp_beside(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
+    out.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result<Exit> {
+    use gputape::replayer::{minimize, signature, FaultSignature, ReplayOptions, Replayer};
+    let t = gputape::trace::Trace::open(path)?;
+    let before = std::fs::metadata(path)?.len();
+    if on == Backend::Cuda && !gputape::cuda::driver_present() {
+        return Err(gputape::cuda::ProbeError::NoDriver.into());
+    }
+    let opts = ReplayOptions {
+        verify: false,
+        ..Default::default()
+    };
+    let attempt_file = temp_beside(out).with_extension("attempt.gtape");
+    let mut oracle = |cand: &gputape::trace::Trace| -> Result<Option<FaultSignature>> {
+        let report = match on {
+            Backend::Mock => {
+                let m = replay_mock();
+                match Replayer::new(cand).run(&m, &opts, None, |_| {}) {
+                    Ok(r) => r,
+                    // A candidate that cannot even be set up does not reproduce anything.
+                    Err(_) => return Ok(None),
+                }
+            }
+            Backend::Cuda => {
+                std::fs::write(&attempt_file, cand.to_bytes()?)?;
+                let child = std::process::Command::new(std::env::current_exe()?)
+                    .args(["replay", "--on", "cuda", "--json", "--no-isolate"])
+                    .arg(&attempt_file)
+                    .stderr(std::process::Stdio::null())
+                    .output()?;
+                match serde_json::from_slice::<gputape::replayer::ReplayReport>(&child.stdout) {
+                    Ok(r) => r,
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        Ok(signature(&report).map(|(s, _)| s))
+    };
+    let mut last_note = std::time::Instant::now();
+    let mut progress = |attempt: usize, calls: usize| {
+        if last_note.elapsed().as_secs() >= 2 {
+            eprintln!("minimize: attempt {attempt}, candidate of {calls} calls");
+            last_note = std::time::Instant::now();
+        }
+    };
+    let m = minimize(&t, &mut oracle, max_attempts, &mut progress);
+    let _ = std::fs::remove_file(&attempt_file);
+    let m = m?;
+    let after = write_trace_atomically(&m.trace, out)?;
+    let initial_bytes = |t: &gputape::trace::Trace| t.initial.iter().map(|i| i.bytes).sum::<u64>();
+    println!("fault kept: {}", m.signature);
+    println!(
+        "calls: {} -> {}; initial buffers: {} ({} bytes) -> {} ({} bytes); file: {before} -> {after} bytes",
+        t.calls.len(),
+        m.trace.calls.len(),
+        t.initial.len(),
+        initial_bytes(&t),
+        m.trace.initial.len(),
+        initial_bytes(&m.trace),
+    );
+    println!(
+        "{} replay(s){}; wrote {}",
+        m.attempts,
+        if m.budget_hit {
+            " (stopped at --max-attempts: a smaller trace may exist)"
+        } else {
+            ""
+        },
+        out.display()
+    );
+    print!("{}", gputape::trace::render(&m.trace));
+    Ok(Exit::Pass)
+}
+
+fn trim(path: &Path, range: (u64, u64), out: &Path, on: Backend) -> Result<()> {
+    let t = gputape::trace::Trace::open(path)?;
+    let cut = match on {
+        Backend::Mock => gputape::replayer::Replayer::new(&t).trim(&replay_mock(), range, None)?,
+        Backend::Cuda => {
+            let cuda = gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))?;
+            let load = |m: &gputape::backend::ModuleCode| -> Result<()> { load_module(&cuda, m) };
+            gputape::replayer::Replayer::new(&t).trim(&cuda, range, Some(&load))?
+        }
+    };
+    let bytes = write_trace_atomically(&cut, out)?;
+    println!(
+        "kept calls {}..{} of {} as {} calls, starting from the state at #{} ({} buffers, {} bytes); wrote {} ({bytes} bytes)",
+        range.0,
+        range.1.min(t.calls.last().map_or(0, |c| c.seq + 1)),
+        t.calls.len(),
+        cut.calls.len(),
+        range.0,
+        cut.initial.len(),
+        cut.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// Load a trace's module onto a CUDA backend from the code the trace carries.
+fn load_module(cuda: &gputape::cuda::CudaBackend, m: &gputape::backend::ModuleCode) -> Result<()> {
+    match (&m.source, &m.ptx) {
+        (Some(src), _) => cuda.load_source(&m.name, src),
+        (None, Some(ptx)) => cuda.load_ptx(&m.name, ptx, None),
+        (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
+    }
 }
 
 fn timing_line(what: &str, ms: &[f64]) -> String {

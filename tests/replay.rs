@@ -91,7 +91,11 @@ fn every_trace_replays_on_the_mock_and_matches_its_recording() {
                         .copied()
                         .expect("a sticky fault has a window");
                     let at = r.stopped_at.expect("the replay stops at the fault");
-                    assert!(w.contains(at), "{}: stopped at #{at}, window {w:?}", p.display());
+                    assert!(
+                        w.contains(at),
+                        "{}: stopped at #{at}, window {w:?}",
+                        p.display()
+                    );
                     break;
                 }
             }

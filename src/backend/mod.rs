@@ -179,6 +179,13 @@ pub trait GpuBackend: Send + Sync {
         Ok(0)
     }
 
+    /// The guard bands the last `scan_redzones` found written, one per allocation, so a
+    /// caller can tell one band written twice from two bands. Empty without red zones.
+    #[track_caller]
+    fn redzone_hits(&self) -> Vec<RedzoneHit> {
+        Vec::new()
+    }
+
     /// Refill red zones: the fill byte for creation indices in `[lo, hi)`, zero for the rest.
     /// Moves nothing, so bisection over the range keeps the heap layout identical.
     #[track_caller]
@@ -423,6 +430,7 @@ pub enum CallKind {
     HostPtrToDevice,
     AllocHostPinned,
     FreeHostPinned,
+    RedzoneHits,
 }
 
 impl CallKind {
@@ -478,6 +486,7 @@ impl CallKind {
             HostPtrToDevice => "host_ptr_to_device",
             AllocHostPinned => "alloc_host_pinned",
             FreeHostPinned => "free_host_pinned",
+            RedzoneHits => "redzone_hits",
         }
     }
 }

@@ -39,6 +39,16 @@ impl fmt::Display for DevicePtr {
     }
 }
 
+/// A guard band found written past an allocation's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RedzoneHit {
+    /// The allocation's base address.
+    pub base: DevicePtr,
+    /// First and last changed byte, as offsets past the allocation's end.
+    pub first: usize,
+    pub last: usize,
+}
+
 /// A loaded kernel function. The value is backend-private (CUfunction on CUDA, an index on the
 /// mock); only the backend that issued it may interpret it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

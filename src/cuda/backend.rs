@@ -109,6 +109,8 @@ struct RedZone {
 /// One guard band found written by `scan_redzones`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedzoneViolation {
+    /// The allocation's device address.
+    pub base: u64,
     pub alloc_idx: usize,
     pub user_bytes: usize,
     /// First and last changed byte, as offsets past the end of the allocation.
@@ -875,6 +877,7 @@ impl GpuBackend for CudaBackend {
             };
             let last = host.iter().rposition(|b| *b != fill).unwrap_or(first);
             let v = RedzoneViolation {
+                base: z.user_ptr,
                 alloc_idx: z.idx,
                 user_bytes: z.user_bytes,
                 first,
@@ -901,6 +904,19 @@ impl GpuBackend for CudaBackend {
         let n = bad.len();
         *self.last_violations.lock() = bad;
         Ok(n)
+    }
+
+    #[track_caller]
+    fn redzone_hits(&self) -> Vec<crate::backend::RedzoneHit> {
+        self.last_violations
+            .lock()
+            .iter()
+            .map(|v| crate::backend::RedzoneHit {
+                base: DevicePtr(v.base),
+                first: v.first,
+                last: v.last,
+            })
+            .collect()
     }
 
     #[track_caller]

@@ -107,7 +107,7 @@ impl KernelCtx<'_> {
     /// Write `n` copies of `v`, bounds-checked before anything is built (a planted overrun
     /// may ask for a gigabyte).
     pub fn fill_f32(&mut self, ptr: DevicePtr, n: usize, v: f32) -> Result<(), MockError> {
-        let len = n.checked_mul(4).unwrap_or(usize::MAX);
+        let len = n.saturating_mul(4);
         let dst = self.mem.write(ptr.0, len, "kernel write", self.site)?;
         for d in dst.chunks_exact_mut(4) {
             d.copy_from_slice(&v.to_le_bytes());

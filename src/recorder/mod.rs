@@ -811,6 +811,14 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn redzone_hits(&self) -> Vec<crate::backend::RedzoneHit> {
+        let tok = self.begin(Location::caller(), |_| Call::RedzoneHits);
+        let v = self.inner.redzone_hits();
+        self.finish_plain(tok, &Ok(v.len()), |v| Value::Count(*v as u64));
+        v
+    }
+
+    #[track_caller]
     fn poison_redzones(&self, lo: usize, hi: usize) -> Result<()> {
         plain!(
             self,

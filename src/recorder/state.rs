@@ -243,24 +243,7 @@ impl RecState {
     pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
         let id = BlobId::of(bytes);
         if self.recording && self.blobs.insert(id) {
-            let packed = (bytes.len() >= 4096)
-                .then(|| zstd::bulk::compress(bytes, 1).ok())
-                .flatten()
-                .filter(|c| c.len() < bytes.len() * 9 / 10);
-            let f = match packed {
-                Some(data) => Frame::Blob {
-                    id,
-                    len: bytes.len() as u64,
-                    zstd: true,
-                    data,
-                },
-                None => Frame::Blob {
-                    id,
-                    len: bytes.len() as u64,
-                    zstd: false,
-                    data: bytes.to_vec(),
-                },
-            };
+            let f = crate::trace::blob_frame(id, bytes);
             self.emit(&f);
         }
         id

@@ -7,11 +7,14 @@
 //! recorded order.
 
 mod graph;
+mod minimize;
 mod pointers;
+mod trim;
 mod window;
 
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use graph::GraphReport;
+pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use window::{captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind};
 
@@ -422,7 +425,7 @@ impl<'t> Replayer<'t> {
     }
 
     /// Load modules (through `loader`, if given) and resolve every kernel the trace uses.
-    fn kernels(
+    pub(crate) fn kernels(
         &self,
         gpu: &dyn GpuBackend,
         loader: Option<ModuleLoader<'_>>,
@@ -612,7 +615,7 @@ impl<'t> Replayer<'t> {
             let st = &mut guard.st;
             let mut t0 = None;
             let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();
-            let mut scanned_since = 0u64;
+            let mut scanned_since = Bands::default();
             // Inside a fault window every launch is followed by a sync of every stream (and
             // a red-zone scan for a red-zone window), so the fault shows at its launch.
             let mut pinning = false;
@@ -780,14 +783,24 @@ impl<'t> Replayer<'t> {
                         {
                             // Per-launch scans since the last recorded scan already found (and
                             // refilled) some zones: they count towards this one.
-                            let m = m + std::mem::take(&mut scanned_since) as usize;
+                            scanned_since.add(m, &gpu.redzone_hits());
+                            let bands = std::mem::take(&mut scanned_since);
+                            let m = bands.len();
                             if (*n > 0 || m > 0) && lp == 0 {
                                 let w = window.filter(|w| w.kind == WindowKind::Redzone);
-                                let first_hit = report
-                                    .redzone_hits
-                                    .iter()
-                                    .find(|(s, _)| w.is_some_and(|w| w.contains(*s)))
-                                    .map(|(s, _)| *s);
+                                let raised_by = bands.first.and_then(|(seq, band)| {
+                                    let mut c = self.culprit(st, seq, None, None)?;
+                                    if let Some((base, last)) = band {
+                                        if let Some((id, _)) =
+                                            st.bufs.iter().find(|(_, (p, _))| p.0 == base)
+                                        {
+                                            c.buffer = Some(self.describe_buffer(*id));
+                                            c.past_end = Some(last as u64 + 1);
+                                            c.writes.clear();
+                                        }
+                                    }
+                                    Some(c)
+                                });
                                 report.faults.push(FaultReport {
                                     seq: c.seq,
                                     site: self.trace.site(c.site),
@@ -800,8 +813,7 @@ impl<'t> Replayer<'t> {
                                     reproduced: *n == m as u64,
                                     observed_at: None,
                                     window: w.map(|w| (w.start, w.observed)),
-                                    raised_by: first_hit
-                                        .and_then(|s| self.culprit(st, s, None, None)),
+                                    raised_by,
                                 });
                             }
                         }
@@ -1082,11 +1094,17 @@ impl<'t> Replayer<'t> {
         gpu: &dyn GpuBackend,
         seq: u64,
         lp: usize,
-        scanned_since: &mut u64,
+        scanned_since: &mut Bands,
         report: &mut ReplayReport,
     ) {
         if let Ok(n) = gpu.scan_redzones() {
-            *scanned_since += n as u64;
+            if n > 0 {
+                let hits = gpu.redzone_hits();
+                if scanned_since.first.is_none() {
+                    scanned_since.first = Some((seq, hits.first().map(|h| (h.base.0, h.last))));
+                }
+                scanned_since.add(n, &hits);
+            }
             if n > 0 && lp == 0 {
                 report.redzone_hits.push((seq, n as u64));
             }
@@ -1141,9 +1159,36 @@ pub(crate) enum Outcome {
     SucceededButRecordedError,
 }
 
+/// The guard bands found written since the last recorded scan, as a set: a scan refills what
+/// it finds, so an overrun repeated by a later launch dirties the same band again, and that is
+/// still one violation.
+#[derive(Default)]
+struct Bands {
+    /// (allocation base, first byte past its end).
+    set: std::collections::BTreeSet<(u64, usize)>,
+    /// Hits from a backend that counts them without saying where.
+    unplaced: usize,
+    /// The first launch after which a scan found a band, and the band (base, last changed
+    /// byte past the end).
+    first: Option<(u64, Option<(u64, usize)>)>,
+}
+
+impl Bands {
+    fn add(&mut self, n: usize, hits: &[crate::backend::RedzoneHit]) {
+        if hits.is_empty() {
+            self.unplaced += n;
+        }
+        self.set.extend(hits.iter().map(|h| (h.base.0, h.first)));
+    }
+
+    fn len(&self) -> usize {
+        self.set.len() + self.unplaced
+    }
+}
+
 /// Wait for every stream of the replay (the legacy stream too): after a launch inside a fault
 /// window, whatever the launch raised is reported here.
-fn sync_all(gpu: &dyn GpuBackend, st: &State) -> anyhow::Result<()> {
+pub(crate) fn sync_all(gpu: &dyn GpuBackend, st: &State) -> anyhow::Result<()> {
     gpu.synchronize(0)?;
     for s in st.streams.values() {
         gpu.synchronize(*s)?;
@@ -1568,7 +1613,8 @@ impl Replayer<'_> {
             | Call::DebugSyncKernels
             | Call::KernelRegistry
             | Call::DeviceFreeMemory
-            | Call::LiveAllocCount => Ok(()),
+            | Call::LiveAllocCount
+            | Call::RedzoneHits => Ok(()),
         };
         if let Call::EventSynchronize { .. } = &c.call {
             // The recorded stream of the event is not known here; settle everything pending.

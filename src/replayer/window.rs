@@ -101,8 +101,8 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
 pub fn captured_work(trace: &Trace) -> HashMap<GraphId, Vec<u64>> {
     let mut out = HashMap::default();
     // Open captures by origin stream: (streams in the capture, events recorded in it, calls).
-    let mut open: HashMap<StreamRef, (HashSet<StreamRef>, HashSet<EventId>, Vec<u64>)> =
-        HashMap::default();
+    type Open = (HashSet<StreamRef>, HashSet<EventId>, Vec<u64>);
+    let mut open: HashMap<StreamRef, Open> = HashMap::default();
     for c in &trace.calls {
         match &c.call {
             Call::BeginCapture { stream } => {

@@ -348,6 +348,8 @@ pub enum Call {
         host: HostAddr,
         bytes: u64,
     },
+    /// What the last red-zone scan found: returns how many guard bands.
+    RedzoneHits,
 }
 
 impl Call {
@@ -402,6 +404,7 @@ impl Call {
             Call::HostPtrToDevice { .. } => K::HostPtrToDevice,
             Call::AllocHostPinned { .. } => K::AllocHostPinned,
             Call::FreeHostPinned { .. } => K::FreeHostPinned,
+            Call::RedzoneHits => K::RedzoneHits,
         }
     }
 
@@ -463,6 +466,7 @@ impl Call {
                 | Call::KernelRegistry
                 | Call::DeviceFreeMemory
                 | Call::LiveAllocCount
+                | Call::RedzoneHits
         )
     }
 

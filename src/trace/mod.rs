@@ -7,7 +7,9 @@ pub mod crc;
 mod diff;
 mod format;
 mod frame;
+mod refs;
 mod render;
+mod write;
 
 pub use call::*;
 pub use diff::{diff, diff_report};
@@ -16,7 +18,9 @@ pub use format::{
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
+pub use refs::{refs, Refs};
 pub use render::{call_text, render, render_call, summary};
+pub use write::blob_frame;
 
 use crate::backend::{KernelInfo, ModuleCode};
 use std::collections::{BTreeMap, HashMap};

@@ -1,0 +1,449 @@
+//! `minimize`: the smallest trace that still reproduces a recorded fault.
+//!
+//! Delta debugging (Zeller's ddmin) over the calls before the recorded fault: a subset is kept
+//! when a replay of the trace built from it still reports the same fault (driver code, and the
+//! kernel that raised it). A trace built from a subset stays well formed: every buffer, stream,
+//! event, graph and pinned region a kept call names comes with what created it (its allocation
+//! call, or its initial contents), a graph launch with its whole capture, and only the modules,
+//! blobs and initial buffers the kept calls use travel along. The call that observed the fault
+//! is kept as a synchronisation of the legacy stream carrying the recorded error, so what it read
+//! need not come along. Calls are renumbered from 0; buffer ids stay as recorded, so a buffer in
+//! the small trace has the name it has in the original.
+
+use super::{fault_windows, Culprit, ReplayReport};
+use crate::trace::*;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+/// What makes two replays "the same fault".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSignature {
+    pub code: Option<u32>,
+    /// The kernel that raised it, when the replay could tell.
+    pub kernel: Option<String>,
+}
+
+impl std::fmt::Display for FaultSignature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.code {
+            Some(c) => write!(f, "{} ({c})", crate::backend::cuda_error_name(c))?,
+            None => write!(f, "a fault")?,
+        }
+        if let Some(k) = &self.kernel {
+            write!(f, " raised by {k}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The first reproduced fault of a replay, as a signature, with the launch that raised it.
+pub fn signature(r: &ReplayReport) -> Option<(FaultSignature, Option<Culprit>)> {
+    let f = r.faults.iter().find(|f| f.reproduced)?;
+    Some((
+        FaultSignature {
+            code: f.replayed_code,
+            kernel: f
+                .raised_by
+                .as_ref()
+                .map(|c| c.kernel.clone())
+                .or_else(|| f.kernel.clone()),
+        },
+        f.raised_by.clone(),
+    ))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MinimizeError {
+    #[error("the trace records no fault to keep (no call failed with a device error, no red zone was found written)")]
+    NoFault,
+    #[error("the trace's fault does not reproduce on this backend, so there is nothing to keep while shrinking: {0}")]
+    NotReproduced(String),
+    #[error("a candidate trace could not be written: {0}")]
+    Write(#[from] TraceError),
+    #[error("an attempt failed to run: {0:#}")]
+    Attempt(anyhow::Error),
+}
+
+/// What `minimize` made.
+pub struct Minimized {
+    pub trace: Trace,
+    pub signature: FaultSignature,
+    /// Replays run, the first (of the whole trace) included.
+    pub attempts: usize,
+    /// Whether it stopped early at the attempt budget.
+    pub budget_hit: bool,
+}
+
+/// Runs one candidate and says which fault it reproduced (`None`: none).
+pub type Oracle<'a> = dyn FnMut(&Trace) -> anyhow::Result<Option<FaultSignature>> + 'a;
+
+/// Shrink `t` while `oracle` still reports the fault it reports for `t` itself, in at most
+/// `max_attempts` replays. `progress` hears (attempt, calls kept).
+pub fn minimize(
+    t: &Trace,
+    oracle: &mut Oracle<'_>,
+    max_attempts: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Minimized, MinimizeError> {
+    let w = *fault_windows(t).first().ok_or(MinimizeError::NoFault)?;
+    let want = oracle(t)
+        .map_err(MinimizeError::Attempt)?
+        .ok_or_else(|| MinimizeError::NotReproduced("the whole trace replays without it".into()))?;
+    let shrink = Shrink::new(t, w.observed);
+    let mut attempts = 1usize;
+    let mut budget_hit = false;
+    let mut test = |keep: &[u64]| -> Result<bool, MinimizeError> {
+        if attempts >= max_attempts {
+            budget_hit = true;
+            return Ok(false);
+        }
+        attempts += 1;
+        let cand = shrink.build(keep);
+        let got = oracle(&cand).map_err(MinimizeError::Attempt)?;
+        progress(attempts, cand.calls.len());
+        Ok(got.as_ref() == Some(&want))
+    };
+    let all: Vec<u64> = t
+        .calls
+        .iter()
+        .map(|c| c.seq)
+        .filter(|s| *s < w.observed)
+        .collect();
+    // First guess: only the launches of the fault's window that ran the kernel it names.
+    let guess: Vec<u64> = t
+        .calls
+        .iter()
+        .filter(|c| w.contains(c.seq) && c.seq < w.observed)
+        .filter(|c| {
+            c.call
+                .launch()
+                .is_some_and(|(k, _)| want.kernel.as_deref() == Some(t.kernel_name(k).as_str()))
+        })
+        .map(|c| c.seq)
+        .collect();
+    let start = if !guess.is_empty() && test(&guess)? {
+        guess
+    } else {
+        all
+    };
+    let kept = ddmin(start, &mut test)?;
+    Ok(Minimized {
+        trace: shrink.build(&kept),
+        signature: want,
+        attempts,
+        budget_hit,
+    })
+}
+
+/// Zeller's ddmin: a subset of `items` for which `test` holds and from which no single chunk
+/// at the finest granularity tried can be removed.
+fn ddmin(
+    mut items: Vec<u64>,
+    test: &mut dyn FnMut(&[u64]) -> Result<bool, MinimizeError>,
+) -> Result<Vec<u64>, MinimizeError> {
+    let mut n = 2usize;
+    while items.len() >= 2 {
+        let chunk = items.len().div_ceil(n);
+        let parts: Vec<Vec<u64>> = items.chunks(chunk).map(|c| c.to_vec()).collect();
+        let mut reduced = false;
+        for p in &parts {
+            if test(p)? {
+                items = p.clone();
+                n = 2;
+                reduced = true;
+                break;
+            }
+        }
+        if !reduced && parts.len() > 2 {
+            for i in 0..parts.len() {
+                let rest: Vec<u64> = parts
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .flat_map(|(_, p)| p.iter().copied())
+                    .collect();
+                if test(&rest)? {
+                    items = rest;
+                    n = (n - 1).max(2);
+                    reduced = true;
+                    break;
+                }
+            }
+        }
+        if !reduced {
+            if n >= items.len() {
+                break;
+            }
+            n = (n * 2).min(items.len());
+        }
+    }
+    // A single call may still go (the observer alone reproduces a fault the trace's initial
+    // state already holds, say).
+    if items.len() == 1 && test(&[])? {
+        items.clear();
+    }
+    Ok(items)
+}
+
+/// What a subset of calls needs, and how to build a trace of it.
+struct Shrink<'t> {
+    t: &'t Trace,
+    observed: u64,
+    by_seq: HashMap<u64, &'t CallRecord>,
+    /// The call that created each buffer, stream, event, graph and pinned region.
+    made_buf: HashMap<BufferId, u64>,
+    made_stream: HashMap<StreamId, u64>,
+    made_event: HashMap<EventId, u64>,
+    made_host: HashMap<HostId, u64>,
+    /// A graph's capture: its begin_capture, end_capture and captured work.
+    graph_calls: HashMap<GraphId, Vec<u64>>,
+    /// begin_capture and end_capture pairs, each to the other.
+    pair: HashMap<u64, u64>,
+}
+
+impl<'t> Shrink<'t> {
+    fn new(t: &'t Trace, observed: u64) -> Self {
+        let mut s = Shrink {
+            t,
+            observed,
+            by_seq: t.calls.iter().map(|c| (c.seq, c)).collect(),
+            made_buf: HashMap::default(),
+            made_stream: HashMap::default(),
+            made_event: HashMap::default(),
+            made_host: HashMap::default(),
+            graph_calls: HashMap::default(),
+            pair: HashMap::default(),
+        };
+        let captured = super::captured_work(t);
+        let mut begun: HashMap<StreamRef, u64> = HashMap::default();
+        for c in &t.calls {
+            match (&c.call, &c.ret) {
+                (_, Some(Ok(Value::Buffer(b)))) => {
+                    s.made_buf.insert(*b, c.seq);
+                }
+                (_, Some(Ok(Value::Stream(StreamRef::Id(id))))) => {
+                    s.made_stream.insert(*id, c.seq);
+                }
+                (_, Some(Ok(Value::Event(e)))) => {
+                    s.made_event.insert(*e, c.seq);
+                }
+                (_, Some(Ok(Value::Host(h)))) => {
+                    s.made_host.insert(*h, c.seq);
+                }
+                _ => {}
+            }
+            match &c.call {
+                Call::BeginCapture { stream } => {
+                    begun.insert(*stream, c.seq);
+                }
+                Call::EndCapture { stream } => {
+                    if let Some(b) = begun.remove(stream) {
+                        s.pair.insert(b, c.seq);
+                        s.pair.insert(c.seq, b);
+                        if let Some(Ok(Value::Graph(g))) = &c.ret {
+                            let mut calls = vec![b, c.seq];
+                            calls.extend(captured.get(g).into_iter().flatten().copied());
+                            s.graph_calls.insert(*g, calls);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// `keep` and everything it needs, in trace order.
+    fn closure(&self, keep: &[u64]) -> Vec<u64> {
+        let mut set: HashSet<u64> = keep.iter().copied().collect();
+        let mut todo: Vec<u64> = keep.to_vec();
+        while let Some(seq) = todo.pop() {
+            let Some(c) = self.by_seq.get(&seq) else {
+                continue;
+            };
+            let r = refs(&c.call);
+            let mut need: Vec<u64> = Vec::new();
+            need.extend(r.bufs.iter().filter_map(|b| self.made_buf.get(b)));
+            need.extend(r.streams.iter().filter_map(|x| self.made_stream.get(x)));
+            need.extend(r.events.iter().filter_map(|x| self.made_event.get(x)));
+            need.extend(r.hosts.iter().filter_map(|x| self.made_host.get(x)));
+            for g in &r.graphs {
+                need.extend(self.graph_calls.get(g).into_iter().flatten());
+            }
+            need.extend(self.pair.get(&seq));
+            for n in need {
+                if n <= self.observed && set.insert(n) {
+                    todo.push(n);
+                }
+            }
+        }
+        let mut out: Vec<u64> = set.into_iter().collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Whether the observer is a call that only waited (a sync, a blocking copy): then a
+    /// synchronisation stands in for it. A launch or a red-zone scan is kept as it was.
+    fn substitute_observer(&self) -> bool {
+        self.by_seq.get(&self.observed).is_some_and(|c| {
+            c.call.launch().is_none()
+                && !matches!(c.call, Call::ScanRedzones | Call::LaunchGraph { .. })
+        })
+    }
+
+    fn build(&self, keep: &[u64]) -> Trace {
+        let t = self.t;
+        let substitute = self.substitute_observer();
+        let mut keep = keep.to_vec();
+        if !substitute {
+            keep.push(self.observed);
+        }
+        let kept = self.closure(&keep);
+        let mut calls: Vec<CallRecord> = kept
+            .iter()
+            .filter_map(|s| self.by_seq.get(s).map(|c| (*c).clone()))
+            .collect();
+        let obs = self.by_seq.get(&self.observed);
+        if substitute {
+            calls.push(CallRecord {
+                seq: self.observed,
+                thread: obs.map_or(0, |c| c.thread),
+                site: obs.map_or(SiteId(0), |c| c.site),
+                t_ns: obs.map_or(0, |c| c.t_ns),
+                dur_ns: obs.and_then(|c| c.dur_ns),
+                call: Call::Synchronize {
+                    stream: StreamRef::Legacy,
+                },
+                ret: obs.and_then(|c| c.ret.clone()),
+            });
+        }
+        // What the kept calls name.
+        let mut bufs: HashSet<BufferId> = HashSet::default();
+        let mut streams: HashSet<StreamId> = HashSet::default();
+        let mut events: HashSet<EventId> = HashSet::default();
+        let mut hosts: HashSet<HostId> = HashSet::default();
+        let mut blobs: HashSet<BlobId> = HashSet::default();
+        let mut kernels: HashSet<KernelId> = HashSet::default();
+        for c in &calls {
+            let r = refs(&c.call);
+            bufs.extend(r.bufs);
+            streams.extend(r.streams);
+            events.extend(r.events);
+            hosts.extend(r.hosts);
+            blobs.extend(r.blobs);
+            if let Some((k, _)) = c.call.launch() {
+                kernels.insert(k);
+            }
+            if let Some(Ok(Value::Bytes(b))) = &c.ret {
+                blobs.insert(*b);
+            }
+        }
+        let mut out = Trace {
+            header: t.header.clone(),
+            sites: t.sites.clone(),
+            stopped: true,
+            ..Default::default()
+        };
+        out.initial = t
+            .initial
+            .iter()
+            .filter(|i| bufs.contains(&i.buf))
+            .cloned()
+            .collect();
+        blobs.extend(out.initial.iter().map(|i| i.data));
+        out.adopted = t
+            .adopted
+            .iter()
+            .filter(|a| match a {
+                Adopted::Stream { id, is_default } => *is_default || streams.contains(id),
+                Adopted::Event { id } => events.contains(id),
+                Adopted::Graph { .. } => false,
+                Adopted::Host { id, .. } => hosts.contains(id),
+            })
+            .cloned()
+            .collect();
+        out.kernels = t
+            .kernels
+            .iter()
+            .filter(|(k, _)| kernels.contains(k))
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let modules: HashSet<&str> = out.kernels.values().map(|k| k.module.as_str()).collect();
+        out.modules = t
+            .modules
+            .iter()
+            .filter(|m| modules.contains(m.name.as_str()))
+            .cloned()
+            .collect();
+        out.addresses = t
+            .addresses
+            .iter()
+            .filter(|(b, _)| bufs.contains(b))
+            .map(|(b, a)| (*b, *a))
+            .collect();
+        // Renumber calls from 0, with what is keyed by a call's number.
+        let renum: HashMap<u64, u64> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.seq, i as u64))
+            .collect();
+        for (seq, blob) in &t.d2h_async {
+            if let Some(n) = renum.get(seq).filter(|_| *seq != self.observed) {
+                out.d2h_async.insert(*n, *blob);
+                blobs.insert(*blob);
+            }
+        }
+        for (seq, hashes) in &t.sync_hashes {
+            if let Some(n) = renum.get(seq).filter(|_| *seq != self.observed) {
+                let h: Vec<_> = hashes
+                    .iter()
+                    .filter(|(b, _)| bufs.contains(b))
+                    .copied()
+                    .collect();
+                out.sync_hashes.insert(*n, h);
+            }
+        }
+        for c in &mut calls {
+            c.seq = renum[&c.seq];
+        }
+        out.blobs = t
+            .blobs
+            .iter()
+            .filter(|(id, _)| blobs.contains(id))
+            .map(|(id, b)| (*id, b.clone()))
+            .collect();
+        out.sizes = t
+            .sizes
+            .iter()
+            .filter(|(b, _)| bufs.contains(b))
+            .map(|(b, s)| (*b, *s))
+            .collect();
+        out.calls = calls;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddmin_finds_the_one_item_that_matters() {
+        let mut tries = 0;
+        let kept = ddmin((0..40).collect(), &mut |s: &[u64]| {
+            tries += 1;
+            Ok(s.contains(&17))
+        })
+        .unwrap();
+        assert_eq!(kept, vec![17]);
+        assert!(tries < 40, "{tries} tries");
+    }
+
+    #[test]
+    fn ddmin_keeps_a_pair_that_only_fails_together() {
+        let kept = ddmin((0..16).collect(), &mut |s: &[u64]| {
+            Ok(s.contains(&3) && s.contains(&12))
+        })
+        .unwrap();
+        assert_eq!(kept, vec![3, 12]);
+    }
+}

@@ -1,0 +1,204 @@
+//! `trim`: a trace cut to calls A..B, starting from the device state at A.
+//!
+//! The state at A is what the calls before A left: they are replayed (unverified) on a
+//! backend, every stream is synchronised, and every live buffer is read back into the new
+//! trace's initial snapshot. Streams, events and pinned regions alive at A become adopted
+//! resources. A cut inside a capture, or calls after A that use a graph made before it, are
+//! refused: a graph cannot be carried across the cut.
+
+use super::{sync_all, Guard, ModuleLoader, Outcome, ReplayError, Replayer, State};
+use crate::backend::GpuBackend;
+use crate::trace::*;
+use rustc_hash::FxHashMap as HashMap;
+
+impl Replayer<'_> {
+    /// The trace of calls `range.0..range.1`, with the state at `range.0` as its initial state.
+    pub fn trim(
+        &self,
+        gpu: &dyn GpuBackend,
+        range: (u64, u64),
+        loader: Option<ModuleLoader<'_>>,
+    ) -> Result<Trace, ReplayError> {
+        let t = self.trace;
+        let (a, b) = range;
+        let refuse = |seq: u64, msg: String| ReplayError::Unsupported {
+            seq,
+            site: t
+                .calls
+                .iter()
+                .find(|c| c.seq == seq)
+                .map(|c| t.site(c.site))
+                .unwrap_or_default(),
+            msg,
+        };
+        let mut open_capture = None;
+        for c in t.calls.iter().take_while(|c| c.seq < a) {
+            match c.call {
+                Call::BeginCapture { .. } => open_capture = Some(c.seq),
+                Call::EndCapture { .. } => open_capture = None,
+                _ => {}
+            }
+        }
+        if let Some(s) = open_capture {
+            return Err(refuse(
+                a,
+                format!(
+                    "call #{a} is inside the capture begun at #{s}: cut before it or after its end"
+                ),
+            ));
+        }
+        let kept: Vec<&CallRecord> = t.calls.iter().filter(|c| c.seq >= a && c.seq < b).collect();
+        let made_before: std::collections::BTreeSet<GraphId> = t
+            .calls
+            .iter()
+            .filter(|c| c.seq < a)
+            .filter_map(|c| match &c.ret {
+                Some(Ok(Value::Graph(g))) => Some(*g),
+                _ => None,
+            })
+            .collect();
+        for c in &kept {
+            if let Some(g) = refs(&c.call)
+                .graphs
+                .iter()
+                .find(|g| made_before.contains(g))
+            {
+                return Err(refuse(
+                    c.seq,
+                    format!(
+                        "uses {g}, captured before #{a}: a graph cannot be carried across the cut"
+                    ),
+                ));
+            }
+        }
+        let kernels = self.kernels(gpu, loader)?;
+        let mut guard = Guard {
+            r: self,
+            gpu,
+            st: State::new(&kernels),
+        };
+        self.setup(gpu, &mut guard.st)?;
+        let st = &mut guard.st;
+        for c in t.calls.iter().take_while(|c| c.seq < a) {
+            if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
+                if c.ret.as_ref().is_some_and(|r| r.is_ok()) {
+                    return Err(ReplayError::Setup {
+                        what: format!("rebuilding the state at #{a}: call #{} failed", c.seq),
+                        cause: format!("{e:#}"),
+                    });
+                }
+            }
+        }
+        let setup = |what: String| {
+            move |e: anyhow::Error| ReplayError::Setup {
+                what,
+                cause: format!("{e:#}"),
+            }
+        };
+        sync_all(gpu, st).map_err(setup(format!("waiting for the device at #{a}")))?;
+        let mut out = Trace {
+            header: t.header.clone(),
+            sites: t.sites.clone(),
+            modules: t.modules.clone(),
+            kernels: t.kernels.clone(),
+            stopped: true,
+            ..Default::default()
+        };
+        // Where each buffer was made, for the snapshot's sites.
+        let mut made_at: HashMap<BufferId, SiteId> =
+            t.initial.iter().map(|i| (i.buf, i.site)).collect();
+        for c in &t.calls {
+            if let Some(Ok(Value::Buffer(b))) = &c.ret {
+                made_at.entry(*b).or_insert(c.site);
+            }
+        }
+        let mut live: Vec<_> = st.bufs.iter().map(|(id, (p, n))| (*id, *p, *n)).collect();
+        live.sort_by_key(|(id, _, _)| *id);
+        for (id, p, n) in live {
+            let mut bytes = vec![0u8; n as usize];
+            gpu.copy_d2h(p, &mut bytes)
+                .map_err(setup(format!("reading {id} back at #{a}")))?;
+            let data = BlobId::of(&bytes);
+            out.blobs.insert(data, bytes);
+            out.initial.push(InitialBuffer {
+                buf: id,
+                bytes: n,
+                data,
+                site: made_at.get(&id).copied().unwrap_or(SiteId(0)),
+            });
+            if let Some(addr) = t.addresses.get(&id) {
+                out.addresses.insert(id, *addr);
+            }
+        }
+        let default_stream: Option<StreamId> = t.adopted.iter().find_map(|x| match x {
+            Adopted::Stream {
+                id,
+                is_default: true,
+            } => Some(*id),
+            _ => None,
+        });
+        let mut streams: Vec<StreamId> = st.streams.keys().copied().collect();
+        streams.sort();
+        out.adopted
+            .extend(streams.into_iter().map(|id| Adopted::Stream {
+                id,
+                is_default: Some(id) == default_stream,
+            }));
+        let mut events: Vec<EventId> = st.events.keys().copied().collect();
+        events.sort();
+        out.adopted
+            .extend(events.into_iter().map(|id| Adopted::Event { id }));
+        let mut hosts: Vec<(HostId, usize)> =
+            st.hosts.iter().map(|(id, (_, n))| (*id, *n)).collect();
+        hosts.sort();
+        out.adopted
+            .extend(hosts.into_iter().map(|(id, n)| Adopted::Host {
+                id,
+                bytes: n as u64,
+            }));
+        drop(guard);
+        // The kept calls, numbered from 0, with what is keyed by their numbers.
+        for (i, c) in kept.iter().enumerate() {
+            let n = i as u64;
+            let mut c = (*c).clone();
+            let r = refs(&c.call);
+            for blob in r.blobs {
+                if let Some(bytes) = t.blobs.get(&blob) {
+                    out.blobs.insert(blob, bytes.clone());
+                }
+            }
+            if let Some(Ok(Value::Bytes(blob))) = &c.ret {
+                if let Some(bytes) = t.blobs.get(blob) {
+                    out.blobs.insert(*blob, bytes.clone());
+                }
+            }
+            if let Some(blob) = t.d2h_async.get(&c.seq) {
+                out.d2h_async.insert(n, *blob);
+                if let Some(bytes) = t.blobs.get(blob) {
+                    out.blobs.insert(*blob, bytes.clone());
+                }
+            }
+            if let Some(h) = t.sync_hashes.get(&c.seq) {
+                out.sync_hashes.insert(n, h.clone());
+            }
+            if let Some(Ok(Value::Buffer(b))) = &c.ret {
+                if let Some(addr) = t.addresses.get(b) {
+                    out.addresses.insert(*b, *addr);
+                }
+            }
+            c.seq = n;
+            out.calls.push(c);
+        }
+        out.sizes = out.initial.iter().map(|i| (i.buf, i.bytes)).collect();
+        for c in &out.calls {
+            if let (
+                Call::Alloc { bytes } | Call::AllocManaged { bytes },
+                Some(Ok(Value::Buffer(b))),
+            ) = (&c.call, &c.ret)
+            {
+                out.sizes.insert(*b, *bytes);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,150 @@
+//! What a call names: its buffers, streams, events, graphs, pinned regions and blobs.
+//!
+//! One exhaustive match, so a new `Call` variant is a compile error here until someone says
+//! what it refers to: `minimize` and `trim` keep a call only with everything it names.
+
+use super::call::*;
+
+/// The ids one call refers to (arguments and return value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refs {
+    pub bufs: Vec<BufferId>,
+    pub streams: Vec<StreamId>,
+    pub events: Vec<EventId>,
+    pub graphs: Vec<GraphId>,
+    pub hosts: Vec<HostId>,
+    pub blobs: Vec<BlobId>,
+}
+
+impl Refs {
+    fn dev(&mut self, a: &DevAddr) {
+        match a {
+            DevAddr::Buf { buf, .. } | DevAddr::Freed { buf, .. } => self.bufs.push(*buf),
+            DevAddr::Unknown {
+                near: Some((buf, _)),
+            } => self.bufs.push(*buf),
+            DevAddr::Unknown { near: None } | DevAddr::Null => {}
+        }
+    }
+
+    fn stream(&mut self, s: &StreamRef) {
+        if let StreamRef::Id(id) = s {
+            self.streams.push(*id);
+        }
+    }
+
+    fn host(&mut self, h: &HostAddr) {
+        if let HostAddr::Pinned { host, .. } = h {
+            self.hosts.push(*host);
+        }
+    }
+}
+
+/// The ids `call` takes as arguments. What it creates (its return value) is not among them.
+pub fn refs(call: &Call) -> Refs {
+    let mut r = Refs::default();
+    match call {
+        Call::Free { ptr } => r.dev(ptr),
+        Call::CopyH2D { dst, data, .. } => {
+            r.dev(dst);
+            r.blobs.push(*data);
+        }
+        Call::CopyD2H { src, .. } => r.dev(src),
+        Call::CopyD2D { src, dst, .. } => {
+            r.dev(src);
+            r.dev(dst);
+        }
+        Call::Launch { stream, args, .. } | Call::LaunchTyped { stream, args, .. } => {
+            r.stream(stream);
+            for a in args.iter() {
+                if let Arg::Buf(d) = a {
+                    r.dev(d);
+                }
+            }
+        }
+        Call::Synchronize { stream }
+        | Call::StreamIsCapturing { stream }
+        | Call::BeginCapture { stream }
+        | Call::EndCapture { stream }
+        | Call::AbortCaptureIfActive { stream } => r.stream(stream),
+        Call::Memset { dst, .. } => r.dev(dst),
+        Call::MemsetAsync { dst, stream, .. } => {
+            r.dev(dst);
+            r.stream(stream);
+        }
+        Call::CopyD2HOnStream { src, stream, .. } => {
+            r.dev(src);
+            r.stream(stream);
+        }
+        Call::CopyH2DAsync {
+            dst, data, stream, ..
+        } => {
+            r.dev(dst);
+            r.blobs.push(*data);
+            r.stream(stream);
+        }
+        Call::CopyH2DAsyncRetained {
+            dst,
+            data,
+            stream,
+            src,
+            ..
+        } => {
+            r.dev(dst);
+            r.blobs.push(*data);
+            r.stream(stream);
+            r.host(src);
+        }
+        Call::CopyD2HAsync {
+            src, stream, dst, ..
+        } => {
+            r.dev(src);
+            r.stream(stream);
+            r.host(dst);
+        }
+        Call::CopyD2DAsync {
+            src, dst, stream, ..
+        }
+        | Call::CopyD2D2DAsync {
+            src, dst, stream, ..
+        } => {
+            r.dev(src);
+            r.dev(dst);
+            r.stream(stream);
+        }
+        Call::LaunchGraph { graph, stream } => {
+            r.graphs.push(*graph);
+            r.stream(stream);
+        }
+        Call::DestroyGraph { graph } => r.graphs.push(*graph),
+        Call::RecordEvent { event, stream } | Call::StreamWaitEvent { stream, event } => {
+            r.events.push(*event);
+            r.stream(stream);
+        }
+        Call::EventSynchronize { event } | Call::DestroyEvent { event } => r.events.push(*event),
+        Call::HostPtrToDevice { host } | Call::FreeHostPinned { host, .. } => r.host(host),
+        Call::Alloc { .. }
+        | Call::AllocManaged { .. }
+        | Call::DefaultStream
+        | Call::Kernel { .. }
+        | Call::OpCache
+        | Call::TotalMemory
+        | Call::FreeMemory
+        | Call::SmCount
+        | Call::SweepUnreleased
+        | Call::LiveBytes
+        | Call::AllocReport { .. }
+        | Call::ScanRedzones
+        | Call::PoisonRedzones { .. }
+        | Call::DebugSyncKernels
+        | Call::KernelRegistry
+        | Call::DeviceFreeMemory
+        | Call::LiveAllocCount
+        | Call::CreateStream
+        | Call::BindToThread
+        | Call::CreateEvent
+        | Call::AllocHostPinned { .. }
+        | Call::RedzoneHits => {}
+    }
+    r
+}

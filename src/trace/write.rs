@@ -1,0 +1,131 @@
+//! A loaded trace written back out as frames: what `minimize` and `trim` produce is an
+//! ordinary trace file that every verb reads.
+
+use super::format::{Sink, TraceError, TraceWriter};
+use super::frame::{Begin, End, Frame};
+use super::{BlobId, Trace};
+
+/// A blob's frame: compressed with zstd where that saves at least a tenth (small blobs and
+/// incompressible ones are stored as they are).
+pub fn blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
+    let packed = (bytes.len() >= 4096)
+        .then(|| zstd::bulk::compress(bytes, 1).ok())
+        .flatten()
+        .filter(|c| c.len() < bytes.len() * 9 / 10);
+    match packed {
+        Some(data) => Frame::Blob {
+            id,
+            len: bytes.len() as u64,
+            zstd: true,
+            data,
+        },
+        None => Frame::Blob {
+            id,
+            len: bytes.len() as u64,
+            zstd: false,
+            data: bytes.to_vec(),
+        },
+    }
+}
+
+impl Trace {
+    /// Write this trace to `sink`: header, definitions, initial state, then each call's Begin
+    /// and End (a call without a return is left open, as a cut recording leaves it), and a
+    /// stop record. Returns the bytes written.
+    pub fn write_to(&self, sink: Box<dyn Sink>) -> Result<u64, TraceError> {
+        let io = |source| TraceError::Io {
+            what: "write",
+            path: "<trace sink>".into(),
+            source,
+        };
+        let mut w = TraceWriter::new(sink).map_err(io)?;
+        if let Some(h) = &self.header {
+            w.write(&Frame::Header(h.clone()))?;
+        }
+        for (id, s) in &self.sites {
+            w.write(&Frame::Site {
+                id: *id,
+                file: s.file.clone(),
+                line: s.line,
+                col: s.col,
+            })?;
+        }
+        let mut blobs: Vec<_> = self.blobs.iter().collect();
+        blobs.sort_by_key(|(id, _)| **id);
+        for (id, bytes) in blobs {
+            w.write(&blob_frame(*id, bytes))?;
+        }
+        for m in &self.modules {
+            w.write(&Frame::Module(m.clone()))?;
+        }
+        for (id, info) in &self.kernels {
+            w.write(&Frame::Kernel {
+                id: *id,
+                info: info.clone(),
+            })?;
+        }
+        for a in &self.adopted {
+            w.write(&Frame::Adopt(a.clone()))?;
+        }
+        for i in &self.initial {
+            w.write(&Frame::Initial {
+                buf: i.buf,
+                bytes: i.bytes,
+                data: i.data,
+                site: i.site,
+            })?;
+        }
+        for (buf, addr) in &self.addresses {
+            w.write(&Frame::Address {
+                buf: *buf,
+                addr: *addr,
+            })?;
+        }
+        for c in &self.calls {
+            w.write(&Frame::Begin(Begin {
+                seq: c.seq,
+                thread: c.thread,
+                site: c.site,
+                t_ns: c.t_ns,
+                call: c.call.clone(),
+            }))?;
+            if let Some(ret) = &c.ret {
+                w.write(&Frame::End(End {
+                    seq: c.seq,
+                    dur_ns: c.dur_ns.unwrap_or(0),
+                    ret: ret.clone(),
+                }))?;
+            }
+            if let Some(data) = self.d2h_async.get(&c.seq) {
+                w.write(&Frame::D2HResult {
+                    seq: c.seq,
+                    data: *data,
+                    at_sync: c.seq,
+                })?;
+            }
+            if let Some(hashes) = self.sync_hashes.get(&c.seq) {
+                w.write(&Frame::SyncHashes {
+                    seq: c.seq,
+                    hashes: hashes.clone(),
+                })?;
+            }
+        }
+        for f in &self.findings {
+            w.write(&Frame::Finding(f.clone()))?;
+        }
+        if self.calls.iter().all(|c| c.ret.is_some()) {
+            w.write(&Frame::Stop)?;
+        }
+        w.finish().map_err(io)?;
+        Ok(w.bytes_written)
+    }
+
+    /// This trace as the bytes of a trace file.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, TraceError> {
+        let sink = super::VecSink::default();
+        let buf = sink.0.clone();
+        self.write_to(Box::new(sink))?;
+        let out = std::mem::take(&mut *buf.lock());
+        Ok(out)
+    }
+}
