@@ -1124,7 +1124,7 @@ fn replay(
                 out.push_str(&t);
             }
         }
-        serde_json::to_value(&g)?
+        serde_json::json!({"mode": "graph", "graph": serde_json::to_value(&g)?})
     } else {
         let total = t.calls.len() as u64;
         let bar = (total > 20_000 && !json).then(|| {
@@ -1156,8 +1156,13 @@ fn replay(
         for (seq, us) in &rep.per_call_us {
             out.push_str(&format!("  #{seq:<6} {us:10.1} us\n"));
         }
-        serde_json::to_value(&rep)?
+        serde_json::json!({"mode": "eager", "replay": serde_json::to_value(&rep)?})
     };
+    let report = serde_json::json!({
+        "schema": REPLAY_SCHEMA,
+        "passed": passed,
+        "report": report,
+    });
     if pdl {
         match &cuda {
             Some(c) => {
@@ -1238,7 +1243,13 @@ fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result
                     .arg(&attempt_file)
                     .stderr(std::process::Stdio::null())
                     .output()?;
-                match serde_json::from_slice::<gputape::replayer::ReplayReport>(&child.stdout) {
+                let v: serde_json::Value = match serde_json::from_slice(&child.stdout) {
+                    Ok(v) => v,
+                    Err(_) => return Ok(None),
+                };
+                match serde_json::from_value::<gputape::replayer::ReplayReport>(
+                    v["report"]["replay"].clone(),
+                ) {
                     Ok(r) => r,
                     Err(_) => return Ok(None),
                 }
@@ -1327,6 +1338,10 @@ fn timing_line(what: &str, ms: &[f64]) -> String {
         v[v.len() - 1]
     )
 }
+
+/// The shape of `replay --json`: `{schema, passed, report: {mode: "eager", replay: ReplayReport}
+/// | {mode: "graph", graph: GraphReport}}`. Bumped when a field changes meaning or goes away.
+const REPLAY_SCHEMA: &str = "gputape.replay.v1";
 
 /// Run this same command in a child process and relay its report, so a fault that poisons the
 /// CUDA context cannot take the parent (and its report) down.

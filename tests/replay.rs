@@ -473,3 +473,107 @@ fn an_event_used_after_the_step_keeps_its_record_out_of_the_graph() {
         .unwrap();
     assert_eq!((r.d2h_checked, r.d2h_matched), (3, 3), "{}", r.summary());
 }
+
+/// What `replay --json` says of each fixture that records a fault, without its timings: the
+/// shape scripts read (see tests/cli.rs for the envelope around it).
+#[test]
+fn fault_reports_as_json() {
+    for p in traces() {
+        let t = Trace::open(&p).unwrap();
+        let r = Replayer::new(&t);
+        if r.windows().is_empty() {
+            continue;
+        }
+        let rep = r
+            .run(&mock(), &ReplayOptions::default(), None, |_| {})
+            .unwrap();
+        assert!(rep.passed(), "{}: {}", p.display(), rep.summary());
+        let mut v = serde_json::to_value(&rep).unwrap();
+        for timing in ["loop_ms", "per_call_us", "recorded_ms"] {
+            v.as_object_mut().unwrap().remove(timing);
+        }
+        insta::assert_snapshot!(
+            format!("fault_json_{}", name(&p)),
+            redact_replayer_lines(&serde_json::to_string_pretty(&v).unwrap())
+        );
+    }
+}
+
+/// The planted overrun of a recorded step shrinks to its launch and the sync that saw it, with
+/// only the three buffers `silu_mul` takes; the small trace is an ordinary trace again.
+#[test]
+fn minimize_keeps_the_faulting_launch_and_only_its_buffers() {
+    let t = Trace::open(Path::new("traces/mock_tiny_async_illegal_step4.gtape")).unwrap();
+    let mut oracle = |c: &Trace| -> anyhow::Result<Option<gputape::replayer::FaultSignature>> {
+        let opts = ReplayOptions {
+            verify: false,
+            ..Default::default()
+        };
+        Ok(Replayer::new(c)
+            .run(&mock(), &opts, None, |_| {})
+            .ok()
+            .and_then(|r| gputape::replayer::signature(&r).map(|(s, _)| s)))
+    };
+    let m = gputape::replayer::minimize(&t, &mut oracle, 400, &mut |_, _| {}).unwrap();
+    assert_eq!(m.signature.code, Some(700));
+    assert_eq!(m.signature.kernel.as_deref(), Some("silu_mul::silu_mul"));
+    assert!(m.trace.calls.len() <= 5);
+    let silu = t
+        .calls
+        .iter()
+        .find(|c| {
+            c.call
+                .launch()
+                .is_some_and(|(k, _)| t.kernel_name(k) == "silu_mul::silu_mul")
+        })
+        .unwrap();
+    let touched = trace::refs(&silu.call).bufs;
+    assert!(m.trace.initial.iter().all(|i| touched.contains(&i.buf)));
+    // It round-trips through the file format and reproduces on replay.
+    let back = Trace::from_bytes(Path::new("small"), &m.trace.to_bytes().unwrap()).unwrap();
+    let r = Replayer::new(&back)
+        .run(&mock(), &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+    insta::assert_snapshot!(
+        "minimized_async_illegal_step4",
+        redact_replayer_lines(&format!("{}\n{}", trace::render(&back), r.summary()))
+    );
+}
+
+/// A step cut at its 30th call starts from the state the first 30 left, and its readback
+/// still matches the recording.
+#[test]
+fn trim_starts_from_the_state_at_the_cut() {
+    let t = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
+    let cut = Replayer::new(&t)
+        .trim(&mock(), (30, u64::MAX), None)
+        .unwrap();
+    assert_eq!(cut.calls.len(), t.calls.len() - 30);
+    assert_eq!(cut.calls[0].call, t.calls[30].call);
+    let back = Trace::from_bytes(Path::new("cut"), &cut.to_bytes().unwrap()).unwrap();
+    let r = Replayer::new(&back)
+        .run(&mock(), &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(
+        r.passed() && r.d2h_checked == 1 && r.d2h_matched == 1,
+        "{}",
+        r.summary()
+    );
+    insta::assert_snapshot!(
+        "trimmed_tiny_step5_from_30",
+        redact_replayer_lines(&trace::summary(&back))
+    );
+    // Inside a capture there is no state to start from.
+    let cap = Trace::open(Path::new("traces/mock_capture_region.gtape")).unwrap();
+    let begin = cap
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, trace::Call::BeginCapture { .. }))
+        .unwrap()
+        .seq;
+    let e = Replayer::new(&cap)
+        .trim(&mock(), (begin + 1, u64::MAX), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("inside the capture"), "{e}");
+}

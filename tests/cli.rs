@@ -1,0 +1,231 @@
+//! The command line as scripts see it: every verb's exit status, and what a fault replay says.
+//!
+//! 0 = matched / reproduced / no differences, 1 = divergence / not reproduced / differences /
+//! an `analyze --fail-on` finding, 2 = usage, 3 = damaged or unreadable trace, 4 = the asked
+//! backend is not available here.
+
+use gputape::trace::{ErrorRec, Trace, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gputape(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited, not signalled")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch directory for this test, emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gputape-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(t: &Trace, p: &Path) -> String {
+    std::fs::write(p, t.to_bytes().unwrap()).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn an_async_fault_recorded_at_a_later_copy_replays_reproduced_and_pinned() {
+    let o = gputape(&["replay", "traces/mock_tiny_async_illegal_step4.gtape"]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0, "{out}{}", stderr(&o));
+    assert!(out.contains("fault at call #72 copy_d2h"), "{out}");
+    assert!(out.contains("at call #30 -> REPRODUCED"), "{out}");
+    assert!(
+        out.contains("raised by call #30 silu_mul::silu_mul"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1073741824 bytes past the end of buf30 (512 bytes, allocated at src/model/resources.rs:"),
+        "{out}"
+    );
+    // The same verdict as JSON, which scripts read.
+    let o = gputape(&[
+        "replay",
+        "traces/mock_tiny_async_illegal_step4.gtape",
+        "--json",
+    ]);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "gputape.replay.v1");
+    assert_eq!(v["passed"], true);
+    let f = &v["report"]["replay"]["faults"][0];
+    assert_eq!(f["seq"], 72);
+    assert_eq!(f["observed_at"], 30);
+    assert_eq!(f["raised_by"]["kernel"], "silu_mul::silu_mul");
+    assert_eq!(f["raised_by"]["past_end"], 1073741824u64);
+}
+
+#[test]
+fn a_fault_inside_a_graph_is_pinned_to_its_node_eager_or_as_graph() {
+    for extra in [&[][..], &["--as-graph"][..]] {
+        let mut args = vec!["replay", "traces/mock_graph_fault.gtape"];
+        args.extend_from_slice(extra);
+        let o = gputape(&args);
+        let out = stdout(&o);
+        assert_eq!(code(&o), 0, "{args:?}: {out}{}", stderr(&o));
+        assert!(out.contains("REPRODUCED"), "{out}");
+        assert!(
+            out.contains("raised by call #12 blas::fill") && out.contains("a node of graph0"),
+            "{out}"
+        );
+        assert!(out.contains("64 bytes past the end of buf2"), "{out}");
+    }
+}
+
+#[test]
+fn replay_exits_1_on_a_divergence_and_on_a_fault_not_reproduced() {
+    let d = scratch("replay1");
+    let base = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
+    // The recorded token readback changed: the replay's bytes differ from it.
+    let mut diverged = base.clone();
+    let last = diverged
+        .calls
+        .iter_mut()
+        .rev()
+        .find(|c| matches!(c.ret, Some(Ok(Value::Bytes(_)))))
+        .expect("the step reads its token back");
+    let Some(Ok(Value::Bytes(blob))) = &last.ret else {
+        unreachable!()
+    };
+    let mut bytes = diverged.blobs[blob].clone();
+    bytes[0] ^= 1;
+    let id = gputape::trace::BlobId::of(&bytes);
+    diverged.blobs.insert(id, bytes);
+    last.ret = Some(Ok(Value::Bytes(id)));
+    let o = gputape(&["replay", &write(&diverged, &d.join("div.gtape"))]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("FIRST DIVERGENCE"));
+    // A recorded illegal address the replay never meets.
+    let mut phantom = base.clone();
+    phantom.calls.last_mut().unwrap().ret = Some(Err(ErrorRec {
+        code: Some(700),
+        message: "illegal address".into(),
+    }));
+    let o = gputape(&["replay", &write(&phantom, &d.join("phantom.gtape"))]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("not reproduced"), "{}", stdout(&o));
+    let o = gputape(&["replay", "traces/mock_tiny_step5.gtape"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn usage_errors_exit_2_damaged_traces_3_and_a_missing_backend_4() {
+    let d = scratch("codes");
+    for args in [
+        &["replay", "--bogus"][..],
+        &["replay", "traces/mock_tiny_step5.gtape", "--range", "9..3"],
+        &["frobnicate"],
+        &["export", "traces/mock_two_streams.gtape"],
+    ] {
+        assert_eq!(code(&gputape(args)), 2, "{args:?}");
+    }
+    std::fs::write(d.join("three.gtape"), b"GPU").unwrap();
+    let mut bad = std::fs::read("traces/mock_tiny_step5.gtape").unwrap();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x55;
+    std::fs::write(d.join("bad.gtape"), &bad).unwrap();
+    for p in ["three.gtape", "bad.gtape", "missing.gtape"] {
+        let p = d.join(p).to_string_lossy().into_owned();
+        for verb in ["replay", "show", "analyze"] {
+            let o = gputape(&[verb, &p]);
+            assert_eq!(code(&o), 3, "{verb} {p}: {}", stderr(&o));
+            assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+        }
+    }
+    if !gputape::cuda::driver_present() {
+        let o = gputape(&["replay", "traces/mock_two_streams.gtape", "--on", "cuda"]);
+        assert_eq!(code(&o), 4, "{}", stderr(&o));
+        assert_eq!(code(&gputape(&["bench-launch"])), 4);
+    }
+}
+
+#[test]
+fn diff_analyze_and_the_other_verbs_exit_as_documented() {
+    let d = scratch("verbs");
+    let two = "traces/mock_two_streams.gtape";
+    assert_eq!(code(&gputape(&["diff", two, two])), 0);
+    assert_eq!(
+        code(&gputape(&["diff", two, "traces/mock_capture_region.gtape"])),
+        1
+    );
+    // A trace cut inside a call differs from the whole one.
+    let bytes = std::fs::read(two).unwrap();
+    std::fs::write(d.join("cut.gtape"), &bytes[..bytes.len() - 30]).unwrap();
+    let cut = d.join("cut.gtape").to_string_lossy().into_owned();
+    let o = gputape(&["diff", two, &cut]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    // The graph-fault step leaks its buffers (the step failed before freeing them).
+    let gf = "traces/mock_graph_fault.gtape";
+    assert_eq!(code(&gputape(&["analyze", gf, "--fail-on", "leak"])), 1);
+    assert_eq!(code(&gputape(&["analyze", gf, "--fail-on", "race"])), 0);
+    assert_eq!(code(&gputape(&["analyze", two])), 0);
+    assert_eq!(code(&gputape(&["show", two])), 0);
+    assert_eq!(code(&gputape(&["info"])), 0);
+    assert_eq!(
+        code(&gputape(&["capture-table", "--on", "mock", "--strict"])),
+        0
+    );
+    let p = d.join("p.json").to_string_lossy().into_owned();
+    assert_eq!(code(&gputape(&["export", two, "--perfetto", &p])), 0);
+    let o = gputape(&["demo", "--config", "tiny", "--steps", "2"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn minimize_and_trim_write_traces_that_replay() {
+    let d = scratch("shrink");
+    let small = d.join("small.gtape").to_string_lossy().into_owned();
+    let o = gputape(&[
+        "minimize",
+        "traces/mock_tiny_async_illegal_step4.gtape",
+        "-o",
+        &small,
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let t = Trace::open(Path::new(&small)).unwrap();
+    assert!(t.calls.len() <= 5, "{}", stdout(&o));
+    let o = gputape(&["replay", &small]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("REPRODUCED"));
+    // Nothing to keep in a trace without a fault.
+    let o = gputape(&["minimize", "traces/mock_tiny_step5.gtape", "-o", &small]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("records no fault"), "{}", stderr(&o));
+    let cut = d.join("cut.gtape").to_string_lossy().into_owned();
+    let o = gputape(&[
+        "trim",
+        "traces/mock_tiny_step5.gtape",
+        "--range",
+        "30..",
+        "-o",
+        &cut,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = gputape(&["replay", &cut]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("1 of 1 match"), "{}", stdout(&o));
+    // Nothing is left under a temporary name.
+    let left: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
