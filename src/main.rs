@@ -1023,10 +1023,13 @@ fn replay(
     // A fault inside a graph launch can only be pinned to its node eagerly, and a graph replay
     // of a trace whose step failed would stop at a launch the plan cannot build.
     let as_graph = if as_graph && faulty {
-        eprintln!(
+        // Said once, by the process the user started (a child replays the same command).
+        if child_report.is_none() {
+            eprintln!(
             "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
             path.display()
         );
+        }
         false
     } else {
         as_graph
@@ -1038,12 +1041,10 @@ fn replay(
         .calls
         .iter()
         .any(|c| matches!(&c.ret, Some(Err(e)) if e.code.is_some_and(gputape::backend::is_sticky)));
-    let mut opts = opts.clone();
-    if on == Backend::Cuda && sticky_recorded {
-        opts.sync_each = true;
-        opts.scan_redzones_each = true;
-    }
-    let opts = &opts;
+    // The replayer synchronises after each launch of a recorded fault's window by itself;
+    // red zones go on too, so an overrun that faulted there but lands short of unmapped memory
+    // here is still seen.
+    let redzones_for_fault = on == Backend::Cuda && sticky_recorded;
     // A recorded fault on CUDA may kill the context: replay it in a child process.
     if on == Backend::Cuda && faulty && !no_isolate && child_report.is_none() {
         return replay_in_child(json);
@@ -1060,7 +1061,9 @@ fn replay(
                     (gputape::trace::Call::ScanRedzones, Some(Ok(gputape::trace::Value::Count(n)))) if *n > 0
                 )
             });
-            if (opts.scan_redzones_each || recorded_hits) && cfg.redzone.bytes == 0 {
+            if (opts.scan_redzones_each || recorded_hits || redzones_for_fault)
+                && cfg.redzone.bytes == 0
+            {
                 cfg.redzone.bytes = 256;
             }
             Some(gputape::cuda::CudaBackend::new(cfg)?)

@@ -201,6 +201,16 @@ fn red_zones_catch_a_planted_overrun_and_poison_bisects() {
         "{}",
         v.site
     );
+    // Through the trait, the band names its allocation, so a replay can tell one band
+    // written twice from two bands.
+    assert_eq!(
+        g.redzone_hits(),
+        vec![gputape::backend::RedzoneHit {
+            base: victim,
+            first: 0,
+            last: 7
+        }]
+    );
     assert_eq!(
         g.scan_redzones().unwrap(),
         0,

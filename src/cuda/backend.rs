@@ -817,6 +817,9 @@ impl GpuBackend for CudaBackend {
         }
         let mut zones = self.redzones.lock();
         let mut placed = self.placed.lock();
+        // After a sticky fault every free fails with the fault's code: the memory goes with the
+        // context, so that is one line, not one per allocation.
+        let mut gone: Option<(u32, usize)> = None;
         for (p, _) in &outstanding {
             if placed.remove(p) {
                 continue;
@@ -824,9 +827,19 @@ impl GpuBackend for CudaBackend {
             // Straight to the driver: the ledger is drained, and one failure must not stop the
             // rest of the sweep.
             if let Err(e) = cu!(cuMemFree_v2(*p)) {
-                tracing::warn!("sweep: {e} for {p:#x}");
+                if e.is_sticky() {
+                    gone.get_or_insert((e.code, 0)).1 += 1;
+                } else {
+                    tracing::warn!("sweep: {e} for {p:#x}");
+                }
             }
             zones.retain(|z| z.user_ptr != *p);
+        }
+        if let Some((code, n)) = gone {
+            tracing::warn!(
+                "sweep: {n} allocation(s) not freed: the context is unusable after {} ({code}), and they go with it",
+                crate::backend::cuda_error_name(code)
+            );
         }
         outstanding.len()
     }

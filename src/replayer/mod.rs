@@ -640,11 +640,9 @@ impl<'t> Replayer<'t> {
                 let tc = timed.then(Instant::now);
                 let window = self.windows.iter().find(|w| w.contains(c.seq)).copied();
                 let pin = live && window.is_some() && !capturing;
-                let pin_scan = pin
-                    && self
-                        .windows
-                        .iter()
-                        .any(|w| w.kind == WindowKind::Redzone && w.contains(c.seq));
+                // Red zones are read inside every window: an overrun that faulted when recorded
+                // (or on the mock's exact bounds) may land in a guard band here instead.
+                let pin_scan = pin;
                 let mut culprit: Option<(u64, Option<String>)> = None;
                 let mut outcome = Outcome::Ok {
                     checked: false,
@@ -788,19 +786,7 @@ impl<'t> Replayer<'t> {
                             let m = bands.len();
                             if (*n > 0 || m > 0) && lp == 0 {
                                 let w = window.filter(|w| w.kind == WindowKind::Redzone);
-                                let raised_by = bands.first.and_then(|(seq, band)| {
-                                    let mut c = self.culprit(st, seq, None, None)?;
-                                    if let Some((base, last)) = band {
-                                        if let Some((id, _)) =
-                                            st.bufs.iter().find(|(_, (p, _))| p.0 == base)
-                                        {
-                                            c.buffer = Some(self.describe_buffer(*id));
-                                            c.past_end = Some(last as u64 + 1);
-                                            c.writes.clear();
-                                        }
-                                    }
-                                    Some(c)
-                                });
+                                let raised_by = self.band_culprit(st, &bands);
                                 report.faults.push(FaultReport {
                                     seq: c.seq,
                                     site: self.trace.site(c.site),
@@ -905,9 +891,25 @@ impl<'t> Replayer<'t> {
                         let recorded = c.ret.as_ref().and_then(|r| r.as_ref().err());
                         if lp == 0 {
                             let mut f = self.fault(c, recorded, None);
-                            f.window = window
-                                .filter(|w| w.observed == c.seq && w.start != w.observed)
+                            let w = window.filter(|w| w.observed == c.seq);
+                            f.window = w
+                                .filter(|w| w.start != w.observed)
                                 .map(|w| (w.start, w.observed));
+                            // No fault here, but the window's scans found a guard band written:
+                            // the recorded fault's overrun, stopped short of unmapped memory by
+                            // the red zone.
+                            if w.is_some_and(|w| w.kind == WindowKind::Error)
+                                && !scanned_since.is_empty()
+                            {
+                                let bands = std::mem::take(&mut scanned_since);
+                                f.replayed = Some(format!(
+                                    "no error, but {} red zone(s) written",
+                                    bands.len()
+                                ));
+                                f.reproduced = true;
+                                f.observed_at = bands.first.map(|(s, _)| s);
+                                f.raised_by = self.band_culprit(st, &bands);
+                            }
                             report.faults.push(f);
                         }
                     }
@@ -1088,6 +1090,21 @@ impl<'t> Replayer<'t> {
         })
     }
 
+    /// The launch after which a scan first found a guard band, with the band's buffer and how
+    /// far past its end the band was written.
+    fn band_culprit(&self, st: &State, bands: &Bands) -> Option<Culprit> {
+        let (seq, band) = bands.first?;
+        let mut c = self.culprit(st, seq, None, None)?;
+        if let Some((base, last)) = band {
+            if let Some((id, _)) = st.bufs.iter().find(|(_, (p, _))| p.0 == base) {
+                c.buffer = Some(self.describe_buffer(*id));
+                c.past_end = Some(last as u64 + 1);
+                c.writes.clear();
+            }
+        }
+        Some(c)
+    }
+
     /// A red-zone scan after the launch `seq`; hits are kept in the report (first loop).
     fn scan_after(
         &self,
@@ -1183,6 +1200,10 @@ impl Bands {
 
     fn len(&self) -> usize {
         self.set.len() + self.unplaced
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -1687,5 +1708,31 @@ impl Replayer<'_> {
         }
         st.pending = keep;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bands;
+    use crate::backend::{DevicePtr, RedzoneHit};
+
+    /// A scan refills what it finds: the same band dirtied again by a later launch is still
+    /// one violation, two buffers' bands are two.
+    #[test]
+    fn red_zone_hits_count_as_a_set_of_bands() {
+        let hit = |base, last| RedzoneHit {
+            base: DevicePtr(base),
+            first: 0,
+            last,
+        };
+        let mut b = Bands::default();
+        b.add(1, &[hit(0x1000, 63)]);
+        b.add(1, &[hit(0x1000, 63)]);
+        assert_eq!(b.len(), 1);
+        b.add(1, &[hit(0x2000, 3)]);
+        assert_eq!(b.len(), 2);
+        // A backend that only counts: each hit counts.
+        b.add(2, &[]);
+        assert_eq!(b.len(), 4);
     }
 }
