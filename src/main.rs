@@ -813,6 +813,12 @@ fn demo(
 ) -> Result<()> {
     let fault_step = fault.map(|f| f.step);
     let cfg = model_config(config)?;
+    anyhow::ensure!(
+        steps <= cfg.max_seq,
+        "--steps {steps} is more than the {} model's {} positions",
+        cfg.name,
+        cfg.max_seq
+    );
     let g = model_backend(backend, fault_step.is_some())?;
     let gpu: &dyn GpuBackend = g.as_ref();
     let mut model = gputape::model::Model::load(gpu, cfg.clone())?;
@@ -886,6 +892,13 @@ fn record_step(
     out: &Path,
 ) -> Result<()> {
     let cfg = model_config(config)?;
+    anyhow::ensure!(
+        k < cfg.max_seq,
+        "--step {k} is past the {} model's last position ({}): its KV cache holds {} positions",
+        cfg.name,
+        cfg.max_seq - 1,
+        cfg.max_seq
+    );
     match backend {
         Backend::Mock => {
             let m = gputape::mock::MockGpuBackend::default();

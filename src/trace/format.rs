@@ -14,7 +14,12 @@
 //! Frames are written as calls happen. The file sink writes through a memory map, so a frame
 //! is in the page cache the moment it is copied: a process that dies mid-call (the case a fault
 //! reproducer exists for) leaves every frame it wrote, followed by zero padding that the reader
-//! recognises as "cut here".
+//! recognises as "cut here". Each frame's payload is stored before its header, so a process
+//! killed while copying a large payload leaves a zero header there: the reader stops at it as
+//! a cut and every earlier frame stays readable. The file's blocks are reserved (fallocate)
+//! before they are mapped, so a full disk is a write error that stops recording, never a SIGBUS
+//! in the recorded process. A file sink writes to `NAME.partial` and renames it to `NAME` when
+//! it is finished, so a trace that was there is replaced only by a complete one.
 
 use super::call::Ret;
 use super::codec;
@@ -31,6 +36,8 @@ pub const MAX_FRAME: usize = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
+    #[error("{path} does not exist, but {partial} does: a recording that did not finish (its process died, or it is still running); open that")]
+    OnlyPartial { path: PathBuf, partial: PathBuf },
     #[error("cannot {what} trace {path}")]
     Io {
         what: &'static str,
@@ -77,6 +84,12 @@ pub trait Sink: Send {
     fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()>;
     /// Make what was written durable against this process dying (not the machine).
     fn flush(&mut self) -> std::io::Result<()>;
+    /// Write one frame. The default writes header then payload; a sink that a dying process
+    /// may leave half-written stores the payload first (see the module docs).
+    fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
+        self.write_all(header)?;
+        self.write_all(payload)
+    }
     /// Trim and close.
     fn finish(&mut self) -> std::io::Result<()>;
 }
@@ -98,12 +111,25 @@ impl Sink for VecSink {
     }
 }
 
-/// A file written through a growing memory map.
+/// A file written through a growing memory map, at `NAME.partial` until finished.
 pub struct MmapSink {
     file: File,
     map: Option<memmap2::MmapMut>,
     len: usize,
     cap: usize,
+    /// Where the trace is written, and where it goes when finished.
+    partial: PathBuf,
+    path: PathBuf,
+}
+
+/// Where a file sink writes `path` until the recording finishes.
+pub fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(".partial");
+    path.with_file_name(name)
 }
 
 const GROW: usize = 8 << 20;
@@ -119,25 +145,62 @@ impl MmapSink {
                 source,
             }
         };
+        let partial = partial_path(path);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(path)
+            .open(&partial)
             .map_err(io("create"))?;
         let mut s = MmapSink {
             file,
             map: None,
             len: 0,
             cap: 0,
+            partial,
+            path: path.to_path_buf(),
         };
-        s.grow(GROW).map_err(io("map"))?;
+        if let Err(e) = s.grow(FILE_HEADER_LEN + FRAME_HEADER_LEN) {
+            let _ = std::fs::remove_file(&s.partial);
+            return Err(io("reserve space for")(e));
+        }
         Ok(s)
     }
 
+    /// Reserve the file's blocks from `self.cap` to `cap`: a mapped page without a block behind
+    /// it raises SIGBUS when stored to on a full disk.
+    fn reserve(&self, cap: usize) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain syscall on a file descriptor this sink owns; no memory is passed.
+        let r = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                self.cap as libc::off_t,
+                (cap - self.cap) as libc::off_t,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            // A file system without fallocate: glibc emulates it; others say so. Fall back to
+            // a sparse extension (the old behaviour) rather than refusing to record.
+            libc::EOPNOTSUPP | libc::ENOSYS => Ok(()),
+            e => Err(std::io::Error::from_raw_os_error(e)),
+        }
+    }
+
     fn grow(&mut self, need: usize) -> std::io::Result<()> {
-        let cap = need.max(self.cap * 2).max(GROW).next_multiple_of(GROW);
+        let want = need.max(self.cap * 2).max(GROW).next_multiple_of(GROW);
+        // Reserve before touching the map, so a failure leaves the current mapping (and every
+        // frame in it) as it was. Short of space, try for just what this write needs.
+        let cap = match self.reserve(want) {
+            Ok(()) => want,
+            Err(_) => {
+                let exact = need.next_multiple_of(64 << 10).max(self.cap + 1);
+                self.reserve(exact)?;
+                exact
+            }
+        };
         if let Some(m) = self.map.take() {
             m.flush_async()?;
         }
@@ -173,6 +236,21 @@ impl Sink for MmapSink {
         Ok(())
     }
 
+    fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
+        let total = header.len() + payload.len();
+        if self.len + total > self.cap {
+            self.grow(self.len + total)?;
+        }
+        let m = self.map.as_mut().expect("mapped");
+        let at = self.len;
+        m[at + header.len()..at + total].copy_from_slice(payload);
+        // The header last: until it is stored the frame reads as a zero header, a cut.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        m[at..at + header.len()].copy_from_slice(header);
+        self.len += total;
+        Ok(())
+    }
+
     fn flush(&mut self) -> std::io::Result<()> {
         // The bytes are already in the page cache; schedule writeback without waiting.
         match &self.map {
@@ -182,6 +260,14 @@ impl Sink for MmapSink {
     }
 
     fn finish(&mut self) -> std::io::Result<()> {
+        self.close()?;
+        std::fs::rename(&self.partial, &self.path)
+    }
+}
+
+impl MmapSink {
+    /// Flush and trim the file, leaving it at its `.partial` name.
+    fn close(&mut self) -> std::io::Result<()> {
         if let Some(m) = self.map.take() {
             m.flush()?;
         }
@@ -190,10 +276,12 @@ impl Sink for MmapSink {
     }
 }
 
+/// Dropped unfinished (a recorder dropped without `stop`, an error path): what was written
+/// stays readable at the `.partial` name, and whatever trace had the real name is untouched.
 impl Drop for MmapSink {
     fn drop(&mut self) {
         if self.map.is_some() {
-            let _ = self.finish();
+            let _ = self.close();
         }
     }
 }
@@ -277,11 +365,14 @@ impl TraceWriter {
         let crc = super::crc::crc32c(&buf[FRAME_HEADER_LEN..]);
         buf[16..20].copy_from_slice(&crc.to_le_bytes());
         let total = buf.len() as u64;
-        self.sink.write_all(buf).map_err(|source| TraceError::Io {
-            what: "write",
-            path: PathBuf::from("<trace sink>"),
-            source,
-        })?;
+        let (header, payload) = buf.split_at(FRAME_HEADER_LEN);
+        self.sink
+            .write_frame(header, payload)
+            .map_err(|source| TraceError::Io {
+                what: "write",
+                path: PathBuf::from("<trace sink>"),
+                source,
+            })?;
         self.next_seq += 1;
         self.bytes_written += total;
         if self.buf.capacity() > 4 * SCRATCH {
@@ -416,8 +507,15 @@ impl Iterator for FrameReader<'_> {
         } else {
             (u32_at(0) as usize, u64_at(4), u32_at(16))
         };
-        if rest[..hlen].iter().all(|&b| b == 0) && rest.iter().all(|&b| b == 0) {
-            return self.stop_cut(PADDING.into());
+        if rest[..hlen].iter().all(|&b| b == 0) {
+            if rest.iter().all(|&b| b == 0) {
+                return self.stop_cut(PADDING.into());
+            }
+            // Writers store the header after the payload: a zero header with bytes after it is
+            // a frame whose writer died while copying it.
+            return self.stop_cut(format!(
+                "frame {idx}'s header was never written (its writer stopped while storing the payload after it)"
+            ));
         }
         if !self.v1 {
             let hcrc = super::crc::crc32c(&rest[0..12]);

@@ -14,7 +14,7 @@ mod write;
 pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{
-    read_frames, Cut, FrameReader, MmapSink, Sink, TraceError, TraceWriter, VecSink,
+    partial_path, read_frames, Cut, FrameReader, MmapSink, Sink, TraceError, TraceWriter, VecSink,
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
@@ -90,10 +90,20 @@ pub struct Trace {
 
 impl Trace {
     pub fn open(path: &Path) -> Result<Trace, TraceError> {
-        let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
-            what: "read",
-            path: path.to_path_buf(),
-            source,
+        let bytes = std::fs::read(path).map_err(|source| {
+            let partial = format::partial_path(path);
+            if source.kind() == std::io::ErrorKind::NotFound && partial.exists() {
+                TraceError::OnlyPartial {
+                    path: path.to_path_buf(),
+                    partial,
+                }
+            } else {
+                TraceError::Io {
+                    what: "read",
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
         })?;
         Self::from_bytes(path, &bytes)
     }
@@ -208,6 +218,16 @@ impl Trace {
             }
         }
         t.cut = reader.cut;
+        if let Some(c) = &t.cut {
+            // A stopped trace followed by zeros (a copy padded to a block size, say) is whole.
+            if t.stopped
+                && bytes[(c.offset as usize).min(bytes.len())..]
+                    .iter()
+                    .all(|&b| b == 0)
+            {
+                t.cut = None;
+            }
+        }
         if t.cut.is_none() && !t.stopped {
             t.cut = Some(Cut {
                 offset: bytes.len() as u64,
