@@ -30,6 +30,16 @@ impl KernelCtx<'_> {
         self.name
     }
 
+    /// A kernel argument a CPU twin cannot run with (a zero divisor, a size that overflows):
+    /// the launch fails with it, as the bytes the twin would compute have no meaning.
+    pub fn bad_args(&self, detail: impl Into<String>) -> MockError {
+        MockError::BadParams {
+            kernel: self.name.to_string(),
+            site: self.site,
+            detail: detail.into(),
+        }
+    }
+
     fn arg(&self, i: usize, n: usize) -> Result<&[u8], MockError> {
         match self.args.get(i) {
             Some(a) if a.len() >= n => Ok(&a[..n]),

@@ -93,7 +93,14 @@ impl Memory {
 
     /// Allocate at exactly `base`, if no live allocation overlaps it.
     pub fn alloc_at(&mut self, base: u64, size: usize, site: Site) -> Result<u64, MockError> {
-        let end = base + size as u64;
+        let end = base
+            .checked_add(size as u64)
+            .filter(|e| e.checked_add(GAP + ALIGN).is_some())
+            .ok_or_else(|| MockError::Invalid {
+                op: "alloc_at",
+                site,
+                detail: format!("[{base:#x}, +{size}) runs past the end of the address space"),
+            })?;
         let clash = self
             .allocs
             .range(..end)
@@ -271,13 +278,20 @@ impl Memory {
 
     // ---- pinned host memory ----
 
-    pub fn alloc_pinned(&mut self, bytes: usize) -> *mut u8 {
-        let layout = Layout::from_size_align(bytes.max(1), 4096).expect("valid layout");
+    pub fn alloc_pinned(&mut self, bytes: usize, site: Site) -> Result<*mut u8, MockError> {
+        let oom = || MockError::OutOfMemory {
+            op: "alloc_host_pinned",
+            site,
+            requested: bytes,
+            live: 0,
+            limit: isize::MAX as usize,
+        };
+        let layout = Layout::from_size_align(bytes.max(1), 4096).map_err(|_| oom())?;
         // SAFETY: the layout has non-zero size; the memory is zeroed as the trait demands and
         // freed only through `free_pinned` (or Drop) with this same layout.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return Err(oom());
         }
         self.pinned.insert(
             p as usize,
@@ -287,7 +301,7 @@ impl Memory {
                 alias: None,
             },
         );
-        p
+        Ok(p)
     }
 
     pub fn free_pinned(&mut self, p: *mut u8, bytes: usize, site: Site) -> Result<(), MockError> {

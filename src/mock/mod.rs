@@ -753,7 +753,12 @@ impl GpuBackend for MockGpuBackend {
             "alloc",
             site
         ))?;
-        if st.mem.live_bytes + bytes > self.cfg.total_memory {
+        if st
+            .mem
+            .live_bytes
+            .checked_add(bytes)
+            .is_none_or(|total| total > self.cfg.total_memory)
+        {
             return mock_try!(Err(MockError::OutOfMemory {
                 op: "alloc",
                 site,
@@ -777,7 +782,22 @@ impl GpuBackend for MockGpuBackend {
             "alloc_managed",
             site
         ))?;
-        // Managed memory may oversubscribe the device: no limit check.
+        // Managed memory may oversubscribe the device, up to what the host could back.
+        let limit = self.cfg.total_memory.saturating_mul(2);
+        if st
+            .mem
+            .live_bytes
+            .checked_add(bytes)
+            .is_none_or(|total| total > limit)
+        {
+            return mock_try!(Err(MockError::OutOfMemory {
+                op: "alloc_managed",
+                site,
+                requested: bytes,
+                live: st.mem.live_bytes,
+                limit,
+            }));
+        }
         Ok(DevicePtr(st.mem.alloc(bytes, site)))
     }
 
@@ -1586,7 +1606,16 @@ impl GpuBackend for MockGpuBackend {
             "alloc_host_pinned",
             site
         ))?;
-        Ok(st.mem.alloc_pinned(bytes))
+        if bytes > self.cfg.total_memory {
+            return mock_try!(Err(MockError::OutOfMemory {
+                op: "alloc_host_pinned",
+                site,
+                requested: bytes,
+                live: 0,
+                limit: self.cfg.total_memory,
+            }));
+        }
+        mock_try!(st.mem.alloc_pinned(bytes, site))
     }
 
     #[track_caller]

@@ -112,10 +112,14 @@ fn gemv(c: &mut KernelCtx<'_>) -> K {
     let (rows, cols) = (c.u32(3)? as usize, c.u32(4)? as usize);
     let ws = c.read_f32(w, rows * cols)?;
     let xs = c.read_f32(x, cols)?;
-    let out: Vec<f32> = ws
-        .chunks_exact(cols)
-        .map(|row| warp_dot(row, &xs))
-        .collect();
+    // No columns: every row's sum is of nothing, as the CUDA kernel's is.
+    let out: Vec<f32> = match cols {
+        0 => vec![0.0; rows],
+        _ => ws
+            .chunks_exact(cols)
+            .map(|row| warp_dot(row, &xs))
+            .collect(),
+    };
     c.write_f32(y, &out)
 }
 
@@ -169,16 +173,29 @@ fn block_table(
     inputs: crate::backend::DevicePtr,
     bs: usize,
 ) -> Result<(usize, Vec<u32>), MockError> {
+    if bs == 0 {
+        return Err(c.bad_args("block size 0"));
+    }
     let pos = c.read_u32(inputs, 2)?[1] as usize;
     let blocks = c.read_u32(inputs, 2 + pos / bs + 1)?;
     Ok((pos, blocks[2..].to_vec()))
+}
+
+/// The float index of position `t`'s row in a paged KV pool, or `None` if it overflows.
+fn kv_row(table: &[u32], t: usize, bs: usize, kv_dim: usize) -> Option<usize> {
+    (*table.get(t / bs)? as usize)
+        .checked_mul(bs)?
+        .checked_add(t % bs)?
+        .checked_mul(kv_dim)
 }
 
 fn kv_append(c: &mut KernelCtx<'_>) -> K {
     let (k, v, kp, vp, inputs) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?, c.ptr(4)?);
     let (kv_dim, bs) = (c.u32(5)? as usize, c.u32(6)? as usize);
     let (pos, table) = block_table(c, inputs, bs)?;
-    let slot = (table[pos / bs] as usize * bs + pos % bs) * kv_dim * 4;
+    let slot = kv_row(&table, pos, bs, kv_dim)
+        .and_then(|r| r.checked_mul(4))
+        .ok_or_else(|| c.bad_args("KV slot offset overflows"))?;
     let kk = c.read_f32(k, kv_dim)?;
     let vv = c.read_f32(v, kv_dim)?;
     c.write_f32(kp.offset(slot), &kk)?;
@@ -196,16 +213,22 @@ fn paged_attention(c: &mut KernelCtx<'_>) -> K {
         c.u32(8)? as usize,
         c.f32(9)?,
     );
+    if nkv == 0 || nh % nkv != 0 {
+        return Err(c.bad_args(format!("{nh} query heads over {nkv} KV heads")));
+    }
     let (pos, table) = block_table(c, inputs, bs)?;
     let len = pos + 1;
     let kv_dim = nkv * hd;
     let qs = c.read_f32(q, nh * hd)?;
-    let row = |t: usize| (table[t / bs] as usize * bs + t % bs) * kv_dim;
-    let mut keys = Vec::with_capacity(len);
-    let mut vals = Vec::with_capacity(len);
+    // Grown as rows are read (each read is bounds-checked), never sized from the arguments.
+    let mut keys = Vec::new();
+    let mut vals = Vec::new();
     for t in 0..len {
-        keys.push(c.read_f32(kp.offset(row(t) * 4), kv_dim)?);
-        vals.push(c.read_f32(vp.offset(row(t) * 4), kv_dim)?);
+        let off = kv_row(&table, t, bs, kv_dim)
+            .and_then(|r| r.checked_mul(4))
+            .ok_or_else(|| c.bad_args("KV row offset overflows"))?;
+        keys.push(c.read_f32(kp.offset(off), kv_dim)?);
+        vals.push(c.read_f32(vp.offset(off), kv_dim)?);
     }
     let mut o = vec![0.0f32; nh * hd];
     for h in 0..nh {

@@ -93,6 +93,9 @@ pub struct RecordingBackend<B> {
     hash_syncs: AtomicBool,
 }
 
+/// How long `stop` waits for calls other threads are inside.
+pub const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A call in flight: its seq and when it began.
 struct Tok {
     seq: u64,
@@ -257,12 +260,21 @@ impl<B: GpuBackend> RecordingBackend<B> {
         Ok(())
     }
 
-    /// Stop recording and close the trace. The wrapped backend keeps working.
+    /// Stop recording and close the trace. The wrapped backend keeps working. Calls other
+    /// threads are inside are waited for (up to `STOP_WAIT`), so their End frames are in the
+    /// trace; one still running after that is left open in a trace that says it was stopped
+    /// (the reader tells "in flight at stop" from "the process died here").
     pub fn stop(&self) -> Result<RecordStats, RecordError> {
         // A recorder writes one trace: once stopped, it cannot start again.
         self.started.store(true, Ordering::Release);
         self.on.store(false, Ordering::Release);
+        let t0 = std::time::Instant::now();
         let mut st = self.st.lock();
+        while st.in_flight > 0 && t0.elapsed() < STOP_WAIT {
+            drop(st);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            st = self.st.lock();
+        }
         if st.writer.is_none() {
             return Err(RecordError::Finished);
         }
@@ -312,6 +324,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         let seq = st.seq;
         st.seq += 1;
+        st.in_flight += 1;
         let site = st.site(site);
         let thread = st.thread();
         let t0 = self.clock.raw();
@@ -345,6 +358,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             Err(e) => Err(err_rec(e)),
         };
         let Some(tok) = tok else { return };
+        st.in_flight = st.in_flight.saturating_sub(1);
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
         st.emit_end(tok.seq, dur_ns, &ret);

@@ -103,6 +103,9 @@ pub(crate) struct RecState {
     pub pending: Vec<Pending>,
     pub write_error: Option<String>,
     pub default_stream: u64,
+    /// Calls whose Begin frame is written and whose End frame is not yet: `stop` waits for
+    /// them, so a clean stop never leaves a call that seems to have died.
+    pub in_flight: usize,
 }
 
 impl RecState {
@@ -133,6 +136,7 @@ impl RecState {
             pending: Vec::new(),
             write_error: None,
             default_stream,
+            in_flight: 0,
         };
         s.stream_id_quiet(default_stream);
         s

@@ -45,6 +45,19 @@ pub enum ReplayError {
     },
     #[error("the trace is missing blob {0}")]
     MissingBlob(BlobId),
+    #[error("call #{seq} ({what}) asks for {bytes} bytes of host memory, more than the replay's limit of {limit} (--max-memory)")]
+    TooLarge {
+        seq: u64,
+        what: &'static str,
+        bytes: u64,
+        limit: u64,
+    },
+    #[error("{buf}'s initial contents are {have} bytes, more than its {bytes}: the trace contradicts itself")]
+    InitialTooBig {
+        buf: BufferId,
+        have: u64,
+        bytes: u64,
+    },
     #[error("call #{seq} at {site}: {msg}")]
     Unsupported { seq: u64, site: String, msg: String },
     #[error("{holder} holds the device address of {target} (byte {offset}{}), recorded at {recorded:#x}; the replay put {target} at {replayed:#x}, so the pointer would dangle. Replay with fixed addresses (`--fixed-addresses`, CUDA) to put buffers where they were recorded", .seq.map(|s| format!(", written by call #{s}")).unwrap_or_else(|| ", in the initial snapshot".into()))]
@@ -351,7 +364,11 @@ pub struct Replayer<'t> {
     windows: Vec<FaultWindow>,
     captured: HashMap<GraphId, Vec<u64>>,
     by_seq: HashMap<u64, &'t CallRecord>,
+    max_host_bytes: u64,
 }
+
+/// Host memory a replay may allocate for one call by default (`with_max_memory`).
+pub const DEFAULT_MAX_HOST_BYTES: u64 = 8 << 30;
 
 fn err_code(e: &anyhow::Error) -> Option<u32> {
     crate::driver_code(e)
@@ -366,12 +383,19 @@ impl<'t> Replayer<'t> {
             windows: fault_windows(trace),
             captured: captured_work(trace),
             by_seq: window::by_seq(trace),
+            max_host_bytes: DEFAULT_MAX_HOST_BYTES,
         }
     }
 
     /// Allocate every buffer at its recorded address through `placer`.
     pub fn with_fixed_addresses(mut self, placer: Placer<'t>) -> Self {
         self.placer = Some(placer);
+        self
+    }
+
+    /// The most host memory one call may ask for (a readback, an async copy's buffer).
+    pub fn with_max_memory(mut self, bytes: u64) -> Self {
+        self.max_host_bytes = bytes;
         self
     }
 
@@ -508,7 +532,15 @@ impl<'t> Replayer<'t> {
                     p
                 }
             };
-            gpu.copy_h2d(self.blob(i.data)?, p)
+            let data = self.blob(i.data)?;
+            if data.len() as u64 > i.bytes {
+                return Err(ReplayError::InitialTooBig {
+                    buf: i.buf,
+                    have: data.len() as u64,
+                    bytes: i.bytes,
+                });
+            }
+            gpu.copy_h2d(data, p)
                 .map_err(setup(format!("restoring {}", i.buf)))?;
         }
         Ok(())
@@ -582,7 +614,10 @@ impl<'t> Replayer<'t> {
     ) -> Result<ReplayReport, ReplayError> {
         let kernels = self.kernels(gpu, loader)?;
         let (a, b) = opts.range.unwrap_or((0, u64::MAX));
-        let stop = opts.stop_at.map_or(u64::MAX, |s| s + 1).min(b);
+        let stop = opts
+            .stop_at
+            .map_or(u64::MAX, |s| s.saturating_add(1))
+            .min(b);
         let mut report = ReplayReport {
             loops: opts.loops.max(1),
             ..Default::default()
@@ -1275,15 +1310,53 @@ impl Replayer<'_> {
         }
     }
 
-    fn host(&self, st: &State, h: &HostAddr) -> Option<*mut u8> {
+    /// The replay's address for `len` bytes at a recorded pinned host address, checked to lie
+    /// inside the region (a trace is untrusted: its offsets are not believed, they are checked).
+    fn host(
+        &self,
+        st: &State,
+        h: &HostAddr,
+        len: u64,
+        c: &CallRecord,
+    ) -> Result<Option<*mut u8>, ReplayError> {
         match h {
-            HostAddr::Pinned { host, off } => st.hosts.get(host).map(|(p, _)| {
-                // SAFETY: `off` was inside this pinned region when recorded, and the replay's
-                // region has the recorded size.
-                unsafe { p.add(*off as usize) }
-            }),
-            HostAddr::Unknown => None,
+            HostAddr::Pinned { host, off } => match st.hosts.get(host) {
+                Some((p, n)) => {
+                    if off.checked_add(len).is_none_or(|end| end > *n as u64) {
+                        return Err(ReplayError::Unsupported {
+                            seq: c.seq,
+                            site: self.trace.site(c.site),
+                            msg: format!(
+                                "{len} bytes at offset {off} of {host} run past its {n} bytes"
+                            ),
+                        });
+                    }
+                    // SAFETY: `off + len` lies inside this live pinned region of `n` bytes
+                    // (checked above), so the pointer stays in the same allocation.
+                    Ok(Some(unsafe { p.add(*off as usize) }))
+                }
+                None => Ok(None),
+            },
+            HostAddr::Unknown => Ok(None),
         }
+    }
+
+    /// Zeroed host memory for `len` bytes a trace asks for, refused past the replay's limit
+    /// instead of aborting the process.
+    fn host_bytes(&self, len: u64, c: &CallRecord) -> Result<Vec<u8>, ReplayError> {
+        let too_big = || ReplayError::TooLarge {
+            seq: c.seq,
+            what: c.call.kind().name(),
+            bytes: len,
+            limit: self.max_host_bytes,
+        };
+        if len > self.max_host_bytes {
+            return Err(too_big());
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(len as usize).map_err(|_| too_big())?;
+        v.resize(len as usize, 0);
+        Ok(v)
     }
 
     /// Issue one recorded call. Returns how it went relative to the recording.
@@ -1343,7 +1416,7 @@ impl Replayer<'_> {
                 gpu.copy_h2d(self.blob(*data)?, self.addr(st, dst, c)?)
             }
             Call::CopyD2H { src, len } | Call::CopyD2HOnStream { src, len, .. } => {
-                let mut out = vec![0u8; *len as usize];
+                let mut out = self.host_bytes(*len, c)?;
                 let p = self.addr(st, src, c)?;
                 let r = match &c.call {
                     Call::CopyD2HOnStream { stream: s, .. } => {
@@ -1462,7 +1535,7 @@ impl Replayer<'_> {
                 let bytes = self.blob(*data)?;
                 let d = self.addr(st, dst, c)?;
                 let raw = resolve_stream(st, *s, c)?;
-                match self.host(st, src) {
+                match self.host(st, src, bytes.len() as u64, c)? {
                     Some(h) => {
                         // SAFETY: `h` points into a replay pinned region at the recorded offset,
                         // with room for the recorded length.
@@ -1485,7 +1558,7 @@ impl Replayer<'_> {
             } => {
                 let p = self.addr(st, src, c)?;
                 let raw = resolve_stream(st, *s, c)?;
-                match self.host(st, dst) {
+                match self.host(st, dst, *len, c)? {
                     Some(h) => {
                         // SAFETY: as above: a pinned region of the replay, recorded offset and
                         // length.
@@ -1495,7 +1568,8 @@ impl Replayer<'_> {
                         r
                     }
                     None => {
-                        st.pending.push((c.seq, *s, vec![0u8; *len as usize]));
+                        let v = self.host_bytes(*len, c)?;
+                        st.pending.push((c.seq, *s, v));
                         let v = &mut st.pending.last_mut().expect("pushed").2;
                         gpu.copy_d2h_async(p, v, raw)
                     }
@@ -1584,7 +1658,7 @@ impl Replayer<'_> {
                     .ok_or_else(|| dangling(event.to_string()))?;
                 gpu.destroy_event(e)
             }
-            Call::HostPtrToDevice { host } => match self.host(st, host) {
+            Call::HostPtrToDevice { host } => match self.host(st, host, 0, c)? {
                 Some(h) => gpu.host_ptr_to_device(h).map(|p| {
                     if let Some(Value::Buffer(id)) = ret_value {
                         st.bufs.insert(*id, (p, 0));
@@ -1681,7 +1755,7 @@ impl Replayer<'_> {
             let Some(blob) = self.trace.d2h_async.get(&seq) else {
                 continue;
             };
-            let got: Vec<u8> = match self.host(st, dst) {
+            let got: Vec<u8> = match self.host(st, dst, *len, c)? {
                 // SAFETY: the replay's pinned region, at the recorded offset and length; the
                 // copy into it completed at this sync.
                 Some(h) => unsafe { std::slice::from_raw_parts(h, *len as usize) }.to_vec(),

@@ -70,7 +70,7 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
             }),
             // The process died inside this call: whatever killed it may have been raised
             // since the last sync.
-            None => out.push(FaultWindow {
+            None if !trace.stopped => out.push(FaultWindow {
                 start: since_sync,
                 observed: c.seq,
                 kind: WindowKind::Error,

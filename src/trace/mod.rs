@@ -138,8 +138,21 @@ impl Trace {
                     data,
                 } => {
                     let data = if zstd {
-                        zstd::bulk::decompress(&data, len as usize)
-                            .map_err(|e| bad(format!("blob {id} does not decompress: {e}")))?
+                        // The declared length sizes the buffer: a reservation the allocator
+                        // refuses is this trace's error, not an abort.
+                        let mut out: Vec<u8> = Vec::new();
+                        out.try_reserve_exact(len as usize).map_err(|_| {
+                            bad(format!(
+                                "blob {id} declares {len} bytes, more than this process can hold"
+                            ))
+                        })?;
+                        // Streamed, and never past one byte more than declared: what a frame
+                        // holds, not what it claims, decides the memory used.
+                        use std::io::Read;
+                        zstd::stream::read::Decoder::new(&data[..])
+                            .and_then(|d| d.take(len.saturating_add(1)).read_to_end(&mut out))
+                            .map_err(|e| bad(format!("blob {id} does not decompress: {e}")))?;
+                        out
                     } else {
                         data
                     };
@@ -257,7 +270,12 @@ impl Trace {
     }
 
     /// The call that never returned, if the trace ends inside one.
+    /// A stopped trace has none: a call still running on another thread when recording
+    /// stopped (past `RecordingBackend::stop`'s wait) was in flight, not where a process died.
     pub fn unfinished(&self) -> Option<&CallRecord> {
+        if self.stopped {
+            return None;
+        }
         self.calls.iter().rev().find(|c| c.ret.is_none())
     }
 
