@@ -61,6 +61,41 @@ fn host_waits(c: &Call) -> bool {
     c.is_host_sync() || matches!(c, Call::ScanRedzones | Call::PoisonRedzones { .. })
 }
 
+/// A buffer's accesses that a later one may still depend on or race with. An access whose
+/// bytes a later write covers (and that `settled` says is ordered before it) is dropped: anything
+/// after that write that touches those bytes meets the write first. So weights read every step
+/// and scratch rewritten every step keep these lists short, and the analyses stay linear.
+#[derive(Default)]
+struct Live {
+    reads: Vec<(NodeIndex, Access)>,
+    writes: Vec<(NodeIndex, Access)>,
+}
+
+impl Live {
+    /// Add access `a` of node `n`. `reads_stand_in`: a read covering an earlier read that
+    /// `settled` orders before it stands in for it against later writes (sound for races; the
+    /// dependency graph keeps every read, so each write still gets an edge from each).
+    fn push(
+        &mut self,
+        n: NodeIndex,
+        a: Access,
+        reads_stand_in: bool,
+        settled: impl Fn(NodeIndex, NodeIndex) -> bool,
+    ) {
+        let covers = |x: &Access| a.start <= x.start && x.end <= a.end;
+        if a.write {
+            self.reads.retain(|(p, x)| !(covers(x) && settled(*p, n)));
+            self.writes.retain(|(p, x)| !(covers(x) && settled(*p, n)));
+            self.writes.push((n, a));
+        } else {
+            if reads_stand_in {
+                self.reads.retain(|(p, x)| !(covers(x) && settled(*p, n)));
+            }
+            self.reads.push((n, a));
+        }
+    }
+}
+
 /// The dependency graph of a range of calls.
 pub struct DepGraph {
     pub graph: DiGraph<Node, EdgeKind>,
@@ -80,7 +115,7 @@ impl DepGraph {
         let mut last_host_wait: Option<NodeIndex> = None;
         let mut last_legacy: Option<NodeIndex> = None;
         let mut recorded: HashMap<EventId, NodeIndex> = HashMap::new();
-        let mut last_access: HashMap<BufferId, Vec<(NodeIndex, Access)>> = HashMap::new();
+        let mut live: HashMap<BufferId, Live> = HashMap::new();
         for (i, c) in t.calls.iter().enumerate() {
             if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) {
                 continue;
@@ -142,13 +177,20 @@ impl DepGraph {
                 _ => {}
             }
             for a in accesses(t, &c.call) {
-                let prev = last_access.entry(a.buf).or_default();
-                for (p, pa) in prev.iter() {
-                    if pa.overlaps(&a) && (pa.write || a.write) {
-                        edge(&mut g, Some(*p), EdgeKind::Data);
-                    }
+                let l = live.entry(a.buf).or_default();
+                // A read depends on the writes before it; a write on the reads and writes.
+                let before = l
+                    .writes
+                    .iter()
+                    .chain(if a.write { &l.reads[..] } else { &[] });
+                let deps: Vec<NodeIndex> = before
+                    .filter(|(_, pa)| pa.overlaps(&a))
+                    .map(|(p, _)| *p)
+                    .collect();
+                for p in deps {
+                    edge(&mut g, Some(p), EdgeKind::Data);
                 }
-                prev.push((n, a));
+                l.push(n, a, false, |_, _| true);
             }
             last_on.insert(agent, n);
             if agent == Agent::Stream(StreamRef::Legacy) {
@@ -412,48 +454,56 @@ pub struct Race {
     pub kind: &'static str,
 }
 
+/// Each access is checked against the earlier accesses of its buffer that are still live (see
+/// `Live`): one ordered before a later covering access can only race with what that access
+/// also races with, so dropping it loses no race, only a duplicate report of it.
 pub fn races(t: &Trace, g: &DepGraph) -> Vec<Race> {
-    let mut per_buf: BTreeMap<BufferId, Vec<(NodeIndex, Access)>> = BTreeMap::new();
-    for n in g.graph.node_indices() {
-        let c = &t.calls[g.graph[n].call];
-        for a in accesses(t, &c.call) {
-            per_buf.entry(a.buf).or_default().push((n, a));
-        }
-    }
+    let mut live: BTreeMap<BufferId, Live> = BTreeMap::new();
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
-    for (buf, acc) in per_buf {
-        for (i, (na, aa)) in acc.iter().enumerate() {
-            for (nb, ab) in &acc[i + 1..] {
-                if na == nb || !aa.overlaps(ab) || !(aa.write || ab.write) {
+    for nb in g.graph.node_indices() {
+        let cb = &t.calls[g.graph[nb].call];
+        for ab in accesses(t, &cb.call) {
+            let l = live.entry(ab.buf).or_default();
+            let before = l
+                .writes
+                .iter()
+                .chain(if ab.write { &l.reads[..] } else { &[] });
+            for (na, aa) in before {
+                let na = *na;
+                if na == nb
+                    || !aa.overlaps(&ab)
+                    || g.graph[na].agent == g.graph[nb].agent
+                    || g.happens_before(na, nb)
+                    || g.happens_before(nb, na)
+                {
                     continue;
                 }
-                if g.graph[*na].agent == g.graph[*nb].agent {
-                    continue;
-                }
-                if g.happens_before(*na, *nb) || g.happens_before(*nb, *na) {
-                    continue;
-                }
-                let (ca, cb) = (&t.calls[g.graph[*na].call], &t.calls[g.graph[*nb].call]);
-                if !seen.insert((ca.site, cb.site, buf)) {
+                let ca = &t.calls[g.graph[na].call];
+                if !seen.insert((ca.site, cb.site, ab.buf)) {
                     continue;
                 }
                 let desc =
                     |c: &CallRecord| (c.seq, c.call.kind().name().to_string(), t.site(c.site));
-                out.push(Race {
-                    buffer: buf.to_string(),
-                    first: desc(ca),
-                    second: desc(cb),
-                    kind: if aa.write && ab.write {
-                        "write-write"
-                    } else {
-                        "read-write"
+                out.push((
+                    ab.buf,
+                    Race {
+                        buffer: ab.buf.to_string(),
+                        first: desc(ca),
+                        second: desc(cb),
+                        kind: if aa.write && ab.write {
+                            "write-write"
+                        } else {
+                            "read-write"
+                        },
                     },
-                });
+                ));
             }
+            l.push(nb, ab, true, |p, n| g.happens_before(p, n));
         }
     }
-    out
+    out.sort_by(|(a, x), (b, y)| (a, x.first.0, x.second.0).cmp(&(b, y.first.0, y.second.0)));
+    out.into_iter().map(|(_, r)| r).collect()
 }
 
 /// A lifetime problem: a leak, a use after free, or a free racing with pending work.
