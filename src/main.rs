@@ -938,13 +938,15 @@ fn record_step_on<B: GpuBackend + 'static>(
         if pos == k {
             // Red zones are read while still recording, so the violation is in the trace.
             let scanned = gpu.scan_redzones();
-            let stats = rec.stop()?;
-            println!(
-                "recorded step {k}: {} calls, {} bytes -> {}",
-                stats.calls,
-                stats.bytes,
-                out.display()
-            );
+            let stopped = rec.stop();
+            if let Ok(stats) = &stopped {
+                println!(
+                    "recorded step {k}: {} calls, {} bytes -> {}",
+                    stats.calls,
+                    stats.bytes,
+                    out.display()
+                );
+            }
             match (&r, scanned) {
                 (Err(e), _) => println!("step {k} failed (recorded): {e:#}"),
                 (Ok(t), Ok(bad)) if bad > 0 => {
@@ -955,10 +957,18 @@ fn record_step_on<B: GpuBackend + 'static>(
             if r.is_err() {
                 // After a recorded fault the device may be gone; the trace is what matters.
                 if let Err(e) = model.teardown(gpu) {
-                    eprintln!("note: teardown after the recorded fault failed too: {e:#}");
+                    let first = format!("{e:#}");
+                    eprintln!(
+                        "note: teardown after the recorded fault failed too: {}",
+                        first.split(": ").next().unwrap_or(&first)
+                    );
                 }
+                stopped?;
                 return Ok(());
             }
+            // The step ran whatever became of the recording; a recording that stopped early
+            // is this command's failure, said after the step's own result.
+            stopped.map_err(|e| anyhow::anyhow!("{e} -> {}", out.display()))?;
             break;
         }
         let next = r?;

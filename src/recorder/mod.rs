@@ -44,7 +44,7 @@ pub enum RecordError {
     },
     #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("trace write failed earlier: {0}")]
+    #[error("{0}")]
     WriteFailed(String),
     #[error("could not close the trace: {0}")]
     Close(std::io::Error),

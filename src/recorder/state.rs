@@ -200,8 +200,18 @@ impl RecState {
     }
 
     fn write_failed(&mut self, e: TraceError) {
-        tracing::error!("gputape: recording stopped, the trace could not be written: {e}");
-        self.write_error = Some(e.to_string());
+        let mut why = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            why = format!("{why}: {s}");
+            src = s.source();
+        }
+        let why = format!(
+            "recording stopped at call #{}, the trace could not be written: {why}; the calls before it are kept",
+            self.seq
+        );
+        tracing::error!("gputape: {why}");
+        self.write_error = Some(why);
         self.recording = false;
         if let Some(w) = self.writer.as_mut() {
             let _ = w.flush();
