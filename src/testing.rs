@@ -1,8 +1,380 @@
-//! Helpers for tests over traces: an engine's own CI and gputape's.
+//! Trace assertions for an engine's own tests: run a step under a recorder, in memory, and
+//! check what it asked of the GPU.
 //!
-//! Snapshots of calls name call sites; a site's line moves whenever an unrelated line above it
-//! is edited, so a snapshot that keeps lines churns on every edit. [`mask_lines`] keeps the
-//! file and drops line and column.
+//! The second reason to record calls is to guard a refactor: "the decode step must not gain a
+//! host sync", "it must stay capturable into one CUDA graph", "its call sequence is part of the
+//! review". [`Harness`] records a closure against any backend (the mock with your CPU twins, or
+//! a backend of your own whose kernels are opaque to gputape), and the [`Recording`] it returns
+//! renders stably for `insta` snapshots and checks rules, each failure naming the call, its
+//! site and the rule.
+//!
+//! ```
+//! use gputape::backend::GpuBackend;
+//! use gputape::testing::Harness;
+//!
+//! // Your engine's step, written against the trait.
+//! fn step(g: &dyn GpuBackend, buf: gputape::backend::DevicePtr) -> anyhow::Result<()> {
+//!     g.memset_async(buf, 0, 256, g.default_stream())
+//! }
+//!
+//! let h = Harness::new(gputape::mock::MockGpuBackend::default());
+//! let buf = h.gpu().alloc(256).unwrap(); // setup: not recorded
+//! let (r, rec) = h.record(|g| step(g, buf)).unwrap();
+//! r.unwrap();
+//! rec.assert_no_host_sync();
+//! rec.assert_no_device_alloc();
+//! rec.assert_capturable(Default::default());
+//! assert_eq!(rec.launches().values().sum::<usize>(), 0);
+//! // insta::assert_snapshot!(rec.render());
+//! ```
+//!
+//! Reviewing a change: a snapshot that moved shows the calls the change added or removed;
+//! `cargo insta review` walks through them, and an accepted snapshot is the new contract. Call
+//! sites appear as file only (lines are masked), so editing an unrelated line never moves one.
+
+use crate::analysis::{self, CaptureQuery, Sections};
+use crate::backend::GpuBackend;
+use crate::recorder::{BackendDesc, RecordError, RecordingBackend};
+use crate::trace::{self, Call, CallRecord, HostAddr, Trace, TraceError, VecSink};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why a harness could not give a recording back.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("recording failed: {0}")]
+    Record(#[from] RecordError),
+    #[error("the in-memory trace does not read back: {0}")]
+    Trace(#[from] TraceError),
+}
+
+/// A backend under a recorder whose trace stays in memory. Calls made through [`Harness::gpu`]
+/// before [`Harness::record`] are set-up: not recorded, but their buffers are known, and the
+/// recording starts with their contents.
+pub struct Harness<B> {
+    rec: RecordingBackend<B>,
+    buf: Arc<parking_lot::Mutex<Vec<u8>>>,
+}
+
+impl<B: GpuBackend + 'static> Harness<B> {
+    pub fn new(inner: B) -> Self {
+        let sink = VecSink::default();
+        let buf = sink.0.clone();
+        let rec = RecordingBackend::new(inner, Box::new(sink), BackendDesc::new("test"))
+            .expect("an in-memory sink cannot fail to open");
+        Harness { rec, buf }
+    }
+
+    /// The backend to set up with (and what `record` hands its closure).
+    pub fn gpu(&self) -> &(dyn GpuBackend + 'static) {
+        &self.rec
+    }
+
+    /// Record `f` and return its result with the recording. One recording per harness.
+    pub fn record<R>(
+        &self,
+        f: impl FnOnce(&(dyn GpuBackend + 'static)) -> R,
+    ) -> Result<(R, Recording), HarnessError> {
+        self.rec.start()?;
+        let r = f(&self.rec);
+        self.rec.stop()?;
+        let bytes = std::mem::take(&mut *self.buf.lock());
+        let trace = Trace::from_bytes(Path::new("<harness>"), &bytes)?;
+        Ok((r, Recording { trace }))
+    }
+}
+
+/// A broken rule: the call that broke it and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub rule: String,
+    pub seq: u64,
+    pub call: String,
+    pub site: String,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{}] call #{} {} at {}: {}",
+            self.rule, self.seq, self.call, self.site, self.detail
+        )
+    }
+}
+
+/// Every violation of one rule, or none.
+fn verdict(v: Vec<Violation>) -> Result<(), Vec<Violation>> {
+    if v.is_empty() {
+        Ok(())
+    } else {
+        Err(v)
+    }
+}
+
+#[track_caller]
+fn fail(v: Result<(), Vec<Violation>>) {
+    if let Err(v) = v {
+        let lines: Vec<String> = v.iter().map(|x| format!("  {x}")).collect();
+        panic!("{} violation(s):\n{}", v.len(), lines.join("\n"));
+    }
+}
+
+/// A recorded trace, with renderings and rules for tests.
+pub struct Recording {
+    pub trace: Trace,
+}
+
+impl Recording {
+    /// The calls as text for a snapshot: ids (never addresses), call sites as file only,
+    /// scalar arguments as recorded, no times.
+    pub fn render(&self) -> String {
+        mask_lines(&trace::render(&self.trace))
+    }
+
+    fn violation(&self, rule: &str, c: &CallRecord, detail: impl Into<String>) -> Violation {
+        Violation {
+            rule: rule.into(),
+            seq: c.seq,
+            call: c.call.kind().name().into(),
+            site: self.trace.site(c.site),
+            detail: detail.into(),
+        }
+    }
+
+    fn each(
+        &self,
+        rule: &str,
+        bad: impl Fn(&Call) -> Option<String>,
+    ) -> Result<(), Vec<Violation>> {
+        verdict(
+            self.trace
+                .calls
+                .iter()
+                .filter_map(|c| bad(&c.call).map(|d| self.violation(rule, c, d)))
+                .collect(),
+        )
+    }
+
+    /// No call that makes the host wait for the device (syncs, blocking copies, event syncs).
+    pub fn check_no_host_sync(&self) -> Result<(), Vec<Violation>> {
+        self.each("no-host-sync", |c| {
+            c.is_host_sync()
+                .then(|| "the host waits for the device here".to_string())
+        })
+    }
+
+    /// No device allocation or free.
+    pub fn check_no_device_alloc(&self) -> Result<(), Vec<Violation>> {
+        self.each("no-device-alloc", |c| match c {
+            Call::Alloc { bytes } | Call::AllocManaged { bytes } => {
+                Some(format!("allocates {bytes} bytes of device memory"))
+            }
+            Call::Free { .. } => Some("frees device memory".into()),
+            _ => None,
+        })
+    }
+
+    /// No asynchronous copy to or from host memory that is not pinned (the copy is then not
+    /// asynchronous, and a graph cannot capture it).
+    pub fn check_no_pageable_async_copy(&self) -> Result<(), Vec<Violation>> {
+        self.each("no-pageable-async-copy", |c| match c {
+            Call::CopyD2HAsync {
+                dst: HostAddr::Unknown,
+                len,
+                ..
+            } => Some(format!("copies {len} bytes into pageable host memory")),
+            Call::CopyH2DAsyncRetained {
+                src: HostAddr::Unknown,
+                len,
+                ..
+            } => Some(format!("copies {len} bytes from pageable host memory")),
+            _ => None,
+        })
+    }
+
+    /// The whole recording could be captured as one CUDA graph in `q`'s capture mode and
+    /// stream kind: no call fails or invalidates the capture, none runs outside the graph,
+    /// none is a hazard.
+    pub fn check_capturable(&self, q: CaptureQuery) -> Result<(), Vec<Violation>> {
+        let by_seq: BTreeMap<u64, &CallRecord> =
+            self.trace.calls.iter().map(|c| (c.seq, c)).collect();
+        verdict(
+            analysis::capture_verdicts(&self.trace, q)
+                .into_iter()
+                .filter(|v| matches!(v.category, "fails" | "outside-graph" | "hazard"))
+                .map(|v| Violation {
+                    rule: format!("capturable/{}", v.rule),
+                    seq: v.seq,
+                    call: v.call,
+                    site: by_seq
+                        .get(&v.seq)
+                        .map_or(v.site, |c| self.trace.site(c.site)),
+                    detail: format!("{}: {}", v.category, v.detail),
+                })
+                .collect(),
+        )
+    }
+
+    /// No two accesses to the same bytes on different streams, one a write, unordered.
+    pub fn check_no_race(&self) -> Result<(), Vec<Violation>> {
+        let r = analysis::analyze(
+            &self.trace,
+            CaptureQuery::default(),
+            Sections {
+                capture: false,
+                races: true,
+                leaks: false,
+            },
+        );
+        verdict(
+            r.races
+                .into_iter()
+                .map(|x| Violation {
+                    rule: "no-race".into(),
+                    seq: x.second.0,
+                    call: x.second.1,
+                    site: x.second.2,
+                    detail: format!(
+                        "{} race on {} with call #{} {} at {}",
+                        x.kind, x.buffer, x.first.0, x.first.1, x.first.2
+                    ),
+                })
+                .collect(),
+        )
+    }
+
+    /// Nothing allocated in the recording is left allocated at its end, and nothing is used
+    /// after it was freed.
+    pub fn check_no_leak(&self) -> Result<(), Vec<Violation>> {
+        let r = analysis::analyze(
+            &self.trace,
+            CaptureQuery::default(),
+            Sections {
+                capture: false,
+                races: false,
+                leaks: true,
+            },
+        );
+        verdict(
+            r.lifetimes
+                .into_iter()
+                .map(|l| Violation {
+                    rule: format!("no-leak/{}", l.kind),
+                    seq: l.seq,
+                    call: self
+                        .trace
+                        .calls
+                        .iter()
+                        .find(|c| c.seq == l.seq)
+                        .map_or("?".into(), |c| c.call.kind().name().to_string()),
+                    site: l.site,
+                    detail: format!("{}: {}", l.buffer, l.detail),
+                })
+                .collect(),
+        )
+    }
+
+    /// At most `n` kernel launches.
+    pub fn check_at_most_launches(&self, n: usize) -> Result<(), Vec<Violation>> {
+        let launches: Vec<&CallRecord> = self
+            .trace
+            .calls
+            .iter()
+            .filter(|c| c.call.launch().is_some())
+            .collect();
+        match launches.get(n) {
+            None => Ok(()),
+            Some(c) => Err(vec![self.violation(
+                "at-most-launches",
+                c,
+                format!(
+                    "launch {} of {} (at most {n} allowed): {}",
+                    n + 1,
+                    launches.len(),
+                    c.call
+                        .launch()
+                        .map_or("?".into(), |(k, _)| self.trace.kernel_name(k))
+                ),
+            )]),
+        }
+    }
+
+    #[track_caller]
+    pub fn assert_no_host_sync(&self) {
+        fail(self.check_no_host_sync())
+    }
+
+    #[track_caller]
+    pub fn assert_no_device_alloc(&self) {
+        fail(self.check_no_device_alloc())
+    }
+
+    #[track_caller]
+    pub fn assert_no_pageable_async_copy(&self) {
+        fail(self.check_no_pageable_async_copy())
+    }
+
+    #[track_caller]
+    pub fn assert_capturable(&self, q: CaptureQuery) {
+        fail(self.check_capturable(q))
+    }
+
+    #[track_caller]
+    pub fn assert_no_race(&self) {
+        fail(self.check_no_race())
+    }
+
+    #[track_caller]
+    pub fn assert_no_leak(&self) {
+        fail(self.check_no_leak())
+    }
+
+    #[track_caller]
+    pub fn assert_at_most_launches(&self, n: usize) {
+        fail(self.check_at_most_launches(n))
+    }
+
+    /// Launches by kernel (`module::name`).
+    pub fn launches(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for c in &self.trace.calls {
+            if let Some((k, _)) = c.call.launch() {
+                *m.entry(self.trace.kernel_name(k)).or_default() += 1;
+            }
+        }
+        m
+    }
+
+    /// Bytes copied host to device and device to host (synchronous and asynchronous).
+    pub fn bytes_copied(&self) -> (u64, u64) {
+        let (mut h2d, mut d2h) = (0, 0);
+        for c in &self.trace.calls {
+            match &c.call {
+                Call::CopyH2D { len, .. }
+                | Call::CopyH2DAsync { len, .. }
+                | Call::CopyH2DAsyncRetained { len, .. } => h2d += len,
+                Call::CopyD2H { len, .. }
+                | Call::CopyD2HOnStream { len, .. }
+                | Call::CopyD2HAsync { len, .. } => d2h += len,
+                _ => {}
+            }
+        }
+        (h2d, d2h)
+    }
+
+    /// Calls that make the host wait for the device.
+    pub fn host_syncs(&self) -> usize {
+        self.trace
+            .calls
+            .iter()
+            .filter(|c| c.call.is_host_sync())
+            .count()
+    }
+}
 
 /// `src/model/mod.rs:346:18` becomes `src/model/mod.rs:_`, wherever a Rust source path with a
 /// line (and optional column) appears in `text`.

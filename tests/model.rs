@@ -162,3 +162,30 @@ fn the_planted_fault_is_recorded_at_its_kernel_with_debug_sync() {
     };
     assert_eq!(t.kernels[kernel].name, "silu_mul");
 }
+
+/// Our own decode step held to the rules an engine's CI would hold it to: one host sync (the
+/// token readback), no allocation in a steady-state step, and its launch budget.
+#[test]
+fn the_decode_step_keeps_its_budget() {
+    let h = gputape::testing::Harness::new(mock());
+    let mut m = Model::load(h.gpu(), ModelConfig::tiny()).unwrap();
+    // The first step allocates argmax's scratch (lazily, through the op cache): a steady-state
+    // step is the one to hold to "no allocation".
+    m.step(h.gpu(), model::PROMPT[0], 0).unwrap();
+    let (tok, rec) = h.record(|g| m.step(g, model::PROMPT[1], 1)).unwrap();
+    tok.unwrap();
+    assert_eq!(rec.host_syncs(), 1);
+    rec.assert_no_device_alloc();
+    rec.assert_no_pageable_async_copy();
+    rec.assert_no_race();
+    let launches: usize = rec.launches().values().sum();
+    rec.assert_at_most_launches(launches);
+    assert!(rec.check_at_most_launches(launches - 1).is_err());
+    // The readback keeps it out of one graph; the message names the copy.
+    let e = rec
+        .check_capturable(gputape::analysis::CaptureQuery::default())
+        .unwrap_err();
+    assert!(e.iter().any(|v| v.call == "copy_d2h"), "{e:?}");
+    m.teardown(h.gpu()).unwrap();
+    drop(m);
+}

@@ -216,14 +216,18 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 bytes: len as u64,
             }));
         }
-        let mut kernels: Vec<(KernelId, u64)> =
-            st.kernels.iter().map(|(h, k)| (k.id, *h)).collect();
-        kernels.sort();
-        for (id, h) in kernels {
+        let mut kernels: Vec<(KernelId, u64, Option<crate::backend::KernelInfo>)> = st
+            .kernels
+            .iter()
+            .map(|(h, k)| (k.id, *h, k.info.clone()))
+            .collect();
+        kernels.sort_by_key(|(id, _, _)| *id);
+        for (id, h, looked_up) in kernels {
             let info = self
                 .registry
                 .as_ref()
-                .and_then(|r| r.kernel_by_handle(KernelHandle(h)));
+                .and_then(|r| r.kernel_by_handle(KernelHandle(h)))
+                .or(looked_up);
             st.write_kernel(id, info, self.registry.as_deref());
         }
         // The initial state, in creation order.
@@ -603,7 +607,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         let tok = self.begin_with(Location::caller(), |st, head| {
-            let kernel = st.kernel(func.0, self.registry.as_deref());
+            let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
             let parts = st.launch_parts(Some(func.0));
             let (addrs, layout) = (&parts.addrs, parts.layout);
@@ -640,7 +644,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         args: &[KernelArg<'_>],
     ) -> Result<()> {
         let tok = self.begin_with(Location::caller(), |st, head| {
-            let kernel = st.kernel(func.0, self.registry.as_deref());
+            let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
             // Typed arguments say what they are: no layout needed.
             let parts = st.launch_parts(None);
@@ -698,7 +702,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         });
         let r = self.inner.kernel(module, func_name);
         self.finish(tok, &r, SyncScope::None, |st, h| {
-            Value::Kernel(st.kernel(h.0, self.registry.as_deref()))
+            Value::Kernel(st.kernel(h.0, self.registry.as_deref(), Some((module, func_name))))
         });
         r
     }

@@ -28,6 +28,9 @@ pub(crate) struct Pending {
 pub(crate) struct KernelEntry {
     pub id: KernelId,
     pub params: Option<Vec<ParamInfo>>,
+    /// The kernel as the backend's registry describes it, or, for a backend without one, as
+    /// its lookup named it (no parameter layout).
+    pub info: Option<KernelInfo>,
 }
 
 /// See `RecState::launch_parts`.
@@ -106,6 +109,8 @@ pub(crate) struct RecState {
     /// Calls whose Begin frame is written and whose End frame is not yet: `stop` waits for
     /// them, so a clean stop never leaves a call that seems to have died.
     pub in_flight: usize,
+    /// Said once per recorder: kernels known only by name.
+    pub warned_opaque: bool,
 }
 
 impl RecState {
@@ -137,6 +142,7 @@ impl RecState {
             write_error: None,
             default_stream,
             in_flight: 0,
+            warned_opaque: false,
         };
         s.stream_id_quiet(default_stream);
         s
@@ -369,22 +375,44 @@ impl RecState {
 
     /// The id of a kernel handle; the first sighting writes its definition (and its module's
     /// code, once) so the trace is self-contained.
+    /// The id of kernel `handle`; `looked_up` is the (module, name) a lookup asked for, which
+    /// names a kernel the backend's registry does not know.
     pub fn kernel(
         &mut self,
         handle: u64,
         registry: Option<&crate::backend::KernelRegistry>,
+        looked_up: Option<(&str, &str)>,
     ) -> KernelId {
         if let Some(k) = self.kernels.get(&handle) {
             return k.id;
         }
         let id = KernelId(self.next_kernel);
         self.next_kernel += 1;
-        let info = registry.and_then(|r| r.kernel_by_handle(crate::backend::KernelHandle(handle)));
+        let info = registry
+            .and_then(|r| r.kernel_by_handle(crate::backend::KernelHandle(handle)))
+            .or_else(|| {
+                let (module, name) = looked_up?;
+                if !self.warned_opaque {
+                    self.warned_opaque = true;
+                    tracing::warn!(
+                        "gputape: kernel {module}::{name} has no parameter layout (the backend has no kernel registry): typed launches are recorded in full; raw `launch` arguments of such kernels are not, and a replay needs the kernel registered by name"
+                    );
+                }
+                Some(KernelInfo {
+                    module: module.to_string(),
+                    name: name.to_string(),
+                    params: Vec::new(),
+                })
+            });
         self.kernels.insert(
             handle,
             KernelEntry {
                 id,
-                params: info.as_ref().map(|i| i.params.clone()),
+                params: info
+                    .as_ref()
+                    .filter(|i| !i.params.is_empty())
+                    .map(|i| i.params.clone()),
+                info: info.clone(),
             },
         );
         self.write_kernel(id, info, registry);
