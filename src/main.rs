@@ -13,10 +13,19 @@ use std::path::{Path, PathBuf};
     long_about = "gputape wraps a GpuBackend (CUDA or the driver-faithful mock), records every call \
                   into a self-contained, crash-safe trace, and replays or analyses that trace \
                   offline.",
-    after_help = "Verbs still to come: record (a decode step), replay (on mock or CUDA, eager or as \
-                  CUDA graphs), analyze (capture legality, races, leaks), diff, export (Perfetto, DOT)."
+    after_help = "Exit status, the same for every verb: 0 matched, fault reproduced, no differences or \
+                  findings; 1 a divergence, a fault not reproduced, differences, or an `analyze \
+                  --fail-on` finding; 2 a usage error (or any other failure to run); 3 the trace is \
+                  damaged or unreadable; 4 the backend asked for is not available here.\n\n\
+                  Logging: -v / -vv, -q, or GPUTAPE_LOG / RUST_LOG (e.g. GPUTAPE_LOG=gputape=debug)."
 )]
 struct Cli {
+    /// More log output (-v info, -vv debug, -vvv trace), on stderr.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -27,12 +36,14 @@ enum Cmd {
     Info,
     /// Run the built-in Llama-style decoder: generation, tokens and per-step time.
     Demo {
+        /// Which backend runs the model.
         #[arg(long, value_enum, default_value_t = Backend::Mock)]
         backend: Backend,
+        /// Decode steps to run (at most the model's positions: 256 default, 64 tiny).
         #[arg(long, default_value_t = 16)]
         steps: usize,
         /// Model size: `default` or `tiny`.
-        #[arg(long, default_value = "default")]
+        #[arg(long, default_value = DEFAULT_CONFIG)]
         config: String,
         /// Plant the fault: at this step `silu_mul` writes past the end of its output.
         #[arg(long)]
@@ -48,8 +59,9 @@ enum Cmd {
         /// Record this decode step of the model.
         #[arg(long, conflicts_with = "workload")]
         step: Option<usize>,
-        /// Model size for --step: `default` or `tiny`.
-        #[arg(long, default_value = "tiny")]
+        /// Model size for --step: `default` or `tiny` (the same default as `demo`, so step K
+        /// is the same step in both).
+        #[arg(long, default_value = DEFAULT_CONFIG)]
         config: String,
         /// Plant the fault at this step (see `demo`).
         #[arg(long)]
@@ -73,6 +85,7 @@ enum Cmd {
     },
     /// Run every capture-rule probe on a backend and compare it with the rule table.
     CaptureTable {
+        /// The backend whose capture behaviour is probed.
         #[arg(long, value_enum, default_value_t = Backend::Mock)]
         on: Backend,
         /// Exit with an error when any probe disagrees with the table.
@@ -85,15 +98,19 @@ enum Cmd {
     /// Measure the host cost of a kernel launch through the CUDA backend against a bare
     /// driver launch.
     BenchLaunch {
+        /// Rounds; each variant's median over rounds is reported.
         #[arg(long, default_value_t = 31)]
         rounds: usize,
+        /// Launches per round.
         #[arg(long, default_value_t = 2000)]
         per_round: usize,
     },
     /// Replay a trace on a backend, check its results against the recording, reproduce its
     /// faults, optionally as CUDA graphs.
     Replay {
+        /// The trace to replay.
         trace: PathBuf,
+        /// The backend to replay on.
         #[arg(long, value_enum, default_value_t = Backend::Mock)]
         on: Backend,
         /// Replay only calls A..B (the calls before A still run, to rebuild the state).
@@ -104,8 +121,8 @@ enum Cmd {
         stop_at: Option<u64>,
         /// Replay N times, each from the recorded initial state (restored into the same
         /// buffers, as an engine steps over long-lived ones).
-        #[arg(long = "loop", default_value_t = 1)]
-        loops: usize,
+        #[arg(long = "loop", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        loops: u32,
         /// Replay as CUDA graphs (through the trait: the mock emulates capture).
         #[arg(long)]
         as_graph: bool,
@@ -115,9 +132,13 @@ enum Cmd {
         /// Scan red zones after every launch (CUDA).
         #[arg(long)]
         scan_redzones: bool,
-        /// Compare device-to-host results with the recording (on by default).
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-        verify: bool,
+        /// Do not compare device-to-host results with the recording (they are by default).
+        #[arg(long)]
+        no_verify: bool,
+        /// The most host memory one replayed call may ask for (a readback buffer), in bytes; a
+        /// trace asking for more is refused rather than trusted.
+        #[arg(long, default_value_t = gputape::replayer::DEFAULT_MAX_HOST_BYTES)]
+        max_memory: u64,
         /// Print each call's host time (first loop); with --sync-each, a launch's time runs
         /// until its stream is synchronised, so it includes the kernel's run.
         #[arg(long)]
@@ -143,22 +164,31 @@ enum Cmd {
     },
     /// The first difference between two traces' call lists (ids renamed away), and what was
     /// added or removed: allocations, host syncs, launches.
-    Diff { a: PathBuf, b: PathBuf },
+    Diff {
+        /// The first trace.
+        a: PathBuf,
+        /// The second trace.
+        b: PathBuf,
+    },
     /// Analyse a trace offline: what breaks CUDA-graph capture and why, cross-stream races,
     /// leaks and use-after-free, the critical path. All sections unless some are named.
     Analyze {
+        /// The trace to analyse.
         trace: PathBuf,
         /// The capture-legality section (for the capture described by --mode, --stream-kind,
         /// --stream, --range).
         #[arg(long)]
         capture: bool,
+        /// The stream-capture mode to judge the capture in.
         #[arg(long, value_enum, default_value_t = Mode::Global)]
         mode: Mode,
+        /// Whether the engine's streams are blocking (they synchronise with the legacy
+        /// stream) or non-blocking.
         #[arg(long, value_enum, default_value_t = Kind::Blocking)]
         stream_kind: Kind,
-        /// The stream that would begin the capture (e.g. `1` for s1); default: the stream
-        /// with the most device work.
-        #[arg(long)]
+        /// The stream that would begin the capture (`s1` or `1`); default: the stream with the
+        /// most device work.
+        #[arg(long, value_parser = parse_stream)]
         stream: Option<u32>,
         /// Calls A..B (default: all).
         #[arg(long, value_parser = parse_range)]
@@ -180,9 +210,12 @@ enum Cmd {
     },
     /// Export a trace as pictures: Perfetto/Chrome trace-event JSON and/or Graphviz DOT.
     Export {
+        /// The trace to export.
         trace: PathBuf,
+        /// Write Chrome/Perfetto trace-event JSON here (`-` for stdout).
         #[arg(long)]
         perfetto: Option<PathBuf>,
+        /// Write the dependency graph as Graphviz DOT here (`-` for stdout).
         #[arg(long)]
         dot: Option<PathBuf>,
     },
@@ -221,10 +254,20 @@ enum Cmd {
     },
     /// Print a trace: its calls in canonical form, then a summary.
     Show {
+        /// The trace to print.
         trace: PathBuf,
         /// Only the summary.
         #[arg(long)]
         summary: bool,
+        /// Only calls A..B.
+        #[arg(long, value_parser = parse_range)]
+        calls: Option<(u64, u64)>,
+        /// Only launches of this kernel (`module::name`, or the name alone).
+        #[arg(long)]
+        kernel: Option<String>,
+        /// Only calls of this kind (a trait method name: `launch_typed`, `copy_d2h`, ...).
+        #[arg(long)]
+        kind: Option<String>,
     },
 }
 
@@ -255,6 +298,17 @@ impl FailOn {
             FailOn::Leak => !r.lifetimes.is_empty(),
         }
     }
+}
+
+/// The model size `demo` and `record` use unless told.
+const DEFAULT_CONFIG: &str = "default";
+
+/// `s1` or `1`.
+fn parse_stream(s: &str) -> Result<u32, String> {
+    s.strip_prefix('s')
+        .unwrap_or(s)
+        .parse()
+        .map_err(|_| format!("{s:?} is not a stream (try `s1` or `1`)"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -355,15 +409,28 @@ fn pass_if(ok: bool) -> Exit {
 }
 
 fn run() -> Result<Exit> {
+    // Output into a closed pipe (`gputape show t | head`) ends the process quietly, as it does
+    // for other command-line tools, instead of panicking on the failed write.
+    // SAFETY: restoring the default disposition of one signal, before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        _ => "trace",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUTAPE_LOG")
                 .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| level.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let done = |r: Result<()>| r.map(|()| Exit::Pass);
     match cli.cmd {
         Cmd::Info => done(info()),
@@ -390,6 +457,11 @@ fn run() -> Result<Exit> {
             output,
         } => {
             HASH_SYNCS.store(hash_syncs, std::sync::atomic::Ordering::Relaxed);
+            if step.is_none() && workload.is_none() {
+                anyhow::bail!(
+                    "say what to record: --step K (a decode step of the built-in model) or --workload NAME"
+                );
+            }
             done(match (step, workload) {
                 (Some(k), _) => record_step(
                     backend,
@@ -412,7 +484,13 @@ fn run() -> Result<Exit> {
         }
         Cmd::CaptureTable { on, strict, .. } => capture_table(on, strict),
         Cmd::BenchLaunch { rounds, per_round } => done(bench_launch(rounds, per_round)),
-        Cmd::Show { trace, summary } => done(show(&trace, summary)),
+        Cmd::Show {
+            trace,
+            summary,
+            calls,
+            kernel,
+            kind,
+        } => done(show(&trace, summary, calls, kernel.as_deref(), kind.as_deref())),
         Cmd::Replay {
             trace,
             on,
@@ -422,7 +500,8 @@ fn run() -> Result<Exit> {
             as_graph,
             sync_each,
             scan_redzones,
-            verify,
+            no_verify,
+            max_memory,
             timing,
             fixed_addresses,
             pdl,
@@ -433,10 +512,10 @@ fn run() -> Result<Exit> {
             let opts = gputape::replayer::ReplayOptions {
                 range,
                 stop_at,
-                loops,
+                loops: loops as usize,
                 sync_each,
                 scan_redzones_each: scan_redzones,
-                verify,
+                verify: !no_verify,
                 per_call_timing: timing,
             };
             let flags = ReplayFlags {
@@ -445,6 +524,7 @@ fn run() -> Result<Exit> {
                 fixed_addresses,
                 json,
                 no_isolate,
+                max_memory,
             };
             replay(&trace, on, &opts, flags, child_report.as_deref())
         }
@@ -461,6 +541,17 @@ fn run() -> Result<Exit> {
             fail_on,
         } => {
             let t = gputape::trace::Trace::open(&trace)?;
+            check_range(&t, range)?;
+            if let Some(s) = stream {
+                let known = t.calls.iter().any(|c| {
+                    c.call.work_stream() == Some(gputape::trace::StreamRef::Id(gputape::trace::StreamId(s)))
+                });
+                anyhow::ensure!(
+                    known,
+                    "--stream s{s}: the trace has no work on s{s} (streams with work: {})",
+                    streams_with_work(&t)
+                );
+            }
             let q = capture_query(mode, stream_kind, stream, range);
             let all = !(capture || races || leaks);
             let sections = gputape::analysis::Sections {
@@ -497,15 +588,17 @@ fn run() -> Result<Exit> {
             );
             if let Some(p) = perfetto {
                 let j = gputape::analysis::export::perfetto(&t, q);
-                std::fs::write(&p, serde_json::to_string(&j)?)?;
-                println!(
-                    "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
-                    p.display()
-                );
+                if write_out(&p, serde_json::to_string(&j)?.as_bytes())? {
+                    eprintln!(
+                        "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
+                        p.display()
+                    );
+                }
             }
             if let Some(p) = dot {
-                std::fs::write(&p, gputape::analysis::export::dot(&t, q))?;
-                println!("wrote {} (render with `dot -Tsvg`)", p.display());
+                if write_out(&p, gputape::analysis::export::dot(&t, q).as_bytes())? {
+                    eprintln!("wrote {} (render with `dot -Tsvg`)", p.display());
+                }
             }
             Ok(Exit::Pass)
         }
@@ -633,11 +726,106 @@ fn record_on<B: GpuBackend>(
     Ok(())
 }
 
-fn show(path: &Path, summary_only: bool) -> Result<()> {
+/// Write `bytes` to `p`, or to stdout for `-`. True when a file was written (through a
+/// temporary name, renamed when complete).
+fn write_out(p: &Path, bytes: &[u8]) -> Result<bool> {
+    if p == Path::new("-") {
+        use std::io::Write;
+        std::io::stdout().write_all(bytes)?;
+        return Ok(false);
+    }
+    let tmp = temp_beside(p);
+    std::fs::write(&tmp, bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, p)
+        .map_err(|e| anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), p.display()))?;
+    Ok(true)
+}
+
+/// A `--range` that starts past the trace's last call is a usage error, not an empty answer.
+fn check_range(t: &gputape::trace::Trace, range: Option<(u64, u64)>) -> Result<()> {
+    let (Some((a, _)), Some(last)) = (range, t.calls.last()) else {
+        return Ok(());
+    };
+    anyhow::ensure!(
+        a <= last.seq,
+        "--range starts at #{a}, past the trace's last call #{}: the calls are #{}..#{}",
+        last.seq,
+        t.calls[0].seq,
+        last.seq
+    );
+    Ok(())
+}
+
+fn streams_with_work(t: &gputape::trace::Trace) -> String {
+    let s: std::collections::BTreeSet<String> = t
+        .calls
+        .iter()
+        .filter_map(|c| match c.call.work_stream() {
+            Some(gputape::trace::StreamRef::Id(id)) => Some(id.to_string()),
+            _ => None,
+        })
+        .collect();
+    s.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+fn show(
+    path: &Path,
+    summary_only: bool,
+    calls: Option<(u64, u64)>,
+    kernel: Option<&str>,
+    kind: Option<&str>,
+) -> Result<()> {
     let t = gputape::trace::Trace::open(path)?;
-    if !summary_only {
+    check_range(&t, calls)?;
+    if let Some(k) = kind {
+        let present: std::collections::BTreeSet<&str> =
+            t.calls.iter().map(|c| c.call.kind().name()).collect();
+        anyhow::ensure!(
+            present.contains(k),
+            "--kind {k}: no call of that kind in this trace (kinds present: {})",
+            present.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    if let Some(h) = &t.header {
+        println!(
+            "recorded on {} {}{}, gputape {}, trace format {}",
+            h.backend,
+            h.device_name.as_deref().unwrap_or("(no device name)"),
+            h.driver_version
+                .map(|v| format!(", driver API {}.{}", v / 1000, (v % 1000) / 10))
+                .unwrap_or_default(),
+            h.gputape,
+            h.format
+        );
+        println!(
+            "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"
+        );
+    }
+    let filtered = calls.is_some() || kernel.is_some() || kind.is_some();
+    if !summary_only && !filtered {
         print!("{}", gputape::trace::render(&t));
         println!();
+    } else if !summary_only {
+        let (a, b) = calls.unwrap_or((0, u64::MAX));
+        let mut n = 0;
+        for c in t.calls.iter().filter(|c| c.seq >= a && c.seq < b) {
+            if kind.is_some_and(|k| c.call.kind().name() != k) {
+                continue;
+            }
+            if let Some(k) = kernel {
+                let Some((id, _)) = c.call.launch() else {
+                    continue;
+                };
+                let name = t.kernel_name(id);
+                if name != k && name.rsplit("::").next() != Some(k) {
+                    continue;
+                }
+            }
+            println!("{}", gputape::trace::render_call(&t, c));
+            n += 1;
+        }
+        println!("({n} call(s) shown)\n");
     }
     print!("{}", gputape::trace::summary(&t));
     if let Some(c) = t.unfinished() {
@@ -1014,7 +1202,9 @@ struct ReplayFlags {
     fixed_addresses: bool,
     json: bool,
     no_isolate: bool,
+    max_memory: u64,
 }
+
 
 fn replay(
     path: &Path,
@@ -1029,6 +1219,7 @@ fn replay(
         fixed_addresses,
         json,
         no_isolate,
+        max_memory,
     } = flags;
     use gputape::replayer::Replayer;
     let t = gputape::trace::Trace::open(path)?;
@@ -1112,7 +1303,13 @@ fn replay(
             (None, None) => unreachable!("one backend is always built"),
         }
     };
-    let mut r = Replayer::new(&t);
+    check_range(&t, opts.range)?;
+    if on == Backend::Mock && opts.scan_redzones_each && child_report.is_none() {
+        eprintln!(
+            "note: the mock has no red zones (it checks every access against exact bounds instead): --scan-redzones does nothing there"
+        );
+    }
+    let mut r = Replayer::new(&t).with_max_memory(max_memory);
     if fixed_addresses {
         r = r.with_fixed_addresses(&place);
     } else if let Some(h) = r.hidden().first() {

@@ -625,10 +625,12 @@ pub struct Report {
     pub graph_plan: Option<SegmentPlan>,
     pub races: Vec<Race>,
     pub lifetimes: Vec<Lifetime>,
+    /// What was asked for: a section not asked for is absent, not "nothing found".
+    pub sections: Sections,
 }
 
 /// Which sections to compute.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Sections {
     pub capture: bool,
     pub races: bool,
@@ -662,6 +664,7 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         } else {
             vec![]
         },
+        sections: s,
     }
 }
 
@@ -680,7 +683,7 @@ impl Report {
                 0.0
             }
         );
-        if let Some(st) = &self.capture_stream {
+        if let (true, Some(st)) = (self.sections.capture, &self.capture_stream) {
             let count = |cat: &str| self.verdicts.iter().filter(|v| v.category == cat).count();
             s.push_str(&format!(
                 "capture of {st} ({} mode, {} streams): {} captured, {} fail, {} outside the graph, {} hazards, {} host-only\n",
@@ -745,6 +748,9 @@ impl Report {
                 ));
             }
         }
+        if self.sections.races && self.races.is_empty() {
+            s.push_str("no cross-stream races found\n");
+        }
         if !self.races.is_empty() {
             s.push_str(&format!("{} race(s):\n", self.races.len()));
             for r in &self.races {
@@ -760,6 +766,9 @@ impl Report {
                     r.second.2
                 ));
             }
+        }
+        if self.sections.leaks && self.lifetimes.is_empty() {
+            s.push_str("no leaks or use-after-free found\n");
         }
         for l in &self.lifetimes {
             s.push_str(&format!(

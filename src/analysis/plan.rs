@@ -20,12 +20,61 @@ pub struct Segment {
     /// Indices into `Trace::calls`.
     pub calls: Vec<usize>,
     /// The stream a graph segment's capture begins on; `None` for an eager segment.
+    #[serde(with = "stream_name")]
     pub stream: Option<StreamRef>,
     /// Other streams the capture forked into (each waited on an event recorded inside it). The
     /// replay joins each back into `stream` before ending the capture, and after every launch
     /// makes each wait for the graph, as the recorded program's later calls expect.
-    #[serde(default)]
+    #[serde(default, with = "stream_names")]
     pub forked: Vec<StreamRef>,
+}
+
+/// Streams in JSON as the reports name them (`s1`, `legacy`), not as Rust enums.
+mod stream_name {
+    use crate::trace::{StreamId, StreamRef};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn parse(s: &str) -> Option<StreamRef> {
+        match s {
+            "legacy" => Some(StreamRef::Legacy),
+            _ => s.strip_prefix('s')?.parse().ok().map(|n| StreamRef::Id(StreamId(n))),
+        }
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<StreamRef>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(r) => s.serialize_str(&r.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StreamRef>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(t) => parse(&t)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom(format!("{t:?} is not a stream"))),
+        }
+    }
+}
+
+mod stream_names {
+    use crate::trace::StreamRef;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[StreamRef], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|r| r.to_string()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<StreamRef>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|t| {
+                super::stream_name::parse(t)
+                    .ok_or_else(|| serde::de::Error::custom(format!("{t:?} is not a stream")))
+            })
+            .collect()
+    }
 }
 
 /// A call that kept the step out of one graph.
