@@ -33,7 +33,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// List the backends usable on this machine (mock always; cuda when a driver is present).
-    Info,
+    Info {
+        /// Print as JSON (schema gputape.info.v1).
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the built-in Llama-style decoder: generation, tokens and per-step time.
     Demo {
         /// Which backend runs the model.
@@ -94,6 +98,9 @@ enum Cmd {
         /// Print the rule table itself instead of running the probes.
         #[arg(long)]
         rules: bool,
+        /// Print the probes as JSON (schema gputape.capture-table.v1).
+        #[arg(long)]
+        json: bool,
     },
     /// Measure the host cost of a kernel launch through the CUDA backend against a bare
     /// driver launch.
@@ -169,6 +176,9 @@ enum Cmd {
         a: PathBuf,
         /// The second trace.
         b: PathBuf,
+        /// Print as JSON (schema gputape.diff.v1).
+        #[arg(long)]
+        json: bool,
     },
     /// Analyse a trace offline: what breaks CUDA-graph capture and why, cross-stream races,
     /// leaks and use-after-free, the critical path. All sections unless some are named.
@@ -268,6 +278,9 @@ enum Cmd {
         /// Only calls of this kind (a trait method name: `launch_typed`, `copy_d2h`, ...).
         #[arg(long)]
         kind: Option<String>,
+        /// Print as JSON (schema gputape.show.v1): the header and the calls shown.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -433,7 +446,7 @@ fn run() -> Result<Exit> {
         .init();
     let done = |r: Result<()>| r.map(|()| Exit::Pass);
     match cli.cmd {
-        Cmd::Info => done(info()),
+        Cmd::Info { json } => done(info(json)),
         Cmd::Demo {
             backend,
             steps,
@@ -482,7 +495,9 @@ fn run() -> Result<Exit> {
             print!("{}", gputape::backend::render_rules());
             Ok(Exit::Pass)
         }
-        Cmd::CaptureTable { on, strict, .. } => capture_table(on, strict),
+        Cmd::CaptureTable {
+            on, strict, json, ..
+        } => capture_table(on, strict, json),
         Cmd::BenchLaunch { rounds, per_round } => done(bench_launch(rounds, per_round)),
         Cmd::Show {
             trace,
@@ -490,7 +505,17 @@ fn run() -> Result<Exit> {
             calls,
             kernel,
             kind,
-        } => done(show(&trace, summary, calls, kernel.as_deref(), kind.as_deref())),
+            json,
+        } => done(show(
+            &trace,
+            summary,
+            ShowFilter {
+                calls,
+                kernel: kernel.as_deref(),
+                kind: kind.as_deref(),
+            },
+            json,
+        )),
         Cmd::Replay {
             trace,
             on,
@@ -544,7 +569,8 @@ fn run() -> Result<Exit> {
             check_range(&t, range)?;
             if let Some(s) = stream {
                 let known = t.calls.iter().any(|c| {
-                    c.call.work_stream() == Some(gputape::trace::StreamRef::Id(gputape::trace::StreamId(s)))
+                    c.call.work_stream()
+                        == Some(gputape::trace::StreamRef::Id(gputape::trace::StreamId(s)))
                 });
                 anyhow::ensure!(
                     known,
@@ -561,7 +587,13 @@ fn run() -> Result<Exit> {
             };
             let r = gputape::analysis::analyze(&t, q, sections);
             if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "schema": "gputape.analyze.v1",
+                        "report": r,
+                    }))?
+                );
             } else {
                 print!("{}", r.render());
             }
@@ -614,17 +646,55 @@ fn run() -> Result<Exit> {
             output,
             on,
         } => done(trim(&trace, range, &output, on)),
-        Cmd::Diff { a, b } => {
+        Cmd::Diff { a, b, json } => {
             let ta = gputape::trace::Trace::open(&a)?;
             let tb = gputape::trace::Trace::open(&b)?;
             let (text, differs) = gputape::trace::diff_report(&ta, &tb);
-            print!("{text}");
+            if json {
+                let lines: Vec<&str> = text.lines().collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "schema": "gputape.diff.v1",
+                        "differs": differs,
+                        "a": {"path": a, "calls": ta.calls.len(), "cut": ta.cut.as_ref().map(|c| &c.reason)},
+                        "b": {"path": b, "calls": tb.calls.len(), "cut": tb.cut.as_ref().map(|c| &c.reason)},
+                        "report": lines,
+                    }))?
+                );
+            } else {
+                print!("{text}");
+            }
             Ok(pass_if(!differs))
         }
     }
 }
 
-fn info() -> Result<()> {
+fn info(json: bool) -> Result<()> {
+    if json {
+        let cuda = match gputape::cuda::probe() {
+            Ok(devs) => serde_json::json!({
+                "available": !devs.is_empty(),
+                "devices": devs.iter().map(|d| serde_json::json!({
+                    "ordinal": d.ordinal,
+                    "name": d.name,
+                    "sm_count": d.sm_count,
+                    "total_memory": d.total_memory,
+                    "driver_version": d.driver_version,
+                })).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({"available": false, "why": e.to_string()}),
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "schema": "gputape.info.v1",
+                "version": env!("CARGO_PKG_VERSION"),
+                "backends": {"mock": {"available": true}, "cuda": cuda},
+            }))?
+        );
+        return Ok(());
+    }
     println!("gputape {}", env!("CARGO_PKG_VERSION"));
     println!("backends:");
     println!("  mock   available (CPU, driver-faithful emulation; the default)");
@@ -769,13 +839,39 @@ fn streams_with_work(t: &gputape::trace::Trace) -> String {
     s.into_iter().collect::<Vec<_>>().join(", ")
 }
 
-fn show(
-    path: &Path,
-    summary_only: bool,
+/// Which calls `show` prints.
+struct ShowFilter<'a> {
     calls: Option<(u64, u64)>,
-    kernel: Option<&str>,
-    kind: Option<&str>,
-) -> Result<()> {
+    kernel: Option<&'a str>,
+    kind: Option<&'a str>,
+}
+
+impl ShowFilter<'_> {
+    fn any(&self) -> bool {
+        self.calls.is_some() || self.kernel.is_some() || self.kind.is_some()
+    }
+
+    fn keeps(&self, t: &gputape::trace::Trace, c: &gputape::trace::CallRecord) -> bool {
+        let (a, b) = self.calls.unwrap_or((0, u64::MAX));
+        if c.seq < a || c.seq >= b || self.kind.is_some_and(|k| c.call.kind().name() != k) {
+            return false;
+        }
+        match self.kernel {
+            None => true,
+            Some(k) => c.call.launch().is_some_and(|(id, _)| {
+                let name = t.kernel_name(id);
+                name == k || name.rsplit("::").next() == Some(k)
+            }),
+        }
+    }
+}
+
+fn show(path: &Path, summary_only: bool, filter: ShowFilter<'_>, json: bool) -> Result<()> {
+    let ShowFilter {
+        calls,
+        kernel,
+        kind,
+    } = filter;
     let t = gputape::trace::Trace::open(path)?;
     check_range(&t, calls)?;
     if let Some(k) = kind {
@@ -786,6 +882,49 @@ fn show(
             "--kind {k}: no call of that kind in this trace (kinds present: {})",
             present.into_iter().collect::<Vec<_>>().join(", ")
         );
+    }
+    let filter = ShowFilter {
+        calls,
+        kernel,
+        kind,
+    };
+    if json {
+        let shown: Vec<serde_json::Value> = t
+            .calls
+            .iter()
+            .filter(|c| filter.keeps(&t, c))
+            .map(|c| {
+                serde_json::json!({
+                    "seq": c.seq,
+                    "thread": c.thread,
+                    "kind": c.call.kind().name(),
+                    "kernel": c.call.launch().map(|(k, _)| t.kernel_name(k)),
+                    "call": gputape::trace::call_text(&t, &c.call),
+                    "ok": c.ret.as_ref().map(|r| r.is_ok()),
+                    "error": c.ret.as_ref().and_then(|r| r.as_ref().err()).map(|e| serde_json::json!({"code": e.code, "message": e.message})),
+                    "site": t.site(c.site),
+                })
+            })
+            .collect();
+        let h = t.header.as_ref();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "schema": "gputape.show.v1",
+                "header": {
+                    "backend": h.map(|h| &h.backend),
+                    "device": h.and_then(|h| h.device_name.as_ref()),
+                    "driver_version": h.and_then(|h| h.driver_version),
+                    "gputape": h.map(|h| &h.gputape),
+                    "format": h.map(|h| h.format),
+                },
+                "calls_in_trace": t.calls.len(),
+                "initial_buffers": t.initial.len(),
+                "cut": t.cut.as_ref().map(|c| serde_json::json!({"offset": c.offset, "frames": c.frames, "reason": c.reason})),
+                "calls": shown,
+            }))?
+        );
+        return Ok(());
     }
     if let Some(h) = &t.header {
         println!(
@@ -802,26 +941,12 @@ fn show(
             "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"
         );
     }
-    let filtered = calls.is_some() || kernel.is_some() || kind.is_some();
-    if !summary_only && !filtered {
+    if !summary_only && !filter.any() {
         print!("{}", gputape::trace::render(&t));
         println!();
     } else if !summary_only {
-        let (a, b) = calls.unwrap_or((0, u64::MAX));
         let mut n = 0;
-        for c in t.calls.iter().filter(|c| c.seq >= a && c.seq < b) {
-            if kind.is_some_and(|k| c.call.kind().name() != k) {
-                continue;
-            }
-            if let Some(k) = kernel {
-                let Some((id, _)) = c.call.launch() else {
-                    continue;
-                };
-                let name = t.kernel_name(id);
-                if name != k && name.rsplit("::").next() != Some(k) {
-                    continue;
-                }
-            }
+        for c in t.calls.iter().filter(|c| filter.keeps(&t, c)) {
             println!("{}", gputape::trace::render_call(&t, c));
             n += 1;
         }
@@ -839,7 +964,7 @@ fn show(
     Ok(())
 }
 
-fn capture_table(on: Backend, strict: bool) -> Result<Exit> {
+fn capture_table(on: Backend, strict: bool, json: bool) -> Result<Exit> {
     use gputape::backend::{probe, CaptureMode, StreamKind};
     let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
     if on == Backend::Cuda && !gputape::cuda::driver_present() {
@@ -868,8 +993,39 @@ fn capture_table(on: Backend, strict: bool) -> Result<Exit> {
             &code,
         ),
     };
-    print!("{}", probe::render_rows(&rows));
     let bad = rows.iter().filter(|r| !r.agrees()).count();
+    if json {
+        let probes: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "op": format!("{:?}", r.probe.op),
+                    "relation": format!("{:?}", r.probe.relation),
+                    "stream_kind": r.probe.kind.name(),
+                    "mode": r.probe.mode.name(),
+                    "same_thread": r.probe.same_thread,
+                    "rule": r.rule,
+                    "expected": r.expected.describe(),
+                    "observed": match &r.observed {
+                        Ok(o) => o.describe(),
+                        Err(e) => format!("probe failed: {e}"),
+                    },
+                    "agrees": r.agrees(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "schema": "gputape.capture-table.v1",
+                "backend": match on { Backend::Mock => "mock", Backend::Cuda => "cuda" },
+                "probes": probes,
+                "disagree": bad,
+            }))?
+        );
+    } else {
+        print!("{}", probe::render_rows(&rows));
+    }
     if strict && bad > 0 {
         eprintln!("{bad} probe(s) disagree with the capture rule table");
         return Ok(Exit::Findings);
@@ -1204,7 +1360,6 @@ struct ReplayFlags {
     no_isolate: bool,
     max_memory: u64,
 }
-
 
 fn replay(
     path: &Path,

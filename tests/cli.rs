@@ -229,3 +229,68 @@ fn minimize_and_trim_write_traces_that_replay() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Every verb that reports speaks JSON on request, with a schema name scripts can check.
+#[test]
+fn every_reporting_verb_has_versioned_json() {
+    let t = "traces/mock_two_streams.gtape";
+    for (args, schema) in [
+        (vec!["replay", t, "--json"], "gputape.replay.v1"),
+        (
+            vec!["replay", t, "--json", "--as-graph"],
+            "gputape.replay.v1",
+        ),
+        (vec!["analyze", t, "--json"], "gputape.analyze.v1"),
+        (vec!["show", t, "--json"], "gputape.show.v1"),
+        (vec!["diff", t, t, "--json"], "gputape.diff.v1"),
+        (vec!["info", "--json"], "gputape.info.v1"),
+        (vec!["capture-table", "--json"], "gputape.capture-table.v1"),
+    ] {
+        let o = gputape(&args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
+        assert_eq!(v["schema"], schema, "{args:?}");
+    }
+    // Plain names, not Rust enum shapes.
+    let o = gputape(&["analyze", t, "--json"]);
+    let text = stdout(&o);
+    assert!(!text.contains("\"Id\""), "{text}");
+}
+
+/// Output into a pipe closed early ends quietly, not with a panic.
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    use std::io::Read;
+    // Far more output than a pipe buffers, so the writer does meet the closed pipe.
+    let d = scratch("pipe");
+    let step = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
+    let mut big = step.clone();
+    big.calls.clear();
+    for i in 0..50u64 {
+        for c in &step.calls {
+            let mut c = c.clone();
+            c.seq += i * step.calls.len() as u64;
+            big.calls.push(c);
+        }
+    }
+    let path = write(&big, &d.join("big.gtape"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(["show", &path])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(o.status.code(), Some(101), "{err}");
+}

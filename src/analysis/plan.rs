@@ -37,7 +37,11 @@ mod stream_name {
     pub fn parse(s: &str) -> Option<StreamRef> {
         match s {
             "legacy" => Some(StreamRef::Legacy),
-            _ => s.strip_prefix('s')?.parse().ok().map(|n| StreamRef::Id(StreamId(n))),
+            _ => s
+                .strip_prefix('s')?
+                .parse()
+                .ok()
+                .map(|n| StreamRef::Id(StreamId(n))),
         }
     }
 

@@ -136,13 +136,20 @@ pub fn diff_report(a: &Trace, b: &Trace) -> (String, bool) {
             );
         }
         Some((i, ta, tb)) => {
-            let _ = writeln!(s, "first difference at call index {i}:");
-            let show = |x: &Option<(String, String, u64)>| match x {
-                Some((t, site, seq)) => format!("#{seq} {t} @ {site}"),
+            let _ = writeln!(
+                s,
+                "first difference at call index {i} (compared with ids renamed in order of use; shown with the ids each trace recorded, as `show` prints them):"
+            );
+            // The calls as recorded, so `buf32` here is `buf32` in `show`.
+            let show = |t: &Trace, x: &Option<(String, String, u64)>| match x {
+                Some((_, site, seq)) => {
+                    let c = t.calls.iter().find(|c| c.seq == *seq).expect("listed");
+                    format!("#{seq} {} @ {site}", super::call_text(t, &c.call))
+                }
                 None => "(trace ended)".to_string(),
             };
-            let _ = writeln!(s, "  A: {}", show(&ta));
-            let _ = writeln!(s, "  B: {}", show(&tb));
+            let _ = writeln!(s, "  A: {}", show(a, &ta));
+            let _ = writeln!(s, "  B: {}", show(b, &tb));
         }
     }
     let (aa, ab, asy, al) = stats(a);
