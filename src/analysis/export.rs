@@ -7,11 +7,15 @@ use petgraph::visit::EdgeRef;
 use serde_json::{json, Value as J};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// One track per agent. The times are the host's (when each call was issued, how long the
+/// call took on the host), so the tracks say so: device time is not in a trace.
 fn track(a: Agent) -> (u64, String) {
     match a {
-        Agent::Host => (0, "host".into()),
-        Agent::Stream(StreamRef::Legacy) => (1, "legacy stream".into()),
-        Agent::Stream(StreamRef::Id(s)) => (2 + s.0 as u64, format!("stream {s}")),
+        Agent::Host => (0, "host calls".into()),
+        Agent::Stream(StreamRef::Legacy) => (1, "legacy stream: calls issued (host time)".into()),
+        Agent::Stream(StreamRef::Id(s)) => {
+            (2 + s.0 as u64, format!("{s}: calls issued (host time)"))
+        }
     }
 }
 
@@ -31,8 +35,13 @@ pub fn perfetto(t: &Trace, q: CaptureQuery) -> J {
         let c = &t.calls[node.call];
         let (tid, name) = track(node.agent);
         tracks.insert(tid, name);
+        // A launch is named by its kernel, the way a profiler names it.
+        let name = match c.call.launch() {
+            Some((k, _)) => t.kernel_name(k),
+            None => c.call.kind().name().to_string(),
+        };
         let mut ev = json!({
-            "name": c.call.kind().name(),
+            "name": name,
             "cat": if breakers.contains(&c.seq) { "capture-breaker" } else { "call" },
             "ph": "X",
             "ts": c.t_ns as f64 / 1e3,
