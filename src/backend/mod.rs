@@ -179,6 +179,12 @@ pub trait GpuBackend: Send + Sync {
         Ok(0)
     }
 
+    /// Mark where step `step` of the engine begins (a decode step, a training iteration).
+    /// Backends do nothing with it; a recorder writes it into the trace, so `show`, `replay
+    /// --steps` and `analyze --steps` can find steps, and the flight recorder counts them.
+    #[track_caller]
+    fn step_boundary(&self, _step: u64) {}
+
     /// The guard bands the last `scan_redzones` found written, one per allocation, so a
     /// caller can tell one band written twice from two bands. Empty without red zones.
     #[track_caller]
@@ -431,6 +437,7 @@ pub enum CallKind {
     AllocHostPinned,
     FreeHostPinned,
     RedzoneHits,
+    StepBoundary,
 }
 
 impl CallKind {
@@ -487,6 +494,7 @@ impl CallKind {
             AllocHostPinned => "alloc_host_pinned",
             FreeHostPinned => "free_host_pinned",
             RedzoneHits => "redzone_hits",
+            StepBoundary => "step_boundary",
         }
     }
 }

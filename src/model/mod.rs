@@ -195,6 +195,7 @@ impl Model {
 
     /// One decode step: feed `token` at `pos`, return the greedy next token.
     pub fn step(&mut self, gpu: &dyn GpuBackend, token: u32, pos: usize) -> Result<u32> {
+        gpu.step_boundary(pos as u64);
         let c = &self.cfg;
         anyhow::ensure!(
             pos < c.max_seq,

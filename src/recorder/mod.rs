@@ -7,7 +7,10 @@
 //! handle maps are kept, so `start()` can snapshot a running engine's memory and later calls
 //! can name every buffer.
 
+mod flight;
 mod state;
+
+pub use flight::FlightConfig;
 
 use crate::backend::{
     DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelRegistry, OpCache,
@@ -27,8 +30,14 @@ use std::sync::Arc;
 pub enum RecordError {
     #[error("recording already started")]
     AlreadyStarted,
-    #[error("recording already stopped; a recorder writes one trace")]
+    #[error("no destination for another recording segment (a recorder made with `new` writes one trace; use `with_sinks` or `to_file` to record again)")]
     Finished,
+    #[error("this recorder is not a flight recorder")]
+    NotFlight,
+    #[error("not recording: stop without start")]
+    NotRecording,
+    #[error("the flight recorder could not write its dump: {0}")]
+    Dump(TraceError),
     #[error("could not snapshot buffer {buf} ({bytes} bytes) at start")]
     Snapshot {
         buf: BufferId,
@@ -91,6 +100,29 @@ pub struct RecordingBackend<B> {
     registry: Option<Arc<KernelRegistry>>,
     started: AtomicBool,
     hash_syncs: AtomicBool,
+    /// Where the next segment's trace goes, once the current one is stopped.
+    sinks: Mutex<Option<SinkFactory>>,
+    /// Segments begun so far.
+    segments: std::sync::atomic::AtomicU32,
+}
+
+/// Makes the sink of segment `n` (0 for the first) of a recorder that records more than once.
+pub type SinkFactory = Box<dyn FnMut(u32) -> Result<Box<dyn Sink>, RecordError> + Send>;
+
+/// Segment `n`'s file: `path` for the first, then `stem-2.ext`, `stem-3.ext`, ...
+pub fn segment_path(path: &Path, n: u32) -> std::path::PathBuf {
+    if n == 0 {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(e) => format!("{stem}-{}.{}", n + 1, e.to_string_lossy()),
+        None => format!("{stem}-{}", n + 1),
+    };
+    path.with_file_name(name)
 }
 
 /// How long `stop` waits for calls other threads are inside.
@@ -141,13 +173,89 @@ impl<B: GpuBackend> RecordingBackend<B> {
             registry,
             started: AtomicBool::new(false),
             hash_syncs: AtomicBool::new(false),
+            sinks: Mutex::new(None),
+            segments: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
-    /// Wrap `inner`, recording into a file at `path` (created now, written through a map).
+    /// Wrap `inner`; each recording segment (each `start` .. `stop`) writes to the sink
+    /// `sinks` makes for it, so recording can be started and stopped any number of times and
+    /// each segment is a complete trace with its own initial state.
+    pub fn with_sinks(
+        inner: B,
+        mut sinks: SinkFactory,
+        desc: BackendDesc,
+    ) -> Result<Self, RecordError> {
+        let first = sinks(0)?;
+        let rec = Self::new(inner, first, desc)?;
+        *rec.sinks.lock() = Some(sinks);
+        Ok(rec)
+    }
+
+    /// Wrap `inner`, recording into a file at `path` (created now, written through a map, at
+    /// `path.partial` until `stop`). Later segments go to `stem-2.ext`, `stem-3.ext`, ...
     pub fn to_file(inner: B, path: &Path, desc: BackendDesc) -> Result<Self, RecordError> {
-        let sink = MmapSink::create(path)?;
-        Self::new(inner, Box::new(sink), desc)
+        let path = path.to_path_buf();
+        Self::with_sinks(
+            inner,
+            Box::new(move |n| Ok(Box::new(MmapSink::create(&segment_path(&path, n))?))),
+            desc,
+        )
+    }
+
+    /// Wrap `inner` as a flight recorder: recording from now on into memory, keeping the last
+    /// steps and dumping them as a trace into `cfg.dir` when a call fails, a red zone is found
+    /// written, the process panics, SIGUSR1 arrives, or `flight_dump` is called.
+    pub fn flight(inner: B, cfg: FlightConfig, desc: BackendDesc) -> Result<Self, RecordError> {
+        let shared = Arc::new(Mutex::new(flight::FlightShared::new(cfg)));
+        let rec = Self::new(inner, Box::new(flight::FlightSink(shared.clone())), desc)?;
+        rec.st.lock().flight = Some(shared.clone());
+        flight::arm(&shared);
+        rec.start()?;
+        Ok(rec)
+    }
+
+    /// The one line an engine adds: wrap its backend, with what to do read from the
+    /// environment, so recording is turned on without rebuilding.
+    ///
+    /// - `GPUTAPE_RECORD=PATH`: record everything from now on into `PATH` (more segments, if
+    ///   the engine stops and starts the recorder, beside it).
+    /// - `GPUTAPE_FLIGHT=DIR`: arm the flight recorder, dumping into `DIR`
+    ///   (`GPUTAPE_FLIGHT_STEPS`: steps between checkpoints, default 8;
+    ///   `GPUTAPE_FLIGHT_MAX_DUMPS`: default 1).
+    /// - neither: calls pass through, nothing is written (until `start`, which then fails:
+    ///   there is nowhere to write).
+    pub fn from_env(inner: B, desc: BackendDesc) -> Result<Self, RecordError> {
+        if let Some(path) = std::env::var_os("GPUTAPE_RECORD") {
+            let rec = Self::to_file(inner, Path::new(&path), desc)?;
+            rec.start()?;
+            return Ok(rec);
+        }
+        if let Some(dir) = std::env::var_os("GPUTAPE_FLIGHT") {
+            return Self::flight(inner, FlightConfig::from_env(dir), desc);
+        }
+        Self::with_sinks(
+            inner,
+            Box::new(|n| match n {
+                0 => Ok(Box::new(VecSink::default())),
+                _ => Err(RecordError::Finished),
+            }),
+            desc,
+        )
+    }
+
+    /// Write what the flight recorder holds now, as a trace; returns its path.
+    pub fn flight_dump(&self, reason: &str) -> Result<std::path::PathBuf, RecordError> {
+        let f = self.st.lock().flight.clone().ok_or(RecordError::NotFlight)?;
+        let mut f = f.lock();
+        f.dump(reason).map_err(RecordError::Dump)
+    }
+
+    /// The flight recorder's held bytes and calls (memory bound, benchmarks).
+    pub fn flight_held(&self) -> Option<(usize, usize)> {
+        let f = self.st.lock().flight.clone()?;
+        let f = f.lock();
+        Some((f.held_bytes(), f.held_calls()))
     }
 
     pub fn inner(&self) -> &B {
@@ -170,6 +278,31 @@ impl<B: GpuBackend> RecordingBackend<B> {
     pub fn start(&self) -> Result<(), RecordError> {
         if self.started.swap(true, Ordering::AcqRel) {
             return Err(RecordError::AlreadyStarted);
+        }
+        let segment = self.segments.fetch_add(1, Ordering::AcqRel);
+        if self.st.lock().writer.is_none() {
+            // A later segment: its own sink, and everything it names defined again.
+            let made = match self.sinks.lock().as_mut() {
+                Some(make) => make(segment),
+                None => Err(RecordError::Finished),
+            };
+            let writer = made.and_then(|sink| {
+                TraceWriter::new(sink).map_err(|e| {
+                    RecordError::Trace(TraceError::Io {
+                        what: "write header of",
+                        path: "<trace sink>".into(),
+                        source: e,
+                    })
+                })
+            });
+            match writer {
+                Ok(w) => self.st.lock().new_segment(w),
+                Err(e) => {
+                    self.started.store(false, Ordering::Release);
+                    self.segments.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
         }
         // Drain every stream we know of, so the snapshot sees finished results.
         let streams: Vec<u64> = {
@@ -198,24 +331,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         };
         st.emit(&Frame::Header(header));
         // Resources that exist already, in id order so the frames are deterministic.
-        let mut streams: Vec<(StreamId, u64)> = st.streams.iter().map(|(r, i)| (*i, *r)).collect();
-        streams.sort();
-        for (id, raw) in streams {
-            let is_default = raw == st.default_stream;
-            st.emit(&Frame::Adopt(Adopted::Stream { id, is_default }));
-        }
-        let mut events: Vec<EventId> = st.events.values().copied().collect();
-        events.sort();
-        for id in events {
-            st.emit(&Frame::Adopt(Adopted::Event { id }));
-        }
-        let hosts: Vec<(HostId, usize)> = st.hosts.values().copied().collect();
-        for (id, len) in hosts {
-            st.emit(&Frame::Adopt(Adopted::Host {
-                id,
-                bytes: len as u64,
-            }));
-        }
+        self.emit_resources(&mut st);
         let mut kernels: Vec<(KernelId, u64, Option<crate::backend::KernelInfo>)> = st
             .kernels
             .iter()
@@ -250,6 +366,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                     source,
                 })?;
             let data = st.blob(&bytes);
+            st.checkpointed.insert(buf, data);
             let site = st.site(site);
             st.emit(&Frame::Address { buf, addr: p });
             st.emit(&Frame::Initial {
@@ -269,8 +386,6 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// trace; one still running after that is left open in a trace that says it was stopped
     /// (the reader tells "in flight at stop" from "the process died here").
     pub fn stop(&self) -> Result<RecordStats, RecordError> {
-        // A recorder writes one trace: once stopped, it cannot start again.
-        self.started.store(true, Ordering::Release);
         self.on.store(false, Ordering::Release);
         let t0 = std::time::Instant::now();
         let mut st = self.st.lock();
@@ -279,12 +394,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
             std::thread::sleep(std::time::Duration::from_micros(200));
             st = self.st.lock();
         }
-        if st.writer.is_none() {
-            return Err(RecordError::Finished);
+        if st.writer.is_none() || !st.recording {
+            return Err(RecordError::NotRecording);
         }
         st.emit(&Frame::Stop);
         st.recording = false;
         let mut w = st.writer.take().expect("checked");
+        // The next `start` begins a new segment.
+        self.started.store(false, Ordering::Release);
         w.finish().map_err(RecordError::Close)?;
         if let Some(e) = st.write_error.clone() {
             return Err(RecordError::WriteFailed(e));
@@ -293,6 +410,133 @@ impl<B: GpuBackend> RecordingBackend<B> {
             calls: st.seq,
             bytes: w.bytes_written,
         })
+    }
+
+    /// Dump the flight recorder for `reason`, unless it has dumped as often as it may.
+    fn flight_trigger(&self, st: &mut RecState, reason: &str) {
+        let Some(f) = st.flight.clone() else { return };
+        let mut f = f.lock();
+        if f.dumps >= f.cfg.max_dumps {
+            return;
+        }
+        if let Err(e) = f.dump(reason) {
+            tracing::error!("gputape: the flight recorder could not dump ({reason}): {e}");
+        }
+    }
+
+    /// A step boundary in flight mode (`marked`: the engine said so, rather than a host sync):
+    /// every `checkpoint_every` steps, a checkpoint.
+    fn flight_step(&self, marked: bool) {
+        let Some(f) = self.st.lock().flight.clone() else {
+            return;
+        };
+        let due = {
+            let mut f = f.lock();
+            if marked && !f.marked_steps {
+                // From the first marker on, only markers count.
+                f.marked_steps = true;
+                f.steps = 0;
+            }
+            f.steps += 1;
+            f.steps % f.cfg.checkpoint_every == 0
+        };
+        if due {
+            if let Err(e) = self.checkpoint() {
+                tracing::error!("gputape: flight recorder checkpoint failed: {e}");
+            }
+        }
+    }
+
+    /// A checkpoint of device state into the flight store: every stream drained, then each
+    /// live buffer written since the last checkpoint read back (the others keep their blob),
+    /// and a new span of calls begun.
+    fn checkpoint(&self) -> Result<(), RecordError> {
+        let streams: Vec<u64> = {
+            let st = self.st.lock();
+            let mut v: Vec<u64> = st.streams.keys().copied().collect();
+            v.sort();
+            v
+        };
+        for s in std::iter::once(0).chain(streams) {
+            self.inner
+                .synchronize(s)
+                .map_err(|source| RecordError::Drain { stream: s, source })?;
+        }
+        let mut st = self.st.lock();
+        let Some(f) = st.flight.clone() else {
+            return Ok(());
+        };
+        f.lock().begin_checkpoint();
+        self.emit_resources(&mut st);
+        let mut live: Vec<(BufferId, u64, u64, Site)> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none())
+            .map(|(p, b)| (b.id, *p, b.size, b.site))
+            .collect();
+        live.sort();
+        let mut bytes = Vec::new();
+        let mut seen = rustc_hash::FxHashMap::default();
+        for (buf, p, size, site) in live {
+            let kept = st
+                .checkpointed
+                .get(&buf)
+                .copied()
+                .filter(|_| !st.dirty.contains(&buf));
+            let data = match kept {
+                // Unwritten since the last checkpoint: the same blob, named again.
+                Some(id) => {
+                    f.lock().note_blob(id, || unreachable_blob(id));
+                    id
+                }
+                None => {
+                    bytes.clear();
+                    bytes.resize(size as usize, 0);
+                    self.inner
+                        .copy_d2h(DevicePtr(p), &mut bytes)
+                        .map_err(|source| RecordError::Snapshot {
+                            buf,
+                            bytes: size,
+                            source,
+                        })?;
+                    st.blob(&bytes)
+                }
+            };
+            seen.insert(buf, data);
+            let site = st.site(site);
+            st.emit(&Frame::Address { buf, addr: p });
+            st.emit(&Frame::Initial {
+                buf,
+                bytes: size,
+                data,
+                site,
+            });
+        }
+        st.checkpointed = seen;
+        st.dirty.clear();
+        Ok(())
+    }
+
+    /// Adopt frames for the streams, events and pinned regions that exist now.
+    fn emit_resources(&self, st: &mut RecState) {
+        let mut streams: Vec<(StreamId, u64)> = st.streams.iter().map(|(r, i)| (*i, *r)).collect();
+        streams.sort();
+        for (id, raw) in streams {
+            let is_default = raw == st.default_stream;
+            st.emit(&Frame::Adopt(Adopted::Stream { id, is_default }));
+        }
+        let mut events: Vec<EventId> = st.events.values().copied().collect();
+        events.sort();
+        for id in events {
+            st.emit(&Frame::Adopt(Adopted::Event { id }));
+        }
+        let hosts: Vec<(HostId, usize)> = st.hosts.values().copied().collect();
+        for (id, len) in hosts {
+            st.emit(&Frame::Adopt(Adopted::Host {
+                id,
+                bytes: len as u64,
+            }));
+        }
     }
 
     /// Start now, stop when the guard drops.
@@ -307,6 +551,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     fn begin(&self, site: Site, make: impl FnOnce(&mut RecState) -> Call) -> Option<Tok> {
         self.begin_with(site, |st, head| {
             let call = make(st);
+            if st.flight.is_some() {
+                st.note_writes(&call);
+            }
             st.emit_begin(&head.with(&call));
         })
     }
@@ -325,6 +572,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let mut st = self.st.lock();
         if !st.recording {
             return None;
+        }
+        if st.flight.is_some() && flight::SIGNALLED.swap(false, Ordering::Relaxed) {
+            self.flight_trigger(&mut st, "SIGUSR1");
         }
         let seq = st.seq;
         st.seq += 1;
@@ -366,6 +616,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
         st.emit_end(tok.seq, dur_ns, &ret);
+        if let (true, Err(e)) = (st.flight.is_some(), &ret) {
+            let reason = format!("call #{} failed: {}", tok.seq, e.message);
+            self.flight_trigger(&mut st, &reason);
+        }
         if !failed {
             self.settle(&mut st, scope, tok.seq);
             if !matches!(scope, SyncScope::None) && self.hash_syncs.load(Ordering::Relaxed) {
@@ -374,6 +628,17 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         if failed || !matches!(scope, SyncScope::None) {
             st.flush();
+        }
+        // A flight recorder whose engine marks no steps counts host syncs as step ends.
+        let sync_step = !failed
+            && !matches!(scope, SyncScope::None)
+            && st.flight.as_ref().is_some_and(|f| {
+                let f = f.lock();
+                f.cfg.steps_from_syncs && !f.marked_steps
+            });
+        drop(st);
+        if sync_step {
+            self.flight_step(false);
         }
     }
 
@@ -609,6 +874,24 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
+            if st.flight.is_some() {
+                let sizes: Vec<u32> = st
+                    .kernels
+                    .get(&func.0)
+                    .and_then(|k| k.params.as_ref())
+                    .map(|p| p.iter().map(|i| i.size).collect())
+                    .unwrap_or_default();
+                let ptrs: Vec<Option<u64>> = params
+                    .iter()
+                    .zip(&sizes)
+                    .map(|(p, size)| {
+                        // SAFETY: launch's contract: params[i] points at a value of the
+                        // kernel's i-th parameter, `size` bytes.
+                        (*size == 8).then(|| unsafe { (*p as *const u64).read_unaligned() })
+                    })
+                    .collect();
+                st.note_launch_writes(func.0, ptrs.into_iter());
+            }
             let parts = st.launch_parts(Some(func.0));
             let (addrs, layout) = (&parts.addrs, parts.layout);
             let view = LaunchRef {
@@ -646,6 +929,12 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
+            if st.flight.is_some() {
+                st.note_launch_writes(func.0, args.iter().map(|a| match a {
+                    KernelArg::Buffer(p) => Some(p.0),
+                    KernelArg::Bytes(_) => None,
+                }));
+            }
             // Typed arguments say what they are: no layout needed.
             let parts = st.launch_parts(None);
             let addrs = &parts.addrs;
@@ -823,9 +1112,26 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn scan_redzones(&self) -> Result<usize> {
-        plain!(self, Call::ScanRedzones, self.inner.scan_redzones(), |v| {
+        let r = plain!(self, Call::ScanRedzones, self.inner.scan_redzones(), |v| {
             Value::Count(*v as u64)
-        })
+        });
+        if let Ok(n @ 1..) = r {
+            let mut st = self.st.lock();
+            if st.recording && st.flight.is_some() {
+                self.flight_trigger(&mut st, &format!("a red-zone scan found {n} guard band(s) written"));
+            }
+        }
+        r
+    }
+
+    #[track_caller]
+    fn step_boundary(&self, step: u64) {
+        let tok = self.begin(Location::caller(), |_| Call::StepBoundary { step });
+        self.inner.step_boundary(step);
+        self.finish_plain(tok, &Ok(()), unit);
+        if tok_was_flight(self) {
+            self.flight_step(true);
+        }
     }
 
     #[track_caller]
@@ -1187,5 +1493,23 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             Value::Unit
         });
         r
+    }
+}
+
+/// Whether `rec` is a flight recorder that is recording.
+fn tok_was_flight<B: GpuBackend>(rec: &RecordingBackend<B>) -> bool {
+    rec.on.load(Ordering::Relaxed) && rec.st.lock().flight.is_some()
+}
+
+/// A checkpoint names a blob it kept from the last one: the flight store has it, since that
+/// checkpoint's span is still kept. Should it not, an empty blob under the wrong id would be
+/// caught by the reader's hash check rather than replayed.
+fn unreachable_blob(id: BlobId) -> Frame {
+    tracing::error!("gputape: flight recorder lost blob {id} of a kept checkpoint");
+    Frame::Blob {
+        id,
+        len: 0,
+        zstd: false,
+        data: Vec::new(),
     }
 }

@@ -1,10 +1,13 @@
 //! The recorder's bookkeeping: the ledger of live allocations (kept even when not recording),
 //! the raw-handle-to-id maps, and the writer.
 
-use crate::backend::{KernelInfo, ParamInfo, Site};
+use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use super::flight::FlightShared;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::thread::ThreadId;
 
 pub(crate) struct LiveBuf {
@@ -111,6 +114,12 @@ pub(crate) struct RecState {
     pub in_flight: usize,
     /// Said once per recorder: kernels known only by name.
     pub warned_opaque: bool,
+    /// The flight recorder's store, when this recorder is one.
+    pub flight: Option<Arc<Mutex<FlightShared>>>,
+    /// Buffers written since the last checkpoint (flight recorder only).
+    pub dirty: HashSet<BufferId>,
+    /// Each buffer's contents at the last checkpoint.
+    pub checkpointed: HashMap<BufferId, BlobId>,
 }
 
 impl RecState {
@@ -143,6 +152,9 @@ impl RecState {
             default_stream,
             in_flight: 0,
             warned_opaque: false,
+            flight: None,
+            dirty: HashSet::default(),
+            checkpointed: HashMap::default(),
         };
         s.stream_id_quiet(default_stream);
         s
@@ -205,6 +217,53 @@ impl RecState {
         }
     }
 
+    /// Mark what `call` writes as written since the last checkpoint (flight recorder only).
+    pub fn note_writes(&mut self, call: &Call) {
+        if let Call::LaunchGraph { .. } = call {
+            // A graph writes what its nodes write, which this recorder does not keep: count
+            // every buffer as written.
+            let all: Vec<BufferId> = self.bufs.values().map(|b| b.id).collect();
+            self.dirty.extend(all);
+            return;
+        }
+        for b in crate::trace::written_by(call) {
+            self.dirty.insert(b);
+        }
+    }
+
+    /// Mark the buffers a launch of kernel `handle` may write: each pointer argument (`None`
+    /// for the others) that points into a buffer, unless the kernel's layout says it only
+    /// reads it.
+    pub fn note_launch_writes(&mut self, handle: u64, ptrs: impl Iterator<Item = Option<u64>>) {
+        let layout: Vec<ParamAccess> = self
+            .kernels
+            .get(&handle)
+            .and_then(|k| k.params.as_ref())
+            .map(|p| p.iter().map(|i| i.access).collect())
+            .unwrap_or_default();
+        for (i, p) in ptrs.enumerate() {
+            let Some(p) = p else { continue };
+            if matches!(layout.get(i), Some(ParamAccess::Read | ParamAccess::Value)) {
+                continue;
+            }
+            if let DevAddr::Buf { buf, .. } = self.addr(p) {
+                self.dirty.insert(buf);
+            }
+        }
+    }
+
+    /// A new segment starts: what it needs defined is written again, and its calls count from
+    /// zero, so each segment is a trace of its own.
+    pub fn new_segment(&mut self, writer: TraceWriter) {
+        self.writer = Some(writer);
+        self.seq = 0;
+        self.sites.clear();
+        self.blobs.clear();
+        self.modules.clear();
+        self.write_error = None;
+        self.pending.clear();
+    }
+
     fn write_failed(&mut self, e: TraceError) {
         let mut why = e.to_string();
         let mut src = std::error::Error::source(&e);
@@ -262,6 +321,12 @@ impl RecState {
 
     pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
         let id = BlobId::of(bytes);
+        if let (true, Some(f)) = (self.recording, &self.flight) {
+            // Kept by the flight store for as long as a kept span names it.
+            f.lock()
+                .note_blob(id, || crate::trace::blob_frame(id, bytes));
+            return id;
+        }
         if self.recording && self.blobs.insert(id) {
             let f = crate::trace::blob_frame(id, bytes);
             self.emit(&f);

@@ -1709,7 +1709,8 @@ impl Replayer<'_> {
             | Call::KernelRegistry
             | Call::DeviceFreeMemory
             | Call::LiveAllocCount
-            | Call::RedzoneHits => Ok(()),
+            | Call::RedzoneHits
+            | Call::StepBoundary { .. } => Ok(()),
         };
         if let Call::EventSynchronize { .. } = &c.call {
             // The recorded stream of the event is not known here; settle everything pending.

@@ -350,6 +350,10 @@ pub enum Call {
     },
     /// What the last red-zone scan found: returns how many guard bands.
     RedzoneHits,
+    /// The engine says a new step (a decode step, an iteration) begins here.
+    StepBoundary {
+        step: u64,
+    },
 }
 
 impl Call {
@@ -405,6 +409,7 @@ impl Call {
             Call::AllocHostPinned { .. } => K::AllocHostPinned,
             Call::FreeHostPinned { .. } => K::FreeHostPinned,
             Call::RedzoneHits => K::RedzoneHits,
+            Call::StepBoundary { .. } => K::StepBoundary,
         }
     }
 
@@ -467,6 +472,7 @@ impl Call {
                 | Call::DeviceFreeMemory
                 | Call::LiveAllocCount
                 | Call::RedzoneHits
+                | Call::StepBoundary { .. }
         )
     }
 

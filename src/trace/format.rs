@@ -79,6 +79,40 @@ pub struct Cut {
     pub reason: String,
 }
 
+/// What a frame is to a sink that keeps only part of a recording (the flight recorder):
+/// definitions are kept for good, checkpoint frames belong to the checkpoint being taken, call
+/// frames to the span of calls after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameClass {
+    /// Header, sites, modules, kernels, blobs.
+    Definition,
+    /// A checkpoint of device state: initial buffers, their addresses, adopted resources.
+    Checkpoint,
+    /// A call's Begin and End, and what its sync revealed (async results, hashes, findings).
+    Call,
+}
+
+impl FrameClass {
+    fn of(f: &Frame) -> FrameClass {
+        match f {
+            Frame::Header(_)
+            | Frame::Site { .. }
+            | Frame::Blob { .. }
+            | Frame::Module(_)
+            | Frame::Kernel { .. } => FrameClass::Definition,
+            Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
+                FrameClass::Checkpoint
+            }
+            Frame::Begin(_)
+            | Frame::End(_)
+            | Frame::D2HResult { .. }
+            | Frame::Finding(_)
+            | Frame::Stop
+            | Frame::SyncHashes { .. } => FrameClass::Call,
+        }
+    }
+}
+
 /// Where frames go.
 pub trait Sink: Send {
     fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()>;
@@ -89,6 +123,15 @@ pub trait Sink: Send {
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
         self.write_all(header)?;
         self.write_all(payload)
+    }
+    /// Write one frame, knowing what it is. Default: `write_frame`.
+    fn write_classed(
+        &mut self,
+        _class: FrameClass,
+        header: &[u8],
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        self.write_frame(header, payload)
     }
     /// Trim and close.
     fn finish(&mut self) -> std::io::Result<()>;
@@ -311,7 +354,16 @@ impl TraceWriter {
 
     /// Encode and write one frame. Allocation-free once the scratch buffer has grown.
     pub fn write(&mut self, frame: &Frame) -> Result<(), TraceError> {
-        self.write_encoded(frame)
+        let class = FrameClass::of(frame);
+        self.write_with(class, |buf| codec::append(frame, buf))
+    }
+
+    /// Write a frame already encoded (a payload kept by a sink that re-frames it).
+    pub fn write_payload(&mut self, class: FrameClass, payload: &[u8]) -> Result<(), TraceError> {
+        self.write_with(class, |buf| {
+            buf.extend_from_slice(payload);
+            Ok(())
+        })
     }
 
     /// Write a call's Begin frame from a borrowed call (the recorder's hot path).
@@ -319,7 +371,7 @@ impl TraceWriter {
         &mut self,
         begin: &BeginRef<'_, C>,
     ) -> Result<(), TraceError> {
-        self.write_encoded(begin)
+        self.write_with(FrameClass::Call, |buf| codec::append(begin, buf))
     }
 
     /// Write a launch's Begin frame: `head` with `launch` as its call.
@@ -329,7 +381,7 @@ impl TraceWriter {
         head: &BeginRef<'_, ()>,
         launch: &LaunchRef<F>,
     ) -> Result<(), TraceError> {
-        self.write_with(|buf| {
+        self.write_with(FrameClass::Call, |buf| {
             codec::append_launch_begin(head, launch, buf);
             Ok(())
         })
@@ -338,17 +390,14 @@ impl TraceWriter {
     /// Write a call's End frame.
     #[inline]
     pub fn write_end(&mut self, seq: u64, dur_ns: u64, ret: &Ret) -> Result<(), TraceError> {
-        self.write_with(|buf| codec::append_end(seq, dur_ns, ret, buf))
-    }
-
-    fn write_encoded<F: serde::Serialize + ?Sized>(&mut self, frame: &F) -> Result<(), TraceError> {
-        self.write_with(|buf| codec::append(frame, buf))
+        self.write_with(FrameClass::Call, |buf| codec::append_end(seq, dur_ns, ret, buf))
     }
 
     /// Frame the record `encode` appends.
     #[inline]
     fn write_with(
         &mut self,
+        class: FrameClass,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), codec::CodecError>,
     ) -> Result<(), TraceError> {
         let buf = &mut self.buf;
@@ -367,7 +416,7 @@ impl TraceWriter {
         let total = buf.len() as u64;
         let (header, payload) = buf.split_at(FRAME_HEADER_LEN);
         self.sink
-            .write_frame(header, payload)
+            .write_classed(class, header, payload)
             .map_err(|source| TraceError::Io {
                 what: "write",
                 path: PathBuf::from("<trace sink>"),

@@ -14,11 +14,12 @@ mod write;
 pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{
-    partial_path, read_frames, Cut, FrameReader, MmapSink, Sink, TraceError, TraceWriter, VecSink,
+    partial_path, read_frames, Cut, FrameClass, FrameReader, MmapSink, Sink, TraceError, TraceWriter,
+    VecSink,
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
-pub use refs::{refs, Refs};
+pub use refs::{refs, written_by, Refs};
 pub use render::{call_text, render, render_call, summary};
 pub use write::blob_frame;
 

@@ -144,7 +144,73 @@ pub fn refs(call: &Call) -> Refs {
         | Call::BindToThread
         | Call::CreateEvent
         | Call::AllocHostPinned { .. }
-        | Call::RedzoneHits => {}
+        | Call::RedzoneHits
+        | Call::StepBoundary { .. } => {}
     }
     r
+}
+
+/// The buffers `call` may write: copy and memset destinations, and every buffer a launch takes
+/// (a kernel may write any pointer it is given unless its layout says otherwise, which the
+/// recorder checks where it knows the layout).
+pub fn written_by(call: &Call) -> Vec<BufferId> {
+    let mut r = Refs::default();
+    match call {
+        Call::CopyH2D { dst, .. }
+        | Call::CopyD2D { dst, .. }
+        | Call::Memset { dst, .. }
+        | Call::MemsetAsync { dst, .. }
+        | Call::CopyH2DAsync { dst, .. }
+        | Call::CopyH2DAsyncRetained { dst, .. }
+        | Call::CopyD2DAsync { dst, .. }
+        | Call::CopyD2D2DAsync { dst, .. } => r.dev(dst),
+        Call::Launch { args, .. } | Call::LaunchTyped { args, .. } => {
+            for a in args.iter() {
+                if let Arg::Buf(d) = a {
+                    r.dev(d);
+                }
+            }
+        }
+        Call::Alloc { .. }
+        | Call::AllocManaged { .. }
+        | Call::Free { .. }
+        | Call::CopyD2H { .. }
+        | Call::Synchronize { .. }
+        | Call::DefaultStream
+        | Call::Kernel { .. }
+        | Call::OpCache
+        | Call::TotalMemory
+        | Call::FreeMemory
+        | Call::SmCount
+        | Call::SweepUnreleased
+        | Call::LiveBytes
+        | Call::AllocReport { .. }
+        | Call::CopyD2HOnStream { .. }
+        | Call::StreamIsCapturing { .. }
+        | Call::ScanRedzones
+        | Call::PoisonRedzones { .. }
+        | Call::DebugSyncKernels
+        | Call::KernelRegistry
+        | Call::CopyD2HAsync { .. }
+        | Call::BeginCapture { .. }
+        | Call::EndCapture { .. }
+        | Call::LaunchGraph { .. }
+        | Call::DestroyGraph { .. }
+        | Call::AbortCaptureIfActive { .. }
+        | Call::DeviceFreeMemory
+        | Call::LiveAllocCount
+        | Call::CreateStream
+        | Call::BindToThread
+        | Call::CreateEvent
+        | Call::RecordEvent { .. }
+        | Call::StreamWaitEvent { .. }
+        | Call::EventSynchronize { .. }
+        | Call::DestroyEvent { .. }
+        | Call::HostPtrToDevice { .. }
+        | Call::AllocHostPinned { .. }
+        | Call::FreeHostPinned { .. }
+        | Call::RedzoneHits
+        | Call::StepBoundary { .. } => {}
+    }
+    r.bufs
 }

@@ -148,6 +148,7 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
         Call::DeviceFreeMemory => "device_free_memory()".into(),
         Call::LiveAllocCount => "live_alloc_count()".into(),
         Call::RedzoneHits => "redzone_hits()".into(),
+        Call::StepBoundary { step } => format!("---- step {step} ----"),
         Call::CreateStream => "create_stream()".into(),
         Call::BindToThread => "bind_to_thread()".into(),
         Call::CreateEvent => "create_event()".into(),

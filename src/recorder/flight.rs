@@ -1,0 +1,294 @@
+//! The flight recorder: always on, it keeps the last steps of a run in memory and writes them
+//! out as a self-contained trace when something goes wrong.
+//!
+//! It is the recorder with a different sink. Frames are encoded as for a file, then sorted by
+//! what they are (`FrameClass`): definitions (header, sites, modules, kernels) are kept for the
+//! whole run; blobs are kept by content hash for as long as a kept span names them; every
+//! `checkpoint_every` steps a checkpoint of device state is taken (the buffers written since
+//! the last checkpoint are read back, the others keep their blob: weights are read once) and a
+//! new span of calls begins. Two spans are kept, so a dump always holds between one and two
+//! checkpoint intervals of calls, from the older checkpoint on.
+//!
+//! A dump is an ordinary trace: the older checkpoint as its initial state, then the calls since.
+//! Triggers: an error returned by any call (the first one; a dead context fails every later
+//! call), a red-zone scan that found a band written, a panic (the hook `arm_panic_hook`
+//! installs), SIGUSR1 (noticed at the next recorded call), or `RecordingBackend::flight_dump`.
+
+use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+/// How the flight recorder keeps and dumps.
+#[derive(Clone, Debug)]
+pub struct FlightConfig {
+    /// Where dumps go (created if missing).
+    pub dir: PathBuf,
+    /// Steps between checkpoints; a dump holds between this and twice this many steps.
+    pub checkpoint_every: u64,
+    /// Dumps this process writes at most (a dead context makes every later call fail).
+    pub max_dumps: usize,
+    /// Without step boundaries from the engine (`GpuBackend::step_boundary`), a host sync
+    /// counts as the end of a step.
+    pub steps_from_syncs: bool,
+}
+
+impl FlightConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FlightConfig {
+            dir: dir.into(),
+            checkpoint_every: 8,
+            max_dumps: 1,
+            steps_from_syncs: true,
+        }
+    }
+
+    /// `GPUTAPE_FLIGHT_STEPS` and `GPUTAPE_FLIGHT_MAX_DUMPS` over the defaults.
+    pub fn from_env(dir: impl Into<PathBuf>) -> Self {
+        let mut c = Self::new(dir);
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(n) = num("GPUTAPE_FLIGHT_STEPS").filter(|n| *n > 0) {
+            c.checkpoint_every = n;
+        }
+        if let Some(n) = num("GPUTAPE_FLIGHT_MAX_DUMPS") {
+            c.max_dumps = n as usize;
+        }
+        c
+    }
+}
+
+/// A checkpoint's frames and the calls after it, each an encoded frame payload.
+#[derive(Default)]
+struct Span {
+    checkpoint: Vec<Vec<u8>>,
+    calls: Vec<u8>,
+    /// Offsets into `calls` where each payload starts (its length is up to the next).
+    starts: Vec<u32>,
+    first_step: u64,
+}
+
+impl Span {
+    fn push_call(&mut self, payload: &[u8]) {
+        self.starts.push(self.calls.len() as u32);
+        self.calls.extend_from_slice(payload);
+    }
+
+    fn calls(&self) -> impl Iterator<Item = &[u8]> {
+        let ends = self
+            .starts
+            .iter()
+            .skip(1)
+            .map(|e| *e as usize)
+            .chain(std::iter::once(self.calls.len()));
+        self.starts
+            .iter()
+            .zip(ends)
+            .map(|(s, e)| &self.calls[*s as usize..e])
+    }
+}
+
+/// What a dump is made of, shared by the sink, the recorder and the panic hook.
+pub(crate) struct FlightShared {
+    pub cfg: FlightConfig,
+    definitions: Vec<Vec<u8>>,
+    /// Blob payloads (encoded frames) by id, with the span counter that last named each.
+    blobs: HashMap<BlobId, (Vec<u8>, u64)>,
+    spans: VecDeque<Span>,
+    /// Spans begun so far (the newest span's number).
+    span_no: u64,
+    pub dumps: usize,
+    pub steps: u64,
+    /// The engine marks its steps (`step_boundary`): host syncs no longer count as steps.
+    pub marked_steps: bool,
+}
+
+impl FlightShared {
+    pub fn new(cfg: FlightConfig) -> Self {
+        FlightShared {
+            cfg,
+            definitions: Vec::new(),
+            blobs: HashMap::default(),
+            spans: VecDeque::from([Span::default()]),
+            span_no: 0,
+            dumps: 0,
+            steps: 0,
+            marked_steps: false,
+        }
+    }
+
+    /// A new checkpoint begins (its frames follow): the span before the previous one goes,
+    /// with the blobs only it named.
+    pub fn begin_checkpoint(&mut self) {
+        self.span_no += 1;
+        self.spans.push_back(Span {
+            first_step: self.steps,
+            ..Default::default()
+        });
+        if self.spans.len() > 2 {
+            self.spans.pop_front();
+            let oldest = self.span_no - 1;
+            self.blobs.retain(|_, (_, last)| *last >= oldest);
+        }
+    }
+
+    /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new).
+    pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
+        let no = self.span_no;
+        match self.blobs.get_mut(&id) {
+            Some(e) => e.1 = no,
+            None => {
+                let mut payload = Vec::new();
+                if crate::trace::codec::append(&frame(), &mut payload).is_ok() {
+                    self.blobs.insert(id, (payload, no));
+                }
+            }
+        }
+    }
+
+    /// Bytes held (payloads), for the memory bound.
+    pub fn held_bytes(&self) -> usize {
+        self.definitions.iter().map(Vec::len).sum::<usize>()
+            + self.blobs.values().map(|(p, _)| p.len()).sum::<usize>()
+            + self
+                .spans
+                .iter()
+                .map(|s| s.calls.len() + s.checkpoint.iter().map(Vec::len).sum::<usize>())
+                .sum::<usize>()
+    }
+
+    /// Calls held in the kept spans.
+    pub fn held_calls(&self) -> usize {
+        self.spans.iter().map(|s| s.starts.len()).sum::<usize>() / 2
+    }
+
+    /// Write the kept spans as a trace to a new file in the dump directory.
+    pub fn dump(&mut self, reason: &str) -> Result<PathBuf, TraceError> {
+        let io = |what, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| TraceError::Io { what, path, source }
+        };
+        std::fs::create_dir_all(&self.cfg.dir).map_err(io("create the directory of", &self.cfg.dir))?;
+        self.dumps += 1;
+        let path = self.cfg.dir.join(format!(
+            "gputape-flight-{}-{}.gtape",
+            std::process::id(),
+            self.dumps
+        ));
+        let sink = crate::trace::MmapSink::create(&path)?;
+        let mut w = TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
+        for d in &self.definitions {
+            w.write_payload(FrameClass::Definition, d)?;
+        }
+        let oldest = self.span_no + 1 - self.spans.len() as u64;
+        for (p, last) in self.blobs.values() {
+            if *last >= oldest {
+                w.write_payload(FrameClass::Definition, p)?;
+            }
+        }
+        if let Some(first) = self.spans.front() {
+            for c in &first.checkpoint {
+                w.write_payload(FrameClass::Checkpoint, c)?;
+            }
+        }
+        for s in &self.spans {
+            for c in s.calls() {
+                w.write_payload(FrameClass::Call, c)?;
+            }
+        }
+        w.write(&crate::trace::Frame::Stop)?;
+        w.finish().map_err(io("finish", &path))?;
+        tracing::warn!(
+            "gputape: flight recorder dumped {} calls (steps {}..) to {} ({reason})",
+            self.held_calls(),
+            self.spans.front().map_or(0, |s| s.first_step),
+            path.display()
+        );
+        Ok(path)
+    }
+}
+
+/// The sink a flight recorder's writer writes into: frames sorted by class into the shared
+/// state. Never fails: memory is the only store.
+pub(crate) struct FlightSink(pub Arc<Mutex<FlightShared>>);
+
+impl Sink for FlightSink {
+    fn write_all(&mut self, _bytes: &[u8]) -> std::io::Result<()> {
+        // The file header: a dump writes its own.
+        Ok(())
+    }
+
+    fn write_classed(
+        &mut self,
+        class: FrameClass,
+        _header: &[u8],
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        let mut f = self.0.lock();
+        match class {
+            FrameClass::Definition => f.definitions.push(payload.to_vec()),
+            FrameClass::Checkpoint => {
+                if let Some(s) = f.spans.back_mut() {
+                    s.checkpoint.push(payload.to_vec());
+                }
+            }
+            FrameClass::Call => {
+                if let Some(s) = f.spans.back_mut() {
+                    s.push_call(payload);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Flight recorders alive in this process, for the panic hook.
+static ARMED: Mutex<Vec<Weak<Mutex<FlightShared>>>> = Mutex::new(Vec::new());
+static HOOKED: AtomicBool = AtomicBool::new(false);
+/// Set by SIGUSR1; the next recorded call dumps.
+pub(crate) static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+/// Remember `f` for the panic hook, and install the hook (once): a panic anywhere in the
+/// process dumps every armed flight recorder before the previous hook runs.
+pub(crate) fn arm(f: &Arc<Mutex<FlightShared>>) {
+    ARMED.lock().push(Arc::downgrade(f));
+    if HOOKED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let reason = format!("panic: {info}");
+        for w in ARMED.lock().iter() {
+            if let Some(f) = w.upgrade() {
+                // A panic while the recorder's own lock is held cannot dump; skip rather
+                // than deadlock.
+                if let Some(mut f) = f.try_lock() {
+                    if f.dumps < f.cfg.max_dumps {
+                        let _ = f.dump(&reason);
+                    }
+                }
+            }
+        }
+        previous(info);
+    }));
+    extern "C" fn on_usr1(_: libc::c_int) {
+        SIGNALLED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGUSR1,
+            on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+}
