@@ -56,13 +56,21 @@ enum Cmd {
         /// (say 268435456) runs into unmapped memory and faults with an illegal address.
         #[arg(long, default_value_t = 16)]
         fault_overrun: u32,
+        /// Run behind the flight recorder, which keeps the last steps in memory and writes
+        /// them into this directory as a trace if a call fails (GPUTAPE_FLIGHT_STEPS: steps
+        /// between checkpoints, default 8).
+        #[arg(long)]
+        flight: Option<PathBuf>,
     },
     /// Record decode step K of the built-in model (mid-run start: the trace begins with a
     /// snapshot of device memory), or one of the small built-in workloads.
     Record {
         /// Record this decode step of the model.
-        #[arg(long, conflicts_with = "workload")]
+        #[arg(long, conflicts_with_all = ["workload", "steps"])]
         step: Option<usize>,
+        /// Record consecutive decode steps A..B (B exclusive) into one trace.
+        #[arg(long, value_parser = parse_range, conflicts_with = "workload")]
+        steps: Option<(u64, u64)>,
         /// Model size for --step: `default` or `tiny` (the same default as `demo`, so step K
         /// is the same step in both).
         #[arg(long, default_value = DEFAULT_CONFIG)]
@@ -121,8 +129,12 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Mock)]
         on: Backend,
         /// Replay only calls A..B (the calls before A still run, to rebuild the state).
-        #[arg(long, value_parser = parse_range)]
+        #[arg(long, value_parser = parse_range, conflicts_with = "steps")]
         range: Option<(u64, u64)>,
+        /// Replay only steps A..B, as the engine marked them (`step_boundary`); the calls
+        /// before still run, to rebuild the state.
+        #[arg(long, value_parser = parse_range)]
+        steps: Option<(u64, u64)>,
         /// Stop after call N.
         #[arg(long)]
         stop_at: Option<u64>,
@@ -453,14 +465,17 @@ fn run() -> Result<Exit> {
             config,
             fault_step,
             fault_overrun,
+            flight,
         } => done(demo(
             backend,
             steps,
             &config,
             fault_plan(fault_step, fault_overrun),
+            flight.as_deref(),
         )),
         Cmd::Record {
             step,
+            steps,
             config,
             fault_step,
             fault_overrun,
@@ -470,12 +485,17 @@ fn run() -> Result<Exit> {
             output,
         } => {
             HASH_SYNCS.store(hash_syncs, std::sync::atomic::Ordering::Relaxed);
-            if step.is_none() && workload.is_none() {
+            let steps = match (step, steps) {
+                (Some(k), _) => Some((k, k + 1)),
+                (None, Some((a, b))) => Some((a as usize, b.min(1 << 20) as usize)),
+                (None, None) => None,
+            };
+            if steps.is_none() && workload.is_none() {
                 anyhow::bail!(
-                    "say what to record: --step K (a decode step of the built-in model) or --workload NAME"
+                    "say what to record: --step K or --steps A..B (decode steps of the built-in model), or --workload NAME"
                 );
             }
-            done(match (step, workload) {
+            done(match (steps, workload) {
                 (Some(k), _) => record_step(
                     backend,
                     k,
@@ -520,6 +540,7 @@ fn run() -> Result<Exit> {
             trace,
             on,
             range,
+            steps,
             stop_at,
             loops,
             as_graph,
@@ -534,6 +555,10 @@ fn run() -> Result<Exit> {
             no_isolate,
             child_report,
         } => {
+            let range = match steps {
+                Some(s) => Some(step_range(&gputape::trace::Trace::open(&trace)?, s)?),
+                None => range,
+            };
             let opts = gputape::replayer::ReplayOptions {
                 range,
                 stop_at,
@@ -810,6 +835,36 @@ fn write_out(p: &Path, bytes: &[u8]) -> Result<bool> {
     std::fs::rename(&tmp, p)
         .map_err(|e| anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), p.display()))?;
     Ok(true)
+}
+
+/// The calls of steps `a..b` (as the engine marked them): from step a's boundary to step b's,
+/// or to the end.
+fn step_range(t: &gputape::trace::Trace, (a, b): (u64, u64)) -> Result<(u64, u64)> {
+    let marks: Vec<(u64, u64)> = t
+        .calls
+        .iter()
+        .filter_map(|c| match c.call {
+            gputape::trace::Call::StepBoundary { step } => Some((step, c.seq)),
+            _ => None,
+        })
+        .collect();
+    anyhow::ensure!(
+        !marks.is_empty(),
+        "the trace marks no steps (its engine never called step_boundary): use --range A..B"
+    );
+    let start = marks.iter().find(|(s, _)| *s == a).map(|(_, q)| *q);
+    let start = start.ok_or_else(|| {
+        anyhow::anyhow!(
+            "step {a} is not in the trace: it holds steps {}..={}",
+            marks[0].0,
+            marks[marks.len() - 1].0
+        )
+    })?;
+    let end = marks
+        .iter()
+        .find(|(s, _)| *s >= b)
+        .map_or(u64::MAX, |(_, q)| *q);
+    Ok((start, end))
 }
 
 /// A `--range` that starts past the trace's last call is a usage error, not an empty answer.
@@ -1154,6 +1209,34 @@ fn demo(
     steps: usize,
     config: &str,
     fault: Option<gputape::model::FaultPlan>,
+    flight: Option<&Path>,
+) -> Result<()> {
+    if let Some(dir) = flight {
+        let cfg = gputape::recorder::FlightConfig::from_env(dir);
+        use gputape::recorder::RecordingBackend as R;
+        return match backend {
+            Backend::Mock => {
+                let m = gputape::mock::MockGpuBackend::default();
+                gputape::model::kernels::register_mock(&m);
+                let rec = R::flight(m, cfg, gputape::recorder::BackendDesc::new("mock"))?;
+                demo_on(&rec, backend, steps, config, fault)
+            }
+            Backend::Cuda => {
+                let rec = R::flight(cuda_model_backend(fault.is_some())?, cfg, cuda_desc())?;
+                demo_on(&rec, backend, steps, config, fault)
+            }
+        };
+    }
+    let g = model_backend(backend, fault.is_some())?;
+    demo_on(g.as_ref(), backend, steps, config, fault)
+}
+
+fn demo_on(
+    gpu: &(dyn GpuBackend + 'static),
+    backend: Backend,
+    steps: usize,
+    config: &str,
+    fault: Option<gputape::model::FaultPlan>,
 ) -> Result<()> {
     let fault_step = fault.map(|f| f.step);
     let cfg = model_config(config)?;
@@ -1163,8 +1246,6 @@ fn demo(
         cfg.name,
         cfg.max_seq
     );
-    let g = model_backend(backend, fault_step.is_some())?;
-    let gpu: &dyn GpuBackend = g.as_ref();
     let mut model = gputape::model::Model::load(gpu, cfg.clone())?;
     model.fault = fault;
     println!(
@@ -1206,7 +1287,7 @@ fn demo(
     if let Err(e) = &result {
         println!("step {} failed: {e:#}", model.step_index);
     }
-    let tokens = result.unwrap_or_default();
+    let tokens = result.as_ref().cloned().unwrap_or_default();
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     if !times.is_empty() {
         println!(
@@ -1219,7 +1300,18 @@ per-step median {:.3} ms (min {:.3}, max {:.3}) over {} steps",
             times.len()
         );
     }
-    model.teardown(gpu)?;
+    match (model.teardown(gpu), result.is_err()) {
+        (Ok(()), _) => {}
+        // After a fault the context may be gone, and teardown with it: say so once.
+        (Err(e), true) => {
+            let first = format!("{e:#}");
+            println!(
+                "teardown after the fault failed too: {}",
+                first.split(": ").next().unwrap_or(&first)
+            );
+        }
+        (Err(e), false) => return Err(e),
+    }
     let swept = gpu.sweep_unreleased();
     println!("teardown: {swept} allocation(s) left for the sweep");
     if fault_step.is_some() && backend == Backend::Cuda && fault_seen.is_none() {
@@ -1230,19 +1322,22 @@ per-step median {:.3} ms (min {:.3}, max {:.3}) over {} steps",
 
 fn record_step(
     backend: Backend,
-    k: usize,
+    steps: (usize, usize),
     config: &str,
     fault: Option<gputape::model::FaultPlan>,
     out: &Path,
 ) -> Result<()> {
     let cfg = model_config(config)?;
+    let (first, end) = steps;
     anyhow::ensure!(
-        k < cfg.max_seq,
-        "--step {k} is past the {} model's last position ({}): its KV cache holds {} positions",
+        end <= cfg.max_seq,
+        "step {} is past the {} model's last position ({}): its KV cache holds {} positions",
+        end - 1,
         cfg.name,
         cfg.max_seq - 1,
         cfg.max_seq
     );
+    anyhow::ensure!(first < end, "no steps in {first}..{end}");
     match backend {
         Backend::Mock => {
             let m = gputape::mock::MockGpuBackend::default();
@@ -1252,20 +1347,23 @@ fn record_step(
                 out,
                 gputape::recorder::BackendDesc::new("mock"),
             )?;
-            record_step_on(&rec, cfg, k, fault, out)
+            record_steps_on(&rec, cfg, steps, fault, out)
         }
         Backend::Cuda => {
             let g = cuda_model_backend(fault.is_some())?;
             let rec = gputape::recorder::RecordingBackend::to_file(g, out, cuda_desc())?;
-            record_step_on(&rec, cfg, k, fault, out)
+            record_steps_on(&rec, cfg, steps, fault, out)
         }
     }
 }
 
-fn record_step_on<B: GpuBackend + 'static>(
+/// Run the model up to `steps.1`, recording steps `steps.0..steps.1` (the trace starts with a
+/// snapshot of device memory at step `steps.0`, and the weights are stored once however many
+/// steps it holds).
+fn record_steps_on<B: GpuBackend + 'static>(
     rec: &gputape::recorder::RecordingBackend<B>,
     cfg: gputape::model::ModelConfig,
-    k: usize,
+    (first, end): (usize, usize),
     fault: Option<gputape::model::FaultPlan>,
     out: &Path,
 ) -> Result<()> {
@@ -1274,29 +1372,36 @@ fn record_step_on<B: GpuBackend + 'static>(
     let mut model = gputape::model::Model::load(gpu, cfg)?;
     model.fault = fault;
     let mut token = gputape::model::PROMPT[0];
-    for pos in 0..=k {
-        if pos == k {
+    let what = if end == first + 1 {
+        format!("step {first}")
+    } else {
+        format!("steps {first}..{end}")
+    };
+    for pos in 0..end {
+        if pos == first {
             rec.start()?;
         }
         let r = model.step(gpu, token, pos);
-        if pos == k {
+        let last = pos + 1 == end || r.is_err();
+        if pos >= first {
+            match &r {
+                Err(e) => println!("step {pos} failed (recorded): {e:#}"),
+                Ok(t) => println!("step {pos} produced token {t}"),
+            }
+        }
+        if last {
             // Red zones are read while still recording, so the violation is in the trace.
-            let scanned = gpu.scan_redzones();
+            if let Ok(bad @ 1..) = gpu.scan_redzones() {
+                println!("red-zone scan found {bad} violation(s)");
+            }
             let stopped = rec.stop();
             if let Ok(stats) = &stopped {
                 println!(
-                    "recorded step {k}: {} calls, {} bytes -> {}",
+                    "recorded {what}: {} calls, {} bytes -> {}",
                     stats.calls,
                     stats.bytes,
                     out.display()
                 );
-            }
-            match (&r, scanned) {
-                (Err(e), _) => println!("step {k} failed (recorded): {e:#}"),
-                (Ok(t), Ok(bad)) if bad > 0 => {
-                    println!("step {k} produced token {t}; red-zone scan found {bad} violation(s)")
-                }
-                (Ok(t), _) => println!("step {k} produced token {t}"),
             }
             if r.is_err() {
                 // After a recorded fault the device may be gone; the trace is what matters.
@@ -1310,8 +1415,8 @@ fn record_step_on<B: GpuBackend + 'static>(
                 stopped?;
                 return Ok(());
             }
-            // The step ran whatever became of the recording; a recording that stopped early
-            // is this command's failure, said after the step's own result.
+            // The steps ran whatever became of the recording; a recording that stopped early
+            // is this command's failure, said after the steps' own results.
             stopped.map_err(|e| anyhow::anyhow!("{e} -> {}", out.display()))?;
             break;
         }

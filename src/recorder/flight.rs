@@ -170,7 +170,8 @@ impl FlightShared {
             let path = path.to_path_buf();
             move |source| TraceError::Io { what, path, source }
         };
-        std::fs::create_dir_all(&self.cfg.dir).map_err(io("create the directory of", &self.cfg.dir))?;
+        std::fs::create_dir_all(&self.cfg.dir)
+            .map_err(io("create the directory of", &self.cfg.dir))?;
         self.dumps += 1;
         let path = self.cfg.dir.join(format!(
             "gputape-flight-{}-{}.gtape",

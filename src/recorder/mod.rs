@@ -246,7 +246,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     /// Write what the flight recorder holds now, as a trace; returns its path.
     pub fn flight_dump(&self, reason: &str) -> Result<std::path::PathBuf, RecordError> {
-        let f = self.st.lock().flight.clone().ok_or(RecordError::NotFlight)?;
+        let f = self
+            .st
+            .lock()
+            .flight
+            .clone()
+            .ok_or(RecordError::NotFlight)?;
         let mut f = f.lock();
         f.dump(reason).map_err(RecordError::Dump)
     }
@@ -930,10 +935,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
             if st.flight.is_some() {
-                st.note_launch_writes(func.0, args.iter().map(|a| match a {
-                    KernelArg::Buffer(p) => Some(p.0),
-                    KernelArg::Bytes(_) => None,
-                }));
+                st.note_launch_writes(
+                    func.0,
+                    args.iter().map(|a| match a {
+                        KernelArg::Buffer(p) => Some(p.0),
+                        KernelArg::Bytes(_) => None,
+                    }),
+                );
             }
             // Typed arguments say what they are: no layout needed.
             let parts = st.launch_parts(None);
@@ -1118,7 +1126,10 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         if let Ok(n @ 1..) = r {
             let mut st = self.st.lock();
             if st.recording && st.flight.is_some() {
-                self.flight_trigger(&mut st, &format!("a red-zone scan found {n} guard band(s) written"));
+                self.flight_trigger(
+                    &mut st,
+                    &format!("a red-zone scan found {n} guard band(s) written"),
+                );
             }
         }
         r

@@ -1,11 +1,11 @@
 //! The recorder's bookkeeping: the ledger of live allocations (kept even when not recording),
 //! the raw-handle-to-id maps, and the writer.
 
+use super::flight::FlightShared;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use super::flight::FlightShared;
 use parking_lot::Mutex;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::ThreadId;

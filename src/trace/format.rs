@@ -390,7 +390,9 @@ impl TraceWriter {
     /// Write a call's End frame.
     #[inline]
     pub fn write_end(&mut self, seq: u64, dur_ns: u64, ret: &Ret) -> Result<(), TraceError> {
-        self.write_with(FrameClass::Call, |buf| codec::append_end(seq, dur_ns, ret, buf))
+        self.write_with(FrameClass::Call, |buf| {
+            codec::append_end(seq, dur_ns, ret, buf)
+        })
     }
 
     /// Frame the record `encode` appends.

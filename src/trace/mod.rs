@@ -14,9 +14,8 @@ mod write;
 pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{
-    partial_path, read_frames, Cut, FrameClass, FrameReader, MmapSink, Sink, TraceError, TraceWriter,
-    VecSink,
-    FILE_HEADER_LEN, FRAME_HEADER_LEN,
+    partial_path, read_frames, Cut, FrameClass, FrameReader, MmapSink, Sink, TraceError,
+    TraceWriter, VecSink, FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
 pub use refs::{refs, written_by, Refs};
