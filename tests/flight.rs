@@ -125,8 +125,8 @@ fn an_explicit_dump_holds_the_last_steps_and_replays_clean() {
 
 #[test]
 fn a_rearmed_recorder_records_three_complete_segments() {
-    let bufs: std::sync::Arc<parking_lot::Mutex<Vec<std::sync::Arc<parking_lot::Mutex<Vec<u8>>>>>> =
-        Default::default();
+    type Shared = std::sync::Arc<parking_lot::Mutex<Vec<u8>>>;
+    let bufs: std::sync::Arc<parking_lot::Mutex<Vec<Shared>>> = Default::default();
     let made = bufs.clone();
     let rec = RecordingBackend::with_sinks(
         mock(),
