@@ -5,7 +5,7 @@
 
 use gputape::backend::{GpuBackend, KernelArg, ParamAccess, ParamInfo};
 use gputape::mock::MockGpuBackend;
-use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::recorder::{BackendDesc, FlightConfig, RecordingBackend};
 use gputape::trace::{self, Frame, MmapSink, Sink, TraceWriter};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -182,6 +182,29 @@ fn main() {
         (allocs_event as f64 - bare_event_allocs as f64 * ROUNDS as f64) / calls
     );
     println!("trace: {} calls, {} bytes", stats.calls, stats.bytes);
+
+    // ---- the flight recorder: same call, always-on mode, a step boundary per round ----
+    {
+        let mut cfg = FlightConfig::new(dir.join("flight"));
+        cfg.checkpoint_every = 8;
+        let fr = RecordingBackend::flight(mock(), cfg, BackendDesc::new("mock")).unwrap();
+        let fs = setup(&fr);
+        launch6(&fr, &fs);
+        let (mut fb, mut fl) = (vec![], vec![]);
+        for r in 0..ROUNDS {
+            fb.push(per_call_ns(&mut || launch6(&bare, &bs)));
+            fl.push(per_call_ns(&mut || launch6(&fr, &fs)));
+            // A step per round: checkpoints every 8, so the kept spans rotate as in a run.
+            fr.step_boundary(r as u64);
+        }
+        let (held, calls) = fr.flight_held().unwrap();
+        let (b, f) = (median(fb), median(fl));
+        println!(
+            "| flight recorder, launch_typed 6 args | {b:.0} | {f:.0} | {:.0} | held {calls} calls in {held} bytes: {:.1} bytes/call |",
+            f - b,
+            held as f64 / calls.max(1) as f64
+        );
+    }
 
     // ---- where the time goes: one Begin frame's encode alone ----
     {

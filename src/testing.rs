@@ -32,6 +32,8 @@
 //! `cargo insta review` walks through them, and an accepted snapshot is the new contract. Call
 //! sites appear as file only (lines are masked), so editing an unrelated line never moves one.
 
+#![warn(missing_docs)]
+
 use crate::analysis::{self, CaptureQuery, Sections};
 use crate::backend::GpuBackend;
 use crate::recorder::{BackendDesc, RecordError, RecordingBackend};
@@ -44,8 +46,10 @@ use std::sync::Arc;
 /// Why a harness could not give a recording back.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
+    /// The recorder could not start or stop.
     #[error("recording failed: {0}")]
     Record(#[from] RecordError),
+    /// The recorded bytes did not read back as a trace.
     #[error("the in-memory trace does not read back: {0}")]
     Trace(#[from] TraceError),
 }
@@ -59,6 +63,8 @@ pub struct Harness<B> {
 }
 
 impl<B: GpuBackend + 'static> Harness<B> {
+    /// Put `inner` under a recorder that keeps its trace in memory; nothing is recorded until
+    /// `record`.
     pub fn new(inner: B) -> Self {
         let sink = VecSink::default();
         let buf = sink.0.clone();
@@ -89,10 +95,15 @@ impl<B: GpuBackend + 'static> Harness<B> {
 /// A broken rule: the call that broke it and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    /// The rule broken (`no-host-sync`, `capturable/...`, ...).
     pub rule: String,
+    /// The call's sequence number in the trace.
     pub seq: u64,
+    /// The call's kind (`alloc`, `launch`, ...).
     pub call: String,
+    /// Where the recorded program made the call (`file:line:col`).
     pub site: String,
+    /// What the call did that the rule forbids.
     pub detail: String,
 }
 
@@ -125,6 +136,7 @@ fn fail(v: Result<(), Vec<Violation>>) {
 
 /// A recorded trace, with renderings and rules for tests.
 pub struct Recording {
+    /// The trace, as read back from the recorder's bytes.
     pub trace: Trace,
 }
 
@@ -303,36 +315,43 @@ impl Recording {
         }
     }
 
+    /// Panic, listing every violation, unless [`Self::check_no_host_sync`] passes.
     #[track_caller]
     pub fn assert_no_host_sync(&self) {
         fail(self.check_no_host_sync())
     }
 
+    /// Panic, listing every violation, unless [`Self::check_no_device_alloc`] passes.
     #[track_caller]
     pub fn assert_no_device_alloc(&self) {
         fail(self.check_no_device_alloc())
     }
 
+    /// Panic, listing every violation, unless [`Self::check_no_pageable_async_copy`] passes.
     #[track_caller]
     pub fn assert_no_pageable_async_copy(&self) {
         fail(self.check_no_pageable_async_copy())
     }
 
+    /// Panic, listing every violation, unless [`Self::check_capturable`] passes.
     #[track_caller]
     pub fn assert_capturable(&self, q: CaptureQuery) {
         fail(self.check_capturable(q))
     }
 
+    /// Panic, listing every violation, unless [`Self::check_no_race`] passes.
     #[track_caller]
     pub fn assert_no_race(&self) {
         fail(self.check_no_race())
     }
 
+    /// Panic, listing every violation, unless [`Self::check_no_leak`] passes.
     #[track_caller]
     pub fn assert_no_leak(&self) {
         fail(self.check_no_leak())
     }
 
+    /// Panic, listing every violation, unless [`Self::check_at_most_launches`] passes.
     #[track_caller]
     pub fn assert_at_most_launches(&self, n: usize) {
         fail(self.check_at_most_launches(n))

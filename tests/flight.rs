@@ -171,3 +171,50 @@ fn a_rearmed_recorder_records_three_complete_segments() {
     }
     m.teardown(gpu).unwrap();
 }
+
+/// Run as a child of `a_panic_and_sigusr1_each_dump`: a flight recorder over some steps, then
+/// the trigger named by GPUTAPE_FLIGHT_CHILD.
+#[test]
+fn flight_child() {
+    let Ok(how) = std::env::var("GPUTAPE_FLIGHT_CHILD") else {
+        return;
+    };
+    let dir = std::env::var("GPUTAPE_FLIGHT_CHILD_DIR").unwrap();
+    let rec =
+        RecordingBackend::flight(mock(), FlightConfig::new(dir), BackendDesc::new("mock")).unwrap();
+    let gpu: &dyn GpuBackend = &rec;
+    let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
+    model::generate(gpu, &mut m, 12, |_, _, _| {}).unwrap();
+    match how.as_str() {
+        "panic" => panic!("the engine gave up"),
+        _ => {
+            // SAFETY: raising a signal at this process; the flight recorder's handler only
+            // sets a flag.
+            unsafe { libc::raise(libc::SIGUSR1) };
+            // The next recorded call notices it.
+            let _ = gpu.alloc(16).unwrap();
+        }
+    }
+}
+
+/// A panic anywhere in the engine, and SIGUSR1, each leave a dump that replays clean.
+#[test]
+fn a_panic_and_sigusr1_each_dump() {
+    for how in ["panic", "sigusr1"] {
+        let dir = scratch(how);
+        let o = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "flight_child", "--nocapture"])
+            .env("GPUTAPE_FLIGHT_CHILD", how)
+            .env("GPUTAPE_FLIGHT_CHILD_DIR", &dir)
+            .output()
+            .unwrap();
+        let d = dumps(&dir);
+        assert_eq!(d.len(), 1, "{how}: {}", String::from_utf8_lossy(&o.stderr));
+        let t = Trace::open(&d[0]).unwrap();
+        let r = Replayer::new(&t)
+            .run(&mock(), &ReplayOptions::default(), None, |_| {})
+            .unwrap();
+        assert!(r.passed() && r.d2h_checked > 0, "{how}: {}", r.summary());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -37,6 +37,8 @@ pub struct FlightConfig {
 }
 
 impl FlightConfig {
+    /// Dump into `dir` (created if missing), a checkpoint every 8 steps, at most one dump, and
+    /// host syncs taken as step ends.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         FlightConfig {
             dir: dir.into(),

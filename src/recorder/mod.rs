@@ -7,6 +7,8 @@
 //! handle maps are kept, so `start()` can snapshot a running engine's memory and later calls
 //! can name every buffer.
 
+#![warn(missing_docs)]
+
 mod flight;
 mod state;
 
@@ -26,35 +28,52 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// Why the recorder could not start, stop, or write its trace.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// `start` was called while a recording segment was already running.
     #[error("recording already started")]
     AlreadyStarted,
+    /// `start` was called for a new segment, but there is no sink to write it to.
     #[error("no destination for another recording segment (a recorder made with `new` writes one trace; use `with_sinks` or `to_file` to record again)")]
     Finished,
+    /// A flight recorder operation was asked of a recorder that is not one.
     #[error("this recorder is not a flight recorder")]
     NotFlight,
+    /// `stop` was called with no recording running.
     #[error("not recording: stop without start")]
     NotRecording,
+    /// The flight recorder could not write its dump.
     #[error("the flight recorder could not write its dump: {0}")]
     Dump(TraceError),
+    /// A live buffer could not be read back for the initial state (or a flight checkpoint).
     #[error("could not snapshot buffer {buf} ({bytes} bytes) at start")]
     Snapshot {
+        /// The buffer that could not be read.
         buf: BufferId,
+        /// Its size, in bytes.
         bytes: u64,
+        /// The wrapped backend's error.
         #[source]
         source: anyhow::Error,
     },
+    /// A stream could not be synchronised before the snapshot of device memory.
     #[error("could not synchronise stream {stream} before the snapshot")]
     Drain {
+        /// The wrapped backend's handle of the stream (0: the legacy default stream).
         stream: u64,
+        /// The wrapped backend's error.
         #[source]
         source: anyhow::Error,
     },
+    /// The trace could not be created or written.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// Writing the trace failed while recording: recording stopped at that call (the message says
+    /// which); the calls before it are kept.
     #[error("{0}")]
     WriteFailed(String),
+    /// The trace could not be finished and closed at `stop`.
     #[error("could not close the trace: {0}")]
     Close(std::io::Error),
 }
@@ -62,13 +81,18 @@ pub enum RecordError {
 /// What the trace's header says about the backend being recorded.
 #[derive(Clone, Debug)]
 pub struct BackendDesc {
+    /// Which backend was recorded (`cuda`, `mock`, ...), as the header names it.
     pub kind: String,
+    /// Which device of the host was recorded (its ordinal, 0 for the first).
     pub device_ordinal: u32,
+    /// The device's name as the driver reports it, when known.
     pub device_name: Option<String>,
+    /// The driver version as CUDA reports it (12040 for 12.4), when known.
     pub driver_version: Option<i32>,
 }
 
 impl BackendDesc {
+    /// A backend of kind `kind` on device 0, with no name or driver version.
     pub fn new(kind: &str) -> Self {
         BackendDesc {
             kind: kind.to_string(),
@@ -82,10 +106,14 @@ impl BackendDesc {
 /// What a stopped recording wrote.
 #[derive(Clone, Debug)]
 pub struct RecordStats {
+    /// Calls recorded in the segment (their seqs run from 0 to `calls - 1`).
     pub calls: u64,
+    /// Size of the trace written, in bytes, its file header included.
     pub bytes: u64,
 }
 
+/// Wraps a backend: forwards every call to it unchanged and, while recording, writes each call and
+/// its result into a trace.
 pub struct RecordingBackend<B> {
     inner: B,
     on: AtomicBool,
@@ -263,6 +291,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         Some((f.held_bytes(), f.held_calls()))
     }
 
+    /// The wrapped backend. Calls made on it directly are not recorded.
     pub fn inner(&self) -> &B {
         &self.inner
     }
@@ -274,6 +303,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         self.hash_syncs.store(on, Ordering::Relaxed);
     }
 
+    /// Whether calls are being recorded now (between `start` and `stop`).
     pub fn is_recording(&self) -> bool {
         self.on.load(Ordering::Acquire)
     }
@@ -757,6 +787,8 @@ pub struct RecordGuard<'a, B: GpuBackend> {
 }
 
 impl<B: GpuBackend> RecordGuard<'_, B> {
+    /// Stop the recording now and return what it wrote; dropping the guard stops it too, but can
+    /// only log an error.
     pub fn stop(self) -> Result<RecordStats, RecordError> {
         let r = self.rec.stop();
         std::mem::forget(self);

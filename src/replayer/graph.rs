@@ -67,6 +67,7 @@ fn median(ms: &[f64]) -> f64 {
 /// The result of a graph replay.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GraphReport {
+    /// How the replayed range was split into graphs and eager calls, and which calls broke it up.
     pub plan: SegmentPlan,
     /// Wall time of each launch of the whole step (graphs plus the eager calls between them).
     pub loop_ms: Vec<f64>,
@@ -74,14 +75,19 @@ pub struct GraphReport {
     /// issued eagerly. Separates what graphs buy from the eager calls around them (uploads,
     /// readbacks), which cost the same either way.
     pub graphs_only_ms: Vec<f64>,
+    /// The same captured calls issued eagerly, each run followed by a sync, in milliseconds: what
+    /// `graphs_only_ms` is compared with.
     pub captured_eager_ms: Vec<f64>,
     /// The whole step replayed eagerly in the same process right after (filled by the caller
     /// that wants the ratio, as `replay --as-graph --loop N` does): the host's speed drifts
     /// between processes, so a ratio across two runs can be off by a fifth.
     #[serde(default)]
     pub eager_step_ms: Vec<f64>,
+    /// Device-to-host results compared with the recording, over all launches of the step.
     pub d2h_checked: u64,
+    /// How many of the checked device-to-host results matched the recording.
     pub d2h_matched: u64,
+    /// The first device-to-host result that differed: the call's seq, the buffer and the byte.
     pub first_mismatch: Option<String>,
 }
 
@@ -128,6 +134,8 @@ impl GraphReport {
         ))
     }
 
+    /// A short human summary of the plan and the checks (stable: no times), for snapshots and the
+    /// CLI.
     pub fn summary(&self) -> String {
         let mut s = format!(
             "{} segment(s): {} graph(s), {} eager; {} call(s) keep the range from being one graph\n",

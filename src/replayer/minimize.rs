@@ -17,6 +17,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 /// What makes two replays "the same fault".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultSignature {
+    /// The driver error code the replay reported (`None`: a fault without one, such as a red-zone
+    /// hit).
     pub code: Option<u32>,
     /// The kernel that raised it, when the replay could tell.
     pub kernel: Option<String>,
@@ -51,21 +53,29 @@ pub fn signature(r: &ReplayReport) -> Option<(FaultSignature, Option<Culprit>)> 
     ))
 }
 
+/// Why `minimize` could not shrink a trace.
 #[derive(Debug, thiserror::Error)]
 pub enum MinimizeError {
+    /// The trace records no fault, so there is nothing to keep.
     #[error("the trace records no fault to keep (no call failed with a device error, no red zone was found written)")]
     NoFault,
+    /// The whole trace's replay does not reproduce its recorded fault on this backend; the text
+    /// says what it did instead.
     #[error("the trace's fault does not reproduce on this backend, so there is nothing to keep while shrinking: {0}")]
     NotReproduced(String),
+    /// A candidate trace could not be written.
     #[error("a candidate trace could not be written: {0}")]
     Write(#[from] TraceError),
+    /// The oracle could not run a candidate (an error, not a fault that failed to reproduce).
     #[error("an attempt failed to run: {0:#}")]
     Attempt(anyhow::Error),
 }
 
 /// What `minimize` made.
 pub struct Minimized {
+    /// The smallest trace found that still reproduces the fault, its calls renumbered from 0.
     pub trace: Trace,
+    /// The fault it reproduces, as the replay of the whole trace reported it.
     pub signature: FaultSignature,
     /// Replays run, the first (of the whole trace) included.
     pub attempts: usize,

@@ -6,6 +6,8 @@
 //! (buffer, offset) becomes an address of the new allocation, and the calls are issued in
 //! recorded order.
 
+#![warn(missing_docs)]
+
 mod graph;
 mod minimize;
 mod pointers;
@@ -26,47 +28,92 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
+/// Why a replay could not run (or go on): the trace asks for something this backend or this replay
+/// cannot give.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    /// The backend has no kernel the trace launches.
     #[error("trace needs kernel {module}::{name} (k{id}), which the replay backend cannot provide: {cause}")]
     Kernel {
+        /// The kernel's id in the trace (`k{id}`).
         id: u32,
+        /// The name of the module the kernel belongs to.
         module: String,
+        /// The kernel's name within its module.
         name: String,
+        /// The backend's error, rendered.
         cause: String,
     },
+    /// Building the replay's state (loading modules, creating the recorded resources, restoring
+    /// initial contents) failed.
     #[error("setting up the replay failed at {what}: {cause}")]
-    Setup { what: String, cause: String },
+    Setup {
+        /// The step that failed (`loading module m`, `allocating buf3`, ...).
+        what: String,
+        /// The backend's error, rendered.
+        cause: String,
+    },
+    /// A call names a buffer, stream or event that the trace never defines.
     #[error("call #{seq} ({kind}) refers to {what}, which the trace never defines")]
     Dangling {
+        /// The call's sequence number.
         seq: u64,
+        /// The call's kind (`launch`, `copy_d2h`, ...).
         kind: &'static str,
+        /// The resource it names, as an id (`buf3`, ...).
         what: String,
     },
+    /// The trace names a blob of data that it does not hold.
     #[error("the trace is missing blob {0}")]
     MissingBlob(BlobId),
+    /// A call asks for more host memory than the replay may allocate for one call.
     #[error("call #{seq} ({what}) asks for {bytes} bytes of host memory, more than the replay's limit of {limit} (--max-memory)")]
     TooLarge {
+        /// The call's sequence number.
         seq: u64,
+        /// The call's kind (`copy_d2h`, ...).
         what: &'static str,
+        /// Host memory asked for, in bytes.
         bytes: u64,
+        /// The most one call may ask for, in bytes (`Replayer::with_max_memory`).
         limit: u64,
     },
+    /// A buffer's recorded initial contents are larger than the buffer itself.
     #[error("{buf}'s initial contents are {have} bytes, more than its {bytes}: the trace contradicts itself")]
     InitialTooBig {
+        /// The buffer.
         buf: BufferId,
+        /// Size of its recorded initial contents, in bytes.
         have: u64,
+        /// The buffer's recorded size, in bytes.
         bytes: u64,
     },
+    /// A call the replay cannot issue faithfully (an address it cannot remap, an out-of-range host
+    /// offset, ...).
     #[error("call #{seq} at {site}: {msg}")]
-    Unsupported { seq: u64, site: String, msg: String },
+    Unsupported {
+        /// The call's sequence number.
+        seq: u64,
+        /// Where the recorded program made the call (`file:line:col`).
+        site: String,
+        /// What the replay cannot do with it.
+        msg: String,
+    },
+    /// A buffer holds a device address that would dangle at the replay's addresses; the replay
+    /// refuses rather than run with it.
     #[error("{holder} holds the device address of {target} (byte {offset}{}), recorded at {recorded:#x}; the replay put {target} at {replayed:#x}, so the pointer would dangle. Replay with fixed addresses (`--fixed-addresses`, CUDA) to put buffers where they were recorded", .seq.map(|s| format!(", written by call #{s}")).unwrap_or_else(|| ", in the initial snapshot".into()))]
     HiddenPointer {
+        /// The buffer whose contents hold the address.
         holder: BufferId,
+        /// Where in the holder the address lies, in bytes from its start.
         offset: u64,
+        /// The buffer the address points into.
         target: BufferId,
+        /// The call that wrote the address (`None`: it was in the initial snapshot).
         seq: Option<u64>,
+        /// The target's address when recorded.
         recorded: u64,
+        /// The target's address in this replay.
         replayed: u64,
     },
 }
@@ -110,28 +157,43 @@ impl Default for ReplayOptions {
 /// The first place a replay's results part from the recording.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Divergence {
+    /// The call at which the results first differ (its seq).
     pub seq: u64,
+    /// Where the recorded program made the call (`file:line:col`).
     pub site: String,
+    /// The call's kind (`copy_d2h`, ...).
     pub call: String,
+    /// The buffer whose contents differ, when the call read one.
     pub buffer: Option<String>,
+    /// The first byte that differs, counted from the start of the buffer.
     pub byte_offset: Option<u64>,
     /// The last kernel launched before this call with the buffer among its arguments.
     pub last_writer: Option<String>,
+    /// What differs (the recorded and replayed byte, or how the call failed).
     pub detail: String,
 }
 
 /// A recorded failure and what the replay did at the same call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultReport {
+    /// The call at which the recording saw the fault (its seq).
     pub seq: u64,
+    /// Where the recorded program made the call (`file:line:col`).
     pub site: String,
+    /// The call's kind (`launch`, `synchronize`, ...).
     pub call: String,
+    /// The kernel the call launched (`module::name`), when it is a launch.
     pub kernel: Option<String>,
+    /// What the call returned when recorded: the driver error's name and code, a message,
+    /// `success`, or that it never returned.
     pub recorded: String,
+    /// The driver error code recorded, when there was one.
     pub recorded_code: Option<u32>,
     /// `None`: the call succeeded on replay.
     pub replayed: Option<String>,
+    /// The driver error code the replay got, when there was one.
     pub replayed_code: Option<u32>,
+    /// Whether the replay raised the recorded fault.
     pub reproduced: bool,
     /// The replayed call that reported it, when that is not `seq` (an asynchronous fault
     /// shows at the first call that waits, which may differ between recording and replay).
@@ -149,8 +211,11 @@ pub struct FaultReport {
 /// The launch a replay found raising a fault, and what it is known to have touched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Culprit {
+    /// The call that launched the kernel (its seq).
     pub seq: u64,
+    /// The kernel launched (`module::name`).
     pub kernel: String,
+    /// Where the recorded program launched it (`file:line:col`).
     pub site: String,
     /// For a node of a recorded graph: the graph and the call that launched it.
     pub graph: Option<String>,
@@ -190,13 +255,21 @@ impl Culprit {
     }
 }
 
+/// What a replay did and how its results compared with the recording's.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ReplayReport {
+    /// Calls issued in the replayed range, counted in the first loop only.
     pub calls: u64,
+    /// How many times the trace was replayed.
     pub loops: usize,
+    /// Device-to-host results compared with the recording, over all loops.
     pub d2h_checked: u64,
+    /// How many of the checked device-to-host results matched the recording.
     pub d2h_matched: u64,
+    /// The first call whose results differ from the recording's, if any.
     pub divergence: Option<Divergence>,
+    /// Each recorded fault and what the replay did at it, and each fault the replay raised where
+    /// the recording had none (first loop).
     pub faults: Vec<FaultReport>,
     /// Wall time of the replayed range, per loop, in milliseconds.
     pub loop_ms: Vec<f64>,
@@ -357,7 +430,9 @@ pub(crate) struct State {
 /// CUDA backend does it with the driver's virtual memory management.
 pub type Placer<'a> = &'a dyn Fn(u64, usize) -> anyhow::Result<DevicePtr>;
 
+/// Replays one trace on a backend, as often as asked, checking its results against the recording.
 pub struct Replayer<'t> {
+    /// The trace being replayed.
     pub trace: &'t Trace,
     placer: Option<Placer<'t>>,
     hidden: Vec<HiddenPointer>,
@@ -375,6 +450,8 @@ fn err_code(e: &anyhow::Error) -> Option<u32> {
 }
 
 impl<'t> Replayer<'t> {
+    /// A replayer for `trace`: its hidden pointers, fault windows and graph captures found up
+    /// front, buffers at fresh addresses, and the default host memory limit.
     pub fn new(trace: &'t Trace) -> Self {
         Replayer {
             trace,

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 pub struct HiddenPointer {
     /// The buffer whose contents hold the address, and where.
     pub holder: BufferId,
+    /// Where in the holder the address lies, in bytes from its start.
     pub offset: u64,
     /// The buffer it points into.
     pub target: BufferId,

@@ -28,14 +28,19 @@ pub enum WindowKind {
 /// The calls that may have raised the fault recorded at `observed`: `start..=observed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultWindow {
+    /// The first call (seq) that may have raised it: the one after the last host sync (or red-zone
+    /// scan) that succeeded before it.
     pub start: u64,
+    /// The call at which the recording saw the fault (its seq).
     pub observed: u64,
+    /// Whether a call returned an error or a red-zone scan found a band written.
     pub kind: WindowKind,
     /// The recorded driver code (errors only).
     pub code: Option<u32>,
 }
 
 impl FaultWindow {
+    /// Whether call `seq` lies in the window, both ends included.
     pub fn contains(&self, seq: u64) -> bool {
         (self.start..=self.observed).contains(&seq)
     }
