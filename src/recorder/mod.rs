@@ -301,6 +301,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// at which a buffer went wrong.
     pub fn hash_at_syncs(&self, on: bool) {
         self.hash_syncs.store(on, Ordering::Relaxed);
+        self.st.lock().hash_writes = on;
     }
 
     /// Whether calls are being recorded now (between `start` and `stop`).
@@ -586,8 +587,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
     fn begin(&self, site: Site, make: impl FnOnce(&mut RecState) -> Call) -> Option<Tok> {
         self.begin_with(site, |st, head| {
             let call = make(st);
-            if st.flight.is_some() {
-                st.note_writes(&call);
+            if st.tracks_writes() {
+                st.note_writes(head.seq, &call);
             }
             st.emit_begin(&head.with(&call));
         })
@@ -648,6 +649,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         };
         let Some(tok) = tok else { return };
         st.in_flight = st.in_flight.saturating_sub(1);
+        st.in_flight_writes.remove(&tok.seq);
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
         st.emit_end(tok.seq, dur_ns, &ret);
@@ -686,12 +688,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
     }
 
-    /// Hash every live device buffer (not host aliases) after sync `seq`.
+    /// Hash every live device buffer (not host aliases) after sync `seq`, but those another
+    /// stream or another thread may still be writing: their bytes now are not the ones a
+    /// replay, issuing the calls in order, sees here.
     fn hash_buffers(&self, st: &mut RecState, seq: u64) {
         let mut live: Vec<(BufferId, u64, u64)> = st
             .bufs
             .iter()
-            .filter(|(_, b)| b.alias_of.is_none())
+            .filter(|(_, b)| b.alias_of.is_none() && !st.unsettled(b.id, seq))
             .map(|(p, b)| (b.id, *p, b.size))
             .collect();
         live.sort();
@@ -718,6 +722,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 None => return,
             },
         };
+        if st.hash_writes {
+            let s = st.stream(stream);
+            st.settled(s);
+        }
         let mut keep = Vec::new();
         for p in std::mem::take(&mut st.pending) {
             if p.stream != stream {
@@ -911,7 +919,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
-            if st.flight.is_some() {
+            if st.tracks_writes() {
                 let sizes: Vec<u32> = st
                     .kernels
                     .get(&func.0)
@@ -927,7 +935,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                         (*size == 8).then(|| unsafe { (*p as *const u64).read_unaligned() })
                     })
                     .collect();
-                st.note_launch_writes(func.0, ptrs.into_iter());
+                st.note_launch_writes(head.seq, func.0, stream, ptrs.into_iter());
             }
             let parts = st.launch_parts(Some(func.0));
             let (addrs, layout) = (&parts.addrs, parts.layout);
@@ -966,14 +974,12 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
-            if st.flight.is_some() {
-                st.note_launch_writes(
-                    func.0,
-                    args.iter().map(|a| match a {
-                        KernelArg::Buffer(p) => Some(p.0),
-                        KernelArg::Bytes(_) => None,
-                    }),
-                );
+            if st.tracks_writes() {
+                let ptrs = args.iter().map(|a| match a {
+                    KernelArg::Buffer(p) => Some(p.0),
+                    KernelArg::Bytes(_) => None,
+                });
+                st.note_launch_writes(head.seq, func.0, stream, ptrs);
             }
             // Typed arguments say what they are: no layout needed.
             let parts = st.launch_parts(None);

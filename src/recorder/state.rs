@@ -120,6 +120,15 @@ pub(crate) struct RecState {
     pub dirty: HashSet<BufferId>,
     /// Each buffer's contents at the last checkpoint.
     pub checkpointed: HashMap<BufferId, BlobId>,
+    /// Hashes at syncs are on: writes are tracked so a sync hashes only settled buffers.
+    pub hash_writes: bool,
+    /// Buffers with device work writing them on a stream not synchronised since (by stream).
+    pub unsettled: HashMap<BufferId, Vec<StreamRef>>,
+    /// What calls still running (another thread's, say) write, by seq.
+    pub in_flight_writes: HashMap<u64, Vec<BufferId>>,
+    /// The latest call that wrote each buffer: one begun after a sync (on another thread)
+    /// may have written before the sync's hashes are taken.
+    pub last_write: HashMap<BufferId, u64>,
 }
 
 impl RecState {
@@ -155,6 +164,10 @@ impl RecState {
             flight: None,
             dirty: HashSet::default(),
             checkpointed: HashMap::default(),
+            hash_writes: false,
+            unsettled: HashMap::default(),
+            in_flight_writes: HashMap::default(),
+            last_write: HashMap::default(),
         };
         s.stream_id_quiet(default_stream);
         s
@@ -218,38 +231,90 @@ impl RecState {
     }
 
     /// Mark what `call` writes as written since the last checkpoint (flight recorder only).
-    pub fn note_writes(&mut self, call: &Call) {
-        if let Call::LaunchGraph { .. } = call {
+    pub fn note_writes(&mut self, seq: u64, call: &Call) {
+        let written = match call {
             // A graph writes what its nodes write, which this recorder does not keep: count
             // every buffer as written.
-            let all: Vec<BufferId> = self.bufs.values().map(|b| b.id).collect();
-            self.dirty.extend(all);
-            return;
+            Call::LaunchGraph { .. } => self.bufs.values().map(|b| b.id).collect(),
+            _ => crate::trace::written_by(call),
+        };
+        // A synchronous call has finished its writes when it returns; async work has not
+        // until its stream is synchronised.
+        let stream = (!call.is_host_sync()).then(|| call.work_stream()).flatten();
+        self.wrote(seq, stream, written);
+    }
+
+    /// Buffers written by call `seq`, whose device work runs on `stream` (`None`: done when
+    /// the call returns).
+    fn wrote(&mut self, seq: u64, stream: Option<StreamRef>, bufs: Vec<BufferId>) {
+        if self.hash_writes {
+            if let Some(s) = stream {
+                for b in &bufs {
+                    let v = self.unsettled.entry(*b).or_default();
+                    if !v.contains(&s) {
+                        v.push(s);
+                    }
+                }
+            }
+            for b in &bufs {
+                self.last_write.insert(*b, seq);
+            }
+            self.in_flight_writes.insert(seq, bufs.clone());
         }
-        for b in crate::trace::written_by(call) {
-            self.dirty.insert(b);
+        if self.flight.is_some() {
+            self.dirty.extend(bufs);
         }
+    }
+
+    /// Whether writes need tracking (flight checkpoints, or hashes at syncs).
+    pub fn tracks_writes(&self) -> bool {
+        self.flight.is_some() || self.hash_writes
+    }
+
+    /// Stream `s` was synchronised: its writes have landed.
+    pub fn settled(&mut self, s: StreamRef) {
+        self.unsettled.retain(|_, v| {
+            v.retain(|x| *x != s);
+            !v.is_empty()
+        });
+    }
+
+    /// Whether buffer `b`'s bytes at the sync `at` are not what the calls before `at` left:
+    /// written by unsynchronised work, by a call that has not returned, or by a call begun
+    /// after the sync.
+    pub fn unsettled(&self, b: BufferId, at: u64) -> bool {
+        self.unsettled.contains_key(&b)
+            || self.last_write.get(&b).is_some_and(|w| *w > at)
+            || self.in_flight_writes.values().any(|v| v.contains(&b))
     }
 
     /// Mark the buffers a launch of kernel `handle` may write: each pointer argument (`None`
     /// for the others) that points into a buffer, unless the kernel's layout says it only
     /// reads it.
-    pub fn note_launch_writes(&mut self, handle: u64, ptrs: impl Iterator<Item = Option<u64>>) {
+    pub fn note_launch_writes(
+        &mut self,
+        seq: u64,
+        handle: u64,
+        stream: StreamRef,
+        ptrs: impl Iterator<Item = Option<u64>>,
+    ) {
         let layout: Vec<ParamAccess> = self
             .kernels
             .get(&handle)
             .and_then(|k| k.params.as_ref())
             .map(|p| p.iter().map(|i| i.access).collect())
             .unwrap_or_default();
+        let mut written = Vec::new();
         for (i, p) in ptrs.enumerate() {
             let Some(p) = p else { continue };
             if matches!(layout.get(i), Some(ParamAccess::Read | ParamAccess::Value)) {
                 continue;
             }
             if let DevAddr::Buf { buf, .. } = self.addr(p) {
-                self.dirty.insert(buf);
+                written.push(buf);
             }
         }
+        self.wrote(seq, Some(stream), written);
     }
 
     /// A new segment starts: what it needs defined is written again, and its calls count from
