@@ -121,7 +121,18 @@ const PLANTED: Option<FaultPlan> = Some(FaultPlan {
 /// blocking token readback, and the error still names the kernel that raised it.
 #[test]
 fn the_planted_fault_is_recorded_at_the_next_blocking_copy() {
-    let (bytes, r) = record_step(4, PLANTED);
+    let (t, failed) = the_one_failure(record_step(4, PLANTED));
+    assert!(matches!(failed.call, Call::CopyD2H { len: 4, .. }));
+    let err = failed.ret.as_ref().unwrap().as_ref().unwrap_err();
+    assert!(err.message.contains("silu_mul"), "{}", err.message);
+    let _ = t;
+}
+
+/// A recorded faulting step: its error names silu_mul, and exactly one call failed, with an
+/// illegal address.
+fn the_one_failure(
+    (bytes, r): (Vec<u8>, anyhow::Result<u32>),
+) -> (Trace, gputape::trace::CallRecord) {
     let e = r.unwrap_err();
     assert!(format!("{e:#}").contains("silu_mul"), "{e:#}");
     let t = Trace::from_bytes(Path::new("fault"), &bytes).unwrap();
@@ -129,12 +140,13 @@ fn the_planted_fault_is_recorded_at_the_next_blocking_copy() {
         .calls
         .iter()
         .filter(|c| matches!(c.ret, Some(Err(_))))
+        .cloned()
         .collect();
     assert_eq!(failed.len(), 1);
     let err = failed[0].ret.as_ref().unwrap().as_ref().unwrap_err();
     assert_eq!(err.code, Some(700));
-    assert!(matches!(failed[0].call, Call::CopyD2H { len: 4, .. }));
-    assert!(err.message.contains("silu_mul"), "{}", err.message);
+    let f = failed[0].clone();
+    (t, f)
 }
 
 #[test]
@@ -144,20 +156,9 @@ fn the_planted_fault_is_recorded_at_its_kernel_with_debug_sync() {
         ..Default::default()
     });
     model::kernels::register_mock(&m);
-    let (bytes, r) = record_step_on(m, 4, PLANTED);
-    let e = r.unwrap_err();
-    assert!(format!("{e:#}").contains("silu_mul"), "{e:#}");
-    let t = Trace::from_bytes(Path::new("fault"), &bytes).unwrap();
-    let failed: Vec<_> = t
-        .calls
-        .iter()
-        .filter(|c| matches!(c.ret, Some(Err(_))))
-        .collect();
-    assert_eq!(failed.len(), 1);
-    let err = failed[0].ret.as_ref().unwrap().as_ref().unwrap_err();
-    assert_eq!(err.code, Some(700));
-    assert!(t.site(failed[0].site).starts_with("src/model/mod.rs:"));
-    let Call::LaunchTyped { kernel, .. } = &failed[0].call else {
+    let (t, failed) = the_one_failure(record_step_on(m, 4, PLANTED));
+    assert!(t.site(failed.site).starts_with("src/model/mod.rs:"));
+    let Call::LaunchTyped { kernel, .. } = &failed.call else {
         panic!("the failing call is a launch");
     };
     assert_eq!(t.kernels[kernel].name, "silu_mul");

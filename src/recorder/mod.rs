@@ -340,18 +340,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 }
             }
         }
-        // Drain every stream we know of, so the snapshot sees finished results.
-        let streams: Vec<u64> = {
-            let st = self.st.lock();
-            let mut v: Vec<u64> = st.streams.keys().copied().collect();
-            v.sort();
-            v
-        };
-        for s in std::iter::once(0).chain(streams) {
-            self.inner
-                .synchronize(s)
-                .map_err(|source| RecordError::Drain { stream: s, source })?;
-        }
+        self.drain()?;
         let mut st = self.st.lock();
         st.recording = true;
         let header = TraceHeader {
@@ -487,17 +476,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// live buffer written since the last checkpoint read back (the others keep their blob),
     /// and a new span of calls begun.
     fn checkpoint(&self) -> Result<(), RecordError> {
-        let streams: Vec<u64> = {
-            let st = self.st.lock();
-            let mut v: Vec<u64> = st.streams.keys().copied().collect();
-            v.sort();
-            v
-        };
-        for s in std::iter::once(0).chain(streams) {
-            self.inner
-                .synchronize(s)
-                .map_err(|source| RecordError::Drain { stream: s, source })?;
-        }
+        self.drain()?;
         let mut st = self.st.lock();
         let Some(f) = st.flight.clone() else {
             return Ok(());
@@ -550,6 +529,23 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         st.checkpointed = seen;
         st.dirty.clear();
+        Ok(())
+    }
+
+    /// Wait for every stream this recorder knows (the legacy one too), so a snapshot of device
+    /// memory sees finished results.
+    fn drain(&self) -> Result<(), RecordError> {
+        let streams: Vec<u64> = {
+            let st = self.st.lock();
+            let mut v: Vec<u64> = st.streams.keys().copied().collect();
+            v.sort();
+            v
+        };
+        for s in std::iter::once(0).chain(streams) {
+            self.inner
+                .synchronize(s)
+                .map_err(|source| RecordError::Drain { stream: s, source })?;
+        }
         Ok(())
     }
 
