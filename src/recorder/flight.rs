@@ -150,6 +150,11 @@ impl FlightShared {
         }
     }
 
+    /// The call payloads of the span being recorded now.
+    pub fn current_calls(&self) -> impl Iterator<Item = &[u8]> {
+        self.spans.back().into_iter().flat_map(|s| s.calls())
+    }
+
     /// Bytes held (payloads), for the memory bound.
     pub fn held_bytes(&self) -> usize {
         self.definitions.iter().map(Vec::len).sum::<usize>()
@@ -218,6 +223,11 @@ impl FlightShared {
 pub(crate) struct FlightSink(pub Arc<Mutex<FlightShared>>);
 
 impl Sink for FlightSink {
+    /// Payloads only: a dump frames them again, checksums and all.
+    fn checksums(&self) -> bool {
+        false
+    }
+
     fn write_all(&mut self, _bytes: &[u8]) -> std::io::Result<()> {
         // The file header: a dump writes its own.
         Ok(())

@@ -481,6 +481,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let Some(f) = st.flight.clone() else {
             return Ok(());
         };
+        // What the span's calls wrote, read off their frames now rather than on every call.
+        st.dirty_from_span(&f.lock());
         f.lock().begin_checkpoint();
         self.emit_resources(&mut st);
         let mut live: Vec<(BufferId, u64, u64, Site)> = st

@@ -241,34 +241,67 @@ impl RecState {
         // A synchronous call has finished its writes when it returns; async work has not
         // until its stream is synchronised.
         let stream = (!call.is_host_sync()).then(|| call.work_stream()).flatten();
-        self.wrote(seq, stream, written);
+        self.wrote(seq, stream, &written);
     }
 
     /// Buffers written by call `seq`, whose device work runs on `stream` (`None`: done when
     /// the call returns).
-    fn wrote(&mut self, seq: u64, stream: Option<StreamRef>, bufs: Vec<BufferId>) {
+    fn wrote(&mut self, seq: u64, stream: Option<StreamRef>, bufs: &[BufferId]) {
         if self.hash_writes {
             if let Some(s) = stream {
-                for b in &bufs {
+                for b in bufs {
                     let v = self.unsettled.entry(*b).or_default();
                     if !v.contains(&s) {
                         v.push(s);
                     }
                 }
             }
-            for b in &bufs {
+            for b in bufs {
                 self.last_write.insert(*b, seq);
             }
-            self.in_flight_writes.insert(seq, bufs.clone());
-        }
-        if self.flight.is_some() {
-            self.dirty.extend(bufs);
+            self.in_flight_writes.insert(seq, bufs.to_vec());
         }
     }
 
-    /// Whether writes need tracking (flight checkpoints, or hashes at syncs).
+    /// Whether calls' writes are tracked as they are recorded (for hashes at syncs). The
+    /// flight recorder does not pay for it per call: a checkpoint reads the writes off the
+    /// span's frames (`dirty_from_span`).
     pub fn tracks_writes(&self) -> bool {
-        self.flight.is_some() || self.hash_writes
+        self.hash_writes
+    }
+
+    /// The buffers the calls of the flight recorder's current span may have written, read off
+    /// their Begin frames: copy and memset destinations, a launch's pointer arguments its
+    /// layout does not call read-only, everything for a graph launch.
+    pub fn dirty_from_span(&mut self, f: &FlightShared) {
+        let layouts: HashMap<KernelId, &[ParamInfo]> = self
+            .kernels
+            .values()
+            .filter_map(|k| Some((k.id, k.params.as_deref()?)))
+            .collect();
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for payload in f.current_calls() {
+            let Ok(Frame::Begin(b)) = crate::trace::codec::decode(payload) else {
+                continue;
+            };
+            match &b.call {
+                Call::LaunchGraph { .. } => dirty.extend(self.bufs.values().map(|x| x.id)),
+                Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
+                    let layout = layouts.get(kernel).copied().unwrap_or(&[]);
+                    for (i, a) in args.iter().enumerate() {
+                        let read_only = matches!(
+                            layout.get(i).map(|p| p.access),
+                            Some(ParamAccess::Read | ParamAccess::Value)
+                        );
+                        if let (Arg::Buf(DevAddr::Buf { buf, .. }), false) = (a, read_only) {
+                            dirty.insert(*buf);
+                        }
+                    }
+                }
+                other => dirty.extend(crate::trace::written_by(other)),
+            }
+        }
+        self.dirty = dirty;
     }
 
     /// Stream `s` was synchronised: its writes have landed.
@@ -298,23 +331,21 @@ impl RecState {
         stream: StreamRef,
         ptrs: impl Iterator<Item = Option<u64>>,
     ) {
-        let layout: Vec<ParamAccess> = self
-            .kernels
-            .get(&handle)
-            .and_then(|k| k.params.as_ref())
-            .map(|p| p.iter().map(|i| i.access).collect())
-            .unwrap_or_default();
-        let mut written = Vec::new();
-        for (i, p) in ptrs.enumerate() {
-            let Some(p) = p else { continue };
-            if matches!(layout.get(i), Some(ParamAccess::Read | ParamAccess::Value)) {
-                continue;
-            }
-            if let DevAddr::Buf { buf, .. } = self.addr(p) {
-                written.push(buf);
-            }
-        }
-        self.wrote(seq, Some(stream), written);
+        let params = self.kernels.get(&handle).and_then(|k| k.params.as_deref());
+        let written: smallvec::SmallVec<[BufferId; 8]> = ptrs
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let access = params.and_then(|l| l.get(i)).map(|x| x.access);
+                if matches!(access, Some(ParamAccess::Read | ParamAccess::Value)) {
+                    return None;
+                }
+                match self.addr(p?) {
+                    DevAddr::Buf { buf, .. } => Some(buf),
+                    _ => None,
+                }
+            })
+            .collect();
+        self.wrote(seq, Some(stream), &written);
     }
 
     /// A new segment starts: what it needs defined is written again, and its calls count from

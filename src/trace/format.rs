@@ -124,6 +124,12 @@ pub trait Sink: Send {
         self.write_all(header)?;
         self.write_all(payload)
     }
+    /// Whether the frames written here must carry their checksums (they are kept as they
+    /// are). A sink that keeps payloads only and writes them out again through a writer of its
+    /// own says no, and the writer skips computing them.
+    fn checksums(&self) -> bool {
+        true
+    }
     /// Write one frame, knowing what it is. Default: `write_frame`.
     fn write_classed(
         &mut self,
@@ -335,10 +341,14 @@ pub struct TraceWriter {
     buf: Vec<u8>,
     next_seq: u64,
     pub bytes_written: u64,
+    /// The sink keeps frames as they are (a file): they carry their checksums. A sink that
+    /// re-frames what it keeps (the flight recorder's) does not need them computed.
+    checksummed: bool,
 }
 
 impl TraceWriter {
     pub fn new(mut sink: Box<dyn Sink>) -> std::io::Result<Self> {
+        let checksummed = sink.checksums();
         let mut head = [0u8; FILE_HEADER_LEN];
         head[..8].copy_from_slice(&MAGIC);
         head[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -349,6 +359,7 @@ impl TraceWriter {
             buf: Vec::with_capacity(SCRATCH),
             next_seq: 0,
             bytes_written: FILE_HEADER_LEN as u64,
+            checksummed,
         })
     }
 
@@ -411,10 +422,12 @@ impl TraceWriter {
         let seq = self.next_seq;
         buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         buf[4..12].copy_from_slice(&seq.to_le_bytes());
-        let hcrc = super::crc::crc32c(&buf[0..12]);
-        buf[12..16].copy_from_slice(&hcrc.to_le_bytes());
-        let crc = super::crc::crc32c(&buf[FRAME_HEADER_LEN..]);
-        buf[16..20].copy_from_slice(&crc.to_le_bytes());
+        if self.checksummed {
+            let hcrc = super::crc::crc32c(&buf[0..12]);
+            buf[12..16].copy_from_slice(&hcrc.to_le_bytes());
+            let crc = super::crc::crc32c(&buf[FRAME_HEADER_LEN..]);
+            buf[16..20].copy_from_slice(&crc.to_le_bytes());
+        }
         let total = buf.len() as u64;
         let (header, payload) = buf.split_at(FRAME_HEADER_LEN);
         self.sink
