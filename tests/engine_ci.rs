@@ -277,3 +277,40 @@ fn each_rule_fails_naming_the_call_and_its_site() {
         .unwrap();
     fails_naming(|| racy.assert_no_race(), "memset_async", "no-race");
 }
+
+/// Their trace replays in CI on the mock, which has none of their kernels: the launches are
+/// skipped, the readback that depends on them is reported as not checked, and the rest
+/// (allocation, ordering, the replay's own checks) runs.
+#[test]
+fn their_trace_replays_on_the_mock_with_their_kernels_opaque() {
+    use gputape::replayer::{ReplayOptions, Replayer};
+    let (_, rec) = recorded(true);
+    let t = &rec.trace;
+    assert!(Replayer::new(t)
+        .run(
+            &MockGpuBackend::default(),
+            &ReplayOptions::default(),
+            None,
+            |_| {}
+        )
+        .is_err());
+    let r = Replayer::new(t)
+        .with_opaque_kernels()
+        .run(
+            &MockGpuBackend::default(),
+            &ReplayOptions::default(),
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+    assert_eq!(r.opaque_kernels, vec!["tiny::add", "tiny::scale"]);
+    assert_eq!(r.d2h_checked, 0);
+    assert_eq!(r.unchecked.len(), 1, "{:?}", r.unchecked);
+    assert!(
+        r.unchecked[0].contains("depends on tiny::"),
+        "{:?}",
+        r.unchecked
+    );
+    insta::assert_snapshot!("their_step_replayed_opaque", r.summary());
+}

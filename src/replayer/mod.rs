@@ -284,6 +284,13 @@ pub struct ReplayReport {
     /// A device error that surfaced only at the final synchronisation (an asynchronous fault
     /// no replayed call observed; `--sync-each` pins it to its launch).
     pub late_fault: Option<String>,
+    /// Kernels the backend could not run (no CPU body on the mock): skipped (`module::name`).
+    #[serde(default)]
+    pub opaque_kernels: Vec<String>,
+    /// Device-to-host results not compared because they depend on a skipped kernel (first
+    /// loop): "call #N: bufK depends on module::name".
+    #[serde(default)]
+    pub unchecked: Vec<String>,
 }
 
 impl ReplayReport {
@@ -361,6 +368,19 @@ impl ReplayReport {
                 ));
             }
         }
+        if !self.opaque_kernels.is_empty() {
+            s.push_str(&format!(
+                "{} kernel(s) this backend cannot run were skipped: {}\n",
+                self.opaque_kernels.len(),
+                self.opaque_kernels.join(", ")
+            ));
+        }
+        if let Some(first) = self.unchecked.first() {
+            s.push_str(&format!(
+                "{} device-to-host result(s) not checked, as they depend on a skipped kernel (first: {first})\n",
+                self.unchecked.len()
+            ));
+        }
         if let Some(e) = &self.late_fault {
             s.push_str(&format!(
                 "the device reported an error at the final synchronisation: {e} (replay with --sync-each to pin it to its launch)\n"
@@ -399,7 +419,10 @@ impl Drop for Guard<'_, '_> {
 }
 
 impl State {
-    pub(crate) fn new(kernels: &HashMap<KernelId, KernelHandle>) -> State {
+    /// A fresh state with the resolved kernels and those the backend cannot run.
+    pub(crate) fn new(
+        (kernels, opaque): &(HashMap<KernelId, KernelHandle>, HashSet<KernelId>),
+    ) -> State {
         State {
             bufs: HashMap::default(),
             streams: HashMap::default(),
@@ -409,6 +432,9 @@ impl State {
             hosts: HashMap::default(),
             pending: Vec::new(),
             last_scan: None,
+            opaque: opaque.clone(),
+            tainted: HashMap::default(),
+            unchecked: Vec::new(),
         }
     }
 }
@@ -424,6 +450,12 @@ pub(crate) struct State {
     pub pending: Vec<(u64, StreamRef, Vec<u8>)>,
     /// What the last replayed `scan_redzones` returned.
     pub last_scan: Option<usize>,
+    /// Kernels this backend cannot run (no CPU body on the mock): their launches are skipped.
+    pub opaque: HashSet<KernelId>,
+    /// Buffers whose contents depend on a skipped launch, with the kernel they depend on.
+    pub tainted: HashMap<BufferId, KernelId>,
+    /// Readbacks not compared because they depend on a skipped launch: (seq, buffer, kernel).
+    pub unchecked: Vec<(u64, BufferId, KernelId)>,
 }
 
 /// Puts a buffer at a given device address (for traces whose buffers hold pointers); the
@@ -440,6 +472,7 @@ pub struct Replayer<'t> {
     captured: HashMap<GraphId, Vec<u64>>,
     by_seq: HashMap<u64, &'t CallRecord>,
     max_host_bytes: u64,
+    opaque_ok: bool,
 }
 
 /// Host memory a replay may allocate for one call by default (`with_max_memory`).
@@ -461,12 +494,22 @@ impl<'t> Replayer<'t> {
             captured: captured_work(trace),
             by_seq: window::by_seq(trace),
             max_host_bytes: DEFAULT_MAX_HOST_BYTES,
+            opaque_ok: false,
         }
     }
 
     /// Allocate every buffer at its recorded address through `placer`.
     pub fn with_fixed_addresses(mut self, placer: Placer<'t>) -> Self {
         self.placer = Some(placer);
+        self
+    }
+
+    /// Kernels the backend cannot provide (an engine's own kernels, with no CPU body on the
+    /// mock) are *opaque* instead of an error: their launches are skipped, and a readback that
+    /// depends on one is reported as not checked, so allocation, ordering, capture and leak
+    /// checks still run on any engine's trace.
+    pub fn with_opaque_kernels(mut self) -> Self {
+        self.opaque_ok = true;
         self
     }
 
@@ -530,7 +573,7 @@ impl<'t> Replayer<'t> {
         &self,
         gpu: &dyn GpuBackend,
         loader: Option<ModuleLoader<'_>>,
-    ) -> Result<HashMap<KernelId, KernelHandle>, ReplayError> {
+    ) -> Result<(HashMap<KernelId, KernelHandle>, HashSet<KernelId>), ReplayError> {
         if let Some(load) = loader {
             for m in &self.trace.modules {
                 load(m).map_err(|e| ReplayError::Setup {
@@ -540,6 +583,7 @@ impl<'t> Replayer<'t> {
             }
         }
         let mut out = HashMap::default();
+        let mut opaque = HashSet::default();
         let registry = gpu.kernel_registry();
         for (id, info) in &self.trace.kernels {
             // What the recording knew of each parameter, so a recorded replay knows it too.
@@ -548,17 +592,72 @@ impl<'t> Replayer<'t> {
                     reg.declare_access(&info.module, &info.name, &info.params);
                 }
             }
-            let h = gpu
-                .kernel(&info.module, &info.name)
-                .map_err(|e| ReplayError::Kernel {
-                    id: id.0,
-                    module: info.module.clone(),
-                    name: info.name.clone(),
-                    cause: format!("{e:#}"),
-                })?;
-            out.insert(*id, h);
+            match gpu.kernel(&info.module, &info.name) {
+                Ok(h) => {
+                    out.insert(*id, h);
+                }
+                Err(_) if self.opaque_ok => {
+                    opaque.insert(*id);
+                }
+                Err(e) => {
+                    return Err(ReplayError::Kernel {
+                        id: id.0,
+                        module: info.module.clone(),
+                        name: info.name.clone(),
+                        cause: format!("{e:#}"),
+                    })
+                }
+            }
         }
-        Ok(out)
+        Ok((out, opaque))
+    }
+
+    /// Launch `kernel` over `args`: which buffers now depend on an opaque kernel. A skipped
+    /// launch taints every buffer it may write; a run one taints what it writes when it reads
+    /// a tainted buffer.
+    fn taint_launch(&self, st: &mut State, kernel: KernelId, args: &[Arg]) {
+        let params = self
+            .trace
+            .kernels
+            .get(&kernel)
+            .map(|k| &k.params[..])
+            .unwrap_or(&[]);
+        let access = |i: usize| params.get(i).map_or(ParamAccess::Unknown, |p| p.access);
+        let bufs = || {
+            args.iter().enumerate().filter_map(|(i, a)| match a {
+                Arg::Buf(DevAddr::Buf { buf, .. }) => Some((i, *buf)),
+                _ => None,
+            })
+        };
+        let origin = if st.opaque.contains(&kernel) {
+            Some(kernel)
+        } else {
+            bufs()
+                .filter(|(i, _)| access(*i) != ParamAccess::Write)
+                .find_map(|(_, b)| st.tainted.get(&b).copied())
+        };
+        if let Some(k) = origin {
+            for (i, b) in bufs() {
+                if !matches!(access(i), ParamAccess::Read | ParamAccess::Value) {
+                    st.tainted.insert(b, k);
+                }
+            }
+        }
+    }
+
+    /// A readback of `src`: true when it depends on an opaque kernel (and is logged as not
+    /// checked rather than compared).
+    fn unchecked(&self, st: &mut State, seq: u64, src: &DevAddr) -> bool {
+        let DevAddr::Buf { buf, .. } = src else {
+            return false;
+        };
+        match st.tainted.get(buf).copied() {
+            Some(k) => {
+                st.unchecked.push((seq, *buf, k));
+                true
+            }
+            None => false,
+        }
     }
 
     /// The initial state: adopted resources created and initial buffers allocated (each only
@@ -662,6 +761,7 @@ impl<'t> Replayer<'t> {
         });
         st.pending.clear();
         st.last_scan = None;
+        st.tainted.clear();
         self.setup(gpu, st)
     }
 
@@ -697,6 +797,15 @@ impl<'t> Replayer<'t> {
             .min(b);
         let mut report = ReplayReport {
             loops: opts.loops.max(1),
+            opaque_kernels: {
+                let mut v: Vec<String> = kernels
+                    .1
+                    .iter()
+                    .map(|k| self.trace.kernel_name(*k))
+                    .collect();
+                v.sort();
+                v
+            },
             ..Default::default()
         };
         let in_range: Vec<&CallRecord> = self
@@ -1027,6 +1136,15 @@ impl<'t> Replayer<'t> {
                     }
                 }
             }
+            let unchecked = std::mem::take(&mut guard.st.unchecked);
+            if lp == 0 {
+                report.unchecked = unchecked
+                    .into_iter()
+                    .map(|(seq, b, k)| {
+                        format!("call #{seq}: {b} depends on {}", self.trace.kernel_name(k))
+                    })
+                    .collect();
+            }
             if let Some(t0) = t0 {
                 // A fault the device raised asynchronously, after the last call that looked,
                 // must not go unnoticed.
@@ -1056,7 +1174,7 @@ impl<'t> Replayer<'t> {
     ) -> Option<(Option<BufferId>, Option<u64>, String)> {
         let hashes = self.trace.sync_hashes.get(&c.seq)?;
         let mut bytes = Vec::new();
-        for (id, want) in hashes {
+        for (id, want) in hashes.iter().filter(|(id, _)| !st.tainted.contains_key(id)) {
             let (p, size) = st.bufs.get(id)?;
             bytes.clear();
             bytes.resize(*size as usize, 0);
@@ -1329,6 +1447,15 @@ pub(crate) fn sync_all(gpu: &dyn GpuBackend, st: &State) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A device-to-device copy carries its source's dependence on an opaque kernel.
+fn taint_copy(st: &mut State, src: &DevAddr, dst: &DevAddr) {
+    if let (DevAddr::Buf { buf: s, .. }, DevAddr::Buf { buf: d, .. }) = (src, dst) {
+        if let Some(k) = st.tainted.get(s).copied() {
+            st.tainted.insert(*d, k);
+        }
+    }
+}
+
 pub(crate) fn resolve_stream(st: &State, s: StreamRef, c: &CallRecord) -> Result<u64, ReplayError> {
     match s {
         StreamRef::Legacy => Ok(0),
@@ -1501,7 +1628,7 @@ impl Replayer<'_> {
                     }
                     _ => gpu.copy_d2h(p, &mut out),
                 };
-                if r.is_ok() && verify {
+                if r.is_ok() && verify && !self.unchecked(st, c.seq, src) {
                     if let Some(Value::Bytes(blob)) = ret_value {
                         checked = true;
                         let want = self.blob(*blob)?;
@@ -1524,11 +1651,14 @@ impl Replayer<'_> {
                 }
                 r
             }
-            Call::CopyD2D { src, dst, len } => gpu.copy_d2d(
-                self.addr(st, src, c)?,
-                self.addr(st, dst, c)?,
-                *len as usize,
-            ),
+            Call::CopyD2D { src, dst, len } => {
+                taint_copy(st, src, dst);
+                gpu.copy_d2d(
+                    self.addr(st, src, c)?,
+                    self.addr(st, dst, c)?,
+                    *len as usize,
+                )
+            }
             Call::Launch {
                 kernel,
                 grid,
@@ -1545,6 +1675,14 @@ impl Replayer<'_> {
                 stream: s,
                 args,
             } => {
+                self.taint_launch(st, *kernel, args);
+                if st.opaque.contains(kernel) {
+                    // Nothing to run it with: skipped, and what it wrote is marked.
+                    return Ok(Outcome::Ok {
+                        checked: false,
+                        mismatch: None,
+                    });
+                }
                 let k = *st
                     .kernels
                     .get(kernel)
@@ -1760,11 +1898,16 @@ impl Replayer<'_> {
                 }
                 HostAddr::Unknown => Err(anyhow::anyhow!("freeing an unknown pinned region")),
             },
-            Call::Kernel { module, func } => gpu.kernel(module, func).map(|h| {
-                if let Some(Value::Kernel(id)) = ret_value {
+            Call::Kernel { module, func } => match (gpu.kernel(module, func), ret_value) {
+                (Ok(h), Some(Value::Kernel(id))) => {
                     st.kernels.insert(*id, h);
+                    Ok(())
                 }
-            }),
+                (Ok(_), _) => Ok(()),
+                // A kernel this backend cannot run: its lookup is as opaque as its launches.
+                (Err(_), Some(Value::Kernel(id))) if st.opaque.contains(id) => Ok(()),
+                (Err(e), _) => Err(e),
+            },
             Call::ScanRedzones => gpu.scan_redzones().map(|n| st.last_scan = Some(n)),
             Call::PoisonRedzones { lo, hi } => gpu.poison_redzones(*lo as usize, *hi as usize),
             Call::SweepUnreleased => {
@@ -1833,6 +1976,9 @@ impl Replayer<'_> {
             let Some(blob) = self.trace.d2h_async.get(&seq) else {
                 continue;
             };
+            if self.unchecked(st, seq, src) {
+                continue;
+            }
             let got: Vec<u8> = match self.host(st, dst, *len, c)? {
                 // SAFETY: the replay's pinned region, at the recorded offset and length; the
                 // copy into it completed at this sync.
