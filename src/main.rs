@@ -274,6 +274,16 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Mock)]
         on: Backend,
     },
+    /// Write one self-contained HTML page about a trace (no scripts, no network): the
+    /// timeline per stream, faults and their windows, capture verdicts with their rules and
+    /// sites, races, leaks, and the dependency graph.
+    Report {
+        /// The trace to report on.
+        trace: PathBuf,
+        /// Where to write the page (`-` for stdout).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Print a trace: its calls in canonical form, then a summary.
     Show {
         /// The trace to print.
@@ -671,6 +681,14 @@ fn run() -> Result<Exit> {
             output,
             on,
         } => done(trim(&trace, range, &output, on)),
+        Cmd::Report { trace, output } => {
+            let t = gputape::trace::Trace::open(&trace)?;
+            let page = gputape::analysis::report::html(&t, &trace.display().to_string());
+            if write_out(&output, page.as_bytes())? {
+                eprintln!("wrote {} ({} bytes)", output.display(), page.len());
+            }
+            Ok(Exit::Pass)
+        }
         Cmd::Diff { a, b, json } => {
             let ta = gputape::trace::Trace::open(&a)?;
             let tb = gputape::trace::Trace::open(&b)?;

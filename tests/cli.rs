@@ -294,3 +294,50 @@ fn a_closed_pipe_ends_output_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(o.status.code(), Some(101), "{err}");
 }
+
+/// `report` writes one self-contained page for every fixture: every section, inline SVG, no
+/// scripts and nothing fetched from anywhere.
+#[test]
+fn report_pages_are_self_contained_and_complete() {
+    let d = scratch("report");
+    let mut fixtures: Vec<_> = std::fs::read_dir("traces")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+        .collect();
+    fixtures.sort();
+    for f in fixtures {
+        let out = d.join("r.html");
+        let o = gputape(&["report", f.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert_eq!(code(&o), 0, "{}: {}", f.display(), stderr(&o));
+        let page = std::fs::read_to_string(&out).unwrap();
+        for id in ["faults", "timeline", "capture", "races", "leaks", "graph"] {
+            assert!(
+                page.contains(&format!("id=\"{id}\"")),
+                "{}: no {id}",
+                f.display()
+            );
+        }
+        assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
+        assert!(page.matches("<svg").count() == 2, "{}", f.display());
+        assert_eq!(
+            page.matches("<table").count(),
+            page.matches("</table>").count()
+        );
+        for banned in ["<script", "<link", " src=", "@import", "url("] {
+            assert!(!page.contains(banned), "{}: {banned}", f.display());
+        }
+        // The only URL is the SVG namespace, which is a name, not a fetch.
+        let urls = page.matches("http").count();
+        assert_eq!(
+            urls,
+            page.matches("http://www.w3.org/2000/svg").count(),
+            "{}",
+            f.display()
+        );
+        // Faults are on the page for the fixtures that record one.
+        if f.to_string_lossy().contains("fault") || f.to_string_lossy().contains("illegal") {
+            assert!(page.contains("may have been raised by"), "{}", f.display());
+        }
+    }
+}

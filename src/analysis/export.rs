@@ -101,15 +101,26 @@ pub fn dot(t: &Trace, q: CaptureQuery) -> String {
         ));
         for n in nodes {
             let c = &t.calls[g.graph[*n].call];
-            let label = format!("#{} {}\\n{}", c.seq, c.call.kind().name(), t.site(c.site))
-                .replace('"', "'");
+            let what = match c.call.launch() {
+                Some((k, _)) => t.kernel_name(k),
+                None => c.call.kind().name().to_string(),
+            };
+            let label = format!("#{} {what}\\n{}", c.seq, t.site(c.site)).replace('"', "'");
             s.push_str(&format!("    n{} [label=\"{label}\"];\n", n.index()));
         }
         s.push_str("  }\n");
     }
+    // What the edges mean; program order within a lane is implied by the lane, kept only as
+    // an invisible edge so the layout follows it.
+    s.push_str(
+        "  subgraph cluster_legend {\n    label=\"legend\"; fontsize=10;\n    \
+         l1 [shape=plaintext, label=\"blue: event (record -> wait)\\nred dashed: host sync\\n\
+         orange dotted: legacy-stream ordering\\ngray dotted: data (read/write of a buffer)\\n\
+         top to bottom within a lane: program order\"];\n  }\n",
+    );
     for e in g.graph.edge_references() {
         let style = match e.weight() {
-            EdgeKind::Program => "color=black",
+            EdgeKind::Program => "style=invis",
             EdgeKind::Event => "color=blue, penwidth=2",
             EdgeKind::HostSync => "color=red, style=dashed",
             EdgeKind::Legacy => "color=orange, style=dotted",

@@ -7,6 +7,8 @@
 mod access;
 pub mod export;
 mod plan;
+pub mod report;
+pub mod window;
 
 pub use access::{accesses, Access};
 pub use plan::{plan_segments, Breaker, Segment, SegmentPlan};

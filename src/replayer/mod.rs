@@ -12,13 +12,14 @@ mod graph;
 mod minimize;
 mod pointers;
 mod trim;
-mod window;
 
+pub use crate::analysis::window::{
+    captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind,
+};
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use graph::GraphReport;
 pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
-pub use window::{captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind};
 
 use crate::backend::{
     DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode, ParamAccess,
@@ -492,7 +493,7 @@ impl<'t> Replayer<'t> {
             hidden: hidden_pointers(trace),
             windows: fault_windows(trace),
             captured: captured_work(trace),
-            by_seq: window::by_seq(trace),
+            by_seq: crate::analysis::window::by_seq(trace),
             max_host_bytes: DEFAULT_MAX_HOST_BYTES,
             opaque_ok: false,
         }
