@@ -94,9 +94,9 @@ fn header(s: &mut String, t: &Trace, title: &str) {
         .iter()
         .filter(|c| matches!(c.ret, Some(Err(_))))
         .count();
-    let _ = write!(
+    let _ = writeln!(
         s,
-        "{} calls ({} failed), {} initial buffers ({} bytes), {} kernels{}</p>\n",
+        "{} calls ({} failed), {} initial buffers ({} bytes), {} kernels{}</p>",
         t.calls.len(),
         failed,
         t.initial.len(),
