@@ -506,3 +506,25 @@ fn every_capture_rule_behaves_as_the_table_says_on_the_mock() {
         "rules no probe reaches: {unreached:?}"
     );
 }
+
+/// Every capture probe leaves nothing allocated on the backend it probed, captured or eager.
+#[test]
+fn capture_probes_free_what_they_make() {
+    use gputape::backend::probe::run_pattern;
+    let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
+    for p in all_probes() {
+        for capture in [true, false] {
+            let m = MockGpuBackend::new(MockConfig {
+                capture_mode: p.mode,
+                stream_kind: p.kind,
+                ..Default::default()
+            });
+            let _ = run_pattern(&m, &code, p, capture);
+            assert_eq!(
+                m.live_alloc_count(),
+                0,
+                "{p:?} (capture {capture}) left buffers"
+            );
+        }
+    }
+}

@@ -3,8 +3,8 @@
 //! against the driver on a GPU with the same code.
 
 use super::{
-    decide, CaptureContext, CaptureMode, CaptureOp, GpuBackend, Relation, StreamKind, Verdict,
-    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, LEGACY_STREAM,
+    decide, CaptureContext, CaptureMode, CaptureOp, DevicePtr, GpuBackend, Relation, StreamKind,
+    Verdict, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, LEGACY_STREAM,
 };
 use anyhow::Result;
 
@@ -198,6 +198,8 @@ pub fn run_pattern(
             })
         }
     };
+    let made: parking_lot::Mutex<Option<DevicePtr>> = parking_lot::Mutex::new(None);
+    let made_host: parking_lot::Mutex<Option<usize>> = parking_lot::Mutex::new(None);
     let mut forked = false;
     let call = match p.op {
         O::StreamWork => run(&|| g.memset_async(buf, MARK, N, stream)),
@@ -221,9 +223,14 @@ pub fn run_pattern(
             run(&|| g.event_synchronize(ev))
         }
         O::SyncExternalEvent => run(&|| g.event_synchronize(ext)),
-        O::DeviceAlloc => run(&|| g.alloc(N).map(|_| ())),
+        // What these make is kept and given back after the capture (freeing it inside would
+        // be one more call for the capture to judge).
+        O::DeviceAlloc => run(&|| g.alloc(N).map(|p| *made.lock() = Some(p))),
         O::DeviceFree => run(&|| g.free(spare)),
-        O::PinnedHost => run(&|| g.alloc_host_pinned(64).map(|_| ())),
+        O::PinnedHost => run(&|| {
+            g.alloc_host_pinned(64)
+                .map(|h| *made_host.lock() = Some(h as usize))
+        }),
         O::BeginCapture => {
             let r = run(&|| g.begin_capture(stream));
             if r.is_ok() && stream == b {
@@ -243,6 +250,13 @@ pub fn run_pattern(
             g.abort_capture_if_active(a);
         }
         g.free_host_pinned(pinned, N)?;
+        release(
+            g,
+            &[buf, spare],
+            p.op == O::DeviceFree && call.is_ok(),
+            &[ext, ev, ev2],
+        );
+        give_back(g, *made.lock(), *made_host.lock());
         return Ok(Outcome {
             call,
             end: Ok(()),
@@ -286,7 +300,37 @@ pub fn run_pattern(
         }
     };
     g.free_host_pinned(pinned, N)?;
+    release(
+        g,
+        &[buf, spare],
+        p.op == O::DeviceFree && call.is_ok(),
+        &[ext, ev, ev2],
+    );
+    give_back(g, *made.lock(), *made_host.lock());
     Ok(Outcome { call, end, landed })
+}
+
+/// Give back what the probed call itself made (an allocation, a pinned region).
+fn give_back(g: &dyn GpuBackend, dev: Option<DevicePtr>, host: Option<usize>) {
+    if let Some(p) = dev {
+        let _ = g.free(p);
+    }
+    if let Some(h) = host {
+        let _ = g.free_host_pinned(h as *mut u8, 64);
+    }
+}
+
+/// Give back what a probe made, so a table of probes leaves nothing allocated: its buffers
+/// (`bufs[1]` is the spare a free probe may already have freed) and its events. Errors are
+/// ignored: a probe that broke its backend's state has said so in its outcome.
+fn release(g: &dyn GpuBackend, bufs: &[DevicePtr; 2], spare_freed: bool, events: &[u64]) {
+    let _ = g.free(bufs[0]);
+    if !spare_freed {
+        let _ = g.free(bufs[1]);
+    }
+    for e in events {
+        let _ = g.destroy_event(*e);
+    }
 }
 
 /// One probe's result beside the table's prediction.
