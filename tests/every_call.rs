@@ -197,7 +197,7 @@ impl GpuBackend for Counting {
     }
 
     #[track_caller]
-    fn step_boundary(&self, step: u64) -> () {
+    fn step_boundary(&self, step: u64) {
         self.saw(CallKind::StepBoundary);
         self.inner.step_boundary(step)
     }
@@ -298,7 +298,7 @@ impl GpuBackend for Counting {
     }
 
     #[track_caller]
-    fn abort_capture_if_active(&self, stream: u64) -> () {
+    fn abort_capture_if_active(&self, stream: u64) {
         self.saw(CallKind::AbortCaptureIfActive);
         self.inner.abort_capture_if_active(stream)
     }
