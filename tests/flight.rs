@@ -218,3 +218,59 @@ fn a_panic_and_sigusr1_each_dump() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// A sink that fails after `ok` bytes, as a full disk does.
+struct Failing {
+    ok: usize,
+}
+
+impl gputape::trace::Sink for Failing {
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        if b.len() > self.ok {
+            return Err(std::io::Error::other("no space left"));
+        }
+        self.ok -= b.len();
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A segment whose writes failed is closed by `stop` with the error, and the next segment
+/// records normally.
+#[test]
+fn a_failed_segment_stops_cleanly_and_the_next_one_records() {
+    let good = VecSink::default();
+    let buf = good.0.clone();
+    let mut good = Some(good);
+    let rec = RecordingBackend::with_sinks(
+        mock(),
+        Box::new(move |n| -> Result<Box<dyn gputape::trace::Sink>, _> {
+            match n {
+                0 => Ok(Box::new(Failing { ok: 4096 })),
+                _ => Ok(Box::new(good.take().expect("one more segment"))),
+            }
+        }),
+        BackendDesc::new("mock"),
+    )
+    .unwrap();
+    let gpu: &dyn GpuBackend = &rec;
+    let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
+    rec.start().unwrap();
+    m.step(gpu, model::PROMPT[0], 0).unwrap();
+    let e = rec.stop().unwrap_err();
+    assert!(e.to_string().contains("recording stopped"), "{e}");
+    rec.start().unwrap();
+    m.step(gpu, model::PROMPT[1], 1).unwrap();
+    rec.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("second"), &buf.lock()).unwrap();
+    let r = Replayer::new(&t)
+        .run(&mock(), &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(r.passed() && r.d2h_checked == 1, "{}", r.summary());
+    m.teardown(gpu).unwrap();
+}

@@ -100,7 +100,9 @@ fn header(s: &mut String, t: &Trace, title: &str) {
         t.calls.len(),
         failed,
         t.initial.len(),
-        t.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        t.initial
+            .iter()
+            .fold(0u64, |a, i| a.saturating_add(i.bytes)),
         t.kernels.len(),
         match &t.cut {
             Some(c) => format!(
@@ -187,14 +189,15 @@ fn timeline(s: &mut String, t: &Trace, g: &DepGraph) {
         .iter()
         .map(|n| {
             let c = &t.calls[g.graph[*n].call];
-            c.t_ns + c.dur_ns.unwrap_or(0)
+            c.t_ns.saturating_add(c.dur_ns.unwrap_or(0))
         })
         .max()
         .unwrap_or(1)
-        .max(t0 + 1);
+        .max(t0.saturating_add(1));
     let (w, lane_h, left) = (1100.0, 28.0, 90.0);
     let h = lane_h * lanes.len().max(1) as f64 + 30.0;
-    let x = |ns: u64| left + (ns - t0) as f64 / (t1 - t0) as f64 * (w - left - 10.0);
+    let x =
+        |ns: u64| left + ns.saturating_sub(t0) as f64 / (t1 - t0).max(1) as f64 * (w - left - 10.0);
     let _ = writeln!(
         s,
         "<svg id=\"timeline-svg\" width=\"{w}\" height=\"{h}\" xmlns=\"http://www.w3.org/2000/svg\">"
@@ -211,7 +214,7 @@ fn timeline(s: &mut String, t: &Trace, g: &DepGraph) {
         let c = &t.calls[g.graph[*n].call];
         let lane = lanes[&g.graph[*n].agent] as f64;
         let x0 = x(c.t_ns);
-        let x1 = x(c.t_ns + c.dur_ns.unwrap_or(0)).max(x0 + 1.5);
+        let x1 = x(c.t_ns.saturating_add(c.dur_ns.unwrap_or(0))).max(x0 + 1.5);
         let fill = match (&c.ret, c.call.launch()) {
             (Some(Err(_)) | None, _) => "#d32f2f",
             (_, Some(_)) => "#1976d2",
@@ -232,7 +235,7 @@ fn timeline(s: &mut String, t: &Trace, g: &DepGraph) {
         s,
         "<text x=\"{left}\" y=\"{}\" font-size=\"10\">{:.3} ms from the first call drawn; blue: launch, amber: host sync, grey: other</text></svg>",
         h - 6.0,
-        (t1 - t0) as f64 / 1e6
+        t1.saturating_sub(t0) as f64 / 1e6
     );
     if g.graph.node_count() > MAX_DRAWN {
         let _ = writeln!(

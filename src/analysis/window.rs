@@ -81,7 +81,7 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
                 kind: WindowKind::Error,
                 code: None,
             }),
-            Some(Ok(_)) if waits_for_device(&c.call) => since_sync = c.seq + 1,
+            Some(Ok(_)) if waits_for_device(&c.call) => since_sync = c.seq.saturating_add(1),
             _ => {}
         }
         if let Call::ScanRedzones = c.call {
@@ -93,7 +93,7 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
                     code: None,
                 });
             }
-            since_scan = c.seq + 1;
+            since_scan = c.seq.saturating_add(1);
         }
     }
     out

@@ -807,7 +807,7 @@ impl GpuBackend for MockGpuBackend {
         let mut st = self.state.lock();
         if st.dead.is_some() {
             // The driver fails every call on a dead context, frees included, and the memory
-            // goes with the context: the allocation is gone either way.
+            // goes with the context: on a context already dead, the allocation goes.
             let _ = st.mem.free(ptr.0, site);
         }
         mock_try!(Self::tick(&mut st, CallKind::Free, site))?;

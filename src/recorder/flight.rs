@@ -12,7 +12,9 @@
 //! A dump is an ordinary trace: the older checkpoint as its initial state, then the calls since.
 //! Triggers: an error returned by any call (the first one; a dead context fails every later
 //! call), a red-zone scan that found a band written, a panic (the hook `arm_panic_hook`
-//! installs), SIGUSR1 (noticed at the next recorded call), or `RecordingBackend::flight_dump`.
+//! installs), SIGUSR1 (noticed at the next recorded call; arming a flight recorder replaces
+//! any SIGUSR1 handler the engine had), or `RecordingBackend::flight_dump`. A graph captured
+//! before the kept spans is not in a dump: a dump whose calls launch it does not replay.
 
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
@@ -29,7 +31,8 @@ pub struct FlightConfig {
     pub dir: PathBuf,
     /// Steps between checkpoints; a dump holds between this and twice this many steps.
     pub checkpoint_every: u64,
-    /// Dumps this process writes at most (a dead context makes every later call fail).
+    /// Dumps this recorder's triggers write at most (a dead context makes every later call
+    /// fail); `flight_dump` always writes.
     pub max_dumps: usize,
     /// Without step boundaries from the engine (`GpuBackend::step_boundary`), a host sync
     /// counts as the end of a step.
@@ -68,13 +71,15 @@ struct Span {
     checkpoint: Vec<Vec<u8>>,
     calls: Vec<u8>,
     /// Offsets into `calls` where each payload starts (its length is up to the next).
-    starts: Vec<u32>,
+    starts: Vec<usize>,
     first_step: u64,
+    /// Its checkpoint could not be completed: a dump cannot start from it.
+    failed: bool,
 }
 
 impl Span {
     fn push_call(&mut self, payload: &[u8]) {
-        self.starts.push(self.calls.len() as u32);
+        self.starts.push(self.calls.len());
         self.calls.extend_from_slice(payload);
     }
 
@@ -83,12 +88,12 @@ impl Span {
             .starts
             .iter()
             .skip(1)
-            .map(|e| *e as usize)
+            .copied()
             .chain(std::iter::once(self.calls.len()));
         self.starts
             .iter()
             .zip(ends)
-            .map(|(s, e)| &self.calls[*s as usize..e])
+            .map(|(s, e)| &self.calls[*s..e])
     }
 }
 
@@ -103,6 +108,10 @@ pub(crate) struct FlightShared {
     span_no: u64,
     pub dumps: usize,
     pub steps: u64,
+    /// A checkpoint's frames are being written (the snapshot at start, or `checkpoint`):
+    /// Checkpoint-class frames go to it. Outside one, such frames (an allocation's address, a
+    /// stream first seen mid-step) belong with the calls around them.
+    pub in_checkpoint: bool,
     /// The engine marks its steps (`step_boundary`): host syncs no longer count as steps.
     pub marked_steps: bool,
 }
@@ -117,6 +126,7 @@ impl FlightShared {
             span_no: 0,
             dumps: 0,
             steps: 0,
+            in_checkpoint: true,
             marked_steps: false,
         }
     }
@@ -124,6 +134,7 @@ impl FlightShared {
     /// A new checkpoint begins (its frames follow): the span before the previous one goes,
     /// with the blobs only it named.
     pub fn begin_checkpoint(&mut self) {
+        self.in_checkpoint = true;
         self.span_no += 1;
         self.spans.push_back(Span {
             first_step: self.steps,
@@ -133,6 +144,15 @@ impl FlightShared {
             self.spans.pop_front();
             let oldest = self.span_no - 1;
             self.blobs.retain(|_, (_, last)| *last >= oldest);
+        }
+    }
+
+    /// The checkpoint being written is complete (`ok`) or was abandoned half-way, in which
+    /// case no dump starts from it.
+    pub fn end_checkpoint(&mut self, ok: bool) {
+        self.in_checkpoint = false;
+        if let (false, Some(s)) = (ok, self.spans.back_mut()) {
+            s.failed = true;
         }
     }
 
@@ -196,14 +216,31 @@ impl FlightShared {
                 w.write_payload(FrameClass::Definition, p)?;
             }
         }
-        if let Some(first) = self.spans.front() {
-            for c in &first.checkpoint {
+        // From the oldest span whose checkpoint is whole.
+        let first = self.spans.iter().position(|s| !s.failed).unwrap_or(0);
+        if let Some(s) = self.spans.get(first) {
+            for c in &s.checkpoint {
                 w.write_payload(FrameClass::Checkpoint, c)?;
             }
         }
-        for s in &self.spans {
+        // A call that began before the checkpoint the dump starts from may end after it: its
+        // End (and what its sync found) is left out with its Begin.
+        let mut begun = rustc_hash::FxHashSet::default();
+        for s in self.spans.iter().skip(first) {
             for c in s.calls() {
-                w.write_payload(FrameClass::Call, c)?;
+                let keep = match crate::trace::codec::decode(c) {
+                    Ok(crate::trace::Frame::Begin(b)) => {
+                        begun.insert(b.seq);
+                        true
+                    }
+                    Ok(crate::trace::Frame::End(e)) => begun.contains(&e.seq),
+                    Ok(crate::trace::Frame::D2HResult { seq, .. })
+                    | Ok(crate::trace::Frame::SyncHashes { seq, .. }) => begun.contains(&seq),
+                    _ => true,
+                };
+                if keep {
+                    w.write_payload(FrameClass::Call, c)?;
+                }
             }
         }
         w.write(&crate::trace::Frame::Stop)?;
@@ -242,12 +279,12 @@ impl Sink for FlightSink {
         let mut f = self.0.lock();
         match class {
             FrameClass::Definition => f.definitions.push(payload.to_vec()),
-            FrameClass::Checkpoint => {
+            FrameClass::Checkpoint if f.in_checkpoint => {
                 if let Some(s) = f.spans.back_mut() {
                     s.checkpoint.push(payload.to_vec());
                 }
             }
-            FrameClass::Call => {
+            FrameClass::Checkpoint | FrameClass::Call => {
                 if let Some(s) = f.spans.back_mut() {
                     s.push_call(payload);
                 }

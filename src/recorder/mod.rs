@@ -43,6 +43,9 @@ pub enum RecordError {
     /// `stop` was called with no recording running.
     #[error("not recording: stop without start")]
     NotRecording,
+    /// `from_env` found neither GPUTAPE_RECORD nor GPUTAPE_FLIGHT.
+    #[error("nowhere to record: set GPUTAPE_RECORD=PATH or GPUTAPE_FLIGHT=DIR")]
+    NoDestination,
     /// The flight recorder could not write its dump.
     #[error("the flight recorder could not write its dump: {0}")]
     Dump(TraceError),
@@ -132,6 +135,8 @@ pub struct RecordingBackend<B> {
     sinks: Mutex<Option<SinkFactory>>,
     /// Segments begun so far.
     segments: std::sync::atomic::AtomicU32,
+    /// Made by `from_env` with neither variable set: nothing may be recorded.
+    no_destination: AtomicBool,
 }
 
 /// Makes the sink of segment `n` (0 for the first) of a recorder that records more than once.
@@ -160,6 +165,9 @@ pub const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 struct Tok {
     seq: u64,
     t0: u64,
+    /// The segment it began in: a call that outlives its segment's `stop` writes nothing
+    /// into the next one.
+    segment: u32,
 }
 
 fn err_rec(e: &anyhow::Error) -> ErrorRec {
@@ -203,6 +211,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             hash_syncs: AtomicBool::new(false),
             sinks: Mutex::new(None),
             segments: std::sync::atomic::AtomicU32::new(0),
+            no_destination: AtomicBool::new(false),
         })
     }
 
@@ -234,12 +243,15 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// Wrap `inner` as a flight recorder: recording from now on into memory, keeping the last
     /// steps and dumping them as a trace into `cfg.dir` when a call fails, a red zone is found
     /// written, the process panics, SIGUSR1 arrives, or `flight_dump` is called.
-    pub fn flight(inner: B, cfg: FlightConfig, desc: BackendDesc) -> Result<Self, RecordError> {
+    pub fn flight(inner: B, mut cfg: FlightConfig, desc: BackendDesc) -> Result<Self, RecordError> {
+        cfg.checkpoint_every = cfg.checkpoint_every.max(1);
         let shared = Arc::new(Mutex::new(flight::FlightShared::new(cfg)));
         let rec = Self::new(inner, Box::new(flight::FlightSink(shared.clone())), desc)?;
         rec.st.lock().flight = Some(shared.clone());
         flight::arm(&shared);
         rec.start()?;
+        // The snapshot `start` took is the first checkpoint; what follows are calls.
+        shared.lock().end_checkpoint(true);
         Ok(rec)
     }
 
@@ -251,8 +263,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// - `GPUTAPE_FLIGHT=DIR`: arm the flight recorder, dumping into `DIR`
     ///   (`GPUTAPE_FLIGHT_STEPS`: steps between checkpoints, default 8;
     ///   `GPUTAPE_FLIGHT_MAX_DUMPS`: default 1).
-    /// - neither: calls pass through, nothing is written (until `start`, which then fails:
-    ///   there is nowhere to write).
+    /// - neither: calls pass through and nothing is written; `start` fails, as there is
+    ///   nowhere to write.
     pub fn from_env(inner: B, desc: BackendDesc) -> Result<Self, RecordError> {
         if let Some(path) = std::env::var_os("GPUTAPE_RECORD") {
             let rec = Self::to_file(inner, Path::new(&path), desc)?;
@@ -262,14 +274,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if let Some(dir) = std::env::var_os("GPUTAPE_FLIGHT") {
             return Self::flight(inner, FlightConfig::from_env(dir), desc);
         }
-        Self::with_sinks(
-            inner,
-            Box::new(|n| match n {
-                0 => Ok(Box::new(VecSink::default())),
-                _ => Err(RecordError::Finished),
-            }),
-            desc,
-        )
+        let rec = Self::new(inner, Box::new(VecSink::default()), desc)?;
+        rec.no_destination.store(true, Ordering::Release);
+        Ok(rec)
     }
 
     /// Write what the flight recorder holds now, as a trace; returns its path.
@@ -312,6 +319,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// Begin recording: header, the modules and kernels known so far, the resources that
     /// already exist, and the contents of every live allocation as the initial state.
     pub fn start(&self) -> Result<(), RecordError> {
+        if self.no_destination.load(Ordering::Acquire) {
+            return Err(RecordError::NoDestination);
+        }
         if self.started.swap(true, Ordering::AcqRel) {
             return Err(RecordError::AlreadyStarted);
         }
@@ -340,9 +350,28 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 }
             }
         }
-        self.drain()?;
+        if let Err(e) = self.drain() {
+            self.started.store(false, Ordering::Release);
+            return Err(e);
+        }
         let mut st = self.st.lock();
         st.recording = true;
+        st.segment = segment;
+        if let Err(e) = self.snapshot(&mut st) {
+            // Not a trace: the writer goes (a file stays at its `.partial` name), and the
+            // recorder can be started again.
+            st.recording = false;
+            st.writer = None;
+            self.started.store(false, Ordering::Release);
+            return Err(e);
+        }
+        st.flush();
+        self.on.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The start of a segment: header, modules and kernels, resources, initial state.
+    fn snapshot(&self, st: &mut RecState) -> Result<(), RecordError> {
         let header = TraceHeader {
             format: FORMAT_VERSION,
             min_reader: MIN_READER_VERSION,
@@ -356,7 +385,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         };
         st.emit(&Frame::Header(header));
         // Resources that exist already, in id order so the frames are deterministic.
-        self.emit_resources(&mut st);
+        self.emit_resources(st);
         let mut kernels: Vec<(KernelId, u64, Option<crate::backend::KernelInfo>)> = st
             .kernels
             .iter()
@@ -401,8 +430,6 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 site,
             });
         }
-        st.flush();
-        self.on.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -419,7 +446,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
             std::thread::sleep(std::time::Duration::from_micros(200));
             st = self.st.lock();
         }
-        if st.writer.is_none() || !st.recording {
+        // A segment whose writes failed is still closed here (its error returned below).
+        if st.writer.is_none() {
             return Err(RecordError::NotRecording);
         }
         st.emit(&Frame::Stop);
@@ -484,7 +512,22 @@ impl<B: GpuBackend> RecordingBackend<B> {
         // What the span's calls wrote, read off their frames now rather than on every call.
         st.dirty_from_span(&f.lock());
         f.lock().begin_checkpoint();
-        self.emit_resources(&mut st);
+        let taken = self.checkpoint_into(&mut st, &f);
+        f.lock().end_checkpoint(taken.is_ok());
+        if taken.is_err() {
+            // Nothing of this checkpoint can be trusted by the next: read everything again.
+            st.checkpointed.clear();
+        }
+        taken
+    }
+
+    /// The frames of a checkpoint already begun: resources, then every live buffer.
+    fn checkpoint_into(
+        &self,
+        st: &mut RecState,
+        f: &Arc<Mutex<flight::FlightShared>>,
+    ) -> Result<(), RecordError> {
+        self.emit_resources(st);
         let mut live: Vec<(BufferId, u64, u64, Site)> = st
             .bufs
             .iter()
@@ -627,7 +670,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 call: &(),
             },
         );
-        Some(Tok { seq, t0 })
+        Some(Tok {
+            seq,
+            t0,
+            segment: st.segment,
+        })
     }
 
     /// Finish a call: update the maps from its result (always, recording or not) and write the
@@ -646,6 +693,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
             Err(e) => Err(err_rec(e)),
         };
         let Some(tok) = tok else { return };
+        if tok.segment != st.segment {
+            return;
+        }
         st.in_flight = st.in_flight.saturating_sub(1);
         st.in_flight_writes.remove(&tok.seq);
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
@@ -720,7 +770,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 None => return,
             },
         };
-        if st.hash_writes {
+        // An event sync waits only for the work before the event's record, not for all of
+        // its stream: it settles nothing.
+        if let (true, SyncScope::Stream(_)) = (st.hash_writes, scope) {
             let s = st.stream(stream);
             st.settled(s);
         }

@@ -114,6 +114,8 @@ pub(crate) struct RecState {
     pub in_flight: usize,
     /// Said once per recorder: kernels known only by name.
     pub warned_opaque: bool,
+    /// The segment being recorded (counted from 0).
+    pub segment: u32,
     /// The flight recorder's store, when this recorder is one.
     pub flight: Option<Arc<Mutex<FlightShared>>>,
     /// Buffers written since the last checkpoint (flight recorder only).
@@ -161,6 +163,7 @@ impl RecState {
             default_stream,
             in_flight: 0,
             warned_opaque: false,
+            segment: 0,
             flight: None,
             dirty: HashSet::default(),
             checkpointed: HashMap::default(),
@@ -286,6 +289,11 @@ impl RecState {
             };
             match &b.call {
                 Call::LaunchGraph { .. } => dirty.extend(self.bufs.values().map(|x| x.id)),
+                // A raw launch of a kernel without a layout records no arguments: it may have
+                // written anything.
+                Call::Launch { args, .. } if args.is_empty() => {
+                    dirty.extend(self.bufs.values().map(|x| x.id))
+                }
                 Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
                     let layout = layouts.get(kernel).copied().unwrap_or(&[]);
                     for (i, a) in args.iter().enumerate() {
@@ -358,6 +366,11 @@ impl RecState {
         self.modules.clear();
         self.write_error = None;
         self.pending.clear();
+        // Calls of the last segment still running belong to it, not to this one.
+        self.in_flight = 0;
+        self.in_flight_writes.clear();
+        self.last_write.clear();
+        self.unsettled.clear();
     }
 
     fn write_failed(&mut self, e: TraceError) {

@@ -132,8 +132,14 @@ pub fn minimize(
         .collect();
     let start = if !guess.is_empty() && test(&guess)? {
         guess
-    } else {
+    } else if test(&all)? {
         all
+    } else {
+        // The trace rebuilt for shrinking (the observer a sync) does not fault the same way:
+        // nothing smaller can be promised.
+        return Err(MinimizeError::NotReproduced(
+            "the trace rebuilt for shrinking (its calls before the fault, then a sync) does not reproduce it".into(),
+        ));
     };
     let kept = ddmin(start, &mut test)?;
     Ok(Minimized {
@@ -281,7 +287,11 @@ impl<'t> Shrink<'t> {
             }
             need.extend(self.pair.get(&seq));
             for n in need {
-                if n <= self.observed && set.insert(n) {
+                // The observer itself comes along only when it is kept as it was (a launch, a
+                // scan); a substituted one is the sync `build` appends.
+                let limit_ok =
+                    n < self.observed || (n == self.observed && !self.substitute_observer());
+                if limit_ok && set.insert(n) {
                     todo.push(n);
                 }
             }

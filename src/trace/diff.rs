@@ -86,7 +86,8 @@ pub fn diff(a: &Trace, b: &Trace) -> String {
 }
 
 /// The diff's text, and whether the traces differ at all: in their calls, in what the calls
-/// added up to, or in one of them being cut (ending inside a call, say) where the other is not.
+/// added up to, or in either being cut or ending inside a call (a cut trace is not a whole
+/// recording, so it counts as a difference even against itself).
 pub fn diff_report(a: &Trace, b: &Trace) -> (String, bool) {
     let mut s = String::new();
     let mut differs = false;

@@ -18,7 +18,8 @@
 //! killed while copying a large payload leaves a zero header there: the reader stops at it as
 //! a cut and every earlier frame stays readable. The file's blocks are reserved (fallocate)
 //! before they are mapped, so a full disk is a write error that stops recording, never a SIGBUS
-//! in the recorded process. A file sink writes to `NAME.partial` and renames it to `NAME` when
+//! in the recorded process (where the file system supports `fallocate`; on one that does not,
+//! the file grows sparse, as it did before). A file sink writes to `NAME.partial` and renames it to `NAME` when
 //! it is finished, so a trace that was there is replaced only by a complete one.
 
 use super::call::Ret;
