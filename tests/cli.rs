@@ -341,3 +341,23 @@ fn report_pages_are_self_contained_and_complete() {
         }
     }
 }
+
+/// `record` refuses what it cannot do before it starts, leaves no file when it fails, and
+/// replaces an existing trace only with a complete one.
+#[test]
+fn record_exits_as_documented_and_never_leaves_half_a_trace() {
+    let d = scratch("record");
+    let out = d.join("t.gtape");
+    let p = out.to_str().unwrap();
+    std::fs::write(&out, b"an older trace").unwrap();
+    let o = gputape(&["record", "--config", "tiny", "--step", "500", "-o", p]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), b"an older trace");
+    let o = gputape(&["record", "-o", p]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("say what to record"), "{}", stderr(&o));
+    let o = gputape(&["record", "--config", "tiny", "--step", "2", "-o", p]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(Trace::open(&out).is_ok());
+    assert!(!gputape::trace::partial_path(&out).exists());
+}
