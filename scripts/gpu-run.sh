@@ -24,7 +24,7 @@ FAULT=traces/h200_tiny_fault_step4.gtape
   echo "== fault replay";      $BIN replay $FAULT --on cuda 2>/dev/null
   echo "== mock fault on cuda"; $BIN replay traces/mock_tiny_fault_step4.gtape --on cuda --scan-redzones 2>/dev/null
   echo "== mock step on cuda"; $BIN replay traces/mock_tiny_step5.gtape --on cuda --loop 10
-  echo "== record + analyze on cuda"; $BIN record --backend cuda --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
+  echo "== record + analyze on cuda"; $BIN record --backend cuda --config tiny --step 7 -o "$OUT/h200_step7.gtape" && $BIN analyze "$OUT/h200_step7.gtape" --capture | head -3
   # The original step (the demo), and eager and graph replays of the step just recorded,
   # interleaved and repeated (the host's speed drifts between processes): eager as the step
   # ran, graph, and graph with programmatic dependent launch.
@@ -42,7 +42,7 @@ FAULT=traces/h200_tiny_fault_step4.gtape
     $BIN replay "$OUT/h200_step7.gtape" --on cuda --timing --sync-each | grep -E "^  #" | sed "s/^/sync /"
   done > "$OUT/timing-raw.txt"; wc -l < "$OUT/timing-raw.txt"
   echo "== demo cuda tiny, PDL"; GPUTAPE_PDL=1 $BIN demo --backend cuda --config tiny --steps 40 | tail -3
-  echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>/dev/null
+  echo "== illegal address";   GPUTAPE_DEBUG_SYNC_KERNELS=1 $BIN record --backend cuda --config tiny --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_illegal_step4.gtape" 2>/dev/null
                                $BIN show "$OUT/h200_tiny_illegal_step4.gtape" | grep -E "ERR|never|CUT" | cut -c1-160
                                $BIN replay traces/h200_tiny_illegal_step4.gtape --on cuda --sync-each 2>/dev/null
                                $BIN replay traces/h200_tiny_illegal_step4.gtape --on cuda 2>/dev/null
