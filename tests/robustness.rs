@@ -36,7 +36,8 @@ fn small_mock() -> MockGpuBackend {
     m
 }
 
-/// Every consumer of a trace, on one candidate file. Errors are fine; panics are not (an
+/// Every consumer of a trace (reader, renderings, analyses, exports, the report page, a mock
+/// replay and a trim), on one candidate file. Errors are fine; panics are not (an
 /// abort or signal ends the test process, which fails the test just the same).
 fn consume(bytes: &[u8], whole: &Trace) {
     let Ok(t) = Trace::from_bytes(Path::new("fuzz"), bytes) else {
@@ -53,6 +54,12 @@ fn consume(bytes: &[u8], whole: &Trace) {
     let _ = analysis::analyze(&t, CaptureQuery::default(), all);
     let _ = analysis::export::perfetto(&t, CaptureQuery::default());
     let _ = analysis::export::dot(&t, CaptureQuery::default());
+    let _ = analysis::report::html(&t, "fuzz");
+    let _ = Replayer::new(&t).with_max_memory(16 << 20).trim(
+        &small_mock(),
+        (t.calls.len() as u64 / 2, u64::MAX),
+        None,
+    );
     let opts = ReplayOptions {
         verify: true,
         ..Default::default()
