@@ -401,36 +401,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             st.write_kernel(id, info, self.registry.as_deref());
         }
         // The initial state, in creation order.
-        let mut live: Vec<(BufferId, u64, u64, Site)> = st
-            .bufs
-            .iter()
-            .filter(|(_, b)| b.alias_of.is_none())
-            .map(|(p, b)| (b.id, *p, b.size, b.site))
-            .collect();
-        live.sort();
-        let mut bytes = Vec::new();
-        for (buf, p, size, site) in live {
-            bytes.clear();
-            bytes.resize(size as usize, 0);
-            self.inner
-                .copy_d2h(DevicePtr(p), &mut bytes)
-                .map_err(|source| RecordError::Snapshot {
-                    buf,
-                    bytes: size,
-                    source,
-                })?;
-            let data = st.blob(&bytes);
-            st.checkpointed.insert(buf, data);
-            let site = st.site(site);
-            st.emit(&Frame::Address { buf, addr: p });
-            st.emit(&Frame::Initial {
-                buf,
-                bytes: size,
-                data,
-                site,
-            });
-        }
-        Ok(())
+        self.snapshot_buffers(st, None)
     }
 
     /// Stop recording and close the trace. The wrapped backend keeps working. Calls other
@@ -528,6 +499,17 @@ impl<B: GpuBackend> RecordingBackend<B> {
         f: &Arc<Mutex<flight::FlightShared>>,
     ) -> Result<(), RecordError> {
         self.emit_resources(st);
+        self.snapshot_buffers(st, Some(f))
+    }
+
+    /// Initial frames (address and contents) for every live buffer, in creation order. With
+    /// `flight` (a checkpoint), a buffer unwritten since the last checkpoint keeps its blob
+    /// instead of being read again.
+    fn snapshot_buffers(
+        &self,
+        st: &mut RecState,
+        flight: Option<&Arc<Mutex<flight::FlightShared>>>,
+    ) -> Result<(), RecordError> {
         let mut live: Vec<(BufferId, u64, u64, Site)> = st
             .bufs
             .iter()
@@ -538,14 +520,13 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let mut bytes = Vec::new();
         let mut seen = rustc_hash::FxHashMap::default();
         for (buf, p, size, site) in live {
-            let kept = st
-                .checkpointed
-                .get(&buf)
-                .copied()
-                .filter(|_| !st.dirty.contains(&buf));
+            let kept = flight.and_then(|f| {
+                let id = st.checkpointed.get(&buf).copied()?;
+                (!st.dirty.contains(&buf)).then_some((f, id))
+            });
             let data = match kept {
                 // Unwritten since the last checkpoint: the same blob, named again.
-                Some(id) => {
+                Some((f, id)) => {
                     f.lock().note_blob(id, || unreachable_blob(id));
                     id
                 }
