@@ -20,23 +20,9 @@ rc() { echo "-> exit $?"; }
   echo "== replay the dump --on cuda"; $BIN replay "$DUMP" --on cuda 2>/dev/null; rc
   echo "== replay the dump on the mock"; $BIN replay "$DUMP" 2>/dev/null | head -8; rc
   echo "== minimize the dump --on cuda"; $BIN minimize "$DUMP" --on cuda -o "$OUT/flight-min.gtape" 2>&1 | head -4; rc
-  echo "== per-step time, flight recorder off and on (tiny and default configs, 64 steps, interleaved)"
-  for round in 1 2 3; do
-    for cfg in tiny default; do
-      off=$($BIN demo --backend cuda --config $cfg --steps 64 | grep per-step)
-      rm -rf "$OUT/flight-clean"
-      on=$($BIN demo --backend cuda --config $cfg --steps 64 --flight "$OUT/flight-clean" | grep per-step)
-      echo "round $round $cfg off: $off"
-      echo "round $round $cfg on:  $on"
-    done
-  done
+  OUT="$OUT" BIN="$BIN" bash "$(dirname "$0")/gpu-flight-cost.sh"
   echo "== recorded step (full recording) vs not: record --steps 8..40 tiny (the step times print per step)"
   $BIN record --backend cuda --config tiny --steps 8..40 -o "$OUT/steps.gtape" | tail -2; rc
   $BIN replay "$OUT/steps.gtape" --on cuda --steps 20..22 | head -3; rc
-  echo "== recorder bench: this build and the previous session's, interleaved (host CPU, mock)"
-  for r in 1 2; do
-    echo "-- old (343d039) round $r"; gpu-bin/recorder-bench-old | grep -E "^\| launch|^\| record_event"
-    echo "-- new round $r"; gpu-bin/recorder-bench | grep -E "^\| launch|^\| record_event|^\| flight"
-  done
   echo "== host cpu"; grep -m1 "model name" /proc/cpuinfo; nproc
 } 2>&1 | tee "$OUT/gpu-flight.log"

@@ -850,8 +850,10 @@ fn write_out(p: &Path, bytes: &[u8]) -> Result<bool> {
     let tmp = temp_beside(p);
     std::fs::write(&tmp, bytes)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, p)
-        .map_err(|e| anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), p.display()))?;
+    std::fs::rename(&tmp, p).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), p.display())
+    })?;
     Ok(true)
 }
 
@@ -1699,14 +1701,8 @@ fn replay(
 /// Write `t` to `out` through a temporary name in the same directory, renamed when complete,
 /// so a failure never leaves half a trace (or destroys the trace that was there).
 fn write_trace_atomically(t: &gputape::trace::Trace, out: &Path) -> Result<u64> {
-    let tmp = temp_beside(out);
     let bytes = t.to_bytes()?;
-    std::fs::write(&tmp, &bytes)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, out).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("cannot rename {} to {}: {e}", tmp.display(), out.display())
-    })?;
+    write_out(out, &bytes)?;
     Ok(bytes.len() as u64)
 }
 

@@ -678,7 +678,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
             return;
         }
         st.in_flight = st.in_flight.saturating_sub(1);
-        st.in_flight_writes.remove(&tok.seq);
+        if st.hash_writes {
+            st.in_flight_writes.remove(&tok.seq);
+        }
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
         st.emit_end(tok.seq, dur_ns, &ret);

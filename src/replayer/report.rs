@@ -1,0 +1,250 @@
+//! What a replay reports: its first divergence, the faults it met and where they were raised,
+//! timings, and the one answer scripts want (`passed`).
+
+use serde::{Deserialize, Serialize};
+
+/// The first place a replay's results part from the recording.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The call at which the results first differ (its seq).
+    pub seq: u64,
+    /// Where the recorded program made the call (`file:line:col`).
+    pub site: String,
+    /// The call's kind (`copy_d2h`, ...).
+    pub call: String,
+    /// The buffer whose contents differ, when the call read one.
+    pub buffer: Option<String>,
+    /// The first byte that differs, counted from the start of the buffer.
+    pub byte_offset: Option<u64>,
+    /// The last kernel launched before this call with the buffer among its arguments.
+    pub last_writer: Option<String>,
+    /// What differs (the recorded and replayed byte, or how the call failed).
+    pub detail: String,
+}
+
+/// A recorded failure and what the replay did at the same call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultReport {
+    /// The call at which the recording saw the fault (its seq).
+    pub seq: u64,
+    /// Where the recorded program made the call (`file:line:col`).
+    pub site: String,
+    /// The call's kind (`launch`, `synchronize`, ...).
+    pub call: String,
+    /// The kernel the call launched (`module::name`), when it is a launch.
+    pub kernel: Option<String>,
+    /// What the call returned when recorded: the driver error's name and code, a message,
+    /// `success`, or that it never returned.
+    pub recorded: String,
+    /// The driver error code recorded, when there was one.
+    pub recorded_code: Option<u32>,
+    /// `None`: the call succeeded on replay.
+    pub replayed: Option<String>,
+    /// The driver error code the replay got, when there was one.
+    pub replayed_code: Option<u32>,
+    /// Whether the replay raised the recorded fault.
+    pub reproduced: bool,
+    /// The replayed call that reported it, when that is not `seq` (an asynchronous fault
+    /// shows at the first call that waits, which may differ between recording and replay).
+    #[serde(default)]
+    pub observed_at: Option<u64>,
+    /// The calls that may have raised it: from the first call after the last host sync that
+    /// succeeded before `seq`, to `seq`.
+    #[serde(default)]
+    pub window: Option<(u64, u64)>,
+    /// The launch that raised it, found by synchronising after each launch of the window.
+    #[serde(default)]
+    pub raised_by: Option<Culprit>,
+}
+
+/// The launch a replay found raising a fault, and what it is known to have touched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Culprit {
+    /// The call that launched the kernel (its seq).
+    pub seq: u64,
+    /// The kernel launched (`module::name`).
+    pub kernel: String,
+    /// Where the recorded program launched it (`file:line:col`).
+    pub site: String,
+    /// For a node of a recorded graph: the graph and the call that launched it.
+    pub graph: Option<String>,
+    /// The buffer the fault was about, with its allocating site, when the backend says (the
+    /// mock does for every out-of-bounds access or use after free).
+    pub buffer: Option<String>,
+    /// How far past the buffer's end the access ran, in bytes.
+    pub past_end: Option<u64>,
+    /// The buffers the kernel writes (when the backend cannot say which one it was).
+    pub writes: Vec<String>,
+}
+
+impl Culprit {
+    fn render(&self) -> String {
+        let mut s = format!(
+            "  raised by call #{} {} ({}){}\n",
+            self.seq,
+            self.kernel,
+            self.site,
+            self.graph
+                .as_ref()
+                .map(|g| format!(", a node of {g}"))
+                .unwrap_or_default()
+        );
+        match (&self.buffer, self.past_end) {
+            (Some(b), Some(n)) if n > 0 => {
+                s.push_str(&format!("  it accessed {n} bytes past the end of {b}\n"))
+            }
+            (Some(b), _) => s.push_str(&format!("  the access was to {b}\n")),
+            (None, _) if !self.writes.is_empty() => s.push_str(&format!(
+                "  the backend does not say which buffer; the kernel writes {}\n",
+                self.writes.join(", ")
+            )),
+            _ => {}
+        }
+        s
+    }
+}
+
+/// What a replay did and how its results compared with the recording's.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// Calls issued in the replayed range, counted in the first loop only.
+    pub calls: u64,
+    /// How many times the trace was replayed.
+    pub loops: usize,
+    /// Device-to-host results compared with the recording, over all loops.
+    pub d2h_checked: u64,
+    /// How many of the checked device-to-host results matched the recording.
+    pub d2h_matched: u64,
+    /// The first call whose results differ from the recording's, if any.
+    pub divergence: Option<Divergence>,
+    /// Each recorded fault and what the replay did at it, and each fault the replay raised where
+    /// the recording had none (first loop).
+    pub faults: Vec<FaultReport>,
+    /// Wall time of the replayed range, per loop, in milliseconds.
+    pub loop_ms: Vec<f64>,
+    /// (seq, microseconds) when per-call timing was asked for (first loop).
+    pub per_call_us: Vec<(u64, f64)>,
+    /// Red-zone violations found by per-launch scans: (seq, count).
+    pub redzone_hits: Vec<(u64, u64)>,
+    /// The recording's own wall time for the same range, in milliseconds.
+    pub recorded_ms: f64,
+    /// The replay stopped here: a reproduced fault that leaves the context unusable.
+    pub stopped_at: Option<u64>,
+    /// A device error that surfaced only at the final synchronisation (an asynchronous fault
+    /// no replayed call observed; `--sync-each` pins it to its launch).
+    pub late_fault: Option<String>,
+    /// Kernels the backend could not run (no CPU body on the mock): skipped (`module::name`).
+    #[serde(default)]
+    pub opaque_kernels: Vec<String>,
+    /// Device-to-host results not compared because they depend on a skipped kernel (first
+    /// loop): "call #N: bufK depends on module::name".
+    #[serde(default)]
+    pub unchecked: Vec<String>,
+}
+
+impl ReplayReport {
+    /// Whether the replay did what the recording did: no divergence, every recorded fault
+    /// reproduced, no fault the recording did not have. What `gputape replay` exits 0 on.
+    pub fn passed(&self) -> bool {
+        self.divergence.is_none()
+            && self.late_fault.is_none()
+            && self.faults.iter().all(|f| f.reproduced)
+    }
+
+    /// A short human summary (stable: no times), for snapshots and the CLI.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "replayed {} calls x{}; device-to-host results (all loops): {} of {} match the recording\n",
+            self.calls, self.loops, self.d2h_matched, self.d2h_checked
+        );
+        match &self.divergence {
+            None => s.push_str("no divergence\n"),
+            Some(d) => s.push_str(&format!(
+                "FIRST DIVERGENCE at call #{} {} ({}){}{}{}: {}\n",
+                d.seq,
+                d.call,
+                d.site,
+                d.buffer
+                    .as_ref()
+                    .map(|b| format!(", buffer {b}"))
+                    .unwrap_or_default(),
+                d.byte_offset
+                    .map(|o| format!(" byte {o}"))
+                    .unwrap_or_default(),
+                d.last_writer
+                    .as_ref()
+                    .map(|k| format!(", last written by {k}"))
+                    .unwrap_or_default(),
+                d.detail
+            )),
+        }
+        for f in &self.faults {
+            s.push_str(&format!(
+                "fault at call #{} {}{} ({}): recorded {}; replay {}{} -> {}\n",
+                f.seq,
+                f.call,
+                f.kernel
+                    .as_ref()
+                    .map(|k| format!(" [{k}]"))
+                    .unwrap_or_default(),
+                f.site,
+                f.recorded,
+                f.replayed.as_deref().unwrap_or("succeeded"),
+                f.observed_at
+                    .filter(|o| *o != f.seq)
+                    .map(|o| format!(" at call #{o}"))
+                    .unwrap_or_default(),
+                if f.reproduced {
+                    "REPRODUCED"
+                } else {
+                    "not reproduced"
+                }
+            ));
+            if let Some((a, b)) = f.window.filter(|(a, b)| a != b) {
+                s.push_str(&format!(
+                    "  window #{a}..=#{b}: the calls that may have raised it (since the last host sync, or red-zone scan, before it)\n"
+                ));
+            }
+            if let Some(c) = &f.raised_by {
+                s.push_str(&c.render());
+            }
+            if let (false, Some((_, n))) = (
+                f.reproduced,
+                self.redzone_hits.iter().find(|(seq, _)| *seq == f.seq),
+            ) {
+                s.push_str(&format!(
+                    "  ...but the red-zone scan right after it found {n} guard band(s) written: this call writes past its buffer here too\n"
+                ));
+            }
+        }
+        if !self.opaque_kernels.is_empty() {
+            s.push_str(&format!(
+                "{} kernel(s) this backend cannot run were skipped: {}\n",
+                self.opaque_kernels.len(),
+                self.opaque_kernels.join(", ")
+            ));
+        }
+        if let Some(first) = self.unchecked.first() {
+            s.push_str(&format!(
+                "{} device-to-host result(s) not checked, as they depend on a skipped kernel (first: {first})\n",
+                self.unchecked.len()
+            ));
+        }
+        if let Some(e) = &self.late_fault {
+            s.push_str(&format!(
+                "the device reported an error at the final synchronisation: {e} (replay with --sync-each to pin it to its launch)\n"
+            ));
+        }
+        if let Some(seq) = self.stopped_at {
+            s.push_str(&format!(
+                "stopped after call #{seq}: the fault leaves the CUDA context unusable\n"
+            ));
+        }
+        for (seq, n) in &self.redzone_hits {
+            s.push_str(&format!(
+                "red-zone scan after call #{seq}: {n} guard band(s) written\n"
+            ));
+        }
+        s
+    }
+}
