@@ -162,6 +162,11 @@ enum Cmd {
         /// until its stream is synchronised, so it includes the kernel's run.
         #[arg(long)]
         timing: bool,
+        /// Write a Perfetto/Chrome trace of the recording's host calls plus the device work as
+        /// this replay timed it (one track per stream; implies --sync-each and --timing, so each
+        /// span is a call's work plus launch and sync latency). `-` for stdout.
+        #[arg(long, value_name = "FILE", conflicts_with = "as_graph")]
+        perfetto: Option<PathBuf>,
         /// Put every buffer at its recorded address (needed when buffers hold device
         /// addresses; CUDA uses the driver's virtual memory management).
         #[arg(long)]
@@ -559,6 +564,7 @@ fn run() -> Result<Exit> {
             no_verify,
             max_memory,
             timing,
+            perfetto,
             fixed_addresses,
             pdl,
             json,
@@ -573,10 +579,10 @@ fn run() -> Result<Exit> {
                 range,
                 stop_at,
                 loops: loops as usize,
-                sync_each,
+                sync_each: sync_each || perfetto.is_some(),
                 scan_redzones_each: scan_redzones,
                 verify: !no_verify,
-                per_call_timing: timing,
+                per_call_timing: timing || perfetto.is_some(),
             };
             let flags = ReplayFlags {
                 as_graph,
@@ -585,6 +591,7 @@ fn run() -> Result<Exit> {
                 json,
                 no_isolate,
                 max_memory,
+                perfetto,
             };
             replay(&trace, on, &opts, flags, child_report.as_deref())
         }
@@ -992,6 +999,11 @@ fn show(path: &Path, summary_only: bool, filter: ShowFilter<'_>, json: bool) -> 
                     "driver_version": h.and_then(|h| h.driver_version),
                     "gputape": h.map(|h| &h.gputape),
                     "format": h.map(|h| h.format),
+                    "recorded_at_unix_ms": t.provenance.as_ref().map(|p| p.unix_ms),
+                    "recorded_at": t.provenance.as_ref().map(|p| p.recorded_at()),
+                    "command_line": t.provenance.as_ref().map(|p| &p.command_line),
+                    "pid": t.provenance.as_ref().map(|p| p.pid),
+                    "host": t.provenance.as_ref().and_then(|p| p.host.as_ref()),
                 },
                 "calls_in_trace": t.calls.len(),
                 "initial_buffers": t.initial.len(),
@@ -1012,6 +1024,19 @@ fn show(path: &Path, summary_only: bool, filter: ShowFilter<'_>, json: bool) -> 
             h.gputape,
             h.format
         );
+        match &t.provenance {
+            Some(p) => println!(
+                "recorded at {} by `{}` (pid {}{})",
+                p.recorded_at(),
+                p.command(),
+                p.pid,
+                p.host
+                    .as_deref()
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default()
+            ),
+            None => println!("recorded at: not stored (trace format 2)"),
+        }
         println!(
             "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"
         );
@@ -1476,7 +1501,6 @@ fn replay_mock() -> gputape::mock::MockGpuBackend {
 }
 
 /// How `replay` runs, beyond the replayer's own options.
-#[derive(Clone, Copy)]
 struct ReplayFlags {
     as_graph: bool,
     pdl: bool,
@@ -1484,6 +1508,7 @@ struct ReplayFlags {
     json: bool,
     no_isolate: bool,
     max_memory: u64,
+    perfetto: Option<PathBuf>,
 }
 
 fn replay(
@@ -1500,6 +1525,7 @@ fn replay(
         json,
         no_isolate,
         max_memory,
+        perfetto,
     } = flags;
     use gputape::replayer::Replayer;
     let t = gputape::trace::Trace::open(path)?;
@@ -1611,7 +1637,7 @@ fn replay(
         let launches = opts.loops.max(1);
         let mut g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
         out.push_str(&g.summary());
-        passed = g.first_mismatch.is_none() && g.d2h_checked == g.d2h_matched;
+        passed = g.passed();
         if !g.loop_ms.is_empty() {
             out.push_str(&timing_line("graph replay", &g.loop_ms));
         }
@@ -1631,7 +1657,7 @@ fn replay(
                 out.push_str(&t);
             }
         }
-        serde_json::json!({"mode": "graph", "graph": serde_json::to_value(&g)?})
+        gputape::replayer::replay_json(None, Some(&g))
     } else {
         let total = t.calls.len() as u64;
         let bar = (total > 20_000 && !json).then(|| {
@@ -1660,16 +1686,36 @@ fn replay(
             out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
             out.push_str(&timing_line("eager replay", &rep.loop_ms));
         }
-        for (seq, us) in &rep.per_call_us {
-            out.push_str(&format!("  #{seq:<6} {us:10.1} us\n"));
+        if let Some(p) = &perfetto {
+            let spans: Vec<(u64, f64, f64)> = rep
+                .per_call_us
+                .iter()
+                .map(|c| (c.seq, c.start_us, c.us))
+                .collect();
+            let j = gputape::analysis::export::perfetto_with_device(
+                &t,
+                gputape::analysis::CaptureQuery::default(),
+                Some(gputape::analysis::export::DeviceSpans {
+                    measured_by: format!(
+                        "replayed on {}, sync after each call",
+                        if on == Backend::Cuda { "cuda" } else { "mock" }
+                    ),
+                    spans: &spans,
+                }),
+            );
+            if write_out(p, serde_json::to_string(&j)?.as_bytes())? {
+                eprintln!(
+                    "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
+                    p.display()
+                );
+            }
+        } else {
+            for c in &rep.per_call_us {
+                out.push_str(&format!("  #{:<6} {:10.1} us\n", c.seq, c.us));
+            }
         }
-        serde_json::json!({"mode": "eager", "replay": serde_json::to_value(&rep)?})
+        gputape::replayer::replay_json(Some(&rep), None)
     };
-    let report = serde_json::json!({
-        "schema": REPLAY_SCHEMA,
-        "passed": passed,
-        "report": report,
-    });
     if pdl {
         match &cuda {
             Some(c) => {
@@ -1748,10 +1794,12 @@ fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result
                     Ok(v) => v,
                     Err(_) => return Ok(None),
                 };
-                match serde_json::from_value::<gputape::replayer::ReplayReport>(
-                    v["report"]["replay"].clone(),
-                ) {
-                    Ok(r) => r,
+                // Only the faults decide the signature.
+                match serde_json::from_value(v["faults"].clone()) {
+                    Ok(faults) => gputape::replayer::ReplayReport {
+                        faults,
+                        ..Default::default()
+                    },
                     Err(_) => return Ok(None),
                 }
             }
@@ -1839,10 +1887,6 @@ fn timing_line(what: &str, ms: &[f64]) -> String {
         v[v.len() - 1]
     )
 }
-
-/// The shape of `replay --json`: `{schema, passed, report: {mode: "eager", replay: ReplayReport}
-/// | {mode: "graph", graph: GraphReport}}`. Bumped when a field changes meaning or goes away.
-const REPLAY_SCHEMA: &str = "gputape.replay.v1";
 
 /// Run this same command in a child process and relay its report, so a fault that poisons the
 /// CUDA context cannot take the parent (and its report) down.

@@ -63,9 +63,9 @@ fn an_async_fault_recorded_at_a_later_copy_replays_reproduced_and_pinned() {
     ]);
     assert_eq!(code(&o), 0);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["schema"], "gputape.replay.v1");
+    assert_eq!(v["schema"], "gputape.replay.v2");
     assert_eq!(v["passed"], true);
-    let f = &v["report"]["replay"]["faults"][0];
+    let f = &v["faults"][0];
     assert_eq!(f["seq"], 72);
     assert_eq!(f["observed_at"], 30);
     assert_eq!(f["raised_by"]["kernel"], "silu_mul::silu_mul");
@@ -235,10 +235,10 @@ fn minimize_and_trim_write_traces_that_replay() {
 fn every_reporting_verb_has_versioned_json() {
     let t = "traces/mock_two_streams.gtape";
     for (args, schema) in [
-        (vec!["replay", t, "--json"], "gputape.replay.v1"),
+        (vec!["replay", t, "--json"], "gputape.replay.v2"),
         (
             vec!["replay", t, "--json", "--as-graph"],
-            "gputape.replay.v1",
+            "gputape.replay.v2",
         ),
         (vec!["analyze", t, "--json"], "gputape.analyze.v1"),
         (vec!["show", t, "--json"], "gputape.show.v1"),
@@ -252,6 +252,27 @@ fn every_reporting_verb_has_versioned_json() {
             serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
         assert_eq!(v["schema"], schema, "{args:?}");
     }
+    // A replay's document has the same keys eager and as graphs.
+    let keys = |extra: &[&str]| {
+        let mut args = vec!["replay", t, "--json"];
+        args.extend_from_slice(extra);
+        let v: serde_json::Value = serde_json::from_slice(&gputape(&args).stdout).unwrap();
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        (k, v)
+    };
+    let (eager, ev) = keys(&[]);
+    let (graph, gv) = keys(&["--as-graph"]);
+    assert_eq!(eager, graph);
+    assert_eq!(
+        (ev["mode"].as_str(), gv["mode"].as_str()),
+        (Some("eager"), Some("graph"))
+    );
+    assert!(
+        ev["graph"].is_null() && gv["graph"]["graphs"].as_u64() > Some(0),
+        "{gv}"
+    );
+    assert_eq!(ev["d2h_checked"], gv["d2h_checked"]);
     // Plain names, not Rust enum shapes.
     let o = gputape(&["analyze", t, "--json"]);
     let text = stdout(&o);
@@ -360,4 +381,87 @@ fn record_exits_as_documented_and_never_leaves_half_a_trace() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(Trace::open(&out).is_ok());
     assert!(!gputape::trace::partial_path(&out).exists());
+}
+
+/// `show` says when and by what command a trace was recorded, and prints scalars as the types
+/// the kernels' code declares.
+#[test]
+fn show_prints_provenance_and_typed_scalars() {
+    let d = scratch("show");
+    let out = d.join("t.gtape");
+    let p = out.to_str().unwrap();
+    let o = gputape(&["record", "--config", "tiny", "--step", "2", "-o", p]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = gputape(&["show", p, "--kernel", "rmsnorm"]);
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("recorded at "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains(&format!(
+            " UTC by `{} record --config tiny --step 2 -o {p}` (pid ",
+            env!("CARGO_BIN_EXE_gputape")
+        )),
+        "{line}"
+    );
+    // rmsnorm(x, w, out, unsigned n, float eps): n in decimal, eps as a float.
+    let launch = text
+        .lines()
+        .find(|l| l.contains("rmsnorm::rmsnorm<<<"))
+        .unwrap();
+    assert!(launch.contains(", 64, 1e-5f)"), "{launch}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&gputape(&["show", p, "--json", "--calls", "0..1"]).stdout).unwrap();
+    let argv = v["header"]["command_line"].as_array().unwrap();
+    assert_eq!(argv[1], "record");
+    assert!(v["header"]["recorded_at_unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
+    // A format-2 trace has none, and says so.
+    let old = stdout(&gputape(&[
+        "show",
+        "traces/mock_tiny_step5.gtape",
+        "--summary",
+    ]));
+    assert!(
+        old.contains("recorded at: not stored (trace format 2)"),
+        "{old}"
+    );
+}
+
+/// `replay --perfetto` adds device tracks, one per stream, timed by the replay.
+#[test]
+fn replay_perfetto_has_device_tracks_beside_host_calls() {
+    let d = scratch("replay-perfetto");
+    let out = d.join("p.json");
+    let o = gputape(&[
+        "replay",
+        "traces/mock_two_streams.gtape",
+        "--perfetto",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let device: Vec<_> = ev.iter().filter(|e| e["cat"] == "device").collect();
+    assert!(
+        device.iter().any(|e| e["name"] == "blas::saxpy"),
+        "{device:?}"
+    );
+    let names: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["name"] == "thread_name" && e["pid"] == 2)
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["s1: device work", "s2: device work"]);
+    // Host calls stay on their own tracks, in the recording's process.
+    assert!(ev.iter().any(|e| e["cat"] == "call" && e["pid"] == 1));
+    // A graph replay does not time calls one by one: refused, not silently ignored.
+    let o = gputape(&[
+        "replay",
+        "traces/mock_two_streams.gtape",
+        "--as-graph",
+        "--perfetto",
+        "-",
+    ]);
+    assert_eq!(code(&o), 2);
 }

@@ -322,7 +322,7 @@ fn bad_headers_are_typed_errors() {
         TraceError::TooNew {
             format: 7,
             min_reader: 5,
-            ours: 2,
+            ours: 3,
             ..
         }
     ));
@@ -419,15 +419,18 @@ fn every_fixture_re_encodes_byte_identically() {
                 path.display()
             );
         }
-        if u16::from_le_bytes([bytes[8], bytes[9]]) == trace::FORMAT_VERSION {
+        // Format 3 only added a frame, so format-2 files re-encode the same but for the
+        // version numbers in the file header.
+        if (2..=trace::FORMAT_VERSION).contains(&u16::from_le_bytes([bytes[8], bytes[9]])) {
             let sink = VecSink::default();
             let out = sink.0.clone();
             let mut w = trace::TraceWriter::new(Box::new(sink)).unwrap();
             for f in &frames {
                 w.write(f).unwrap();
             }
+            let out = out.lock();
             assert!(
-                *out.lock() == bytes,
+                out[..8] == bytes[..8] && out[12..] == bytes[12..],
                 "{} rewrites differently",
                 path.display()
             );
@@ -450,8 +453,9 @@ fn every_fixture_re_encodes_byte_identically() {
                     f => w.write(f).unwrap(),
                 }
             }
+            let out = out.lock();
             assert!(
-                *out.lock() == bytes,
+                out[..8] == bytes[..8] && out[12..] == bytes[12..],
                 "{} rewrites differently through the recorder's encoders",
                 path.display()
             );

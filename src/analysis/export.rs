@@ -19,9 +19,25 @@ fn track(a: Agent) -> (u64, String) {
     }
 }
 
+/// Device work as a replay measured it: (seq, start in µs from the replay's first call,
+/// duration in µs), and what measured it. A trace holds host times only (when each call was
+/// issued and how long the call took on the host); `gputape replay --perfetto` syncs after
+/// each call and brings these.
+pub struct DeviceSpans<'a> {
+    /// `cuda, sync after each call`, say: shown in the tracks' names.
+    pub measured_by: String,
+    pub spans: &'a [(u64, f64, f64)],
+}
+
 /// Trace-event JSON (the format chrome://tracing and ui.perfetto.dev load). Times are the
 /// recording's host times: when each call was issued and how long the call took.
 pub fn perfetto(t: &Trace, q: CaptureQuery) -> J {
+    perfetto_with_device(t, q, None)
+}
+
+/// `perfetto`, plus one track per stream of device work as a replay timed it (a second
+/// process in the viewer, since its clock is the replay's, not the recording's).
+pub fn perfetto_with_device(t: &Trace, q: CaptureQuery, device: Option<DeviceSpans<'_>>) -> J {
     let g = DepGraph::build(t, q.range, q.kind);
     let breakers: BTreeSet<u64> = capture_verdicts(t, q)
         .into_iter()
@@ -80,8 +96,43 @@ pub fn perfetto(t: &Trace, q: CaptureQuery) -> J {
         );
     }
     events.push(
-        json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "gputape trace"}}),
+        json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "recording: host calls (host time)"}}),
     );
+    if let Some(d) = device {
+        let by_seq: BTreeMap<u64, &CallRecord> = t.calls.iter().map(|c| (c.seq, c)).collect();
+        let mut dtracks = BTreeMap::new();
+        for &(seq, start, us) in d.spans {
+            let Some(c) = by_seq.get(&seq) else { continue };
+            // Only calls that put work on a stream; a sync's span is the host waiting.
+            let Some(stream) = c.call.work_stream() else {
+                continue;
+            };
+            if matches!(
+                c.call,
+                Call::RecordEvent { .. } | Call::StreamWaitEvent { .. }
+            ) {
+                continue;
+            }
+            let (tid, name) = track(Agent::Stream(stream));
+            dtracks.insert(tid, name.replace("calls issued (host time)", "device work"));
+            let name = match c.call.launch() {
+                Some((k, _)) => t.kernel_name(k),
+                None => c.call.kind().name().to_string(),
+            };
+            events.push(json!({
+                "name": name, "cat": "device", "ph": "X", "ts": start, "dur": us.max(0.001),
+                "pid": 2, "tid": tid,
+                "args": { "seq": seq, "site": t.site(c.site) },
+            }));
+        }
+        for (tid, name) in dtracks {
+            events.push(
+                json!({"name": "thread_name", "ph": "M", "pid": 2, "tid": tid, "args": {"name": name}}),
+            );
+        }
+        events.push(json!({"name": "process_name", "ph": "M", "pid": 2,
+            "args": {"name": format!("replay: device work ({}; each span includes launch and sync latency)", d.measured_by)}}));
+    }
     json!({ "traceEvents": events, "displayTimeUnit": "ns" })
 }
 

@@ -89,6 +89,20 @@ fn header(s: &mut String, t: &Trace, title: &str) {
             h.format
         );
     }
+    if let Some(p) = &t.provenance {
+        let _ = write!(
+            s,
+            "recorded at {} by <code>{}</code> (pid {}{})<br>",
+            esc(&p.recorded_at()),
+            esc(&p.command()),
+            p.pid,
+            esc(&p
+                .host
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default())
+        );
+    }
     let failed = t
         .calls
         .iter()

@@ -384,6 +384,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             driver_version: self.desc.driver_version,
         };
         st.emit(&Frame::Header(header));
+        st.emit(&Frame::Provenance(crate::trace::Provenance::now()));
         // Resources that exist already, in id order so the frames are deterministic.
         self.emit_resources(st);
         let mut kernels: Vec<(KernelId, u64, Option<crate::backend::KernelInfo>)> = st

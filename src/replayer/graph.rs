@@ -2,7 +2,7 @@
 //! on the mock's emulation. The plan (segments, forks, breakers) comes from
 //! `analysis::plan_segments`; this file builds the graphs, launches them and checks the results.
 
-use super::{Outcome, ReplayError, Replayer};
+use super::{Divergence, Outcome, ReplayError, Replayer};
 use crate::analysis::{plan_segments, Segment, SegmentPlan};
 use crate::backend::{GpuBackend, GraphHandle};
 use crate::trace::*;
@@ -87,11 +87,16 @@ pub struct GraphReport {
     pub d2h_checked: u64,
     /// How many of the checked device-to-host results matched the recording.
     pub d2h_matched: u64,
-    /// The first device-to-host result that differed: the call's seq, the buffer and the byte.
-    pub first_mismatch: Option<String>,
+    /// The first device-to-host result that differed: the call, the buffer and the byte.
+    pub first_mismatch: Option<Divergence>,
 }
 
 impl GraphReport {
+    /// Every checked device-to-host result matched the recording.
+    pub fn passed(&self) -> bool {
+        self.first_mismatch.is_none() && self.d2h_checked == self.d2h_matched
+    }
+
     /// The captured calls alone, as graphs against eager (timings: not for snapshots).
     pub fn captured_timing(&self) -> Option<String> {
         if self.graphs_only_ms.is_empty() || self.captured_eager_ms.is_empty() {
@@ -156,7 +161,13 @@ impl GraphReport {
             self.d2h_checked,
             self.first_mismatch
                 .as_ref()
-                .map(|m| format!(" (first mismatch: {m})"))
+                .map(|m| format!(
+                    " (first mismatch: call #{} buffer {} byte {}: {})",
+                    m.seq,
+                    m.buffer.as_deref().unwrap_or("?"),
+                    m.byte_offset.map_or("?".to_string(), |o| o.to_string()),
+                    m.detail
+                ))
                 .unwrap_or_default()
         ));
         s
@@ -301,10 +312,15 @@ impl Replayer<'_> {
                                     match mismatch {
                                         None if checked => report.d2h_matched += 1,
                                         Some((buf, off, d)) if report.first_mismatch.is_none() => {
-                                            report.first_mismatch = Some(format!(
-                                                "call #{} buffer {:?} byte {:?}: {d}",
-                                                c.seq, buf, off
-                                            ))
+                                            report.first_mismatch = Some(Divergence {
+                                                seq: c.seq,
+                                                site: self.trace.site(c.site),
+                                                call: c.call.kind().name().to_string(),
+                                                buffer: buf.map(|b| b.to_string()),
+                                                byte_offset: off,
+                                                last_writer: None,
+                                                detail: d,
+                                            })
                                         }
                                         _ => {}
                                     }

@@ -359,6 +359,7 @@ impl<'t> Shrink<'t> {
         }
         let mut out = Trace {
             header: t.header.clone(),
+            provenance: t.provenance.clone(),
             sites: t.sites.clone(),
             stopped: true,
             ..Default::default()

@@ -21,7 +21,9 @@ pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use graph::GraphReport;
 pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
-pub use report::{Culprit, Divergence, FaultReport, ReplayReport};
+pub use report::{
+    replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
+};
 
 use crate::backend::{
     DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, ModuleCode, ParamAccess,
@@ -730,10 +732,12 @@ impl<'t> Replayer<'t> {
                     other => other,
                 };
                 // With a sync after each launch, a launch's time runs to its completion.
-                if let Some(tc) = tc {
-                    report
-                        .per_call_us
-                        .push((c.seq, tc.elapsed().as_secs_f64() * 1e6));
+                if let (Some(tc), Some(t0)) = (tc, t0) {
+                    report.per_call_us.push(CallTiming {
+                        seq: c.seq,
+                        start_us: tc.duration_since(t0).as_secs_f64() * 1e6,
+                        us: tc.elapsed().as_secs_f64() * 1e6,
+                    });
                 }
                 let outcome = match outcome {
                     Outcome::Ok {

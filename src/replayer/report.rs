@@ -104,6 +104,19 @@ impl Culprit {
     }
 }
 
+/// One replayed call's time. With a sync after each launch (`--sync-each`, or `--perfetto`)
+/// a launch's span runs until its work finished, so it is the device's time plus the
+/// launch and sync latency (a few microseconds on CUDA).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallTiming {
+    /// The call (its seq in the trace).
+    pub seq: u64,
+    /// Microseconds from the first replayed call's start.
+    pub start_us: f64,
+    /// How long it took, to the end of the sync after it when there was one.
+    pub us: f64,
+}
+
 /// What a replay did and how its results compared with the recording's.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ReplayReport {
@@ -122,8 +135,8 @@ pub struct ReplayReport {
     pub faults: Vec<FaultReport>,
     /// Wall time of the replayed range, per loop, in milliseconds.
     pub loop_ms: Vec<f64>,
-    /// (seq, microseconds) when per-call timing was asked for (first loop).
-    pub per_call_us: Vec<(u64, f64)>,
+    /// Each call's replay time when per-call timing was asked for (first loop).
+    pub per_call_us: Vec<CallTiming>,
     /// Red-zone violations found by per-launch scans: (seq, count).
     pub redzone_hits: Vec<(u64, u64)>,
     /// The recording's own wall time for the same range, in milliseconds.
@@ -247,4 +260,61 @@ impl ReplayReport {
         }
         s
     }
+}
+
+/// The schema `replay --json` writes; bumped when a field changes meaning or goes away.
+/// v2: one shape for every mode (v1 nested a different object per mode).
+pub const REPLAY_SCHEMA: &str = "gputape.replay.v2";
+
+/// `replay --json`'s document. The same keys whichever way the trace was replayed, so a
+/// script reads `passed`, `divergence` and `faults` without asking how: what only one mode has
+/// is `null` or empty in the other.
+pub fn replay_json(
+    eager: Option<&ReplayReport>,
+    graph: Option<&super::GraphReport>,
+) -> serde_json::Value {
+    use serde_json::json;
+    let none = ReplayReport::default();
+    let e = eager.unwrap_or(&none);
+    let (mode, passed, divergence, loop_ms) = match graph {
+        Some(g) => ("graph", g.passed(), g.first_mismatch.as_ref(), &g.loop_ms),
+        None => ("eager", e.passed(), e.divergence.as_ref(), &e.loop_ms),
+    };
+    let (calls, checked, matched) = match graph {
+        Some(g) => (
+            g.plan.segments.iter().map(|s| s.calls.len() as u64).sum(),
+            g.d2h_checked,
+            g.d2h_matched,
+        ),
+        None => (e.calls, e.d2h_checked, e.d2h_matched),
+    };
+    json!({
+        "schema": REPLAY_SCHEMA,
+        "passed": passed,
+        "mode": mode,
+        "calls": calls,
+        "loops": loop_ms.len().max(e.loops),
+        "d2h_checked": checked,
+        "d2h_matched": matched,
+        "divergence": divergence,
+        "faults": e.faults,
+        "late_fault": e.late_fault,
+        "stopped_at": e.stopped_at,
+        "redzone_hits": e.redzone_hits.iter().map(|(seq, n)| json!({"seq": seq, "hits": n})).collect::<Vec<_>>(),
+        "opaque_kernels": e.opaque_kernels,
+        "unchecked": e.unchecked,
+        "timing_ms": {
+            "loops": loop_ms,
+            "recorded": (graph.is_none() && !loop_ms.is_empty()).then_some(e.recorded_ms),
+            "eager_step": graph.map(|g| &g.eager_step_ms),
+            "graphs_only": graph.map(|g| &g.graphs_only_ms),
+            "captured_eager": graph.map(|g| &g.captured_eager_ms),
+            "per_call_us": e.per_call_us,
+        },
+        "graph": graph.map(|g| json!({
+            "graphs": g.plan.graph_count(),
+            "segments": g.plan.segments.len(),
+            "breakers": g.plan.breakers,
+        })),
+    })
 }

@@ -98,6 +98,7 @@ impl Replayer<'_> {
         sync_all(gpu, st).map_err(setup(format!("waiting for the device at #{a}")))?;
         let mut out = Trace {
             header: t.header.clone(),
+            provenance: t.provenance.clone(),
             sites: t.sites.clone(),
             modules: t.modules.clone(),
             kernels: t.kernels.clone(),

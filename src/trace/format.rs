@@ -97,6 +97,7 @@ impl FrameClass {
     fn of(f: &Frame) -> FrameClass {
         match f {
             Frame::Header(_)
+            | Frame::Provenance(_)
             | Frame::Site { .. }
             | Frame::Blob { .. }
             | Frame::Module(_)

@@ -5,9 +5,13 @@ use crate::backend::{KernelInfo, ModuleCode};
 use serde::{Deserialize, Serialize, Serializer};
 
 /// The format this build writes.
-pub const FORMAT_VERSION: u16 = 2;
-/// The oldest reader that can read what this build writes.
-pub const MIN_READER_VERSION: u16 = 2;
+///
+/// 3 added `Frame::Provenance` (when, by what command, where). A format-2 file reads the same
+/// as before and has no provenance.
+pub const FORMAT_VERSION: u16 = 3;
+/// The oldest reader that can read what this build writes: a format-2 reader does not know
+/// the provenance frame and would call it corrupt.
+pub const MIN_READER_VERSION: u16 = 3;
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
 /// What the trace was recorded on.
@@ -23,6 +27,86 @@ pub struct TraceHeader {
     pub sm_count: Option<u32>,
     pub total_memory: Option<u64>,
     pub driver_version: Option<i32>,
+}
+
+/// When a trace was recorded, and by what. A bug report's trace gets read far from where it
+/// was made; this says which run it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Milliseconds since the Unix epoch (UTC) when this trace's recording began (for a
+    /// segment, when the segment began; for a flight dump, when the flight recorder was armed).
+    pub unix_ms: u64,
+    /// The recorded process's command line, as it received it.
+    pub command_line: Vec<String>,
+    pub pid: u32,
+    /// The machine's host name, when it has one.
+    pub host: Option<String>,
+}
+
+impl Provenance {
+    /// This process, now.
+    pub fn now() -> Provenance {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty());
+        Provenance {
+            unix_ms,
+            command_line: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            pid: std::process::id(),
+            host,
+        }
+    }
+
+    /// `2026-12-01 10:32:05 UTC`.
+    pub fn recorded_at(&self) -> String {
+        let secs = self.unix_ms / 1000;
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        let (y, m, d) = civil_from_days(days as i64);
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
+    /// The command line as a shell would take it back (arguments with spaces or quotes quoted).
+    pub fn command(&self) -> String {
+        self.command_line
+            .iter()
+            .map(|a| {
+                if !a.is_empty()
+                    && a.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+                {
+                    a.clone()
+                } else {
+                    format!("'{}'", a.replace('\'', "'\\''"))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
 }
 
 /// A call as it begins: written before the wrapped backend runs it.
@@ -118,6 +202,8 @@ pub enum Frame {
         seq: u64,
         hashes: Vec<(BufferId, BlobId)>,
     },
+    /// When and by what the trace was recorded (format 3). Written right after the header.
+    Provenance(Provenance),
 }
 
 /// `Frame::Begin` by reference. The recorder's hot path encodes a call where it was built: a

@@ -9,6 +9,7 @@ mod format;
 mod frame;
 mod refs;
 mod render;
+pub mod signature;
 mod write;
 
 pub use call::*;
@@ -20,6 +21,7 @@ pub use format::{
 pub use frame::*;
 pub use refs::{refs, written_by, Refs};
 pub use render::{call_text, render, render_call, summary};
+pub use signature::ParamType;
 pub use write::blob_frame;
 
 use crate::backend::{KernelInfo, ModuleCode};
@@ -65,6 +67,8 @@ pub struct InitialBuffer {
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     pub header: Option<TraceHeader>,
+    /// When and by what it was recorded; `None` in format-2 traces.
+    pub provenance: Option<Provenance>,
     pub sites: BTreeMap<SiteId, SiteDef>,
     pub blobs: HashMap<BlobId, Vec<u8>>,
     pub modules: Vec<ModuleCode>,
@@ -86,6 +90,9 @@ pub struct Trace {
     pub stopped: bool,
     pub cut: Option<Cut>,
     pub frames: u64,
+    /// Each kernel's parameter types, read from its module's code on first use (see
+    /// `signature`): a cache, so it is filled lazily and never stored.
+    pub param_types: std::sync::OnceLock<BTreeMap<KernelId, Vec<ParamType>>>,
 }
 
 impl Trace {
@@ -123,6 +130,7 @@ impl Trace {
             };
             match f {
                 Frame::Header(h) => t.header = Some(h),
+                Frame::Provenance(p) => t.provenance = Some(p),
                 Frame::Site {
                     id,
                     file,
@@ -282,6 +290,22 @@ impl Trace {
     /// The recorded size of a buffer: from the initial snapshot or the call that allocated it.
     pub fn buffer_size(&self, b: BufferId) -> Option<u64> {
         self.sizes.get(&b).copied()
+    }
+
+    /// The type of parameter `index` of kernel `k`, when its module's source or PTX says.
+    pub fn param_type(&self, k: KernelId, index: usize) -> Option<ParamType> {
+        let types = self.param_types.get_or_init(|| {
+            self.kernels
+                .iter()
+                .filter_map(|(id, info)| {
+                    let m = self.modules.iter().find(|m| m.name == info.module)?;
+                    let types =
+                        signature::param_types(m.source.as_deref(), m.ptx.as_deref(), &info.name)?;
+                    Some((*id, types))
+                })
+                .collect()
+        });
+        types.get(&k)?.get(index).copied()
     }
 
     pub fn blob(&self, id: BlobId) -> Option<&[u8]> {

@@ -5,11 +5,18 @@ use super::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-fn args(a: &Args) -> String {
+/// A launch's arguments. A value whose type the kernel's embedded code declares is printed as
+/// that type (`64`, `1e-5f`); one whose type is unknown stays hex, byte order as in memory read
+/// as a little-endian number.
+fn args(t: &Trace, k: KernelId, a: &Args) -> String {
     a.iter()
-        .map(|x| match x {
+        .enumerate()
+        .map(|(i, x)| match x {
             Arg::Buf(d) => d.to_string(),
             Arg::Val(v) => {
+                if let Some(s) = t.param_type(k, i).and_then(|ty| ty.render(v)) {
+                    return s;
+                }
                 let mut s = String::from("0x");
                 for b in v.iter().rev() {
                     let _ = write!(s, "{b:02x}");
@@ -63,7 +70,7 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
             kname(kernel),
             grid,
             block,
-            args(a)
+            args(t, *kernel, a)
         ),
         Call::Synchronize { stream } => format!("synchronize({stream})"),
         Call::DefaultStream => "default_stream()".into(),

@@ -42,6 +42,9 @@ impl Trace {
         if let Some(h) = &self.header {
             w.write(&Frame::Header(h.clone()))?;
         }
+        if let Some(p) = &self.provenance {
+            w.write(&Frame::Provenance(p.clone()))?;
+        }
         for (id, s) in &self.sites {
             w.write(&Frame::Site {
                 id: *id,

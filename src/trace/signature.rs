@@ -1,0 +1,287 @@
+//! What type each kernel parameter has, read from the code the trace embeds.
+//!
+//! A kernel's parameter layout says only offsets and sizes (all the driver knows), so a scalar
+//! argument is four bytes that could be `0x3727c5ac` or `1e-5`. The trace also carries the
+//! module's CUDA C source or PTX, and their signatures say which: this reads them, so `show`
+//! can print `eps = 1e-5` instead of hex. Anything it cannot parse stays unknown (hex); it
+//! never guesses from the bytes.
+
+/// A kernel parameter's type, as far as rendering cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamType {
+    Pointer,
+    F16,
+    Bf16,
+    F32,
+    F64,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    /// A struct, a template parameter, or a type this parser does not know.
+    Unknown,
+}
+
+impl ParamType {
+    /// `bytes` as a value of this type, when the size fits; `None` otherwise.
+    pub fn render(self, bytes: &[u8]) -> Option<String> {
+        fn a<const N: usize>(b: &[u8]) -> Option<[u8; N]> {
+            b.try_into().ok()
+        }
+        Some(match self {
+            ParamType::F32 => float(f32::from_le_bytes(a(bytes)?) as f64, 'f'),
+            ParamType::F64 => float(f64::from_le_bytes(a(bytes)?), 'd'),
+            ParamType::Bf16 => {
+                let bits = u16::from_le_bytes(a(bytes)?);
+                float(f32::from_bits((bits as u32) << 16) as f64, 'b')
+            }
+            ParamType::F16 => float(f16_to_f64(u16::from_le_bytes(a(bytes)?)), 'h'),
+            ParamType::I8 => i8::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::U8 => u8::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::I16 => i16::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::U16 => u16::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::I32 => i32::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::U32 => u32::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::I64 => i64::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::U64 => u64::from_le_bytes(a(bytes)?).to_string(),
+            ParamType::Pointer | ParamType::Unknown => return None,
+        })
+    }
+}
+
+/// Shortest text that reads back to the same value, with a C-like suffix naming the width
+/// (`f` float, `d` double, `h` half, `b` bfloat16), so `1` the float is not `1` the int.
+fn float(v: f64, suffix: char) -> String {
+    let body = match suffix {
+        'd' => format!("{v:?}"),
+        _ => format!("{:?}", v as f32),
+    };
+    format!("{body}{suffix}")
+}
+
+/// IEEE half to double (exact: every half is a double).
+fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let frac = (h & 0x3ff) as f64;
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        0x1f if frac == 0.0 => f64::INFINITY,
+        0x1f => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+/// The parameter types of `kernel`, from CUDA C source or, failing that, PTX.
+pub fn param_types(
+    source: Option<&str>,
+    ptx: Option<&str>,
+    kernel: &str,
+) -> Option<Vec<ParamType>> {
+    source
+        .and_then(|s| from_c(s, kernel))
+        .or_else(|| ptx.and_then(|p| from_ptx(p, kernel)))
+}
+
+/// The signature of `__global__ ... kernel(...)` in C source.
+pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
+    let mut from = 0;
+    while let Some(at) = src[from..].find(kernel).map(|i| i + from) {
+        from = at + kernel.len();
+        let before = &src[..at];
+        let after = src[from..].trim_start();
+        let whole_word = !before.ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        // A definition or declaration: `__global__` since the last statement ends, and the
+        // name followed by its parameter list.
+        let decl_start = before.rfind([';', '}', '{']).map_or(0, |i| i + 1);
+        if !whole_word || !after.starts_with('(') || !before[decl_start..].contains("__global__") {
+            continue;
+        }
+        let list = balanced(&after[1..])?;
+        return Some(split_top(list).iter().filter_map(|p| c_param(p)).collect());
+    }
+    None
+}
+
+/// The text up to the `)` that closes an already-opened `(`.
+fn balanced(s: &str) -> Option<&str> {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '<' | '[' => depth += 1,
+            ')' if depth == 0 => return Some(&s[..i]),
+            ')' | '>' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Split at commas outside brackets.
+fn split_top(s: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut start) = (Vec::new(), 0usize, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '<' | '[' => depth += 1,
+            ')' | '>' | ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// One C parameter declaration; `None` for an empty list or `void`.
+fn c_param(p: &str) -> Option<ParamType> {
+    let p = p.split('=').next().unwrap_or(p).trim();
+    if p.is_empty() || p == "void" {
+        return None;
+    }
+    if p.contains('*') || p.contains('&') || p.contains('[') {
+        return Some(ParamType::Pointer);
+    }
+    let words: Vec<&str> = p
+        .split_whitespace()
+        .filter(|w| {
+            !matches!(
+                *w,
+                "const"
+                    | "volatile"
+                    | "__restrict__"
+                    | "restrict"
+                    | "__grid_constant__"
+                    | "register"
+            )
+        })
+        .collect();
+    // The last word is the parameter's name unless the declaration is a bare type.
+    let ty = match words.len() {
+        0 => return Some(ParamType::Unknown),
+        1 => words.clone(),
+        n => words[..n - 1].to_vec(),
+    };
+    Some(c_type(&ty.join(" ")))
+}
+
+fn c_type(t: &str) -> ParamType {
+    use ParamType::*;
+    match t {
+        "float" => F32,
+        "double" => F64,
+        "__half" | "half" => F16,
+        "__nv_bfloat16" | "nv_bfloat16" | "__bf16" => Bf16,
+        "char" | "signed char" | "int8_t" => I8,
+        "unsigned char" | "uint8_t" | "bool" => U8,
+        "short" | "signed short" | "int16_t" => I16,
+        "unsigned short" | "uint16_t" => U16,
+        "int" | "signed" | "signed int" | "int32_t" => I32,
+        "unsigned" | "unsigned int" | "uint32_t" | "uint" => U32,
+        "long long" | "long long int" | "signed long long" | "int64_t" | "long" | "ptrdiff_t" => {
+            I64
+        }
+        "unsigned long long"
+        | "unsigned long long int"
+        | "uint64_t"
+        | "unsigned long"
+        | "size_t" => U64,
+        _ => Unknown,
+    }
+}
+
+/// The signature of `.entry kernel(...)` in PTX. A 64-bit parameter is a pointer or a 64-bit
+/// integer and PTX does not say which, so it is left unknown.
+pub fn from_ptx(ptx: &str, kernel: &str) -> Option<Vec<ParamType>> {
+    let at = ptx.find(&format!(".entry {kernel}"))?;
+    let rest = &ptx[at..];
+    let open = rest.find('(')?;
+    // An entry without parameters has no parenthesis before its body.
+    if rest.find('{').is_some_and(|b| b < open) {
+        return Some(Vec::new());
+    }
+    let list = balanced(&rest[open + 1..])?;
+    Some(
+        list.split(',')
+            .filter(|p| p.contains(".param"))
+            .map(|p| {
+                use ParamType::*;
+                if p.contains('[') {
+                    return Unknown;
+                }
+                match p
+                    .split_whitespace()
+                    .find(|w| w.starts_with('.') && *w != ".param")
+                {
+                    Some(".f32") => F32,
+                    Some(".f64") => F64,
+                    Some(".s32") => I32,
+                    Some(".u32" | ".b32") => U32,
+                    Some(".s16") => I16,
+                    Some(".u16" | ".b16") => U16,
+                    Some(".s8") => I8,
+                    Some(".u8" | ".b8") => U8,
+                    _ => Unknown,
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ParamType::*;
+    use super::*;
+
+    #[test]
+    fn c_signatures() {
+        let src = "// rmsnorm(x) is not this\nstatic void rmsnorm(int);\n\
+                   extern \"C\" __global__ void rmsnorm(const float* __restrict__ x, float* out,\n\
+                   unsigned n, const float eps, __nv_bfloat16 s, long long k, Pair p) { }\n\
+                   extern \"C\" __global__ void empty() {}\n\
+                   extern \"C\" __global__ void v(void) {}";
+        assert_eq!(
+            from_c(src, "rmsnorm").unwrap(),
+            vec![Pointer, Pointer, U32, F32, Bf16, I64, Unknown]
+        );
+        assert_eq!(from_c(src, "empty").unwrap(), vec![]);
+        assert_eq!(from_c(src, "v").unwrap(), vec![]);
+        assert_eq!(from_c(src, "missing"), None);
+        // `rms` is a prefix of `rmsnorm`, not a kernel.
+        assert_eq!(from_c(src, "rms"), None);
+    }
+
+    #[test]
+    fn ptx_signatures() {
+        let ptx =
+            ".visible .entry saxpy(\n\t.param .u64 saxpy_param_0,\n\t.param .u32 saxpy_param_1,\n\
+                   \t.param .f32 saxpy_param_2,\n\t.param .align 8 .b8 saxpy_param_3[16]\n)\n{\n}\n\
+                   .visible .entry empty()\n{\n}\n";
+        assert_eq!(
+            from_ptx(ptx, "saxpy").unwrap(),
+            vec![Unknown, U32, F32, Unknown]
+        );
+        assert_eq!(from_ptx(ptx, "empty").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn values() {
+        assert_eq!(F32.render(&1e-5f32.to_le_bytes()).unwrap(), "1e-5f");
+        assert_eq!(F32.render(&1.0f32.to_le_bytes()).unwrap(), "1.0f");
+        assert_eq!(F64.render(&0.1f64.to_le_bytes()).unwrap(), "0.1d");
+        assert_eq!(Bf16.render(&0x3f80u16.to_le_bytes()).unwrap(), "1.0b");
+        assert_eq!(F16.render(&0x3c00u16.to_le_bytes()).unwrap(), "1.0h");
+        assert_eq!(F16.render(&0xc000u16.to_le_bytes()).unwrap(), "-2.0h");
+        assert_eq!(I32.render(&(-3i32).to_le_bytes()).unwrap(), "-3");
+        assert_eq!(U32.render(&64u32.to_le_bytes()).unwrap(), "64");
+        // A size that does not fit the type stays unrendered (hex).
+        assert_eq!(F32.render(&[0u8; 8]), None);
+        assert_eq!(Pointer.render(&[0u8; 8]), None);
+    }
+}
