@@ -297,8 +297,11 @@ enum Cmd {
         #[arg(long)]
         summary: bool,
         /// Only calls A..B.
-        #[arg(long, value_parser = parse_range)]
+        #[arg(long, value_parser = parse_range, conflicts_with = "steps")]
         calls: Option<(u64, u64)>,
+        /// Only steps A..B, as the engine marked them (`step_boundary`).
+        #[arg(long, value_parser = parse_range)]
+        steps: Option<(u64, u64)>,
         /// Only launches of this kernel (`module::name`, or the name alone).
         #[arg(long)]
         kernel: Option<String>,
@@ -538,6 +541,7 @@ fn run() -> Result<Exit> {
             trace,
             summary,
             calls,
+            steps,
             kernel,
             kind,
             json,
@@ -545,7 +549,10 @@ fn run() -> Result<Exit> {
             &trace,
             summary,
             ShowFilter {
-                calls,
+                calls: match steps {
+                    Some(s) => Some(step_range(&gputape::trace::Trace::open(&trace)?, s)?),
+                    None => calls,
+                },
                 kernel: kernel.as_deref(),
                 kind: kind.as_deref(),
             },

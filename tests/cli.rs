@@ -416,6 +416,16 @@ fn show_prints_provenance_and_typed_scalars() {
     let argv = v["header"]["command_line"].as_array().unwrap();
     assert_eq!(argv[1], "record");
     assert!(v["header"]["recorded_at_unix_ms"].as_u64().unwrap() > 1_600_000_000_000);
+    // --steps picks the calls of the steps the engine marked, and refuses steps not there.
+    let o = gputape(&["record", "--config", "tiny", "--steps", "2..5", "-o", p]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let shown = stdout(&gputape(&["show", p, "--steps", "3..4"]));
+    let marks: Vec<&str> = shown.lines().filter(|l| l.contains("---- step")).collect();
+    assert_eq!(marks.len(), 1, "{shown}");
+    assert!(marks[0].contains("---- step 3 ----"), "{shown}");
+    let o = gputape(&["show", p, "--steps", "9..10"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("holds steps 2..=4"), "{}", stderr(&o));
     // A format-2 trace has none, and says so.
     let old = stdout(&gputape(&[
         "show",
