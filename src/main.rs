@@ -737,6 +737,7 @@ fn info(json: bool) -> Result<()> {
                     "name": d.name,
                     "sm_count": d.sm_count,
                     "total_memory": d.total_memory,
+                    "free_memory": gputape::cuda::device_memory(d.ordinal as usize).ok().map(|m| m.0),
                     "driver_version": d.driver_version,
                 })).collect::<Vec<_>>(),
             }),
@@ -759,8 +760,11 @@ fn info(json: bool) -> Result<()> {
         Ok(devs) if devs.is_empty() => println!("  cuda   driver present, but no device visible"),
         Ok(devs) => {
             for d in devs {
+                let free = gputape::cuda::device_memory(d.ordinal as usize)
+                    .map(|(f, _)| format!("{:.1} GiB free of ", f as f64 / (1u64 << 30) as f64))
+                    .unwrap_or_default();
                 println!(
-                    "  cuda   device {}: {} ({} SMs, {:.1} GiB, driver {}.{})",
+                    "  cuda   device {}: {} ({} SMs, {free}{:.1} GiB, driver {}.{})",
                     d.ordinal,
                     d.name,
                     d.sm_count,
@@ -1366,6 +1370,14 @@ per-step median {:.3} ms (min {:.3}, max {:.3}) over {} steps",
     }
     let swept = gpu.sweep_unreleased();
     println!("teardown: {swept} allocation(s) left for the sweep");
+    if let Some(a) = gpu.kernel_registry().map(|r| r.audit()) {
+        // The audit's first line is for -v; a lookup that did not resolve is always shown.
+        if a.unresolved.is_empty() {
+            tracing::info!("{}", a.render().trim_end());
+        } else {
+            print!("{}", a.render());
+        }
+    }
     if fault_step.is_some() && backend == Backend::Cuda && fault_seen.is_none() {
         println!("the planted fault left no trace in the red zones");
     }

@@ -436,3 +436,37 @@ mod tests {
         assert_eq!(mask_lines("no sites"), "no sites");
     }
 }
+
+/// What `f` logs through `tracing` on this thread at warning level and up, as plain text.
+/// For tests of what a backend tells an operator (one sweep line after a fault, say), which is
+/// part of its contract as much as its return values.
+pub fn warnings_of<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if let Ok(mut v) = self.0.lock() {
+                v.extend_from_slice(b);
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let out = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || out.clone())
+        .finish();
+    let r = tracing::subscriber::with_default(sub, f);
+    let text = buf
+        .0
+        .lock()
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .unwrap_or_default();
+    (r, text)
+}

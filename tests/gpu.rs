@@ -587,3 +587,266 @@ fn pointer_tables_replay_at_their_recorded_addresses() {
     assert_eq!(want, f32_bytes(&[10.0, 11.0, 12.0, 13.0]));
     assert_eq!(g2.live_alloc_count(), 0);
 }
+
+// ---- The seed backend's features, each exercised on the device (issue: the seed complete) ----
+
+use gputape::testing::warnings_of as logs_of;
+
+fn write_past(g: &CudaBackend, p: gputape::backend::DevicePtr, n: u32, extra: u32) {
+    let k = g.kernel("blas", "write_past").unwrap();
+    let s = g.default_stream();
+    g.launch_typed(
+        k,
+        [1, 1, 1],
+        [128, 1, 1],
+        0,
+        s,
+        &[
+            KernelArg::Buffer(p),
+            KernelArg::Bytes(&n.to_le_bytes()),
+            KernelArg::Bytes(&extra.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    g.synchronize(s).unwrap();
+}
+
+/// The creation-index floor leaves early allocations (weights) unguarded; the fill byte is
+/// what the bands hold (so a write of that very byte goes unseen, which is why a second run
+/// at another fill separates reads from writes); the trace index logs a backtrace at exactly
+/// that allocation.
+#[test]
+#[ignore = "needs a GPU"]
+fn red_zone_floor_fill_and_backtrace_index() {
+    let mut cfg = CudaConfig::from_env(0);
+    cfg.redzone = RedzoneConfig {
+        bytes: 64,
+        min_idx: 1,
+        trace_idx: Some(2),
+        fill: 0x05,
+    };
+    let Some(g) = gpu_with(cfg) else { return };
+    let ((weights, guarded, traced), logs) = logs_of(|| {
+        (
+            g.alloc(128).unwrap(),
+            g.alloc(128).unwrap(),
+            g.alloc(128).unwrap(),
+        )
+    });
+    assert_eq!(
+        logs.matches("red-zone trace: allocation #").count(),
+        1,
+        "{logs}"
+    );
+    assert!(logs.contains("allocation #2 (128 bytes)"), "{logs}");
+    assert!(
+        logs.contains("tests/gpu.rs:"),
+        "the backtrace names the test: {logs}"
+    );
+    let mut pad = [0u8; 64];
+    g.copy_d2h(guarded.offset(128), &mut pad).unwrap();
+    assert!(
+        pad.iter().all(|&b| b == 0x05),
+        "the band holds the fill: {pad:?}"
+    );
+    // Below the floor: no band, so an overrun there is not seen.
+    write_past(&g, weights, 128, 8);
+    assert_eq!(
+        g.scan_redzones().unwrap(),
+        0,
+        "allocation #0 is below the floor"
+    );
+    // write_past writes byte (i & 0x7f) at i: past a 128-byte buffer, 0, 1, 2, ... The sixth
+    // byte is 5, the fill, so of six written bytes five differ from the band.
+    write_past(&g, guarded, 128, 6);
+    assert_eq!(g.scan_redzones().unwrap(), 1);
+    let v = &g.last_redzone_violations()[0];
+    assert_eq!((v.alloc_idx, v.first, v.last, v.changed), (1, 0, 4, 5));
+    for p in [weights, guarded, traced] {
+        g.free(p).unwrap();
+    }
+}
+
+/// The watchdog reads the driver's free memory without a backend; a planted threshold above
+/// the card's memory trips it on its third reading, once, and a second watchdog cannot start
+/// beside it.
+#[test]
+#[ignore = "needs a GPU"]
+fn oom_watchdog_reads_the_driver_and_trips_once() {
+    use gputape::cuda::watchdog::{spawn_oom_watchdog, OnTrip};
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return;
+    }
+    let (free, total) = gputape::cuda::device_memory(0).unwrap();
+    assert!(free > 0 && free <= total, "{free} of {total}");
+    let polled = gputape::cuda::polled_free_memory(0).unwrap();
+    assert!(
+        polled <= total,
+        "a discrete card's reading never exceeds it: {polled} > {total}"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let threshold_mb = (total >> 20) * 2;
+    let w = spawn_oom_watchdog(
+        threshold_mb,
+        std::time::Duration::from_millis(10),
+        || gputape::cuda::polled_free_memory(0),
+        OnTrip::Call(Box::new(move |free| tx.send(free).unwrap())),
+    )
+    .expect("starts");
+    assert!(
+        spawn_oom_watchdog(1, std::time::Duration::from_secs(1), || None, OnTrip::Exit).is_none()
+    );
+    let got = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert!(got > 0 && got <= total);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(rx.try_recv().is_err(), "tripped twice");
+    w.stop();
+    // A backend told to watch starts one, and only one.
+    let mut cfg = CudaConfig::from_env(0);
+    cfg.oom_watchdog_mb = Some(1);
+    let Some(_g) = gpu_with(cfg) else { return };
+    assert!(
+        spawn_oom_watchdog(1, std::time::Duration::from_secs(1), || None, OnTrip::Exit).is_none()
+    );
+}
+
+/// Managed memory round-trips through copies and a kernel, and records and replays.
+#[test]
+#[ignore = "needs a GPU"]
+fn managed_memory_round_trips_and_replays() {
+    let Some(g) = gpu() else { return };
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    rec.start().unwrap();
+    let n = 1024usize;
+    let x = rec.alloc_managed(n * 4).unwrap();
+    let y = rec.alloc_managed(n * 4).unwrap();
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    rec.copy_h2d(&f32_bytes(&xs), x).unwrap();
+    rec.memset(y, 0, n * 4).unwrap();
+    let k = rec.kernel("blas", "saxpy").unwrap();
+    let s = rec.default_stream();
+    rec.launch_typed(
+        k,
+        [(n as u32).div_ceil(128), 1, 1],
+        [128, 1, 1],
+        0,
+        s,
+        &[
+            KernelArg::Buffer(x),
+            KernelArg::Buffer(y),
+            KernelArg::Bytes(&(n as u32).to_le_bytes()),
+            KernelArg::Bytes(&2.0f32.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    rec.synchronize(s).unwrap();
+    let mut out = vec![0u8; n * 4];
+    rec.copy_d2h(y, &mut out).unwrap();
+    let got: Vec<f32> = out
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(got.iter().enumerate().all(|(i, v)| *v == 2.0 * i as f32));
+    rec.free(x).unwrap();
+    rec.free(y).unwrap();
+    rec.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("managed"), &buf.lock()).unwrap();
+    assert!(t
+        .calls
+        .iter()
+        .any(|c| matches!(c.call, trace::Call::AllocManaged { .. })));
+    let Some(g2) = gpu() else { return };
+    let rep = gputape::replayer::Replayer::new(&t)
+        .run(&g2, &Default::default(), None, |_| {})
+        .unwrap();
+    assert!(rep.passed() && rep.d2h_checked == 1, "{}", rep.summary());
+    // The same trace on the mock.
+    let rep = gputape::replayer::Replayer::new(&t)
+        .run(&mock(), &Default::default(), None, |_| {})
+        .unwrap();
+    assert!(rep.passed() && rep.d2h_checked == 1, "{}", rep.summary());
+}
+
+/// The audit lists this run's modules and each lookup that did not resolve, with its site.
+#[test]
+#[ignore = "needs a GPU"]
+fn kernel_audit_names_an_unresolved_lookup_and_its_site() {
+    let Some(g) = gpu() else { return };
+    let reg = g.kernel_registry().unwrap();
+    let a = reg.audit();
+    assert!(a.modules.contains(&"blas".to_string()), "{a:?}");
+    g.kernel("blas", "saxpy").unwrap();
+    let line = line!() + 1;
+    assert!(g.kernel("blas", "no_such_kernel").is_err());
+    assert!(g.kernel("nope", "x").is_err());
+    let a = reg.audit();
+    assert_eq!(a.unresolved.len(), 2, "{a:?}");
+    assert!(
+        a.unresolved[0]
+            .site
+            .contains(&format!("tests/gpu.rs:{line}:")),
+        "{a:?}"
+    );
+    assert!(a
+        .render()
+        .contains("unresolved: blas::no_such_kernel looked up at tests/gpu.rs:"));
+    assert!(a.unresolved[1]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("not loaded"));
+    assert!(a.resolved.iter().any(|r| r.func == "saxpy"));
+    // A new run starts clean.
+    reg.begin_run();
+    assert_eq!(reg.audit(), Default::default());
+}
+
+/// After a sticky fault, teardown's sweep says once that the context took the memory with it,
+/// instead of one line per allocation. Run in a child process: the fault ends its context.
+#[test]
+#[ignore = "needs a GPU"]
+fn sweep_after_a_sticky_fault_is_one_summary() {
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return;
+    }
+    let bin = std::env::var("GPUTAPE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gputape").into());
+    let o = std::process::Command::new(bin)
+        .args([
+            "demo",
+            "--backend",
+            "cuda",
+            "--config",
+            "tiny",
+            "--steps",
+            "8",
+            "--fault-step",
+            "4",
+            "--fault-overrun",
+            "268435456",
+        ])
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(out.contains("step 4 failed"), "{out}\n{err}");
+    let sweep: Vec<&str> = err.lines().filter(|l| l.contains("sweep:")).collect();
+    assert_eq!(
+        sweep.len(),
+        1,
+        "one summary, not one line per allocation: {err}"
+    );
+    assert!(
+        sweep[0].contains("go with the context, unusable after CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
+        "{err}"
+    );
+    assert!(
+        err.lines().filter(|l| l.contains("WARN")).count() <= 4,
+        "teardown after a fault floods the log: {err}"
+    );
+}

@@ -528,3 +528,100 @@ fn capture_probes_free_what_they_make() {
         }
     }
 }
+
+/// The kernel audit: this run's modules, and every lookup that did not resolve with the line
+/// that made it; a new run (the next model's load) starts with an empty audit.
+#[test]
+fn kernel_audit_names_an_unresolved_lookup_and_its_site() {
+    let m = mock();
+    gputape::model::kernels::register_mock(&m);
+    let reg = m.kernel_registry().unwrap();
+    let a = reg.audit();
+    assert_eq!(a.modules.len(), 9, "{a:?}");
+    assert!(a.unresolved.is_empty());
+    m.kernel("gemv", "gemv").unwrap();
+    let line = line!() + 1;
+    assert!(m.kernel("gemv", "gemv_bf16").is_err());
+    let a = reg.audit();
+    assert_eq!(a.resolved.len(), 1);
+    assert_eq!(a.unresolved.len(), 1);
+    let u = &a.unresolved[0];
+    assert_eq!((u.module.as_str(), u.func.as_str()), ("gemv", "gemv_bf16"));
+    assert!(
+        u.site.contains(&format!("tests/mock_contracts.rs:{line}:")),
+        "{u:?}"
+    );
+    assert!(
+        a.render().contains("1 lookup(s) unresolved"),
+        "{}",
+        a.render()
+    );
+    // A second model on the same backend: the audit restarts with its load.
+    gputape::model::kernels::register_mock(&m);
+    let a = reg.audit();
+    assert!(a.unresolved.is_empty() && a.resolved.is_empty(), "{a:?}");
+}
+
+/// Managed memory: the same bytes through copies and a kernel as device memory.
+#[test]
+fn managed_memory_round_trips_through_a_kernel() {
+    let m = mock();
+    m.register_kernel("blas", "saxpy", saxpy_layout(), Some(saxpy_body()));
+    let n = 256usize;
+    let x = m.alloc_managed(n * 4).unwrap();
+    let y = m.alloc_managed(n * 4).unwrap();
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    m.copy_h2d(&f32_bytes(&xs), x).unwrap();
+    m.memset(y, 0, n * 4).unwrap();
+    let k = m.kernel("blas", "saxpy").unwrap();
+    m.launch_typed(
+        k,
+        [2, 1, 1],
+        [128, 1, 1],
+        0,
+        m.default_stream(),
+        &[
+            KernelArg::Buffer(x),
+            KernelArg::Buffer(y),
+            KernelArg::Bytes(&(n as u32).to_le_bytes()),
+            KernelArg::Bytes(&2.0f32.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    let mut out = vec![0u8; n * 4];
+    m.copy_d2h(y, &mut out).unwrap();
+    let want: Vec<f32> = (0..n).map(|i| 2.0 * i as f32).collect();
+    assert_eq!(out, f32_bytes(&want));
+    m.free(x).unwrap();
+    m.free(y).unwrap();
+    assert_eq!(m.live_alloc_count(), 0);
+}
+
+/// After a sticky fault the owners' frees fail (the memory goes with the context), and the
+/// sweep of what is left says so in one line, not one per allocation.
+#[test]
+fn sweep_after_a_sticky_fault_is_one_summary() {
+    let m = mock();
+    let bufs: Vec<_> = (0..10).map(|_| m.alloc(64).unwrap()).collect();
+    // Two more allocations, and a kernel that overruns one of them.
+    overrunning_saxpy(&m).ok();
+    assert!(
+        m.synchronize(m.default_stream()).is_err(),
+        "the fault is sticky"
+    );
+    let (n, logs) = gputape::testing::warnings_of(|| {
+        // The owners of half the buffers try to free them: each fails, and each goes.
+        for b in &bufs[..5] {
+            assert!(m.free(*b).is_err());
+        }
+        m.sweep_unreleased()
+    });
+    assert_eq!(n, 5 + 2, "the sweep gets what no owner tried to free");
+    assert_eq!(logs.lines().count(), 1, "{logs}");
+    assert!(
+        logs.contains("sweep: 7 allocation(s)")
+            && logs
+                .contains("go with the context, unusable after CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
+        "{logs}"
+    );
+}

@@ -88,6 +88,54 @@ struct Inner {
     by_handle: HashMap<KernelHandle, KernelInfo>,
     /// Access modes the kernels' owner declared (`declare_access`), by (module, kernel).
     declared: HashMap<(String, String), Vec<ParamInfo>>,
+    audit: KernelAudit,
+}
+
+/// One kernel lookup the audit saw.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KernelLookup {
+    pub module: String,
+    pub func: String,
+    /// The caller's `file:line:col`.
+    pub site: String,
+    /// Why it did not resolve; `None` when it did.
+    pub error: Option<String>,
+}
+
+/// What a run (one model's load and use) asked of the kernel registry: the modules it loaded
+/// and each kernel it looked up, so a model that asks for a kernel its build does not ship is
+/// named with the line that asked, and a second model on the same backend does not inherit
+/// the first one's entries (`begin_run`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelAudit {
+    /// Modules loaded since the run began, in load order.
+    pub modules: Vec<String>,
+    /// Each (module, kernel) resolved since the run began, with the first site that asked.
+    pub resolved: Vec<KernelLookup>,
+    /// Every lookup that did not resolve, in order.
+    pub unresolved: Vec<KernelLookup>,
+}
+
+impl KernelAudit {
+    /// One line, then one per unresolved lookup.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "kernel audit: {} module(s) loaded, {} kernel(s) resolved, {} lookup(s) unresolved\n",
+            self.modules.len(),
+            self.resolved.len(),
+            self.unresolved.len()
+        );
+        for u in &self.unresolved {
+            s.push_str(&format!(
+                "  unresolved: {}::{} looked up at {}: {}\n",
+                u.module,
+                u.func,
+                u.site,
+                u.error.as_deref().unwrap_or("?")
+            ));
+        }
+        s
+    }
 }
 
 /// Fill a layout's unknown access modes from a declaration of the same length; a declaration
@@ -122,9 +170,47 @@ impl KernelRegistry {
         Self::default()
     }
 
+    /// A new run (a model's load) begins: the audit forgets what earlier runs looked up.
+    /// Call it before the run's first module load or kernel lookup.
+    pub fn begin_run(&self) {
+        self.inner.write().audit = KernelAudit::default();
+    }
+
+    /// Note a kernel lookup (backends call this on every lookup that is not a cache hit).
+    pub fn note_lookup(&self, module: &str, func: &str, site: String, error: Option<String>) {
+        let mut g = self.inner.write();
+        let l = KernelLookup {
+            module: module.to_string(),
+            func: func.to_string(),
+            site,
+            error,
+        };
+        let a = &mut g.audit;
+        if l.error.is_some() {
+            // Bounded: a loop retrying one missing kernel keeps its first thousand.
+            if a.unresolved.len() < 1000 {
+                a.unresolved.push(l);
+            }
+        } else if !a
+            .resolved
+            .iter()
+            .any(|r| r.module == l.module && r.func == l.func)
+        {
+            a.resolved.push(l);
+        }
+    }
+
+    /// What this run loaded and looked up.
+    pub fn audit(&self) -> KernelAudit {
+        self.inner.read().audit.clone()
+    }
+
     /// Add (or replace) a module's code.
     pub fn add_module(&self, code: ModuleCode) {
         let mut g = self.inner.write();
+        if !g.audit.modules.contains(&code.name) {
+            g.audit.modules.push(code.name.clone());
+        }
         if let Some(m) = g.modules.iter_mut().find(|m| m.name == code.name) {
             *m = code;
         } else {

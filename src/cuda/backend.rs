@@ -75,6 +75,12 @@ pub struct CudaConfig {
     /// ordinary way: for them an early start would be a race. Off by default (an engine's
     /// kernels decide whether they are written for it); `GPUTAPE_PDL=1` or `replay --pdl`.
     pub pdl: bool,
+    /// Start the OOM watchdog with this threshold in MiB (`GPUTAPE_OOM_WATCHDOG_MB`): three
+    /// readings in a row of less free device memory than this end the process. One per
+    /// process, however many backends are built.
+    pub oom_watchdog_mb: Option<usize>,
+    /// How often the watchdog reads free memory (`GPUTAPE_OOM_WATCHDOG_MS`, default 1000).
+    pub oom_watchdog_interval: std::time::Duration,
 }
 
 impl CudaConfig {
@@ -88,8 +94,16 @@ impl CudaConfig {
             staging_bytes: 8 << 20,
             capture_staging_bytes: 4 << 20,
             pdl: std::env::var("GPUTAPE_PDL").as_deref() == Ok("1"),
+            oom_watchdog_mb: env_num("GPUTAPE_OOM_WATCHDOG_MB"),
+            oom_watchdog_interval: std::time::Duration::from_millis(
+                env_num("GPUTAPE_OOM_WATCHDOG_MS").unwrap_or(1000) as u64,
+            ),
         }
     }
+}
+
+fn env_num(k: &str) -> Option<usize> {
+    std::env::var(k).ok().and_then(|v| v.trim().parse().ok())
 }
 
 struct AllocRecord {
@@ -162,6 +176,8 @@ pub struct CudaBackend {
     /// Buffers handed out by `place_at` (freed by unmapping at drop, not by cuMemFree).
     placed: Mutex<std::collections::HashSet<u64>>,
     op_cache: OpCache,
+    /// The OOM watchdog, when this backend started it (`cfg.oom_watchdog_mb`).
+    watchdog: Option<watchdog::WatchdogHandle>,
 }
 
 // SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
@@ -178,6 +194,56 @@ macro_rules! cu {
         let r = unsafe { sys::$call($($arg),*) };
         check(stringify!($call), r)
     }};
+}
+
+/// Free and total memory of device `ordinal` as the driver reports them, without a backend:
+/// for a launcher deciding what fits before it builds one, and for the OOM watchdog's thread.
+/// The device's primary context is retained and made current on this thread for the query
+/// only (whatever was current before is current again after).
+pub fn device_memory(ordinal: usize) -> Result<(usize, usize)> {
+    if !super::driver_present() {
+        return Err(super::ProbeError::NoDriver.into());
+    }
+    cu!(cuInit(0))?;
+    let mut device = 0i32;
+    cu!(cuDeviceGet(&mut device, ordinal as i32))?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    cu!(cuDevicePrimaryCtxRetain(&mut ctx, device))?;
+    let r = (|| {
+        cu!(cuCtxPushCurrent_v2(ctx))?;
+        let (mut free, mut total) = (0usize, 0usize);
+        let q = cu!(cuMemGetInfo_v2(&mut free, &mut total));
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        let _ = cu!(cuCtxPopCurrent_v2(&mut popped));
+        q.map(|()| (free, total))
+    })();
+    let r = r.map_err(anyhow::Error::from);
+    let _ = cu!(cuDevicePrimaryCtxRelease_v2(device));
+    r
+}
+
+/// Free memory of device `ordinal` as the watchdog should see it: the driver's figure, or host
+/// `MemAvailable` on an integrated device (never on a guess: an unknown device counts as
+/// discrete). `None` when the driver does not answer.
+pub fn polled_free_memory(ordinal: usize) -> Option<usize> {
+    let (free, _) = device_memory(ordinal).ok()?;
+    let integrated = (|| {
+        let mut device = 0i32;
+        cu!(cuDeviceGet(&mut device, ordinal as i32)).ok()?;
+        let mut v = 0i32;
+        cu!(cuDeviceGetAttribute(
+            &mut v,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED,
+            device
+        ))
+        .ok()?;
+        Some(v != 0)
+    })();
+    Some(watchdog::polled_free_bytes(
+        free,
+        watchdog::mem_available(),
+        integrated,
+    ))
 }
 
 impl CudaBackend {
@@ -241,9 +307,19 @@ impl CudaBackend {
             fixed: Mutex::new(Default::default()),
             placed: Mutex::new(Default::default()),
             op_cache: OpCache::new(),
+            watchdog: None,
             cfg,
         };
         b.default_stream = b.new_stream()?;
+        if let Some(mb) = b.cfg.oom_watchdog_mb {
+            let ordinal = b.cfg.ordinal;
+            b.watchdog = watchdog::spawn_oom_watchdog(
+                mb,
+                b.cfg.oom_watchdog_interval,
+                move || polled_free_memory(ordinal),
+                watchdog::OnTrip::Exit,
+            );
+        }
         tracing::info!(
             "CudaBackend on device {} ({} SMs, cc {}.{}, {})",
             b.cfg.ordinal,
@@ -739,19 +815,30 @@ impl GpuBackend for CudaBackend {
             return Ok(KernelHandle(*f));
         }
         let site = crate::backend::site_string(Location::caller());
+        let unresolved = |why: String| {
+            self.registry
+                .note_lookup(module, func_name, site.clone(), Some(why));
+        };
         let Some(m) = self.modules.lock().get(module).copied() else {
+            unresolved(format!("module {module} is not loaded"));
             anyhow::bail!(
                 "kernel {module}::{func_name} looked up at {site}: module {module} is not loaded"
             );
         };
         let name = CString::new(func_name)?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
-        cu!(cuModuleGetFunction(
+        if let Err(e) = cu!(cuModuleGetFunction(
             &mut f,
             m as sys::CUmodule,
             name.as_ptr()
-        ))
-        .map_err(|e| e.with(format!("{module}::{func_name}, looked up at {site}")))?;
+        )) {
+            unresolved(format!("module {module} has no kernel {func_name} ({e})"));
+            return Err(e
+                .with(format!("{module}::{func_name}, looked up at {site}"))
+                .into());
+        }
+        self.registry
+            .note_lookup(module, func_name, site.clone(), None);
         let handle = KernelHandle(f as u64);
         self.registry.add_kernel(
             handle,
@@ -806,20 +893,11 @@ impl GpuBackend for CudaBackend {
     #[track_caller]
     fn sweep_unreleased(&self) -> usize {
         let outstanding: Vec<(u64, AllocRecord)> = self.ledger.lock().drain().collect();
-        if !outstanding.is_empty() {
-            let rows = by_site(outstanding.iter().map(|(_, r)| (r.site, r.bytes)));
-            tracing::warn!(
-                "sweep: {} allocation(s), {} bytes, had no owner; largest sites: {}",
-                outstanding.len(),
-                outstanding.iter().map(|(_, r)| r.bytes).sum::<usize>(),
-                format_sites(&rows, 5)
-            );
-        }
         let mut zones = self.redzones.lock();
         let mut placed = self.placed.lock();
         // After a sticky fault every free fails with the fault's code: the memory goes with the
         // context, so that is one line, not one per allocation.
-        let mut gone: Option<(u32, usize)> = None;
+        let mut gone: Option<u32> = None;
         for (p, _) in &outstanding {
             if placed.remove(p) {
                 continue;
@@ -828,17 +906,27 @@ impl GpuBackend for CudaBackend {
             // rest of the sweep.
             if let Err(e) = cu!(cuMemFree_v2(*p)) {
                 if e.is_sticky() {
-                    gone.get_or_insert((e.code, 0)).1 += 1;
+                    gone.get_or_insert(e.code);
                 } else {
                     tracing::warn!("sweep: {e} for {p:#x}");
                 }
             }
             zones.retain(|z| z.user_ptr != *p);
         }
-        if let Some((code, n)) = gone {
+        if !outstanding.is_empty() {
+            let rows = by_site(outstanding.iter().map(|(_, r)| (r.site, r.bytes)));
+            let bytes = outstanding.iter().map(|(_, r)| r.bytes).sum::<usize>();
+            let why = match gone {
+                Some(code) => format!(
+                    "go with the context, unusable after {} ({code})",
+                    crate::backend::cuda_error_name(code)
+                ),
+                None => "had no owner".into(),
+            };
             tracing::warn!(
-                "sweep: {n} allocation(s) not freed: the context is unusable after {} ({code}), and they go with it",
-                crate::backend::cuda_error_name(code)
+                "sweep: {} allocation(s), {bytes} bytes, {why}; largest sites: {}",
+                outstanding.len(),
+                format_sites(&rows, 5)
             );
         }
         outstanding.len()

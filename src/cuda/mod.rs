@@ -6,7 +6,9 @@ pub mod bench;
 mod error;
 pub mod watchdog;
 
-pub use backend::{CudaBackend, CudaConfig, RedzoneConfig, RedzoneViolation};
+pub use backend::{
+    device_memory, polled_free_memory, CudaBackend, CudaConfig, RedzoneConfig, RedzoneViolation,
+};
 pub use error::CudaError;
 
 use cudarc::driver::{result, sys};

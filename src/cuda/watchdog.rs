@@ -85,43 +85,104 @@ impl Watchdog {
 /// model, and a second load must not start a second poller.
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
-/// Start the watchdog thread, polling `read_free` every `interval`; `None` if one already runs.
+/// What the watchdog does on its third low reading in a row.
+pub enum OnTrip {
+    /// Exit the process with status 1: an engine that runs the device out of memory can
+    /// freeze an integrated machine outright, and a dead engine is the lesser harm.
+    Exit,
+    /// Call this (once) with the last reading, and stop watching: for an engine with its own
+    /// shutdown path, and for tests.
+    Call(Box<dyn FnOnce(usize) + Send>),
+}
+
+/// The running watchdog. Dropping it (or `stop`) ends the thread, after which another may be
+/// started.
+pub struct WatchdogHandle {
+    stop: std::sync::Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WatchdogHandle {
+    /// Stop polling and wait for the thread to end.
+    pub fn stop(self) {}
+}
+
+impl Drop for WatchdogHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        RUNNING.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Start the watchdog thread, polling `read_free` every `interval`; `None` if one already runs
+/// in this process (the second caller is told so by the log, once).
 pub fn spawn_oom_watchdog(
     threshold_mb: usize,
     interval: Duration,
     read_free: impl Fn() -> Option<usize> + Send + 'static,
-) -> Option<std::thread::JoinHandle<()>> {
+    on_trip: OnTrip,
+) -> Option<WatchdogHandle> {
     if RUNNING.swap(true, Ordering::SeqCst) {
+        tracing::debug!("OOM watchdog already running; not starting a second");
         return None;
     }
     let threshold = threshold_mb << 20;
-    Some(
-        std::thread::Builder::new()
-            .name("gputape-oom-watchdog".into())
-            .spawn(move || {
-                let mut w = Watchdog::default();
-                loop {
-                    std::thread::sleep(interval);
-                    let free = read_free();
-                    match w.observe(free, threshold) {
-                        WatchdogAction::Fine => {}
-                        WatchdogAction::Low(n) => tracing::error!(
-                            "OOM watchdog: device free memory {} MiB below {threshold_mb} MiB [{n}/{}]",
-                            free.unwrap_or(0) >> 20,
-                            Watchdog::STRIKES
-                        ),
-                        WatchdogAction::Exit => {
-                            tracing::error!(
-                                "OOM watchdog: {} readings in a row below {threshold_mb} MiB; exiting",
-                                Watchdog::STRIKES
-                            );
-                            std::process::exit(1);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("gputape-oom-watchdog".into())
+        .spawn(move || {
+            let mut w = Watchdog::default();
+            let mut on_trip = Some(on_trip);
+            loop {
+                std::thread::park_timeout(interval);
+                if stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                let free = read_free();
+                match w.observe(free, threshold) {
+                    WatchdogAction::Fine => {}
+                    WatchdogAction::Low(n) => tracing::error!(
+                        "OOM watchdog: device free memory {} MiB below {threshold_mb} MiB [{n}/{}]",
+                        free.unwrap_or(0) >> 20,
+                        Watchdog::STRIKES
+                    ),
+                    WatchdogAction::Exit => {
+                        tracing::error!(
+                            "OOM watchdog: {} readings in a row below {threshold_mb} MiB (last {} MiB)",
+                            Watchdog::STRIKES,
+                            free.unwrap_or(0) >> 20
+                        );
+                        match on_trip.take() {
+                            Some(OnTrip::Call(f)) => {
+                                f(free.unwrap_or(0));
+                                return;
+                            }
+                            _ => {
+                                tracing::error!("OOM watchdog: exiting");
+                                std::process::exit(1);
+                            }
                         }
                     }
                 }
-            })
-            .expect("spawn watchdog thread"),
-    )
+            }
+        });
+    match thread {
+        Ok(t) => Some(WatchdogHandle {
+            stop,
+            thread: Some(t),
+        }),
+        Err(e) => {
+            // No thread, no watchdog: the engine runs on, and is told.
+            tracing::error!("OOM watchdog: could not start its thread: {e}");
+            RUNNING.store(false, Ordering::SeqCst);
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -162,11 +223,32 @@ mod tests {
         assert_eq!(parse_mem_available("nothing"), None);
     }
 
+    /// A planted low reading trips it after three polls, once; a second one cannot start
+    /// while it runs, and can after it stopped.
     #[test]
-    fn only_one_watchdog_per_process() {
-        let a = spawn_oom_watchdog(0, Duration::from_secs(3600), || Some(usize::MAX));
-        let b = spawn_oom_watchdog(0, Duration::from_secs(3600), || Some(usize::MAX));
-        assert!(a.is_some());
-        assert!(b.is_none());
+    fn a_low_reading_trips_one_watchdog_once() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let polls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = polls.clone();
+        let a = spawn_oom_watchdog(
+            1,
+            Duration::from_millis(1),
+            move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Some(4096)
+            },
+            OnTrip::Call(Box::new(move |free| tx.send(free).unwrap())),
+        )
+        .expect("the first watchdog starts");
+        let b = spawn_oom_watchdog(0, Duration::from_secs(3600), || None, OnTrip::Exit);
+        assert!(b.is_none(), "a second watchdog started beside the first");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(4096));
+        // It tripped on the third reading and stopped polling.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(polls.load(Ordering::SeqCst), Watchdog::STRIKES as usize);
+        assert!(rx.try_recv().is_err());
+        a.stop();
+        let c = spawn_oom_watchdog(0, Duration::from_secs(3600), || None, OnTrip::Exit);
+        assert!(c.is_some(), "stopping the first lets another start");
     }
 }

@@ -990,12 +990,31 @@ impl GpuBackend for MockGpuBackend {
             .iter()
             .position(|k| k.info.module == module && k.info.name == func_name)
         {
-            Some(i) => Ok(KernelHandle(i as u64 + 1)),
-            None => mock_try!(Err(MockError::UnknownKernel {
-                module: module.to_string(),
-                func: func_name.to_string(),
-                site,
-            })),
+            Some(i) => {
+                drop(st);
+                self.registry.note_lookup(
+                    module,
+                    func_name,
+                    crate::backend::site_string(site),
+                    None,
+                );
+                Ok(KernelHandle(i as u64 + 1))
+            }
+            None => {
+                let e = MockError::UnknownKernel {
+                    module: module.to_string(),
+                    func: func_name.to_string(),
+                    site,
+                };
+                drop(st);
+                self.registry.note_lookup(
+                    module,
+                    func_name,
+                    crate::backend::site_string(site),
+                    Some(e.to_string()),
+                );
+                mock_try!(Err(e))
+            }
         }
     }
 
@@ -1074,8 +1093,18 @@ impl GpuBackend for MockGpuBackend {
             .collect();
         let rows = by_site(live.iter().map(|(_, s, n)| (*s, *n)));
         if !live.is_empty() {
+            // As on CUDA: after a sticky fault the owners' frees failed and the memory goes
+            // with the context; one line says so.
+            let why = match &st.dead {
+                Some(e) => format!(
+                    "go with the context, unusable after {} ({})",
+                    crate::backend::cuda_error_name(e.cuda_code()),
+                    e.cuda_code()
+                ),
+                None => "had no owner".into(),
+            };
             tracing::warn!(
-                "sweep: {} allocation(s), {} bytes, had no owner; largest sites: {}",
+                "sweep: {} allocation(s), {} bytes, {why}; largest sites: {}",
                 live.len(),
                 rows.iter().map(|r| r.bytes).sum::<usize>(),
                 format_sites(&rows, 5)

@@ -41,6 +41,7 @@ pub const SOURCES: [(&str, &str); 9] = [
 /// inputs from its outputs as the mock's do.
 pub fn load_cuda(g: &crate::cuda::CudaBackend) -> anyhow::Result<()> {
     use crate::backend::GpuBackend;
+    begin_run(g);
     for (name, src) in SOURCES {
         g.load_source(name, src)?;
         if let Some(reg) = g.kernel_registry() {
@@ -300,8 +301,17 @@ fn argmax(c: &mut KernelCtx<'_>) -> K {
     c.write_u32(out, &[best as u32])
 }
 
+/// A model's run begins before its first module load: the kernel audit then lists this
+/// model's modules and lookups only, not an earlier model's on the same backend.
+fn begin_run(gpu: &dyn crate::backend::GpuBackend) {
+    if let Some(r) = gpu.kernel_registry() {
+        r.begin_run();
+    }
+}
+
 /// Register every model kernel, with its CPU twin, on a mock backend.
 pub fn register_mock(m: &MockGpuBackend) {
+    begin_run(m);
     let twins: [(&str, Twin); 9] = [
         ("embedding", embedding),
         ("rmsnorm", rmsnorm),
