@@ -379,6 +379,9 @@ enum Workload {
     TwoStreams,
     Capture,
     PointerTable,
+    /// A Hopper TMA kernel reading through a tensor map (a device address inside a kernel
+    /// parameter, encoded again at replay).
+    Tma,
     /// A step captured into a graph whose second node writes past its output
     /// (`--fault-overrun` floats; the default 16 is caught by the mock's bounds).
     GraphFault,
@@ -838,6 +841,7 @@ fn record_on<B: GpuBackend>(
         Workload::TwoStreams => gputape::workloads::two_streams(g)?,
         Workload::Capture => gputape::workloads::capture_region(g)?,
         Workload::PointerTable => gputape::workloads::pointer_table(g)?,
+        Workload::Tma => gputape::workloads::tma(g)?,
         Workload::GraphFault => {
             let r = gputape::workloads::graph_fault_with(g, overrun);
             if let Err(e) = &r {

@@ -423,20 +423,6 @@ pub fn mask_lines(text: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::mask_lines;
-
-    #[test]
-    fn lines_and_columns_are_masked_and_nothing_else() {
-        assert_eq!(
-            mask_lines("at src/a.rs:12:5, b.rs:7 and c.rs: none; x.rs:9:"),
-            "at src/a.rs:_, b.rs:_ and c.rs: none; x.rs:_:"
-        );
-        assert_eq!(mask_lines("no sites"), "no sites");
-    }
-}
-
 /// What `f` logs through `tracing` on this thread at warning level and up, as plain text.
 /// For tests of what a backend tells an operator (one sweep line after a fault, say), which is
 /// part of its contract as much as its return values.
@@ -462,11 +448,30 @@ pub fn warnings_of<T>(f: impl FnOnce() -> T) -> (T, String) {
         .with_ansi(false)
         .with_writer(move || out.clone())
         .finish();
-    let r = tracing::subscriber::with_default(sub, f);
+    let r = tracing::subscriber::with_default(sub, || {
+        // Another thread may have met a call site first, with no subscriber, and cached that
+        // it is never enabled: look again now that this one is in place.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let text = buf
         .0
         .lock()
         .map(|v| String::from_utf8_lossy(&v).into_owned())
         .unwrap_or_default();
     (r, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_lines;
+
+    #[test]
+    fn lines_and_columns_are_masked_and_nothing_else() {
+        assert_eq!(
+            mask_lines("at src/a.rs:12:5, b.rs:7 and c.rs: none; x.rs:9:"),
+            "at src/a.rs:_, b.rs:_ and c.rs: none; x.rs:_:"
+        );
+        assert_eq!(mask_lines("no sites"), "no sites");
+    }
 }

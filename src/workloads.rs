@@ -22,7 +22,14 @@ pub fn load_cuda_kernels(g: &crate::cuda::CudaBackend) -> Result<()> {
 }
 
 /// The `blas` kernels the workloads launch (and the mock runs).
-const BLAS_KERNELS: [&str; 5] = ["saxpy", "saxpy_pdl", "noop_pdl", "fill", "gather"];
+const BLAS_KERNELS: [&str; 6] = [
+    "saxpy",
+    "saxpy_pdl",
+    "noop_pdl",
+    "fill",
+    "gather",
+    "tma_copy",
+];
 
 /// Their parameter layouts, as nvcc lays out the signatures in kernels/test_kernels.cu, with
 /// what each parameter is.
@@ -35,6 +42,15 @@ fn blas_layout(name: &str) -> Vec<ParamInfo> {
         "noop_pdl" => Vec::new(),
         "fill" => ParamInfo::packed(&[(8, Write), (4, Value), (4, Value)]),
         "gather" => ParamInfo::packed(&[(8, Read), (8, Write), (4, Value)]),
+        // The tensor map is a 128-byte value (64-byte aligned: first, so at offset 0).
+        "tma_copy" => ParamInfo::packed(&[
+            (128, Value),
+            (8, Write),
+            (4, Value),
+            (4, Value),
+            (4, Value),
+            (4, Value),
+        ]),
         other => unreachable!("no layout for blas::{other}"),
     }
 }
@@ -68,6 +84,22 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         ctx.fill_f32(d, n, v)
     });
     m.register_kernel("blas", "fill", blas_layout("fill"), Some(fill));
+    // The twin reads the matrix through the map's address and strides, as TMA does.
+    let tma_copy: KernelBody = Arc::new(|ctx| {
+        let (src, d) = ctx.tensor_map(0)?;
+        let out = ctx.ptr(1)?;
+        let (rows, cols) = (ctx.u32(2)? as usize, ctx.u32(3)? as usize);
+        if d.rank() != 2 || d.dtype != crate::backend::TensorMapDtype::F32 {
+            return Err(ctx.bad_args("tma_copy takes a 2-D f32 tensor map"));
+        }
+        let mut v = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            let row = src.offset(d.offset_of(&[0, r as u64]) as usize);
+            v.extend(ctx.read_f32(row, cols)?);
+        }
+        ctx.write_f32(out, &v)
+    });
+    m.register_kernel("blas", "tma_copy", blas_layout("tma_copy"), Some(tma_copy));
     let gather: KernelBody = Arc::new(|ctx| {
         let (table, out) = (ctx.ptr(0)?, ctx.ptr(1)?);
         let n = ctx.u32(2)? as usize;
@@ -95,12 +127,58 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
 pub type Workload = fn(&dyn GpuBackend) -> Result<Vec<u8>>;
 
 /// The built-in workloads, by name.
-pub const ALL: [(&str, Workload); 4] = [
+pub const ALL: [(&str, Workload); 5] = [
     ("single_stream", single_stream),
     ("two_streams", two_streams),
     ("capture_region", capture_region),
     ("pointer_table", pointer_table),
+    ("tma", tma),
 ];
+
+/// A Hopper TMA kernel: a 48 x 64 f32 matrix copied tile by tile (16 x 32 boxes) through a
+/// tensor map the backend encoded. The map holds the source's device address, so a replay
+/// must encode it again for wherever the source lives then.
+pub fn tma(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    use crate::backend::{TensorMapDesc, TensorMapDtype};
+    let (rows, cols, box_rows, box_cols) = (48u32, 64u32, 16u32, 32u32);
+    let bytes = (rows * cols * 4) as usize;
+    let src = g.alloc(bytes)?;
+    let out = g.alloc(bytes)?;
+    let data: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.5 - 7.0).collect();
+    g.copy_h2d(&f32_bytes(&data), src)?;
+    g.memset(out, 0, bytes)?;
+    let desc = TensorMapDesc::tiled_2d(
+        TensorMapDtype::F32,
+        rows.into(),
+        cols.into(),
+        box_rows,
+        box_cols,
+    );
+    let map = g.encode_tensor_map(src, &desc)?;
+    let k = g.op_cache().kernel(g, "blas", "tma_copy")?;
+    let s = g.default_stream();
+    g.launch_typed(
+        k,
+        [cols / box_cols, rows / box_rows, 1],
+        [128, 1, 1],
+        0,
+        s,
+        &[
+            KernelArg::Bytes(&map),
+            KernelArg::Buffer(out),
+            KernelArg::Bytes(&rows.to_le_bytes()),
+            KernelArg::Bytes(&cols.to_le_bytes()),
+            KernelArg::Bytes(&box_rows.to_le_bytes()),
+            KernelArg::Bytes(&box_cols.to_le_bytes()),
+        ],
+    )?;
+    g.synchronize(s)?;
+    let mut back = vec![0u8; bytes];
+    g.copy_d2h(out, &mut back)?;
+    g.free(src)?;
+    g.free(out)?;
+    Ok(back)
+}
 
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|f| f.to_le_bytes()).collect()

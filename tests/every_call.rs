@@ -209,6 +209,12 @@ impl GpuBackend for Counting {
     }
 
     #[track_caller]
+    fn encode_tensor_map(&self, base: DevicePtr, desc: &TensorMapDesc) -> Result<TensorMapImage> {
+        self.saw(CallKind::EncodeTensorMap);
+        self.inner.encode_tensor_map(base, desc)
+    }
+
+    #[track_caller]
     fn poison_redzones(&self, lo: usize, hi: usize) -> Result<()> {
         self.saw(CallKind::PoisonRedzones);
         self.inner.poison_redzones(lo, hi)
@@ -376,7 +382,7 @@ impl GpuBackend for Counting {
     }
 }
 
-const ALL: [CallKind; 50] = [
+const ALL: [CallKind; 51] = [
     CallKind::Alloc,
     CallKind::AllocManaged,
     CallKind::Free,
@@ -427,6 +433,7 @@ const ALL: [CallKind; 50] = [
     CallKind::HostPtrToDevice,
     CallKind::AllocHostPinned,
     CallKind::FreeHostPinned,
+    CallKind::EncodeTensorMap,
 ];
 
 /// Fails to compile when a `CallKind` is added: then add it to `ALL` and to the scenario.
@@ -483,6 +490,7 @@ fn every_kind_is_listed(k: CallKind) {
         CallKind::HostPtrToDevice => (),
         CallKind::AllocHostPinned => (),
         CallKind::FreeHostPinned => (),
+        CallKind::EncodeTensorMap => (),
     }
 }
 
@@ -550,6 +558,12 @@ fn every_method(g: &dyn GpuBackend) {
     g.poison_redzones(0, 0).unwrap();
     let _ = g.scan_redzones().unwrap();
     let _ = g.redzone_hits();
+    let _ = g
+        .encode_tensor_map(
+            x,
+            &TensorMapDesc::tiled_2d(TensorMapDtype::F32, 1, 64, 1, 32),
+        )
+        .unwrap();
     let _ = g.debug_sync_kernels();
     let _ = g.kernel_registry();
     let pinned = g.alloc_host_pinned(bytes).unwrap();

@@ -850,3 +850,37 @@ fn sweep_after_a_sticky_fault_is_one_summary() {
         "teardown after a fault floods the log: {err}"
     );
 }
+
+/// A TMA kernel (cp.async.bulk.tensor through a tensor map the backend encoded) gives the
+/// mock's bytes, records with the map's description, and replays on a fresh backend whose
+/// buffers land elsewhere with identical results: the replay encodes the map again.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_tma_kernel_records_and_replays_on_a_remapped_buffer() {
+    let Some(g) = gpu() else { return };
+    let want = workloads::tma(&mock()).unwrap();
+    assert_eq!(
+        workloads::tma(&g).unwrap(),
+        want,
+        "TMA on the device vs the mock's twin"
+    );
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    rec.start().unwrap();
+    assert_eq!(workloads::tma(&rec).unwrap(), want);
+    rec.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("tma"), &buf.lock()).unwrap();
+    let (_, args) = t.calls.iter().find_map(|c| c.call.launch()).unwrap();
+    assert!(matches!(args[0], trace::Arg::TensorMap(_)), "{args:?}");
+    let Some(g2) = gpu() else { return };
+    let _shift = g2.alloc(64 << 20).unwrap();
+    for _ in 0..3 {
+        let rep = gputape::replayer::Replayer::new(&t)
+            .run(&g2, &Default::default(), None, |_| {})
+            .unwrap();
+        assert!(rep.passed() && rep.d2h_checked == 1, "{}", rep.summary());
+    }
+    let addr = |t: &Trace| t.addresses.values().copied().min();
+    assert!(addr(&t).is_some(), "the trace keeps recorded addresses");
+}

@@ -581,3 +581,108 @@ fn trim_starts_from_the_state_at_the_cut() {
         .unwrap_err();
     assert!(e.to_string().contains("inside the capture"), "{e}");
 }
+
+fn record(f: impl FnOnce(&dyn GpuBackend)) -> Trace {
+    let sink = trace::VecSink::default();
+    let buf = sink.0.clone();
+    let rec = gputape::recorder::RecordingBackend::new(
+        mock(),
+        Box::new(sink),
+        gputape::recorder::BackendDesc::new("mock"),
+    )
+    .unwrap();
+    rec.start().unwrap();
+    f(&rec);
+    rec.stop().unwrap();
+    let bytes = buf.lock().clone();
+    Trace::from_bytes(Path::new("tma"), &bytes).unwrap()
+}
+
+/// A tensor map holds its buffer's address inside a by-value parameter. The recorder keeps what
+/// built it (typed and raw launches alike), and a replay whose buffers land elsewhere encodes
+/// the map again: same bytes out. Replaying the recorded map bytes instead would read the
+/// address the buffer had when recorded.
+#[test]
+fn a_tensor_map_argument_replays_on_a_remapped_buffer() {
+    let t = record(|g| {
+        gputape::workloads::tma(g).unwrap();
+    });
+    let launch = t.calls.iter().find(|c| c.call.launch().is_some()).unwrap();
+    let (_, args) = launch.call.launch().unwrap();
+    assert!(matches!(args[0], trace::Arg::TensorMap(_)), "{args:?}");
+    // Elsewhere: a replay on a mock whose first allocations are taken.
+    let shifted = mock();
+    let _taken = shifted.alloc(1 << 20).unwrap();
+    let rep = Replayer::new(&t)
+        .run(&shifted, &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(rep.passed() && rep.d2h_checked == 1, "{}", rep.summary());
+
+    // The raw launch path (a parameter array, as engines launch) records the same.
+    let t = record(|g| {
+        use gputape::backend::{TensorMapDesc, TensorMapDtype};
+        let (rows, cols) = (16u32, 32u32);
+        let src = g.alloc(2048).unwrap();
+        let out = g.alloc(2048).unwrap();
+        let data: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        g.copy_h2d(&gputape::workloads::f32_bytes(&data), src)
+            .unwrap();
+        let mut map = g
+            .encode_tensor_map(
+                src,
+                &TensorMapDesc::tiled_2d(TensorMapDtype::F32, 16, 32, 16, 32),
+            )
+            .unwrap();
+        let k = g.kernel("blas", "tma_copy").unwrap();
+        let (mut o, mut r, mut c, mut br, mut bc) = (out.0, rows, cols, rows, cols);
+        let mut params: Vec<*mut std::ffi::c_void> = vec![
+            map.as_mut_ptr().cast(),
+            (&mut o as *mut u64).cast(),
+            (&mut r as *mut u32).cast(),
+            (&mut c as *mut u32).cast(),
+            (&mut br as *mut u32).cast(),
+            (&mut bc as *mut u32).cast(),
+        ];
+        g.launch(
+            k,
+            [1, 1, 1],
+            [128, 1, 1],
+            0,
+            g.default_stream(),
+            &mut params,
+        )
+        .unwrap();
+        let mut back = vec![0u8; 2048];
+        g.copy_d2h(out, &mut back).unwrap();
+        assert_eq!(back, gputape::workloads::f32_bytes(&data));
+    });
+    let launch = t
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, trace::Call::Launch { .. }))
+        .unwrap();
+    let (_, args) = launch.call.launch().unwrap();
+    assert!(matches!(args[0], trace::Arg::TensorMap(_)), "{args:?}");
+    let shifted = mock();
+    let _taken = shifted.alloc(3 << 20).unwrap();
+    let rep = Replayer::new(&t)
+        .run(&shifted, &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(rep.passed() && rep.d2h_checked == 1, "{}", rep.summary());
+    // A map that runs past its buffer is refused where it is made, naming the rule.
+    let m = mock();
+    let small = m.alloc(256).unwrap();
+    let e = m
+        .encode_tensor_map(
+            small,
+            &gputape::backend::TensorMapDesc::tiled_2d(
+                gputape::backend::TensorMapDtype::F32,
+                16,
+                32,
+                16,
+                32,
+            ),
+        )
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("encode_tensor_map"), "{e:#}");
+}

@@ -67,8 +67,15 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
             let layout: &[crate::backend::ParamInfo] =
                 t.kernels.get(kernel).map_or(&[], |k| &k.params);
             for (i, a) in args.iter().enumerate() {
-                if let Arg::Buf(DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) = a {
-                    let access = layout.get(i).map_or(ParamAccess::Unknown, |p| p.access);
+                if let Some(DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) =
+                    a.device_addr()
+                {
+                    // A tensor map's parameter is a by-value blob, but TMA may load or store
+                    // through it: both.
+                    let access = match a {
+                        Arg::TensorMap(_) => ParamAccess::Unknown,
+                        _ => layout.get(i).map_or(ParamAccess::Unknown, |p| p.access),
+                    };
                     let (r, w) = match access {
                         ParamAccess::Read => (true, false),
                         ParamAccess::Write => (false, true),
@@ -83,7 +90,7 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
                                 start: *off,
                                 end: size.max(*off + 1),
                                 write,
-                                freed: matches!(a, Arg::Buf(DevAddr::Freed { .. })),
+                                freed: matches!(a.device_addr(), Some(DevAddr::Freed { .. })),
                             });
                         }
                     }

@@ -15,12 +15,16 @@ pub mod ledger;
 mod op_cache;
 pub mod probe;
 mod registry;
+pub mod tensormap;
 mod types;
 
 pub use capture::*;
 pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
 pub use op_cache::OpCache;
-pub use registry::{KernelInfo, KernelRegistry, ModuleCode, ParamAccess, ParamInfo};
+pub use registry::{
+    KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess, ParamInfo,
+};
+pub use tensormap::{TensorMapDesc, TensorMapDtype, TensorMapImage, TENSOR_MAP_BYTES};
 pub use types::*;
 
 use anyhow::Result;
@@ -190,6 +194,15 @@ pub trait GpuBackend: Send + Sync {
     #[track_caller]
     fn redzone_hits(&self) -> Vec<RedzoneHit> {
         Vec::new()
+    }
+
+    /// Encode a tensor map (the descriptor a TMA kernel takes by value) for the memory at
+    /// `base`. Built through the backend so that a recorder knows which buffer the map's
+    /// hidden address points into and a replay can encode it again where that buffer lives
+    /// then. Backends without TMA refuse.
+    #[track_caller]
+    fn encode_tensor_map(&self, _base: DevicePtr, _desc: &TensorMapDesc) -> Result<TensorMapImage> {
+        anyhow::bail!("this backend cannot encode tensor maps")
     }
 
     /// Refill red zones: the fill byte for creation indices in `[lo, hi)`, zero for the rest.
@@ -438,6 +451,7 @@ pub enum CallKind {
     FreeHostPinned,
     RedzoneHits,
     StepBoundary,
+    EncodeTensorMap,
 }
 
 impl CallKind {
@@ -495,6 +509,7 @@ impl CallKind {
             FreeHostPinned => "free_host_pinned",
             RedzoneHits => "redzone_hits",
             StepBoundary => "step_boundary",
+            EncodeTensorMap => "encode_tensor_map",
         }
     }
 }

@@ -891,6 +891,84 @@ impl GpuBackend for CudaBackend {
     }
 
     #[track_caller]
+    fn encode_tensor_map(
+        &self,
+        base: DevicePtr,
+        desc: &crate::backend::TensorMapDesc,
+    ) -> Result<crate::backend::TensorMapImage> {
+        use crate::backend::TensorMapDtype as D;
+        use sys::CUtensorMapDataType as T;
+        let site = crate::backend::site_string(Location::caller());
+        desc.validate(base.0)
+            .map_err(|e| anyhow::anyhow!("encode_tensor_map at {site}: {e}"))?;
+        let dtype = match desc.dtype {
+            D::U8 => T::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            D::U16 => T::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            D::U32 => T::CU_TENSOR_MAP_DATA_TYPE_UINT32,
+            D::I32 => T::CU_TENSOR_MAP_DATA_TYPE_INT32,
+            D::U64 => T::CU_TENSOR_MAP_DATA_TYPE_UINT64,
+            D::I64 => T::CU_TENSOR_MAP_DATA_TYPE_INT64,
+            D::F16 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            D::F32 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+            D::F64 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+            D::Bf16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        };
+        let unsupported = |what: &str, v: u32| {
+            anyhow::anyhow!("encode_tensor_map at {site}: {what} {v} is not supported here")
+        };
+        use sys::CUtensorMapFloatOOBfill as O;
+        use sys::CUtensorMapInterleave as I;
+        use sys::CUtensorMapL2promotion as L;
+        use sys::CUtensorMapSwizzle as S;
+        let interleave = match desc.interleave {
+            0 => I::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            1 => I::CU_TENSOR_MAP_INTERLEAVE_16B,
+            2 => I::CU_TENSOR_MAP_INTERLEAVE_32B,
+            v => return Err(unsupported("interleave", v)),
+        };
+        let swizzle = match desc.swizzle {
+            0 => S::CU_TENSOR_MAP_SWIZZLE_NONE,
+            1 => S::CU_TENSOR_MAP_SWIZZLE_32B,
+            2 => S::CU_TENSOR_MAP_SWIZZLE_64B,
+            3 => S::CU_TENSOR_MAP_SWIZZLE_128B,
+            v => return Err(unsupported("swizzle", v)),
+        };
+        let l2 = match desc.l2_promotion {
+            0 => L::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            1 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+            2 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            3 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            v => return Err(unsupported("L2 promotion", v)),
+        };
+        let oob = match desc.oob_fill {
+            0 => O::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            1 => O::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+            v => return Err(unsupported("out-of-bounds fill", v)),
+        };
+        let mut map = sys::CUtensorMap { opaque: [0; 16] };
+        cu!(cuTensorMapEncodeTiled(
+            &mut map,
+            dtype,
+            desc.rank() as u32,
+            base.0 as *mut c_void,
+            desc.dims.as_ptr(),
+            desc.strides.as_ptr(),
+            desc.box_dims.as_ptr(),
+            desc.element_strides.as_ptr(),
+            interleave,
+            swizzle,
+            l2,
+            oob
+        ))
+        .map_err(|e| e.with(format!("a tensor map at {site}")))?;
+        let mut img = [0u8; crate::backend::TENSOR_MAP_BYTES];
+        for (chunk, word) in img.chunks_exact_mut(8).zip(map.opaque) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        Ok(img)
+    }
+
+    #[track_caller]
     fn sweep_unreleased(&self) -> usize {
         let outstanding: Vec<(u64, AllocRecord)> = self.ledger.lock().drain().collect();
         let mut zones = self.redzones.lock();

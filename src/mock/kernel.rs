@@ -61,6 +61,22 @@ impl KernelCtx<'_> {
         Ok(u32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }
 
+    /// Argument `i` as a tensor map this mock encoded: the address it points at and what it
+    /// describes.
+    pub fn tensor_map(
+        &self,
+        i: usize,
+    ) -> Result<(DevicePtr, crate::backend::TensorMapDesc), MockError> {
+        let bytes = self.arg(i, crate::backend::TENSOR_MAP_BYTES)?;
+        crate::backend::tensormap::decode_mock_image(bytes)
+            .map(|(addr, d)| (DevicePtr(addr), d))
+            .ok_or_else(|| {
+                self.bad_args(format!(
+                    "argument {i} is not a tensor map this backend encoded"
+                ))
+            })
+    }
+
     pub fn i32(&self, i: usize) -> Result<i32, MockError> {
         Ok(i32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }

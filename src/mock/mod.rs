@@ -132,6 +132,8 @@ struct State {
     calls: HashMap<CallKind, usize>,
     fail_at: HashMap<CallKind, usize>,
     last_sweep: Vec<SiteTotal>,
+    /// The line the last sweep logged, if it found anything.
+    last_sweep_line: Option<String>,
     /// Kernel faults are raised at the launch and observed at the next call that waits, as on
     /// CUDA without a sync after each launch (`MockConfig::debug_sync_kernels` off).
     async_faults: bool,
@@ -202,6 +204,7 @@ impl MockGpuBackend {
                 calls: HashMap::new(),
                 fail_at: HashMap::new(),
                 last_sweep: Vec::new(),
+                last_sweep_line: None,
                 async_faults: !cfg.debug_sync_kernels,
                 raised: None,
                 dead: None,
@@ -285,6 +288,12 @@ impl MockGpuBackend {
     }
 
     /// What the last `sweep_unreleased` found, by site, biggest first.
+    /// The warning the last `sweep_unreleased` logged (`None` when it found nothing): what an
+    /// operator reads, kept so tests need not capture the log.
+    pub fn last_sweep_line(&self) -> Option<String> {
+        self.state.lock().last_sweep_line.clone()
+    }
+
     pub fn last_sweep(&self) -> Vec<SiteTotal> {
         self.state.lock().last_sweep.clone()
     }
@@ -1103,12 +1112,16 @@ impl GpuBackend for MockGpuBackend {
                 ),
                 None => "had no owner".into(),
             };
-            tracing::warn!(
+            let line = format!(
                 "sweep: {} allocation(s), {} bytes, {why}; largest sites: {}",
                 live.len(),
                 rows.iter().map(|r| r.bytes).sum::<usize>(),
                 format_sites(&rows, 5)
             );
+            tracing::warn!("{line}");
+            st.last_sweep_line = Some(line);
+        } else {
+            st.last_sweep_line = None;
         }
         for (b, _, _) in &live {
             let _ = st.mem.free(*b, site);
@@ -1164,6 +1177,30 @@ impl GpuBackend for MockGpuBackend {
             .captures
             .iter()
             .any(|c| c.streams.contains(&stream))
+    }
+
+    #[track_caller]
+    fn encode_tensor_map(
+        &self,
+        base: DevicePtr,
+        desc: &crate::backend::TensorMapDesc,
+    ) -> anyhow::Result<crate::backend::TensorMapImage> {
+        let site = here();
+        let mut st = self.state.lock();
+        mock_try!(Self::tick(&mut st, CallKind::EncodeTensorMap, site))?;
+        let invalid = |detail: String| MockError::Invalid {
+            op: "encode_tensor_map",
+            site,
+            detail,
+        };
+        mock_try!(desc.validate(base.0).map_err(|e| invalid(e.to_string())))?;
+        // The driver does not check that the map stays inside an allocation; the mock does,
+        // so a map past its buffer is named where it is made, not where TMA reads it.
+        mock_try!(st
+            .mem
+            .read(base.0, desc.span() as usize, "encode_tensor_map", site)
+            .map(|_| ()))?;
+        Ok(crate::backend::tensormap::mock_image(base.0, desc))
     }
 
     #[track_caller]

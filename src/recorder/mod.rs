@@ -815,6 +815,46 @@ unsafe fn raw_param_arg<'a>(
     ArgRef::Val(raw)
 }
 
+/// A raw launch's parameters as typed arguments, when its layout has a tensor-map-sized
+/// parameter and this recorder has seen tensor maps encoded (`None` otherwise: the hot path).
+/// A pointer-sized parameter becomes a buffer as `raw_param_arg` decides.
+///
+/// # Safety
+/// `params[i]` points at a readable value of the layout's i-th parameter size (launch's
+/// contract for its params).
+unsafe fn raw_launch_with_tensor_maps<'a>(
+    st: &RecState,
+    func: u64,
+    params: &'a [*mut c_void],
+) -> Option<Vec<KernelArg<'a>>> {
+    use crate::backend::TENSOR_MAP_BYTES;
+    if st.tensor_maps.is_empty() {
+        return None;
+    }
+    let layout = st.kernels.get(&func)?.params.as_deref()?;
+    if !layout.iter().any(|p| p.size as usize == TENSOR_MAP_BYTES) {
+        return None;
+    }
+    Some(
+        params
+            .iter()
+            .zip(layout)
+            .map(|(p, info)| {
+                // SAFETY: the caller's contract.
+                let raw =
+                    unsafe { std::slice::from_raw_parts(*p as *const u8, info.size as usize) };
+                if info.size == 8 && info.access != ParamAccess::Value {
+                    let v = u64::from_le_bytes(raw.try_into().expect("8 bytes"));
+                    if info.access.is_pointer() || matches!(st.addr(v), DevAddr::Buf { .. }) {
+                        return KernelArg::Buffer(DevicePtr(v));
+                    }
+                }
+                KernelArg::Bytes(raw)
+            })
+            .collect(),
+    )
+}
+
 /// The base of the pinned region holding host address `p` (or `p` itself if none does).
 fn region(st: &RecState, p: usize) -> usize {
     match st.hosts.range(..=p).next_back() {
@@ -953,6 +993,29 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
+            // SAFETY: launch's contract, as below.
+            if let Some(call) =
+                unsafe { raw_launch_with_tensor_maps(st, func.0, params) }.and_then(|kargs| {
+                    st.launch_with_tensor_maps(kernel, (grid, block, shared_mem, stream), &kargs)
+                })
+            {
+                let Call::LaunchTyped { args, .. } = call else {
+                    unreachable!("launch_with_tensor_maps builds a typed launch")
+                };
+                let call = Call::Launch {
+                    kernel,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                    args,
+                };
+                if st.tracks_writes() {
+                    st.note_writes(head.seq, &call);
+                }
+                st.emit_begin(&head.with(&call));
+                return;
+            }
             if st.tracks_writes() {
                 let sizes: Vec<u32> = st
                     .kernels
@@ -1008,6 +1071,15 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin_with(Location::caller(), |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
+            if let Some(call) =
+                st.launch_with_tensor_maps(kernel, (grid, block, shared_mem, stream), args)
+            {
+                if st.tracks_writes() {
+                    st.note_writes(head.seq, &call);
+                }
+                st.emit_begin(&head.with(&call));
+                return;
+            }
             if st.tracks_writes() {
                 let ptrs = args.iter().map(|a| match a {
                     KernelArg::Buffer(p) => Some(p.0),
@@ -1223,6 +1295,29 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let v = self.inner.redzone_hits();
         self.finish_plain(tok, &Ok(v.len()), |v| Value::Count(*v as u64));
         v
+    }
+
+    #[track_caller]
+    fn encode_tensor_map(
+        &self,
+        base: DevicePtr,
+        desc: &crate::backend::TensorMapDesc,
+    ) -> Result<crate::backend::TensorMapImage> {
+        let tok = self.begin(Location::caller(), |st| Call::EncodeTensorMap {
+            base: st.addr(base.0),
+            desc: desc.clone(),
+        });
+        let r = self.inner.encode_tensor_map(base, desc);
+        self.finish(tok, &r, SyncScope::None, |st, img| {
+            // Bounded. Re-encoding the same map for the same memory replaces its entry; past
+            // 65536 distinct maps, new ones are recorded as plain bytes (and then replay only
+            // with --fixed-addresses).
+            if st.tensor_maps.len() < 1 << 16 {
+                st.tensor_maps.insert(*img, (base.0, desc.clone()));
+            }
+            Value::Unit
+        });
+        r
     }
 
     #[track_caller]

@@ -131,6 +131,9 @@ pub(crate) struct RecState {
     /// The latest call that wrote each buffer: one begun after a sync (on another thread)
     /// may have written before the sync's hashes are taken.
     pub last_write: HashMap<BufferId, u64>,
+    /// Tensor maps the backend encoded (image -> the address and description it was built
+    /// from), kept recording or not, so a launch passing one is recorded as what it describes.
+    pub tensor_maps: HashMap<crate::backend::TensorMapImage, (u64, crate::backend::TensorMapDesc)>,
 }
 
 impl RecState {
@@ -171,6 +174,7 @@ impl RecState {
             unsettled: HashMap::default(),
             in_flight_writes: HashMap::default(),
             last_write: HashMap::default(),
+            tensor_maps: HashMap::default(),
         };
         s.stream_id_quiet(default_stream);
         s
@@ -224,6 +228,59 @@ impl RecState {
                 None
             },
         }
+    }
+
+    /// A typed launch as a `Call` whose 128-byte arguments that are tensor maps this recorder
+    /// saw encoded become `Arg::TensorMap`; `None` when none is (the hot path applies).
+    pub fn launch_with_tensor_maps(
+        &mut self,
+        kernel: KernelId,
+        (grid, block, shared_mem, stream): ([u32; 3], [u32; 3], u32, StreamRef),
+        args: &[crate::backend::KernelArg<'_>],
+    ) -> Option<Call> {
+        use crate::backend::{KernelArg, TENSOR_MAP_BYTES};
+        if self.tensor_maps.is_empty() {
+            return None;
+        }
+        let known = |b: &[u8]| {
+            b.len() == TENSOR_MAP_BYTES
+                && self
+                    .tensor_maps
+                    .contains_key(<&[u8; TENSOR_MAP_BYTES]>::try_from(b).expect("length checked"))
+        };
+        if !args
+            .iter()
+            .any(|a| matches!(a, KernelArg::Bytes(b) if known(b)))
+        {
+            return None;
+        }
+        let addrs = Addrs {
+            bufs: &self.bufs,
+            freed: &self.freed,
+        };
+        let args = args
+            .iter()
+            .map(|a| match a {
+                KernelArg::Buffer(p) => Arg::Buf(addrs.addr(p.0)),
+                KernelArg::Bytes(b) if known(b) => {
+                    let key = <&[u8; TENSOR_MAP_BYTES]>::try_from(*b).expect("length checked");
+                    let (addr, desc) = &self.tensor_maps[key];
+                    Arg::TensorMap(Box::new(TensorMapArg {
+                        base: addrs.addr(*addr),
+                        desc: desc.clone(),
+                    }))
+                }
+                KernelArg::Bytes(b) => Arg::Val(ArgBytes::from(*b)),
+            })
+            .collect();
+        Some(Call::LaunchTyped {
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            args,
+        })
     }
 
     /// The outcome of a write made through `launch_parts`.
@@ -297,11 +354,15 @@ impl RecState {
                 Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
                     let layout = layouts.get(kernel).copied().unwrap_or(&[]);
                     for (i, a) in args.iter().enumerate() {
-                        let read_only = matches!(
-                            layout.get(i).map(|p| p.access),
-                            Some(ParamAccess::Read | ParamAccess::Value)
-                        );
-                        if let (Arg::Buf(DevAddr::Buf { buf, .. }), false) = (a, read_only) {
+                        // TMA may store through a tensor map: its buffer counts as written.
+                        let read_only = !matches!(a, Arg::TensorMap(_))
+                            && matches!(
+                                layout.get(i).map(|p| p.access),
+                                Some(ParamAccess::Read | ParamAccess::Value)
+                            );
+                        if let (Some(DevAddr::Buf { buf, .. }), false) =
+                            (a.device_addr(), read_only)
+                        {
                             dirty.insert(*buf);
                         }
                     }

@@ -691,7 +691,7 @@ impl<'t> Replayer<'t> {
                 }
                 if let Some((kid, args)) = c.call.launch() {
                     for arg in args {
-                        if let Arg::Buf(DevAddr::Buf { buf, .. }) = arg {
+                        if let Some(DevAddr::Buf { buf, .. }) = arg.device_addr() {
                             last_writer.insert(*buf, kid);
                         }
                     }
@@ -956,7 +956,7 @@ impl<'t> Replayer<'t> {
                 .filter(|x| {
                     x.call.launch().is_some_and(|(_, args)| {
                         args.iter()
-                            .any(|a| matches!(a, Arg::Buf(DevAddr::Buf { buf, .. }) if buf == id))
+                            .any(|a| matches!(a.device_addr(), Some(DevAddr::Buf { buf, .. }) if buf == id))
                     })
                 })
                 .map(|x| {
@@ -1449,22 +1449,41 @@ impl Replayer<'_> {
                         ptrs.push(self.addr(st, d, c)?);
                     }
                 }
-                let mut pi = ptrs.iter();
-                let kargs: smallvec::SmallVec<[KernelArg<'_>; 12]> = args
-                    .iter()
-                    .map(|a| match a {
-                        Arg::Buf(_) => KernelArg::Buffer(*pi.next().expect("one per Buf")),
-                        Arg::Val(v) => KernelArg::Bytes(v),
-                    })
-                    .collect();
-                gpu.launch_typed(
-                    k,
-                    *grid,
-                    *block,
-                    *shared_mem,
-                    resolve_stream(st, *s, c)?,
-                    &kargs,
-                )
+                // Tensor maps are encoded anew for where their buffers live in this replay; a
+                // backend that cannot is this launch failing on replay.
+                let mut maps: smallvec::SmallVec<[crate::backend::TensorMapImage; 1]> =
+                    smallvec::SmallVec::new();
+                let mut encoded: anyhow::Result<()> = Ok(());
+                for a in args.iter() {
+                    if let Arg::TensorMap(m) = a {
+                        let base = self.addr(st, &m.base, c)?;
+                        match gpu.encode_tensor_map(base, &m.desc) {
+                            Ok(img) => maps.push(img),
+                            Err(e) => {
+                                encoded = Err(e.context(format!(
+                                    "encoding the tensor map of call #{} for {}",
+                                    c.seq, m.base
+                                )));
+                                break;
+                            }
+                        }
+                    }
+                }
+                let stream = resolve_stream(st, *s, c)?;
+                encoded.and_then(|()| {
+                    let (mut pi, mut mi) = (ptrs.iter(), maps.iter());
+                    let kargs: smallvec::SmallVec<[KernelArg<'_>; 12]> = args
+                        .iter()
+                        .map(|a| match a {
+                            Arg::Buf(_) => KernelArg::Buffer(*pi.next().expect("one per Buf")),
+                            Arg::Val(v) => KernelArg::Bytes(v),
+                            Arg::TensorMap(_) => {
+                                KernelArg::Bytes(&mi.next().expect("one per tensor map")[..])
+                            }
+                        })
+                        .collect();
+                    gpu.launch_typed(k, *grid, *block, *shared_mem, stream, &kargs)
+                })
             }
             Call::Synchronize { stream: s } => {
                 let raw = resolve_stream(st, *s, c)?;
@@ -1475,6 +1494,11 @@ impl Replayer<'_> {
             Call::Memset { dst, value, len } => {
                 gpu.memset(self.addr(st, dst, c)?, *value, *len as usize)
             }
+            // The bytes are not compared (they hold an address); each launch that takes the
+            // map encodes it again for its buffer, so this only checks the description holds.
+            Call::EncodeTensorMap { base, desc } => gpu
+                .encode_tensor_map(self.addr(st, base, c)?, desc)
+                .map(|_| ()),
             Call::MemsetAsync {
                 dst,
                 value,

@@ -128,6 +128,27 @@ pub enum Arg {
     Buf(DevAddr),
     /// Anything else, by value, little-endian.
     Val(ArgBytes),
+    /// A tensor map built by `encode_tensor_map`: what it describes and the buffer its
+    /// address points into, so a replay encodes it anew for that buffer (format 3).
+    TensorMap(Box<TensorMapArg>),
+}
+
+impl Arg {
+    /// The device address this argument carries: a pointer's, or the one inside a tensor map.
+    pub fn device_addr(&self) -> Option<&DevAddr> {
+        match self {
+            Arg::Buf(d) => Some(d),
+            Arg::TensorMap(m) => Some(&m.base),
+            Arg::Val(_) => None,
+        }
+    }
+}
+
+/// A tensor-map argument, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMapArg {
+    pub base: DevAddr,
+    pub desc: crate::backend::TensorMapDesc,
 }
 
 /// A by-value kernel argument's bytes, inline up to 8. Serialised as one byte string (a length
@@ -354,6 +375,12 @@ pub enum Call {
     StepBoundary {
         step: u64,
     },
+    /// A tensor map built for the memory at `base` (returns `Unit`: the bytes hold an address,
+    /// which a replay makes anew).
+    EncodeTensorMap {
+        base: DevAddr,
+        desc: crate::backend::TensorMapDesc,
+    },
 }
 
 impl Call {
@@ -410,6 +437,7 @@ impl Call {
             Call::FreeHostPinned { .. } => K::FreeHostPinned,
             Call::RedzoneHits => K::RedzoneHits,
             Call::StepBoundary { .. } => K::StepBoundary,
+            Call::EncodeTensorMap { .. } => K::EncodeTensorMap,
         }
     }
 
@@ -473,6 +501,7 @@ impl Call {
                 | Call::LiveAllocCount
                 | Call::RedzoneHits
                 | Call::StepBoundary { .. }
+                | Call::EncodeTensorMap { .. }
         )
     }
 

@@ -312,6 +312,10 @@ impl Begin {
         else {
             return None;
         };
+        // The hand-written launch encoding has no tensor maps: such launches take serde's path.
+        if args.iter().any(|a| matches!(a, Arg::TensorMap(_))) {
+            return None;
+        }
         let typed = matches!(self.call, Call::LaunchTyped { .. });
         let head = BeginRef {
             seq: self.seq,
@@ -331,6 +335,8 @@ impl Begin {
             arg: move |i: usize| match &args[i] {
                 Arg::Buf(a) => ArgRef::Buf(*a),
                 Arg::Val(v) => ArgRef::Val(v),
+                // Refused above.
+                Arg::TensorMap(_) => ArgRef::Val(&[]),
             },
         };
         Some((head, view))

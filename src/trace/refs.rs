@@ -56,10 +56,8 @@ pub fn refs(call: &Call) -> Refs {
         }
         Call::Launch { stream, args, .. } | Call::LaunchTyped { stream, args, .. } => {
             r.stream(stream);
-            for a in args.iter() {
-                if let Arg::Buf(d) = a {
-                    r.dev(d);
-                }
+            for d in args.iter().filter_map(Arg::device_addr) {
+                r.dev(d);
             }
         }
         Call::Synchronize { stream }
@@ -146,6 +144,7 @@ pub fn refs(call: &Call) -> Refs {
         | Call::AllocHostPinned { .. }
         | Call::RedzoneHits
         | Call::StepBoundary { .. } => {}
+        Call::EncodeTensorMap { base, .. } => r.dev(base),
     }
     r
 }
@@ -165,10 +164,9 @@ pub fn written_by(call: &Call) -> Vec<BufferId> {
         | Call::CopyD2DAsync { dst, .. }
         | Call::CopyD2D2DAsync { dst, .. } => r.dev(dst),
         Call::Launch { args, .. } | Call::LaunchTyped { args, .. } => {
-            for a in args.iter() {
-                if let Arg::Buf(d) = a {
-                    r.dev(d);
-                }
+            // A tensor map's buffer too: TMA both loads and stores.
+            for d in args.iter().filter_map(Arg::device_addr) {
+                r.dev(d);
             }
         }
         Call::Alloc { .. }
@@ -210,7 +208,8 @@ pub fn written_by(call: &Call) -> Vec<BufferId> {
         | Call::AllocHostPinned { .. }
         | Call::FreeHostPinned { .. }
         | Call::RedzoneHits
-        | Call::StepBoundary { .. } => {}
+        | Call::StepBoundary { .. }
+        | Call::EncodeTensorMap { .. } => {}
     }
     r.bufs
 }

@@ -13,6 +13,7 @@ fn args(t: &Trace, k: KernelId, a: &Args) -> String {
         .enumerate()
         .map(|(i, x)| match x {
             Arg::Buf(d) => d.to_string(),
+            Arg::TensorMap(m) => format!("tensor_map({}, {})", m.base, tensor_map(&m.desc)),
             Arg::Val(v) => {
                 if let Some(s) = t.param_type(k, i).and_then(|ty| ty.render(v)) {
                     return s;
@@ -26,6 +27,30 @@ fn args(t: &Trace, k: KernelId, a: &Args) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `f32 [64, 32] box [32, 8]`, dimensions innermost first as the driver takes them, with any
+/// setting that is not the default.
+fn tensor_map(d: &crate::backend::TensorMapDesc) -> String {
+    let mut s = format!(
+        "{:?} {:?} strides {:?} box {:?}",
+        d.dtype, d.dims, d.strides, d.box_dims
+    )
+    .to_lowercase();
+    if d.element_strides.iter().any(|e| *e != 1) {
+        let _ = write!(s, " every {:?}", d.element_strides);
+    }
+    for (name, v) in [
+        ("interleave", d.interleave),
+        ("swizzle", d.swizzle),
+        ("l2", d.l2_promotion),
+        ("oob", d.oob_fill),
+    ] {
+        if v != 0 {
+            let _ = write!(s, " {name} {v}");
+        }
+    }
+    s
 }
 
 fn host(h: &HostAddr) -> String {
@@ -156,6 +181,9 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
         Call::LiveAllocCount => "live_alloc_count()".into(),
         Call::RedzoneHits => "redzone_hits()".into(),
         Call::StepBoundary { step } => format!("---- step {step} ----"),
+        Call::EncodeTensorMap { base, desc } => {
+            format!("encode_tensor_map({base}, {})", tensor_map(desc))
+        }
         Call::CreateStream => "create_stream()".into(),
         Call::BindToThread => "bind_to_thread()".into(),
         Call::CreateEvent => "create_event()".into(),
@@ -229,21 +257,35 @@ pub fn render(t: &Trace) -> String {
             layout.join(" ")
         );
     }
+    // What code is embedded, not its size: a snapshot should not move when a kernel's text
+    // does.
     for m in &t.modules {
+        let has = |x: &Option<String>| if x.is_some() { "embedded" } else { "none" };
         let _ = writeln!(
             s,
             "module {} (source: {}, ptx: {})",
             m.name,
-            m.source
-                .as_ref()
-                .map_or("none".into(), |x| format!("{} bytes", x.len())),
-            m.ptx
-                .as_ref()
-                .map_or("none".into(), |x| format!("{} bytes", x.len()))
+            has(&m.source),
+            has(&m.ptx)
         );
     }
     for a in &t.adopted {
-        let _ = writeln!(s, "adopted {a:?}");
+        let _ = match a {
+            Adopted::Stream { id, is_default } => writeln!(
+                s,
+                "adopted {id}{}",
+                if *is_default {
+                    " (the default stream)"
+                } else {
+                    ""
+                }
+            ),
+            Adopted::Event { id } => writeln!(s, "adopted {id}"),
+            Adopted::Graph { id } => writeln!(s, "adopted {id}"),
+            Adopted::Host { id, bytes } => {
+                writeln!(s, "adopted {id} ({bytes} bytes of pinned host memory)")
+            }
+        };
     }
     for i in &t.initial {
         let _ = writeln!(
