@@ -26,7 +26,7 @@ rc() { echo "-> exit $?"; }
   $BIN replay traces/h200_tiny_step7.gtape --on cuda --perfetto "$OUT/step7_device.json"; rc
   python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['traceEvents']; d=[e for e in v if e.get('cat')=='device']; print(len(d), 'device spans; first:', d[0]['name'], round(d[0]['dur'],1), 'us')" "$OUT/step7_device.json" 2>&1
   echo "== show of an H200 trace: typed scalars"
-  $BIN show traces/h200_tiny_step7.gtape --kernel rmsnorm | grep -m2 -E "rmsnorm::rmsnorm<<<|recorded"
+  $BIN show traces/h200_tiny_step7.gtape --kernel rmsnorm | grep -m1 -E "rmsnorm::rmsnorm<<<"
   echo "== GPUTAPE_OOM_WATCHDOG_MB above the card: the watchdog ends the process"
-  timeout 60 env GPUTAPE_OOM_WATCHDOG_MB=1000000 GPUTAPE_OOM_WATCHDOG_MS=200 $BIN demo --backend cuda --config tiny --steps 64 2>&1 | grep -E "OOM watchdog" | cut -c1-200; echo "-> exit ${PIPESTATUS[0]}"
+  timeout 60 env GPUTAPE_OOM_WATCHDOG_MB=1000000 GPUTAPE_OOM_WATCHDOG_MS=20 $BIN replay traces/h200_tiny_step7.gtape --on cuda --loop 3000 2>&1 | grep -E "OOM watchdog" | cut -c1-200; echo "-> exit ${PIPESTATUS[0]}"
 } 2>&1 | tee "$OUT/gpu-seed.log"

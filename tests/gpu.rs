@@ -595,9 +595,10 @@ use gputape::testing::warnings_of as logs_of;
 fn write_past(g: &CudaBackend, p: gputape::backend::DevicePtr, n: u32, extra: u32) {
     let k = g.kernel("blas", "write_past").unwrap();
     let s = g.default_stream();
+    // One thread per byte written, in and past the buffer.
     g.launch_typed(
         k,
-        [1, 1, 1],
+        [(n + extra).div_ceil(128), 1, 1],
         [128, 1, 1],
         0,
         s,
@@ -848,6 +849,53 @@ fn sweep_after_a_sticky_fault_is_one_summary() {
     assert!(
         err.lines().filter(|l| l.contains("WARN")).count() <= 4,
         "teardown after a fault floods the log: {err}"
+    );
+    // The fault probe: the copy that reported it says how many launches were in flight.
+    assert!(
+        out.contains("launches in flight since their streams' last syncs"),
+        "{out}"
+    );
+}
+
+/// With a sync after every launch, one launch is in flight when the fault is reported: the
+/// probe names it, its site and the allocations its arguments lie in.
+#[test]
+#[ignore = "needs a GPU"]
+fn the_fault_probe_names_the_one_launch_in_flight() {
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return;
+    }
+    let bin = std::env::var("GPUTAPE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gputape").into());
+    let o = std::process::Command::new(bin)
+        .args([
+            "demo",
+            "--backend",
+            "cuda",
+            "--config",
+            "tiny",
+            "--steps",
+            "8",
+            "--fault-step",
+            "4",
+            "--fault-overrun",
+            "268435456",
+        ])
+        .env("GPUTAPE_DEBUG_SYNC_KERNELS", "1")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("step 4 failed"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("the one launch in flight since its stream's last sync: silu_mul::silu_mul at src/model/mod.rs:"),
+        "{line}"
+    );
+    assert!(
+        line.contains("bytes from src/model/resources.rs:"),
+        "{line}"
     );
 }
 

@@ -5,8 +5,8 @@ use super::error::check;
 use super::watchdog;
 use crate::backend::ledger::{by_site, format_sites, SiteTotal};
 use crate::backend::{
-    CaptureMode, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelInfo,
-    KernelRegistry, ModuleCode, OpCache, ParamAccess, ParamInfo, Site, StreamKind,
+    CaptureMode, DeviceError, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle,
+    KernelInfo, KernelRegistry, ModuleCode, OpCache, ParamAccess, ParamInfo, Site, StreamKind,
 };
 use anyhow::Result;
 use cudarc::driver::sys;
@@ -178,6 +178,13 @@ pub struct CudaBackend {
     op_cache: OpCache,
     /// The OOM watchdog, when this backend started it (`cfg.oom_watchdog_mb`).
     watchdog: Option<watchdog::WatchdogHandle>,
+    /// Launches not yet known finished, for the fault probe.
+    in_flight: Mutex<super::fault_probe::InFlight>,
+    /// What the first sticky fault's probe found.
+    probed: Mutex<Option<super::fault_probe::FaultProbe>>,
+    /// Which parameters of each kernel are pointer-sized (from the driver's layout), so a launch
+    /// keeps those words for the probe without reading past a smaller parameter.
+    word_params: RwLock<HashMap<u64, SmallVec<[bool; 16]>>>,
 }
 
 // SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
@@ -308,6 +315,9 @@ impl CudaBackend {
             placed: Mutex::new(Default::default()),
             op_cache: OpCache::new(),
             watchdog: None,
+            in_flight: Mutex::new(Default::default()),
+            probed: Mutex::new(None),
+            word_params: RwLock::new(HashMap::new()),
             cfg,
         };
         b.default_stream = b.new_stream()?;
@@ -561,7 +571,56 @@ impl CudaBackend {
     }
 
     fn sync_stream(&self, stream: u64) -> Result<()> {
-        Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)
+        cu!(cuStreamSynchronize(stream as sys::CUstream)).map_err(|e| self.probe(e))?;
+        self.in_flight.lock().retire_stream(stream);
+        Ok(())
+    }
+
+    /// A synchronous copy or memset finished: on blocking streams (the default), everything
+    /// issued before it has too.
+    fn settled_all(&self) {
+        if self.cfg.stream_kind == StreamKind::Blocking {
+            self.in_flight.lock().retire_all();
+        }
+    }
+
+    /// A sticky fault's error, with what the fault probe can say of it (the first time only:
+    /// every later call fails with the same code and would repeat it).
+    fn probe(&self, e: DeviceError) -> DeviceError {
+        if !e.is_sticky() {
+            return e;
+        }
+        let mut probed = self.probed.lock();
+        if probed.is_some() {
+            return e;
+        }
+        let ledger = self.ledger.lock();
+        let p = super::fault_probe::probe(
+            e.code,
+            self.in_flight.lock().snapshot(),
+            |k| {
+                self.registry
+                    .kernel_by_handle(KernelHandle(k))
+                    .map(|i| format!("{}::{}", i.module, i.name))
+            },
+            |w| {
+                ledger
+                    .iter()
+                    .find(|(base, r)| w >= **base && w < **base + r.bytes.max(1) as u64)
+                    .map(|(base, r)| (*base, r.bytes, r.site))
+            },
+        );
+        drop(ledger);
+        let kernel = p.culprit().map(|c| c.kernel.clone());
+        let e = e.with(p.summary()).with_kernel(kernel);
+        *probed = Some(p);
+        e
+    }
+
+    /// What the probe found at this backend's first sticky fault: the launches in flight then
+    /// and the allocations their arguments lie in (`None` before any).
+    pub fn fault_probe(&self) -> Option<super::fault_probe::FaultProbe> {
+        self.probed.lock().clone()
     }
 
     fn is_capturing(&self, stream: u64) -> bool {
@@ -692,7 +751,7 @@ impl GpuBackend for CudaBackend {
             return Ok(());
         }
         cu!(cuMemFree_v2(dp(ptr))).map_err(|e| {
-            e.with(format!(
+            self.probe(e).with(format!(
                 "{ptr} freed at {}",
                 crate::backend::site_string(site)
             ))
@@ -706,25 +765,23 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
-        Ok(cu!(cuMemcpyHtoD_v2(
-            dp(dst),
-            src.as_ptr().cast(),
-            src.len()
-        ))?)
+        cu!(cuMemcpyHtoD_v2(dp(dst), src.as_ptr().cast(), src.len())).map_err(|e| self.probe(e))?;
+        self.settled_all();
+        Ok(())
     }
 
     #[track_caller]
     fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
-        Ok(cu!(cuMemcpyDtoH_v2(
-            dst.as_mut_ptr().cast(),
-            dp(src),
-            dst.len()
-        ))?)
+        cu!(cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), dp(src), dst.len()))
+            .map_err(|e| self.probe(e))?;
+        self.settled_all();
+        Ok(())
     }
 
     #[track_caller]
     fn copy_d2d(&self, src: DevicePtr, dst: DevicePtr, bytes: usize) -> Result<()> {
-        Ok(cu!(cuMemcpyDtoD_v2(dp(dst), dp(src), bytes))?)
+        // Synchronous only with respect to the host for most sizes: nothing retires here.
+        Ok(cu!(cuMemcpyDtoD_v2(dp(dst), dp(src), bytes)).map_err(|e| self.probe(e))?)
     }
 
     #[track_caller]
@@ -752,8 +809,23 @@ impl GpuBackend for CudaBackend {
                 st(stream),
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
-            ))?;
+            ))
+            .map_err(|e| self.probe(e))?;
         }
+        let mut words = SmallVec::new();
+        if let Some(mask) = self.word_params.read().get(&func.0) {
+            for (p, _) in params.iter().zip(mask).filter(|(_, w)| **w).take(8) {
+                // SAFETY: launch's contract: params[i] points at the i-th parameter's value,
+                // which the driver's layout says is 8 bytes.
+                words.push(unsafe { (*p as *const u64).read_unaligned() });
+            }
+        }
+        self.in_flight.lock().push(super::fault_probe::Launched {
+            kernel: func.0,
+            stream,
+            site: Location::caller(),
+            words,
+        });
         if self.cfg.debug_sync_kernels {
             self.sync_stream(stream)?;
         }
@@ -848,6 +920,11 @@ impl GpuBackend for CudaBackend {
                 params: Self::param_layout(f as u64),
             },
         );
+        if let Some(info) = self.registry.kernel_by_handle(handle) {
+            self.word_params
+                .write()
+                .insert(f as u64, info.params.iter().map(|p| p.size == 8).collect());
+        }
         if self.waiting_entries.lock().contains(&key) {
             self.pdl_functions.write().insert(f as u64);
         }

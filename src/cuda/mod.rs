@@ -4,6 +4,7 @@
 mod backend;
 pub mod bench;
 mod error;
+pub mod fault_probe;
 pub mod watchdog;
 
 pub use backend::{
