@@ -87,8 +87,9 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// What the watchdog does on its third low reading in a row.
 pub enum OnTrip {
-    /// Exit the process with status 1: an engine that runs the device out of memory can
-    /// freeze an integrated machine outright, and a dead engine is the lesser harm.
+    /// End the process at once with status 1 (`_exit`: no exit handlers run): an engine
+    /// that runs the device out of memory can freeze an integrated machine outright, and a dead
+    /// engine is the lesser harm.
     Exit,
     /// Call this (once) with the last reading, and stop watching: for an engine with its own
     /// shutdown path, and for tests.
@@ -163,8 +164,17 @@ pub fn spawn_oom_watchdog(
                                 return;
                             }
                             _ => {
-                                tracing::error!("OOM watchdog: exiting");
-                                std::process::exit(1);
+                                tracing::error!("OOM watchdog: exiting with status 1");
+                                use std::io::Write;
+                                let _ = std::io::stderr().flush();
+                                let _ = std::io::stdout().flush();
+                                // Not `process::exit`: that runs the process's exit handlers,
+                                // the CUDA driver's among them, while the engine's threads are
+                                // still in the driver (seen on the H200: a segfault instead of
+                                // status 1).
+                                // SAFETY: `_exit` ends the process at once; nothing after it
+                                // runs, so no Rust invariant can be observed broken.
+                                unsafe { libc::_exit(1) }
                             }
                         }
                     }
