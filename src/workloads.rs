@@ -92,12 +92,20 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         if d.rank() != 2 || d.dtype != crate::backend::TensorMapDtype::F32 {
             return Err(ctx.bad_args("tma_copy takes a 2-D f32 tensor map"));
         }
-        let mut v = Vec::with_capacity(rows * cols);
-        for r in 0..rows {
-            let row = src.offset(d.offset_of(&[0, r as u64]) as usize);
-            v.extend(ctx.read_f32(row, cols)?);
+        // The map's extent bounds the copy (the mock checked it lies in its buffer when it was
+        // encoded); a launch asking for more is refused, never sized by its own arguments.
+        if rows as u64 > d.dims[1] || cols as u64 > d.dims[0] {
+            return Err(ctx.bad_args(format!(
+                "{rows} x {cols} is more than the map's {} x {}",
+                d.dims[1], d.dims[0]
+            )));
         }
-        ctx.write_f32(out, &v)
+        for r in 0..rows {
+            let row = ctx.read_f32(src.offset(d.offset_of(&[0, r as u64]) as usize), cols)?;
+            let at = (r as u64).saturating_mul(cols as u64 * 4);
+            ctx.write_f32(out.offset(at as usize), &row)?;
+        }
+        Ok(())
     });
     m.register_kernel("blas", "tma_copy", blas_layout("tma_copy"), Some(tma_copy));
     let gather: KernelBody = Arc::new(|ctx| {

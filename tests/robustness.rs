@@ -155,6 +155,8 @@ fn hostile_traces_give_errors_never_panics() {
         "traces/mock_capture_region.gtape",
         "traces/mock_graph_fault.gtape",
         "traces/h200_graph_fault.gtape",
+        // Format 3: a provenance frame, a tensor-map argument and its encode call.
+        "traces/mock_tma.gtape",
     ];
     let budget = match std::env::var("GPUTAPE_FUZZ_CASES") {
         Ok(_) => Duration::MAX,
@@ -216,7 +218,14 @@ fn recorder_child_until_killed() {
     // copying frames, so kills land inside multi-megabyte frame copies too.
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut data: Vec<u8> = (0..n as usize * 4).map(|_| rng.next() as u8).collect();
-    for round in 0u64.. {
+    // Never outlive the test that kills it (a parent that aborted once left this filling the
+    // disk): stop when reparented, or at 16 GiB of uploads (minutes; the kill comes in one
+    // second).
+    let parent = std::os::unix::process::parent_id();
+    for round in 0u64..4096 {
+        if std::os::unix::process::parent_id() != parent {
+            return;
+        }
         // Distinct contents each time, so every upload is a new blob frame.
         data[..8].copy_from_slice(&round.to_le_bytes());
         g.copy_h2d(&data, x).unwrap();

@@ -224,10 +224,16 @@ impl TensorMapDesc {
     }
 
     /// Byte offset of element `index` (one coordinate per dimension) from the map's address.
+    /// Saturating: a description from a trace is untrusted, and an offset past any buffer is
+    /// refused by the access that uses it.
     pub fn offset_of(&self, index: &[u64]) -> u64 {
-        let mut off = index.first().copied().unwrap_or(0) * self.dtype.size();
+        let mut off = index
+            .first()
+            .copied()
+            .unwrap_or(0)
+            .saturating_mul(self.dtype.size());
         for (i, s) in index.iter().skip(1).zip(&self.strides) {
-            off += i * s;
+            off = off.saturating_add(i.saturating_mul(*s));
         }
         off
     }

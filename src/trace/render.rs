@@ -249,12 +249,23 @@ pub fn render(t: &Trace) -> String {
             .iter()
             .map(|p| format!("{}@{}:{:?}", p.size, p.offset, p.access))
             .collect();
+        // A kernel whose module's code the trace does not hold is opaque to a replay: the
+        // mock skips it, CUDA can launch it only if the module is loaded some other way.
+        let has_code = t
+            .modules
+            .iter()
+            .any(|m| m.name == k.module && (m.source.is_some() || m.ptx.is_some()));
         let _ = writeln!(
             s,
-            "kernel {id} = {}::{} ({})",
+            "kernel {id} = {}::{} ({}){}",
             k.module,
             k.name,
-            layout.join(" ")
+            layout.join(" "),
+            if has_code {
+                String::new()
+            } else {
+                format!(" [opaque: no code for module {} in the trace]", k.module)
+            }
         );
     }
     // What code is embedded, not its size: a snapshot should not move when a kernel's text

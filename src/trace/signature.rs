@@ -89,6 +89,10 @@ pub fn param_types(
 
 /// The signature of `__global__ ... kernel(...)` in C source.
 pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
+    // A hostile trace may name a kernel "": it would be found everywhere, and never passed.
+    if kernel.is_empty() {
+        return None;
+    }
     let mut from = 0;
     while let Some(at) = src[from..].find(kernel).map(|i| i + from) {
         from = at + kernel.len();
@@ -255,6 +259,7 @@ mod tests {
         assert_eq!(from_c(src, "missing"), None);
         // `rms` is a prefix of `rmsnorm`, not a kernel.
         assert_eq!(from_c(src, "rms"), None);
+        assert_eq!(from_c(src, ""), None);
     }
 
     #[test]
