@@ -88,7 +88,7 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
                             v.push(Access {
                                 buf: *buf,
                                 start: *off,
-                                end: size.max(*off + 1),
+                                end: size.max(off.saturating_add(1)),
                                 write,
                                 freed: matches!(a.device_addr(), Some(DevAddr::Freed { .. })),
                             });
@@ -97,7 +97,46 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
                 }
             }
         }
-        _ => {}
+        // What these touch is not in the trace (a graph launch's nodes, a red-zone scan's
+        // guard bands) or is not device memory at all.
+        Alloc { .. }
+        | AllocManaged { .. }
+        | Free { .. }
+        | Synchronize { .. }
+        | DefaultStream
+        | Kernel { .. }
+        | OpCache
+        | TotalMemory
+        | FreeMemory
+        | SmCount
+        | SweepUnreleased
+        | LiveBytes
+        | AllocReport { .. }
+        | StreamIsCapturing { .. }
+        | ScanRedzones
+        | PoisonRedzones { .. }
+        | DebugSyncKernels
+        | KernelRegistry
+        | BeginCapture { .. }
+        | EndCapture { .. }
+        | LaunchGraph { .. }
+        | DestroyGraph { .. }
+        | AbortCaptureIfActive { .. }
+        | DeviceFreeMemory
+        | LiveAllocCount
+        | CreateStream
+        | BindToThread
+        | CreateEvent
+        | RecordEvent { .. }
+        | StreamWaitEvent { .. }
+        | EventSynchronize { .. }
+        | DestroyEvent { .. }
+        | HostPtrToDevice { .. }
+        | AllocHostPinned { .. }
+        | FreeHostPinned { .. }
+        | RedzoneHits
+        | StepBoundary { .. }
+        | EncodeTensorMap { .. } => {}
     }
     v
 }

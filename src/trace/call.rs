@@ -525,7 +525,43 @@ impl Call {
             CopyH2D { .. } | CopyD2H { .. } | CopyD2D { .. } | Memset { .. } => {
                 Some(StreamRef::Legacy)
             }
-            _ => None,
+            // Host-side, or device work the backend does for itself (red-zone scans and
+            // poisoning, which synchronise anyway).
+            Alloc { .. }
+            | AllocManaged { .. }
+            | Free { .. }
+            | Synchronize { .. }
+            | DefaultStream
+            | Kernel { .. }
+            | OpCache
+            | TotalMemory
+            | FreeMemory
+            | SmCount
+            | SweepUnreleased
+            | LiveBytes
+            | AllocReport { .. }
+            | StreamIsCapturing { .. }
+            | ScanRedzones
+            | PoisonRedzones { .. }
+            | DebugSyncKernels
+            | KernelRegistry
+            | BeginCapture { .. }
+            | EndCapture { .. }
+            | DestroyGraph { .. }
+            | AbortCaptureIfActive { .. }
+            | DeviceFreeMemory
+            | LiveAllocCount
+            | CreateStream
+            | BindToThread
+            | CreateEvent
+            | EventSynchronize { .. }
+            | DestroyEvent { .. }
+            | HostPtrToDevice { .. }
+            | AllocHostPinned { .. }
+            | FreeHostPinned { .. }
+            | RedzoneHits
+            | StepBoundary { .. }
+            | EncodeTensorMap { .. } => None,
         }
     }
 
@@ -579,7 +615,31 @@ impl Call {
             AllocHostPinned { .. } | FreeHostPinned { .. } => (O::PinnedHost, None),
             BeginCapture { stream } => (O::BeginCapture, Some(*stream)),
             EndCapture { stream } => (O::EndCapture, Some(*stream)),
-            _ => (O::HostOnly, None),
+            // Nothing the capture rules judge: queries, handle creation, host bookkeeping.
+            DefaultStream
+            | Kernel { .. }
+            | OpCache
+            | TotalMemory
+            | FreeMemory
+            | SmCount
+            | SweepUnreleased
+            | LiveBytes
+            | AllocReport { .. }
+            | StreamIsCapturing { .. }
+            | DebugSyncKernels
+            | KernelRegistry
+            | DestroyGraph { .. }
+            | AbortCaptureIfActive { .. }
+            | DeviceFreeMemory
+            | LiveAllocCount
+            | CreateStream
+            | BindToThread
+            | CreateEvent
+            | DestroyEvent { .. }
+            | HostPtrToDevice { .. }
+            | RedzoneHits
+            | StepBoundary { .. }
+            | EncodeTensorMap { .. } => (O::HostOnly, None),
         }
     }
 
