@@ -164,7 +164,7 @@ enum Cmd {
         timing: bool,
         /// Write a Perfetto/Chrome trace of the recording's host calls plus the device work as
         /// this replay timed it (one track per stream; implies --sync-each and --timing, so each
-        /// span is a call's work plus launch and sync latency). `-` for stdout.
+        /// span is a call's work plus launch and sync latency).
         #[arg(long, value_name = "FILE", conflicts_with = "as_graph")]
         perfetto: Option<PathBuf>,
         /// Put every buffer at its recorded address (needed when buffers hold device
@@ -581,6 +581,10 @@ fn run() -> Result<Exit> {
             no_isolate,
             child_report,
         } => {
+            anyhow::ensure!(
+                perfetto.as_deref() != Some(Path::new("-")),
+                "replay --perfetto needs a file: standard output carries the replay's report"
+            );
             let range = match steps {
                 Some(s) => Some(step_range(&gputape::trace::Trace::open(&trace)?, s)?),
                 None => range,

@@ -471,7 +471,11 @@ fn replay_perfetto_has_device_tracks_beside_host_calls() {
         "traces/mock_two_streams.gtape",
         "--as-graph",
         "--perfetto",
-        "-",
+        "p.json",
     ]);
     assert_eq!(code(&o), 2);
+    // Standard output carries the report: the Perfetto file needs a name.
+    let o = gputape(&["replay", "traces/mock_two_streams.gtape", "--perfetto", "-"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("needs a file"), "{}", stderr(&o));
 }
