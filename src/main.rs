@@ -163,8 +163,9 @@ enum Cmd {
         #[arg(long)]
         timing: bool,
         /// Write a Perfetto/Chrome trace of the recording's host calls plus the device work as
-        /// this replay timed it (one track per stream; implies --sync-each and --timing, so each
-        /// span is a call's work plus launch and sync latency).
+        /// this replay timed it (one track per stream; implies --sync-each and --timing: a
+        /// launch's span runs until its kernel finished, launch and sync latency included;
+        /// other calls' spans are their host time).
         #[arg(long, value_name = "FILE", conflicts_with = "as_graph")]
         perfetto: Option<PathBuf>,
         /// Put every buffer at its recorded address (needed when buffers hold device
@@ -896,7 +897,7 @@ fn step_range(t: &gputape::trace::Trace, (a, b): (u64, u64)) -> Result<(u64, u64
         .collect();
     anyhow::ensure!(
         !marks.is_empty(),
-        "the trace marks no steps (its engine never called step_boundary): use --range A..B"
+        "the trace marks no steps (its engine never called step_boundary): select calls instead (--range A..B for replay, --calls A..B for show)"
     );
     let start = marks.iter().find(|(s, _)| *s == a).map(|(_, q)| *q);
     let start = start.ok_or_else(|| {
@@ -1054,7 +1055,10 @@ fn show(path: &Path, summary_only: bool, filter: ShowFilter<'_>, json: bool) -> 
                     .map(|h| format!(" on {h}"))
                     .unwrap_or_default()
             ),
-            None => println!("recorded at: not stored (trace format 2)"),
+            None => println!(
+                "recorded at: not stored (recorded in trace format {}, before it had provenance)",
+                h.format
+            ),
         }
         println!(
             "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"

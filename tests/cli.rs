@@ -433,7 +433,9 @@ fn show_prints_provenance_and_typed_scalars() {
         "--summary",
     ]));
     assert!(
-        old.contains("recorded at: not stored (trace format 2)"),
+        old.contains(
+            "recorded at: not stored (recorded in trace format 2, before it had provenance)"
+        ),
         "{old}"
     );
 }

@@ -929,6 +929,6 @@ fn a_tma_kernel_records_and_replays_on_a_remapped_buffer() {
             .unwrap();
         assert!(rep.passed() && rep.d2h_checked == 1, "{}", rep.summary());
     }
-    let addr = |t: &Trace| t.addresses.values().copied().min();
-    assert!(addr(&t).is_some(), "the trace keeps recorded addresses");
+    // (That the replay encodes the map for the buffer's new address, not the recorded one,
+    // is shown on the mock, whose addresses are deterministic: tests/replay.rs.)
 }

@@ -684,5 +684,9 @@ fn a_tensor_map_argument_replays_on_a_remapped_buffer() {
             ),
         )
         .unwrap_err();
-    assert!(format!("{e:#}").contains("encode_tensor_map"), "{e:#}");
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("encode_tensor_map") && e.contains("out of bounds"),
+        "{e}"
+    );
 }

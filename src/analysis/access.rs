@@ -58,7 +58,11 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
             height,
             ..
         } => {
-            let span = |pitch: u64| pitch.saturating_mul(height.saturating_sub(1)) + width;
+            let span = |pitch: u64| {
+                pitch
+                    .saturating_mul(height.saturating_sub(1))
+                    .saturating_add(*width)
+            };
             range(src, span(*src_pitch), false, &mut v);
             range(dst, span(*dst_pitch), true, &mut v);
         }

@@ -110,7 +110,9 @@ pub struct KernelLookup {
 pub struct KernelAudit {
     /// Modules loaded since the run began, in load order.
     pub modules: Vec<String>,
-    /// Each (module, kernel) resolved since the run began, with the first site that asked.
+    /// Each (module, kernel) the backend resolved since the run began, with the first site
+    /// that asked (a lookup a backend answers from its own cache, for a kernel an earlier run
+    /// resolved, is not seen).
     pub resolved: Vec<KernelLookup>,
     /// Every lookup that did not resolve, in order.
     pub unresolved: Vec<KernelLookup>,

@@ -127,6 +127,12 @@ pub enum TensorMapError {
     ElementStride { index: usize, stride: u32 },
     #[error("dimension {index} is {size} elements; each must be 1 to 2^32")]
     Dim { index: usize, size: u64 },
+    #[error("{what} {value} is not one the driver defines (0 to {max})")]
+    Setting {
+        what: &'static str,
+        value: u32,
+        max: u32,
+    },
     #[error("the map spans {span} bytes from its address, past the {bytes}-byte buffer")]
     PastBuffer { span: u64, bytes: u64 },
 }
@@ -202,6 +208,16 @@ impl TensorMapDesc {
         for (index, &stride) in self.element_strides.iter().enumerate() {
             if !(1..=8).contains(&stride) {
                 return Err(TensorMapError::ElementStride { index, stride });
+            }
+        }
+        for (what, value, max) in [
+            ("interleave", self.interleave, 2),
+            ("swizzle", self.swizzle, 3),
+            ("L2 promotion", self.l2_promotion, 3),
+            ("out-of-bounds fill", self.oob_fill, 1),
+        ] {
+            if value > max {
+                return Err(TensorMapError::Setting { what, value, max });
             }
         }
         Ok(())

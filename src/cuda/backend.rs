@@ -77,7 +77,7 @@ pub struct CudaConfig {
     pub pdl: bool,
     /// Start the OOM watchdog with this threshold in MiB (`GPUTAPE_OOM_WATCHDOG_MB`): three
     /// readings in a row of less free device memory than this end the process. One per
-    /// process, however many backends are built.
+    /// process: the first backend asked starts it, and it stops when that backend is dropped.
     pub oom_watchdog_mb: Option<usize>,
     /// How often the watchdog reads free memory (`GPUTAPE_OOM_WATCHDOG_MS`, default 1000).
     pub oom_watchdog_interval: std::time::Duration,
@@ -182,6 +182,9 @@ pub struct CudaBackend {
     in_flight: Mutex<super::fault_probe::InFlight>,
     /// What the first sticky fault's probe found.
     probed: Mutex<Option<super::fault_probe::FaultProbe>>,
+    /// Captures begun through this backend and not yet ended: while there are any, a launch
+    /// on a capturing stream is a graph node, not work in flight.
+    captures: AtomicUsize,
     /// Which parameters of each kernel are pointer-sized (from the driver's layout), so a launch
     /// keeps those words for the probe without reading past a smaller parameter.
     word_params: RwLock<HashMap<u64, SmallVec<[bool; 16]>>>,
@@ -317,6 +320,7 @@ impl CudaBackend {
             watchdog: None,
             in_flight: Mutex::new(Default::default()),
             probed: Mutex::new(None),
+            captures: AtomicUsize::new(0),
             word_params: RwLock::new(HashMap::new()),
             cfg,
         };
@@ -795,7 +799,11 @@ impl GpuBackend for CudaBackend {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         if self.launches_programmatically(func) {
-            self.launch_programmatic(func, grid, block, shared_mem, stream, params)?;
+            self.launch_programmatic(func, grid, block, shared_mem, stream, params)
+                .map_err(|e| match e.downcast::<DeviceError>() {
+                    Ok(d) => anyhow::Error::from(self.probe(d)),
+                    Err(e) => e,
+                })?;
         } else {
             cu!(cuLaunchKernel(
                 func.0 as sys::CUfunction,
@@ -820,12 +828,15 @@ impl GpuBackend for CudaBackend {
                 words.push(unsafe { (*p as *const u64).read_unaligned() });
             }
         }
-        self.in_flight.lock().push(super::fault_probe::Launched {
-            kernel: func.0,
-            stream,
-            site: Location::caller(),
-            words,
-        });
+        if self.captures.load(Ordering::Relaxed) == 0 || !self.is_capturing(stream) {
+            self.in_flight.lock().push(super::fault_probe::Launched {
+                kernel: func.0,
+                graph: false,
+                stream,
+                site: Location::caller(),
+                words,
+            });
+        }
         if self.cfg.debug_sync_kernels {
             self.sync_stream(stream)?;
         }
@@ -939,7 +950,9 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn memset(&self, ptr: DevicePtr, value: u8, bytes: usize) -> Result<()> {
-        Ok(cu!(cuMemsetD8_v2(dp(ptr), value, bytes))?)
+        cu!(cuMemsetD8_v2(dp(ptr), value, bytes)).map_err(|e| self.probe(e))?;
+        self.settled_all();
+        Ok(())
     }
 
     #[track_caller]
@@ -1359,13 +1372,18 @@ impl GpuBackend for CudaBackend {
             CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
         };
-        Ok(cu!(cuStreamBeginCapture_v2(st(stream), mode))?)
+        cu!(cuStreamBeginCapture_v2(st(stream), mode))?;
+        self.captures.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     #[track_caller]
     fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
         let mut g: sys::CUgraph = std::ptr::null_mut();
         let r = cu!(cuStreamEndCapture(st(stream), &mut g));
+        let _ = self
+            .captures
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if let Err(e) = r {
             if !g.is_null() {
                 let _ = cu!(cuGraphDestroy(g));
@@ -1381,7 +1399,16 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn launch_graph(&self, graph: GraphHandle, stream: u64) -> Result<()> {
-        Ok(cu!(cuGraphLaunch(graph.0 as sys::CUgraphExec, st(stream)))?)
+        cu!(cuGraphLaunch(graph.0 as sys::CUgraphExec, st(stream))).map_err(|e| self.probe(e))?;
+        // Its nodes are in flight too, unnamed: the probe then names no single launch.
+        self.in_flight.lock().push(super::fault_probe::Launched {
+            kernel: graph.0,
+            graph: true,
+            stream,
+            site: Location::caller(),
+            words: SmallVec::new(),
+        });
+        Ok(())
     }
 
     #[track_caller]
@@ -1394,6 +1421,9 @@ impl GpuBackend for CudaBackend {
         if self.is_capturing(stream) {
             let mut g: sys::CUgraph = std::ptr::null_mut();
             let _ = cu!(cuStreamEndCapture(st(stream), &mut g));
+            let _ = self
+                .captures
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             if !g.is_null() {
                 let _ = cu!(cuGraphDestroy(g));
             }
@@ -1446,7 +1476,7 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn event_synchronize(&self, event: u64) -> Result<()> {
-        Ok(cu!(cuEventSynchronize(event as sys::CUevent))?)
+        Ok(cu!(cuEventSynchronize(event as sys::CUevent)).map_err(|e| self.probe(e))?)
     }
 
     #[track_caller]

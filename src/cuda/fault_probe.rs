@@ -19,7 +19,10 @@ const KEPT: usize = 256;
 /// One launch the probe keeps until its stream is synchronised.
 #[derive(Clone, Debug)]
 pub(crate) struct Launched {
+    /// The kernel's handle, or the graph's for a graph launch.
     pub kernel: u64,
+    /// A graph launch: its nodes are in flight, none of them named.
+    pub graph: bool,
     pub stream: u64,
     pub site: Site,
     /// Pointer-sized argument values (the first eight), resolved to allocations only when a
@@ -76,8 +79,10 @@ pub struct ProbeAlloc {
 /// A launch that may have raised the fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
-    /// `module::name`, or the handle when the registry does not know it.
+    /// `module::name`, the handle when the registry does not know it, or `a graph` for a
+    /// graph launch (its nodes are in flight, unnamed).
     pub kernel: String,
+    pub graph: bool,
     /// Where it was launched (`file:line:col`).
     pub site: String,
     pub stream: u64,
@@ -98,7 +103,7 @@ impl FaultProbe {
     /// The kernel, when one launch alone was in flight.
     pub fn culprit(&self) -> Option<&Candidate> {
         match (&self.candidates[..], self.dropped) {
-            ([one], 0) => Some(one),
+            ([one], 0) if !one.graph => Some(one),
             _ => None,
         }
     }
@@ -164,7 +169,12 @@ pub(crate) fn probe(
                 }
             }
             Candidate {
-                kernel: kernel_name(l.kernel).unwrap_or_else(|| format!("kernel {:#x}", l.kernel)),
+                kernel: if l.graph {
+                    format!("a graph ({:#x})", l.kernel)
+                } else {
+                    kernel_name(l.kernel).unwrap_or_else(|| format!("kernel {:#x}", l.kernel))
+                },
+                graph: l.graph,
                 site: site_string(l.site),
                 stream: l.stream,
                 allocs,
@@ -185,6 +195,7 @@ mod tests {
     fn launched(kernel: u64, stream: u64, words: &[u64]) -> Launched {
         Launched {
             kernel,
+            graph: false,
             stream,
             site: std::panic::Location::caller(),
             words: words.iter().copied().collect(),
@@ -225,6 +236,13 @@ mod tests {
         f.retire_all();
         let p = probe(700, f.snapshot(), |_| None, |_| None);
         assert!(p.summary().starts_with("no launch was in flight"));
+        // A graph alone in flight: its nodes are unnamed, so no culprit.
+        f.push(Launched {
+            graph: true,
+            ..launched(9, 1, &[])
+        });
+        let p = probe(700, f.snapshot(), |_| None, |_| None);
+        assert!(p.culprit().is_none(), "{p:?}");
     }
 
     #[test]

@@ -193,7 +193,7 @@ impl Memory {
     ) -> Result<(u64, usize), MockError> {
         if let Some((base, a)) = self.containing(ptr) {
             let off = (ptr - base) as usize;
-            if off + len > a.size {
+            if off.checked_add(len).is_none_or(|end| end > a.size) {
                 return Err(MockError::OutOfBounds {
                     op,
                     site,

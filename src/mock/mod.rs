@@ -287,13 +287,13 @@ impl MockGpuBackend {
         Ok(DevicePtr(st.mem.alloc_at(addr, bytes, site)?))
     }
 
-    /// What the last `sweep_unreleased` found, by site, biggest first.
     /// The warning the last `sweep_unreleased` logged (`None` when it found nothing): what an
     /// operator reads, kept so tests need not capture the log.
     pub fn last_sweep_line(&self) -> Option<String> {
         self.state.lock().last_sweep_line.clone()
     }
 
+    /// What the last `sweep_unreleased` found, by site, biggest first.
     pub fn last_sweep(&self) -> Vec<SiteTotal> {
         self.state.lock().last_sweep.clone()
     }

@@ -1309,9 +1309,10 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         });
         let r = self.inner.encode_tensor_map(base, desc);
         self.finish(tok, &r, SyncScope::None, |st, img| {
-            // Bounded. Re-encoding the same map for the same memory replaces its entry; past
-            // 65536 distinct maps, new ones are recorded as plain bytes (and then replay only
-            // with --fixed-addresses).
+            // Bounded. Re-encoding the same map for the same memory replaces its entry, and
+            // freeing a buffer drops the maps into it; past 65536 live maps, new ones are
+            // recorded as plain bytes holding the recorded address, which a replay passes on
+            // unchanged (right only where the buffer lands where it was: --fixed-addresses).
             if st.tensor_maps.len() < 1 << 16 {
                 st.tensor_maps.insert(*img, (base.0, desc.clone()));
             }

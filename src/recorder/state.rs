@@ -516,6 +516,12 @@ impl RecState {
     pub fn remove_buf(&mut self, p: u64) {
         if let Some(b) = self.bufs.remove(&p) {
             self.freed.insert(p, (b.id, b.size));
+            // Maps into it are stale: a later map of the same bytes describes new memory.
+            if !self.tensor_maps.is_empty() {
+                let end = p.saturating_add(b.size.max(1));
+                self.tensor_maps
+                    .retain(|_, (addr, _)| !(p..end).contains(addr));
+            }
         }
     }
 

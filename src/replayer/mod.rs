@@ -380,12 +380,18 @@ impl<'t> Replayer<'t> {
             .get(&kernel)
             .map(|k| &k.params[..])
             .unwrap_or(&[]);
-        let access = |i: usize| params.get(i).map_or(ParamAccess::Unknown, |p| p.access);
+        // A tensor map's parameter is a by-value blob; TMA may load and store through it.
+        let access = |i: usize| match args.get(i) {
+            Some(Arg::TensorMap(_)) => ParamAccess::ReadWrite,
+            _ => params.get(i).map_or(ParamAccess::Unknown, |p| p.access),
+        };
         let bufs = || {
-            args.iter().enumerate().filter_map(|(i, a)| match a {
-                Arg::Buf(DevAddr::Buf { buf, .. }) => Some((i, *buf)),
-                _ => None,
-            })
+            args.iter()
+                .enumerate()
+                .filter_map(|(i, a)| match a.device_addr() {
+                    Some(DevAddr::Buf { buf, .. }) => Some((i, *buf)),
+                    _ => None,
+                })
         };
         let origin = if st.opaque.contains(&kernel) {
             Some(kernel)
@@ -1047,11 +1053,14 @@ impl<'t> Replayer<'t> {
             .iter()
             .filter(|_| in_error.is_none())
             .enumerate()
-            .filter_map(|(i, a)| match a {
-                Arg::Buf(DevAddr::Buf { buf, .. }) => {
-                    let access = info
-                        .and_then(|k| k.params.get(i))
-                        .map_or(ParamAccess::Unknown, |p| p.access);
+            .filter_map(|(i, a)| match a.device_addr() {
+                Some(DevAddr::Buf { buf, .. }) => {
+                    let access = match a {
+                        Arg::TensorMap(_) => ParamAccess::ReadWrite,
+                        _ => info
+                            .and_then(|k| k.params.get(i))
+                            .map_or(ParamAccess::Unknown, |p| p.access),
+                    };
                     matches!(
                         access,
                         ParamAccess::Write | ParamAccess::ReadWrite | ParamAccess::Unknown

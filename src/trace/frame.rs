@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 /// The format this build writes.
 ///
-/// 3 added `Frame::Provenance` (when, by what command, where). A format-2 file reads the same
-/// as before and has no provenance.
+/// 3 added `Frame::Provenance` (when, by what command, where), `Call::EncodeTensorMap` and
+/// `Arg::TensorMap`. A format-2 file reads the same as before and has no provenance.
 pub const FORMAT_VERSION: u16 = 3;
 /// The oldest reader that can read what this build writes: a format-2 reader does not know
 /// the provenance frame and would call it corrupt.

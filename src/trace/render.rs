@@ -29,7 +29,7 @@ fn args(t: &Trace, k: KernelId, a: &Args) -> String {
         .join(", ")
 }
 
-/// `f32 [64, 32] box [32, 8]`, dimensions innermost first as the driver takes them, with any
+/// `f32 [64, 32] strides [256] box [32, 8]`, dimensions innermost first as the driver takes them, with any
 /// setting that is not the default.
 fn tensor_map(d: &crate::backend::TensorMapDesc) -> String {
     let mut s = format!(

@@ -99,10 +99,13 @@ pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
         let before = &src[..at];
         let after = src[from..].trim_start();
         let whole_word = !before.ends_with(|c: char| c.is_alphanumeric() || c == '_');
-        // A definition or declaration: `__global__` since the last statement ends, and the
-        // name followed by its parameter list.
+        // The cheap tests first: a source full of the name must not make this quadratic.
+        if !whole_word || !after.starts_with('(') {
+            continue;
+        }
+        // A definition or declaration: `__global__` since the last statement ends.
         let decl_start = before.rfind([';', '}', '{']).map_or(0, |i| i + 1);
-        if !whole_word || !after.starts_with('(') || !before[decl_start..].contains("__global__") {
+        if !before[decl_start..].contains("__global__") {
             continue;
         }
         let list = balanced(&after[1..])?;
@@ -203,7 +206,12 @@ fn c_type(t: &str) -> ParamType {
 /// The signature of `.entry kernel(...)` in PTX. A 64-bit parameter is a pointer or a 64-bit
 /// integer and PTX does not say which, so it is left unknown.
 pub fn from_ptx(ptx: &str, kernel: &str) -> Option<Vec<ParamType>> {
-    let at = ptx.find(&format!(".entry {kernel}"))?;
+    // The name whole: `.entry saxpy` must not find `.entry saxpy_pdl(`.
+    let key = format!(".entry {kernel}");
+    let at = ptx
+        .match_indices(&key)
+        .map(|(i, _)| i)
+        .find(|&i| ptx[i + key.len()..].starts_with(|c: char| c == '(' || c.is_whitespace()))?;
     let rest = &ptx[at..];
     let open = rest.find('(')?;
     // An entry without parameters has no parenthesis before its body.
@@ -273,6 +281,10 @@ mod tests {
             vec![Unknown, U32, F32, Unknown]
         );
         assert_eq!(from_ptx(ptx, "empty").unwrap(), vec![]);
+        // A prefix of another entry's name is not that entry.
+        assert_eq!(from_ptx(ptx, "sax"), None);
+        let two = ".visible .entry saxpy_pdl(\n\t.param .f32 p\n)\n{\n}\n.visible .entry saxpy(\n\t.param .u32 q\n)\n{\n}\n";
+        assert_eq!(from_ptx(two, "saxpy").unwrap(), vec![U32]);
     }
 
     #[test]
