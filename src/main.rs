@@ -1569,52 +1569,24 @@ fn replay(
             t.calls.iter().filter(|c| c.ret.is_some()).count()
         );
     }
-    let faulty = t.calls.iter().any(|c| !matches!(c.ret, Some(Ok(_))))
-        || !gputape::replayer::fault_windows(&t).is_empty();
-    // A fault inside a graph launch can only be pinned to its node eagerly, and a graph replay
-    // of a trace whose step failed would stop at a launch the plan cannot build.
-    let as_graph = if as_graph && faulty {
+    // What the trace records decides how it replays (see `replayer::ReplayPolicy`).
+    let policy = gputape::replayer::ReplayPolicy::of(&t);
+    if as_graph && !policy.as_graph(true) && child_report.is_none() {
         // Said once, by the process the user started (a child replays the same command).
-        if child_report.is_none() {
-            eprintln!(
+        eprintln!(
             "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
             path.display()
         );
-        }
-        false
-    } else {
-        as_graph
-    };
-    // A recorded context-killing fault (an illegal address, say) need not recur: whether an
-    // overrun faults depends on what happens to be mapped past the buffer in this process. Red
-    // zones and a scan after every launch catch the same write either way.
-    let sticky_recorded = t
-        .calls
-        .iter()
-        .any(|c| matches!(&c.ret, Some(Err(e)) if e.code.is_some_and(gputape::backend::is_sticky)));
-    // The replayer synchronises after each launch of a recorded fault's window by itself;
-    // red zones go on too, so an overrun that faulted there but lands short of unmapped memory
-    // here is still seen.
-    let redzones_for_fault = on == Backend::Cuda && sticky_recorded;
-    // A recorded fault on CUDA may kill the context: replay it in a child process.
-    if on == Backend::Cuda && faulty && !no_isolate && child_report.is_none() {
+    }
+    let as_graph = policy.as_graph(as_graph);
+    if policy.isolate(on == Backend::Cuda) && !no_isolate && child_report.is_none() {
         return replay_in_child(json);
     }
     let cuda = match on {
         Backend::Cuda => {
             let mut cfg = gputape::cuda::CudaConfig::from_env(0);
             cfg.pdl |= pdl;
-            // Red zones on when asked for, or when the recording found some written: without
-            // them the replay could not see the same violation.
-            let recorded_hits = t.calls.iter().any(|c| {
-                matches!(
-                    (&c.call, &c.ret),
-                    (gputape::trace::Call::ScanRedzones, Some(Ok(gputape::trace::Value::Count(n)))) if *n > 0
-                )
-            });
-            if (opts.scan_redzones_each || recorded_hits || redzones_for_fault)
-                && cfg.redzone.bytes == 0
-            {
+            if policy.redzones(opts.scan_redzones_each) && cfg.redzone.bytes == 0 {
                 cfg.redzone.bytes = 256;
             }
             Some(gputape::cuda::CudaBackend::new(cfg)?)

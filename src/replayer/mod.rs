@@ -11,6 +11,7 @@
 mod graph;
 mod minimize;
 mod pointers;
+mod policy;
 mod report;
 mod trim;
 
@@ -21,6 +22,7 @@ pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use graph::GraphReport;
 pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
+pub use policy::ReplayPolicy;
 pub use report::{
     replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
 };
