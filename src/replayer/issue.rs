@@ -1,0 +1,416 @@
+//! Issuing one recorded call on the replay's backend: ids mapped to what the replay made,
+//! the call made, and its outcome set against the recording's (a readback compared, a failure
+//! that was recorded met again). The replay loop in `mod.rs` decides what to issue and when.
+
+use super::*;
+
+impl Replayer<'_> {
+    /// Issue one recorded call. Returns how it went relative to the recording.
+    pub(crate) fn issue(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &mut State,
+        c: &CallRecord,
+        verify: bool,
+    ) -> Result<Outcome, ReplayError> {
+        let recorded_err = matches!(c.ret, Some(Err(_)));
+        let dangling = |what: String| ReplayError::Dangling {
+            seq: c.seq,
+            kind: c.call.kind().name(),
+            what,
+        };
+        let live_event = |st: &State, id: &EventId| {
+            st.events
+                .get(id)
+                .copied()
+                .ok_or_else(|| dangling(id.to_string()))
+        };
+        let ret_value = match &c.ret {
+            Some(Ok(v)) => Some(v),
+            _ => None,
+        };
+        let mut checked = false;
+        let mut mismatch = None;
+        let r: anyhow::Result<()> = match &c.call {
+            Call::Alloc { bytes } | Call::AllocManaged { bytes } => {
+                let managed = matches!(c.call, Call::AllocManaged { .. });
+                match ret_value {
+                    Some(Value::Buffer(id)) => {
+                        let r = self.alloc_buf(gpu, *id, *bytes, managed);
+                        if let Ok(p) = &r {
+                            self.check_hidden(*id, *p)?;
+                            st.bufs.insert(*id, (*p, *bytes));
+                        }
+                        r.map(|_| ())
+                    }
+                    // Recorded as failed: make the same request, the result is not kept.
+                    _ if managed => gpu.alloc_managed(*bytes as usize).map(|_| ()),
+                    _ => gpu.alloc(*bytes as usize).map(|_| ()),
+                }
+            }
+            Call::Free { ptr } => {
+                let p = self.addr(st, ptr, c)?;
+                let r = gpu.free(p);
+                if r.is_ok() {
+                    if let DevAddr::Buf { buf, .. } = ptr {
+                        st.bufs.remove(buf);
+                    }
+                }
+                r
+            }
+            Call::CopyH2D { dst, data, .. } => {
+                gpu.copy_h2d(self.blob(*data)?, self.addr(st, dst, c)?)
+            }
+            Call::CopyD2H { src, len } | Call::CopyD2HOnStream { src, len, .. } => {
+                let mut out = self.host_bytes(*len, c)?;
+                let p = self.addr(st, src, c)?;
+                let r = match &c.call {
+                    Call::CopyD2HOnStream { stream: s, .. } => {
+                        gpu.copy_d2h_on_stream(p, &mut out, resolve_stream(st, *s, c)?)
+                    }
+                    _ => gpu.copy_d2h(p, &mut out),
+                };
+                if r.is_ok() && verify && !self.unchecked(st, c.seq, src) {
+                    if let Some(Value::Bytes(blob)) = ret_value {
+                        checked = true;
+                        let want = self.blob(*blob)?;
+                        if let Some(off) = first_diff(want, &out) {
+                            let buf = match src {
+                                DevAddr::Buf { buf, off: o } => Some((*buf, *o)),
+                                _ => None,
+                            };
+                            mismatch = Some((
+                                buf.map(|b| b.0),
+                                Some(off + buf.map_or(0, |b| b.1)),
+                                format!(
+                                    "recorded byte {:#04x}, replayed {:#04x}",
+                                    want.get(off as usize).copied().unwrap_or(0),
+                                    out.get(off as usize).copied().unwrap_or(0)
+                                ),
+                            ));
+                        }
+                    }
+                }
+                r
+            }
+            Call::CopyD2D { src, dst, len } => {
+                taint_copy(st, src, dst);
+                gpu.copy_d2d(
+                    self.addr(st, src, c)?,
+                    self.addr(st, dst, c)?,
+                    *len as usize,
+                )
+            }
+            Call::Launch {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream: s,
+                args,
+            }
+            | Call::LaunchTyped {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream: s,
+                args,
+            } => {
+                self.taint_launch(st, *kernel, args);
+                if st.opaque.contains(kernel) {
+                    // Nothing to run it with: skipped, and what it wrote is marked.
+                    return Ok(Outcome::Ok {
+                        checked: false,
+                        mismatch: None,
+                    });
+                }
+                let k = *st
+                    .kernels
+                    .get(kernel)
+                    .ok_or_else(|| dangling(kernel.to_string()))?;
+                let mut ptrs: smallvec::SmallVec<[DevicePtr; 8]> = smallvec::SmallVec::new();
+                for a in args.iter() {
+                    if let Arg::Buf(d) = a {
+                        ptrs.push(self.addr(st, d, c)?);
+                    }
+                }
+                // Tensor maps are encoded anew for where their buffers live in this replay; a
+                // backend that cannot is this launch failing on replay.
+                let mut maps: smallvec::SmallVec<[crate::backend::TensorMapImage; 1]> =
+                    smallvec::SmallVec::new();
+                let mut encoded: anyhow::Result<()> = Ok(());
+                for a in args.iter() {
+                    if let Arg::TensorMap(m) = a {
+                        let base = self.addr(st, &m.base, c)?;
+                        match gpu.encode_tensor_map(base, &m.desc) {
+                            Ok(img) => maps.push(img),
+                            Err(e) => {
+                                encoded = Err(e.context(format!(
+                                    "encoding the tensor map of call #{} for {}",
+                                    c.seq, m.base
+                                )));
+                                break;
+                            }
+                        }
+                    }
+                }
+                let stream = resolve_stream(st, *s, c)?;
+                encoded.and_then(|()| {
+                    let (mut pi, mut mi) = (ptrs.iter(), maps.iter());
+                    let kargs: smallvec::SmallVec<[KernelArg<'_>; 12]> = args
+                        .iter()
+                        .map(|a| match a {
+                            Arg::Buf(_) => KernelArg::Buffer(*pi.next().expect("one per Buf")),
+                            Arg::Val(v) => KernelArg::Bytes(v),
+                            Arg::TensorMap(_) => {
+                                KernelArg::Bytes(&mi.next().expect("one per tensor map")[..])
+                            }
+                        })
+                        .collect();
+                    gpu.launch_typed(k, *grid, *block, *shared_mem, stream, &kargs)
+                })
+            }
+            Call::Synchronize { stream: s } => {
+                let raw = resolve_stream(st, *s, c)?;
+                let r = gpu.synchronize(raw);
+                self.settle(st, *s, c, verify, &mut checked, &mut mismatch)?;
+                r
+            }
+            Call::Memset { dst, value, len } => {
+                gpu.memset(self.addr(st, dst, c)?, *value, *len as usize)
+            }
+            // The bytes are not compared (they hold an address); each launch that takes the
+            // map encodes it again for its buffer, so this only checks the description holds.
+            Call::EncodeTensorMap { base, desc } => gpu
+                .encode_tensor_map(self.addr(st, base, c)?, desc)
+                .map(|_| ()),
+            Call::MemsetAsync {
+                dst,
+                value,
+                len,
+                stream: s,
+            } => gpu.memset_async(
+                self.addr(st, dst, c)?,
+                *value,
+                *len as usize,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::CopyH2DAsync {
+                dst,
+                data,
+                stream: s,
+                ..
+            } => gpu.copy_h2d_async(
+                self.blob(*data)?,
+                self.addr(st, dst, c)?,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::CopyH2DAsyncRetained {
+                dst,
+                data,
+                stream: s,
+                src,
+                ..
+            } => {
+                let bytes = self.blob(*data)?;
+                let d = self.addr(st, dst, c)?;
+                let raw = resolve_stream(st, *s, c)?;
+                match self.host(st, src, bytes.len() as u64, c)? {
+                    Some(h) => {
+                        // SAFETY: `h` points into a replay pinned region at the recorded offset,
+                        // with room for the recorded length.
+                        let slice = unsafe { std::slice::from_raw_parts_mut(h, bytes.len()) };
+                        slice.copy_from_slice(bytes);
+                        gpu.copy_h2d_async_retained(slice, d, raw)
+                    }
+                    None => {
+                        st.pending.push((c.seq, *s, bytes.to_vec()));
+                        let v = &st.pending.last().expect("pushed").2;
+                        gpu.copy_h2d_async_retained(v, d, raw)
+                    }
+                }
+            }
+            Call::CopyD2HAsync {
+                src,
+                len,
+                stream: s,
+                dst,
+            } => {
+                let p = self.addr(st, src, c)?;
+                let raw = resolve_stream(st, *s, c)?;
+                match self.host(st, dst, *len, c)? {
+                    Some(h) => {
+                        // SAFETY: as above: a pinned region of the replay, recorded offset and
+                        // length.
+                        let slice = unsafe { std::slice::from_raw_parts_mut(h, *len as usize) };
+                        let r = gpu.copy_d2h_async(p, slice, raw);
+                        st.pending.push((c.seq, *s, Vec::new()));
+                        r
+                    }
+                    None => {
+                        let v = self.host_bytes(*len, c)?;
+                        st.pending.push((c.seq, *s, v));
+                        let v = &mut st.pending.last_mut().expect("pushed").2;
+                        gpu.copy_d2h_async(p, v, raw)
+                    }
+                }
+            }
+            Call::CopyD2DAsync {
+                src,
+                dst,
+                len,
+                stream: s,
+            } => gpu.copy_d2d_async(
+                self.addr(st, src, c)?,
+                self.addr(st, dst, c)?,
+                *len as usize,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::CopyD2D2DAsync {
+                src,
+                src_pitch,
+                dst,
+                dst_pitch,
+                width,
+                height,
+                stream: s,
+            } => gpu.copy_d2d_2d_async(
+                self.addr(st, src, c)?,
+                *src_pitch as usize,
+                self.addr(st, dst, c)?,
+                *dst_pitch as usize,
+                *width as usize,
+                *height as usize,
+                resolve_stream(st, *s, c)?,
+            ),
+            Call::BeginCapture { stream: s } => gpu.begin_capture(resolve_stream(st, *s, c)?),
+            Call::EndCapture { stream: s } => {
+                gpu.end_capture(resolve_stream(st, *s, c)?).map(|g| {
+                    if let Some(Value::Graph(id)) = ret_value {
+                        st.graphs.insert(*id, g);
+                    }
+                })
+            }
+            Call::LaunchGraph { graph, stream: s } => {
+                let g = *st
+                    .graphs
+                    .get(graph)
+                    .ok_or_else(|| dangling(graph.to_string()))?;
+                gpu.launch_graph(g, resolve_stream(st, *s, c)?)
+            }
+            Call::DestroyGraph { graph } => {
+                let g = st
+                    .graphs
+                    .remove(graph)
+                    .ok_or_else(|| dangling(graph.to_string()))?;
+                gpu.destroy_graph(g)
+            }
+            Call::AbortCaptureIfActive { stream: s } => {
+                gpu.abort_capture_if_active(resolve_stream(st, *s, c)?);
+                Ok(())
+            }
+            Call::CreateStream => gpu.create_stream().map(|s| {
+                if let Some(Value::Stream(StreamRef::Id(id))) = ret_value {
+                    st.streams.insert(*id, s);
+                }
+            }),
+            Call::CreateEvent => gpu.create_event().map(|e| {
+                if let Some(Value::Event(id)) = ret_value {
+                    st.events.insert(*id, e);
+                }
+            }),
+            Call::RecordEvent { event, stream: s } => {
+                let e = live_event(st, event)?;
+                gpu.record_event(e, resolve_stream(st, *s, c)?)
+            }
+            Call::StreamWaitEvent { stream: s, event } => {
+                let e = live_event(st, event)?;
+                gpu.stream_wait_event(resolve_stream(st, *s, c)?, e)
+            }
+            Call::EventSynchronize { event } => {
+                let e = live_event(st, event)?;
+                gpu.event_synchronize(e)
+            }
+            Call::DestroyEvent { event } => {
+                let e = st
+                    .events
+                    .remove(event)
+                    .ok_or_else(|| dangling(event.to_string()))?;
+                gpu.destroy_event(e)
+            }
+            Call::HostPtrToDevice { host } => match self.host(st, host, 0, c)? {
+                Some(h) => gpu.host_ptr_to_device(h).map(|p| {
+                    if let Some(Value::Buffer(id)) = ret_value {
+                        st.bufs.insert(*id, (p, 0));
+                    }
+                }),
+                None => Err(anyhow::anyhow!(
+                    "host pointer was not in a recorded pinned region"
+                )),
+            },
+            Call::AllocHostPinned { bytes } => gpu.alloc_host_pinned(*bytes as usize).map(|p| {
+                if let Some(Value::Host(id)) = ret_value {
+                    st.hosts.insert(*id, (p, *bytes as usize));
+                }
+            }),
+            Call::FreeHostPinned { host, bytes } => match host {
+                HostAddr::Pinned { host: id, .. } => {
+                    let (p, _) = st
+                        .hosts
+                        .remove(id)
+                        .ok_or_else(|| dangling(id.to_string()))?;
+                    gpu.free_host_pinned(p, *bytes as usize)
+                }
+                HostAddr::Unknown => Err(anyhow::anyhow!("freeing an unknown pinned region")),
+            },
+            Call::Kernel { module, func } => match (gpu.kernel(module, func), ret_value) {
+                (Ok(h), Some(Value::Kernel(id))) => {
+                    st.kernels.insert(*id, h);
+                    Ok(())
+                }
+                (Ok(_), _) => Ok(()),
+                // A kernel this backend cannot run: its lookup is as opaque as its launches.
+                (Err(_), Some(Value::Kernel(id))) if st.opaque.contains(id) => Ok(()),
+                (Err(e), _) => Err(e),
+            },
+            Call::ScanRedzones => gpu.scan_redzones().map(|n| st.last_scan = Some(n)),
+            Call::PoisonRedzones { lo, hi } => gpu.poison_redzones(*lo as usize, *hi as usize),
+            Call::SweepUnreleased => {
+                gpu.sweep_unreleased();
+                st.bufs.clear();
+                Ok(())
+            }
+            Call::BindToThread => gpu.bind_to_thread(),
+            // Queries and accessors: nothing to reproduce.
+            Call::DefaultStream
+            | Call::OpCache
+            | Call::TotalMemory
+            | Call::FreeMemory
+            | Call::SmCount
+            | Call::LiveBytes
+            | Call::AllocReport { .. }
+            | Call::StreamIsCapturing { .. }
+            | Call::DebugSyncKernels
+            | Call::KernelRegistry
+            | Call::DeviceFreeMemory
+            | Call::LiveAllocCount
+            | Call::RedzoneHits
+            | Call::StepBoundary { .. } => Ok(()),
+        };
+        if let Call::EventSynchronize { .. } = &c.call {
+            // The recorded stream of the event is not known here; settle everything pending.
+            let mut streams: Vec<StreamRef> = st.pending.iter().map(|p| p.1).collect();
+            streams.sort();
+            streams.dedup();
+            for s in streams {
+                self.settle(st, s, c, verify, &mut checked, &mut mismatch)?;
+            }
+        }
+        Ok(match (r, recorded_err) {
+            (Ok(()), false) => Outcome::Ok { checked, mismatch },
+            (Ok(()), true) => Outcome::SucceededButRecordedError,
+            (Err(e), _) => Outcome::Failed(e),
+        })
+    }
+}
