@@ -553,10 +553,8 @@ fn run() -> Result<Exit> {
             &trace,
             summary,
             ShowFilter {
-                calls: match steps {
-                    Some(s) => Some(step_range(&gputape::trace::Trace::open(&trace)?, s)?),
-                    None => calls,
-                },
+                calls,
+                steps,
                 kernel: kernel.as_deref(),
                 kind: kind.as_deref(),
             },
@@ -586,10 +584,6 @@ fn run() -> Result<Exit> {
                 perfetto.as_deref() != Some(Path::new("-")),
                 "replay --perfetto needs a file: standard output carries the replay's report"
             );
-            let range = match steps {
-                Some(s) => Some(step_range(&gputape::trace::Trace::open(&trace)?, s)?),
-                None => range,
-            };
             let opts = gputape::replayer::ReplayOptions {
                 range,
                 stop_at,
@@ -607,6 +601,7 @@ fn run() -> Result<Exit> {
                 no_isolate,
                 max_memory,
                 perfetto,
+                steps,
             };
             replay(&trace, on, &opts, flags, child_report.as_deref())
         }
@@ -944,6 +939,8 @@ fn streams_with_work(t: &gputape::trace::Trace) -> String {
 /// Which calls `show` prints.
 struct ShowFilter<'a> {
     calls: Option<(u64, u64)>,
+    /// Steps A..B: resolved to calls once the trace is open.
+    steps: Option<(u64, u64)>,
     kernel: Option<&'a str>,
     kind: Option<&'a str>,
 }
@@ -968,15 +965,13 @@ impl ShowFilter<'_> {
     }
 }
 
-fn show(path: &Path, summary_only: bool, filter: ShowFilter<'_>, json: bool) -> Result<()> {
-    let ShowFilter {
-        calls,
-        kernel,
-        kind,
-    } = filter;
+fn show(path: &Path, summary_only: bool, mut filter: ShowFilter<'_>, json: bool) -> Result<()> {
     let t = gputape::trace::Trace::open(path)?;
-    check_range(&t, calls)?;
-    if let Some(k) = kind {
+    if let Some(s) = filter.steps.take() {
+        filter.calls = Some(step_range(&t, s)?);
+    }
+    check_range(&t, filter.calls)?;
+    if let Some(k) = filter.kind {
         let present: std::collections::BTreeSet<&str> =
             t.calls.iter().map(|c| c.call.kind().name()).collect();
         anyhow::ensure!(
@@ -985,11 +980,6 @@ fn show(path: &Path, summary_only: bool, filter: ShowFilter<'_>, json: bool) -> 
             present.into_iter().collect::<Vec<_>>().join(", ")
         );
     }
-    let filter = ShowFilter {
-        calls,
-        kernel,
-        kind,
-    };
     if json {
         let shown: Vec<serde_json::Value> = t
             .calls
@@ -1540,6 +1530,8 @@ struct ReplayFlags {
     no_isolate: bool,
     max_memory: u64,
     perfetto: Option<PathBuf>,
+    /// Steps A..B: resolved to the range once the trace is open.
+    steps: Option<(u64, u64)>,
 }
 
 fn replay(
@@ -1557,9 +1549,21 @@ fn replay(
         no_isolate,
         max_memory,
         perfetto,
+        steps,
     } = flags;
     use gputape::replayer::Replayer;
     let t = gputape::trace::Trace::open(path)?;
+    let stepped;
+    let opts = match steps {
+        Some(s) => {
+            stepped = gputape::replayer::ReplayOptions {
+                range: Some(step_range(&t, s)?),
+                ..opts.clone()
+            };
+            &stepped
+        }
+        None => opts,
+    };
     if let Some(cut) = &t.cut {
         eprintln!(
             "note: {} is cut after {} frames ({}); replaying the {} complete calls",

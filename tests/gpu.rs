@@ -805,36 +805,49 @@ fn kernel_audit_names_an_unresolved_lookup_and_its_site() {
     assert_eq!(reg.audit(), Default::default());
 }
 
+/// `gputape demo` on CUDA with an illegal address planted at step 4, in a child process (the
+/// fault ends its context), with a sync after every launch when `debug_sync`: its stdout and
+/// stderr. `None` without a driver. `GPUTAPE_BIN` names the binary where the test was carried.
+fn faulting_demo(debug_sync: bool) -> Option<(String, String)> {
+    if !gputape::cuda::driver_present() {
+        eprintln!("skipped: no CUDA driver on this machine");
+        return None;
+    }
+    let bin = std::env::var("GPUTAPE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gputape").into());
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args([
+        "demo",
+        "--backend",
+        "cuda",
+        "--config",
+        "tiny",
+        "--steps",
+        "8",
+        "--fault-step",
+        "4",
+        "--fault-overrun",
+        "268435456",
+    ]);
+    if debug_sync {
+        cmd.env("GPUTAPE_DEBUG_SYNC_KERNELS", "1");
+    } else {
+        cmd.env_remove("GPUTAPE_DEBUG_SYNC_KERNELS");
+    }
+    let o = cmd.output().unwrap();
+    Some((
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    ))
+}
+
 /// After a sticky fault, teardown's sweep says once that the context took the memory with it,
 /// instead of one line per allocation. Run in a child process: the fault ends its context.
 #[test]
 #[ignore = "needs a GPU"]
 fn sweep_after_a_sticky_fault_is_one_summary() {
-    if !gputape::cuda::driver_present() {
-        eprintln!("skipped: no CUDA driver on this machine");
+    let Some((out, err)) = faulting_demo(false) else {
         return;
-    }
-    let bin = std::env::var("GPUTAPE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gputape").into());
-    let o = std::process::Command::new(bin)
-        .args([
-            "demo",
-            "--backend",
-            "cuda",
-            "--config",
-            "tiny",
-            "--steps",
-            "8",
-            "--fault-step",
-            "4",
-            "--fault-overrun",
-            "268435456",
-        ])
-        .output()
-        .unwrap();
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
+    };
     assert!(out.contains("step 4 failed"), "{out}\n{err}");
     let sweep: Vec<&str> = err.lines().filter(|l| l.contains("sweep:")).collect();
     assert_eq!(
@@ -862,29 +875,9 @@ fn sweep_after_a_sticky_fault_is_one_summary() {
 #[test]
 #[ignore = "needs a GPU"]
 fn the_fault_probe_names_the_one_launch_in_flight() {
-    if !gputape::cuda::driver_present() {
-        eprintln!("skipped: no CUDA driver on this machine");
+    let Some((out, _)) = faulting_demo(true) else {
         return;
-    }
-    let bin = std::env::var("GPUTAPE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_gputape").into());
-    let o = std::process::Command::new(bin)
-        .args([
-            "demo",
-            "--backend",
-            "cuda",
-            "--config",
-            "tiny",
-            "--steps",
-            "8",
-            "--fault-step",
-            "4",
-            "--fault-overrun",
-            "268435456",
-        ])
-        .env("GPUTAPE_DEBUG_SYNC_KERNELS", "1")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
+    };
     let line = out
         .lines()
         .find(|l| l.starts_with("step 4 failed"))

@@ -29,6 +29,25 @@ pub fn by_site(items: impl Iterator<Item = (Site, usize)>) -> Vec<SiteTotal> {
 }
 
 /// One line of the largest sites, as sweep logs print them.
+/// The one line a teardown sweep logs: how many allocations and bytes it found, why they were
+/// left (no owner, or a sticky fault `dead_code` that took them with the context), and the
+/// largest sites. Shared so the mock and CUDA say it alike.
+pub fn sweep_line(rows: &[SiteTotal], dead_code: Option<u32>) -> String {
+    let why = match dead_code {
+        Some(code) => format!(
+            "go with the context, unusable after {} ({code})",
+            super::cuda_error_name(code)
+        ),
+        None => "had no owner".into(),
+    };
+    format!(
+        "sweep: {} allocation(s), {} bytes, {why}; largest sites: {}",
+        rows.iter().map(|r| r.count).sum::<usize>(),
+        rows.iter().map(|r| r.bytes).sum::<usize>(),
+        format_sites(rows, 5)
+    )
+}
+
 pub fn format_sites(rows: &[SiteTotal], top_n: usize) -> String {
     rows.iter()
         .take(top_n)

@@ -3,7 +3,7 @@
 
 use super::error::check;
 use super::watchdog;
-use crate::backend::ledger::{by_site, format_sites, SiteTotal};
+use crate::backend::ledger::{by_site, SiteTotal};
 use crate::backend::{
     CaptureMode, DeviceError, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle,
     KernelInfo, KernelRegistry, ModuleCode, OpCache, ParamAccess, ParamInfo, Site, StreamKind,
@@ -923,19 +923,18 @@ impl GpuBackend for CudaBackend {
         self.registry
             .note_lookup(module, func_name, site.clone(), None);
         let handle = KernelHandle(f as u64);
+        let params = Self::param_layout(f as u64);
+        self.word_params
+            .write()
+            .insert(f as u64, params.iter().map(|p| p.size == 8).collect());
         self.registry.add_kernel(
             handle,
             KernelInfo {
                 module: module.to_string(),
                 name: func_name.to_string(),
-                params: Self::param_layout(f as u64),
+                params,
             },
         );
-        if let Some(info) = self.registry.kernel_by_handle(handle) {
-            self.word_params
-                .write()
-                .insert(f as u64, info.params.iter().map(|p| p.size == 8).collect());
-        }
         if self.waiting_entries.lock().contains(&key) {
             self.pdl_functions.write().insert(f as u64);
         }
@@ -1083,19 +1082,7 @@ impl GpuBackend for CudaBackend {
         }
         if !outstanding.is_empty() {
             let rows = by_site(outstanding.iter().map(|(_, r)| (r.site, r.bytes)));
-            let bytes = outstanding.iter().map(|(_, r)| r.bytes).sum::<usize>();
-            let why = match gone {
-                Some(code) => format!(
-                    "go with the context, unusable after {} ({code})",
-                    crate::backend::cuda_error_name(code)
-                ),
-                None => "had no owner".into(),
-            };
-            tracing::warn!(
-                "sweep: {} allocation(s), {bytes} bytes, {why}; largest sites: {}",
-                outstanding.len(),
-                format_sites(&rows, 5)
-            );
+            tracing::warn!("{}", crate::backend::ledger::sweep_line(&rows, gone));
         }
         outstanding.len()
     }

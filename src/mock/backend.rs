@@ -365,20 +365,8 @@ impl GpuBackend for MockGpuBackend {
         if !live.is_empty() {
             // As on CUDA: after a sticky fault the owners' frees failed and the memory goes
             // with the context; one line says so.
-            let why = match &st.dead {
-                Some(e) => format!(
-                    "go with the context, unusable after {} ({})",
-                    crate::backend::cuda_error_name(e.cuda_code()),
-                    e.cuda_code()
-                ),
-                None => "had no owner".into(),
-            };
-            let line = format!(
-                "sweep: {} allocation(s), {} bytes, {why}; largest sites: {}",
-                live.len(),
-                rows.iter().map(|r| r.bytes).sum::<usize>(),
-                format_sites(&rows, 5)
-            );
+            let line =
+                crate::backend::ledger::sweep_line(&rows, st.dead.as_ref().map(|e| e.cuda_code()));
             tracing::warn!("{line}");
             st.last_sweep_line = Some(line);
         } else {

@@ -16,7 +16,7 @@ pub use error::{AllocDesc, MockError};
 pub use kernel::{KernelBody, KernelCtx};
 pub use memory::{ALIGN, BASE_ADDR};
 
-use crate::backend::ledger::{by_site, format_sites};
+use crate::backend::ledger::by_site;
 
 use crate::backend::{
     decide, CallKind, CaptureContext, CaptureMode, CaptureOp, DevicePtr, GpuBackend, GraphHandle,
