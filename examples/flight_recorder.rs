@@ -13,7 +13,7 @@ use gputape::trace::Trace;
 
 fn mock() -> MockGpuBackend {
     let m = MockGpuBackend::default();
-    model::kernels::register_mock(&m);
+    model::kernels::load(&m).expect("load the model kernels");
     m
 }
 

@@ -37,7 +37,7 @@ fn step(g: &dyn GpuBackend, x: gputape::backend::DevicePtr, n: u32) -> anyhow::R
 fn main() -> anyhow::Result<()> {
     // Your backend (here the mock, with the kernels it runs on the CPU).
     let backend = MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&backend);
+    gputape::workloads::load_kernels(&backend).expect("load module blas");
     if std::env::var_os("GPUTAPE_RECORD").is_none() && std::env::var_os("GPUTAPE_FLIGHT").is_none()
     {
         let p = std::env::temp_dir().join("gputape-example-engine.gtape");

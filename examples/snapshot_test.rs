@@ -34,7 +34,7 @@ fn step(g: &dyn GpuBackend, x: gputape::backend::DevicePtr, y: gputape::backend:
 
 fn main() {
     let m = MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
     let h = Harness::new(m);
     // Set-up is not recorded.
     let x = h.gpu().alloc(256).unwrap();

@@ -784,7 +784,7 @@ fn info(json: bool) -> Result<()> {
 
 fn cuda_backend() -> Result<gputape::cuda::CudaBackend> {
     let g = gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))?;
-    gputape::workloads::load_cuda_kernels(&g)?;
+    gputape::workloads::load_kernels(&g)?;
     Ok(g)
 }
 
@@ -803,7 +803,7 @@ fn record(w: Workload, overrun: u32, backend: Backend, out: &Path) -> Result<()>
     match backend {
         Backend::Mock => {
             let m = gputape::mock::MockGpuBackend::default();
-            gputape::workloads::register_mock_kernels(&m);
+            gputape::workloads::load_kernels(&m).expect("load module blas");
             let d = gputape::recorder::BackendDesc::new("mock");
             record_on(
                 gputape::recorder::RecordingBackend::to_file(m, out, d)?,
@@ -1197,7 +1197,7 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
         let mut cfg = gputape::cuda::CudaConfig::from_env(0);
         cfg.pdl = pdl;
         let g = gputape::cuda::CudaBackend::new(cfg)?;
-        gputape::workloads::load_cuda_kernels(&g)?;
+        gputape::workloads::load_kernels(&g)?;
         Ok(g)
     };
     let (plain_g, pdl_g) = (backend(false)?, backend(true)?);
@@ -1245,7 +1245,7 @@ fn model_backend(b: Backend, fault: bool) -> Result<Box<dyn GpuBackend>> {
     Ok(match b {
         Backend::Mock => {
             let m = gputape::mock::MockGpuBackend::default();
-            gputape::model::kernels::register_mock(&m);
+            gputape::model::kernels::load(&m).expect("load the model kernels");
             Box::new(m)
         }
         Backend::Cuda => Box::new(cuda_model_backend(fault)?),
@@ -1258,7 +1258,7 @@ fn cuda_model_backend(fault: bool) -> Result<gputape::cuda::CudaBackend> {
         cfg.redzone.bytes = 256;
     }
     let g = gputape::cuda::CudaBackend::new(cfg)?;
-    gputape::model::kernels::load_cuda(&g)?;
+    gputape::model::kernels::load(&g)?;
     Ok(g)
 }
 
@@ -1275,7 +1275,7 @@ fn demo(
         return match backend {
             Backend::Mock => {
                 let m = gputape::mock::MockGpuBackend::default();
-                gputape::model::kernels::register_mock(&m);
+                gputape::model::kernels::load(&m).expect("load the model kernels");
                 let rec = R::flight(m, cfg, gputape::recorder::BackendDesc::new("mock"))?;
                 demo_on(&rec, backend, steps, config, fault)
             }
@@ -1407,7 +1407,7 @@ fn record_step(
     match backend {
         Backend::Mock => {
             let m = gputape::mock::MockGpuBackend::default();
-            gputape::model::kernels::register_mock(&m);
+            gputape::model::kernels::load(&m).expect("load the model kernels");
             let rec = gputape::recorder::RecordingBackend::to_file(
                 m,
                 out,
@@ -1516,8 +1516,8 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
 /// A mock that knows every kernel gputape's own traces use.
 fn replay_mock() -> gputape::mock::MockGpuBackend {
     let m = gputape::mock::MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
-    gputape::model::kernels::register_mock(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     m
 }
 

@@ -1,35 +1,14 @@
 //! Small call patterns over `&dyn GpuBackend`, shared by tests, benchmarks and the CLI, each
 //! exercising one shape of engine behaviour.
 
-use crate::backend::{GpuBackend, KernelArg, ParamAccess, ParamInfo};
-use crate::mock::{KernelBody, MockGpuBackend};
+use crate::backend::{
+    GpuBackend, HostBody as KernelBody, KernelArg, KernelDesc, ModuleDesc, ParamAccess, ParamInfo,
+};
 use anyhow::Result;
 use std::sync::Arc;
 
 /// The CUDA C of the workloads' kernels (and the GPU suite's), loaded as module `blas`.
 pub const TEST_KERNELS: &str = include_str!("../kernels/test_kernels.cu");
-
-/// Compile and load `TEST_KERNELS` on a CUDA backend as module `blas`, and declare what the
-/// parameters of the kernels the workloads use are (the driver reports only their sizes).
-pub fn load_cuda_kernels(g: &crate::cuda::CudaBackend) -> Result<()> {
-    g.load_source("blas", TEST_KERNELS)?;
-    if let Some(reg) = g.kernel_registry() {
-        for name in BLAS_KERNELS {
-            reg.declare_access("blas", name, &blas_layout(name));
-        }
-    }
-    Ok(())
-}
-
-/// The `blas` kernels the workloads launch (and the mock runs).
-const BLAS_KERNELS: [&str; 6] = [
-    "saxpy",
-    "saxpy_pdl",
-    "noop_pdl",
-    "fill",
-    "gather",
-    "tma_copy",
-];
 
 /// Their parameter layouts, as nvcc lays out the signatures in kernels/test_kernels.cu, with
 /// what each parameter is.
@@ -55,9 +34,10 @@ fn blas_layout(name: &str) -> Vec<ParamInfo> {
     }
 }
 
-/// Register the kernels these workloads launch: `saxpy(x, y, n, a)` (y += a*x) and
-/// `fill(dst, n, v)`, and the PDL variants `bench-launch` uses (`saxpy_pdl`, `noop_pdl`).
-pub fn register_mock_kernels(m: &MockGpuBackend) {
+/// Module `blas` as data: `TEST_KERNELS` and the kernels these workloads launch, each with its
+/// layout and CPU twin: `saxpy(x, y, n, a)` (y += a*x), `fill(dst, n, v)`, `gather`,
+/// `tma_copy`, and the PDL variants `bench-launch` uses (`saxpy_pdl`, `noop_pdl`).
+pub fn blas_module() -> ModuleDesc {
     let saxpy: KernelBody = Arc::new(|ctx| {
         let (x, y) = (ctx.ptr(0)?, ctx.ptr(1)?);
         let n = ctx.u32(2)? as usize;
@@ -69,21 +49,17 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         }
         ctx.write_f32(y, &ys)
     });
-    m.register_kernel("blas", "saxpy", blas_layout("saxpy"), Some(saxpy.clone()));
-    m.register_kernel("blas", "saxpy_pdl", blas_layout("saxpy_pdl"), Some(saxpy));
-    m.register_kernel(
-        "blas",
-        "noop_pdl",
-        blas_layout("noop_pdl"),
-        Some(Arc::new(|_| Ok(()))),
-    );
+    let saxpy_k = KernelDesc::new("saxpy", blas_layout("saxpy"), Some(saxpy.clone()));
+    let saxpy_pdl_k = KernelDesc::new("saxpy_pdl", blas_layout("saxpy_pdl"), Some(saxpy));
+    let noop: KernelBody = Arc::new(|_| Ok(()));
+    let noop_pdl_k = KernelDesc::new("noop_pdl", blas_layout("noop_pdl"), Some(noop));
     let fill: KernelBody = Arc::new(|ctx| {
         let d = ctx.ptr(0)?;
         let n = ctx.u32(1)? as usize;
         let v = ctx.f32(2)?;
         ctx.fill_f32(d, n, v)
     });
-    m.register_kernel("blas", "fill", blas_layout("fill"), Some(fill));
+    let fill_k = KernelDesc::new("fill", blas_layout("fill"), Some(fill));
     // The twin reads the matrix through the map's address and strides, as TMA does.
     let tma_copy: KernelBody = Arc::new(|ctx| {
         let (src, d) = ctx.tensor_map(0)?;
@@ -107,7 +83,7 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         }
         Ok(())
     });
-    m.register_kernel("blas", "tma_copy", blas_layout("tma_copy"), Some(tma_copy));
+    let tma_copy_k = KernelDesc::new("tma_copy", blas_layout("tma_copy"), Some(tma_copy));
     let gather: KernelBody = Arc::new(|ctx| {
         let (table, out) = (ctx.ptr(0)?, ctx.ptr(1)?);
         let n = ctx.u32(2)? as usize;
@@ -122,13 +98,26 @@ pub fn register_mock_kernels(m: &MockGpuBackend) {
         }
         ctx.write_f32(out, &vals)
     });
-    m.register_kernel("blas", "gather", blas_layout("gather"), Some(gather));
-    // The CUDA C the twins stand for, so a trace recorded here replays on a GPU.
-    m.set_module_code(crate::backend::ModuleCode {
+    let gather_k = KernelDesc::new("gather", blas_layout("gather"), Some(gather));
+    ModuleDesc {
         name: "blas".into(),
+        // The CUDA C the twins stand for: CUDA compiles it, and a trace recorded on the mock
+        // embeds it, so it replays on a GPU.
         source: Some(TEST_KERNELS.to_string()),
-        ptx: None,
-    });
+        kernels: vec![
+            saxpy_k,
+            saxpy_pdl_k,
+            noop_pdl_k,
+            fill_k,
+            gather_k,
+            tma_copy_k,
+        ],
+    }
+}
+
+/// Load module `blas` on `gpu`.
+pub fn load_kernels(gpu: &dyn GpuBackend) -> Result<()> {
+    gpu.load_module(&blas_module())
 }
 
 /// A workload: runs on any backend, returns the bytes it read back.

@@ -23,7 +23,7 @@ fn mock_with(mode: CaptureMode, kind: StreamKind) -> MockGpuBackend {
         stream_kind: kind,
         ..Default::default()
     });
-    workloads::register_mock_kernels(&m);
+    workloads::load_kernels(&m).expect("load module blas");
     m
 }
 

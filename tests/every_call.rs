@@ -25,7 +25,7 @@ struct Counting {
 impl Counting {
     fn new() -> Self {
         let inner = MockGpuBackend::default();
-        gputape::workloads::register_mock_kernels(&inner);
+        gputape::workloads::load_kernels(&inner).expect("load module blas");
         Counting {
             inner,
             seen: Mutex::new(BTreeSet::new()),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 fn mock() -> MockGpuBackend {
     let m = MockGpuBackend::default();
-    model::kernels::register_mock(&m);
+    model::kernels::load(&m).expect("load the model kernels");
     m
 }
 

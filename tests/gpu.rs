@@ -16,7 +16,7 @@ fn gpu_with(cfg: CudaConfig) -> Option<CudaBackend> {
         return None;
     }
     let g = CudaBackend::new(cfg).expect("open device 0");
-    workloads::load_cuda_kernels(&g).expect("compile test kernels with NVRTC");
+    workloads::load_kernels(&g).expect("compile test kernels with NVRTC");
     Some(g)
 }
 
@@ -26,7 +26,7 @@ fn gpu() -> Option<CudaBackend> {
 
 fn mock() -> MockGpuBackend {
     let m = MockGpuBackend::default();
-    workloads::register_mock_kernels(&m);
+    workloads::load_kernels(&m).expect("load module blas");
     m
 }
 
@@ -367,7 +367,7 @@ fn model_gpu() -> Option<CudaBackend> {
         return None;
     }
     let g = CudaBackend::new(CudaConfig::from_env(0)).expect("open device 0");
-    gputape::model::kernels::load_cuda(&g).expect("compile the model's kernels with NVRTC");
+    gputape::model::kernels::load(&g).expect("compile the model's kernels with NVRTC");
     Some(g)
 }
 
@@ -402,7 +402,7 @@ fn model_kernel_layouts_from_the_driver_match_the_mock_declarations() {
 fn argmax_picks_what_the_scan_picks() {
     let Some(g) = model_gpu() else { return };
     let m = MockGpuBackend::default();
-    gputape::model::kernels::register_mock(&m);
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     let scan = |v: &[f32]| {
         let mut best = 0;
         for i in 1..v.len() {
@@ -473,7 +473,7 @@ fn pdl_launches_give_the_same_bytes() {
     let mut cfg = CudaConfig::from_env(0);
     cfg.pdl = true;
     let pdl = CudaBackend::new(cfg).unwrap();
-    gputape::model::kernels::load_cuda(&pdl).unwrap();
+    gputape::model::kernels::load(&pdl).unwrap();
     for (name, _) in gputape::model::kernels::SOURCES {
         let k = pdl.kernel(name, name).unwrap();
         assert!(
@@ -512,7 +512,7 @@ fn decode_on_the_gpu_matches_the_mock() {
     use gputape::model::{Model, ModelConfig, PROMPT};
     let Some(g) = model_gpu() else { return };
     let m = MockGpuBackend::default();
-    gputape::model::kernels::register_mock(&m);
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     let cfg = ModelConfig::default_config();
     let mut mg = Model::load(&g, cfg.clone()).unwrap();
     let mut mm = Model::load(&m, cfg).unwrap();

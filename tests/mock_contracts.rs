@@ -534,7 +534,7 @@ fn capture_probes_free_what_they_make() {
 #[test]
 fn kernel_audit_names_an_unresolved_lookup_and_its_site() {
     let m = mock();
-    gputape::model::kernels::register_mock(&m);
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     let reg = m.kernel_registry().unwrap();
     let a = reg.audit();
     assert_eq!(a.modules.len(), 9, "{a:?}");
@@ -557,7 +557,7 @@ fn kernel_audit_names_an_unresolved_lookup_and_its_site() {
         a.render()
     );
     // A second model on the same backend: the audit restarts with its load.
-    gputape::model::kernels::register_mock(&m);
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     let a = reg.audit();
     assert!(a.unresolved.is_empty() && a.resolved.is_empty(), "{a:?}");
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 
 fn mock() -> MockGpuBackend {
     let m = MockGpuBackend::default();
-    model::kernels::register_mock(&m);
+    model::kernels::load(&m).expect("load the model kernels");
     m
 }
 
@@ -155,7 +155,7 @@ fn the_planted_fault_is_recorded_at_its_kernel_with_debug_sync() {
         debug_sync_kernels: true,
         ..Default::default()
     });
-    model::kernels::register_mock(&m);
+    model::kernels::load(&m).expect("load the model kernels");
     let (t, failed) = the_one_failure(record_step_on(m, 4, PLANTED));
     assert!(t.site(failed.site).starts_with("src/model/mod.rs:"));
     let Call::LaunchTyped { kernel, .. } = &failed.call else {

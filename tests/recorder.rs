@@ -14,7 +14,7 @@ type Rec = RecordingBackend<MockGpuBackend>;
 
 fn recorder() -> (Rec, Arc<Mutex<Vec<u8>>>) {
     let m = MockGpuBackend::default();
-    workloads::register_mock_kernels(&m);
+    workloads::load_kernels(&m).expect("load module blas");
     let sink = VecSink::default();
     let buf = sink.0.clone();
     let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
@@ -54,7 +54,7 @@ fn snapshots_of_recorded_workloads() {
 fn recording_forwards_unchanged_results() {
     for (_, w) in workloads::ALL {
         let bare = MockGpuBackend::default();
-        workloads::register_mock_kernels(&bare);
+        workloads::load_kernels(&bare).expect("load module blas");
         let want = w(&bare).unwrap();
         let mut got = None;
         record(|g| got = Some(w(g).unwrap()));
@@ -355,7 +355,7 @@ fn file_round_trip_and_a_killed_recorder_leaves_a_readable_trace() {
     // Clean: file == in-memory rendering.
     let path = dir.join("clean.gtape");
     let m = MockGpuBackend::default();
-    workloads::register_mock_kernels(&m);
+    workloads::load_kernels(&m).expect("load module blas");
     let r = RecordingBackend::to_file(m, &path, BackendDesc::new("mock")).unwrap();
     r.start().unwrap();
     workloads::two_streams(&r).unwrap();
@@ -369,7 +369,7 @@ fn file_round_trip_and_a_killed_recorder_leaves_a_readable_trace() {
     // Killed: the recorder is never stopped or dropped, as when the process dies.
     let path = dir.join("killed.gtape");
     let m = MockGpuBackend::default();
-    workloads::register_mock_kernels(&m);
+    workloads::load_kernels(&m).expect("load module blas");
     let r = RecordingBackend::to_file(m, &path, BackendDesc::new("mock")).unwrap();
     r.start().unwrap();
     workloads::two_streams(&r).unwrap();

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 fn mock() -> MockGpuBackend {
     let m = MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
-    gputape::model::kernels::register_mock(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     m
 }
 

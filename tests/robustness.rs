@@ -31,8 +31,8 @@ fn small_mock() -> MockGpuBackend {
         total_memory: 64 << 20,
         ..Default::default()
     });
-    gputape::workloads::register_mock_kernels(&m);
-    gputape::model::kernels::register_mock(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
+    gputape::model::kernels::load(&m).expect("load the model kernels");
     m
 }
 
@@ -207,7 +207,7 @@ fn recorder_child_until_killed() {
         return;
     };
     let m = MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
     let rec = RecordingBackend::to_file(m, Path::new(&path), BackendDesc::new("mock")).unwrap();
     rec.start().unwrap();
     let g: &dyn GpuBackend = &rec;
@@ -290,7 +290,7 @@ fn a_recorder_killed_anywhere_leaves_every_earlier_frame() {
 
 fn small_big_mock() -> MockGpuBackend {
     let m = MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
     m
 }
 
@@ -423,7 +423,7 @@ fn sync_hashes_hold_with_eight_recording_threads() {
     let sink = VecSink::default();
     let buf = sink.0.clone();
     let m = MockGpuBackend::default();
-    gputape::workloads::register_mock_kernels(&m);
+    gputape::workloads::load_kernels(&m).expect("load module blas");
     let rec = std::sync::Arc::new(
         RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap(),
     );

@@ -12,6 +12,7 @@
 mod capture;
 mod error;
 pub mod ledger;
+mod module;
 mod op_cache;
 pub mod probe;
 mod registry;
@@ -20,6 +21,7 @@ mod types;
 
 pub use capture::*;
 pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
+pub use module::{HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
 pub use op_cache::OpCache;
 pub use registry::{
     KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess, ParamInfo,
@@ -223,6 +225,19 @@ pub trait GpuBackend: Send + Sync {
     #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         None
+    }
+
+    /// Load a module described as data (`ModuleDesc`): CUDA compiles its source, the mock
+    /// registers its CPU bodies; both declare each kernel's parameter access, so a recording
+    /// knows inputs from outputs. Not a recorded call: what a trace needs of a module (its
+    /// code, its layouts) is written when a kernel of it is first looked up. A backend that
+    /// loads its kernels its own way refuses.
+    #[track_caller]
+    fn load_module(&self, module: &ModuleDesc) -> Result<()> {
+        anyhow::bail!(
+            "this backend cannot load module {} from a description; load its kernels through the backend's own API",
+            module.name
+        )
     }
 
     /// Async host-to-device copy whose source may be dropped or reused as soon as this returns.

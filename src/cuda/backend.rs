@@ -1194,6 +1194,21 @@ impl GpuBackend for CudaBackend {
         self.cfg.debug_sync_kernels
     }
 
+    /// NVRTC compiles the source for this device; each kernel's declared access goes into
+    /// the registry (the driver reports only parameter sizes). CPU bodies are not used here.
+    #[track_caller]
+    fn load_module(&self, module: &crate::backend::ModuleDesc) -> Result<()> {
+        let Some(src) = &module.source else {
+            anyhow::bail!("module {} has no CUDA source to compile", module.name)
+        };
+        self.load_source(&module.name, src)?;
+        for k in &module.kernels {
+            self.registry
+                .declare_access(&module.name, &k.name, &k.params);
+        }
+        Ok(())
+    }
+
     #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         Some(self.registry.clone())

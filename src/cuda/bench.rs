@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn the_chain_graph_captures_and_launches_on_the_mock() {
         let m = crate::mock::MockGpuBackend::default();
-        crate::workloads::register_mock_kernels(&m);
+        crate::workloads::load_kernels(&m).expect("load module blas");
         let us = graph_chain_us_per_node(&m, 37, 3).unwrap();
         assert!(us.is_finite() && us > 0.0, "{us}");
         // A kernel the mock does not know fails the capture cleanly.

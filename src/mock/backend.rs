@@ -462,6 +462,21 @@ impl GpuBackend for MockGpuBackend {
         Some(self.registry.clone())
     }
 
+    /// Every kernel registered with its layout and body (a kernel without one is opaque), and
+    /// the module's source kept for traces.
+    #[track_caller]
+    fn load_module(&self, module: &crate::backend::ModuleDesc) -> anyhow::Result<()> {
+        for k in &module.kernels {
+            self.register_kernel(&module.name, &k.name, k.params.clone(), k.body.clone());
+        }
+        self.set_module_code(crate::backend::ModuleCode {
+            name: module.name.clone(),
+            source: module.source.clone(),
+            ptx: None,
+        });
+        Ok(())
+    }
+
     #[track_caller]
     fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> anyhow::Result<()> {
         let site = here();

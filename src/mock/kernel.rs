@@ -4,18 +4,19 @@
 
 use super::error::MockError;
 use super::memory::Memory;
-use crate::backend::{DevicePtr, KernelInfo, Site};
+use crate::backend::{DevicePtr, HostCtx, HostFault, KernelInfo, Site};
 use std::sync::Arc;
 
-/// A CPU implementation of a kernel.
-pub type KernelBody = Arc<dyn Fn(&mut KernelCtx<'_>) -> Result<(), MockError> + Send + Sync>;
+/// A CPU implementation of a kernel (the backend-neutral body type: see `backend::module`).
+pub type KernelBody = crate::backend::HostBody;
 
 pub(crate) struct MockKernel {
     pub info: Arc<KernelInfo>,
     pub body: Option<KernelBody>,
 }
 
-/// What a CPU kernel sees: its launch shape, its raw argument bytes, and device memory.
+/// What a CPU kernel sees on the mock: its launch shape, its raw argument bytes, and mock
+/// device memory, every access bounds-checked with the site of the launch.
 pub struct KernelCtx<'a> {
     pub(crate) mem: &'a mut Memory,
     pub(crate) args: &'a [Vec<u8>],
@@ -25,129 +26,52 @@ pub struct KernelCtx<'a> {
     pub(crate) name: &'a str,
 }
 
-impl KernelCtx<'_> {
-    pub fn kernel_name(&self) -> &str {
+impl HostCtx for KernelCtx<'_> {
+    fn kernel_name(&self) -> &str {
         self.name
     }
 
-    /// A kernel argument a CPU twin cannot run with (a zero divisor, a size that overflows):
-    /// the launch fails with it, as the bytes the twin would compute have no meaning.
-    pub fn bad_args(&self, detail: impl Into<String>) -> MockError {
+    fn grid(&self) -> [u32; 3] {
+        self.grid
+    }
+
+    fn block(&self) -> [u32; 3] {
+        self.block
+    }
+
+    fn arg(&self, i: usize, n: usize) -> Result<&[u8], HostFault> {
+        match self.args.get(i) {
+            Some(a) if a.len() >= n => Ok(&a[..n]),
+            _ => Err(self.bad_args_text(format!("argument {i} is not {n} bytes wide"))),
+        }
+    }
+
+    fn read(&self, ptr: DevicePtr, len: usize) -> Result<&[u8], HostFault> {
+        Ok(self.mem.read(ptr.0, len, "kernel read", self.site)?)
+    }
+
+    fn write_slice(&mut self, ptr: DevicePtr, len: usize) -> Result<&mut [u8], HostFault> {
+        Ok(self.mem.write(ptr.0, len, "kernel write", self.site)?)
+    }
+
+    fn bad_args_text(&self, detail: String) -> HostFault {
         MockError::BadParams {
             kernel: self.name.to_string(),
             site: self.site,
-            detail: detail.into(),
+            detail,
         }
+        .into()
     }
+}
 
-    fn arg(&self, i: usize, n: usize) -> Result<&[u8], MockError> {
-        match self.args.get(i) {
-            Some(a) if a.len() >= n => Ok(&a[..n]),
-            _ => Err(MockError::BadParams {
-                kernel: self.name.to_string(),
-                site: self.site,
-                detail: format!("argument {i} is not {n} bytes wide"),
-            }),
-        }
-    }
-
-    pub fn ptr(&self, i: usize) -> Result<DevicePtr, MockError> {
-        Ok(DevicePtr(u64::from_le_bytes(
-            self.arg(i, 8)?.try_into().expect("8 bytes"),
-        )))
-    }
-
-    pub fn u32(&self, i: usize) -> Result<u32, MockError> {
-        Ok(u32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
-    }
-
-    /// Argument `i` as a tensor map this mock encoded: the address it points at and what it
-    /// describes.
-    pub fn tensor_map(
-        &self,
-        i: usize,
-    ) -> Result<(DevicePtr, crate::backend::TensorMapDesc), MockError> {
-        let bytes = self.arg(i, crate::backend::TENSOR_MAP_BYTES)?;
-        crate::backend::tensormap::decode_mock_image(bytes)
-            .map(|(addr, d)| (DevicePtr(addr), d))
-            .ok_or_else(|| {
-                self.bad_args(format!(
-                    "argument {i} is not a tensor map this backend encoded"
-                ))
-            })
-    }
-
-    pub fn i32(&self, i: usize) -> Result<i32, MockError> {
-        Ok(i32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
-    }
-
-    pub fn f32(&self, i: usize) -> Result<f32, MockError> {
-        Ok(f32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
-    }
-
-    pub fn read(&self, ptr: DevicePtr, len: usize) -> Result<&[u8], MockError> {
-        self.mem.read(ptr.0, len, "kernel read", self.site)
-    }
-
-    pub fn write(&mut self, ptr: DevicePtr, bytes: &[u8]) -> Result<(), MockError> {
-        self.mem
-            .write(ptr.0, bytes.len(), "kernel write", self.site)?
-            .copy_from_slice(bytes);
-        Ok(())
-    }
-
-    /// Fill `len` bytes with `value`, bounds-checked like any write.
-    pub fn fill(&mut self, ptr: DevicePtr, len: usize, value: u8) -> Result<(), MockError> {
-        self.mem
-            .write(ptr.0, len, "kernel write", self.site)?
-            .fill(value);
-        Ok(())
-    }
-
-    pub fn read_f32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<f32>, MockError> {
-        Ok(self
-            .read(ptr, n * 4)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
-            .collect())
-    }
-
-    pub fn read_u32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u32>, MockError> {
-        Ok(self
-            .read(ptr, n * 4)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
-            .collect())
-    }
-
-    pub fn write_f32(&mut self, ptr: DevicePtr, vals: &[f32]) -> Result<(), MockError> {
-        let dst = self
-            .mem
-            .write(ptr.0, vals.len() * 4, "kernel write", self.site)?;
-        for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
-            d.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
-    }
-
-    /// Write `n` copies of `v`, bounds-checked before anything is built (a planted overrun
-    /// may ask for a gigabyte).
-    pub fn fill_f32(&mut self, ptr: DevicePtr, n: usize, v: f32) -> Result<(), MockError> {
-        let len = n.saturating_mul(4);
-        let dst = self.mem.write(ptr.0, len, "kernel write", self.site)?;
-        for d in dst.chunks_exact_mut(4) {
-            d.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
-    }
-
-    pub fn write_u32(&mut self, ptr: DevicePtr, vals: &[u32]) -> Result<(), MockError> {
-        let dst = self
-            .mem
-            .write(ptr.0, vals.len() * 4, "kernel write", self.site)?;
-        for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
-            d.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
-    }
+/// A body's fault as the mock's own error: what its context raised comes back as it was; a
+/// body that made its own error (an engine's body, say) is a bad-parameters error with its
+/// text.
+pub(crate) fn fault_to_mock(f: HostFault, kernel: &str, site: Site) -> MockError {
+    f.downcast::<MockError>()
+        .unwrap_or_else(|other| MockError::BadParams {
+            kernel: kernel.to_string(),
+            site,
+            detail: other.to_string(),
+        })
 }

@@ -595,7 +595,7 @@ impl MockGpuBackend {
             body(&mut ctx).map_err(|e| MockError::InKernel {
                 kernel: name.clone(),
                 site,
-                cause: Box::new(e),
+                cause: Box::new(kernel::fault_to_mock(e, &name, site)),
             })?;
         }
         Ok(())

@@ -4,8 +4,8 @@
 //! so the two agree bit for bit except where the device's `expf`/`sinf`/`cosf`/`powf` differ
 //! from the host's by an ulp.
 
+use crate::backend::{GpuBackend, HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
 use crate::backend::{ParamAccess, ParamInfo};
-use crate::mock::{KernelBody, KernelCtx, MockError, MockGpuBackend};
 use std::sync::Arc;
 
 /// Every module's source starts with kernels/model/prelude.cuh (the grid-dependency wait that
@@ -35,21 +35,6 @@ pub const SOURCES: [(&str, &str); 9] = [
     module!("add"),
     module!("argmax"),
 ];
-
-/// Compile (NVRTC) and load every model kernel on a CUDA backend, declaring what each
-/// parameter is (the driver reports only sizes), so traces recorded there know each kernel's
-/// inputs from its outputs as the mock's do.
-pub fn load_cuda(g: &crate::cuda::CudaBackend) -> anyhow::Result<()> {
-    use crate::backend::GpuBackend;
-    begin_run(g);
-    for (name, src) in SOURCES {
-        g.load_source(name, src)?;
-        if let Some(reg) = g.kernel_registry() {
-            reg.declare_access(name, name, &layout(name));
-        }
-    }
-    Ok(())
-}
 
 use ParamAccess::{Read as R, ReadWrite as RW, Value as V, Write as W};
 
@@ -81,18 +66,18 @@ pub fn layout(name: &str) -> Vec<ParamInfo> {
     }
 }
 
-type K = Result<(), MockError>;
+type K = Result<(), HostFault>;
 /// A CPU twin.
-type Twin = fn(&mut KernelCtx<'_>) -> K;
+type Twin = fn(&mut dyn HostCtx) -> K;
 
-fn embedding(c: &mut KernelCtx<'_>) -> K {
+fn embedding(c: &mut dyn HostCtx) -> K {
     let (table, inputs, out, hidden) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.u32(3)? as usize);
     let tok = c.read_u32(inputs, 1)?[0] as usize;
     let row = c.read_f32(table.offset(tok * hidden * 4), hidden)?;
     c.write_f32(out, &row)
 }
 
-fn rmsnorm(c: &mut KernelCtx<'_>) -> K {
+fn rmsnorm(c: &mut dyn HostCtx) -> K {
     let (x, w, out, n, eps) = (
         c.ptr(0)?,
         c.ptr(1)?,
@@ -108,7 +93,7 @@ fn rmsnorm(c: &mut KernelCtx<'_>) -> K {
     c.write_f32(out, &o)
 }
 
-fn gemv(c: &mut KernelCtx<'_>) -> K {
+fn gemv(c: &mut dyn HostCtx) -> K {
     let (w, x, y) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
     let (rows, cols) = (c.u32(3)? as usize, c.u32(4)? as usize);
     let ws = c.read_f32(w, rows * cols)?;
@@ -141,7 +126,7 @@ fn warp_dot(row: &[f32], x: &[f32]) -> f32 {
     lanes[0]
 }
 
-fn rope(c: &mut KernelCtx<'_>) -> K {
+fn rope(c: &mut dyn HostCtx) -> K {
     let (q, k, inputs) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
     let (nh, nkv, hd, theta) = (
         c.u32(3)? as usize,
@@ -170,10 +155,10 @@ fn rope(c: &mut KernelCtx<'_>) -> K {
 
 /// The step's position and the block-table entries that cover it.
 fn block_table(
-    c: &KernelCtx<'_>,
+    c: &dyn HostCtx,
     inputs: crate::backend::DevicePtr,
     bs: usize,
-) -> Result<(usize, Vec<u32>), MockError> {
+) -> Result<(usize, Vec<u32>), HostFault> {
     if bs == 0 {
         return Err(c.bad_args("block size 0"));
     }
@@ -190,7 +175,7 @@ fn kv_row(table: &[u32], t: usize, bs: usize, kv_dim: usize) -> Option<usize> {
         .checked_mul(kv_dim)
 }
 
-fn kv_append(c: &mut KernelCtx<'_>) -> K {
+fn kv_append(c: &mut dyn HostCtx) -> K {
     let (k, v, kp, vp, inputs) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?, c.ptr(4)?);
     let (kv_dim, bs) = (c.u32(5)? as usize, c.u32(6)? as usize);
     let (pos, table) = block_table(c, inputs, bs)?;
@@ -205,7 +190,7 @@ fn kv_append(c: &mut KernelCtx<'_>) -> K {
 
 // Indexing by position mirrors the CUDA loop it must match operation for operation.
 #[allow(clippy::needless_range_loop)]
-fn paged_attention(c: &mut KernelCtx<'_>) -> K {
+fn paged_attention(c: &mut dyn HostCtx) -> K {
     let (q, kp, vp, inputs, out) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?, c.ptr(4)?);
     let (nh, nkv, hd, bs, scale) = (
         c.u32(5)? as usize,
@@ -261,7 +246,7 @@ fn paged_attention(c: &mut KernelCtx<'_>) -> K {
     c.write_f32(out, &o)
 }
 
-fn silu_mul(c: &mut KernelCtx<'_>) -> K {
+fn silu_mul(c: &mut dyn HostCtx) -> K {
     let (g, u, out) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
     let (n, overrun) = (c.u32(3)? as usize, c.u32(4)? as usize);
     let gs = c.read_f32(g, n)?;
@@ -279,7 +264,7 @@ fn silu_mul(c: &mut KernelCtx<'_>) -> K {
     c.write_f32(out, &o)
 }
 
-fn add(c: &mut KernelCtx<'_>) -> K {
+fn add(c: &mut dyn HostCtx) -> K {
     let (x, y, n) = (c.ptr(0)?, c.ptr(1)?, c.u32(2)? as usize);
     let mut xs = c.read_f32(x, n)?;
     let ys = c.read_f32(y, n)?;
@@ -289,7 +274,7 @@ fn add(c: &mut KernelCtx<'_>) -> K {
     c.write_f32(x, &xs)
 }
 
-fn argmax(c: &mut KernelCtx<'_>) -> K {
+fn argmax(c: &mut dyn HostCtx) -> K {
     let (l, n, out) = (c.ptr(0)?, c.u32(1)? as usize, c.ptr(2)?);
     let ls = c.read_f32(l, n)?;
     let mut best = 0usize;
@@ -303,15 +288,15 @@ fn argmax(c: &mut KernelCtx<'_>) -> K {
 
 /// A model's run begins before its first module load: the kernel audit then lists this
 /// model's modules and lookups only, not an earlier model's on the same backend.
-fn begin_run(gpu: &dyn crate::backend::GpuBackend) {
+fn begin_run(gpu: &dyn GpuBackend) {
     if let Some(r) = gpu.kernel_registry() {
         r.begin_run();
     }
 }
 
-/// Register every model kernel, with its CPU twin, on a mock backend.
-pub fn register_mock(m: &MockGpuBackend) {
-    begin_run(m);
+/// The decode step's modules as data: one per kernel, each with its CUDA C, its layout and its
+/// CPU twin.
+pub fn modules() -> Vec<ModuleDesc> {
     let twins: [(&str, Twin); 9] = [
         ("embedding", embedding),
         ("rmsnorm", rmsnorm),
@@ -323,17 +308,28 @@ pub fn register_mock(m: &MockGpuBackend) {
         ("add", add),
         ("argmax", argmax),
     ];
-    for (name, f) in twins {
-        let body: KernelBody = Arc::new(f);
-        m.register_kernel(name, name, layout(name), Some(body));
-        let src = SOURCES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, s)| s.to_string());
-        m.set_module_code(crate::backend::ModuleCode {
-            name: name.to_string(),
-            source: src,
-            ptx: None,
-        });
+    twins
+        .into_iter()
+        .map(|(name, f)| {
+            let body: HostBody = Arc::new(f);
+            ModuleDesc {
+                name: name.to_string(),
+                source: SOURCES
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, s)| s.to_string()),
+                kernels: vec![KernelDesc::new(name, layout(name), Some(body))],
+            }
+        })
+        .collect()
+}
+
+/// Load every model kernel on `gpu` (CUDA compiles them, the mock registers their twins),
+/// starting a new run of the kernel audit.
+pub fn load(gpu: &dyn GpuBackend) -> anyhow::Result<()> {
+    begin_run(gpu);
+    for m in modules() {
+        gpu.load_module(&m)?;
     }
+    Ok(())
 }

@@ -461,6 +461,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         v
     }
 
+    /// Forwarded, not recorded: a replay loads what the trace embeds of each module (written
+    /// at the first lookup of one of its kernels), never the description.
+    #[track_caller]
+    fn load_module(&self, module: &crate::backend::ModuleDesc) -> anyhow::Result<()> {
+        self.inner.load_module(module)
+    }
+
     #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         let tok = self.begin(Location::caller(), |_| Call::KernelRegistry);

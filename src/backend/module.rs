@@ -1,0 +1,196 @@
+//! Kernels as data: a module is its name, its CUDA C, and per kernel the parameter layout and
+//! optionally a CPU body. The model and the workloads describe their kernels this way and hand
+//! the description to `GpuBackend::load_module`, so they need no backend of their own: CUDA
+//! compiles the source, the mock runs the bodies, and an engine's own backend may do either.
+//!
+//! A CPU body sees the launch through [`HostCtx`], a handful of primitives the backend that runs
+//! it implements (arguments, bounds-checked reads and writes); the typed helpers twins use
+//! (`ptr`, `read_f32`, ...) are built on those primitives here, once.
+
+use super::{DevicePtr, ParamInfo, TensorMapDesc, TENSOR_MAP_BYTES};
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a CPU body stopped. It carries the running backend's own error unchanged (a refused
+/// read or write, with the allocation it hit), so that backend can report it as its own.
+pub struct HostFault(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl HostFault {
+    /// The backend's error back, if it is a `T` (the backend that built the context asks).
+    pub fn downcast<T: std::error::Error + 'static>(self) -> Result<T, HostFault> {
+        match self.0.downcast::<T>() {
+            Ok(t) => Ok(*t),
+            Err(other) => Err(HostFault(other)),
+        }
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HostFault {
+    fn from(e: E) -> Self {
+        HostFault(Box::new(e))
+    }
+}
+
+impl fmt::Display for HostFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for HostFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// What a CPU body runs against: one launch's arguments and the device memory it may touch.
+/// Implemented by a backend that runs bodies; every access is checked by that backend.
+pub trait HostCtx {
+    /// "module::kernel", for messages.
+    fn kernel_name(&self) -> &str;
+    fn grid(&self) -> [u32; 3];
+    fn block(&self) -> [u32; 3];
+    /// The first `n` bytes of argument `i`, or a fault if it is narrower.
+    fn arg(&self, i: usize, n: usize) -> Result<&[u8], HostFault>;
+    /// `len` bytes of device memory at `ptr`, bounds-checked.
+    fn read(&self, ptr: DevicePtr, len: usize) -> Result<&[u8], HostFault>;
+    /// `len` bytes of device memory at `ptr` to write, bounds-checked before anything is
+    /// written.
+    fn write_slice(&mut self, ptr: DevicePtr, len: usize) -> Result<&mut [u8], HostFault>;
+    /// An argument the body cannot run with (a zero divisor, an overflowing size): the launch
+    /// fails with it, because the bytes it would compute mean nothing.
+    fn bad_args_text(&self, detail: String) -> HostFault;
+}
+
+/// A kernel's CPU body.
+pub type HostBody = Arc<dyn Fn(&mut dyn HostCtx) -> Result<(), HostFault> + Send + Sync>;
+
+fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+    b.chunks_exact(N)
+        .map(|c| c.try_into().expect("chunks_exact gives N bytes"))
+}
+
+/// The typed helpers CPU bodies are written with, over the primitives.
+impl dyn HostCtx + '_ {
+    pub fn bad_args(&self, detail: impl Into<String>) -> HostFault {
+        self.bad_args_text(detail.into())
+    }
+
+    pub fn ptr(&self, i: usize) -> Result<DevicePtr, HostFault> {
+        let b: [u8; 8] = self.arg(i, 8)?.try_into().expect("8 bytes");
+        Ok(DevicePtr(u64::from_le_bytes(b)))
+    }
+
+    pub fn u32(&self, i: usize) -> Result<u32, HostFault> {
+        Ok(u32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
+    }
+
+    pub fn i32(&self, i: usize) -> Result<i32, HostFault> {
+        Ok(i32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
+    }
+
+    pub fn f32(&self, i: usize) -> Result<f32, HostFault> {
+        Ok(f32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
+    }
+
+    /// Argument `i` as a tensor map the mock encoded: the address it points at and what it
+    /// describes (see `tensormap::mock_image`).
+    pub fn tensor_map(&self, i: usize) -> Result<(DevicePtr, TensorMapDesc), HostFault> {
+        let bytes = self.arg(i, TENSOR_MAP_BYTES)?;
+        match super::tensormap::decode_mock_image(bytes) {
+            Some((addr, d)) => Ok((DevicePtr(addr), d)),
+            None => Err(self.bad_args(format!(
+                "argument {i} is not a tensor map this backend encoded"
+            ))),
+        }
+    }
+
+    pub fn write(&mut self, ptr: DevicePtr, bytes: &[u8]) -> Result<(), HostFault> {
+        self.write_slice(ptr, bytes.len())?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Fill `len` bytes with `value`, bounds-checked like any write.
+    pub fn fill(&mut self, ptr: DevicePtr, len: usize, value: u8) -> Result<(), HostFault> {
+        self.write_slice(ptr, len)?.fill(value);
+        Ok(())
+    }
+
+    pub fn read_f32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<f32>, HostFault> {
+        let b = self.read(ptr, n.saturating_mul(4))?;
+        Ok(words(b).map(f32::from_le_bytes).collect())
+    }
+
+    pub fn read_u32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u32>, HostFault> {
+        let b = self.read(ptr, n.saturating_mul(4))?;
+        Ok(words(b).map(u32::from_le_bytes).collect())
+    }
+
+    pub fn write_f32(&mut self, ptr: DevicePtr, vals: &[f32]) -> Result<(), HostFault> {
+        let dst = self.write_slice(ptr, vals.len() * 4)?;
+        for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    pub fn write_u32(&mut self, ptr: DevicePtr, vals: &[u32]) -> Result<(), HostFault> {
+        let dst = self.write_slice(ptr, vals.len() * 4)?;
+        for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Write `n` copies of `v`, bounds-checked before anything is built (a planted overrun
+    /// may ask for a gigabyte).
+    pub fn fill_f32(&mut self, ptr: DevicePtr, n: usize, v: f32) -> Result<(), HostFault> {
+        let dst = self.write_slice(ptr, n.saturating_mul(4))?;
+        for d in dst.chunks_exact_mut(4) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+}
+
+/// One kernel of a module: what its parameters are, and how the mock runs it.
+#[derive(Clone)]
+pub struct KernelDesc {
+    pub name: String,
+    /// Each parameter's size and access (a driver reports only sizes: the kernel's owner says
+    /// which pointers are read and which written).
+    pub params: Vec<ParamInfo>,
+    /// A CPU body with the CUDA code's arithmetic. Without one the mock treats the kernel as
+    /// opaque: launches are checked for their arguments and then do nothing.
+    pub body: Option<HostBody>,
+}
+
+impl KernelDesc {
+    pub fn new(name: &str, params: Vec<ParamInfo>, body: Option<HostBody>) -> Self {
+        KernelDesc {
+            name: name.to_string(),
+            params,
+            body,
+        }
+    }
+}
+
+/// A module as data: its name, its CUDA C (what CUDA compiles and what a trace embeds), and
+/// its kernels.
+#[derive(Clone)]
+pub struct ModuleDesc {
+    pub name: String,
+    pub source: Option<String>,
+    pub kernels: Vec<KernelDesc>,
+}
+
+impl fmt::Debug for ModuleDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.kernels.iter().map(|k| k.name.as_str()).collect();
+        f.debug_struct("ModuleDesc")
+            .field("name", &self.name)
+            .field("source_bytes", &self.source.as_ref().map(|s| s.len()))
+            .field("kernels", &names)
+            .finish()
+    }
+}
