@@ -5,6 +5,10 @@ use clap::{Parser, Subcommand};
 use gputape::backend::GpuBackend;
 use std::path::{Path, PathBuf};
 
+#[path = "cli/backends.rs"]
+mod backends;
+use backends::{Backend, Want};
+
 #[derive(Parser)]
 #[command(
     name = "gputape",
@@ -353,12 +357,6 @@ fn parse_stream(s: &str) -> Result<u32, String> {
         .unwrap_or(s)
         .parse()
         .map_err(|_| format!("{s:?} is not a stream (try `s1` or `1`)"))
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Backend {
-    Mock,
-    Cuda,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -782,46 +780,14 @@ fn info(json: bool) -> Result<()> {
     Ok(())
 }
 
-fn cuda_backend() -> Result<gputape::cuda::CudaBackend> {
-    let g = gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))?;
-    gputape::workloads::load_kernels(&g)?;
-    Ok(g)
-}
-
-fn cuda_desc() -> gputape::recorder::BackendDesc {
-    let mut d = gputape::recorder::BackendDesc::new("cuda");
-    if let Ok(devs) = gputape::cuda::probe() {
-        if let Some(dev) = devs.first() {
-            d.device_name = Some(dev.name.clone());
-            d.driver_version = Some(dev.driver_version);
-        }
-    }
-    d
-}
-
 fn record(w: Workload, overrun: u32, backend: Backend, out: &Path) -> Result<()> {
-    match backend {
-        Backend::Mock => {
-            let m = gputape::mock::MockGpuBackend::default();
-            gputape::workloads::load_kernels(&m).expect("load module blas");
-            let d = gputape::recorder::BackendDesc::new("mock");
-            record_on(
-                gputape::recorder::RecordingBackend::to_file(m, out, d)?,
-                w,
-                overrun,
-                out,
-            )
-        }
-        Backend::Cuda => {
-            let g = cuda_backend()?;
-            record_on(
-                gputape::recorder::RecordingBackend::to_file(g, out, cuda_desc())?,
-                w,
-                overrun,
-                out,
-            )
-        }
-    }
+    let want = Want {
+        blas: true,
+        ..Want::default()
+    };
+    let o = backends::open(backend, want)?;
+    let rec = gputape::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
+    record_on(rec, w, overrun, out)
 }
 
 /// `record --hash-syncs`, for the recording helpers below.
@@ -1080,32 +1046,18 @@ fn show(path: &Path, summary_only: bool, mut filter: ShowFilter<'_>, json: bool)
 fn capture_table(on: Backend, strict: bool, json: bool) -> Result<Exit> {
     use gputape::backend::{probe, CaptureMode, StreamKind};
     let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
-    if on == Backend::Cuda && !gputape::cuda::driver_present() {
-        anyhow::bail!("{}", gputape::cuda::ProbeError::NoDriver);
-    }
-    let rows = match on {
-        Backend::Mock => probe::run_all(
-            &|mode: CaptureMode, kind: StreamKind| -> Result<Box<dyn GpuBackend>> {
-                Ok(Box::new(gputape::mock::MockGpuBackend::new(
-                    gputape::mock::MockConfig {
-                        capture_mode: mode,
-                        stream_kind: kind,
-                        ..Default::default()
-                    },
-                )))
-            },
-            &code,
-        ),
-        Backend::Cuda => probe::run_all(
-            &|mode: CaptureMode, kind: StreamKind| -> Result<Box<dyn GpuBackend>> {
-                let mut cfg = gputape::cuda::CudaConfig::from_env(0);
-                cfg.capture_mode = mode;
-                cfg.stream_kind = kind;
-                Ok(Box::new(gputape::cuda::CudaBackend::new(cfg)?))
-            },
-            &code,
-        ),
-    };
+    // Opened once up front, so a missing backend is this command's error, not every probe's.
+    drop(backends::open(on, Want::default())?);
+    let rows = probe::run_all(
+        &|mode: CaptureMode, kind: StreamKind| -> Result<Box<dyn GpuBackend>> {
+            let want = Want {
+                capture: Some((mode, kind)),
+                ..Want::default()
+            };
+            Ok(Box::new(backends::open(on, want)?.gpu))
+        },
+        &code,
+    );
     let bad = rows.iter().filter(|r| !r.agrees()).count();
     if json {
         let probes: Vec<serde_json::Value> = rows
@@ -1131,7 +1083,7 @@ fn capture_table(on: Backend, strict: bool, json: bool) -> Result<Exit> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "schema": "gputape.capture-table.v1",
-                "backend": match on { Backend::Mock => "mock", Backend::Cuda => "cuda" },
+                "backend": on.name(),
                 "probes": probes,
                 "disagree": bad,
             }))?
@@ -1146,8 +1098,15 @@ fn capture_table(on: Backend, strict: bool, json: bool) -> Result<Exit> {
     Ok(Exit::Pass)
 }
 
+/// `bench-launch` measures the CUDA backend itself, so it builds one directly.
+fn cuda_blas() -> Result<gputape::cuda::CudaBackend> {
+    let g = gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))?;
+    gputape::workloads::load_kernels(&g)?;
+    Ok(g)
+}
+
 fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
-    let g = cuda_backend()?;
+    let g = cuda_blas()?;
     let b = gputape::cuda::bench::launch_overhead(&g, rounds, per_round)?;
     println!(
         "launch host cost, saxpy (4 args), median of {} rounds x {} launches",
@@ -1172,7 +1131,8 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
 
     // The same launch through a recorder that is recording (into a file in the temp dir).
     let path = std::env::temp_dir().join(format!("gputape-bench-{}.gtape", std::process::id()));
-    let rec = gputape::recorder::RecordingBackend::to_file(cuda_backend()?, &path, cuda_desc())?;
+    let desc = gputape::recorder::BackendDesc::new("cuda");
+    let rec = gputape::recorder::RecordingBackend::to_file(cuda_blas()?, &path, desc)?;
     rec.start()?;
     let (plain, recorded) =
         gputape::cuda::bench::launch_pair(&g, &rec, "saxpy", rounds, per_round)?;
@@ -1239,27 +1199,17 @@ fn fault_plan(step: Option<usize>, overrun: u32) -> Option<gputape::model::Fault
     step.map(|step| gputape::model::FaultPlan { step, overrun })
 }
 
-/// The mock with the model's kernels, or the CUDA backend with them compiled. With a planted
-/// fault on CUDA, red zones are switched on (unless configured) so the overrun is caught.
-fn model_backend(b: Backend, fault: bool) -> Result<Box<dyn GpuBackend>> {
-    Ok(match b {
-        Backend::Mock => {
-            let m = gputape::mock::MockGpuBackend::default();
-            gputape::model::kernels::load(&m).expect("load the model kernels");
-            Box::new(m)
-        }
-        Backend::Cuda => Box::new(cuda_model_backend(fault)?),
-    })
-}
-
-fn cuda_model_backend(fault: bool) -> Result<gputape::cuda::CudaBackend> {
-    let mut cfg = gputape::cuda::CudaConfig::from_env(0);
-    if fault && cfg.redzone.bytes == 0 {
-        cfg.redzone.bytes = 256;
-    }
-    let g = gputape::cuda::CudaBackend::new(cfg)?;
-    gputape::model::kernels::load(&g)?;
-    Ok(g)
+/// The backend with the model's kernels. With a planted fault, red zones are switched on
+/// where the backend has them (unless configured) so the overrun is caught at its write.
+fn model_backend(b: Backend, fault: bool) -> Result<backends::Opened> {
+    backends::open(
+        b,
+        Want {
+            model: true,
+            redzones: fault.then_some(256),
+            ..Want::default()
+        },
+    )
 }
 
 fn demo(
@@ -1271,22 +1221,12 @@ fn demo(
 ) -> Result<()> {
     if let Some(dir) = flight {
         let cfg = gputape::recorder::FlightConfig::from_env(dir);
-        use gputape::recorder::RecordingBackend as R;
-        return match backend {
-            Backend::Mock => {
-                let m = gputape::mock::MockGpuBackend::default();
-                gputape::model::kernels::load(&m).expect("load the model kernels");
-                let rec = R::flight(m, cfg, gputape::recorder::BackendDesc::new("mock"))?;
-                demo_on(&rec, backend, steps, config, fault)
-            }
-            Backend::Cuda => {
-                let rec = R::flight(cuda_model_backend(fault.is_some())?, cfg, cuda_desc())?;
-                demo_on(&rec, backend, steps, config, fault)
-            }
-        };
+        let o = model_backend(backend, fault.is_some())?;
+        let rec = gputape::recorder::RecordingBackend::flight(o.gpu, cfg, o.desc)?;
+        return demo_on(&rec, backend, steps, config, fault);
     }
-    let g = model_backend(backend, fault.is_some())?;
-    demo_on(g.as_ref(), backend, steps, config, fault)
+    let o = model_backend(backend, fault.is_some())?;
+    demo_on(o.gpu.as_ref(), backend, steps, config, fault)
 }
 
 fn demo_on(
@@ -1313,14 +1253,11 @@ fn demo_on(
         cfg.hidden,
         cfg.vocab,
         model.weights.bytes() as f64 / 1e6,
-        match backend {
-            Backend::Mock => "mock",
-            Backend::Cuda => "cuda",
-        }
+        backend.name()
     );
     let mut times = Vec::new();
     let mut fault_seen = None;
-    let scan = fault_step.is_some() && backend == Backend::Cuda;
+    let scan = fault_step.is_some() && backend.has_redzones();
     let result = gputape::model::generate(gpu, &mut model, steps, |pos, tok, dt| {
         times.push(dt.as_secs_f64() * 1e3);
         println!(
@@ -1380,7 +1317,7 @@ per-step median {:.3} ms (min {:.3}, max {:.3}) over {} steps",
             print!("{}", a.render());
         }
     }
-    if fault_step.is_some() && backend == Backend::Cuda && fault_seen.is_none() {
+    if scan && fault_seen.is_none() {
         println!("the planted fault left no trace in the red zones");
     }
     Ok(())
@@ -1404,23 +1341,9 @@ fn record_step(
         cfg.max_seq
     );
     anyhow::ensure!(first < end, "no steps in {first}..{end}");
-    match backend {
-        Backend::Mock => {
-            let m = gputape::mock::MockGpuBackend::default();
-            gputape::model::kernels::load(&m).expect("load the model kernels");
-            let rec = gputape::recorder::RecordingBackend::to_file(
-                m,
-                out,
-                gputape::recorder::BackendDesc::new("mock"),
-            )?;
-            record_steps_on(&rec, cfg, steps, fault, out)
-        }
-        Backend::Cuda => {
-            let g = cuda_model_backend(fault.is_some())?;
-            let rec = gputape::recorder::RecordingBackend::to_file(g, out, cuda_desc())?;
-            record_steps_on(&rec, cfg, steps, fault, out)
-        }
-    }
+    let o = model_backend(backend, fault.is_some())?;
+    let rec = gputape::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
+    record_steps_on(&rec, cfg, steps, fault, out)
 }
 
 /// Run the model up to `steps.1`, recording steps `steps.0..steps.1` (the trace starts with a
@@ -1513,14 +1436,6 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
     Ok((a, b))
 }
 
-/// A mock that knows every kernel gputape's own traces use.
-fn replay_mock() -> gputape::mock::MockGpuBackend {
-    let m = gputape::mock::MockGpuBackend::default();
-    gputape::workloads::load_kernels(&m).expect("load module blas");
-    gputape::model::kernels::load(&m).expect("load the model kernels");
-    m
-}
-
 /// How `replay` runs, beyond the replayer's own options.
 struct ReplayFlags {
     as_graph: bool,
@@ -1583,47 +1498,31 @@ fn replay(
         );
     }
     let as_graph = policy.as_graph(as_graph);
-    if policy.isolate(on == Backend::Cuda) && !no_isolate && child_report.is_none() {
+    if policy.isolate(on.fault_poisons_process()) && !no_isolate && child_report.is_none() {
         return replay_in_child(json);
     }
-    let cuda = match on {
-        Backend::Cuda => {
-            let mut cfg = gputape::cuda::CudaConfig::from_env(0);
-            cfg.pdl |= pdl;
-            if policy.redzones(opts.scan_redzones_each) && cfg.redzone.bytes == 0 {
-                cfg.redzone.bytes = 256;
-            }
-            Some(gputape::cuda::CudaBackend::new(cfg)?)
-        }
-        Backend::Mock => None,
+    let want = Want {
+        redzones: policy.redzones(opts.scan_redzones_each).then_some(256),
+        pdl,
+        ..Want::replay()
     };
-    let mock = (on == Backend::Mock).then(replay_mock);
-    let gpu: &dyn GpuBackend = match (&cuda, &mock) {
-        (Some(c), _) => c,
-        (None, Some(m)) => m,
-        (None, None) => unreachable!("one backend is always built"),
-    };
+    let opened = backends::open(on, want)?;
+    let gpu = opened.gpu.as_ref();
     let load_cuda = |m: &gputape::backend::ModuleCode| -> Result<()> {
-        match cuda.as_ref() {
-            Some(cuda) => load_module(cuda, m),
+        match &opened.load_code {
+            Some(load) => load(m),
             None => Ok(()),
         }
     };
-    let place = |addr: u64, bytes: usize| -> Result<gputape::backend::DevicePtr> {
-        match (&cuda, &mock) {
-            (Some(c), _) => c.place_at(addr, bytes),
-            (None, Some(m)) => m.alloc_at(addr, bytes),
-            (None, None) => unreachable!("one backend is always built"),
-        }
-    };
+    let place = |addr: u64, bytes: usize| (opened.place)(addr, bytes);
     check_range(&t, opts.range)?;
-    if on == Backend::Mock && opts.scan_redzones_each && child_report.is_none() {
+    if !on.has_redzones() && opts.scan_redzones_each && child_report.is_none() {
         eprintln!(
             "note: the mock has no red zones (it checks every access against exact bounds instead): --scan-redzones does nothing there"
         );
     }
     let mut r = Replayer::new(&t).with_max_memory(max_memory);
-    if on == Backend::Mock {
+    if on.runs_cpu_twins() {
         // An engine's own kernels have no CPU body here: skipped, and said so in the report.
         r = r.with_opaque_kernels();
     }
@@ -1703,10 +1602,7 @@ fn replay(
                 &t,
                 gputape::analysis::CaptureQuery::default(),
                 Some(gputape::analysis::export::DeviceSpans {
-                    measured_by: format!(
-                        "replayed on {}, sync after each call",
-                        if on == Backend::Cuda { "cuda" } else { "mock" }
-                    ),
+                    measured_by: format!("replayed on {}, sync after each call", on.name()),
                     spans: &spans,
                 }),
             );
@@ -1724,9 +1620,9 @@ fn replay(
         gputape::replayer::replay_json(Some(&rep), None)
     };
     if pdl {
-        match &cuda {
-            Some(c) => {
-                let (pdl_kernels, kernels) = c.programmatic_kernels();
+        match &opened.pdl_kernels {
+            Some(count) => {
+                let (pdl_kernels, kernels) = count();
                 out.push_str(&format!(
                     "programmatic dependent launch: {pdl_kernels} of {kernels} kernel(s) (the others' PTX has no griddepcontrol.wait, so they launch the ordinary way)\n"
                 ));
@@ -1772,28 +1668,28 @@ fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result
     use gputape::replayer::{minimize, signature, FaultSignature, ReplayOptions, Replayer};
     let t = gputape::trace::Trace::open(path)?;
     let before = std::fs::metadata(path)?.len();
-    if on == Backend::Cuda && !gputape::cuda::driver_present() {
-        return Err(gputape::cuda::ProbeError::NoDriver.into());
-    }
+    // Opened once up front, so a missing backend is this command's error.
+    drop(backends::open(on, Want::default())?);
     let opts = ReplayOptions {
         verify: false,
         ..Default::default()
     };
     let attempt_file = temp_beside(out).with_extension("attempt.gtape");
     let mut oracle = |cand: &gputape::trace::Trace| -> Result<Option<FaultSignature>> {
-        let report = match on {
-            Backend::Mock => {
-                let m = replay_mock();
-                match Replayer::new(cand).run(&m, &opts, None, |_| {}) {
+        let report = match on.fault_poisons_process() {
+            false => {
+                let m = backends::open(on, Want::replay())?;
+                match Replayer::new(cand).run(m.gpu.as_ref(), &opts, None, |_| {}) {
                     Ok(r) => r,
                     // A candidate that cannot even be set up does not reproduce anything.
                     Err(_) => return Ok(None),
                 }
             }
-            Backend::Cuda => {
+            // Each candidate in a child: the first fault would end this process's context.
+            true => {
                 std::fs::write(&attempt_file, cand.to_bytes()?)?;
                 let child = std::process::Command::new(std::env::current_exe()?)
-                    .args(["replay", "--on", "cuda", "--json", "--no-isolate"])
+                    .args(["replay", "--on", on.name(), "--json", "--no-isolate"])
                     .arg(&attempt_file)
                     .stderr(std::process::Stdio::null())
                     .output()?;
@@ -1851,14 +1747,14 @@ fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result
 
 fn trim(path: &Path, range: (u64, u64), out: &Path, on: Backend) -> Result<()> {
     let t = gputape::trace::Trace::open(path)?;
-    let cut = match on {
-        Backend::Mock => gputape::replayer::Replayer::new(&t).trim(&replay_mock(), range, None)?,
-        Backend::Cuda => {
-            let cuda = gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))?;
-            let load = |m: &gputape::backend::ModuleCode| -> Result<()> { load_module(&cuda, m) };
-            gputape::replayer::Replayer::new(&t).trim(&cuda, range, Some(&load))?
+    let o = backends::open(on, Want::replay())?;
+    let load = |m: &gputape::backend::ModuleCode| -> Result<()> {
+        match &o.load_code {
+            Some(load) => load(m),
+            None => Ok(()),
         }
     };
+    let cut = gputape::replayer::Replayer::new(&t).trim(o.gpu.as_ref(), range, Some(&load))?;
     let bytes = write_trace_atomically(&cut, out)?;
     println!(
         "kept calls {}..{} of {} as {} calls, starting from the state at #{} ({} buffers, {} bytes); wrote {} ({bytes} bytes)",
@@ -1875,14 +1771,6 @@ fn trim(path: &Path, range: (u64, u64), out: &Path, on: Backend) -> Result<()> {
 }
 
 /// Load a trace's module onto a CUDA backend from the code the trace carries.
-fn load_module(cuda: &gputape::cuda::CudaBackend, m: &gputape::backend::ModuleCode) -> Result<()> {
-    match (&m.source, &m.ptx) {
-        (Some(src), _) => cuda.load_source(&m.name, src),
-        (None, Some(ptx)) => cuda.load_ptx(&m.name, ptx, None),
-        (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
-    }
-}
-
 fn timing_line(what: &str, ms: &[f64]) -> String {
     let mut v = ms.to_vec();
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));

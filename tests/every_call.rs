@@ -642,3 +642,20 @@ fn every_call_kind_is_forwarded_recorded_and_replayed() {
         "not issued by the replayer: {missing:?}"
     );
 }
+
+/// `Box<B>` and `Arc<B>` forward every method to `B`, provided ones included: the CLI opens its
+/// backend as an `Arc<dyn GpuBackend>`, and an inherited default there would hide the
+/// backend's own method.
+#[test]
+fn box_and_arc_forward_every_call_kind() {
+    let counting = Arc::new(Counting::new());
+    let boxed: Box<dyn GpuBackend> = Box::new(counting.clone() as Arc<dyn GpuBackend>);
+    every_method(&boxed);
+    let forwarded = counting.take();
+    let all: BTreeSet<CallKind> = ALL.into_iter().collect();
+    let missing: Vec<_> = all.difference(&forwarded).collect();
+    assert!(
+        missing.is_empty(),
+        "not forwarded through Box<Arc<dyn>>: {missing:?}"
+    );
+}

@@ -9,6 +9,7 @@
 //! `&dyn GpuBackend`, and only the declaration's attribute lets `Location::caller()` see through
 //! the vtable to the line that made the call.
 
+mod boxed;
 mod capture;
 mod error;
 pub mod ledger;

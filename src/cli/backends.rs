@@ -1,0 +1,174 @@
+//! The one place the command line turns `--on` / `--backend` into a backend. Verbs ask for
+//! what they need (`Want`) and get an `Opened`: the backend as a trait object, plus the two
+//! things some verbs need that the trait does not carry. Adding a backend is a folder beside
+//! `mock/` and `cuda/`, a `Backend` value, and its arm in `open`.
+
+use anyhow::Result;
+use gputape::backend::{CaptureMode, DevicePtr, GpuBackend, ModuleCode, StreamKind};
+use gputape::recorder::BackendDesc;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Mock,
+    Cuda,
+}
+
+/// What the verbs need to know of a backend beyond the trait: its name, and the two ways in
+/// which the mock and a driver differ for a fault.
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Mock => "mock",
+            Backend::Cuda => "cuda",
+        }
+    }
+
+    /// A device fault kills the context, and with it every later call in this process: a
+    /// replay that may fault runs in a child process so the report survives. (The mock's
+    /// faults are values: it goes on.)
+    pub fn fault_poisons_process(self) -> bool {
+        match self {
+            Backend::Mock => false,
+            Backend::Cuda => true,
+        }
+    }
+
+    /// Overruns are found by scanning red zones around allocations (the mock checks every
+    /// access against exact bounds instead, so it has none).
+    pub fn has_redzones(self) -> bool {
+        match self {
+            Backend::Mock => false,
+            Backend::Cuda => true,
+        }
+    }
+
+    /// Kernels run as CPU twins: an engine's own kernels, which have none here, are opaque.
+    pub fn runs_cpu_twins(self) -> bool {
+        match self {
+            Backend::Mock => true,
+            Backend::Cuda => false,
+        }
+    }
+}
+
+/// What a verb asks of the backend it opens.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Want {
+    /// Module `blas`: the workloads' and tests' kernels.
+    pub blas: bool,
+    /// The decode step's kernels.
+    pub model: bool,
+    /// Red zones of this many bytes where the backend has them and the environment set none
+    /// (a planted or recorded fault is then caught at its write).
+    pub redzones: Option<usize>,
+    /// Programmatic dependent launch where the backend has it.
+    pub pdl: bool,
+    /// Stream capture mode and stream kind (the capture-table probes), else the defaults.
+    pub capture: Option<(CaptureMode, StreamKind)>,
+    /// For a replay: a backend that cannot load the code a trace embeds (the mock runs CPU
+    /// twins instead) gets every kernel gputape's own traces use, `blas` and the model's.
+    pub replay: bool,
+}
+
+impl Want {
+    pub fn replay() -> Want {
+        Want {
+            replay: true,
+            ..Want::default()
+        }
+    }
+}
+
+/// Puts a buffer at a recorded device address (`replay --fixed-addresses`).
+pub type Place = Box<dyn Fn(u64, usize) -> Result<DevicePtr>>;
+/// Loads a module from the code a trace embeds.
+pub type LoadCode = Box<dyn Fn(&ModuleCode) -> Result<()>>;
+
+/// A backend the CLI opened.
+pub struct Opened {
+    pub gpu: Arc<dyn GpuBackend>,
+    /// What traces recorded on it say they were recorded on.
+    pub desc: BackendDesc,
+    pub place: Place,
+    /// `None` where the backend runs the kernels it was given (the mock's CPU twins) and a
+    /// trace's code has nothing to add.
+    pub load_code: Option<LoadCode>,
+    /// How many of the loaded kernels launch with programmatic dependent launch, of how many
+    /// (`None` where the backend has no PDL).
+    pub pdl_kernels: Option<Box<dyn Fn() -> (usize, usize)>>,
+}
+
+/// Open `b` as `want` asks.
+pub fn open(b: Backend, want: Want) -> Result<Opened> {
+    let opened = match b {
+        Backend::Mock => open_mock(want),
+        Backend::Cuda => open_cuda(want)?,
+    };
+    let twins = want.replay && opened.load_code.is_none();
+    if want.blas || twins {
+        gputape::workloads::load_kernels(opened.gpu.as_ref())?;
+    }
+    if want.model || twins {
+        gputape::model::kernels::load(opened.gpu.as_ref())?;
+    }
+    Ok(opened)
+}
+
+fn open_mock(want: Want) -> Opened {
+    let mut cfg = gputape::mock::MockConfig::default();
+    if let Some((mode, kind)) = want.capture {
+        cfg.capture_mode = mode;
+        cfg.stream_kind = kind;
+    }
+    let m = Arc::new(gputape::mock::MockGpuBackend::new(cfg));
+    let at = m.clone();
+    Opened {
+        gpu: m,
+        desc: BackendDesc::new("mock"),
+        place: Box::new(move |addr, bytes| at.alloc_at(addr, bytes)),
+        load_code: None,
+        pdl_kernels: None,
+    }
+}
+
+fn open_cuda(want: Want) -> Result<Opened> {
+    if !gputape::cuda::driver_present() {
+        return Err(gputape::cuda::ProbeError::NoDriver.into());
+    }
+    let mut cfg = gputape::cuda::CudaConfig::from_env(0);
+    cfg.pdl |= want.pdl;
+    if let Some(bytes) = want.redzones {
+        if cfg.redzone.bytes == 0 {
+            cfg.redzone.bytes = bytes;
+        }
+    }
+    if let Some((mode, kind)) = want.capture {
+        cfg.capture_mode = mode;
+        cfg.stream_kind = kind;
+    }
+    let g = Arc::new(gputape::cuda::CudaBackend::new(cfg)?);
+    let (at, code, pdl) = (g.clone(), g.clone(), g.clone());
+    Ok(Opened {
+        gpu: g,
+        desc: cuda_desc(),
+        place: Box::new(move |addr, bytes| at.place_at(addr, bytes)),
+        load_code: Some(Box::new(move |m: &ModuleCode| match (&m.source, &m.ptx) {
+            (Some(src), _) => code.load_source(&m.name, src),
+            (None, Some(ptx)) => code.load_ptx(&m.name, ptx, None),
+            (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
+        })),
+        pdl_kernels: Some(Box::new(move || pdl.programmatic_kernels())),
+    })
+}
+
+fn cuda_desc() -> BackendDesc {
+    let mut d = BackendDesc::new("cuda");
+    if let Ok(devs) = gputape::cuda::probe() {
+        if let Some(dev) = devs.first() {
+            d.device_name = Some(dev.name.clone());
+            d.driver_version = Some(dev.driver_version);
+        }
+    }
+    d
+}
