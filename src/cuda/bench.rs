@@ -1,8 +1,8 @@
-//! Host cost of a launch: a bare driver launch through cudarc's `sys` against the same kernel
+//! Host cost of a launch: a bare driver launch (`driver::launch_kernel`) against the same kernel
 //! through `CudaBackend::launch` and `launch_typed`. Lives here because the bare launch is a
 //! driver call.
 
-use super::error::check;
+use super::driver;
 use super::CudaBackend;
 use crate::backend::{DevicePtr, GpuBackend, KernelArg};
 use anyhow::Result;
@@ -52,23 +52,18 @@ pub fn launch_overhead(gpu: &CudaBackend, rounds: usize, per_round: usize) -> Re
         bare.push(time(&mut || {
             // SAFETY: `k` is a CUfunction of the loaded `blas` module with this 4-parameter
             // signature; `params` points at live locals of the right sizes; `s` is a stream of
-            // this backend's context, which is current.
+            // this backend's context, which is current; `x` and `y` are its `n`-float buffers.
             let r = unsafe {
-                sys::cuLaunchKernel(
+                driver::launch_kernel(
                     k.0 as sys::CUfunction,
-                    1,
-                    1,
-                    1,
-                    256,
-                    1,
-                    1,
+                    [1, 1, 1],
+                    [256, 1, 1],
                     0,
                     s as sys::CUstream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
+                    &mut params,
                 )
             };
-            Ok(check("cuLaunchKernel", r)?)
+            Ok(r?)
         })?);
         backend.push(time(&mut || {
             gpu.launch(k, [1, 1, 1], [256, 1, 1], 0, s, &mut params)

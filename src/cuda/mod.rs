@@ -1,16 +1,23 @@
 //! The CUDA driver, reached through cudarc with dynamic loading. This is the only module that
-//! calls into the driver; every `unsafe` block says why it is sound.
+//! calls into the driver, and only through `driver.rs`: one function per entry point, each
+//! `unsafe` block saying why that call is sound.
 
 mod backend;
 pub mod bench;
+mod config;
+mod driver;
 mod error;
 pub mod fault_probe;
+mod module;
+mod redzone;
+mod staging;
+mod vmm;
 pub mod watchdog;
 
-pub use backend::{
-    device_memory, polled_free_memory, CudaBackend, CudaConfig, RedzoneConfig, RedzoneViolation,
-};
+pub use backend::{device_memory, polled_free_memory, CudaBackend};
+pub use config::{CudaConfig, RedzoneConfig};
 pub use error::CudaError;
+pub use redzone::RedzoneViolation;
 
 use cudarc::driver::{result, sys};
 
@@ -39,39 +46,28 @@ pub enum ProbeError {
 /// Whether libcuda can be loaded, asked without panicking (cudarc's lazy loader panics if it
 /// is absent, so this is checked before anything else touches the driver).
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the driver library by its usual names and drops the handle;
-    // no symbol is called.
-    unsafe { sys::is_culib_present() }
+    driver::library_present()
 }
 
 /// Describe every visible device. Errors if there is no driver.
 pub fn probe() -> Result<Vec<DeviceFacts>, ProbeError> {
+    use driver::facts;
     if !driver_present() {
         return Err(ProbeError::NoDriver);
     }
     let d = |call| move |err| ProbeError::Driver { call, err };
-    result::init().map_err(d("cuInit"))?;
-    let mut driver_version = 0i32;
-    // SAFETY: cuDriverGetVersion writes one int through a valid pointer; the driver is loaded
-    // (checked above) and initialised.
-    unsafe { sys::cuDriverGetVersion(&mut driver_version) }
-        .result()
-        .map_err(d("cuDriverGetVersion"))?;
-    let n = result::device::get_count().map_err(d("cuDeviceGetCount"))?;
+    facts::init().map_err(d("cuInit"))?;
+    let driver_version = facts::driver_get_version().map_err(d("cuDriverGetVersion"))?;
+    let n = facts::device_get_count().map_err(d("cuDeviceGetCount"))?;
     let mut out = Vec::new();
     for ordinal in 0..n {
-        let dev = result::device::get(ordinal).map_err(d("cuDeviceGet"))?;
-        let name = result::device::get_name(dev).map_err(d("cuDeviceGetName"))?;
-        // SAFETY: `dev` is a valid device handle returned by cuDeviceGet above.
-        let total_memory =
-            unsafe { result::device::total_mem(dev) }.map_err(d("cuDeviceTotalMem"))?;
-        // SAFETY: as above; the attribute is a plain int query.
-        let sms = unsafe {
-            result::device::get_attribute(
-                dev,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            )
-        }
+        let dev = facts::device_get(ordinal).map_err(d("cuDeviceGet"))?;
+        let name = facts::device_get_name(dev).map_err(d("cuDeviceGetName"))?;
+        let total_memory = facts::device_total_mem(dev).map_err(d("cuDeviceTotalMem"))?;
+        let sms = facts::device_get_attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
         .map_err(d("cuDeviceGetAttribute"))?;
         out.push(DeviceFacts {
             ordinal,
