@@ -103,6 +103,8 @@ pub(crate) struct FlightShared {
     definitions: Vec<Vec<u8>>,
     /// Blob payloads (encoded frames) by id, with the span counter that last named each.
     blobs: HashMap<BlobId, (Vec<u8>, u64)>,
+    /// The parts of each chunked blob in `blobs`, named again whenever it is.
+    parts: HashMap<BlobId, Vec<BlobId>>,
     spans: VecDeque<Span>,
     /// Spans begun so far (the newest span's number).
     span_no: u64,
@@ -122,6 +124,7 @@ impl FlightShared {
             cfg,
             definitions: Vec::new(),
             blobs: HashMap::default(),
+            parts: HashMap::default(),
             spans: VecDeque::from([Span::default()]),
             span_no: 0,
             dumps: 0,
@@ -144,6 +147,8 @@ impl FlightShared {
             self.spans.pop_front();
             let oldest = self.span_no - 1;
             self.blobs.retain(|_, (_, last)| *last >= oldest);
+            let blobs = &self.blobs;
+            self.parts.retain(|id, _| blobs.contains_key(id));
         }
     }
 
@@ -156,11 +161,19 @@ impl FlightShared {
         }
     }
 
-    /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new).
+    /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new). A
+    /// chunked blob's parts are named with it.
     pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
         let no = self.span_no;
         match self.blobs.get_mut(&id) {
-            Some(e) => e.1 = no,
+            Some(e) => {
+                e.1 = no;
+                for p in self.parts.get(&id).into_iter().flatten() {
+                    if let Some(e) = self.blobs.get_mut(p) {
+                        e.1 = no;
+                    }
+                }
+            }
             None => {
                 let mut payload = Vec::new();
                 if crate::trace::codec::append(&frame(), &mut payload).is_ok() {
@@ -168,6 +181,32 @@ impl FlightShared {
                 }
             }
         }
+    }
+
+    /// `note_blob` for a part already encoded; gives the payload back if it was not kept.
+    pub fn note_blob_payload(&mut self, id: BlobId, payload: Vec<u8>) -> Option<Vec<u8>> {
+        let no = self.span_no;
+        match self.blobs.get_mut(&id) {
+            Some(e) => {
+                e.1 = no;
+                Some(payload)
+            }
+            None => {
+                self.blobs.insert(id, (payload, no));
+                None
+            }
+        }
+    }
+
+    /// A chunked blob of `parts` (each noted already), named by the current span.
+    pub fn note_chunked(&mut self, id: BlobId, len: u64, parts: Vec<BlobId>) {
+        let frame = crate::trace::Frame::Chunked {
+            id,
+            len,
+            parts: parts.clone(),
+        };
+        self.parts.insert(id, parts);
+        self.note_blob(id, || frame);
     }
 
     /// The call payloads of the span being recorded now.

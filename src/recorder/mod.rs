@@ -11,6 +11,7 @@
 
 mod flight;
 mod forward;
+mod snapshot;
 mod state;
 
 pub use flight::FlightConfig;
@@ -519,31 +520,31 @@ impl<B: GpuBackend> RecordingBackend<B> {
             .map(|(p, b)| (b.id, *p, b.size, b.site))
             .collect();
         live.sort();
-        let mut bytes = Vec::new();
+        // Unwritten since the last checkpoint: the same blob, named again; every other buffer
+        // is read, all of them through one pipeline.
+        let kept: Vec<Option<BlobId>> = live
+            .iter()
+            .map(|(buf, ..)| {
+                flight?;
+                let id = st.checkpointed.get(buf).copied()?;
+                (!st.dirty.contains(buf)).then_some(id)
+            })
+            .collect();
+        let jobs: Vec<snapshot::Job> = live
+            .iter()
+            .zip(&kept)
+            .filter(|(_, k)| k.is_none())
+            .map(|(&(buf, addr, size, _), _)| snapshot::Job { buf, addr, size })
+            .collect();
+        let mut read = snapshot::read_buffers(&self.inner, st, &jobs)?.into_iter();
         let mut seen = rustc_hash::FxHashMap::default();
-        for (buf, p, size, site) in live {
-            let kept = flight.and_then(|f| {
-                let id = st.checkpointed.get(&buf).copied()?;
-                (!st.dirty.contains(&buf)).then_some((f, id))
-            });
-            let data = match kept {
-                // Unwritten since the last checkpoint: the same blob, named again.
-                Some((f, id)) => {
+        for ((buf, p, size, site), kept) in live.into_iter().zip(kept) {
+            let data = match (kept, flight) {
+                (Some(id), Some(f)) => {
                     f.lock().note_blob(id, || unreachable_blob(id));
                     id
                 }
-                None => {
-                    bytes.clear();
-                    bytes.resize(size as usize, 0);
-                    self.inner
-                        .copy_d2h(DevicePtr(p), &mut bytes)
-                        .map_err(|source| RecordError::Snapshot {
-                            buf,
-                            bytes: size,
-                            source,
-                        })?;
-                    st.blob(&bytes)
-                }
+                _ => read.next().expect("one read per buffer not kept"),
             };
             seen.insert(buf, data);
             let site = st.site(site);

@@ -489,7 +489,49 @@ impl RecState {
         }
     }
 
+    /// Store `bytes` as a blob (once per recording) and return its id. Larger than
+    /// `CHUNK_BYTES`, they are stored as parts and a `Chunked` frame naming them.
     pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
+        if bytes.len() <= crate::trace::CHUNK_BYTES {
+            return self.blob_part(bytes);
+        }
+        let parts: Vec<BlobId> = bytes
+            .chunks(crate::trace::CHUNK_BYTES)
+            .map(|c| self.blob_part(c))
+            .collect();
+        self.chunked(bytes.len() as u64, parts)
+    }
+
+    /// The `Chunked` frame of a blob made of `parts` (each stored already).
+    pub fn chunked(&mut self, len: u64, parts: Vec<BlobId>) -> BlobId {
+        let id = BlobId::chunked(len, &parts);
+        if let (true, Some(f)) = (self.recording, &self.flight) {
+            f.lock().note_chunked(id, len, parts);
+            return id;
+        }
+        if self.recording && self.blobs.insert(id) {
+            self.emit(&Frame::Chunked { id, len, parts });
+        }
+        id
+    }
+
+    /// A blob part a snapshot worker encoded (`payload` is its `Blob` record, `crc` that
+    /// record's checksum): written unless this recording has it already. Returns the payload
+    /// buffer for reuse when it was not kept.
+    pub fn blob_encoded(&mut self, id: BlobId, payload: Vec<u8>, crc: u32) -> Option<Vec<u8>> {
+        if !self.recording {
+            return Some(payload);
+        }
+        if let Some(f) = &self.flight {
+            return f.lock().note_blob_payload(id, payload);
+        }
+        if self.blobs.insert(id) {
+            self.emit_with(|w| w.write_encoded(FrameClass::Definition, &payload, crc));
+        }
+        Some(payload)
+    }
+
+    fn blob_part(&mut self, bytes: &[u8]) -> BlobId {
         let id = BlobId::of(bytes);
         if let (true, Some(f)) = (self.recording, &self.flight) {
             // Kept by the flight store for as long as a kept span names it.

@@ -73,6 +73,9 @@ pub enum ReplayError {
     /// The trace names a blob of data that it does not hold.
     #[error("the trace is missing blob {0}")]
     MissingBlob(BlobId),
+    /// A blob the trace defines could not be read: damaged in the file, or not in its store.
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
     /// A call asks for more host memory than the replay may allocate for one call.
     #[error("call #{seq} ({what}) asks for {bytes} bytes of host memory, more than the replay's limit of {limit} (--max-memory)")]
     TooLarge {
@@ -326,7 +329,7 @@ impl<'t> Replayer<'t> {
     }
 
     fn blob(&self, id: BlobId) -> Result<&'t [u8], ReplayError> {
-        self.trace.blob(id).ok_or(ReplayError::MissingBlob(id))
+        self.trace.try_blob(id)?.ok_or(ReplayError::MissingBlob(id))
     }
 
     /// Load modules (through `loader`, if given) and resolve every kernel the trace uses.

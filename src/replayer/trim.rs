@@ -119,8 +119,7 @@ impl Replayer<'_> {
             let mut bytes = vec![0u8; n as usize];
             gpu.copy_d2h(p, &mut bytes)
                 .map_err(setup(format!("reading {id} back at #{a}")))?;
-            let data = BlobId::of(&bytes);
-            out.blobs.insert(data, bytes);
+            let data = out.blobs.insert_content(bytes);
             out.initial.push(InitialBuffer {
                 buf: id,
                 bytes: n,
@@ -164,20 +163,14 @@ impl Replayer<'_> {
             let mut c = (*c).clone();
             let r = refs(&c.call);
             for blob in r.blobs {
-                if let Some(bytes) = t.blobs.get(&blob) {
-                    out.blobs.insert(blob, bytes.clone());
-                }
+                t.blobs.copy_to(&blob, &mut out.blobs)?;
             }
             if let Some(Ok(Value::Bytes(blob))) = &c.ret {
-                if let Some(bytes) = t.blobs.get(blob) {
-                    out.blobs.insert(*blob, bytes.clone());
-                }
+                t.blobs.copy_to(blob, &mut out.blobs)?;
             }
             if let Some(blob) = t.d2h_async.get(&c.seq) {
                 out.d2h_async.insert(n, *blob);
-                if let Some(bytes) = t.blobs.get(blob) {
-                    out.blobs.insert(*blob, bytes.clone());
-                }
+                t.blobs.copy_to(blob, &mut out.blobs)?;
             }
             if let Some(h) = t.sync_hashes.get(&c.seq) {
                 out.sync_hashes.insert(n, h.clone());

@@ -34,12 +34,38 @@ id_type!(SiteId, "site");
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BlobId(pub [u8; 16]);
 
+/// The size of a chunked blob's parts (the last may be shorter). A buffer larger than this is
+/// stored as parts: host memory while recording or replaying it is a few parts, not the
+/// buffer.
+pub const CHUNK_BYTES: usize = 16 << 20;
+
 impl BlobId {
     pub fn of(bytes: &[u8]) -> BlobId {
-        let h = blake3::hash(bytes);
+        Self::from_hash(blake3::hash(bytes))
+    }
+
+    /// The id of a blob made of `parts` (in order) totalling `len` bytes: a hash over the
+    /// parts' ids, so it is known without the bytes in one place, and the same bytes chunked
+    /// the same way always get the same id.
+    pub fn chunked(len: u64, parts: &[BlobId]) -> BlobId {
+        let mut h = blake3::Hasher::new();
+        h.update(b"gputape chunked blob");
+        h.update(&len.to_le_bytes());
+        for p in parts {
+            h.update(&p.0);
+        }
+        Self::from_hash(h.finalize())
+    }
+
+    fn from_hash(h: blake3::Hash) -> BlobId {
         let mut id = [0u8; 16];
         id.copy_from_slice(&h.as_bytes()[..16]);
         BlobId(id)
+    }
+
+    /// All 32 hex digits (`Display` shows the first 12): the name of its file in a blob store.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 

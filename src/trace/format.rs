@@ -66,6 +66,12 @@ pub enum TraceError {
         offset: u64,
         detail: String,
     },
+    #[error("{path}: blob {id}: {detail}")]
+    Blob {
+        path: PathBuf,
+        id: String,
+        detail: String,
+    },
     #[error("cannot encode a trace record: {0}")]
     Encode(#[from] codec::CodecError),
 }
@@ -100,6 +106,9 @@ impl FrameClass {
             | Frame::Provenance(_)
             | Frame::Site { .. }
             | Frame::Blob { .. }
+            | Frame::Chunked { .. }
+            | Frame::Stored { .. }
+            | Frame::BlobStore { .. }
             | Frame::Module(_)
             | Frame::Kernel { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
@@ -379,6 +388,36 @@ impl TraceWriter {
         })
     }
 
+    /// Write a record already encoded, with the payload checksum `crc` computed by whoever
+    /// encoded it (the recorder's snapshot workers): the payload is copied once, into the
+    /// sink, and not checksummed again here.
+    pub fn write_encoded(
+        &mut self,
+        class: FrameClass,
+        payload: &[u8],
+        crc: u32,
+    ) -> Result<(), TraceError> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        let seq = self.next_seq;
+        header[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[4..12].copy_from_slice(&seq.to_le_bytes());
+        if self.checksummed {
+            let hcrc = super::crc::crc32c(&header[0..12]);
+            header[12..16].copy_from_slice(&hcrc.to_le_bytes());
+            header[16..20].copy_from_slice(&crc.to_le_bytes());
+        }
+        self.sink
+            .write_classed(class, &header, payload)
+            .map_err(|source| TraceError::Io {
+                what: "write",
+                path: PathBuf::from("<trace sink>"),
+                source,
+            })?;
+        self.next_seq += 1;
+        self.bytes_written += (FRAME_HEADER_LEN + payload.len()) as u64;
+        Ok(())
+    }
+
     /// Write a call's Begin frame from a borrowed call (the recorder's hot path).
     pub fn write_begin<C: serde::Serialize + ?Sized>(
         &mut self,
@@ -457,56 +496,176 @@ impl TraceWriter {
     }
 }
 
+/// Where a reader's bytes come from: a slice in memory, or a file read through a window, so
+/// that opening a trace reads its frame headers and small frames and skips its large blobs.
+pub trait Source {
+    fn len(&self) -> u64;
+    /// `n` bytes at `off`; callers keep `off + n <= len()`.
+    fn get(&mut self, off: u64, n: usize) -> std::io::Result<&[u8]>;
+}
+
+impl Source for &[u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn get(&mut self, off: u64, n: usize) -> std::io::Result<&[u8]> {
+        Ok(&self[off as usize..off as usize + n])
+    }
+}
+
+/// How far `zero_from` looks before it calls the rest zero padding: a recorder's padding is
+/// at most its last growth step, and scanning gigabytes to name a cut is not worth it.
+const ZERO_SCAN: u64 = 64 << 20;
+
+/// A file read in windows of `WINDOW` bytes (a frame larger than that gets a window its size).
+pub struct FileSource {
+    file: std::sync::Arc<File>,
+    len: u64,
+    win: Vec<u8>,
+    win_off: u64,
+}
+
+const WINDOW: usize = 1 << 20;
+
+impl FileSource {
+    pub fn new(file: std::sync::Arc<File>) -> std::io::Result<Self> {
+        let len = file.metadata()?.len();
+        Ok(FileSource {
+            file,
+            len,
+            win: Vec::new(),
+            win_off: 0,
+        })
+    }
+}
+
+impl Source for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn get(&mut self, off: u64, n: usize) -> std::io::Result<&[u8]> {
+        use std::os::unix::fs::FileExt;
+        let have = off >= self.win_off && off + n as u64 <= self.win_off + self.win.len() as u64;
+        if !have {
+            let want = (n.max(WINDOW) as u64).min(self.len - off) as usize;
+            self.win.clear();
+            self.win.try_reserve_exact(want).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::OutOfMemory,
+                    format!("a {want}-byte frame does not fit in memory"),
+                )
+            })?;
+            self.win.resize(want, 0);
+            self.file.read_exact_at(&mut self.win, off)?;
+            self.win_off = off;
+        }
+        let at = (off - self.win_off) as usize;
+        Ok(&self.win[at..at + n])
+    }
+}
+
+/// Whether everything from `off` on (as far as `ZERO_SCAN` looks) is zero.
+fn zero_from<S: Source>(src: &mut S, off: u64) -> std::io::Result<bool> {
+    let end = src.len().min(off.saturating_add(ZERO_SCAN));
+    let mut at = off;
+    while at < end {
+        let n = ((end - at) as usize).min(WINDOW);
+        if src.get(at, n)?.iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
+}
+
+/// A blob frame left in its file when a trace was opened: where it is, and what its head
+/// says. Its payload is checked (checksum, decoding, hash) when it is first read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LazyBlob {
+    pub id: super::BlobId,
+    pub len: u64,
+    pub frame: u64,
+    pub payload_at: u64,
+    pub payload_len: u32,
+    pub crc: u32,
+}
+
+/// What `FrameReader::next_item` yields.
+pub enum Item {
+    Frame(Frame),
+    /// A blob frame of at least the reader's lazy size, not read.
+    Lazy(LazyBlob),
+}
+
 /// Reads frames one at a time. After the iterator ends, `cut` says whether (and where) the
 /// bytes stopped short; a corrupt frame is yielded as an error and ends the iteration.
-pub struct FrameReader<'a> {
+pub struct FrameReader<'a, S: Source = &'a [u8]> {
     path: &'a Path,
-    bytes: &'a [u8],
-    off: usize,
+    src: S,
+    len: u64,
+    off: u64,
     idx: u64,
     done: bool,
     /// Format 1 frame layout (no header checksum).
     v1: bool,
+    /// Blob frames of at least this many payload bytes are yielded as `Item::Lazy`.
+    lazy_min: Option<usize>,
     pub cut: Option<Cut>,
 }
 
 impl<'a> FrameReader<'a> {
     /// Check the file header. A clean cut inside it yields no frames and a cut.
     pub fn new(path: &'a Path, bytes: &'a [u8]) -> Result<Self, TraceError> {
+        FrameReader::with_source(path, bytes)
+    }
+}
+
+impl<'a, S: Source> FrameReader<'a, S> {
+    /// A reader over any source; the file header is checked here.
+    pub fn with_source(path: &'a Path, mut src: S) -> Result<Self, TraceError> {
         let p = || path.to_path_buf();
-        if bytes.is_empty() {
+        let len = src.len();
+        if len == 0 {
             return Err(TraceError::Empty { path: p() });
         }
-        let n = bytes.len().min(8);
-        if bytes[..n] != MAGIC[..n] {
+        let io = |source| TraceError::Io {
+            what: "read",
+            path: p(),
+            source,
+        };
+        let head = src
+            .get(0, (len as usize).min(FILE_HEADER_LEN))
+            .map_err(io)?;
+        let n = head.len().min(8);
+        if head[..n] != MAGIC[..n] {
             return Err(TraceError::BadMagic {
                 path: p(),
-                found: bytes[..n].to_vec(),
+                found: head[..n].to_vec(),
             });
         }
         let mut r = FrameReader {
             path,
-            bytes,
-            off: FILE_HEADER_LEN,
+            src,
+            len,
+            off: FILE_HEADER_LEN as u64,
             idx: 0,
             done: false,
             v1: false,
+            lazy_min: None,
             cut: None,
         };
-        if bytes.len() < FILE_HEADER_LEN {
+        if len < FILE_HEADER_LEN as u64 {
             r.done = true;
             r.cut = Some(Cut {
                 offset: 0,
                 frames: 0,
-                reason: format!(
-                    "file is {} bytes, shorter than its 16-byte header",
-                    bytes.len()
-                ),
+                reason: format!("file is {len} bytes, shorter than its 16-byte header"),
             });
             return Ok(r);
         }
-        let format = u16::from_le_bytes([bytes[8], bytes[9]]);
-        let min_reader = u16::from_le_bytes([bytes[10], bytes[11]]);
+        let head = r.src.get(0, FILE_HEADER_LEN).map_err(io)?;
+        let format = u16::from_le_bytes([head[8], head[9]]);
+        let min_reader = u16::from_le_bytes([head[10], head[11]]);
         if min_reader > FORMAT_VERSION {
             return Err(TraceError::TooNew {
                 path: p(),
@@ -519,72 +678,98 @@ impl<'a> FrameReader<'a> {
         Ok(r)
     }
 
-    fn stop_cut(&mut self, reason: String) -> Option<Result<Frame, TraceError>> {
+    /// Leave blob frames of at least `bytes` in the source (`Item::Lazy`).
+    pub fn lazy_blobs(mut self, bytes: usize) -> Self {
+        self.lazy_min = Some(bytes);
+        self
+    }
+
+    /// Where the source ends.
+    pub fn end(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the source is zero from `off` on (a stopped trace padded with zeros is whole).
+    pub fn zero_after(&mut self, off: u64) -> bool {
+        zero_from(&mut self.src, off).unwrap_or(false)
+    }
+
+    fn stop_cut(&mut self, reason: String) -> Option<Result<Item, TraceError>> {
         self.done = true;
         self.cut = Some(Cut {
-            offset: self.off as u64,
+            offset: self.off,
             frames: self.idx,
             reason,
         });
         None
     }
 
-    fn corrupt(&mut self, detail: String) -> Option<Result<Frame, TraceError>> {
+    fn corrupt(&mut self, detail: String) -> Option<Result<Item, TraceError>> {
         self.done = true;
         Some(Err(TraceError::Corrupt {
             path: self.path.to_path_buf(),
             frame: self.idx,
-            offset: self.off as u64,
+            offset: self.off,
             detail,
         }))
     }
-}
 
-impl Iterator for FrameReader<'_> {
-    type Item = Result<Frame, TraceError>;
+    fn io_failed(&mut self, source: std::io::Error) -> Option<Result<Item, TraceError>> {
+        self.done = true;
+        Some(Err(TraceError::Io {
+            what: "read",
+            path: self.path.to_path_buf(),
+            source,
+        }))
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done || self.off >= self.bytes.len() {
+    /// The next frame, or a large blob left where it is.
+    pub fn next_item(&mut self) -> Option<Result<Item, TraceError>> {
+        if self.done || self.off >= self.len {
             return None;
         }
         let idx = self.idx;
-        let rest = &self.bytes[self.off..];
+        let rest = self.len - self.off;
         let hlen = if self.v1 {
             FRAME_HEADER_LEN_V1
         } else {
             FRAME_HEADER_LEN
         };
         const PADDING: &str = "zero padding: the recording process did not close the trace";
-        if rest.len() < hlen {
-            let reason = if rest.iter().all(|&b| b == 0) {
-                PADDING.to_string()
-            } else {
-                format!(
-                    "frame {idx}'s header is cut after {} of {hlen} bytes",
-                    rest.len()
-                )
+        if rest < hlen as u64 {
+            let reason = match zero_from(&mut self.src, self.off) {
+                Ok(true) => PADDING.to_string(),
+                Ok(false) => format!("frame {idx}'s header is cut after {rest} of {hlen} bytes"),
+                Err(e) => return self.io_failed(e),
             };
             return self.stop_cut(reason);
         }
-        let u32_at = |o: usize| u32::from_le_bytes(rest[o..o + 4].try_into().expect("4"));
-        let u64_at = |o: usize| u64::from_le_bytes(rest[o..o + 8].try_into().expect("8"));
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        match self.src.get(self.off, hlen) {
+            Ok(h) => head[..hlen].copy_from_slice(h),
+            Err(e) => return self.io_failed(e),
+        }
+        let head = &head[..hlen];
+        let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().expect("4"));
+        let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().expect("8"));
         let (len, seq, crc) = if self.v1 {
             (u32_at(0) as usize, u64_at(8), u32_at(4))
         } else {
             (u32_at(0) as usize, u64_at(4), u32_at(16))
         };
-        if rest[..hlen].iter().all(|&b| b == 0) {
-            if rest.iter().all(|&b| b == 0) {
-                return self.stop_cut(PADDING.into());
-            }
-            // Writers store the header after the payload: a zero header with bytes after it is
-            // a frame whose writer died while copying it.
-            return self.stop_cut(format!(
-                "frame {idx}'s header was never written (its writer stopped while storing the payload after it)"
-            ));
+        if head.iter().all(|&b| b == 0) {
+            return match zero_from(&mut self.src, self.off) {
+                Ok(true) => self.stop_cut(PADDING.into()),
+                // Writers store the header after the payload: a zero header with bytes after
+                // it is a frame whose writer died while copying it.
+                Ok(false) => self.stop_cut(format!(
+                    "frame {idx}'s header was never written (its writer stopped while storing the payload after it)"
+                )),
+                Err(e) => self.io_failed(e),
+            };
         }
         if !self.v1 {
-            let hcrc = super::crc::crc32c(&rest[0..12]);
+            let hcrc = super::crc::crc32c(&head[0..12]);
             if hcrc != u32_at(12) {
                 return self.corrupt(format!(
                     "header checksum {hcrc:#010x} does not match the recorded {:#010x} (length or sequence damaged)",
@@ -595,35 +780,100 @@ impl Iterator for FrameReader<'_> {
         if len > MAX_FRAME {
             return self.corrupt(format!("length field {len} is implausible"));
         }
-        if rest.len() < hlen + len {
-            let have = rest.len() - hlen;
+        if rest < (hlen + len) as u64 {
+            let have = rest - hlen as u64;
             return self.stop_cut(format!(
                 "frame {idx} is cut: {have} of {len} payload bytes present"
             ));
         }
-        let (checked, payload) = if self.v1 {
-            (&rest[8..hlen + len], &rest[hlen..hlen + len])
-        } else {
-            (&rest[hlen..hlen + len], &rest[hlen..hlen + len])
-        };
-        let actual = super::crc::crc32c(checked);
-        if actual != crc {
-            return self.corrupt(format!(
-                "checksum {actual:#010x} does not match the recorded {crc:#010x}"
-            ));
-        }
-        if seq != idx {
-            return self.corrupt(format!("sequence number {seq}, expected {idx}"));
-        }
-        match codec::decode(payload) {
-            Ok(frame) => {
-                self.off += hlen + len;
+        if !self.v1 && self.lazy_min.is_some_and(|m| len >= m) {
+            let peek = match self.src.get(self.off + hlen as u64, len.min(64)) {
+                Ok(p) => p,
+                Err(e) => return self.io_failed(e),
+            };
+            if let Some((id, blob_len)) = codec::blob_head(peek) {
+                if seq != idx {
+                    return self.corrupt(format!("sequence number {seq}, expected {idx}"));
+                }
+                let lazy = LazyBlob {
+                    id,
+                    len: blob_len,
+                    frame: idx,
+                    payload_at: self.off + hlen as u64,
+                    payload_len: len as u32,
+                    crc,
+                };
+                self.off += (hlen + len) as u64;
                 self.idx += 1;
-                Some(Ok(frame))
+                return Some(Ok(Item::Lazy(lazy)));
             }
-            Err(e) => self.corrupt(format!("undecodable: {e}")),
+        }
+        let v1 = self.v1;
+        let frame = match self.src.get(self.off, hlen + len) {
+            Ok(all) => {
+                let (checked, payload) = if v1 {
+                    (&all[8..hlen + len], &all[hlen..hlen + len])
+                } else {
+                    (&all[hlen..hlen + len], &all[hlen..hlen + len])
+                };
+                let actual = super::crc::crc32c(checked);
+                if actual != crc {
+                    Err(format!(
+                        "checksum {actual:#010x} does not match the recorded {crc:#010x}"
+                    ))
+                } else if seq != idx {
+                    Err(format!("sequence number {seq}, expected {idx}"))
+                } else {
+                    codec::decode(payload).map_err(|e| format!("undecodable: {e}"))
+                }
+            }
+            Err(e) => return self.io_failed(e),
+        };
+        match frame {
+            Ok(frame) => {
+                self.off += (hlen + len) as u64;
+                self.idx += 1;
+                Some(Ok(Item::Frame(frame)))
+            }
+            Err(detail) => self.corrupt(detail),
         }
     }
+}
+
+impl<S: Source> Iterator for FrameReader<'_, S> {
+    type Item = Result<Frame, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // Without `lazy_blobs` every item is a frame.
+        match self.next_item()? {
+            Ok(Item::Frame(f)) => Some(Ok(f)),
+            Ok(Item::Lazy(l)) => Some(Err(TraceError::Corrupt {
+                path: self.path.to_path_buf(),
+                frame: l.frame,
+                offset: l.payload_at,
+                detail: "a lazy blob reached a reader that reads frames only".into(),
+            })),
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// Check and decode a lazy blob's payload (read back from its file).
+pub fn read_lazy(path: &Path, l: &LazyBlob, payload: &[u8]) -> Result<Frame, TraceError> {
+    let bad = |detail: String| TraceError::Corrupt {
+        path: path.to_path_buf(),
+        frame: l.frame,
+        offset: l.payload_at,
+        detail,
+    };
+    let actual = super::crc::crc32c(payload);
+    if actual != l.crc {
+        return Err(bad(format!(
+            "checksum {actual:#010x} does not match the recorded {:#010x}",
+            l.crc
+        )));
+    }
+    codec::decode(payload).map_err(|e| bad(format!("undecodable: {e}")))
 }
 
 /// Read every complete frame of `bytes`. A clean cut (at any byte) ends the list and is

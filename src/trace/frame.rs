@@ -7,11 +7,13 @@ use serde::{Deserialize, Serialize, Serializer};
 /// The format this build writes.
 ///
 /// 3 added `Frame::Provenance` (when, by what command, where), `Call::EncodeTensorMap` and
-/// `Arg::TensorMap`. A format-2 file reads the same as before and has no provenance.
-pub const FORMAT_VERSION: u16 = 3;
-/// The oldest reader that can read what this build writes: a format-2 reader does not know
-/// the provenance frame and would call it corrupt.
-pub const MIN_READER_VERSION: u16 = 3;
+/// `Arg::TensorMap`. 4 added chunked blobs (`Frame::Chunked`: a large buffer's contents as
+/// parts of `CHUNK_BYTES`, each its own checksummed frame) and the shared blob store
+/// (`Frame::BlobStore`, `Frame::Stored`). A format-2 or 3 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 4;
+/// The oldest reader that can read what this build writes: a format-3 reader does not know
+/// the chunked-blob frames and would call them corrupt.
+pub const MIN_READER_VERSION: u16 = 4;
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
 /// What the trace was recorded on.
@@ -204,6 +206,25 @@ pub enum Frame {
     },
     /// When and by what the trace was recorded (format 3). Written right after the header.
     Provenance(Provenance),
+    /// Blob `id` is the concatenation of `parts` (format 4): a large buffer is stored chunk by
+    /// chunk, each part a blob of its own, so a kill loses at most the part being written, a
+    /// second recording of the same bytes stores nothing again, and a reader holds one part
+    /// at a time. `id` is `BlobId::chunked(len, parts)`.
+    Chunked {
+        id: BlobId,
+        len: u64,
+        parts: Vec<BlobId>,
+    },
+    /// Blob `id` of `len` bytes is in the shared blob store, not in this file (format 4).
+    Stored {
+        id: BlobId,
+        len: u64,
+    },
+    /// Where the shared blob store was when the trace was recorded (format 4); a reader may
+    /// be pointed elsewhere (`--blobs DIR`).
+    BlobStore {
+        dir: String,
+    },
 }
 
 /// `Frame::Begin` by reference. The recorder's hot path encodes a call where it was built: a

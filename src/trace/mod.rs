@@ -1,6 +1,7 @@
 //! The trace: the one schema recorder, replayer, renderer and analyses share, and its file
 //! format.
 
+mod blobs;
 mod call;
 pub mod codec;
 pub mod crc;
@@ -12,11 +13,12 @@ mod render;
 pub mod signature;
 mod write;
 
+pub use blobs::{store_path, BlobStore, Part};
 pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{
-    partial_path, read_frames, Cut, FrameClass, FrameReader, MmapSink, Sink, TraceError,
-    TraceWriter, VecSink, FILE_HEADER_LEN, FRAME_HEADER_LEN,
+    partial_path, read_frames, Cut, FileSource, FrameClass, FrameReader, Item, LazyBlob, MmapSink,
+    Sink, Source, TraceError, TraceWriter, VecSink, FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
 pub use refs::{refs, written_by, Refs};
@@ -70,7 +72,8 @@ pub struct Trace {
     /// When and by what it was recorded; `None` in format-2 traces.
     pub provenance: Option<Provenance>,
     pub sites: BTreeMap<SiteId, SiteDef>,
-    pub blobs: HashMap<BlobId, Vec<u8>>,
+    /// Every blob, read from the file as it is asked for (see `BlobStore`).
+    pub blobs: BlobStore,
     pub modules: Vec<ModuleCode>,
     pub kernels: BTreeMap<KernelId, KernelInfo>,
     pub initial: Vec<InitialBuffer>,
@@ -95,9 +98,20 @@ pub struct Trace {
     pub param_types: std::sync::OnceLock<BTreeMap<KernelId, Vec<ParamType>>>,
 }
 
+/// Blob frames of at least this many bytes are left in the file when a trace is opened.
+const LAZY_BLOB: usize = 1 << 20;
+
 impl Trace {
+    /// Open a trace file: frame headers and small frames are read now, large blobs when they
+    /// are first asked for, so opening a trace of many gigabytes takes a moment and little
+    /// memory. A blob store the trace names is looked for where it was recorded.
     pub fn open(path: &Path) -> Result<Trace, TraceError> {
-        let bytes = std::fs::read(path).map_err(|source| {
+        Self::open_with(path, None)
+    }
+
+    /// `open`, looking for stored blobs in `blobs` instead of where the trace says.
+    pub fn open_with(path: &Path, blobs: Option<&Path>) -> Result<Trace, TraceError> {
+        let file = std::fs::File::open(path).map_err(|source| {
             let partial = format::partial_path(path);
             if source.kind() == std::io::ErrorKind::NotFound && partial.exists() {
                 TraceError::OnlyPartial {
@@ -112,22 +126,55 @@ impl Trace {
                 }
             }
         })?;
-        Self::from_bytes(path, &bytes)
+        let file = std::sync::Arc::new(file);
+        let src = FileSource::new(file.clone()).map_err(|source| TraceError::Io {
+            what: "read",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let reader = FrameReader::with_source(path, src)?.lazy_blobs(LAZY_BLOB);
+        let mut t = Self::load(path, reader, BlobStore::backed_by(path, file))?;
+        if let Some(dir) = blobs {
+            t.blobs.set_store(dir.to_path_buf());
+        }
+        Ok(t)
     }
 
+    /// A trace from bytes in memory (every blob read now).
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
-        let mut reader = FrameReader::new(path, bytes)?;
-        let mut t = Trace::default();
+        Self::load(path, FrameReader::new(path, bytes)?, BlobStore::default())
+    }
+
+    fn load<S: Source>(
+        path: &Path,
+        mut reader: FrameReader<'_, S>,
+        blobs: BlobStore,
+    ) -> Result<Trace, TraceError> {
+        let mut t = Trace {
+            blobs,
+            ..Trace::default()
+        };
         let mut open: HashMap<u64, usize> = HashMap::new();
-        for (i, f) in reader.by_ref().enumerate() {
-            let f = f?;
+        let mut i = 0u64;
+        while let Some(item) = reader.next_item() {
+            let f = match item? {
+                Item::Frame(f) => f,
+                Item::Lazy(l) => {
+                    t.frames += 1;
+                    i += 1;
+                    t.blobs.insert_lazy(l);
+                    continue;
+                }
+            };
             t.frames += 1;
+            let at = i;
             let bad = |detail: String| TraceError::Corrupt {
                 path: path.to_path_buf(),
-                frame: i as u64,
+                frame: at,
                 offset: 0,
                 detail,
             };
+            i += 1;
             match f {
                 Frame::Header(h) => t.header = Some(h),
                 Frame::Provenance(p) => t.provenance = Some(p),
@@ -145,29 +192,15 @@ impl Trace {
                     zstd,
                     data,
                 } => {
-                    let data = if zstd {
-                        // The declared length sizes the buffer: a reservation the allocator
-                        // refuses is this trace's error, not an abort.
-                        let mut out: Vec<u8> = Vec::new();
-                        out.try_reserve_exact(len as usize).map_err(|_| {
-                            bad(format!(
-                                "blob {id} declares {len} bytes, more than this process can hold"
-                            ))
-                        })?;
-                        // Streamed, and never past one byte more than declared: what a frame
-                        // holds, not what it claims, decides the memory used.
-                        use std::io::Read;
-                        zstd::stream::read::Decoder::new(&data[..])
-                            .and_then(|d| d.take(len.saturating_add(1)).read_to_end(&mut out))
-                            .map_err(|e| bad(format!("blob {id} does not decompress: {e}")))?;
-                        out
-                    } else {
-                        data
-                    };
-                    if data.len() as u64 != len || BlobId::of(&data) != id {
-                        return Err(bad(format!("blob {id} does not match its hash or length")));
-                    }
+                    let data = blobs::verified(id, len, zstd, data).map_err(bad)?;
                     t.blobs.insert(id, data);
+                }
+                Frame::Chunked { id, len, parts } => t.blobs.insert_chunked(id, len, parts),
+                Frame::Stored { id, len } => t.blobs.insert_stored(id, len),
+                Frame::BlobStore { dir } => {
+                    if t.blobs.store_dir().is_none() {
+                        t.blobs.set_store(dir.into());
+                    }
                 }
                 Frame::Module(m) => t.modules.push(m),
                 Frame::Kernel { id, info } => {
@@ -238,20 +271,16 @@ impl Trace {
                 t.sizes.insert(*b, *bytes);
             }
         }
-        t.cut = reader.cut;
+        t.cut = reader.cut.take();
         if let Some(c) = &t.cut {
             // A stopped trace followed by zeros (a copy padded to a block size, say) is whole.
-            if t.stopped
-                && bytes[(c.offset as usize).min(bytes.len())..]
-                    .iter()
-                    .all(|&b| b == 0)
-            {
+            if t.stopped && reader.zero_after(c.offset) {
                 t.cut = None;
             }
         }
         if t.cut.is_none() && !t.stopped {
             t.cut = Some(Cut {
-                offset: bytes.len() as u64,
+                offset: reader.end(),
                 frames: t.frames,
                 reason: format!(
                     "ends after frame {} with no stop record: the recording did not finish",
@@ -308,7 +337,15 @@ impl Trace {
         types.get(&k)?.get(index).copied()
     }
 
+    /// Blob `id` whole, or `None` if the trace does not define it or its bytes are damaged
+    /// (`try_blob` says which).
     pub fn blob(&self, id: BlobId) -> Option<&[u8]> {
-        self.blobs.get(&id).map(|v| v.as_slice())
+        self.blobs.get(&id).ok().flatten()
+    }
+
+    /// Blob `id` whole: `Ok(None)` if the trace does not define it, an error naming where if
+    /// its bytes are damaged or its store cannot give it.
+    pub fn try_blob(&self, id: BlobId) -> Result<Option<&[u8]>, TraceError> {
+        self.blobs.get(&id)
     }
 }

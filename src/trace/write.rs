@@ -53,10 +53,8 @@ impl Trace {
                 col: s.col,
             })?;
         }
-        let mut blobs: Vec<_> = self.blobs.iter().collect();
-        blobs.sort_by_key(|(id, _)| **id);
-        for (id, bytes) in blobs {
-            w.write(&blob_frame(*id, bytes))?;
+        for f in self.blobs.frames() {
+            w.write(&f?)?;
         }
         for m in &self.modules {
             w.write(&Frame::Module(m.clone()))?;

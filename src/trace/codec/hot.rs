@@ -1,7 +1,8 @@
 //! The hand-written hot records: their own room, as they bypass serde and name variants by index.
 
 use super::super::call::{
-    Arg, ArgBytes, Args, BufferId, Call, DevAddr, KernelId, Ret, SiteId, StreamId, StreamRef, Value,
+    Arg, ArgBytes, Args, BlobId, BufferId, Call, DevAddr, KernelId, Ret, SiteId, StreamId,
+    StreamRef, Value,
 };
 use super::super::frame::{ArgRef, Begin, BeginRef, End, Frame, LaunchRef};
 use super::de::Reader;
@@ -10,6 +11,8 @@ use super::CodecError;
 use serde::Serialize;
 
 /// Positions of the variants these records use, in declaration order of their enums.
+/// `Frame::Blob`'s position among `Frame`'s variants.
+const FRAME_BLOB: u8 = 2;
 const FRAME_BEGIN: u8 = 7;
 const FRAME_END: u8 = 8;
 const CALL_LAUNCH: u8 = 6;
@@ -127,6 +130,52 @@ pub fn decode_into(bytes: &[u8], out: &mut Frame) -> bool {
         _ => false,
     };
     whole && r.pos == bytes.len()
+}
+
+/// Append a `Frame::Blob` record for `data` (compressed or not, as `zstd` says), exactly as
+/// serde encodes the frame, without building it: the recorder encodes gigabytes of chunks
+/// this way, on worker threads, with one copy of the bytes.
+pub fn append_blob(id: BlobId, len: u64, zstd: bool, data: &[u8], out: &mut Vec<u8>) {
+    out.reserve(data.len() + 32);
+    out.push(FRAME_BLOB);
+    out.extend_from_slice(&id.0);
+    varint(out, len);
+    out.push(zstd as u8);
+    varint(out, data.len() as u64);
+    out.extend_from_slice(data);
+}
+
+/// The id and declared length of a `Frame::Blob` from the first bytes of its record, without
+/// its data: a trace is opened with its large blobs left in the file. `None` for any other
+/// record (or too few bytes to tell).
+pub fn blob_head(bytes: &[u8]) -> Option<(BlobId, u64)> {
+    let mut r = Reader { bytes, pos: 0 };
+    if r.byte().ok()? != FRAME_BLOB {
+        return None;
+    }
+    let id = BlobId(r.take(16).ok()?.try_into().ok()?);
+    let len = r.varint(64).ok()?;
+    Some((id, len))
+}
+
+/// A whole `Frame::Blob` record read in place: its id, declared length, whether its data is
+/// compressed, and where the data lies in `bytes`. `None` unless `bytes` is exactly one
+/// well-formed blob record.
+pub fn blob_record(bytes: &[u8]) -> Option<(BlobId, u64, bool, std::ops::Range<usize>)> {
+    let mut r = Reader { bytes, pos: 0 };
+    if r.byte().ok()? != FRAME_BLOB {
+        return None;
+    }
+    let id = BlobId(r.take(16).ok()?.try_into().ok()?);
+    let len = r.varint(64).ok()?;
+    let zstd = match r.byte().ok()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let n = r.len().ok()?;
+    let start = r.pos;
+    (start.checked_add(n)? == bytes.len()).then_some((id, len, zstd, start..bytes.len()))
 }
 
 fn end(r: &mut Reader<'_>, out: &mut Frame) -> Option<()> {

@@ -1,9 +1,10 @@
 //! The codec against bincode: its own room, as the tests cross every other room.
 
 use super::super::call::{
-    Arg, ArgBytes, Args, BufferId, Call, DevAddr, KernelId, Ret, SiteId, StreamId, StreamRef, Value,
+    Arg, ArgBytes, Args, BlobId, BufferId, Call, DevAddr, KernelId, Ret, SiteId, StreamId,
+    StreamRef, Value,
 };
-use super::super::frame::{Begin, End};
+use super::super::frame::{Begin, End, Frame};
 use super::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -267,4 +268,44 @@ fn damaged_hot_records_decode_as_bincode_does() {
         }
     }
     assert!(checked > 1000, "{checked}");
+}
+
+#[test]
+fn blob_records_by_hand_are_bincodes_and_their_head_reads_back() {
+    for (len, zstd) in [
+        (0usize, false),
+        (3, true),
+        (250, false),
+        (251, false),
+        (70_000, true),
+    ] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        let id = BlobId::of(&data);
+        let frame = Frame::Blob {
+            id,
+            len: len as u64 + 5,
+            zstd,
+            data: data.clone(),
+        };
+        let mut by_hand = Vec::new();
+        super::append_blob(id, len as u64 + 5, zstd, &data, &mut by_hand);
+        assert_eq!(
+            by_hand,
+            super::encode_with_bincode(&frame).unwrap(),
+            "len {len}"
+        );
+        assert_eq!(
+            super::blob_head(&by_hand[..by_hand.len().min(64)]),
+            Some((id, len as u64 + 5))
+        );
+        let (rid, rlen, rz, at) = super::blob_record(&by_hand).unwrap();
+        assert_eq!(
+            (rid, rlen, rz, &by_hand[at]),
+            (id, len as u64 + 5, zstd, &data[..])
+        );
+        assert_eq!(super::blob_record(&by_hand[..by_hand.len() - 1]), None);
+    }
+    // Any other record has no blob head.
+    let stop = super::encode_with_bincode(&Frame::Stop).unwrap();
+    assert_eq!(super::blob_head(&stop), None);
 }

@@ -1,0 +1,233 @@
+//! Reading device memory into a trace, at the scale of an engine's weights: every buffer in
+//! parts of `CHUNK_BYTES`, copied through a few pinned staging buffers, hashed, compressed
+//! where it pays and encoded by worker threads, and written in order by the caller. Host
+//! memory stays at a few parts whatever the buffers hold, and a kill loses at most the part
+//! being written.
+
+use super::state::RecState;
+use super::RecordError;
+use crate::backend::{DevicePtr, GpuBackend};
+use crate::trace::{codec, BlobId, BufferId, CHUNK_BYTES};
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+
+/// One buffer to read: its id, where it is, how big.
+pub(super) struct Job {
+    pub buf: BufferId,
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// Compress a part only when a sample of it shrinks at least this much (per thousand):
+/// measured, weights-like bytes shrink by a tenth at best and cost more time than they save,
+/// while zeros and sparse pages shrink a hundredfold.
+const PAYS_PER_MILLE: usize = 700;
+const SAMPLE: usize = 64 << 10;
+
+/// Whether compressing `bytes` pays, from a sample; and if so, the compressed bytes (kept
+/// only if they are smaller than nine tenths of the original).
+pub fn compressed_if_it_pays(bytes: &[u8]) -> Option<Vec<u8>> {
+    if bytes.len() < 4096 {
+        return None;
+    }
+    if bytes.len() > SAMPLE {
+        let sample = &bytes[..SAMPLE];
+        let packed = zstd::bulk::compress(sample, 1).ok()?;
+        if packed.len() * 1000 > sample.len() * PAYS_PER_MILLE {
+            return None;
+        }
+    }
+    zstd::bulk::compress(bytes, 1)
+        .ok()
+        .filter(|c| c.len() < bytes.len() / 10 * 9)
+}
+
+/// A part, encoded by a worker: its id, its `Blob` record and the record's checksum, and the
+/// staging buffer it was read from, to be refilled.
+struct Done<'a> {
+    idx: usize,
+    id: BlobId,
+    record: Vec<u8>,
+    crc: u32,
+    staging: &'a mut [u8],
+}
+
+/// The staging buffers: page-locked when the backend gives them (a device-to-host copy into
+/// them runs at the link's speed), else ordinary memory.
+struct Staging<'g> {
+    gpu: &'g dyn GpuBackend,
+    pinned: Vec<*mut u8>,
+    plain: Vec<Vec<u8>>,
+}
+
+impl Staging<'_> {
+    fn new(gpu: &dyn GpuBackend, n: usize) -> Staging<'_> {
+        let mut s = Staging {
+            gpu,
+            pinned: Vec::new(),
+            plain: Vec::new(),
+        };
+        for _ in 0..n {
+            match gpu.alloc_host_pinned(CHUNK_BYTES) {
+                Ok(p) if !p.is_null() => s.pinned.push(p),
+                _ => s.plain.push(vec![0u8; CHUNK_BYTES]),
+            }
+        }
+        s
+    }
+
+    fn slices(&mut self) -> Vec<&mut [u8]> {
+        let mut v: Vec<&mut [u8]> = self
+            .pinned
+            .iter()
+            // SAFETY: each pointer is a live page-locked allocation of CHUNK_BYTES this value
+            // owns until Drop; each is turned into one slice, borrowed from `self`, so no two
+            // slices overlap and none outlives the memory.
+            .map(|&p| unsafe { std::slice::from_raw_parts_mut(p, CHUNK_BYTES) })
+            .collect();
+        v.extend(self.plain.iter_mut().map(|b| b.as_mut_slice()));
+        v
+    }
+}
+
+impl Drop for Staging<'_> {
+    fn drop(&mut self) {
+        for p in self.pinned.drain(..) {
+            let _ = self.gpu.free_host_pinned(p, CHUNK_BYTES);
+        }
+    }
+}
+
+/// How many workers hash and encode: the machine's cores, up to 8, less the caller's.
+fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(2, 9)
+        - 1
+}
+
+/// Read every job's buffer into the recording, returning each buffer's blob id (a single
+/// part's, or its chunked blob's) in job order.
+pub(super) fn read_buffers(
+    gpu: &dyn GpuBackend,
+    st: &mut RecState,
+    jobs: &[Job],
+) -> Result<Vec<BlobId>, RecordError> {
+    // Every part, in order: (job index, offset, length).
+    let parts: Vec<(usize, u64, usize)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(j, job)| {
+            let n = job.size.div_ceil(CHUNK_BYTES as u64).max(1);
+            (0..n).map(move |k| {
+                let off = k * CHUNK_BYTES as u64;
+                (j, off, (job.size - off).min(CHUNK_BYTES as u64) as usize)
+            })
+        })
+        .collect();
+    let nworkers = workers().min(parts.len()).max(1);
+    let mut staging = Staging::new(gpu, nworkers + 2);
+    let mut free: Vec<&mut [u8]> = staging.slices();
+    let mut ids: Vec<Vec<BlobId>> = jobs.iter().map(|_| Vec::new()).collect();
+    // Record buffers the workers encode into, handed back after each write.
+    let (give_back, reuse) = mpsc::channel::<Vec<u8>>();
+    let reuse = std::sync::Mutex::new(reuse);
+    let (to_work, work) = mpsc::sync_channel::<(usize, &mut [u8], usize)>(free.len());
+    let work = std::sync::Mutex::new(work);
+    let (to_main, done) = mpsc::channel::<Done<'_>>();
+    let result = std::thread::scope(|s| -> Result<(), RecordError> {
+        for _ in 0..nworkers {
+            let (work, reuse, to_main) = (&work, &reuse, to_main.clone());
+            s.spawn(move || loop {
+                let next = work.lock().expect("no worker panics").recv();
+                let Ok((idx, staging, len)) = next else {
+                    return;
+                };
+                let bytes = &staging[..len];
+                let id = BlobId::of(bytes);
+                let mut out = reuse
+                    .lock()
+                    .expect("no worker panics")
+                    .try_recv()
+                    .unwrap_or_default();
+                out.clear();
+                match compressed_if_it_pays(bytes) {
+                    Some(z) => codec::append_blob(id, len as u64, true, &z, &mut out),
+                    None => codec::append_blob(id, len as u64, false, bytes, &mut out),
+                }
+                let crc = crate::trace::crc::crc32c(&out);
+                let d = Done {
+                    idx,
+                    id,
+                    record: out,
+                    crc,
+                    staging,
+                };
+                if to_main.send(d).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(to_main);
+        let mut ready: BTreeMap<usize, Done<'_>> = BTreeMap::new();
+        let mut next_emit = 0usize;
+        let mut sent = 0usize;
+        let mut failed: Option<RecordError> = None;
+        while next_emit < parts.len() {
+            // Keep the workers fed while there are staging buffers and parts to read.
+            while sent < parts.len() && !free.is_empty() && failed.is_none() {
+                let (j, off, len) = parts[sent];
+                let buf = free.pop().expect("checked");
+                let job = &jobs[j];
+                if let Err(source) = gpu.copy_d2h(DevicePtr(job.addr + off), &mut buf[..len]) {
+                    failed = Some(RecordError::Snapshot {
+                        buf: job.buf,
+                        bytes: job.size,
+                        source,
+                    });
+                    free.push(buf);
+                    break;
+                }
+                if to_work.send((sent, buf, len)).is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+            if failed.is_some() && next_emit == sent {
+                break;
+            }
+            let Ok(d) = done.recv() else { break };
+            ready.insert(d.idx, d);
+            // Write every part that is next in order; its staging buffer is free again.
+            while let Some(d) = ready.remove(&next_emit) {
+                if let Some(back) = st.blob_encoded(d.id, d.record, d.crc) {
+                    let _ = give_back.send(back);
+                }
+                ids[parts[d.idx].0].push(d.id);
+                free.push(d.staging);
+                next_emit += 1;
+            }
+        }
+        drop(to_work);
+        match (failed, parts.get(next_emit)) {
+            (Some(e), _) => Err(e),
+            (None, Some(&(j, _, _))) => Err(RecordError::Snapshot {
+                buf: jobs[j].buf,
+                bytes: jobs[j].size,
+                source: anyhow::anyhow!("the snapshot's worker threads stopped early"),
+            }),
+            (None, None) => Ok(()),
+        }
+    });
+    result?;
+
+    Ok(jobs
+        .iter()
+        .zip(ids)
+        .map(|(job, parts)| match parts.as_slice() {
+            [one] => *one,
+            _ => st.chunked(job.size, parts),
+        })
+        .collect())
+}

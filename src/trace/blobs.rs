@@ -1,0 +1,496 @@
+//! A trace's blobs: held in memory, left in the trace file until read (a large blob of an
+//! opened trace), in a shared blob store, or made of parts (a chunked blob). Opening a trace
+//! of many gigabytes reads its frame headers and small frames only; a blob is read, checked
+//! and (if compressed) unpacked when it is first asked for, and a chunked one can be read one
+//! part at a time (`for_each_part`) so a replay restoring it holds a part, not the buffer.
+
+use super::format::{read_lazy, LazyBlob, TraceError};
+use super::frame::Frame;
+use super::BlobId;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// Where a blob's bytes are.
+#[derive(Clone, Debug)]
+enum Entry {
+    Owned(Vec<u8>),
+    /// In the trace file; read (and kept) on first use.
+    InFile(LazyBlob, OnceLock<Vec<u8>>),
+    /// In the shared blob store; read (and kept) on first use.
+    Stored(u64, OnceLock<Vec<u8>>),
+    /// The concatenation of other blobs; put together (and kept) only if asked for whole.
+    Chunked(u64, Vec<BlobId>, OnceLock<Vec<u8>>),
+}
+
+/// The file a trace was opened from, shared by its lazy blobs.
+#[derive(Clone, Debug)]
+struct Backing {
+    path: PathBuf,
+    file: Arc<File>,
+}
+
+/// Every blob of a trace, by id.
+#[derive(Clone, Debug, Default)]
+pub struct BlobStore {
+    entries: HashMap<BlobId, Entry>,
+    file: Option<Backing>,
+    /// The shared blob store `Frame::Stored` blobs are in.
+    store: Option<PathBuf>,
+}
+
+/// A part read for a restore (`BlobStore::read_part`).
+pub enum Part<'s> {
+    /// In the staging buffer given, at this range.
+    Staged(std::ops::Range<usize>),
+    /// Held by the trace already.
+    Held(&'s [u8]),
+    /// Read into memory of its own (too big for the buffer, or compressed).
+    Read(Vec<u8>),
+}
+
+impl Part<'_> {
+    /// The bytes, given the staging buffer `read_part` was passed.
+    pub fn bytes<'x>(&'x self, staging: &'x [u8]) -> &'x [u8] {
+        match self {
+            Part::Staged(r) => &staging[r.clone()],
+            Part::Held(b) => b,
+            Part::Read(v) => v,
+        }
+    }
+}
+
+/// A blob store directory's file for `id`.
+pub fn store_path(dir: &Path, id: BlobId) -> PathBuf {
+    let hex = id.hex();
+    dir.join(&hex[..2]).join(format!("{hex}.blob"))
+}
+
+/// Check a blob frame's contents against its id and length, unpacking it if compressed.
+pub(crate) fn verified(id: BlobId, len: u64, zstd: bool, data: Vec<u8>) -> Result<Vec<u8>, String> {
+    let data = if zstd {
+        // The declared length sizes the buffer: a reservation the allocator refuses is this
+        // trace's error, not an abort.
+        let mut out: Vec<u8> = Vec::new();
+        out.try_reserve_exact(len as usize).map_err(|_| {
+            format!("blob {id} declares {len} bytes, more than this process can hold")
+        })?;
+        // Streamed, and never past one byte more than declared: what a frame holds, not what
+        // it claims, decides the memory used.
+        use std::io::Read;
+        zstd::stream::read::Decoder::new(&data[..])
+            .and_then(|d| d.take(len.saturating_add(1)).read_to_end(&mut out))
+            .map_err(|e| format!("blob {id} does not decompress: {e}"))?;
+        out
+    } else {
+        data
+    };
+    if data.len() as u64 != len || BlobId::of(&data) != id {
+        return Err(format!("blob {id} does not match its hash or length"));
+    }
+    Ok(data)
+}
+
+impl BlobStore {
+    /// Read lazy blobs from `file` (the trace at `path`).
+    pub(crate) fn backed_by(path: &Path, file: Arc<File>) -> Self {
+        BlobStore {
+            file: Some(Backing {
+                path: path.to_path_buf(),
+                file,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Look for stored blobs in `dir`.
+    pub fn set_store(&mut self, dir: PathBuf) {
+        self.store = Some(dir);
+    }
+
+    pub fn store_dir(&self) -> Option<&Path> {
+        self.store.as_deref()
+    }
+
+    pub fn insert(&mut self, id: BlobId, bytes: Vec<u8>) {
+        self.entries.insert(id, Entry::Owned(bytes));
+    }
+
+    /// Store `bytes` under their id (chunked, as the recorder stores them, when larger than
+    /// `CHUNK_BYTES`) and return it.
+    pub fn insert_content(&mut self, bytes: Vec<u8>) -> BlobId {
+        if bytes.len() <= super::CHUNK_BYTES {
+            let id = BlobId::of(&bytes);
+            self.insert(id, bytes);
+            return id;
+        }
+        let parts: Vec<BlobId> = bytes
+            .chunks(super::CHUNK_BYTES)
+            .map(|c| {
+                let id = BlobId::of(c);
+                self.insert(id, c.to_vec());
+                id
+            })
+            .collect();
+        let id = BlobId::chunked(bytes.len() as u64, &parts);
+        self.insert_chunked(id, bytes.len() as u64, parts);
+        id
+    }
+
+    pub(crate) fn insert_lazy(&mut self, l: LazyBlob) {
+        self.entries.insert(l.id, Entry::InFile(l, OnceLock::new()));
+    }
+
+    pub(crate) fn insert_stored(&mut self, id: BlobId, len: u64) {
+        self.entries.insert(id, Entry::Stored(len, OnceLock::new()));
+    }
+
+    pub(crate) fn insert_chunked(&mut self, id: BlobId, len: u64, parts: Vec<BlobId>) {
+        self.entries
+            .insert(id, Entry::Chunked(len, parts, OnceLock::new()));
+    }
+
+    pub fn contains(&self, id: &BlobId) -> bool {
+        self.entries.contains_key(id)
+    }
+
+    /// Blobs defined, parts included.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every blob id, parts included, in id order.
+    pub fn ids(&self) -> Vec<BlobId> {
+        let mut v: Vec<BlobId> = self.entries.keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// The blob's length, without reading it.
+    pub fn len_of(&self, id: &BlobId) -> Option<u64> {
+        Some(match self.entries.get(id)? {
+            Entry::Owned(v) => v.len() as u64,
+            Entry::InFile(l, _) => l.len,
+            Entry::Stored(len, _) | Entry::Chunked(len, _, _) => *len,
+        })
+    }
+
+    /// The parts of a chunked blob (`None` for any other).
+    pub fn parts(&self, id: &BlobId) -> Option<&[BlobId]> {
+        match self.entries.get(id)? {
+            Entry::Chunked(_, parts, _) => Some(parts),
+            _ => None,
+        }
+    }
+
+    /// The blob whole: `Ok(None)` if the trace does not define it, an error naming the frame
+    /// if its bytes are damaged. Read bytes are kept for the trace's lifetime; restoring a
+    /// large buffer goes through `for_each_part` instead.
+    pub fn get(&self, id: &BlobId) -> Result<Option<&[u8]>, TraceError> {
+        self.get_depth(id, 0)
+    }
+
+    fn get_depth(&self, id: &BlobId, depth: u32) -> Result<Option<&[u8]>, TraceError> {
+        let Some(e) = self.entries.get(id) else {
+            return Ok(None);
+        };
+        Ok(Some(match e {
+            Entry::Owned(v) => v,
+            Entry::InFile(l, cell) => cached(cell, || self.read_in_file(l))?,
+            Entry::Stored(len, cell) => cached(cell, || self.read_stored(id, *len))?,
+            Entry::Chunked(len, parts, cell) => cached(cell, || {
+                let mut all = Vec::new();
+                all.try_reserve_exact(*len as usize)
+                    .map_err(|_| self.damaged(id, format!("{len} bytes do not fit in memory")))?;
+                self.parts_of(id, *len, parts, depth, &mut |_, b| {
+                    all.extend_from_slice(b);
+                    Ok(())
+                })?;
+                Ok(all)
+            })?,
+        }))
+    }
+
+    /// Call `f(offset, bytes)` for each part of the blob in order (the whole blob once if it
+    /// is not chunked), reading each as it goes and keeping none. `Ok(false)` if the trace
+    /// does not define it.
+    pub fn for_each_part(
+        &self,
+        id: &BlobId,
+        f: &mut dyn FnMut(u64, &[u8]) -> Result<(), TraceError>,
+    ) -> Result<bool, TraceError> {
+        match self.entries.get(id) {
+            None => Ok(false),
+            Some(Entry::Chunked(len, parts, _)) => {
+                self.parts_of(id, *len, parts, 0, f)?;
+                Ok(true)
+            }
+            Some(Entry::Owned(v)) => f(0, v).map(|_| true),
+            Some(Entry::InFile(l, cell)) => match cell.get() {
+                Some(v) => f(0, v).map(|_| true),
+                None => f(0, &self.read_in_file(l)?).map(|_| true),
+            },
+            Some(Entry::Stored(len, cell)) => match cell.get() {
+                Some(v) => f(0, v).map(|_| true),
+                None => f(0, &self.read_stored(id, *len)?).map(|_| true),
+            },
+        }
+    }
+
+    /// The parts of blob `id` in order, with where each starts: the parts of a chunked blob,
+    /// or the blob itself at 0. `None` if the trace does not define it.
+    pub fn layout(&self, id: &BlobId) -> Option<Vec<(BlobId, u64)>> {
+        match self.entries.get(id)? {
+            Entry::Chunked(_, parts, _) => {
+                let mut off = 0;
+                Some(
+                    parts
+                        .iter()
+                        .map(|p| {
+                            let at = off;
+                            off += self.len_of(p).unwrap_or(0);
+                            (*p, at)
+                        })
+                        .collect(),
+                )
+            }
+            _ => Some(vec![(*id, 0)]),
+        }
+    }
+
+    /// Blob `id` (not a chunked one) read for a restore, into `buf` where it fits (a page-locked
+    /// staging buffer, say: the upload from there runs at the link's speed) and is not held
+    /// already; nothing read is kept.
+    pub fn read_part(&self, id: &BlobId, buf: &mut [u8]) -> Result<Part<'_>, TraceError> {
+        match self.entries.get(id) {
+            None => Err(self.damaged(id, "it is not in the trace".into())),
+            Some(Entry::Chunked(..)) => Err(self.damaged(id, "a part is itself chunked".into())),
+            Some(Entry::Owned(v)) => Ok(Part::Held(v)),
+            Some(Entry::InFile(l, cell)) => match cell.get() {
+                Some(v) => Ok(Part::Held(v)),
+                None if (l.payload_len as usize) <= buf.len() => self.read_in_file_into(l, buf),
+                None => Ok(Part::Read(self.read_in_file(l)?)),
+            },
+            Some(Entry::Stored(len, cell)) => match cell.get() {
+                Some(v) => Ok(Part::Held(v)),
+                None => Ok(Part::Read(self.read_stored(id, *len)?)),
+            },
+        }
+    }
+
+    fn read_in_file_into(&self, l: &LazyBlob, buf: &mut [u8]) -> Result<Part<'_>, TraceError> {
+        let Some(b) = &self.file else {
+            return Err(self.damaged(&l.id, "its trace file is not open".into()));
+        };
+        use std::os::unix::fs::FileExt;
+        let payload = &mut buf[..l.payload_len as usize];
+        b.file
+            .read_exact_at(payload, l.payload_at)
+            .map_err(|source| TraceError::Io {
+                what: "read",
+                path: b.path.clone(),
+                source,
+            })?;
+        let corrupt = |detail: String| TraceError::Corrupt {
+            path: b.path.clone(),
+            frame: l.frame,
+            offset: l.payload_at,
+            detail,
+        };
+        let actual = super::crc::crc32c(payload);
+        if actual != l.crc {
+            return Err(corrupt(format!(
+                "checksum {actual:#010x} does not match the recorded {:#010x}",
+                l.crc
+            )));
+        }
+        match super::codec::blob_record(payload) {
+            Some((id, len, false, at)) if id == l.id && len == l.len => {
+                let data = &buf[at.clone()];
+                if data.len() as u64 != len || BlobId::of(data) != id {
+                    return Err(corrupt(format!(
+                        "blob {id} does not match its hash or length"
+                    )));
+                }
+                Ok(Part::Staged(at))
+            }
+            Some((id, len, true, at)) if id == l.id && len == l.len => {
+                verified(id, len, true, buf[at].to_vec())
+                    .map(Part::Read)
+                    .map_err(corrupt)
+            }
+            _ => Err(corrupt(format!("blob {}'s frame no longer holds it", l.id))),
+        }
+    }
+
+    fn parts_of(
+        &self,
+        id: &BlobId,
+        len: u64,
+        parts: &[BlobId],
+        depth: u32,
+        f: &mut dyn FnMut(u64, &[u8]) -> Result<(), TraceError>,
+    ) -> Result<(), TraceError> {
+        if BlobId::chunked(len, parts) != *id {
+            return Err(self.damaged(id, "its parts do not hash to its id".into()));
+        }
+        let mut off = 0u64;
+        for p in parts {
+            let bytes: std::borrow::Cow<'_, [u8]> = match self.entries.get(p) {
+                // A part is never chunked itself: a trace claiming so is damaged, and the
+                // depth bound keeps a cycle from recursing.
+                Some(Entry::Chunked(..)) if depth > 0 => {
+                    return Err(self.damaged(id, format!("part {p} is itself chunked")))
+                }
+                Some(Entry::InFile(l, cell)) if cell.get().is_none() => {
+                    self.read_in_file(l)?.into()
+                }
+                Some(Entry::Stored(n, cell)) if cell.get().is_none() => {
+                    self.read_stored(p, *n)?.into()
+                }
+                Some(_) => match self.get_depth(p, depth + 1)? {
+                    Some(b) => b.into(),
+                    None => unreachable!("an entry that exists is found"),
+                },
+                None => return Err(self.damaged(id, format!("its part {p} is not in the trace"))),
+            };
+            if off + bytes.len() as u64 > len {
+                return Err(self.damaged(id, format!("its parts run past its {len} bytes")));
+            }
+            f(off, &bytes)?;
+            off += bytes.len() as u64;
+        }
+        if off != len {
+            return Err(self.damaged(id, format!("its parts hold {off} of its {len} bytes")));
+        }
+        Ok(())
+    }
+
+    fn damaged(&self, id: &BlobId, detail: String) -> TraceError {
+        TraceError::Blob {
+            path: self
+                .file
+                .as_ref()
+                .map(|b| b.path.clone())
+                .unwrap_or_else(|| "<trace>".into()),
+            id: id.to_string(),
+            detail,
+        }
+    }
+
+    fn read_in_file(&self, l: &LazyBlob) -> Result<Vec<u8>, TraceError> {
+        let Some(b) = &self.file else {
+            return Err(self.damaged(&l.id, "its trace file is not open".into()));
+        };
+        let io = |source| TraceError::Io {
+            what: "read",
+            path: b.path.clone(),
+            source,
+        };
+        use std::os::unix::fs::FileExt;
+        let mut payload = vec![0u8; l.payload_len as usize];
+        b.file
+            .read_exact_at(&mut payload, l.payload_at)
+            .map_err(io)?;
+        drop_if_blob(read_lazy(&b.path, l, &payload)?, l.id, l.len).map_err(|detail| {
+            TraceError::Corrupt {
+                path: b.path.clone(),
+                frame: l.frame,
+                offset: l.payload_at,
+                detail,
+            }
+        })
+    }
+
+    fn read_stored(&self, id: &BlobId, len: u64) -> Result<Vec<u8>, TraceError> {
+        let Some(dir) = &self.store else {
+            return Err(self.damaged(
+                id,
+                "it is in a shared blob store, and no store is known (pass --blobs DIR)".into(),
+            ));
+        };
+        let path = store_path(dir, *id);
+        let t = super::Trace::open(&path).map_err(|e| {
+            self.damaged(
+                id,
+                format!("the blob store {} cannot give it: {e}", dir.display()),
+            )
+        })?;
+        match t.blobs.get(id)? {
+            Some(b) if b.len() as u64 == len => Ok(b.to_vec()),
+            _ => Err(self.damaged(
+                id,
+                format!("{} does not hold it ({len} bytes)", path.display()),
+            )),
+        }
+    }
+
+    /// Copy blob `id` (and, for a chunked blob, its parts) into `out`: what `minimize` and
+    /// `trim` keep of the trace they cut from.
+    pub fn copy_to(&self, id: &BlobId, out: &mut BlobStore) -> Result<(), TraceError> {
+        if let Some(parts) = self.parts(id) {
+            for p in parts {
+                if let Some(b) = self.get(p)? {
+                    out.insert(*p, b.to_vec());
+                }
+            }
+            let len = self.len_of(id).unwrap_or(0);
+            out.insert_chunked(*id, len, parts.to_vec());
+        } else if let Some(b) = self.get(id)? {
+            out.insert(*id, b.to_vec());
+        }
+        Ok(())
+    }
+
+    /// The frames that define every blob, parts before the chunked blobs made of them, in id
+    /// order: what writing a loaded trace back out stores.
+    pub fn frames(&self) -> impl Iterator<Item = Result<Frame, TraceError>> + '_ {
+        let ids = self.ids();
+        let (chunked, plain): (Vec<BlobId>, Vec<BlobId>) =
+            ids.into_iter().partition(|id| self.parts(id).is_some());
+        plain
+            .into_iter()
+            .map(move |id| {
+                let b = self.get(&id)?.expect("listed");
+                Ok(super::blob_frame(id, b))
+            })
+            .chain(chunked.into_iter().map(move |id| {
+                Ok(Frame::Chunked {
+                    id,
+                    len: self.len_of(&id).expect("listed"),
+                    parts: self.parts(&id).expect("chunked").to_vec(),
+                })
+            }))
+    }
+}
+
+/// `get_or_try_init` for a `OnceLock` (not stable): the value is computed at most once per
+/// winner; a failure is returned and not kept.
+fn cached<'a>(
+    cell: &'a OnceLock<Vec<u8>>,
+    f: impl FnOnce() -> Result<Vec<u8>, TraceError>,
+) -> Result<&'a [u8], TraceError> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = f()?;
+    Ok(cell.get_or_init(|| v))
+}
+
+/// A lazy blob's decoded frame, checked to be the blob the reader saw the head of.
+fn drop_if_blob(f: Frame, id: BlobId, len: u64) -> Result<Vec<u8>, String> {
+    match f {
+        Frame::Blob {
+            id: fid,
+            len: flen,
+            zstd,
+            data,
+        } if fid == id && flen == len => verified(id, len, zstd, data),
+        _ => Err(format!("blob {id}'s frame no longer holds it")),
+    }
+}
