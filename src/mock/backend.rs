@@ -1,6 +1,7 @@
 //! The mock's `GpuBackend` implementation: each trait method as the driver behaves, over the
-//! state, memory and work executor in `mod.rs` (capture judged by the rule table, faults raised
-//! at launch and reported by the next call that waits).
+//! state, memory and work executor in `state.rs`, `memory.rs` and `exec.rs` (capture judged by
+//! the rule table in `capture.rs`, faults raised at launch and reported by the next call that
+//! waits).
 
 use super::*;
 

@@ -2,6 +2,8 @@
 //! the call made, and its outcome set against the recording's (a readback compared, a failure
 //! that was recorded met again). The replay loop in `mod.rs` decides what to issue and when.
 
+use super::state::taint_copy;
+use super::verify::first_diff;
 use super::*;
 
 impl Replayer<'_> {
