@@ -104,7 +104,12 @@ fn replay_exits_1_on_a_divergence_and_on_a_fault_not_reproduced() {
     let Some(Ok(Value::Bytes(blob))) = &last.ret else {
         unreachable!()
     };
-    let mut bytes = diverged.blobs[blob].clone();
+    let mut bytes = diverged
+        .blobs
+        .get(blob)
+        .unwrap()
+        .expect("recorded")
+        .to_vec();
     bytes[0] ^= 1;
     let id = gputape::trace::BlobId::of(&bytes);
     diverged.blobs.insert(id, bytes);

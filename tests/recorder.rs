@@ -322,7 +322,7 @@ fn bad_headers_are_typed_errors() {
         TraceError::TooNew {
             format: 7,
             min_reader: 5,
-            ours: 3,
+            ours: 4,
             ..
         }
     ));

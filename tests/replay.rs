@@ -224,7 +224,7 @@ fn a_corrupted_step_diverges_at_the_named_call_and_buffer() {
         .find(|i| i.bytes == 128 * 64 * 4 && i.buf.0 == 20)
         .unwrap()
         .clone();
-    let mut bytes = t.blobs[&lm_head.data].clone();
+    let mut bytes = t.blob(lm_head.data).expect("recorded").to_vec();
     for b in bytes.iter_mut().take(4096) {
         *b ^= 0x55;
     }

@@ -17,6 +17,7 @@ mod module;
 mod op_cache;
 pub mod probe;
 mod registry;
+mod staging;
 pub mod tensormap;
 mod types;
 
@@ -27,6 +28,7 @@ pub use op_cache::OpCache;
 pub use registry::{
     KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess, ParamInfo,
 };
+pub use staging::Staging;
 pub use tensormap::{TensorMapDesc, TensorMapDtype, TensorMapImage, TENSOR_MAP_BYTES};
 pub use types::*;
 

@@ -6,7 +6,7 @@
 
 use super::state::RecState;
 use super::RecordError;
-use crate::backend::{DevicePtr, GpuBackend};
+use crate::backend::{DevicePtr, GpuBackend, Staging};
 use crate::trace::{codec, BlobId, BufferId, CHUNK_BYTES};
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -52,51 +52,9 @@ struct Done<'a> {
     staging: &'a mut [u8],
 }
 
-/// The staging buffers: page-locked when the backend gives them (a device-to-host copy into
-/// them runs at the link's speed), else ordinary memory.
-struct Staging<'g> {
-    gpu: &'g dyn GpuBackend,
-    pinned: Vec<*mut u8>,
-    plain: Vec<Vec<u8>>,
-}
-
-impl Staging<'_> {
-    fn new(gpu: &dyn GpuBackend, n: usize) -> Staging<'_> {
-        let mut s = Staging {
-            gpu,
-            pinned: Vec::new(),
-            plain: Vec::new(),
-        };
-        for _ in 0..n {
-            match gpu.alloc_host_pinned(CHUNK_BYTES) {
-                Ok(p) if !p.is_null() => s.pinned.push(p),
-                _ => s.plain.push(vec![0u8; CHUNK_BYTES]),
-            }
-        }
-        s
-    }
-
-    fn slices(&mut self) -> Vec<&mut [u8]> {
-        let mut v: Vec<&mut [u8]> = self
-            .pinned
-            .iter()
-            // SAFETY: each pointer is a live page-locked allocation of CHUNK_BYTES this value
-            // owns until Drop; each is turned into one slice, borrowed from `self`, so no two
-            // slices overlap and none outlives the memory.
-            .map(|&p| unsafe { std::slice::from_raw_parts_mut(p, CHUNK_BYTES) })
-            .collect();
-        v.extend(self.plain.iter_mut().map(|b| b.as_mut_slice()));
-        v
-    }
-}
-
-impl Drop for Staging<'_> {
-    fn drop(&mut self) {
-        for p in self.pinned.drain(..) {
-            let _ = self.gpu.free_host_pinned(p, CHUNK_BYTES);
-        }
-    }
-}
+/// Page-locked staging only for this much or more: pinning costs milliseconds per buffer,
+/// more than a small state takes to copy.
+const PIN_FROM: u64 = 256 << 20;
 
 /// How many workers hash and encode: the machine's cores, up to 8, less the caller's.
 fn workers() -> usize {
@@ -127,7 +85,9 @@ pub(super) fn read_buffers(
         })
         .collect();
     let nworkers = workers().min(parts.len()).max(1);
-    let mut staging = Staging::new(gpu, nworkers + 2);
+    let total: u64 = jobs.iter().map(|j| j.size).sum();
+    let biggest = parts.iter().map(|p| p.2).max().unwrap_or(0).max(1);
+    let mut staging = Staging::new(gpu, nworkers + 2, biggest, total >= PIN_FROM);
     let mut free: Vec<&mut [u8]> = staging.slices();
     let mut ids: Vec<Vec<BlobId>> = jobs.iter().map(|_| Vec::new()).collect();
     // Record buffers the workers encode into, handed back after each write.

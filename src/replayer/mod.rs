@@ -15,6 +15,7 @@ mod minimize;
 mod pointers;
 mod policy;
 mod report;
+mod restore;
 mod state;
 mod trim;
 mod verify;

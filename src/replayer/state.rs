@@ -237,6 +237,8 @@ impl<'t> Replayer<'t> {
                 _ => {}
             }
         }
+        let mut fills = Vec::with_capacity(self.trace.initial.len());
+        let mut sizes = Vec::with_capacity(self.trace.initial.len());
         for i in &self.trace.initial {
             let p = match st.bufs.get(&i.buf) {
                 Some((p, _)) => *p,
@@ -249,18 +251,14 @@ impl<'t> Replayer<'t> {
                     p
                 }
             };
-            let data = self.blob(i.data)?;
-            if data.len() as u64 > i.bytes {
-                return Err(ReplayError::InitialTooBig {
-                    buf: i.buf,
-                    have: data.len() as u64,
-                    bytes: i.bytes,
-                });
-            }
-            gpu.copy_h2d(data, p)
-                .map_err(setup(format!("restoring {}", i.buf)))?;
+            fills.push(super::restore::Fill {
+                buf: i.buf,
+                dst: p,
+                data: i.data,
+            });
+            sizes.push(i.bytes);
         }
-        Ok(())
+        super::restore::fill(gpu, &self.trace.blobs, &fills, &sizes)
     }
 
     /// Back to the initial state for another loop, keeping what `setup` made: wait for every

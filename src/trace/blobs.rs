@@ -31,6 +31,9 @@ struct Backing {
     file: Arc<File>,
 }
 
+/// What `for_each_part` calls with each part: its offset in the blob and its bytes.
+pub type PartFn<'f> = dyn FnMut(u64, &[u8]) -> Result<(), TraceError> + 'f;
+
 /// Every blob of a trace, by id.
 #[derive(Clone, Debug, Default)]
 pub struct BlobStore {
@@ -219,11 +222,7 @@ impl BlobStore {
     /// Call `f(offset, bytes)` for each part of the blob in order (the whole blob once if it
     /// is not chunked), reading each as it goes and keeping none. `Ok(false)` if the trace
     /// does not define it.
-    pub fn for_each_part(
-        &self,
-        id: &BlobId,
-        f: &mut dyn FnMut(u64, &[u8]) -> Result<(), TraceError>,
-    ) -> Result<bool, TraceError> {
+    pub fn for_each_part(&self, id: &BlobId, f: &mut PartFn<'_>) -> Result<bool, TraceError> {
         match self.entries.get(id) {
             None => Ok(false),
             Some(Entry::Chunked(len, parts, _)) => {
@@ -334,7 +333,7 @@ impl BlobStore {
         len: u64,
         parts: &[BlobId],
         depth: u32,
-        f: &mut dyn FnMut(u64, &[u8]) -> Result<(), TraceError>,
+        f: &mut PartFn<'_>,
     ) -> Result<(), TraceError> {
         if BlobId::chunked(len, parts) != *id {
             return Err(self.damaged(id, "its parts do not hash to its id".into()));
@@ -471,10 +470,10 @@ impl BlobStore {
 
 /// `get_or_try_init` for a `OnceLock` (not stable): the value is computed at most once per
 /// winner; a failure is returned and not kept.
-fn cached<'a>(
-    cell: &'a OnceLock<Vec<u8>>,
+fn cached(
+    cell: &OnceLock<Vec<u8>>,
     f: impl FnOnce() -> Result<Vec<u8>, TraceError>,
-) -> Result<&'a [u8], TraceError> {
+) -> Result<&[u8], TraceError> {
     if let Some(v) = cell.get() {
         return Ok(v);
     }

@@ -500,6 +500,9 @@ impl TraceWriter {
 /// that opening a trace reads its frame headers and small frames and skips its large blobs.
 pub trait Source {
     fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// `n` bytes at `off`; callers keep `off + n <= len()`.
     fn get(&mut self, off: u64, n: usize) -> std::io::Result<&[u8]>;
 }
@@ -590,7 +593,9 @@ pub struct LazyBlob {
     pub crc: u32,
 }
 
-/// What `FrameReader::next_item` yields.
+/// What `FrameReader::next_item` yields. (A frame is large, as `Frame` is, and yielded by
+/// value like every frame the reader gives.)
+#[allow(clippy::large_enum_variant)]
 pub enum Item {
     Frame(Frame),
     /// A blob frame of at least the reader's lazy size, not read.
