@@ -30,6 +30,12 @@ struct Cli {
     /// Only errors on stderr.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
+    /// A shared blob store: `record` puts large blobs (weights, big buffers) there instead of
+    /// into the trace, so the next recording does not store them again; every verb that reads
+    /// a trace looks for its stored blobs there (default: where the trace was recorded, or
+    /// GPUTAPE_BLOBS).
+    #[arg(long, global = true, value_name = "DIR")]
+    blobs: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -461,6 +467,9 @@ fn run() -> Result<Exit> {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    if let Some(dir) = &cli.blobs {
+        BLOBS.get_or_init(|| Some(dir.clone()));
+    }
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
@@ -615,7 +624,7 @@ fn run() -> Result<Exit> {
             json,
             fail_on,
         } => {
-            let t = gputape::trace::Trace::open(&trace)?;
+            let t = open_trace(&trace)?;
             check_range(&t, range)?;
             if let Some(s) = stream {
                 let known = t.calls.iter().any(|c| {
@@ -662,7 +671,7 @@ fn run() -> Result<Exit> {
             perfetto,
             dot,
         } => {
-            let t = gputape::trace::Trace::open(&trace)?;
+            let t = open_trace(&trace)?;
             let q = gputape::analysis::CaptureQuery::default();
             anyhow::ensure!(
                 perfetto.is_some() || dot.is_some(),
@@ -697,7 +706,7 @@ fn run() -> Result<Exit> {
             on,
         } => done(trim(&trace, range, &output, on)),
         Cmd::Report { trace, output } => {
-            let t = gputape::trace::Trace::open(&trace)?;
+            let t = open_trace(&trace)?;
             let page = gputape::analysis::report::html(&t, &trace.display().to_string());
             if write_out(&output, page.as_bytes())? {
                 eprintln!("wrote {} ({} bytes)", output.display(), page.len());
@@ -705,8 +714,8 @@ fn run() -> Result<Exit> {
             Ok(Exit::Pass)
         }
         Cmd::Diff { a, b, json } => {
-            let ta = gputape::trace::Trace::open(&a)?;
-            let tb = gputape::trace::Trace::open(&b)?;
+            let ta = open_trace(&a)?;
+            let tb = open_trace(&b)?;
             let (text, differs) = gputape::trace::diff_report(&ta, &tb);
             if json {
                 let lines: Vec<&str> = text.lines().collect();
@@ -790,6 +799,20 @@ fn record(w: Workload, overrun: u32, backend: Backend, out: &Path) -> Result<()>
     record_on(rec, w, overrun, out)
 }
 
+/// `--blobs DIR` (or GPUTAPE_BLOBS), for every verb that reads or records a trace.
+static BLOBS: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+fn blob_dir() -> Option<&'static Path> {
+    BLOBS
+        .get_or_init(|| std::env::var_os("GPUTAPE_BLOBS").map(PathBuf::from))
+        .as_deref()
+}
+
+/// Open a trace, looking for its stored blobs where `--blobs` says.
+fn open_trace(path: &Path) -> Result<gputape::trace::Trace, gputape::trace::TraceError> {
+    gputape::trace::Trace::open_with(path, blob_dir())
+}
+
 /// `record --hash-syncs`, for the recording helpers below.
 static HASH_SYNCS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -800,6 +823,9 @@ fn record_on<B: GpuBackend>(
     out: &Path,
 ) -> Result<()> {
     rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
+    if let Some(dir) = blob_dir() {
+        rec.blob_store(dir);
+    }
     rec.start()?;
     let g: &dyn GpuBackend = &rec;
     match w {
@@ -932,7 +958,7 @@ impl ShowFilter<'_> {
 }
 
 fn show(path: &Path, summary_only: bool, mut filter: ShowFilter<'_>, json: bool) -> Result<()> {
-    let t = gputape::trace::Trace::open(path)?;
+    let t = open_trace(path)?;
     if let Some(s) = filter.steps.take() {
         filter.calls = Some(step_range(&t, s)?);
     }
@@ -1357,6 +1383,9 @@ fn record_steps_on<B: GpuBackend + 'static>(
     out: &Path,
 ) -> Result<()> {
     rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
+    if let Some(dir) = blob_dir() {
+        rec.blob_store(dir);
+    }
     let gpu: &dyn GpuBackend = rec;
     let mut model = gputape::model::Model::load(gpu, cfg)?;
     model.fault = fault;
@@ -1467,7 +1496,7 @@ fn replay(
         steps,
     } = flags;
     use gputape::replayer::Replayer;
-    let t = gputape::trace::Trace::open(path)?;
+    let t = open_trace(path)?;
     let stepped;
     let opts = match steps {
         Some(s) => {
@@ -1666,7 +1695,7 @@ fn temp_beside(out: &Path) -> PathBuf {
 
 fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result<Exit> {
     use gputape::replayer::{minimize, signature, FaultSignature, ReplayOptions, Replayer};
-    let t = gputape::trace::Trace::open(path)?;
+    let t = open_trace(path)?;
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
     drop(backends::open(on, Want::default())?);
@@ -1746,7 +1775,7 @@ fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result
 }
 
 fn trim(path: &Path, range: (u64, u64), out: &Path, on: Backend) -> Result<()> {
-    let t = gputape::trace::Trace::open(path)?;
+    let t = open_trace(path)?;
     let o = backends::open(on, Want::replay())?;
     let load = |m: &gputape::backend::ModuleCode| -> Result<()> {
         match &o.load_code {

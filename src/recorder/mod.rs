@@ -14,6 +14,8 @@ mod forward;
 mod snapshot;
 mod state;
 
+pub use snapshot::compressed_if_it_pays;
+
 pub use flight::FlightConfig;
 
 use crate::backend::{
@@ -270,6 +272,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     pub fn from_env(inner: B, desc: BackendDesc) -> Result<Self, RecordError> {
         if let Some(path) = std::env::var_os("GPUTAPE_RECORD") {
             let rec = Self::to_file(inner, Path::new(&path), desc)?;
+            if let Some(dir) = std::env::var_os("GPUTAPE_BLOBS") {
+                rec.blob_store(dir);
+            }
             rec.start()?;
             return Ok(rec);
         }
@@ -311,6 +316,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
     pub fn hash_at_syncs(&self, on: bool) {
         self.hash_syncs.store(on, Ordering::Relaxed);
         self.st.lock().hash_writes = on;
+    }
+
+    /// Put large blobs (a part of a buffer's contents, 1 MiB or more) into the shared blob
+    /// store at `dir` instead of the trace: a second recording of the same weights stores them
+    /// no more, and each trace names its store (a reader may be pointed elsewhere with
+    /// `--blobs`). Applies from the next `start`; a flight recorder's dumps stay whole.
+    pub fn blob_store(&self, dir: impl Into<std::path::PathBuf>) {
+        self.st.lock().store = Some(dir.into());
     }
 
     /// Whether calls are being recorded now (between `start` and `stop`).
@@ -387,6 +400,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
         };
         st.emit(&Frame::Header(header));
         st.emit(&Frame::Provenance(crate::trace::Provenance::now()));
+        if let Some(dir) = &st.store {
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+            st.emit(&Frame::BlobStore {
+                dir: dir.to_string_lossy().into_owned(),
+            });
+        }
         // Resources that exist already, in id order so the frames are deterministic.
         self.emit_resources(st);
         let mut kernels: Vec<(KernelId, u64, Option<crate::backend::KernelInfo>)> = st

@@ -105,6 +105,8 @@ pub(crate) struct RecState {
     /// The thread of the last call: an engine's calls come in runs from one thread.
     last_thread: Option<(ThreadId, u16)>,
     pub blobs: HashSet<BlobId>,
+    /// The shared blob store large blobs go to (`RecordingBackend::blob_store`), if any.
+    pub store: Option<std::path::PathBuf>,
     pub modules: HashSet<String>,
     pub pending: Vec<Pending>,
     pub write_error: Option<String>,
@@ -160,6 +162,7 @@ impl RecState {
             threads: HashMap::default(),
             last_thread: None,
             blobs: HashSet::default(),
+            store: None,
             modules: HashSet::default(),
             pending: Vec::new(),
             write_error: None,
@@ -526,9 +529,26 @@ impl RecState {
             return f.lock().note_blob_payload(id, payload);
         }
         if self.blobs.insert(id) {
-            self.emit_with(|w| w.write_encoded(FrameClass::Definition, &payload, crc));
+            let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
+            match self.store.clone() {
+                Some(dir) if len >= STORE_MIN as u64 => self.put_in_store(&dir, id, &payload, crc),
+                _ => self.emit_with(|w| w.write_encoded(FrameClass::Definition, &payload, crc)),
+            }
         }
         Some(payload)
+    }
+
+    /// Blob `id` into the shared store, and a `Stored` frame naming it into the trace. A store
+    /// that cannot take it stops the recording as a full disk does (the engine goes on).
+    fn put_in_store(&mut self, dir: &std::path::Path, id: BlobId, record: &[u8], crc: u32) {
+        let len = match codec::blob_head(record) {
+            Some((_, len)) => len,
+            None => return,
+        };
+        match store_put(dir, id, record, crc) {
+            Ok(()) => self.emit(&Frame::Stored { id, len }),
+            Err(e) => self.write_failed(e),
+        }
     }
 
     fn blob_part(&mut self, bytes: &[u8]) -> BlobId {
@@ -541,7 +561,16 @@ impl RecState {
         }
         if self.recording && self.blobs.insert(id) {
             let f = crate::trace::blob_frame(id, bytes);
-            self.emit(&f);
+            match self.store.clone() {
+                Some(dir) if bytes.len() >= STORE_MIN => {
+                    let mut record = Vec::new();
+                    if codec::append(&f, &mut record).is_ok() {
+                        let crc = crate::trace::crc::crc32c(&record);
+                        self.put_in_store(&dir, id, &record, crc);
+                    }
+                }
+                _ => self.emit(&f),
+            }
         }
         id
     }

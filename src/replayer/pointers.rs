@@ -60,10 +60,13 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
             }
         }
     };
+    // Part by part: a buffer of gigabytes is scanned without being held. A part that cannot
+    // be read is the restore's error to report, not this scan's.
     for i in &t.initial {
-        if let Some(b) = t.blob(i.data) {
-            scan(i.buf, 0, b, None);
-        }
+        let _ = t.blobs.for_each_part(&i.data, &mut |at, b| {
+            scan(i.buf, at, b, None);
+            Ok(())
+        });
     }
     for c in &t.calls {
         match &c.call {
@@ -82,13 +85,15 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
                 data,
                 ..
             } => {
-                if let Some(b) = t.blob(*data) {
-                    // Only aligned words of the destination are candidates.
-                    let skip = ((8 - off % 8) % 8) as usize;
+                // Only aligned words of the destination are candidates (parts are whole
+                // multiples of 8 bytes long, so each is as far from alignment as the first).
+                let skip = ((8 - off % 8) % 8) as usize;
+                let _ = t.blobs.for_each_part(data, &mut |at, b| {
                     if b.len() > skip {
-                        scan(*buf, off + skip as u64, &b[skip..], Some(c.seq));
+                        scan(*buf, off + at + skip as u64, &b[skip..], Some(c.seq));
                     }
-                }
+                    Ok(())
+                });
             }
             _ => {}
         }

@@ -70,6 +70,58 @@ pub fn store_path(dir: &Path, id: BlobId) -> PathBuf {
     dir.join(&hex[..2]).join(format!("{hex}.blob"))
 }
 
+/// Blobs at least this big go to a shared store when a recording has one; smaller ones stay
+/// in the trace (a file per few bytes costs more than it saves).
+pub const STORE_MIN: usize = 1 << 20;
+
+/// Put a blob into the store at `dir` unless it is there: `record` is its encoded `Blob`
+/// record and `crc` the record's checksum. The file is a one-blob trace, written under a
+/// name of its own and renamed into place, so readers see it whole or not at all and two
+/// recorders storing the same bytes at once do not mix them.
+pub fn store_put(dir: &Path, id: BlobId, record: &[u8], crc: u32) -> Result<(), TraceError> {
+    let path = store_path(dir, id);
+    if path.exists() {
+        return Ok(());
+    }
+    let io = |what, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| TraceError::Io {
+            what,
+            path: p,
+            source,
+        }
+    };
+    let parent = path.parent().expect("a store path has a parent");
+    std::fs::create_dir_all(parent).map_err(io("create the directory of", &path))?;
+    let sink = super::VecSink::default();
+    let bytes = sink.0.clone();
+    let mut w = super::TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
+    w.write(&Frame::Header(super::TraceHeader {
+        format: super::FORMAT_VERSION,
+        min_reader: super::MIN_READER_VERSION,
+        gputape: env!("CARGO_PKG_VERSION").to_string(),
+        backend: "blob store".into(),
+        device_ordinal: 0,
+        device_name: None,
+        sm_count: None,
+        total_memory: None,
+        driver_version: None,
+    }))?;
+    w.write_encoded(super::FrameClass::Definition, record, crc)?;
+    w.write(&Frame::Stop)?;
+    let tmp = parent.join(format!(
+        ".{}.{}-{:?}.tmp",
+        id.hex(),
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::write(&tmp, &*bytes.lock()).map_err(io("write", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io("rename into", &path)(e)
+    })
+}
+
 /// Check a blob frame's contents against its id and length, unpacking it if compressed.
 pub(crate) fn verified(id: BlobId, len: u64, zstd: bool, data: Vec<u8>) -> Result<Vec<u8>, String> {
     let data = if zstd {
@@ -181,6 +233,39 @@ impl BlobStore {
             Entry::InFile(l, _) => l.len,
             Entry::Stored(len, _) | Entry::Chunked(len, _, _) => *len,
         })
+    }
+
+    /// One line on how the blobs are kept, when any is chunked or in a store (traces of
+    /// small buffers have neither, and say nothing).
+    pub fn summary(&self) -> Option<String> {
+        let (mut chunked, mut parts, mut stored, mut bytes) = (0usize, 0usize, 0usize, 0u64);
+        for e in self.entries.values() {
+            match e {
+                Entry::Chunked(len, p, _) => {
+                    chunked += 1;
+                    parts += p.len();
+                    bytes += len;
+                }
+                Entry::Stored(..) => stored += 1,
+                Entry::Owned(_) | Entry::InFile(..) => {}
+            }
+        }
+        if chunked == 0 && stored == 0 {
+            return None;
+        }
+        let mut line = format!(
+            "blobs {} ({chunked} chunked: {parts} parts, {bytes} bytes",
+            self.len()
+        );
+        if stored > 0 {
+            let at = self
+                .store
+                .as_ref()
+                .map_or("an unknown store".to_string(), |d| d.display().to_string());
+            line.push_str(&format!("; {stored} in the blob store {at}"));
+        }
+        line.push(')');
+        Some(line)
     }
 
     /// The parts of a chunked blob (`None` for any other).

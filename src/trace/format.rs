@@ -177,6 +177,8 @@ pub struct MmapSink {
     map: Option<memmap2::MmapMut>,
     len: usize,
     cap: usize,
+    /// Pages below this have been let go of (`release_written`).
+    released: usize,
     /// Where the trace is written, and where it goes when finished.
     partial: PathBuf,
     path: PathBuf,
@@ -193,6 +195,9 @@ pub fn partial_path(path: &Path) -> PathBuf {
 }
 
 const GROW: usize = 8 << 20;
+/// How far past the end a grown map is faulted in for writing at once (the rest faults in as
+/// it is written; its blocks are reserved either way).
+const POPULATE: usize = 256 << 20;
 /// The writer's encode scratch; a bigger frame grows it for as long as it is written.
 const SCRATCH: usize = 64 << 10;
 
@@ -218,6 +223,7 @@ impl MmapSink {
             map: None,
             len: 0,
             cap: 0,
+            released: 0,
             partial,
             path: path.to_path_buf(),
         };
@@ -250,7 +256,10 @@ impl MmapSink {
     }
 
     fn grow(&mut self, need: usize) -> std::io::Result<()> {
-        let want = need.max(self.cap * 2).max(GROW).next_multiple_of(GROW);
+        // Doubling, up to a gigabyte a step: a 16 GB snapshot must not reserve (or fault in)
+        // another 16 GB ahead of what it writes.
+        let step = self.cap.min(1 << 30);
+        let want = need.max(self.cap + step).max(GROW).next_multiple_of(GROW);
         // Reserve before touching the map, so a failure leaves the current mapping (and every
         // frame in it) as it was. Short of space, try for just what this write needs.
         let cap = match self.reserve(want) {
@@ -272,11 +281,12 @@ impl MmapSink {
         // populate is not enough: a shared file page still takes a second, write-protect fault
         // on its first store. Kernels before 5.14 lack the advice; they fault lazily instead.
         #[cfg(target_os = "linux")]
+        let ahead = (cap - self.len).min(POPULATE);
         if map
-            .advise_range(memmap2::Advice::PopulateWrite, self.len, cap - self.len)
+            .advise_range(memmap2::Advice::PopulateWrite, self.len, ahead)
             .is_err()
         {
-            map.advise_range(memmap2::Advice::WillNeed, self.len, cap - self.len)
+            map.advise_range(memmap2::Advice::WillNeed, self.len, ahead)
                 .ok();
         }
         self.map = Some(map);
@@ -308,6 +318,7 @@ impl Sink for MmapSink {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         m[at..at + header.len()].copy_from_slice(header);
         self.len += total;
+        self.release_written();
         Ok(())
     }
 
@@ -325,7 +336,35 @@ impl Sink for MmapSink {
     }
 }
 
+/// Written pages are let go of in steps of this many bytes (see `release_written`).
+const RELEASE: usize = 64 << 20;
+
 impl MmapSink {
+    /// Let go of the pages written so far: they stay in the page cache and go to the file as
+    /// they would, but stop counting in this process's resident memory, so a recording that
+    /// writes gigabytes (a snapshot of an engine's weights) does not hold them all.
+    fn release_written(&mut self) {
+        const PAGE: usize = 4096;
+        let end = self.len / PAGE * PAGE;
+        if end < self.released + RELEASE {
+            return;
+        }
+        if let Some(m) = &self.map {
+            // SAFETY: a shared mapping of our own file; DONTNEED drops this process's page
+            // table entries for [released, end) only, and the kernel keeps their contents in
+            // the page cache and the file (reading them again would see the same bytes). The
+            // range lies inside the map, and nothing holds a reference into it.
+            let _ = unsafe {
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.released,
+                    end - self.released,
+                )
+            };
+        }
+        self.released = end;
+    }
+
     /// Flush and trim the file, leaving it at its `.partial` name.
     fn close(&mut self) -> std::io::Result<()> {
         if let Some(m) = self.map.take() {

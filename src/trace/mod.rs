@@ -13,7 +13,7 @@ mod render;
 pub mod signature;
 mod write;
 
-pub use blobs::{store_path, BlobStore, Part};
+pub use blobs::{store_path, store_put, BlobStore, Part, PartFn, STORE_MIN};
 pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{

@@ -243,6 +243,9 @@ pub fn render(t: &Trace) -> String {
     if let Some(h) = &t.header {
         let _ = writeln!(s, "trace format {} backend {}", h.format, h.backend);
     }
+    if let Some(line) = t.blobs.summary() {
+        let _ = writeln!(s, "{line}");
+    }
     for (id, k) in &t.kernels {
         let layout: Vec<String> = k
             .params

@@ -127,6 +127,19 @@ pub fn decode_into(bytes: &[u8], out: &mut Frame) -> bool {
     let whole = match r.byte() {
         Ok(FRAME_BEGIN) => launch_begin(&mut r, out).is_some(),
         Ok(FRAME_END) => end(&mut r, out).is_some(),
+        // A blob's bytes in one copy, not serde's element by element.
+        Ok(FRAME_BLOB) => match blob_record(bytes) {
+            Some((id, len, zstd, at)) => {
+                *out = Frame::Blob {
+                    id,
+                    len,
+                    zstd,
+                    data: bytes[at].to_vec(),
+                };
+                return true;
+            }
+            None => false,
+        },
         _ => false,
     };
     whole && r.pos == bytes.len()
