@@ -436,7 +436,7 @@ fn exit_for(e: &anyhow::Error) -> Exit {
             };
         }
         if let Some(r) = c.downcast_ref::<R>() {
-            if matches!(r, R::Dangling { .. } | R::MissingBlob(_)) {
+            if matches!(r, R::Dangling { .. } | R::MissingBlob(_) | R::Trace(_)) {
                 return Exit::Damaged;
             }
         }

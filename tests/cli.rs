@@ -486,3 +486,47 @@ fn replay_perfetto_has_device_tracks_beside_host_calls() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("needs a file"), "{}", stderr(&o));
 }
+
+/// `--blobs DIR`: two recordings share their weights through the store, each trace replays,
+/// a store moved away is exit 3 with a message saying what to pass, and `--blobs` finds it.
+#[test]
+fn a_shared_blob_store_from_the_command_line() {
+    let d = std::env::temp_dir().join(format!("gputape-cli-blobs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    let alone = gputape(&["record", "--step", "5", "-o", &p("alone.gtape")]);
+    assert_eq!(code(&alone), 0, "{}", stderr(&alone));
+    for (step, name) in [("5", "a.gtape"), ("6", "b.gtape")] {
+        let o = gputape(&[
+            "record",
+            "--step",
+            step,
+            "--blobs",
+            &p("store"),
+            "-o",
+            &p(name),
+        ]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let size = |n: &str| std::fs::metadata(d.join(n)).unwrap().len();
+    assert!(
+        size("b.gtape") * 20 < size("alone.gtape"),
+        "{} vs {}",
+        size("b.gtape"),
+        size("alone.gtape")
+    );
+    let shown = gputape(&["show", &p("b.gtape"), "--summary"]);
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    for name in ["a.gtape", "b.gtape"] {
+        let o = gputape(&["replay", &p(name)]);
+        assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
+    }
+    std::fs::rename(d.join("store"), d.join("moved")).unwrap();
+    let lost = gputape(&["replay", &p("b.gtape")]);
+    assert_eq!(code(&lost), 3, "{}", stderr(&lost));
+    assert!(stderr(&lost).contains("--blobs"), "{}", stderr(&lost));
+    let found = gputape(&["replay", &p("b.gtape"), "--blobs", &p("moved")]);
+    assert_eq!(code(&found), 0, "{}", stderr(&found));
+    let _ = std::fs::remove_dir_all(&d);
+}

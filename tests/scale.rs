@@ -141,7 +141,7 @@ fn opening_reads_frame_headers_and_a_damaged_part_is_named_when_read() {
     );
     let e = replay(&t).unwrap_err();
     assert!(
-        matches!(&e, ReplayError::Setup { what, cause } if what.starts_with("restoring") && cause.contains("checksum")),
+        matches!(&e, ReplayError::Trace(TraceError::Corrupt { detail, .. }) if detail.contains("checksum")),
         "{e}"
     );
 }

@@ -318,7 +318,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         self.st.lock().hash_writes = on;
     }
 
-    /// Put large blobs (a part of a buffer's contents, 1 MiB or more) into the shared blob
+    /// Put large blobs (a part of a buffer's contents, 64 KiB or more) into the shared blob
     /// store at `dir` instead of the trace: a second recording of the same weights stores them
     /// no more, and each trace names its store (a reader may be pointed elsewhere with
     /// `--blobs`). Applies from the next `start`; a flight recorder's dumps stay whole.

@@ -101,12 +101,10 @@ pub(super) fn fill(
             let (i, _, off) = parts[l.at];
             let f = &fills[i];
             if result.is_ok() {
-                result = match &l.part {
-                    Err(e) => Err(ReplayError::Setup {
-                        what: format!("restoring {}", f.buf),
-                        cause: e.to_string(),
-                    }),
-                    Ok(p) => gpu
+                result = match l.part {
+                    // The trace's own error (a damaged part, a store without it), typed.
+                    Err(e) => Err(ReplayError::Trace(e)),
+                    Ok(ref p) => gpu
                         .copy_h2d(p.bytes(l.staging), f.dst.offset(off as usize))
                         .map_err(|e| ReplayError::Setup {
                             what: format!("restoring {}", f.buf),

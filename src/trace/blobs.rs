@@ -72,7 +72,7 @@ pub fn store_path(dir: &Path, id: BlobId) -> PathBuf {
 
 /// Blobs at least this big go to a shared store when a recording has one; smaller ones stay
 /// in the trace (a file per few bytes costs more than it saves).
-pub const STORE_MIN: usize = 1 << 20;
+pub const STORE_MIN: usize = 64 << 10;
 
 /// Put a blob into the store at `dir` unless it is there: `record` is its encoded `Blob`
 /// record and `crc` the record's checksum. The file is a one-blob trace, written under a
@@ -499,6 +499,16 @@ impl BlobStore {
             ));
         };
         let path = store_path(dir, *id);
+        if !path.exists() {
+            return Err(self.damaged(
+                id,
+                format!(
+                    "it is in a shared blob store, and {} has no {} (--blobs DIR says where the store is)",
+                    dir.display(),
+                    path.strip_prefix(dir).unwrap_or(&path).display()
+                ),
+            ));
+        }
         let t = super::Trace::open(&path).map_err(|e| {
             self.damaged(
                 id,
