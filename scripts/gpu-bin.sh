@@ -15,4 +15,5 @@ strip -o gpu-bin/gputape target/release/gputape
 strip -o gpu-bin/gpu-tests "$tests"
 strip -o gpu-bin/recorder-bench "$(echo "$benches" | exe recorder)"
 strip -o gpu-bin/replay-bench "$(echo "$benches" | exe replay)"
+strip -o gpu-bin/scale-bench "$(echo "$benches" | exe scale)"
 ls -l gpu-bin

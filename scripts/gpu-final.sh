@@ -22,7 +22,15 @@ rc() { echo "-> exit $?"; }
   echo "== replay x30 eager / graph of the clean step"; $BIN replay traces/h200_tiny_step7.gtape --on cuda --loop 30 | grep -E "match|eager replay"; rc
   $BIN replay traces/h200_tiny_step7.gtape --on cuda --as-graph --loop 30 | grep -E "match|whole step"; rc
   echo "== the seed backend and CLI, from the command line"; SKIP_SUITE=1 OUT="$OUT" bash scripts/gpu-seed.sh 2>&1 | grep -v "^== info" 
-  echo "== recorder bench: this build and the session's start (5318486), interleaved"
+  echo "== record on cuda into a shared blob store, twice; replay both on cuda"
+  rm -rf "$OUT/store"
+  $BIN record --backend cuda --step 5 --blobs "$OUT/store" -o "$OUT/s5.gtape" | tail -1; rc
+  $BIN record --backend cuda --step 6 --blobs "$OUT/store" -o "$OUT/s6.gtape" | tail -1; rc
+  du -sb "$OUT/store" "$OUT/s5.gtape" "$OUT/s6.gtape"
+  $BIN replay "$OUT/s5.gtape" --on cuda | tail -1; rc
+  $BIN replay "$OUT/s6.gtape" --on cuda --as-graph --loop 5 | grep -E "match"; rc
+  rm -rf "$OUT/store" "$OUT"/s5.gtape "$OUT"/s6.gtape
+  echo "== recorder bench: this build and the session's start (f3f7058), interleaved"
   for r in 1 2; do
     echo "-- old round $r"; gpu-bin/recorder-bench-old | grep -E "^\| launch|^\| record_event|^\| flight"
     echo "-- new round $r"; gpu-bin/recorder-bench | grep -E "^\| launch|^\| record_event|^\| flight"

@@ -16,9 +16,15 @@ impl CudaBackend {
     /// Load a module from PTX text. `source` is kept with it when known, so a recorder can
     /// embed the code that ran.
     pub fn load_ptx(&self, name: &str, ptx: &str, source: Option<&str>) -> Result<()> {
+        // A trace is untrusted: text posing as a binary image would be read by the lengths in
+        // a header it does not have. PTX is text, and text is all this takes.
+        if ptx.as_bytes().starts_with(b"\x7fELF") {
+            anyhow::bail!("the PTX of module {name} is an ELF image, not PTX text");
+        }
         let c = CString::new(ptx).map_err(|_| anyhow::anyhow!("PTX of {name} contains a NUL"))?;
-        // SAFETY: `c` is PTX text, as this function's name and callers have it (NVRTC output,
-        // or a trace's module code); see `module_load_data` on text that is not.
+        // SAFETY: `c` is NUL-terminated text that does not begin with the ELF magic (checked
+        // above), and a fatbin's magic is not valid UTF-8, so the driver reads it as PTX text,
+        // up to its NUL, as `module_load_data` requires.
         let m = unsafe { driver::module_load_data(&c) }
             .map_err(|e| e.with(format!("module {name}")))?;
         if let Some(old) = self.modules.lock().insert(name.to_string(), m as u64) {
