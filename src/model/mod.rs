@@ -5,8 +5,10 @@
 //! Weights are f32, generated from a seed (no downloads). The step ends with a synchronous
 //! device-to-host copy of the sampled token, the call that keeps a step out of one CUDA graph.
 
+pub mod hf;
 pub mod kernels;
 mod resources;
+pub mod safetensors;
 
 pub use resources::{BufferArena, PagedKvCache, WeightStore};
 
