@@ -41,32 +41,15 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
         *ranges.keys().next().expect("non-empty"),
         ranges.values().map(|r| r.0).max().expect("non-empty"),
     );
-    let mut out = Vec::new();
-    let mut scan = |holder: BufferId, base_off: u64, bytes: &[u8], seq: Option<u64>| {
-        for (i, w) in bytes.chunks_exact(8).enumerate() {
-            let v = u64::from_le_bytes(w.try_into().expect("8"));
-            if v < MIN_ADDR || v < lo || v >= hi {
-                continue;
-            }
-            if let Some((_, (end, target))) = ranges.range(..=v).next_back() {
-                if v < *end {
-                    out.push(HiddenPointer {
-                        holder,
-                        offset: base_off + i as u64 * 8,
-                        target: *target,
-                        seq,
-                    });
-                }
-            }
-        }
-    };
-    // Part by part: a buffer of gigabytes is scanned without being held. A part that cannot
-    // be read is the restore's error to report, not this scan's.
+    // What to scan: each initial buffer's parts, and each copy into a buffer, as (holder,
+    // where the part starts in it, the part's blob, bytes to skip to the first aligned word,
+    // the call). Parts are whole multiples of 8 bytes long, so every part of a copy is as far
+    // from alignment as its first.
+    let mut jobs: Vec<(BufferId, u64, BlobId, usize, Option<u64>)> = Vec::new();
     for i in &t.initial {
-        let _ = t.blobs.for_each_part(&i.data, &mut |at, b| {
-            scan(i.buf, at, b, None);
-            Ok(())
-        });
+        for (part, at) in t.blobs.layout(&i.data).unwrap_or_default() {
+            jobs.push((i.buf, at, part, 0, None));
+        }
     }
     for c in &t.calls {
         match &c.call {
@@ -85,18 +68,75 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
                 data,
                 ..
             } => {
-                // Only aligned words of the destination are candidates (parts are whole
-                // multiples of 8 bytes long, so each is as far from alignment as the first).
                 let skip = ((8 - off % 8) % 8) as usize;
-                let _ = t.blobs.for_each_part(data, &mut |at, b| {
-                    if b.len() > skip {
-                        scan(*buf, off + at + skip as u64, &b[skip..], Some(c.seq));
-                    }
-                    Ok(())
-                });
+                for (part, at) in t.blobs.layout(data).unwrap_or_default() {
+                    jobs.push((*buf, off + at, part, skip, Some(c.seq)));
+                }
             }
             _ => {}
         }
     }
-    out
+    let scan = |holder: BufferId, base_off: u64, bytes: &[u8], seq: Option<u64>| {
+        let mut out = Vec::new();
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(w.try_into().expect("8"));
+            if v < MIN_ADDR || v < lo || v >= hi {
+                continue;
+            }
+            if let Some((_, (end, target))) = ranges.range(..=v).next_back() {
+                if v < *end {
+                    out.push(HiddenPointer {
+                        holder,
+                        offset: base_off + i as u64 * 8,
+                        target: *target,
+                        seq,
+                    });
+                }
+            }
+        }
+        out
+    };
+    // On several threads, a part at a time: a trace of gigabytes is read at the disk's pace,
+    // and never held. A part that cannot be read is the restore's error to report, not this
+    // scan's.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+        .min(jobs.len().max(1));
+    let mut found: Vec<(usize, Vec<HiddenPointer>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    let mut buf = Vec::new();
+                    loop {
+                        let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(holder, at, part, skip, seq)) = jobs.get(j) else {
+                            return mine;
+                        };
+                        let room = t.blobs.len_of(&part).unwrap_or(0).min(CHUNK_BYTES as u64);
+                        buf.resize(room as usize + 4096, 0);
+                        if let Ok(p) = t.blobs.read_part(&part, &mut buf) {
+                            let bytes = p.bytes(&buf);
+                            if bytes.len() > skip {
+                                let hits = scan(holder, at + skip as u64, &bytes[skip..], seq);
+                                if !hits.is_empty() {
+                                    mine.push((j, hits));
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a scan thread does not panic"))
+            .collect()
+    });
+    // In the order of the trace: initial buffers, then calls, each part ascending.
+    found.sort_by_key(|(j, _)| *j);
+    found.into_iter().flat_map(|(_, h)| h).collect()
 }
