@@ -362,7 +362,7 @@ impl BlobStore {
             },
             Some(Entry::Stored(len, cell)) => match cell.get() {
                 Some(v) => Ok(Part::Held(v)),
-                None => Ok(Part::Read(self.read_stored(id, *len)?)),
+                None => self.read_stored_into(id, *len, buf),
             },
         }
     }
@@ -492,6 +492,21 @@ impl BlobStore {
     }
 
     fn read_stored(&self, id: &BlobId, len: u64) -> Result<Vec<u8>, TraceError> {
+        let mut none: [u8; 0] = [];
+        match self.read_stored_into(id, len, &mut none)? {
+            Part::Read(v) => Ok(v),
+            Part::Held(b) => Ok(b.to_vec()),
+            Part::Staged(_) => unreachable!("nothing fits in an empty buffer"),
+        }
+    }
+
+    /// Stored blob `id` read from its store file, into `buf` where it fits.
+    fn read_stored_into(
+        &self,
+        id: &BlobId,
+        len: u64,
+        buf: &mut [u8],
+    ) -> Result<Part<'_>, TraceError> {
         let Some(dir) = &self.store else {
             return Err(self.damaged(
                 id,
@@ -509,18 +524,33 @@ impl BlobStore {
                 ),
             ));
         }
-        let t = super::Trace::open(&path).map_err(|e| {
+        let cannot = |e: TraceError| {
             self.damaged(
                 id,
                 format!("the blob store {} cannot give it: {e}", dir.display()),
             )
-        })?;
-        match t.blobs.get(id)? {
-            Some(b) if b.len() as u64 == len => Ok(b.to_vec()),
-            _ => Err(self.damaged(
+        };
+        let t = super::Trace::open(&path).map_err(cannot)?;
+        if t.blobs.len_of(id) != Some(len) {
+            return Err(self.damaged(
                 id,
                 format!("{} does not hold it ({len} bytes)", path.display()),
-            )),
+            ));
+        }
+        match t.blobs.entries.get(id) {
+            // A part of a store is a one-frame file: read straight into the staging buffer.
+            Some(Entry::InFile(l, _)) if l.payload_len as usize <= buf.len() => {
+                match t.blobs.read_in_file_into(l, buf).map_err(cannot)? {
+                    Part::Staged(r) => Ok(Part::Staged(r)),
+                    Part::Read(v) => Ok(Part::Read(v)),
+                    Part::Held(b) => Ok(Part::Read(b.to_vec())),
+                }
+            }
+            Some(Entry::InFile(l, _)) => Ok(Part::Read(t.blobs.read_in_file(l).map_err(cannot)?)),
+            _ => match t.blobs.get(id).map_err(cannot)? {
+                Some(b) => Ok(Part::Read(b.to_vec())),
+                None => Err(self.damaged(id, format!("{} does not hold it", path.display()))),
+            },
         }
     }
 
