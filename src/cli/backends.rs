@@ -1,7 +1,7 @@
 //! The one place the command line turns `--on` / `--backend` into a backend. Verbs ask for
 //! what they need (`Want`) and get an `Opened`: the backend as a trait object, plus the two
 //! things some verbs need that the trait does not carry. Adding a backend is a folder beside
-//! `mock/` and `cuda/`, a `Backend` value, and its arm in `open`.
+//! `mock/` and `cuda/`, a `Backend` value, its line in `Backend::props` and its arm in `open`.
 
 use anyhow::Result;
 use gputape::backend::{CaptureMode, DevicePtr, GpuBackend, ModuleCode, StreamKind};
@@ -14,41 +14,50 @@ pub enum Backend {
     Cuda,
 }
 
-/// What the verbs need to know of a backend beyond the trait: its name, and the two ways in
-/// which the mock and a driver differ for a fault.
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Mock => "mock",
-            Backend::Cuda => "cuda",
-        }
-    }
-
+/// What the verbs need to know of a backend beyond the trait.
+pub struct Props {
+    pub name: &'static str,
     /// A device fault kills the context, and with it every later call in this process: a
     /// replay that may fault runs in a child process so the report survives. (The mock's
     /// faults are values: it goes on.)
-    pub fn fault_poisons_process(self) -> bool {
-        match self {
-            Backend::Mock => false,
-            Backend::Cuda => true,
-        }
-    }
-
+    pub fault_poisons_process: bool,
     /// Overruns are found by scanning red zones around allocations (the mock checks every
     /// access against exact bounds instead, so it has none).
-    pub fn has_redzones(self) -> bool {
+    pub has_redzones: bool,
+    /// Kernels run as CPU twins: an engine's own kernels, which have none here, are opaque.
+    pub runs_cpu_twins: bool,
+}
+
+impl Backend {
+    /// Each backend's properties, one line each: with its arm in `open`, all a new backend
+    /// needs here.
+    pub fn props(self) -> Props {
+        let p = |name, fault_poisons_process, has_redzones, runs_cpu_twins| Props {
+            name,
+            fault_poisons_process,
+            has_redzones,
+            runs_cpu_twins,
+        };
         match self {
-            Backend::Mock => false,
-            Backend::Cuda => true,
+            Backend::Mock => p("mock", false, false, true),
+            Backend::Cuda => p("cuda", true, true, false),
         }
     }
 
-    /// Kernels run as CPU twins: an engine's own kernels, which have none here, are opaque.
+    pub fn name(self) -> &'static str {
+        self.props().name
+    }
+
+    pub fn fault_poisons_process(self) -> bool {
+        self.props().fault_poisons_process
+    }
+
+    pub fn has_redzones(self) -> bool {
+        self.props().has_redzones
+    }
+
     pub fn runs_cpu_twins(self) -> bool {
-        match self {
-            Backend::Mock => true,
-            Backend::Cuda => false,
-        }
+        self.props().runs_cpu_twins
     }
 }
 
