@@ -64,6 +64,32 @@ struct Done<'a> {
 /// more than a small state takes to copy.
 const PIN_FROM: u64 = 256 << 20;
 
+/// Below this many bytes in all, buffers are read on the calling thread: threads and staging
+/// cost more than they save on a small state (a flight checkpoint between decode steps).
+const PARALLEL_FROM: u64 = 32 << 20;
+
+/// Every job's buffer read and stored one after another, through one reused buffer.
+fn read_in_turn(
+    gpu: &dyn GpuBackend,
+    st: &mut RecState,
+    jobs: &[Job],
+) -> Result<Vec<BlobId>, RecordError> {
+    let mut bytes = Vec::new();
+    jobs.iter()
+        .map(|job| {
+            bytes.clear();
+            bytes.resize(job.size as usize, 0);
+            gpu.copy_d2h(DevicePtr(job.addr), &mut bytes)
+                .map_err(|source| RecordError::Snapshot {
+                    buf: job.buf,
+                    bytes: job.size,
+                    source,
+                })?;
+            Ok(st.blob(&bytes))
+        })
+        .collect()
+}
+
 /// How many workers hash and encode: the machine's cores, up to 8, less the caller's.
 fn workers() -> usize {
     std::thread::available_parallelism()
@@ -92,8 +118,11 @@ pub(super) fn read_buffers(
             })
         })
         .collect();
-    let nworkers = workers().min(parts.len()).max(1);
     let total: u64 = jobs.iter().map(|j| j.size).sum();
+    if total < PARALLEL_FROM {
+        return read_in_turn(gpu, st, jobs);
+    }
+    let nworkers = workers().min(parts.len()).max(1);
     let biggest = parts.iter().map(|p| p.2).max().unwrap_or(0).max(1);
     let mut staging = Staging::new(gpu, nworkers + 2, biggest, total >= PIN_FROM);
     let mut free: Vec<&mut [u8]> = staging.slices();

@@ -47,7 +47,7 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
     // from alignment as its first.
     let mut jobs: Vec<(BufferId, u64, BlobId, usize, Option<u64>)> = Vec::new();
     for i in &t.initial {
-        for (part, at) in t.blobs.layout(&i.data).unwrap_or_default() {
+        for (part, at) in t.blobs.layout(&i.data).ok().flatten().unwrap_or_default() {
             jobs.push((i.buf, at, part, 0, None));
         }
     }
@@ -69,7 +69,7 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
                 ..
             } => {
                 let skip = ((8 - off % 8) % 8) as usize;
-                for (part, at) in t.blobs.layout(data).unwrap_or_default() {
+                for (part, at) in t.blobs.layout(data).ok().flatten().unwrap_or_default() {
                     jobs.push((*buf, off + at, part, skip, Some(c.seq)));
                 }
             }

@@ -20,6 +20,9 @@ pub(super) struct Fill {
 /// more than a small state takes to copy.
 const PIN_FROM: u64 = 256 << 20;
 
+/// Below this many bytes in all, a restore runs on the calling thread.
+const PARALLEL_FROM: u64 = 32 << 20;
+
 /// A part read by a reader thread, with the staging buffer it may lie in.
 struct Loaded<'s, 'b> {
     at: usize,
@@ -49,11 +52,26 @@ pub(super) fn fill(
             });
         }
         let layout = blobs
-            .layout(&f.data)
+            .layout(&f.data)?
             .ok_or(ReplayError::MissingBlob(f.data))?;
         parts.extend(layout.into_iter().map(|(p, off)| (i, p, off)));
     }
     if parts.is_empty() {
+        return Ok(());
+    }
+    let total: u64 = fills.iter().filter_map(|f| blobs.len_of(&f.data)).sum();
+    if total < PARALLEL_FROM {
+        // A small state: in turn, on this thread (threads cost more than they save here,
+        // and a replay loop restores every loop).
+        for &(i, part, off) in &parts {
+            let f = &fills[i];
+            let bytes = blobs.get(&part)?.ok_or(ReplayError::MissingBlob(part))?;
+            gpu.copy_h2d(bytes, f.dst.offset(off as usize))
+                .map_err(|e| ReplayError::Setup {
+                    what: format!("restoring {}", f.buf),
+                    cause: format!("{e:#}"),
+                })?;
+        }
         return Ok(());
     }
     let readers = std::thread::available_parallelism()
@@ -61,7 +79,6 @@ pub(super) fn fill(
         .unwrap_or(1)
         .clamp(1, 8)
         .min(parts.len());
-    let total: u64 = fills.iter().filter_map(|f| blobs.len_of(&f.data)).sum();
     // Room for the largest part's whole record (its data and a few bytes of head).
     let room = parts
         .iter()

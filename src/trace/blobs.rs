@@ -327,24 +327,32 @@ impl BlobStore {
     }
 
     /// The parts of blob `id` in order, with where each starts: the parts of a chunked blob,
-    /// or the blob itself at 0. `None` if the trace does not define it.
-    pub fn layout(&self, id: &BlobId) -> Option<Vec<(BlobId, u64)>> {
-        match self.entries.get(id)? {
-            Entry::Chunked(_, parts, _) => {
-                let mut off = 0;
-                Some(
-                    parts
-                        .iter()
-                        .map(|p| {
-                            let at = off;
-                            off += self.len_of(p).unwrap_or(0);
-                            (*p, at)
-                        })
-                        .collect(),
-                )
-            }
-            _ => Some(vec![(*id, 0)]),
+    /// or the blob itself at 0. `Ok(None)` if the trace does not define it; an error if a
+    /// chunked blob's parts do not hash to its id or do not add up to its length (a restore
+    /// writes each part at its offset: they must stay inside the blob).
+    pub fn layout(&self, id: &BlobId) -> Result<Option<Vec<(BlobId, u64)>>, TraceError> {
+        let Some(e) = self.entries.get(id) else {
+            return Ok(None);
+        };
+        let Entry::Chunked(len, parts, _) = e else {
+            return Ok(Some(vec![(*id, 0)]));
+        };
+        if BlobId::chunked(*len, parts) != *id {
+            return Err(self.damaged(id, "its parts do not hash to its id".into()));
         }
+        let mut off = 0u64;
+        let mut v = Vec::with_capacity(parts.len());
+        for p in parts {
+            let n = self
+                .len_of(p)
+                .ok_or_else(|| self.damaged(id, format!("its part {p} is not in the trace")))?;
+            v.push((*p, off));
+            off = off.saturating_add(n);
+        }
+        if off != *len {
+            return Err(self.damaged(id, format!("its parts hold {off} of its {len} bytes")));
+        }
+        Ok(Some(v))
     }
 
     /// Blob `id` (not a chunked one) read for a restore, into `buf` where it fits (a page-locked
