@@ -4,10 +4,10 @@
 //! memory stays at a few parts whatever the buffers hold, and a kill loses at most the part
 //! being written.
 
-use super::state::{Place, RecState};
+use super::state::RecState;
 use super::RecordError;
 use crate::backend::{DevicePtr, GpuBackend, Staging};
-use crate::trace::{codec, BlobId, BufferId, Reserved, CHUNK_BYTES};
+use crate::trace::{codec, BlobId, BufferId, CHUNK_BYTES};
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 
@@ -90,9 +90,6 @@ fn read_in_turn(
         .collect()
 }
 
-/// Threads writing records into the trace file.
-const WRITERS: usize = 4;
-
 /// How many workers hash and encode: the machine's cores, up to 8, less the caller's.
 fn workers() -> usize {
     std::thread::available_parallelism()
@@ -136,26 +133,7 @@ pub(super) fn read_buffers(
     let (to_work, work) = mpsc::sync_channel::<(usize, &mut [u8], usize)>(free.len());
     let work = std::sync::Mutex::new(work);
     let (to_main, done) = mpsc::channel::<Done<'_>>();
-    // Records to write at their reserved places, on writer threads: one thread's copies into
-    // the page cache were the snapshot's limit (2.2 GB/s on the H200 host).
-    let (to_write, write) = mpsc::sync_channel::<(Reserved, Vec<u8>)>(WRITERS);
-    let write = std::sync::Mutex::new(write);
-    let write_error: std::sync::Mutex<Option<std::io::Error>> = std::sync::Mutex::new(None);
     let result = std::thread::scope(|s| -> Result<(), RecordError> {
-        for _ in 0..WRITERS {
-            let (write, write_error, give_back) = (&write, &write_error, give_back.clone());
-            s.spawn(move || loop {
-                let next = write.lock().expect("no writer panics").recv();
-                let Ok((place, record)) = next else { return };
-                if let Err(e) = place.write(&record) {
-                    write_error
-                        .lock()
-                        .expect("no writer panics")
-                        .get_or_insert(e);
-                }
-                let _ = give_back.send(record);
-            });
-        }
         for _ in 0..nworkers {
             let (work, reuse, to_main) = (&work, &reuse, to_main.clone());
             s.spawn(move || loop {
@@ -220,18 +198,8 @@ pub(super) fn read_buffers(
             ready.insert(d.idx, d);
             // Write every part that is next in order; its staging buffer is free again.
             while let Some(d) = ready.remove(&next_emit) {
-                match st.reserve_blob(d.id, parts[d.idx].2, d.record.len(), d.crc) {
-                    Place::Have => {
-                        let _ = give_back.send(d.record);
-                    }
-                    Place::At(place) => {
-                        let _ = to_write.send((place, d.record));
-                    }
-                    Place::Inline => {
-                        if let Some(back) = st.blob_encoded(d.id, d.record, d.crc) {
-                            let _ = give_back.send(back);
-                        }
-                    }
+                if let Some(back) = st.blob_encoded(d.id, d.record, d.crc) {
+                    let _ = give_back.send(back);
                 }
                 ids[parts[d.idx].0].push(d.id);
                 free.push(d.staging);
@@ -239,7 +207,6 @@ pub(super) fn read_buffers(
             }
         }
         drop(to_work);
-        drop(to_write);
         match (failed, parts.get(next_emit)) {
             (Some(e), _) => Err(e),
             (None, Some(&(j, _, _))) => Err(RecordError::Snapshot {
@@ -250,9 +217,6 @@ pub(super) fn read_buffers(
             (None, None) => Ok(()),
         }
     });
-    if let Some(e) = write_error.into_inner().expect("no writer panics") {
-        st.parallel_write_failed(e);
-    }
     result?;
 
     Ok(jobs

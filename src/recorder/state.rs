@@ -538,45 +538,6 @@ impl RecState {
         Some(payload)
     }
 
-    /// Where a snapshot part's record should go: nowhere (this recording has it, or is not
-    /// recording), a place in the trace file another thread writes it into, or `blob_encoded`
-    /// (a flight recorder, a blob store, a sink without a file).
-    pub fn reserve_blob(&mut self, id: BlobId, len: usize, record_len: usize, crc: u32) -> Place {
-        if !self.recording {
-            return Place::Have;
-        }
-        if self.flight.is_some() || (self.store.is_some() && len >= STORE_MIN) {
-            return Place::Inline;
-        }
-        if !self.blobs.insert(id) {
-            return Place::Have;
-        }
-        let Some(w) = self.writer.as_mut() else {
-            return Place::Have;
-        };
-        match w.reserve_encoded(record_len, crc) {
-            Ok(Some(r)) => Place::At(r),
-            Ok(None) => {
-                self.blobs.remove(&id);
-                Place::Inline
-            }
-            Err(e) => {
-                self.write_failed(e);
-                Place::Have
-            }
-        }
-    }
-
-    /// A snapshot's writes failed where another thread made them: recording stops, as it
-    /// does when a write here fails.
-    pub fn parallel_write_failed(&mut self, source: std::io::Error) {
-        self.write_failed(TraceError::Io {
-            what: "write",
-            path: "<trace sink>".into(),
-            source,
-        });
-    }
-
     /// Blob `id` into the shared store, and a `Stored` frame naming it into the trace. A store
     /// that cannot take it stops the recording as a full disk does (the engine goes on).
     fn put_in_store(&mut self, dir: &std::path::Path, id: BlobId, record: &[u8], crc: u32) {
@@ -792,14 +753,4 @@ impl RecState {
         }
         self.emit(&Frame::Kernel { id, info });
     }
-}
-
-/// Where a snapshot part's record goes (`RecState::reserve_blob`).
-pub enum Place {
-    /// Nowhere: the recording has it, or is not recording.
-    Have,
-    /// Into the trace file, at a place reserved for it, by another thread.
-    At(Reserved),
-    /// Through `blob_encoded`.
-    Inline,
 }

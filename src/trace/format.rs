@@ -27,7 +27,6 @@ use super::codec;
 use super::frame::{ArgRef, BeginRef, Frame, LaunchRef, FORMAT_VERSION, MAGIC, MIN_READER_VERSION};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 pub const FILE_HEADER_LEN: usize = 16;
 /// Frame header size of the format this build writes.
@@ -142,13 +141,6 @@ pub trait Sink: Send {
     fn checksums(&self) -> bool {
         true
     }
-    /// Space for a frame of `total` bytes (header and payload) at the end of a file this sink
-    /// writes, for a frame whose payload is written from another thread (`Reserved::write`):
-    /// the file and the offset. `None` (the default) where frames do not go straight to a
-    /// file.
-    fn reserve_frame(&mut self, _total: usize) -> std::io::Result<Option<(Arc<File>, u64)>> {
-        Ok(None)
-    }
     /// Write one frame, knowing what it is. Default: `write_frame`.
     fn write_classed(
         &mut self,
@@ -181,7 +173,7 @@ impl Sink for VecSink {
 
 /// A file written through a growing memory map, at `NAME.partial` until finished.
 pub struct MmapSink {
-    file: Arc<File>,
+    file: File,
     map: Option<memmap2::MmapMut>,
     len: usize,
     cap: usize,
@@ -227,7 +219,7 @@ impl MmapSink {
             .open(&partial)
             .map_err(io("create"))?;
         let mut s = MmapSink {
-            file: Arc::new(file),
+            file,
             map: None,
             len: 0,
             cap: 0,
@@ -312,15 +304,6 @@ impl Sink for MmapSink {
         m[self.len..self.len + bytes.len()].copy_from_slice(bytes);
         self.len += bytes.len();
         Ok(())
-    }
-
-    fn reserve_frame(&mut self, total: usize) -> std::io::Result<Option<(Arc<File>, u64)>> {
-        if self.len + total > self.cap {
-            self.grow(self.len + total)?;
-        }
-        let at = self.len;
-        self.len += total;
-        Ok(Some((self.file.clone(), at as u64)))
     }
 
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
@@ -485,37 +468,6 @@ impl TraceWriter {
         self.next_seq += 1;
         self.bytes_written += (FRAME_HEADER_LEN + payload.len()) as u64;
         Ok(())
-    }
-
-    /// `write_encoded` for a payload another thread will write: the frame's place in the file
-    /// and its header, sequence number and size counted now (frames are numbered in the order
-    /// reserved). `None` where the sink has no file to write into directly.
-    pub fn reserve_encoded(
-        &mut self,
-        payload_len: usize,
-        crc: u32,
-    ) -> Result<Option<Reserved>, TraceError> {
-        let io = |source| TraceError::Io {
-            what: "write",
-            path: PathBuf::from("<trace sink>"),
-            source,
-        };
-        let Some((file, at)) = self
-            .sink
-            .reserve_frame(FRAME_HEADER_LEN + payload_len)
-            .map_err(io)?
-        else {
-            return Ok(None);
-        };
-        let mut header = [0u8; FRAME_HEADER_LEN];
-        header[0..4].copy_from_slice(&(payload_len as u32).to_le_bytes());
-        header[4..12].copy_from_slice(&self.next_seq.to_le_bytes());
-        let hcrc = super::crc::crc32c(&header[0..12]);
-        header[12..16].copy_from_slice(&hcrc.to_le_bytes());
-        header[16..20].copy_from_slice(&crc.to_le_bytes());
-        self.next_seq += 1;
-        self.bytes_written += (FRAME_HEADER_LEN + payload_len) as u64;
-        Ok(Some(Reserved { file, at, header }))
     }
 
     /// Write a call's Begin frame from a borrowed call (the recorder's hot path).
@@ -700,25 +652,6 @@ pub enum Item {
     Frame(Frame),
     /// A blob frame of at least the reader's lazy size, not read.
     Lazy(LazyBlob),
-}
-
-/// A frame's place in a file, reserved by `TraceWriter::reserve_encoded`.
-pub struct Reserved {
-    file: Arc<File>,
-    at: u64,
-    header: [u8; FRAME_HEADER_LEN],
-}
-
-impl Reserved {
-    /// Write the frame: its payload, then its header, as every frame is written (until the
-    /// header is there the frame reads as a cut). Frames reserved after this one may be
-    /// written before it; a kill then leaves a zero header here, and the reader stops at it.
-    pub fn write(&self, payload: &[u8]) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.file
-            .write_all_at(payload, self.at + FRAME_HEADER_LEN as u64)?;
-        self.file.write_all_at(&self.header, self.at)
-    }
 }
 
 /// Reads frames one at a time. After the iterator ends, `cut` says whether (and where) the

@@ -18,7 +18,7 @@ pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{
     partial_path, read_frames, Cut, FileSource, FrameClass, FrameReader, Item, LazyBlob, MmapSink,
-    Reserved, Sink, Source, TraceError, TraceWriter, VecSink, FILE_HEADER_LEN, FRAME_HEADER_LEN,
+    Sink, Source, TraceError, TraceWriter, VecSink, FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
 pub use refs::{refs, written_by, Refs};
