@@ -434,9 +434,10 @@ impl BlobStore {
         let mut off = 0u64;
         for p in parts {
             let bytes: std::borrow::Cow<'_, [u8]> = match self.entries.get(p) {
-                // A part is never chunked itself: a trace claiming so is damaged, and the
-                // depth bound keeps a cycle from recursing.
-                Some(Entry::Chunked(..)) if depth > 0 => {
+                // A part is never chunked itself (the recorder makes parts of plain blobs):
+                // a trace claiming so is damaged, and refusing it keeps a cycle from
+                // recursing.
+                Some(Entry::Chunked(..)) => {
                     return Err(self.damaged(id, format!("part {p} is itself chunked")))
                 }
                 Some(Entry::InFile(l, cell)) if cell.get().is_none() => {
