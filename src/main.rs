@@ -1537,12 +1537,7 @@ fn replay(
     };
     let opened = backends::open(on, want)?;
     let gpu = opened.gpu.as_ref();
-    let load_cuda = |m: &gputape::backend::ModuleCode| -> Result<()> {
-        match &opened.load_code {
-            Some(load) => load(m),
-            None => Ok(()),
-        }
-    };
+    let load_cuda = |m: &gputape::backend::ModuleCode| opened.load_trace_code(m);
     let place = |addr: u64, bytes: usize| (opened.place)(addr, bytes);
     check_range(&t, opts.range)?;
     if !on.has_redzones() && opts.scan_redzones_each && child_report.is_none() {
@@ -1777,12 +1772,7 @@ fn minimize(path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result
 fn trim(path: &Path, range: (u64, u64), out: &Path, on: Backend) -> Result<()> {
     let t = open_trace(path)?;
     let o = backends::open(on, Want::replay())?;
-    let load = |m: &gputape::backend::ModuleCode| -> Result<()> {
-        match &o.load_code {
-            Some(load) => load(m),
-            None => Ok(()),
-        }
-    };
+    let load = |m: &gputape::backend::ModuleCode| o.load_trace_code(m);
     let cut = gputape::replayer::Replayer::new(&t).trim(o.gpu.as_ref(), range, Some(&load))?;
     let bytes = write_trace_atomically(&cut, out)?;
     println!(

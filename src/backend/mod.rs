@@ -28,7 +28,7 @@ pub use op_cache::OpCache;
 pub use registry::{
     KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess, ParamInfo,
 };
-pub use staging::Staging;
+pub use staging::{cores, Staging, PARALLEL_FROM};
 pub use tensormap::{TensorMapDesc, TensorMapDtype, TensorMapImage, TENSOR_MAP_BYTES};
 pub use types::*;
 

@@ -3,6 +3,20 @@
 
 use super::GpuBackend;
 
+/// Below this many bytes in all, a snapshot or restore runs in turn on the calling thread:
+/// threads and staging cost more than they save on a small state (a flight checkpoint between
+/// decode steps, a replay loop's restore).
+pub const PARALLEL_FROM: u64 = 32 << 20;
+
+/// Page-locked staging only for this much or more: pinning costs milliseconds per buffer,
+/// more than a small state takes to copy.
+const PIN_FROM: u64 = 256 << 20;
+
+/// The cores there are to spread bulk work over (1 when the system does not say).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Host buffers for bulk copies: page-locked when the backend gives them (a copy to or from
 /// them runs at the link's speed), else ordinary memory.
 pub struct Staging<'g> {
@@ -13,9 +27,10 @@ pub struct Staging<'g> {
 }
 
 impl Staging<'_> {
-    /// `n` buffers of `size` bytes, page-locked only when `pin` (pinning costs milliseconds
-    /// per buffer, more than a small snapshot takes to copy).
-    pub fn new(gpu: &dyn GpuBackend, n: usize, size: usize, pin: bool) -> Staging<'_> {
+    /// `n` buffers of `size` bytes for moving `total` bytes, page-locked when that is large
+    /// enough to pay for the pinning.
+    pub fn new(gpu: &dyn GpuBackend, n: usize, size: usize, total: u64) -> Staging<'_> {
+        let pin = total >= PIN_FROM;
         let mut s = Staging {
             gpu,
             pinned: Vec::new(),

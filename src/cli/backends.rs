@@ -108,6 +108,17 @@ pub struct Opened {
     pub pdl_kernels: Option<Box<dyn Fn() -> (usize, usize)>>,
 }
 
+impl Opened {
+    /// Load a module from the code a trace embeds, where the backend compiles such code; a
+    /// backend that runs its own twins has nothing to load.
+    pub fn load_trace_code(&self, m: &ModuleCode) -> Result<()> {
+        match &self.load_code {
+            Some(load) => load(m),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Open `b` as `want` asks.
 pub fn open(b: Backend, want: Want) -> Result<Opened> {
     let opened = match b {

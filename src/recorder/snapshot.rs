@@ -6,7 +6,7 @@
 
 use super::state::RecState;
 use super::RecordError;
-use crate::backend::{DevicePtr, GpuBackend, Staging};
+use crate::backend::{cores, DevicePtr, GpuBackend, Staging, PARALLEL_FROM};
 use crate::trace::{codec, BlobId, BufferId, CHUNK_BYTES};
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -60,14 +60,6 @@ struct Done<'a> {
     staging: &'a mut [u8],
 }
 
-/// Page-locked staging only for this much or more: pinning costs milliseconds per buffer,
-/// more than a small state takes to copy.
-const PIN_FROM: u64 = 256 << 20;
-
-/// Below this many bytes in all, buffers are read on the calling thread: threads and staging
-/// cost more than they save on a small state (a flight checkpoint between decode steps).
-const PARALLEL_FROM: u64 = 32 << 20;
-
 /// Every job's buffer read and stored one after another, through one reused buffer.
 fn read_in_turn(
     gpu: &dyn GpuBackend,
@@ -92,11 +84,7 @@ fn read_in_turn(
 
 /// How many workers hash and encode: the machine's cores, up to 8, less the caller's.
 fn workers() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(2, 9)
-        - 1
+    cores().clamp(2, 9) - 1
 }
 
 /// Read every job's buffer into the recording, returning each buffer's blob id (a single
@@ -124,7 +112,7 @@ pub(super) fn read_buffers(
     }
     let nworkers = workers().min(parts.len()).max(1);
     let biggest = parts.iter().map(|p| p.2).max().unwrap_or(0).max(1);
-    let mut staging = Staging::new(gpu, nworkers + 2, biggest, total >= PIN_FROM);
+    let mut staging = Staging::new(gpu, nworkers + 2, biggest, total);
     let mut free: Vec<&mut [u8]> = staging.slices();
     let mut ids: Vec<Vec<BlobId>> = jobs.iter().map(|_| Vec::new()).collect();
     // Record buffers the workers encode into, handed back after each write.

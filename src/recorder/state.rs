@@ -530,21 +530,24 @@ impl RecState {
         }
         if self.blobs.insert(id) {
             let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
-            match self.store.clone() {
-                Some(dir) if len >= STORE_MIN as u64 => self.put_in_store(&dir, id, &payload, crc),
-                _ => self.emit_with(|w| w.write_encoded(FrameClass::Definition, &payload, crc)),
+            if self.store_takes(len) {
+                self.put_in_store(id, len, &payload, crc);
+            } else {
+                self.emit_with(|w| w.write_encoded(FrameClass::Definition, &payload, crc));
             }
         }
         Some(payload)
     }
 
+    /// Whether a blob of `len` bytes goes to the shared store rather than the trace.
+    fn store_takes(&self, len: u64) -> bool {
+        self.store.is_some() && len >= STORE_MIN as u64
+    }
+
     /// Blob `id` into the shared store, and a `Stored` frame naming it into the trace. A store
     /// that cannot take it stops the recording as a full disk does (the engine goes on).
-    fn put_in_store(&mut self, dir: &std::path::Path, id: BlobId, record: &[u8], crc: u32) {
-        let len = match codec::blob_head(record) {
-            Some((_, len)) => len,
-            None => return,
-        };
+    fn put_in_store(&mut self, id: BlobId, len: u64, record: &[u8], crc: u32) {
+        let Some(dir) = &self.store else { return };
         match store_put(dir, id, record, crc) {
             Ok(()) => self.emit(&Frame::Stored { id, len }),
             Err(e) => self.write_failed(e),
@@ -561,15 +564,14 @@ impl RecState {
         }
         if self.recording && self.blobs.insert(id) {
             let f = crate::trace::blob_frame(id, bytes);
-            match self.store.clone() {
-                Some(dir) if bytes.len() >= STORE_MIN => {
-                    let mut record = Vec::new();
-                    if codec::append(&f, &mut record).is_ok() {
-                        let crc = crate::trace::crc::crc32c(&record);
-                        self.put_in_store(&dir, id, &record, crc);
-                    }
+            if self.store_takes(bytes.len() as u64) {
+                let mut record = Vec::new();
+                if codec::append(&f, &mut record).is_ok() {
+                    let crc = crate::trace::crc::crc32c(&record);
+                    self.put_in_store(id, bytes.len() as u64, &record, crc);
                 }
-                _ => self.emit(&f),
+            } else {
+                self.emit(&f);
             }
         }
         id

@@ -100,11 +100,7 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
     // and never held. A part that cannot be read is the restore's error to report, not this
     // scan's.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8)
-        .min(jobs.len().max(1));
+    let threads = crate::backend::cores().clamp(1, 8).min(jobs.len().max(1));
     let mut found: Vec<(usize, Vec<HiddenPointer>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {

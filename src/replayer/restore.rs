@@ -4,7 +4,7 @@
 //! reading, checking and the copies overlap and host memory stays at a few parts.
 
 use super::ReplayError;
-use crate::backend::{DevicePtr, GpuBackend, Staging};
+use crate::backend::{cores, DevicePtr, GpuBackend, Staging, PARALLEL_FROM};
 use crate::trace::{BlobId, BlobStore, BufferId, Part, CHUNK_BYTES};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -15,13 +15,6 @@ pub(super) struct Fill {
     pub dst: DevicePtr,
     pub data: BlobId,
 }
-
-/// Page-locked staging only for this much or more: pinning costs milliseconds per buffer,
-/// more than a small state takes to copy.
-const PIN_FROM: u64 = 256 << 20;
-
-/// Below this many bytes in all, a restore runs on the calling thread.
-const PARALLEL_FROM: u64 = 32 << 20;
 
 /// A part read by a reader thread, with the staging buffer it may lie in.
 struct Loaded<'s, 'b> {
@@ -74,11 +67,7 @@ pub(super) fn fill(
         }
         return Ok(());
     }
-    let readers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8)
-        .min(parts.len());
+    let readers = cores().clamp(1, 8).min(parts.len());
     // Room for the largest part's whole record (its data and a few bytes of head).
     let room = parts
         .iter()
@@ -87,7 +76,7 @@ pub(super) fn fill(
         .unwrap_or(0)
         .min(CHUNK_BYTES as u64) as usize
         + 4096;
-    let mut staging = Staging::new(gpu, readers + 2, room, total >= PIN_FROM);
+    let mut staging = Staging::new(gpu, readers + 2, room, total);
     let (give, take) = mpsc::channel::<&mut [u8]>();
     for s in staging.slices() {
         give.send(s).expect("the receiver is here");

@@ -4,8 +4,9 @@
 //! and (if compressed) unpacked when it is first asked for, and a chunked one can be read one
 //! part at a time (`for_each_part`) so a replay restoring it holds a part, not the buffer.
 
-use super::format::{read_lazy, LazyBlob, TraceError};
+use super::format::TraceError;
 use super::frame::Frame;
+use super::reader::LazyBlob;
 use super::BlobId;
 use std::collections::HashMap;
 use std::fs::File;
@@ -280,10 +281,6 @@ impl BlobStore {
     /// if its bytes are damaged. Read bytes are kept for the trace's lifetime; restoring a
     /// large buffer goes through `for_each_part` instead.
     pub fn get(&self, id: &BlobId) -> Result<Option<&[u8]>, TraceError> {
-        self.get_depth(id, 0)
-    }
-
-    fn get_depth(&self, id: &BlobId, depth: u32) -> Result<Option<&[u8]>, TraceError> {
         let Some(e) = self.entries.get(id) else {
             return Ok(None);
         };
@@ -295,7 +292,7 @@ impl BlobStore {
                 let mut all = Vec::new();
                 all.try_reserve_exact(*len as usize)
                     .map_err(|_| self.damaged(id, format!("{len} bytes do not fit in memory")))?;
-                self.parts_of(id, *len, parts, depth, &mut |_, b| {
+                self.parts_of(id, *len, parts, &mut |_, b| {
                     all.extend_from_slice(b);
                     Ok(())
                 })?;
@@ -311,18 +308,13 @@ impl BlobStore {
         match self.entries.get(id) {
             None => Ok(false),
             Some(Entry::Chunked(len, parts, _)) => {
-                self.parts_of(id, *len, parts, 0, f)?;
+                self.parts_of(id, *len, parts, f)?;
                 Ok(true)
             }
-            Some(Entry::Owned(v)) => f(0, v).map(|_| true),
-            Some(Entry::InFile(l, cell)) => match cell.get() {
-                Some(v) => f(0, v).map(|_| true),
-                None => f(0, &self.read_in_file(l)?).map(|_| true),
-            },
-            Some(Entry::Stored(len, cell)) => match cell.get() {
-                Some(v) => f(0, v).map(|_| true),
-                None => f(0, &self.read_stored(id, *len)?).map(|_| true),
-            },
+            Some(_) => {
+                let part = self.read_part(id, &mut [])?;
+                f(0, part.bytes(&[])).map(|_| true)
+            }
         }
     }
 
@@ -425,7 +417,6 @@ impl BlobStore {
         id: &BlobId,
         len: u64,
         parts: &[BlobId],
-        depth: u32,
         f: &mut PartFn<'_>,
     ) -> Result<(), TraceError> {
         if BlobId::chunked(len, parts) != *id {
@@ -433,29 +424,14 @@ impl BlobStore {
         }
         let mut off = 0u64;
         for p in parts {
-            let bytes: std::borrow::Cow<'_, [u8]> = match self.entries.get(p) {
-                // A part is never chunked itself (the recorder makes parts of plain blobs):
-                // a trace claiming so is damaged, and refusing it keeps a cycle from
-                // recursing.
-                Some(Entry::Chunked(..)) => {
-                    return Err(self.damaged(id, format!("part {p} is itself chunked")))
-                }
-                Some(Entry::InFile(l, cell)) if cell.get().is_none() => {
-                    self.read_in_file(l)?.into()
-                }
-                Some(Entry::Stored(n, cell)) if cell.get().is_none() => {
-                    self.read_stored(p, *n)?.into()
-                }
-                Some(_) => match self.get_depth(p, depth + 1)? {
-                    Some(b) => b.into(),
-                    None => unreachable!("an entry that exists is found"),
-                },
-                None => return Err(self.damaged(id, format!("its part {p} is not in the trace"))),
-            };
+            // Read as a restore reads it, keeping nothing; a part that is itself chunked is
+            // refused there (the recorder makes parts of plain blobs), so nothing recurses.
+            let part = self.read_part(p, &mut [])?;
+            let bytes = part.bytes(&[]);
             if off + bytes.len() as u64 > len {
                 return Err(self.damaged(id, format!("its parts run past its {len} bytes")));
             }
-            f(off, &bytes)?;
+            f(off, bytes)?;
             off += bytes.len() as u64;
         }
         if off != len {
@@ -477,26 +453,16 @@ impl BlobStore {
     }
 
     fn read_in_file(&self, l: &LazyBlob) -> Result<Vec<u8>, TraceError> {
-        let Some(b) = &self.file else {
-            return Err(self.damaged(&l.id, "its trace file is not open".into()));
-        };
-        let io = |source| TraceError::Io {
-            what: "read",
-            path: b.path.clone(),
-            source,
-        };
-        use std::os::unix::fs::FileExt;
-        let mut payload = vec![0u8; l.payload_len as usize];
-        b.file
-            .read_exact_at(&mut payload, l.payload_at)
-            .map_err(io)?;
-        drop_if_blob(read_lazy(&b.path, l, &payload)?, l.id, l.len).map_err(|detail| {
-            TraceError::Corrupt {
-                path: b.path.clone(),
-                frame: l.frame,
-                offset: l.payload_at,
-                detail,
+        let mut buf = vec![0u8; l.payload_len as usize];
+        Ok(match self.read_in_file_into(l, &mut buf)? {
+            // The data is the record less its head of a few bytes.
+            Part::Staged(at) => {
+                buf.truncate(at.end);
+                buf.drain(..at.start);
+                buf
             }
+            Part::Read(v) => v,
+            Part::Held(b) => b.to_vec(),
         })
     }
 
@@ -613,17 +579,4 @@ fn cached(
     }
     let v = f()?;
     Ok(cell.get_or_init(|| v))
-}
-
-/// A lazy blob's decoded frame, checked to be the blob the reader saw the head of.
-fn drop_if_blob(f: Frame, id: BlobId, len: u64) -> Result<Vec<u8>, String> {
-    match f {
-        Frame::Blob {
-            id: fid,
-            len: flen,
-            zstd,
-            data,
-        } if fid == id && flen == len => verified(id, len, zstd, data),
-        _ => Err(format!("blob {id}'s frame no longer holds it")),
-    }
 }

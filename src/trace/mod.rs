@@ -8,6 +8,7 @@ pub mod crc;
 mod diff;
 mod format;
 mod frame;
+mod reader;
 mod refs;
 mod render;
 pub mod signature;
@@ -17,10 +18,11 @@ pub use blobs::{store_path, store_put, BlobStore, Part, PartFn, STORE_MIN};
 pub use call::*;
 pub use diff::{diff, diff_report};
 pub use format::{
-    partial_path, read_frames, Cut, FileSource, FrameClass, FrameReader, Item, LazyBlob, MmapSink,
-    Sink, Source, TraceError, TraceWriter, VecSink, FILE_HEADER_LEN, FRAME_HEADER_LEN,
+    partial_path, Cut, FrameClass, MmapSink, Sink, TraceError, TraceWriter, VecSink,
+    FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
+pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
 pub use render::{call_text, render, render_call, summary};
 pub use signature::ParamType;
