@@ -85,6 +85,10 @@ impl dyn HostCtx + '_ {
         Ok(u32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }
 
+    pub fn u64(&self, i: usize) -> Result<u64, HostFault> {
+        Ok(u64::from_le_bytes(self.arg(i, 8)?.try_into().expect("8")))
+    }
+
     pub fn i32(&self, i: usize) -> Result<i32, HostFault> {
         Ok(i32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }
@@ -124,6 +128,20 @@ impl dyn HostCtx + '_ {
     pub fn read_u32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u32>, HostFault> {
         let b = self.read(ptr, n.saturating_mul(4))?;
         Ok(words(b).map(u32::from_le_bytes).collect())
+    }
+
+    /// 16-bit words (bf16 weights and caches, held as their bits).
+    pub fn read_u16(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u16>, HostFault> {
+        let b = self.read(ptr, n.saturating_mul(2))?;
+        Ok(words(b).map(u16::from_le_bytes).collect())
+    }
+
+    pub fn write_u16(&mut self, ptr: DevicePtr, vals: &[u16]) -> Result<(), HostFault> {
+        let dst = self.write_slice(ptr, vals.len().saturating_mul(2))?;
+        for (d, v) in dst.chunks_exact_mut(2).zip(vals) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
     }
 
     pub fn write_f32(&mut self, ptr: DevicePtr, vals: &[f32]) -> Result<(), HostFault> {

@@ -7,6 +7,7 @@
 
 pub mod hf;
 pub mod kernels;
+pub mod llama;
 mod resources;
 pub mod safetensors;
 

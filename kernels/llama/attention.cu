@@ -1,0 +1,47 @@
+// Decode attention over the paged bf16 KV cache, for a batch of sequences of different lengths
+// (sequence b attends over positions 0..=inputs[batch + b], at most 4096) with grouped query
+// heads. One block per (query head, sequence). Each warp scores positions warp, warp + warps,
+// ...: lane l adds q[j] k[j] for j = l, l+32, ... (fused), the lanes meet in the butterfly. The
+// maximum, then the softmax weights (gt_exp), then each output element's sum over positions in
+// order, one element per thread. The CPU twin does the same operations in the same order.
+extern "C" __global__ void attention_bf16(const float* qkv, const unsigned short* k_pool, const unsigned short* v_pool, const unsigned* inputs, float* out, unsigned n_heads, unsigned n_kv, unsigned head_dim, unsigned block_size, unsigned max_blocks, unsigned batch, float scale) {
+    __shared__ float sc[4096];
+    __shared__ unsigned rows[4096];
+    gputape_pdl_trigger();
+    unsigned h = blockIdx.x, b = blockIdx.y;
+    if (h >= n_heads || b >= batch) return;
+    unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
+    unsigned kvh = h / (n_heads / n_kv), kv_dim = n_kv * head_dim;
+    unsigned qkv_dim = (n_heads + 2 * n_kv) * head_dim;
+    unsigned len = inputs[batch + b] + 1;
+    if (len > 4096) len = 4096; // the host refuses longer sequences
+    const unsigned* table = inputs + 2 * batch + (size_t)b * max_blocks;
+    // Which cache row each position is in: from the step's inputs alone, so before the wait.
+    for (unsigned t = tid; t < len; t += blockDim.x) rows[t] = table[t / block_size] * block_size + t % block_size;
+    __syncthreads();
+    gputape_pdl_wait();
+    const float* q = qkv + (size_t)b * qkv_dim + h * head_dim;
+    size_t head = (size_t)kvh * head_dim;
+    for (unsigned t = warp; t < len; t += warps) {
+        const unsigned short* k = k_pool + (size_t)rows[t] * kv_dim + head;
+        float s = 0.0f;
+        for (unsigned j = lane; j < head_dim; j += 32) s = __fmaf_rn(q[j], bf16_to_f32(k[j]), s);
+        for (unsigned off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) sc[t] = s * scale;
+    }
+    __syncthreads();
+    float m = -3.402823466e38f;
+    for (unsigned t = 0; t < len; t++) m = sc[t] > m ? sc[t] : m;
+    __syncthreads();
+    for (unsigned t = tid; t < len; t += blockDim.x) sc[t] = gt_exp(sc[t] - m);
+    __syncthreads();
+    for (unsigned d = tid; d < head_dim; d += blockDim.x) {
+        float sum = 0.0f, acc = 0.0f;
+        for (unsigned t = 0; t < len; t++) {
+            float p = sc[t];
+            sum += p;
+            acc = __fmaf_rn(p, bf16_to_f32(v_pool[(size_t)rows[t] * kv_dim + head + d]), acc);
+        }
+        out[((size_t)b * n_heads + h) * head_dim + d] = acc / sum;
+    }
+}
