@@ -16,4 +16,5 @@ strip -o gpu-bin/gpu-tests "$tests"
 strip -o gpu-bin/recorder-bench "$(echo "$benches" | exe recorder)"
 strip -o gpu-bin/replay-bench "$(echo "$benches" | exe replay)"
 strip -o gpu-bin/scale-bench "$(echo "$benches" | exe scale)"
+strip -o gpu-bin/step-bench "$(echo "$benches" | exe step)"
 ls -l gpu-bin

@@ -925,3 +925,57 @@ fn a_tma_kernel_records_and_replays_on_a_remapped_buffer() {
     // (That the replay encodes the map for the buffer's new address, not the recorded one,
     // is shown on the mock, whose addresses are deterministic: tests/replay.rs.)
 }
+
+/// The bf16 batched step's kernels on CUDA against their CPU twins: tokens, logits and the KV
+/// cache bit for bit, at head sizes below and above a warp, for each gemv width (batch 1, 3,
+/// 16).
+#[test]
+#[ignore = "needs a GPU"]
+fn the_bf16_step_gives_the_mock_s_bytes() {
+    use gputape::model::hf::HfConfig;
+    use gputape::model::llama::{Llama, LlamaOptions};
+    let Some(g) = gpu() else { return };
+    let shape = |hidden: usize, ffn: usize, heads: usize, kv: usize, vocab: usize| {
+        HfConfig::parse(&format!(
+            r#"{{"model_type": "llama", "hidden_size": {hidden}, "intermediate_size": {ffn},
+                "num_hidden_layers": 2, "num_attention_heads": {heads},
+                "num_key_value_heads": {kv}, "vocab_size": {vocab},
+                "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+                "torch_dtype": "bfloat16"}}"#
+        ))
+        .unwrap()
+    };
+    for (cfg, batch) in [
+        (shape(64, 128, 4, 2, 256), 1),
+        (shape(256, 512, 4, 2, 1000), 3),
+        (shape(512, 1024, 4, 1, 1000), 16),
+    ] {
+        let m = MockGpuBackend::default();
+        let opts = LlamaOptions::staggered(batch, 512, 11);
+        let mut on_gpu = Llama::load(&g, &cfg, opts.clone()).unwrap();
+        let mut on_mock = Llama::load(&m, &cfg, opts).unwrap();
+        let mut tokens: Vec<u32> = (0..batch as u32).map(|b| b * 13 % 256).collect();
+        for step in 0..3 {
+            let a = on_gpu.step(&g, &tokens).unwrap();
+            let b = on_mock.step(&m, &tokens).unwrap();
+            let what = format!("hidden {}, batch {batch}, step {step}", cfg.hidden_size);
+            assert_eq!(a, b, "{what}: tokens");
+            assert!(
+                on_gpu.logits(&g).unwrap() == on_mock.logits(&m).unwrap(),
+                "{what}: logits differ"
+            );
+            tokens = a;
+        }
+        for l in 0..cfg.num_hidden_layers {
+            let (gk, _) = on_gpu.kv_pools(l);
+            let (mk, _) = on_mock.kv_pools(l);
+            let n = 512 / 16 * batch * 16 * cfg.num_key_value_heads * cfg.head_dim * 2;
+            let (mut x, mut y) = (vec![0u8; n], vec![0u8; n]);
+            g.copy_d2h(gk, &mut x).unwrap();
+            m.copy_d2h(mk, &mut y).unwrap();
+            assert!(x == y, "layer {l}'s K cache differs");
+        }
+        on_gpu.release(&g).unwrap();
+        on_mock.release(&m).unwrap();
+    }
+}

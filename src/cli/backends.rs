@@ -132,6 +132,10 @@ pub fn open(b: Backend, want: Want) -> Result<Opened> {
     if want.model || twins {
         gputape::model::kernels::load(opened.gpu.as_ref())?;
     }
+    if twins {
+        // A bf16 step's trace (model::llama) replays on the mock through its twins too.
+        gputape::model::llama::kernels::load_modules(opened.gpu.as_ref())?;
+    }
     Ok(opened)
 }
 

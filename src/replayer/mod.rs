@@ -287,11 +287,13 @@ impl<'t> Replayer<'t> {
             st: State::new(&kernels),
         };
         for lp in 0..report.loops {
+            let tr = Instant::now();
             if lp == 0 {
                 self.setup(gpu, &mut guard.st)?;
             } else {
                 self.restore(gpu, &mut guard.st)?;
             }
+            report.restore_ms.push(tr.elapsed().as_secs_f64() * 1e3);
             let st = &mut guard.st;
             let mut t0 = None;
             let mut last_writer: HashMap<BufferId, KernelId> = HashMap::default();

@@ -135,6 +135,11 @@ pub struct ReplayReport {
     pub faults: Vec<FaultReport>,
     /// Wall time of the replayed range, per loop, in milliseconds.
     pub loop_ms: Vec<f64>,
+    /// Per loop, the time to put the initial state in place before it, in milliseconds: the
+    /// first loop's allocates and uploads every recorded buffer, a later loop's writes the
+    /// initial contents back.
+    #[serde(default)]
+    pub restore_ms: Vec<f64>,
     /// Each call's replay time when per-call timing was asked for (first loop).
     pub per_call_us: Vec<CallTiming>,
     /// Red-zone violations found by per-launch scans: (seq, count).

@@ -416,11 +416,18 @@ pub fn modules() -> Vec<ModuleDesc> {
     ]
 }
 
-/// Load the step's modules on `gpu` (CUDA compiles them, the mock registers their twins).
+/// Load the step's modules on `gpu` (CUDA compiles them, the mock registers their twins),
+/// starting a new run of the kernel audit: what a model's load does.
 pub fn load(gpu: &dyn GpuBackend) -> anyhow::Result<()> {
     if let Some(r) = gpu.kernel_registry() {
         r.begin_run();
     }
+    load_modules(gpu)
+}
+
+/// Load the modules alone, the kernel audit's run left as it is (a replay target that gets
+/// every model's twins).
+pub fn load_modules(gpu: &dyn GpuBackend) -> anyhow::Result<()> {
     for m in modules() {
         gpu.load_module(&m)?;
     }

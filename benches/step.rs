@@ -1,0 +1,333 @@
+//! A real decode step at scale (`model::llama`: bf16 weights, a batch over the paged KV cache)
+//! and what gputape costs and gives on it. Per (shape, batch), each part on a fresh backend:
+//!
+//! 1. the step alone: median time, weight bytes read per second;
+//! 2. recorded: `start()`'s snapshot into a shared blob store, the first step's and the next
+//!    step's trace bytes, then steps with recording on (the snapshot not counted);
+//! 3. the flight recorder on (timed after its first full checkpoint);
+//! 4. the first step's trace replayed: restore, eager replay time, bit-identical readbacks
+//!    (tokens and logits) in every loop, then as CUDA graphs.
+//!
+//! ```text
+//! cargo bench --bench step                                     # a small shape on the mock
+//! GPUTAPE_STEP_CUDA=1 GPUTAPE_STEP_PRESETS=llama-3.2-1b,llama-3-8b \
+//!     GPUTAPE_STEP_BATCHES=1,16 cargo bench --bench step        # the H200 table
+//! ```
+//!
+//! GPUTAPE_STEP_DIR says where traces and the store go (default: the temp dir; removed after),
+//! GPUTAPE_STEP_N how many steps each median is of (default 20).
+
+use gputape::backend::GpuBackend;
+use gputape::model::hf::HfConfig;
+use gputape::model::llama::{Llama, LlamaOptions};
+use gputape::recorder::{segment_path, BackendDesc, FlightConfig, RecordingBackend};
+use gputape::replayer::{ReplayOptions, Replayer};
+use gputape::trace::Trace;
+use std::path::Path;
+use std::time::Instant;
+
+type Make = dyn Fn() -> Box<dyn GpuBackend>;
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().cloned().fold(f64::NAN, f64::max)
+}
+
+fn dir_bytes(d: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            let p = e.path();
+            n += if p.is_dir() {
+                dir_bytes(&p)
+            } else {
+                e.metadata().map(|m| m.len()).unwrap_or(0)
+            };
+        }
+    }
+    n
+}
+
+/// Peak RSS since the last `reset_peak`, in GB.
+fn rss_gb() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1e6
+}
+
+/// `n` timed steps after `warm` untimed ones, in milliseconds each.
+fn steps(gpu: &dyn GpuBackend, m: &mut Llama, warm: usize, n: usize) -> anyhow::Result<Vec<f64>> {
+    let mut tokens: Vec<u32> = (0..m.opts.batch as u32).map(|b| 1 + b * 7).collect();
+    let mut ms = Vec::new();
+    for i in 0..warm + n {
+        let t = Instant::now();
+        tokens = m.step(gpu, &tokens)?;
+        if i >= warm {
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(ms)
+}
+
+/// One step recorded between `start` and `stop`, its logits read back too (so a replay checks
+/// them as well as the tokens). Returns the snapshot's seconds.
+fn record_one<B: GpuBackend>(rec: &RecordingBackend<B>, m: &mut Llama) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    rec.start()?;
+    let snap = t.elapsed().as_secs_f64();
+    let toks: Vec<u32> = (0..m.opts.batch as u32).map(|b| 3 + b).collect();
+    m.step(rec, &toks)?;
+    m.logits(rec)?;
+    rec.stop()?;
+    Ok(snap)
+}
+
+struct Row {
+    lines: Vec<(String, String)>,
+}
+
+impl Row {
+    fn add(&mut self, what: &str, v: String) {
+        eprintln!("  {what}: {v}");
+        self.lines.push((what.to_string(), v));
+    }
+}
+
+fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> anyhow::Result<Row> {
+    let mut row = Row { lines: Vec::new() };
+    let opts = LlamaOptions::staggered(batch, cfg.max_position_embeddings.min(1024), 200);
+    let per_step = cfg_bytes(cfg, batch);
+    eprintln!("== {} batch {batch}", cfg.name);
+
+    // 1. The step alone.
+    let g = make();
+    let t = Instant::now();
+    let mut m = Llama::load(g.as_ref(), cfg, opts.clone())?;
+    let load_s = t.elapsed().as_secs_f64();
+    let device = m.device_bytes();
+    let plain = steps(g.as_ref(), &mut m, 3, n)?;
+    let t0 = median(&plain);
+    row.add(
+        "device bytes (weights + KV cache), load",
+        format!(
+            "{:.2} GB, {load_s:.1} s (weights generated on the device)",
+            device as f64 / 1e9
+        ),
+    );
+    row.add(
+        "step, median",
+        format!(
+            "{t0:.3} ms (min {:.3}), weights {:.2} GB/step at {:.0} GB/s",
+            plain.iter().cloned().fold(f64::MAX, f64::min),
+            per_step as f64 / 1e9,
+            per_step as f64 / t0 / 1e6
+        ),
+    );
+    m.release(g.as_ref())?;
+    drop(g);
+
+    // 2. Recorded, into a shared blob store.
+    let path = dir.join("step.gtape");
+    let store = dir.join("blobs");
+    let rec = RecordingBackend::to_file(make(), &path, BackendDesc::new("step"))?;
+    rec.blob_store(&store);
+    let mut m = Llama::load(&rec, cfg, opts.clone())?;
+    steps(&rec, &mut m, 3, 0)?;
+    let snap1 = record_one(&rec, &mut m)?;
+    let first = std::fs::metadata(&path)?.len();
+    let store1 = dir_bytes(&store);
+    let snap2 = record_one(&rec, &mut m)?;
+    let second = std::fs::metadata(segment_path(&path, 1))?.len();
+    let store2 = dir_bytes(&store);
+    row.add(
+        "start() snapshot into an empty store",
+        format!("{snap1:.2} s, {:.2} GB/s", device as f64 / snap1 / 1e9),
+    );
+    row.add(
+        "first step: trace + store",
+        format!(
+            "{:.1} KB + {:.2} GB",
+            first as f64 / 1e3,
+            store1 as f64 / 1e9
+        ),
+    );
+    row.add(
+        "next step, same store: trace, store growth, snapshot",
+        format!(
+            "{:.1} KB, +{:.1} MB, {snap2:.2} s",
+            second as f64 / 1e3,
+            (store2 - store1) as f64 / 1e6
+        ),
+    );
+    rec.start()?;
+    let recorded = steps(&rec, &mut m, 0, n)?;
+    let stats = rec.stop()?;
+    let third = std::fs::metadata(segment_path(&path, 2))?.len();
+    row.add(
+        "step with recording on, median (ratio)",
+        format!(
+            "{:.3} ms ({:.3}x), {:.1} KB of trace per step, {} calls",
+            median(&recorded),
+            median(&recorded) / t0,
+            third as f64 / 1e3 / n as f64,
+            stats.calls
+        ),
+    );
+    m.release(&rec)?;
+    drop(rec);
+
+    // 3. The flight recorder, timed after its first full checkpoint (step 8).
+    // Linux: 5 into clear_refs resets the peak to the RSS now.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let rss0 = rss_gb();
+    let mut fc = FlightConfig::new(dir.join("flight"));
+    fc.checkpoint_every = 8;
+    let rec = RecordingBackend::flight(make(), fc, BackendDesc::new("step"))?;
+    let mut m = Llama::load(&rec, cfg, opts.clone())?;
+    let flight = steps(&rec, &mut m, 10, n)?;
+    row.add(
+        "step with the flight recorder on, median (ratio), slowest",
+        format!(
+            "{:.3} ms ({:.3}x), {:.1} ms (a checkpoint step), peak RSS +{:.1} GB",
+            median(&flight),
+            median(&flight) / t0,
+            max(&flight),
+            rss_gb() - rss0
+        ),
+    );
+    m.release(&rec)?;
+    drop(rec);
+
+    // 4. The first step's trace, replayed.
+    let t = Instant::now();
+    let tr = Trace::open_with(&path, Some(&store))?;
+    let open_s = t.elapsed().as_secs_f64();
+    let target = make();
+    gputape::model::llama::kernels::load(target.as_ref())?;
+    let t = Instant::now();
+    let replayer = Replayer::new(&tr);
+    let scan_s = t.elapsed().as_secs_f64();
+    let ro = ReplayOptions {
+        loops: n,
+        ..Default::default()
+    };
+    let r = replayer.run(target.as_ref(), &ro, None, |_| {})?;
+    let restores = &r.restore_ms[1.min(r.restore_ms.len())..];
+    row.add(
+        "open, pointer scan, first restore (allocate + upload)",
+        format!(
+            "{open_s:.2} s, {scan_s:.2} s, {:.0} ms ({:.1} GB/s)",
+            r.restore_ms[0],
+            device as f64 / r.restore_ms[0] / 1e6
+        ),
+    );
+    row.add(
+        "restore between loops, median",
+        format!(
+            "{:.0} ms ({:.1} GB/s)",
+            median(restores),
+            device as f64 / median(restores) / 1e6
+        ),
+    );
+    let eager = median(&r.loop_ms);
+    row.add(
+        "eager replay, median (vs the step)",
+        format!("{eager:.3} ms ({:.3}x)", eager / t0),
+    );
+    row.add(
+        "device-to-host results bit-identical (tokens, logits)",
+        format!(
+            "{} of {} in {} loops{}",
+            r.d2h_matched,
+            r.d2h_checked,
+            r.loops,
+            if r.passed() { "" } else { ": FAILED" }
+        ),
+    );
+    let gr = replayer.run_as_graph(target.as_ref(), None, n, None)?;
+    let graph = median(&gr.loop_ms);
+    row.add(
+        "graph replay, median (vs eager replay)",
+        format!(
+            "{graph:.3} ms ({:.2}x faster), {} graph(s), readbacks {} of {}",
+            eager / graph,
+            gr.plan.graph_count(),
+            gr.d2h_matched,
+            gr.d2h_checked
+        ),
+    );
+    drop(tr);
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    Ok(row)
+}
+
+fn cfg_bytes(cfg: &HfConfig, batch: usize) -> u64 {
+    gputape::model::llama::Shape::new(cfg).weight_bytes_per_step(batch)
+}
+
+fn main() -> anyhow::Result<()> {
+    let env = |k: &str| std::env::var(k).ok();
+    let cuda = env("GPUTAPE_STEP_CUDA").is_some();
+    let n: usize = env("GPUTAPE_STEP_N")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let batches: Vec<usize> = env("GPUTAPE_STEP_BATCHES")
+        .unwrap_or_else(|| "1,4".into())
+        .split(',')
+        .filter_map(|b| b.trim().parse().ok())
+        .collect();
+    let configs: Vec<HfConfig> = match env("GPUTAPE_STEP_PRESETS") {
+        Some(list) => list
+            .split(',')
+            .map(|p| HfConfig::preset(p.trim()).ok_or_else(|| anyhow::anyhow!("no preset {p}")))
+            .collect::<Result<_, _>>()?,
+        None => vec![HfConfig::preset("default").expect("the default preset")],
+    };
+    let dir = env("GPUTAPE_STEP_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("gputape-step-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let make: Box<Make> = if cuda {
+        Box::new(|| -> Box<dyn GpuBackend> {
+            Box::new(
+                gputape::cuda::CudaBackend::new(gputape::cuda::CudaConfig::from_env(0))
+                    .expect("a CUDA backend"),
+            )
+        })
+    } else {
+        Box::new(|| -> Box<dyn GpuBackend> { Box::new(gputape::mock::MockGpuBackend::default()) })
+    };
+    println!(
+        "backend: {}, {n} steps per median",
+        if cuda { "cuda" } else { "mock" }
+    );
+    let mut out = Vec::new();
+    for cfg in &configs {
+        for &b in &batches {
+            let row = group(cfg, b, make.as_ref(), n, &dir);
+            match row {
+                Ok(r) => out.push((format!("{} B={b}", cfg.name), r)),
+                Err(e) => println!("{} batch {b}: FAILED: {e:#}", cfg.name),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for (name, r) in out {
+        println!("\n### {name}\n\n| what | result |\n|---|---|");
+        for (w, v) in r.lines {
+            println!("| {w} | {v} |");
+        }
+    }
+    Ok(())
+}
