@@ -979,3 +979,36 @@ fn the_bf16_step_gives_the_mock_s_bytes() {
         on_mock.release(&m).unwrap();
     }
 }
+
+/// Loading a module again: the same code changes nothing; new code under the same name is
+/// what new lookups find, and a handle to the old code, cached anywhere, still launches it
+/// (the old module is kept until the backend drops; unloading it crashed the process).
+#[test]
+#[ignore = "needs a GPU"]
+fn reloading_a_module_keeps_handles_to_the_old_code_valid() {
+    let Some(g) = gpu() else { return };
+    let src = |v: u32| format!("extern \"C\" __global__ void put(unsigned* o) {{ *o = {v}u; }}");
+    g.load_source("reload_probe", &src(1)).unwrap();
+    let old = g.op_cache().kernel(&g, "reload_probe", "put").unwrap();
+    g.load_source("reload_probe", &src(1)).unwrap();
+    assert_eq!(g.op_cache().kernel(&g, "reload_probe", "put").unwrap(), old);
+    g.load_source("reload_probe", &src(2)).unwrap();
+    let new = g.op_cache().kernel(&g, "reload_probe", "put").unwrap();
+    assert_ne!(new, old, "the op cache forgot the replaced module's handle");
+    let out = g.alloc(4).unwrap();
+    for (k, want) in [(old, 1u32), (new, 2)] {
+        g.launch_typed(
+            k,
+            [1, 1, 1],
+            [1, 1, 1],
+            0,
+            g.default_stream(),
+            &[KernelArg::Buffer(out)],
+        )
+        .unwrap();
+        let mut b = [0u8; 4];
+        g.copy_d2h(out, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), want);
+    }
+    g.free(out).unwrap();
+}

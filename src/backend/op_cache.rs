@@ -57,6 +57,12 @@ impl OpCache {
         Ok(ptr)
     }
 
+    /// Forget the handles of `module`'s kernels (the backend loaded new code under its name),
+    /// so the next lookup resolves the new code.
+    pub fn forget_module(&self, module: &str) {
+        self.kernels.lock().retain(|(m, _), _| *m != module);
+    }
+
     pub fn scratch_count(&self) -> usize {
         self.scratch.lock().len()
     }

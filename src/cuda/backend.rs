@@ -48,6 +48,9 @@ pub struct CudaBackend {
     pub(super) compute_capability: (i32, i32),
     pub(super) registry: Arc<KernelRegistry>,
     pub(super) modules: Mutex<HashMap<String, u64>>,
+    /// Modules a reload under the same name replaced: kept loaded until drop, since a kernel
+    /// handle into one may still be held and launched.
+    pub(super) retired_modules: Mutex<Vec<u64>>,
     pub(super) functions: RwLock<HashMap<(String, String), u64>>,
     /// (module, kernel) whose PTX waits on its grid dependency, found at module load.
     pub(super) waiting_entries: Mutex<std::collections::HashSet<(String, String)>>,
@@ -158,6 +161,7 @@ impl CudaBackend {
             compute_capability: cc,
             registry: Arc::new(KernelRegistry::new()),
             modules: Mutex::new(HashMap::new()),
+            retired_modules: Mutex::new(Vec::new()),
             functions: RwLock::new(HashMap::new()),
             waiting_entries: Mutex::new(Default::default()),
             pdl_functions: RwLock::new(Default::default()),
@@ -307,7 +311,14 @@ impl Drop for CudaBackend {
             // issues work after drop.
             let _ = unsafe { driver::stream_destroy(s as sys::CUstream) };
         }
-        for (_, m) in self.modules.get_mut().drain() {
+        let retired: Vec<u64> = self.retired_modules.get_mut().drain(..).collect();
+        for m in self
+            .modules
+            .get_mut()
+            .drain()
+            .map(|(_, m)| m)
+            .chain(retired)
+        {
             // SAFETY: a module this backend loaded, drained here so unloaded once; no kernel
             // of it is launched after drop.
             let _ = unsafe { driver::module_unload(m as sys::CUmodule) };

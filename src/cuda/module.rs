@@ -21,6 +21,15 @@ impl CudaBackend {
         if ptx.as_bytes().starts_with(b"\x7fELF") {
             anyhow::bail!("the PTX of module {name} is an ELF image, not PTX text");
         }
+        // The same code loaded again (a second model on this backend, say) changes nothing:
+        // handles to its kernels stay what they are.
+        if self
+            .registry
+            .module(name)
+            .is_some_and(|m| m.ptx.as_deref() == Some(ptx))
+        {
+            return Ok(());
+        }
         let c = CString::new(ptx).map_err(|_| anyhow::anyhow!("PTX of {name} contains a NUL"))?;
         // SAFETY: `c` is NUL-terminated text that does not begin with the ELF magic (checked
         // above), and a fatbin's magic is not valid UTF-8, so the driver reads it as PTX text,
@@ -28,9 +37,12 @@ impl CudaBackend {
         let m = unsafe { driver::module_load_data(&c) }
             .map_err(|e| e.with(format!("module {name}")))?;
         if let Some(old) = self.modules.lock().insert(name.to_string(), m as u64) {
-            // SAFETY: `old` was loaded by this backend and has just left the module map, so
-            // it is unloaded once; its functions leave `functions` and `pdl_functions` below.
-            let _ = unsafe { driver::module_unload(old as sys::CUmodule) };
+            // Not unloaded: a handle to one of its kernels may be held anywhere (an op cache,
+            // an engine's own field), and launching a function of an unloaded module crashes
+            // the process. It stays loaded, retired, until the backend drops; new lookups
+            // (this backend's and its op cache's) find the new code.
+            self.retired_modules.lock().push(old);
+            self.op_cache.forget_module(name);
             let mut pdl = self.pdl_functions.write();
             self.functions.write().retain(|(mname, _), f| {
                 let keep = mname != name;
@@ -78,7 +90,13 @@ impl CudaBackend {
         let Some(src) = &module.source else {
             anyhow::bail!("module {} has no CUDA source to compile", module.name)
         };
-        self.load_source(&module.name, src)?;
+        let loaded = self
+            .registry
+            .module(&module.name)
+            .is_some_and(|m| m.source.as_deref() == Some(src.as_str()));
+        if !loaded {
+            self.load_source(&module.name, src)?;
+        }
         for k in &module.kernels {
             self.registry
                 .declare_access(&module.name, &k.name, &k.params);

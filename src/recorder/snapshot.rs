@@ -7,7 +7,7 @@
 use super::state::RecState;
 use super::RecordError;
 use crate::backend::{cores, DevicePtr, GpuBackend, Staging, PARALLEL_FROM};
-use crate::trace::{codec, BlobId, BufferId, CHUNK_BYTES};
+use crate::trace::{codec, store_put, BlobId, BufferId, CHUNK_BYTES, STORE_MIN};
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 
@@ -57,6 +57,8 @@ struct Done<'a> {
     id: BlobId,
     record: Vec<u8>,
     crc: u32,
+    /// Put into the shared store by the worker: how that went.
+    stored: Option<Result<(), crate::trace::TraceError>>,
     staging: &'a mut [u8],
 }
 
@@ -121,9 +123,13 @@ pub(super) fn read_buffers(
     let (to_work, work) = mpsc::sync_channel::<(usize, &mut [u8], usize)>(free.len());
     let work = std::sync::Mutex::new(work);
     let (to_main, done) = mpsc::channel::<Done<'_>>();
+    // Store files are independent of each other and of the trace, so workers write them in
+    // parallel; only the trace's own frames go in order through the caller.
+    let store = st.store_for_workers();
     let result = std::thread::scope(|s| -> Result<(), RecordError> {
         for _ in 0..nworkers {
             let (work, reuse, to_main) = (&work, &reuse, to_main.clone());
+            let store = store.as_deref();
             s.spawn(move || loop {
                 let next = work.lock().expect("no worker panics").recv();
                 let Ok((idx, staging, len)) = next else {
@@ -142,11 +148,15 @@ pub(super) fn read_buffers(
                     None => codec::append_blob(id, len as u64, false, bytes, &mut out),
                 }
                 let crc = crate::trace::crc::crc32c(&out);
+                let stored = store
+                    .filter(|_| len >= STORE_MIN)
+                    .map(|dir| store_put(dir, id, &out, crc));
                 let d = Done {
                     idx,
                     id,
                     record: out,
                     crc,
+                    stored,
                     staging,
                 };
                 if to_main.send(d).is_err() {
@@ -186,7 +196,11 @@ pub(super) fn read_buffers(
             ready.insert(d.idx, d);
             // Write every part that is next in order; its staging buffer is free again.
             while let Some(d) = ready.remove(&next_emit) {
-                if let Some(back) = st.blob_encoded(d.id, d.record, d.crc) {
+                let back = match d.stored {
+                    Some(put) => st.blob_stored(d.id, d.record, put),
+                    None => st.blob_encoded(d.id, d.record, d.crc),
+                };
+                if let Some(back) = back {
                     let _ = give_back.send(back);
                 }
                 ids[parts[d.idx].0].push(d.id);

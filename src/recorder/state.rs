@@ -539,6 +539,36 @@ impl RecState {
         Some(payload)
     }
 
+    /// The shared store a snapshot worker may put blobs of at least `STORE_MIN` bytes into
+    /// itself, in parallel (`blob_stored` then names them): none for a flight recorder, which
+    /// keeps its blobs in memory, or when not recording.
+    pub fn store_for_workers(&self) -> Option<std::path::PathBuf> {
+        match (self.recording, &self.flight) {
+            (true, None) => self.store.clone(),
+            _ => None,
+        }
+    }
+
+    /// A part a snapshot worker put into the shared store (`put` is how that went; `payload`
+    /// its `Blob` record, handed back for reuse): named in the trace by a `Stored` frame
+    /// unless this recording has it already; a failed put stops the recording as a full disk
+    /// does.
+    pub fn blob_stored(
+        &mut self,
+        id: BlobId,
+        payload: Vec<u8>,
+        put: Result<(), TraceError>,
+    ) -> Option<Vec<u8>> {
+        if self.recording && self.blobs.insert(id) {
+            let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
+            match put {
+                Ok(()) => self.emit(&Frame::Stored { id, len }),
+                Err(e) => self.write_failed(e),
+            }
+        }
+        Some(payload)
+    }
+
     /// Whether a blob of `len` bytes goes to the shared store rather than the trace.
     fn store_takes(&self, len: u64) -> bool {
         self.store.is_some() && len >= STORE_MIN as u64

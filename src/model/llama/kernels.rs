@@ -33,6 +33,15 @@ pub fn gemv_kernel(b: usize) -> Option<&'static str> {
     }
 }
 
+/// Rows one 256-thread block of the gemv kernel for a batch of `b` computes (its ROWS).
+pub fn gemv_rows(b: usize) -> usize {
+    if b > 4 {
+        2
+    } else {
+        4
+    }
+}
+
 use ParamAccess::{Read as R, ReadWrite as RW, Value as V, Write as W};
 
 type K = Result<(), HostFault>;
@@ -95,8 +104,9 @@ fn rmsnorm_bf16(c: &mut dyn HostCtx) -> K {
     c.write_f32(out, &o)
 }
 
-/// `gemv_bf16_b*`: lane l of a row's warp takes columns 8l..8l+8, 8l+256.., each 8 in order,
-/// fused; the lanes meet in the butterfly. Vectors past `maxb` are not computed, as in CUDA.
+/// `gemv_bf16_b*`: thread t of a row's 256 takes columns 8t..8t+8, 8t+2048.., each 8 in
+/// order, fused; each warp's 32 sums meet in the butterfly, then the 8 warps' sums are added
+/// in warp order. Vectors past `maxb` are not computed, as in CUDA.
 fn gemv_bf16(maxb: usize) -> impl Fn(&mut dyn HostCtx) -> K {
     move |c: &mut dyn HostCtx| {
         let (w, x, y) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
@@ -111,14 +121,18 @@ fn gemv_bf16(maxb: usize) -> impl Fn(&mut dyn HostCtx) -> K {
         for (b, xb) in xs.chunks_exact(cols.max(1)).enumerate().take(batch) {
             for r in 0..rows {
                 let row = &ws[r * cols..(r + 1) * cols];
-                let mut lanes = [0.0f32; 32];
+                let mut threads = [0.0f32; 256];
                 for (c8, (wc, xc)) in row.chunks_exact(8).zip(xb.chunks_exact(8)).enumerate() {
-                    let lane = &mut lanes[c8 % 32];
+                    let acc = &mut threads[c8 % 256];
                     for (wv, xv) in wc.iter().zip(xc) {
-                        *lane = bf16_to_f32(*wv).mul_add(*xv, *lane);
+                        *acc = bf16_to_f32(*wv).mul_add(*xv, *acc);
                     }
                 }
-                let s = butterfly(lanes);
+                let warps: Vec<f32> = threads
+                    .chunks_exact(32)
+                    .map(|l| butterfly(l.try_into().expect("32 lanes")))
+                    .collect();
+                let s = warps[1..].iter().fold(warps[0], |s, w| s + w);
                 let out = &mut ys[b * rows + r];
                 *out = if accumulate { *out + s } else { s };
             }

@@ -411,8 +411,7 @@ impl Llama {
     ) -> Result<()> {
         let b = self.opts.batch;
         let name = kernels::gemv_kernel(b).context("batch past the gemv kernels")?;
-        let rows_per_warp = if b == 1 { 2 } else { 4 };
-        let blocks = rows.div_ceil(rows_per_warp * 8) as u32;
+        let blocks = rows.div_ceil(kernels::gemv_rows(b)) as u32;
         let u = |v: usize| (v as u32).to_le_bytes();
         self.launch(
             gpu,
