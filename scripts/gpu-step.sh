@@ -11,7 +11,7 @@ DIR=${GPUTAPE_STEP_DIR:-/tmp}
   echo "== disk and memory"; df -h "$DIR" | tail -1; free -g | head -2; nproc
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   echo "== GPU suite (the bf16 kernels against their CPU twins among it)"
-  timeout 300 gpu-bin/gpu-tests --include-ignored --test-threads 1 ${SUITE_FILTER:-} 2>&1 | grep -E "^test |test result|panicked|FAILED|left|right" | tail -40
+  GPUTAPE_BIN=gpu-bin/gputape timeout 300 gpu-bin/gpu-tests --include-ignored --test-threads 1 ${SUITE_FILTER:-} 2>&1 | grep -E "^test |test result|panicked|FAILED|left|right" | tail -40
   echo "== step bench"
   GPUTAPE_STEP_CUDA=1 GPUTAPE_STEP_DIR=$DIR \
     GPUTAPE_STEP_PRESETS=${STEP_PRESETS:-llama-3.2-1b,llama-3-8b} \

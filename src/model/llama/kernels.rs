@@ -94,14 +94,24 @@ fn rmsnorm_bf16(c: &mut dyn HostCtx) -> K {
     let xs = c.read_f32(x, checked(c, "x", n, batch)?)?;
     let mut o = Vec::with_capacity(xs.len());
     for row in xs.chunks_exact(n.max(1)) {
-        let mut lanes = [0.0f32; 32];
+        let mut threads = [0.0f32; 256];
         for (j, v) in row.iter().enumerate() {
-            lanes[j % 32] = v.mul_add(*v, lanes[j % 32]);
+            threads[j % 256] = v.mul_add(*v, threads[j % 256]);
         }
-        let inv = 1.0f32 / (butterfly(lanes) / n as f32 + eps).sqrt();
+        let inv = 1.0f32 / (block_sum(&threads) / n as f32 + eps).sqrt();
         o.extend(row.iter().zip(&ws).map(|(v, w)| v * inv * bf16_to_f32(*w)));
     }
     c.write_f32(out, &o)
+}
+
+/// 256 threads' sums added as the kernels add them: each warp's 32 in the butterfly, then the
+/// 8 warps' in warp order.
+fn block_sum(threads: &[f32; 256]) -> f32 {
+    let warps: Vec<f32> = threads
+        .chunks_exact(32)
+        .map(|l| butterfly(l.try_into().expect("32 lanes")))
+        .collect();
+    warps[1..].iter().fold(warps[0], |s, w| s + w)
 }
 
 /// `gemv_bf16_b*`: thread t of a row's 256 takes columns 8t..8t+8, 8t+2048.., each 8 in
@@ -128,11 +138,7 @@ fn gemv_bf16(maxb: usize) -> impl Fn(&mut dyn HostCtx) -> K {
                         *acc = bf16_to_f32(*wv).mul_add(*xv, *acc);
                     }
                 }
-                let warps: Vec<f32> = threads
-                    .chunks_exact(32)
-                    .map(|l| butterfly(l.try_into().expect("32 lanes")))
-                    .collect();
-                let s = warps[1..].iter().fold(warps[0], |s, w| s + w);
+                let s = block_sum(&threads);
                 let out = &mut ys[b * rows + r];
                 *out = if accumulate { *out + s } else { s };
             }
@@ -186,10 +192,15 @@ impl Heads {
             max_blocks: u(4)?,
             batch: u(5)?,
         };
-        if h.nkv == 0 || h.nh % h.nkv != 0 || h.bs == 0 {
+        if h.nkv == 0
+            || h.nh % h.nkv != 0
+            || h.bs == 0
+            || !(2..=256).contains(&h.hd)
+            || !h.hd.is_power_of_two()
+        {
             return Err(c.bad_args(format!(
-                "{} query heads over {} KV heads, block size {}",
-                h.nh, h.nkv, h.bs
+                "{} query heads over {} KV heads of {}, block size {}",
+                h.nh, h.nkv, h.hd, h.bs
             )));
         }
         Ok(h)
@@ -293,11 +304,23 @@ fn attention_bf16(c: &mut dyn HostCtx) -> K {
                     .iter()
                     .fold(-3.402_823_5e38f32, |m, &s| if s > m { s } else { m });
                 let p: Vec<f32> = sc.iter().map(|s| gt_exp(s - m)).collect();
+                // G groups of threads, each over its run of positions, then added in order.
+                let groups = 256 / h.hd;
+                let chunk = p.len().div_ceil(groups);
                 for d in 0..h.hd {
                     let (mut sum, mut acc) = (0.0f32, 0.0f32);
-                    for (pt, v) in p.iter().zip(&vals) {
-                        sum += pt;
-                        acc = pt.mul_add(bf16_to_f32(v[d]), acc);
+                    for g in 0..groups {
+                        let (mut gs, mut ga) = (0.0f32, 0.0f32);
+                        let run = (g * chunk).min(p.len())..((g + 1) * chunk).min(p.len());
+                        for (pt, v) in p[run.clone()].iter().zip(&vals[run]) {
+                            gs += pt;
+                            ga = pt.mul_add(bf16_to_f32(v[d]), ga);
+                        }
+                        (sum, acc) = if g == 0 {
+                            (gs, ga)
+                        } else {
+                            (sum + gs, acc + ga)
+                        };
                     }
                     o[(b * h.nh + head) * h.hd + d] = acc / sum;
                 }

@@ -220,8 +220,9 @@ impl Llama {
             );
         }
         anyhow::ensure!(
-            s.head_dim % 2 == 0,
-            "{name}: head_dim {} is odd",
+            s.head_dim.is_power_of_two() && (2..=256).contains(&s.head_dim),
+            "{name}: head_dim {} is not a power of two from 2 to 256 (the attention kernel's \
+             thread groups)",
             s.head_dim
         );
         anyhow::ensure!(
@@ -440,7 +441,7 @@ impl Llama {
             "llama_rmsnorm",
             "rmsnorm_bf16",
             [self.opts.batch as u32, 1, 1],
-            32,
+            256,
             &[
                 KernelArg::Buffer(a.x),
                 KernelArg::Buffer(w),
@@ -547,7 +548,7 @@ impl Llama {
                 "llama_attention",
                 "attention_bf16",
                 [s.heads as u32, b as u32, 1],
-                128,
+                256,
                 &args,
             )?;
             self.gemv(gpu, lw.o, a.attn, a.x, s.hidden, s.q_dim(), true)?;
