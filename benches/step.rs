@@ -150,6 +150,23 @@ fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> any
     );
     m.release(g.as_ref())?;
     drop(g);
+    if std::env::var_os("GPUTAPE_STEP_CUDA").is_some() {
+        // The same step with programmatic dependent launch: each kernel's launch and weight
+        // reads overlap the one before it (kernels/model/prelude.cuh).
+        std::env::set_var("GPUTAPE_PDL", "1");
+        let g = make();
+        std::env::remove_var("GPUTAPE_PDL");
+        let mut m = Llama::load(g.as_ref(), cfg, opts.clone())?;
+        let pdl = median(&steps(g.as_ref(), &mut m, 3, n)?);
+        row.add(
+            "step with programmatic dependent launch, median",
+            format!(
+                "{pdl:.3} ms, weights at {:.0} GB/s",
+                per_step as f64 / pdl / 1e6
+            ),
+        );
+        m.release(g.as_ref())?;
+    }
 
     // 2. Recorded, into a shared blob store.
     let path = dir.join("step.gtape");
