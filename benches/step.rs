@@ -336,6 +336,66 @@ fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> any
     Ok(row)
 }
 
+/// Each gemv kernel alone on the 8B shape's gate_up matrix (28672 x 4096), at its widest batch:
+/// the median over 5 rounds of the mean of `n` launches back to back.
+fn gemv_alone(make: &Make, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+    use gputape::backend::KernelArg;
+    let g = make();
+    let gpu = g.as_ref();
+    gputape::model::llama::kernels::load(gpu)?;
+    let (rows, cols) = (28672usize, 4096usize);
+    let w = gpu.alloc(rows * cols * 2)?;
+    gpu.memset(w, 0x3c, rows * cols * 2)?;
+    let x = gpu.alloc(16 * cols * 4)?;
+    gpu.memset(x, 0x3c, 16 * cols * 4)?;
+    let y = gpu.alloc(16 * rows * 4)?;
+    let s = gpu.default_stream();
+    let mut out = Vec::new();
+    for (name, batch, rows_per_block) in [
+        ("gemv_bf16_b1", 1usize, 4usize),
+        ("gemv_bf16_b4", 4, 4),
+        ("gemv_bf16_b16", 16, 2),
+        ("gemv_bf16_b16r4", 16, 4),
+    ] {
+        let k = gpu.op_cache().kernel(gpu, "llama_gemv", name)?;
+        let u = |v: usize| (v as u32).to_le_bytes();
+        let (r, c, b, acc) = (u(rows), u(cols), u(batch), u(0));
+        let args = [
+            KernelArg::Buffer(w),
+            KernelArg::Buffer(x),
+            KernelArg::Buffer(y),
+            KernelArg::Bytes(&r),
+            KernelArg::Bytes(&c),
+            KernelArg::Bytes(&b),
+            KernelArg::Bytes(&acc),
+        ];
+        let grid = [rows.div_ceil(rows_per_block) as u32, 1, 1];
+        let mut ms = Vec::new();
+        for round in 0..6 {
+            let t = Instant::now();
+            for _ in 0..n {
+                gpu.launch_typed(k, grid, [256, 1, 1], 0, s, &args)?;
+            }
+            gpu.synchronize(s)?;
+            if round > 0 {
+                ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
+            }
+        }
+        let t = median(&ms);
+        out.push((
+            format!("{name} alone, batch {batch}, 28672 x 4096"),
+            format!(
+                "{t:.3} ms, {:.0} GB/s of weights",
+                (rows * cols * 2) as f64 / t / 1e6
+            ),
+        ));
+    }
+    for p in [w, x, y] {
+        gpu.free(p)?;
+    }
+    Ok(out)
+}
+
 fn cfg_bytes(cfg: &HfConfig, batch: usize) -> u64 {
     gputape::model::llama::Shape::new(cfg).weight_bytes_per_step(batch)
 }
@@ -378,6 +438,10 @@ fn main() -> anyhow::Result<()> {
         if cuda { "cuda" } else { "mock" }
     );
     let mut out = Vec::new();
+    if cuda {
+        let lines = gemv_alone(make.as_ref(), n)?;
+        out.push(("gemv kernels".to_string(), Row { lines }));
+    }
     for cfg in &configs {
         for &b in &batches {
             let row = group(cfg, b, make.as_ref(), n, &dir);

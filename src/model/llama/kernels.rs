@@ -33,6 +33,11 @@ pub fn gemv_kernel(b: usize) -> Option<&'static str> {
     }
 }
 
+/// Threads per block of `rmsnorm_bf16` and `attention_bf16`: at batch 1 the device has one
+/// block per sequence (norm) or per head (attention), so each block is made as wide as it goes
+/// to keep many loads in flight.
+pub const WIDE_BLOCK: u32 = 1024;
+
 /// Rows one 256-thread block of the gemv kernel for a batch of `b` computes (its ROWS).
 pub fn gemv_rows(b: usize) -> usize {
     if b > 4 {
@@ -90,13 +95,14 @@ fn embed_bf16(c: &mut dyn HostCtx) -> K {
 fn rmsnorm_bf16(c: &mut dyn HostCtx) -> K {
     let (x, w, out) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?);
     let (n, eps, batch) = (c.u32(3)? as usize, c.f32(4)?, c.u32(5)? as usize);
+    let nt = block_threads(c, 32)?;
     let ws = c.read_u16(w, n)?;
     let xs = c.read_f32(x, checked(c, "x", n, batch)?)?;
     let mut o = Vec::with_capacity(xs.len());
     for row in xs.chunks_exact(n.max(1)) {
-        let mut threads = [0.0f32; 256];
+        let mut threads = vec![0.0f32; nt];
         for (j, v) in row.iter().enumerate() {
-            threads[j % 256] = v.mul_add(*v, threads[j % 256]);
+            threads[j % nt] = v.mul_add(*v, threads[j % nt]);
         }
         let inv = 1.0f32 / (block_sum(&threads) / n as f32 + eps).sqrt();
         o.extend(row.iter().zip(&ws).map(|(v, w)| v * inv * bf16_to_f32(*w)));
@@ -104,14 +110,29 @@ fn rmsnorm_bf16(c: &mut dyn HostCtx) -> K {
     c.write_f32(out, &o)
 }
 
-/// 256 threads' sums added as the kernels add them: each warp's 32 in the butterfly, then the
-/// 8 warps' in warp order.
-fn block_sum(threads: &[f32; 256]) -> f32 {
+/// A block's threads' sums added as the kernels add them: each warp's 32 in the butterfly,
+/// then the warps' in warp order.
+fn block_sum(threads: &[f32]) -> f32 {
     let warps: Vec<f32> = threads
         .chunks_exact(32)
         .map(|l| butterfly(l.try_into().expect("32 lanes")))
         .collect();
     warps[1..].iter().fold(warps[0], |s, w| s + w)
+}
+
+/// The launch's threads per block, which the kernel's order of additions depends on: a multiple
+/// of 32 up to 1024, and at least `least`. (A launch the kernel would return from at once is
+/// refused here instead: its outputs would be whatever was there.)
+fn block_threads(c: &dyn HostCtx, least: usize) -> Result<usize, HostFault> {
+    let [x, y, z] = c.block();
+    let nt = x as usize;
+    if nt % 32 != 0 || !(least.max(32)..=1024).contains(&nt) || y != 1 || z != 1 {
+        return Err(c.bad_args(format!(
+            "block [{x}, {y}, {z}]: this kernel runs one dimension of 32 to 1024 threads, a \
+             multiple of 32, at least {least}"
+        )));
+    }
+    Ok(nt)
 }
 
 /// `gemv_bf16_b*`: thread t of a row's 256 takes columns 8t..8t+8, 8t+2048.., each 8 in
@@ -269,6 +290,7 @@ fn attention_bf16(c: &mut dyn HostCtx) -> K {
     let (qkv, kp, vp, inputs, out) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?, c.ptr(4)?);
     let h = Heads::read(c, 5)?;
     let scale = c.f32(11)?;
+    let nt = block_threads(c, h.hd)?;
     let kv_dim = h.kv_dim();
     let (pos, tables) = batch_inputs(c, inputs, h.batch, h.max_blocks)?;
     let q = c.read_f32(qkv, checked(c, "qkv", h.batch, h.qkv_dim())?)?;
@@ -305,7 +327,7 @@ fn attention_bf16(c: &mut dyn HostCtx) -> K {
                     .fold(-3.402_823_5e38f32, |m, &s| if s > m { s } else { m });
                 let p: Vec<f32> = sc.iter().map(|s| gt_exp(s - m)).collect();
                 // G groups of threads, each over its run of positions, then added in order.
-                let groups = 256 / h.hd;
+                let groups = nt / h.hd;
                 let chunk = p.len().div_ceil(groups);
                 for d in 0..h.hd {
                     let (mut sum, mut acc) = (0.0f32, 0.0f32);
@@ -420,6 +442,7 @@ pub fn modules() -> Vec<ModuleDesc> {
                     let name = gemv_kernel(m).expect("a listed batch has a kernel");
                     kernel(name, &gemv, Arc::new(gemv_bf16(m)))
                 })
+                .chain([kernel("gemv_bf16_b16r4", &gemv, Arc::new(gemv_bf16(16)))])
                 .collect(),
         },
         one(

@@ -441,7 +441,7 @@ impl Llama {
             "llama_rmsnorm",
             "rmsnorm_bf16",
             [self.opts.batch as u32, 1, 1],
-            256,
+            kernels::WIDE_BLOCK,
             &[
                 KernelArg::Buffer(a.x),
                 KernelArg::Buffer(w),
@@ -548,7 +548,7 @@ impl Llama {
                 "llama_attention",
                 "attention_bf16",
                 [s.heads as u32, b as u32, 1],
-                256,
+                kernels::WIDE_BLOCK,
                 &args,
             )?;
             self.gemv(gpu, lw.o, a.attn, a.x, s.hidden, s.q_dim(), true)?;
