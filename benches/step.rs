@@ -351,11 +351,10 @@ fn gemv_alone(make: &Make, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     let y = gpu.alloc(16 * rows * 4)?;
     let s = gpu.default_stream();
     let mut out = Vec::new();
-    for (name, batch, rows_per_block) in [
-        ("gemv_bf16_b1", 1usize, 4usize),
-        ("gemv_bf16_b4", 4, 4),
-        ("gemv_bf16_b16", 16, 2),
-        ("gemv_bf16_b16r4", 16, 4),
+    for (name, batch) in [
+        ("gemv_bf16_b1", 1usize),
+        ("gemv_bf16_b4", 4),
+        ("gemv_bf16_b16", 16),
     ] {
         let k = gpu.op_cache().kernel(gpu, "llama_gemv", name)?;
         let u = |v: usize| (v as u32).to_le_bytes();
@@ -369,7 +368,11 @@ fn gemv_alone(make: &Make, n: usize) -> anyhow::Result<Vec<(String, String)>> {
             KernelArg::Bytes(&b),
             KernelArg::Bytes(&acc),
         ];
-        let grid = [rows.div_ceil(rows_per_block) as u32, 1, 1];
+        let grid = [
+            rows.div_ceil(gputape::model::llama::kernels::GEMV_ROWS) as u32,
+            1,
+            1,
+        ];
         let mut ms = Vec::new();
         for round in 0..6 {
             let t = Instant::now();

@@ -94,6 +94,15 @@ enum Cmd {
         /// Record a small workload instead of the model.
         #[arg(long, value_enum)]
         workload: Option<Workload>,
+        /// Record the bf16 batched step (paged KV, grouped-query attention) of this Hugging
+        /// Face config instead of the small f32 model: a preset (tiny, default, llama-3.2-1b,
+        /// llama-3-8b) or the path of a config.json. Weights are generated on the device from
+        /// a seed. With --steps or --step.
+        #[arg(long, conflicts_with_all = ["workload", "fault_step"])]
+        hf: Option<String>,
+        /// Sequences in the --hf step's batch (1 to 16), of different context lengths.
+        #[arg(long, default_value_t = 1, requires = "hf")]
+        batch: usize,
         /// Hash every live buffer at each host sync, so a replay can name the first sync (and
         /// the kernels before it) where a buffer went wrong. Reads all device memory per sync.
         #[arg(long)]
@@ -509,6 +518,8 @@ fn run() -> Result<Exit> {
             fault_step,
             fault_overrun,
             workload,
+            hf,
+            batch,
             hash_syncs,
             backend,
             output,
@@ -523,6 +534,9 @@ fn run() -> Result<Exit> {
                 anyhow::bail!(
                     "say what to record: --step K or --steps A..B (decode steps of the built-in model), or --workload NAME"
                 );
+            }
+            if let (Some(hf), Some(range)) = (&hf, steps) {
+                return done(record_llama(backend, hf, batch, range, &output));
             }
             done(match (steps, workload) {
                 (Some(k), _) => record_step(
@@ -797,6 +811,95 @@ fn record(w: Workload, overrun: u32, backend: Backend, out: &Path) -> Result<()>
     let o = backends::open(backend, want)?;
     let rec = gputape::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
     record_on(rec, w, overrun, out)
+}
+
+/// A Hugging Face config: a preset's name, or the path of a config.json.
+fn hf_config(what: &str) -> Result<gputape::model::hf::HfConfig> {
+    if let Some(c) = gputape::model::hf::HfConfig::preset(what) {
+        return Ok(c);
+    }
+    let text = anyhow::Context::with_context(std::fs::read_to_string(what), || {
+        let names: Vec<&str> = gputape::model::hf::HfConfig::preset_names().collect();
+        format!(
+            "--hf {what} is neither a preset ({}) nor a readable config.json",
+            names.join(", ")
+        )
+    })?;
+    anyhow::Context::with_context(gputape::model::hf::HfConfig::parse(&text), || {
+        format!("parsing {what}")
+    })
+}
+
+/// `record --hf`: steps `first..end` of the bf16 batched step (`model::llama`) on a batch of
+/// `batch` sequences, recording from `first` on. A step that fails ends the recording there,
+/// the trace kept.
+fn record_llama(
+    backend: Backend,
+    hf: &str,
+    batch: usize,
+    (first, end): (usize, usize),
+    out: &Path,
+) -> Result<()> {
+    use gputape::model::llama::{Llama, LlamaOptions};
+    let cfg = hf_config(hf)?;
+    let o = backends::open(backend, Want::default())?;
+    let rec = gputape::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
+    rec.hash_at_syncs(HASH_SYNCS.load(std::sync::atomic::Ordering::Relaxed));
+    if let Some(dir) = blob_dir() {
+        rec.blob_store(dir);
+    }
+    let gpu: &dyn GpuBackend = &rec;
+    let opts = LlamaOptions::staggered(batch, cfg.max_position_embeddings.min(1024), 200);
+    let t = std::time::Instant::now();
+    let mut m = Llama::load(gpu, &cfg, opts)?;
+    eprintln!(
+        "loaded {} (batch {batch}, contexts {:?}): {:.2} GB on the device in {:.1} s",
+        cfg.name,
+        m.lens(),
+        m.device_bytes() as f64 / 1e9,
+        t.elapsed().as_secs_f64()
+    );
+    let mut tokens: Vec<u32> = (0..batch as u32).map(|b| 1 + 7 * b).collect();
+    let mut failed = None;
+    for step in 0..end {
+        if step == first {
+            let t = std::time::Instant::now();
+            rec.start()?;
+            eprintln!(
+                "snapshot of device memory: {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        match m.step(gpu, &tokens) {
+            Ok(next) => {
+                if step >= first {
+                    println!("step {step} produced tokens {next:?}");
+                }
+                tokens = next;
+            }
+            Err(e) => {
+                println!(
+                    "step {step} failed{}: {e:#}",
+                    if step >= first { " (recorded)" } else { "" }
+                );
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    if rec.is_recording() {
+        let stats = rec.stop()?;
+        println!(
+            "recorded: {} calls, {} bytes -> {}",
+            stats.calls,
+            stats.bytes,
+            out.display()
+        );
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => m.release(gpu),
+    }
 }
 
 /// `--blobs DIR` (or GPUTAPE_BLOBS), for every verb that reads or records a trace.

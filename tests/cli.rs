@@ -530,3 +530,70 @@ fn a_shared_blob_store_from_the_command_line() {
     assert_eq!(code(&found), 0, "{}", stderr(&found));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `record --hf`: the bf16 batched step from a config preset or a config.json file, recorded
+/// and replayed from the command line; a config that is neither is named in the error.
+#[test]
+fn record_hf_records_the_batched_bf16_step_and_it_replays() {
+    let d = scratch("record-hf");
+    let out = d.join("hf.gtape");
+    let o = gputape(&[
+        "record",
+        "--hf",
+        "tiny",
+        "--batch",
+        "3",
+        "--steps",
+        "2..4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("step 3 produced tokens ["),
+        "{}",
+        stdout(&o)
+    );
+    let o = gputape(&["replay", out.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("2 of 2 match the recording"),
+        "{}",
+        stdout(&o)
+    );
+
+    // The same shape from a config.json on disk.
+    let cfg = d.join("config.json");
+    std::fs::write(
+        &cfg,
+        gputape::model::hf::HfConfig::preset_text("tiny").unwrap(),
+    )
+    .unwrap();
+    let out2 = d.join("file.gtape");
+    let o = gputape(&[
+        "record",
+        "--hf",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "0..1",
+        "-o",
+        out2.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+
+    let o = gputape(&[
+        "record",
+        "--hf",
+        "no-such-model",
+        "--steps",
+        "0..1",
+        "-o",
+        out2.to_str().unwrap(),
+    ]);
+    assert_ne!(code(&o), 0);
+    assert!(
+        stderr(&o).contains("neither a preset (tiny, default, llama-3.2-1b, llama-3-8b)"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -38,14 +38,8 @@ pub fn gemv_kernel(b: usize) -> Option<&'static str> {
 /// to keep many loads in flight.
 pub const WIDE_BLOCK: u32 = 1024;
 
-/// Rows one 256-thread block of the gemv kernel for a batch of `b` computes (its ROWS).
-pub fn gemv_rows(b: usize) -> usize {
-    if b > 4 {
-        2
-    } else {
-        4
-    }
-}
+/// Rows one 256-thread block of the gemv kernels computes (their ROWS: 4 at every width).
+pub const GEMV_ROWS: usize = 4;
 
 use ParamAccess::{Read as R, ReadWrite as RW, Value as V, Write as W};
 
@@ -442,7 +436,6 @@ pub fn modules() -> Vec<ModuleDesc> {
                     let name = gemv_kernel(m).expect("a listed batch has a kernel");
                     kernel(name, &gemv, Arc::new(gemv_bf16(m)))
                 })
-                .chain([kernel("gemv_bf16_b16r4", &gemv, Arc::new(gemv_bf16(16)))])
                 .collect(),
         },
         one(

@@ -399,7 +399,9 @@ impl Llama {
             .with_context(|| format!("kernel {kernel} at step {}", self.step_index))
     }
 
+    /// `y = W x` (or `y += W x`) for a rows x cols weight matrix, over the batch.
     #[track_caller]
+    #[allow(clippy::too_many_arguments)]
     fn gemv(
         &self,
         gpu: &dyn GpuBackend,
@@ -412,7 +414,7 @@ impl Llama {
     ) -> Result<()> {
         let b = self.opts.batch;
         let name = kernels::gemv_kernel(b).context("batch past the gemv kernels")?;
-        let blocks = rows.div_ceil(kernels::gemv_rows(b)) as u32;
+        let blocks = rows.div_ceil(kernels::GEMV_ROWS) as u32;
         let u = |v: usize| (v as u32).to_le_bytes();
         self.launch(
             gpu,

@@ -23,6 +23,7 @@ pub fn f32_to_bf16(f: f32) -> u16 {
 pub fn gt_exp(x: f32) -> f32 {
     // Constants by their bits, as common.cuh writes them: the same floats exactly.
     // max and min, not clamp: a NaN becomes -87, as fmaxf makes it on the device.
+    #[allow(clippy::manual_clamp)]
     let x = x.max(-87.0).min(88.0);
     let t = x * f32::from_bits(0x3fb8_aa3b); // log2 e
     let fi = t.floor();
