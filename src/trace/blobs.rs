@@ -94,33 +94,54 @@ pub fn store_put(dir: &Path, id: BlobId, record: &[u8], crc: u32) -> Result<(), 
     };
     let parent = path.parent().expect("a store path has a parent");
     std::fs::create_dir_all(parent).map_err(io("create the directory of", &path))?;
-    let sink = super::VecSink::default();
-    let bytes = sink.0.clone();
-    let mut w = super::TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
-    w.write(&Frame::Header(super::TraceHeader {
-        format: super::FORMAT_VERSION,
-        min_reader: super::MIN_READER_VERSION,
-        gputape: env!("CARGO_PKG_VERSION").to_string(),
-        backend: "blob store".into(),
-        device_ordinal: 0,
-        device_name: None,
-        sm_count: None,
-        total_memory: None,
-        driver_version: None,
-    }))?;
-    w.write_encoded(super::FrameClass::Definition, record, crc)?;
-    w.write(&Frame::Stop)?;
     let tmp = parent.join(format!(
         ".{}.{}-{:?}.tmp",
         id.hex(),
         std::process::id(),
         std::thread::current().id()
     ));
-    std::fs::write(&tmp, &*bytes.lock()).map_err(io("write", &tmp))?;
+    let file = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    // Straight into the file: a copy in memory first cost each snapshot worker a part's bytes.
+    let written = (|| -> Result<(), TraceError> {
+        let mut w = super::TraceWriter::new(Box::new(FileSink(file))).map_err(io("write", &tmp))?;
+        w.write(&Frame::Header(super::TraceHeader {
+            format: super::FORMAT_VERSION,
+            min_reader: super::MIN_READER_VERSION,
+            gputape: env!("CARGO_PKG_VERSION").to_string(),
+            backend: "blob store".into(),
+            device_ordinal: 0,
+            device_name: None,
+            sm_count: None,
+            total_memory: None,
+            driver_version: None,
+        }))?;
+        w.write_encoded(super::FrameClass::Definition, record, crc)?;
+        w.write(&Frame::Stop)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, &path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io("rename into", &path)(e)
     })
+}
+
+/// A store file's sink: the file itself (a store file is whole or, at its temporary name,
+/// nothing: the rename publishes it).
+struct FileSink(std::fs::File);
+
+impl super::Sink for FileSink {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(&mut self.0, bytes)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Check a blob frame's contents against its id and length, unpacking it if compressed.
