@@ -630,7 +630,6 @@ impl Llama {
             gpu.free(p)?;
         }
         self.weights.release(gpu)?;
-        gpu.op_cache().release_scratch(gpu)?;
         gpu.free_host_pinned(self.staging, self.staging_len)?;
         gpu.destroy_event(self.inputs_ready)?;
         self.released = true;
