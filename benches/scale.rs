@@ -14,6 +14,10 @@ use gputape::recorder::{BackendDesc, RecordingBackend};
 use gputape::replayer::{ReplayOptions, Replayer};
 use gputape::trace::Trace;
 use std::path::Path;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{dir_bytes, peak_over, reset_peak};
 use std::time::Instant;
 
 const BUF: usize = 256 << 20;
@@ -36,25 +40,6 @@ fn bf16_like(seed: u64, n: usize) -> Vec<u8> {
     }
     v.truncate(n);
     v
-}
-
-fn status_kb(key: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Reset the peak RSS the kernel keeps (Linux: write 5 to clear_refs), returning RSS now.
-fn reset_peak() -> u64 {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    status_kb("VmRSS:")
-}
-
-fn peak_over(base_kb: u64) -> f64 {
-    status_kb("VmHWM:").saturating_sub(base_kb) as f64 / 1e6
 }
 
 fn gb(b: u64) -> f64 {
@@ -243,21 +228,6 @@ fn run<B: GpuBackend + 'static>(
         g.free(p)?;
     }
     Ok(())
-}
-
-fn dir_bytes(d: &Path) -> u64 {
-    let mut n = 0;
-    if let Ok(rd) = std::fs::read_dir(d) {
-        for e in rd.flatten() {
-            let p = e.path();
-            n += if p.is_dir() {
-                dir_bytes(&p)
-            } else {
-                e.metadata().map(|m| m.len()).unwrap_or(0)
-            };
-        }
-    }
-    n
 }
 
 fn main() -> anyhow::Result<()> {

@@ -24,44 +24,16 @@ use gputape::recorder::{segment_path, BackendDesc, FlightConfig, RecordingBacken
 use gputape::replayer::{ReplayOptions, Replayer};
 use gputape::trace::Trace;
 use std::path::Path;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{dir_bytes, median, peak_over, reset_peak};
 use std::time::Instant;
 
 type Make = dyn Fn() -> Box<dyn GpuBackend>;
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn max(v: &[f64]) -> f64 {
     v.iter().cloned().fold(f64::NAN, f64::max)
-}
-
-fn dir_bytes(d: &Path) -> u64 {
-    let mut n = 0;
-    if let Ok(rd) = std::fs::read_dir(d) {
-        for e in rd.flatten() {
-            let p = e.path();
-            n += if p.is_dir() {
-                dir_bytes(&p)
-            } else {
-                e.metadata().map(|m| m.len()).unwrap_or(0)
-            };
-        }
-    }
-    n
-}
-
-/// Peak RSS since the last `reset_peak`, in GB.
-fn rss_gb() -> f64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1e6
 }
 
 /// `n` timed steps after `warm` untimed ones, in milliseconds each.
@@ -219,9 +191,7 @@ fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> any
     drop(rec);
 
     // 3. The flight recorder, timed after its first full checkpoint (step 8).
-    // Linux: 5 into clear_refs resets the peak to the RSS now.
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let rss0 = rss_gb();
+    let rss0 = reset_peak();
     let mut fc = FlightConfig::new(dir.join("flight"));
     fc.checkpoint_every = 8;
     let rec = RecordingBackend::flight(make(), fc, BackendDesc::new("step"))?;
@@ -234,7 +204,7 @@ fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> any
             median(&flight),
             median(&flight) / t0,
             max(&flight),
-            rss_gb() - rss0
+            peak_over(rss0)
         ),
     );
     m.release(&rec)?;

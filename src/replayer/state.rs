@@ -364,18 +364,11 @@ impl Replayer<'_> {
     ) -> Result<DevicePtr, ReplayError> {
         match a {
             DevAddr::Null => Ok(DevicePtr::NULL),
-            DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off } => st
-                .bufs
-                .get(buf)
-                .map(|(p, _)| p.offset(*off as usize))
-                .ok_or_else(|| ReplayError::Dangling {
-                    seq: c.seq,
-                    kind: c.call.kind().name(),
-                    what: buf.to_string(),
-                }),
-            // Outside every buffer when recorded: aim just as far past the nearest one, so an
-            // out-of-bounds access stays out of bounds.
-            DevAddr::Unknown {
+            // An address outside every buffer when recorded (`Unknown` with a `near`) aims
+            // just as far past the nearest one, so an out-of-bounds access stays out of bounds.
+            DevAddr::Buf { buf, off }
+            | DevAddr::Freed { buf, off }
+            | DevAddr::Unknown {
                 near: Some((buf, off)),
             } => st
                 .bufs

@@ -398,6 +398,41 @@ impl Drop for MmapSink {
     }
 }
 
+/// A frame header for a payload of `len` bytes at `seq`: with checksums (the header's, and
+/// the payload's from `crc`, asked for only then) where the sink keeps them.
+#[inline]
+fn fill_header(
+    header: &mut [u8],
+    len: usize,
+    seq: u64,
+    checksummed: bool,
+    crc: impl FnOnce() -> u32,
+) {
+    header[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    header[4..12].copy_from_slice(&seq.to_le_bytes());
+    if checksummed {
+        let hcrc = super::crc::crc32c(&header[0..12]);
+        header[12..16].copy_from_slice(&hcrc.to_le_bytes());
+        header[16..20].copy_from_slice(&crc().to_le_bytes());
+    }
+}
+
+/// One framed record into the sink.
+#[inline]
+fn send(
+    sink: &mut dyn Sink,
+    class: FrameClass,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<(), TraceError> {
+    sink.write_classed(class, header, payload)
+        .map_err(|source| TraceError::Io {
+            what: "write",
+            path: PathBuf::from("<trace sink>"),
+            source,
+        })
+}
+
 /// Frames a stream of records into a sink.
 pub struct TraceWriter {
     sink: Box<dyn Sink>,
@@ -450,21 +485,14 @@ impl TraceWriter {
         crc: u32,
     ) -> Result<(), TraceError> {
         let mut header = [0u8; FRAME_HEADER_LEN];
-        let seq = self.next_seq;
-        header[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        header[4..12].copy_from_slice(&seq.to_le_bytes());
-        if self.checksummed {
-            let hcrc = super::crc::crc32c(&header[0..12]);
-            header[12..16].copy_from_slice(&hcrc.to_le_bytes());
-            header[16..20].copy_from_slice(&crc.to_le_bytes());
-        }
-        self.sink
-            .write_classed(class, &header, payload)
-            .map_err(|source| TraceError::Io {
-                what: "write",
-                path: PathBuf::from("<trace sink>"),
-                source,
-            })?;
+        fill_header(
+            &mut header,
+            payload.len(),
+            self.next_seq,
+            self.checksummed,
+            || crc,
+        );
+        send(self.sink.as_mut(), class, &header, payload)?;
         self.next_seq += 1;
         self.bytes_written += (FRAME_HEADER_LEN + payload.len()) as u64;
         Ok(())
@@ -512,24 +540,12 @@ impl TraceWriter {
         let encoded = encode(buf);
         let len = buf.len() - FRAME_HEADER_LEN;
         encoded?;
-        let seq = self.next_seq;
-        buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-        buf[4..12].copy_from_slice(&seq.to_le_bytes());
-        if self.checksummed {
-            let hcrc = super::crc::crc32c(&buf[0..12]);
-            buf[12..16].copy_from_slice(&hcrc.to_le_bytes());
-            let crc = super::crc::crc32c(&buf[FRAME_HEADER_LEN..]);
-            buf[16..20].copy_from_slice(&crc.to_le_bytes());
-        }
         let total = buf.len() as u64;
-        let (header, payload) = buf.split_at(FRAME_HEADER_LEN);
-        self.sink
-            .write_classed(class, header, payload)
-            .map_err(|source| TraceError::Io {
-                what: "write",
-                path: PathBuf::from("<trace sink>"),
-                source,
-            })?;
+        let (header, payload) = buf.split_at_mut(FRAME_HEADER_LEN);
+        fill_header(header, len, self.next_seq, self.checksummed, || {
+            super::crc::crc32c(payload)
+        });
+        send(self.sink.as_mut(), class, header, payload)?;
         self.next_seq += 1;
         self.bytes_written += total;
         if self.buf.capacity() > 4 * SCRATCH {

@@ -458,14 +458,14 @@ impl Llama {
     /// One decode step for the whole batch: `tokens[b]` goes to sequence b at its current
     /// length; returns each sequence's greedy next token.
     pub fn step(&mut self, gpu: &dyn GpuBackend, tokens: &[u32]) -> Result<Vec<u32>> {
-        let (s, b) = (self.shape.clone(), self.opts.batch);
+        let (vocab, b) = (self.shape.vocab, self.opts.batch);
         anyhow::ensure!(
             tokens.len() == b,
             "{} tokens for a batch of {b}",
             tokens.len()
         );
-        if let Some(t) = tokens.iter().find(|&&t| t as usize >= s.vocab) {
-            anyhow::bail!("token {t} is outside the vocabulary of {}", s.vocab);
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            anyhow::bail!("token {t} is outside the vocabulary of {vocab}");
         }
         gpu.step_boundary(self.step_index as u64);
         let max_blocks = self.opts.max_seq.div_ceil(self.opts.block_size);
@@ -478,6 +478,7 @@ impl Llama {
             );
             self.ensure_blocks(seq, pos)?;
         }
+        let s = &self.shape;
         let mut inputs = vec![0u32; (2 + max_blocks) * b];
         inputs[..b].copy_from_slice(tokens);
         for seq in 0..b {

@@ -38,10 +38,65 @@ pub struct LlamaWeights {
     allocs: Vec<(DevicePtr, usize)>,
 }
 
-/// (element count, scale, offset) of a seeded tensor: matrices uniform in ±1/sqrt(cols), norms
-/// around 1, the embedding in ±1.
-fn init(rows: usize, cols: usize) -> (usize, f32, f32) {
-    (rows * cols, 1.0 / (cols as f32).sqrt(), 0.0)
+/// One tensor of the model, named for whichever source provides it.
+#[derive(Clone, Copy, Debug)]
+enum Tensor {
+    Embed,
+    AttnNorm(usize),
+    Qkv(usize),
+    O(usize),
+    FfnNorm(usize),
+    GateUp(usize),
+    Down(usize),
+    FinalNorm,
+    LmHead,
+}
+
+impl Tensor {
+    /// (rows, cols); a norm is one row.
+    fn shape(self, s: &Shape) -> (usize, usize) {
+        match self {
+            Tensor::Embed | Tensor::LmHead => (s.vocab, s.hidden),
+            Tensor::AttnNorm(_) | Tensor::FfnNorm(_) | Tensor::FinalNorm => (1, s.hidden),
+            Tensor::Qkv(_) => (s.qkv_dim(), s.hidden),
+            Tensor::O(_) => (s.hidden, s.q_dim()),
+            Tensor::GateUp(_) => (2 * s.ffn, s.hidden),
+            Tensor::Down(_) => (s.hidden, s.ffn),
+        }
+    }
+
+    /// The checkpoint tensors whose rows it stacks.
+    fn hf_names(self) -> Vec<String> {
+        let layer = |i: usize, ms: &[&str]| -> Vec<String> {
+            ms.iter()
+                .map(|m| format!("model.layers.{i}.{m}.weight"))
+                .collect()
+        };
+        match self {
+            Tensor::Embed => vec!["model.embed_tokens.weight".into()],
+            Tensor::AttnNorm(i) => layer(i, &["input_layernorm"]),
+            Tensor::Qkv(i) => layer(
+                i,
+                &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+            ),
+            Tensor::O(i) => layer(i, &["self_attn.o_proj"]),
+            Tensor::FfnNorm(i) => layer(i, &["post_attention_layernorm"]),
+            Tensor::GateUp(i) => layer(i, &["mlp.gate_proj", "mlp.up_proj"]),
+            Tensor::Down(i) => layer(i, &["mlp.down_proj"]),
+            Tensor::FinalNorm => vec!["model.norm.weight".into()],
+            Tensor::LmHead => vec!["lm_head.weight".into()],
+        }
+    }
+
+    /// (scale, offset) of its seeded values: matrices uniform in ±1/sqrt(cols), norms around
+    /// 1, the embedding in ±1.
+    fn init(self, s: &Shape) -> (f32, f32) {
+        match self {
+            Tensor::Embed => (1.0, 0.0),
+            Tensor::AttnNorm(_) | Tensor::FfnNorm(_) | Tensor::FinalNorm => (0.1, 1.0),
+            t => (1.0 / (t.shape(s).1 as f32).sqrt(), 0.0),
+        }
+    }
 }
 
 impl LlamaWeights {
@@ -55,43 +110,33 @@ impl LlamaWeights {
         self.allocs.iter().map(|a| a.1 as u64).sum()
     }
 
-    /// Generated on the device from `seed`, one `fill_bf16` launch per tensor on `stream`.
-    pub fn generate(gpu: &dyn GpuBackend, s: &Shape, seed: u64, stream: u64) -> Result<Self> {
-        let mut n = 0u64;
+    /// Every tensor, in the model's order, each allocated by `make`, which says its size.
+    fn build(
+        s: &Shape,
+        mut make: impl FnMut(Tensor) -> Result<(DevicePtr, usize)>,
+    ) -> Result<Self> {
         let mut allocs = Vec::new();
-        let mut tensor = |(elems, scale, offset): (usize, f32, f32)| -> Result<DevicePtr> {
-            let p = gpu.alloc(elems * 2)?;
-            n += 1;
-            // Each tensor its own stream of values: a seed a large odd step apart.
-            launch_fill(
-                gpu,
-                p,
-                elems,
-                seed ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03),
-                scale,
-                offset,
-                stream,
-            )?;
-            allocs.push((p, elems * 2));
+        let mut t = |which: Tensor| -> Result<DevicePtr> {
+            let (p, bytes) = make(which)?;
+            allocs.push((p, bytes));
             Ok(p)
         };
-        let norm = (s.hidden, 0.1, 1.0);
-        let embed = tensor((s.vocab * s.hidden, 1.0, 0.0))?;
+        let embed = t(Tensor::Embed)?;
         let mut layers = Vec::with_capacity(s.layers);
-        for _ in 0..s.layers {
+        for i in 0..s.layers {
             layers.push(LayerWeights {
-                attn_norm: tensor(norm)?,
-                qkv: tensor(init(s.qkv_dim(), s.hidden))?,
-                o: tensor(init(s.hidden, s.q_dim()))?,
-                ffn_norm: tensor(norm)?,
-                gate_up: tensor(init(2 * s.ffn, s.hidden))?,
-                down: tensor(init(s.hidden, s.ffn))?,
+                attn_norm: t(Tensor::AttnNorm(i))?,
+                qkv: t(Tensor::Qkv(i))?,
+                o: t(Tensor::O(i))?,
+                ffn_norm: t(Tensor::FfnNorm(i))?,
+                gate_up: t(Tensor::GateUp(i))?,
+                down: t(Tensor::Down(i))?,
             });
         }
-        let final_norm = tensor(norm)?;
+        let final_norm = t(Tensor::FinalNorm)?;
         let lm_head = match s.tied {
             true => None,
-            false => Some(tensor(init(s.vocab, s.hidden))?),
+            false => Some(t(Tensor::LmHead)?),
         };
         Ok(LlamaWeights {
             embed,
@@ -99,6 +144,22 @@ impl LlamaWeights {
             final_norm,
             lm_head,
             allocs,
+        })
+    }
+
+    /// Generated on the device from `seed`, one `fill_bf16` launch per tensor on `stream`.
+    pub fn generate(gpu: &dyn GpuBackend, s: &Shape, seed: u64, stream: u64) -> Result<Self> {
+        let mut n = 0u64;
+        Self::build(s, |t| {
+            let (rows, cols) = t.shape(s);
+            let (scale, offset) = t.init(s);
+            let elems = rows * cols;
+            let p = gpu.alloc(elems * 2)?;
+            n += 1;
+            // Each tensor its own stream of values: a seed a large odd step apart.
+            let seed = seed ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03);
+            launch_fill(gpu, p, elems, seed, scale, offset, stream)?;
+            Ok((p, elems * 2))
         })
     }
 
@@ -116,53 +177,19 @@ impl LlamaWeights {
             s.hf.torch_dtype.as_str()
         );
         check_llama_shards(shards, &s.hf)?;
-        let read = |name: &str| -> Result<Vec<u8>> {
-            let st = shards
-                .iter()
-                .find(|st| st.get(name).is_some())
-                .ok_or_else(|| anyhow::anyhow!("no shard holds {name}"))?;
-            Ok(st.read(name)?)
-        };
-        let mut allocs = Vec::new();
-        let mut upload = |names: &[String]| -> Result<DevicePtr> {
+        Self::build(s, |t| {
             let mut bytes = Vec::new();
-            for n in names {
-                bytes.extend_from_slice(&read(n).with_context(|| format!("reading {n}"))?);
+            for name in t.hf_names() {
+                let st = shards
+                    .iter()
+                    .find(|st| st.get(&name).is_some())
+                    .ok_or_else(|| anyhow::anyhow!("no shard holds {name}"))?;
+                bytes
+                    .extend_from_slice(&st.read(&name).with_context(|| format!("reading {name}"))?);
             }
             let p = gpu.alloc(bytes.len())?;
             gpu.copy_h2d(&bytes, p)?;
-            allocs.push((p, bytes.len()));
-            Ok(p)
-        };
-        let one = |n: &str| vec![n.to_string()];
-        let embed = upload(&one("model.embed_tokens.weight"))?;
-        let mut layers = Vec::with_capacity(s.layers);
-        for i in 0..s.layers {
-            let p = |m: &str| format!("model.layers.{i}.{m}.weight");
-            layers.push(LayerWeights {
-                attn_norm: upload(&[p("input_layernorm")])?,
-                qkv: upload(&[
-                    p("self_attn.q_proj"),
-                    p("self_attn.k_proj"),
-                    p("self_attn.v_proj"),
-                ])?,
-                o: upload(&[p("self_attn.o_proj")])?,
-                ffn_norm: upload(&[p("post_attention_layernorm")])?,
-                gate_up: upload(&[p("mlp.gate_proj"), p("mlp.up_proj")])?,
-                down: upload(&[p("mlp.down_proj")])?,
-            });
-        }
-        let final_norm = upload(&one("model.norm.weight"))?;
-        let lm_head = match s.tied {
-            true => None,
-            false => Some(upload(&one("lm_head.weight"))?),
-        };
-        Ok(LlamaWeights {
-            embed,
-            layers,
-            final_norm,
-            lm_head,
-            allocs,
+            Ok((p, bytes.len()))
         })
     }
 }
