@@ -3,7 +3,9 @@
 //! Medians over interleaved rounds, so the bare and recorded variants see the same machine
 //! state. A counting allocator checks the recorder's hot path for heap allocations.
 
-use gputape::backend::{GpuBackend, KernelArg, ParamAccess, ParamInfo};
+use gputape::backend::{
+    DevicePtr, GpuBackend, KernelArg, KernelHandle, KernelRegistry, OpCache, ParamAccess, ParamInfo,
+};
 use gputape::mock::MockGpuBackend;
 use gputape::recorder::{BackendDesc, FlightConfig, RecordingBackend};
 use gputape::trace::{self, Frame, MmapSink, Sink, TraceWriter};
@@ -61,6 +63,153 @@ fn mock() -> MockGpuBackend {
         None,
     );
     m
+}
+
+/// The mock for everything but the hot calls, which return at once: the recorder's own cost
+/// per call, without the mock's (which allocates and varies with the machine's mood).
+struct Null(MockGpuBackend);
+
+impl GpuBackend for Null {
+    fn alloc(&self, bytes: usize) -> anyhow::Result<DevicePtr> {
+        self.0.alloc(bytes)
+    }
+    fn alloc_managed(&self, bytes: usize) -> anyhow::Result<DevicePtr> {
+        self.0.alloc_managed(bytes)
+    }
+    fn free(&self, ptr: DevicePtr) -> anyhow::Result<()> {
+        self.0.free(ptr)
+    }
+    fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> anyhow::Result<()> {
+        self.0.copy_h2d(src, dst)
+    }
+    fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> anyhow::Result<()> {
+        self.0.copy_d2h(src, dst)
+    }
+    fn copy_d2d(&self, src: DevicePtr, dst: DevicePtr, bytes: usize) -> anyhow::Result<()> {
+        self.0.copy_d2d(src, dst, bytes)
+    }
+    fn launch(
+        &self,
+        _: KernelHandle,
+        _: [u32; 3],
+        _: [u32; 3],
+        _: u32,
+        _: u64,
+        _: &mut [*mut std::ffi::c_void],
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn launch_typed(
+        &self,
+        _: KernelHandle,
+        _: [u32; 3],
+        _: [u32; 3],
+        _: u32,
+        _: u64,
+        _: &[KernelArg<'_>],
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn record_event(&self, _: u64, _: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn stream_wait_event(&self, _: u64, _: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn synchronize(&self, stream: u64) -> anyhow::Result<()> {
+        self.0.synchronize(stream)
+    }
+    fn default_stream(&self) -> u64 {
+        self.0.default_stream()
+    }
+    fn kernel(&self, module: &str, func_name: &str) -> anyhow::Result<KernelHandle> {
+        self.0.kernel(module, func_name)
+    }
+    fn kernel_registry(&self) -> Option<std::sync::Arc<KernelRegistry>> {
+        self.0.kernel_registry()
+    }
+    fn op_cache(&self) -> &OpCache {
+        self.0.op_cache()
+    }
+    fn memset(&self, ptr: DevicePtr, value: u8, bytes: usize) -> anyhow::Result<()> {
+        self.0.memset(ptr, value, bytes)
+    }
+    fn memset_async(&self, ptr: DevicePtr, v: u8, bytes: usize, s: u64) -> anyhow::Result<()> {
+        self.0.memset_async(ptr, v, bytes, s)
+    }
+    fn create_stream(&self) -> anyhow::Result<u64> {
+        self.0.create_stream()
+    }
+    fn create_event(&self) -> anyhow::Result<u64> {
+        self.0.create_event()
+    }
+    fn total_memory(&self) -> anyhow::Result<usize> {
+        self.0.total_memory()
+    }
+    fn free_memory(&self) -> anyhow::Result<usize> {
+        self.0.free_memory()
+    }
+    fn sm_count(&self) -> anyhow::Result<u32> {
+        self.0.sm_count()
+    }
+}
+
+/// A decode step's shape: `LAYERS` layers of `PER_LAYER` launches, each layer on its own
+/// weights, two of them taking the step's position (a new value every step), then an event
+/// and a wait, then the step's boundary.
+const LAYERS: usize = 32;
+const PER_LAYER: usize = 9;
+
+struct Decode {
+    k: KernelHandle,
+    weights: Vec<DevicePtr>,
+    act: [DevicePtr; 2],
+    ev: u64,
+    s: u64,
+}
+
+impl Decode {
+    fn new(g: &dyn GpuBackend) -> Self {
+        Decode {
+            k: g.kernel("bench", "six").unwrap(),
+            weights: (0..LAYERS * PER_LAYER)
+                .map(|_| g.alloc(1024).unwrap())
+                .collect(),
+            act: [g.alloc(1024).unwrap(), g.alloc(1024).unwrap()],
+            ev: g.create_event().unwrap(),
+            s: g.create_stream().unwrap(),
+        }
+    }
+
+    /// One step; returns the calls made.
+    fn step(&self, g: &dyn GpuBackend, pos: u32) -> usize {
+        let mut calls = 0;
+        for (i, w) in self.weights.iter().enumerate() {
+            let p = if i % PER_LAYER < 2 { pos } else { 0 };
+            let (a, b, c) = (p.to_le_bytes(), 1.5f32.to_le_bytes(), 4096u32.to_le_bytes());
+            g.launch_typed(
+                self.k,
+                [32, 1, 1],
+                [256, 1, 1],
+                0,
+                self.s,
+                &[
+                    KernelArg::Buffer(*w),
+                    KernelArg::Buffer(self.act[i % 2]),
+                    KernelArg::Buffer(self.act[(i + 1) % 2]),
+                    KernelArg::Bytes(&a),
+                    KernelArg::Bytes(&b),
+                    KernelArg::Bytes(&c),
+                ],
+            )
+            .unwrap();
+            calls += 1;
+        }
+        g.record_event(self.ev, self.s).unwrap();
+        g.stream_wait_event(0, self.ev).unwrap();
+        g.step_boundary(u64::from(pos));
+        calls + 3
+    }
 }
 
 struct Setup {
@@ -127,6 +276,21 @@ fn main() {
     rec.record_event(rs.ev, rs.s).unwrap();
     launch6(&bare, &bs);
 
+    if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("flight") {
+        // For profiling: only the flight recorder's launch loop, a step per round.
+        let fr = RecordingBackend::flight(
+            Null(mock()),
+            FlightConfig::new(dir.join("flight")),
+            BackendDesc::new("null"),
+        )
+        .unwrap();
+        let fs = setup(&fr);
+        for r in 0..1000u64 {
+            per_call_ns(&mut || launch6(&fr, &fs));
+            fr.step_boundary(r);
+        }
+        return;
+    }
     if std::env::var("GPUTAPE_BENCH_HOT").is_ok_and(|v| v != "read") {
         // For profiling: only the recorded launch loop.
         let rounds: usize = std::env::var("GPUTAPE_BENCH_ROUNDS")
@@ -201,6 +365,85 @@ fn main() {
         let (b, f) = (median(fb), median(fl));
         println!(
             "| flight recorder, launch_typed 6 args | {b:.0} | {f:.0} | {:.0} | held {calls} calls in {held} bytes: {:.1} bytes/call |",
+            f - b,
+            held as f64 / calls.max(1) as f64
+        );
+    }
+
+    // ---- the recorder's own cost: a backend whose hot calls return at once ----
+    {
+        let null = Null(mock());
+        let ns = setup(&null);
+        let full = RecordingBackend::to_file(
+            Null(mock()),
+            &dir.join("null.gtape"),
+            BackendDesc::new("null"),
+        )
+        .unwrap();
+        let fs_full = setup(&full);
+        full.start().unwrap();
+        let fr = RecordingBackend::flight(
+            Null(mock()),
+            FlightConfig::new(dir.join("flight-null")),
+            BackendDesc::new("null"),
+        )
+        .unwrap();
+        let fs = setup(&fr);
+        launch6(&full, &fs_full);
+        launch6(&fr, &fs);
+        let (mut b, mut r, mut f, mut fe) = (vec![], vec![], vec![], vec![]);
+        for round in 0..ROUNDS {
+            b.push(per_call_ns(&mut || launch6(&null, &ns)));
+            r.push(per_call_ns(&mut || launch6(&full, &fs_full)));
+            f.push(per_call_ns(&mut || launch6(&fr, &fs)));
+            fe.push(per_call_ns(&mut || fr.record_event(fs.ev, fs.s).unwrap()));
+            fr.step_boundary(round as u64);
+        }
+        let stats = full.stop().unwrap();
+        let (b, r, f, fe) = (median(b), median(r), median(f), median(fe));
+        println!();
+        println!("the recorder's own cost: hot calls of the wrapped backend return at once (median of {ROUNDS} rounds x {PER_ROUND} calls)");
+        println!("| | ns/call | over bare |");
+        println!("|---|---:|---:|");
+        println!("| bare launch_typed, 6 args | {b:.0} | |");
+        println!(
+            "| full recording (mmap file, {:.0} B/call) | {r:.0} | {:.0} |",
+            stats.bytes as f64 / stats.calls as f64,
+            r - b
+        );
+        println!("| flight recorder | {f:.0} | {:.0} |", f - b);
+        println!("| flight recorder, record_event | {fe:.0} | |");
+    }
+
+    // ---- the flight recorder on a decode step's shape, over many steps ----
+    {
+        let steps = 400u32;
+        let bare = Null(mock());
+        let bd = Decode::new(&bare);
+        let mut cfg = FlightConfig::new(dir.join("flight-decode"));
+        cfg.checkpoint_every = 8;
+        let fr = RecordingBackend::flight(Null(mock()), cfg, BackendDesc::new("null")).unwrap();
+        let fd = Decode::new(&fr);
+        let (mut b, mut f) = (vec![], vec![]);
+        let mut per_step = 0;
+        for pos in 0..steps {
+            let t = Instant::now();
+            per_step = bd.step(&bare, pos);
+            b.push(t.elapsed().as_nanos() as f64 / per_step as f64);
+            let t = Instant::now();
+            fd.step(&fr, pos);
+            f.push(t.elapsed().as_nanos() as f64 / per_step as f64);
+        }
+        let (held, calls) = fr.flight_held().unwrap();
+        let (b, f) = (median(b), median(f));
+        println!();
+        println!(
+            "flight recorder on a decode step's shape ({LAYERS} layers x {PER_LAYER} launches, 2 of 9 with a per-step position, an event, a wait, a step boundary: {per_step} calls a step; {steps} steps, checkpoint every 8; median per-call over steps)"
+        );
+        println!("| bare ns/call | flight ns/call | overhead ns/call | held | bytes/call held |");
+        println!("|---:|---:|---:|---|---:|");
+        println!(
+            "| {b:.0} | {f:.0} | {:.0} | {calls} calls, {held} bytes | {:.1} |",
             f - b,
             held as f64 / calls.max(1) as f64
         );

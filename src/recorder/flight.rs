@@ -16,6 +16,7 @@
 //! any SIGUSR1 handler the engine had), or `RecordingBackend::flight_dump`. A graph captured
 //! before the kept spans is not in a dump: a dump whose calls launch it does not replay.
 
+use super::ring::{self, Log, RawKey, Record, Templates, Writes};
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
@@ -65,35 +66,24 @@ impl FlightConfig {
     }
 }
 
-/// A checkpoint's frames and the calls after it, each an encoded frame payload.
-#[derive(Default)]
+/// A checkpoint's frames and the calls after it.
 struct Span {
     checkpoint: Vec<Vec<u8>>,
-    calls: Vec<u8>,
-    /// Offsets into `calls` where each payload starts (its length is up to the next).
-    starts: Vec<usize>,
+    log: Log,
     first_step: u64,
     /// Its checkpoint could not be completed: a dump cannot start from it.
     failed: bool,
 }
 
 impl Span {
-    fn push_call(&mut self, payload: &[u8]) {
-        self.starts.push(self.calls.len());
-        self.calls.extend_from_slice(payload);
-    }
-
-    fn calls(&self) -> impl Iterator<Item = &[u8]> {
-        let ends = self
-            .starts
-            .iter()
-            .skip(1)
-            .copied()
-            .chain(std::iter::once(self.calls.len()));
-        self.starts
-            .iter()
-            .zip(ends)
-            .map(|(s, e)| &self.calls[*s..e])
+    fn after(prev: Option<&Span>, first_step: u64) -> Self {
+        let (seq, t) = prev.map_or((u64::MAX, 0), |s| s.log.last());
+        Span {
+            checkpoint: Vec::new(),
+            log: Log::after(seq, t),
+            first_step,
+            failed: false,
+        }
     }
 }
 
@@ -108,6 +98,10 @@ pub(crate) struct FlightShared {
     spans: VecDeque<Span>,
     /// Spans begun so far (the newest span's number).
     span_no: u64,
+    /// The calls the kept spans name, each once.
+    templates: Templates,
+    /// The seq and slot of the call the sink interned last, for the fast path to learn.
+    last_interned: Option<(u64, u32)>,
     pub dumps: usize,
     pub steps: u64,
     /// A checkpoint's frames are being written (the snapshot at start, or `checkpoint`):
@@ -125,8 +119,10 @@ impl FlightShared {
             definitions: Vec::new(),
             blobs: HashMap::default(),
             parts: HashMap::default(),
-            spans: VecDeque::from([Span::default()]),
+            spans: VecDeque::from([Span::after(None, 0)]),
             span_no: 0,
+            templates: Templates::default(),
+            last_interned: None,
             dumps: 0,
             steps: 0,
             in_checkpoint: true,
@@ -139,16 +135,16 @@ impl FlightShared {
     pub fn begin_checkpoint(&mut self) {
         self.in_checkpoint = true;
         self.span_no += 1;
-        self.spans.push_back(Span {
-            first_step: self.steps,
-            ..Default::default()
-        });
+        let span = Span::after(self.spans.back(), self.steps);
+        self.spans.push_back(span);
         if self.spans.len() > 2 {
             self.spans.pop_front();
             let oldest = self.span_no - 1;
             self.blobs.retain(|_, (_, last)| *last >= oldest);
             let blobs = &self.blobs;
             self.parts.retain(|id, _| blobs.contains_key(id));
+            self.templates.evict_before(oldest);
+            self.last_interned = None;
         }
     }
 
@@ -209,29 +205,86 @@ impl FlightShared {
         self.note_blob(id, || frame);
     }
 
-    /// The call payloads of the span being recorded now.
-    pub fn current_calls(&self) -> impl Iterator<Item = &[u8]> {
-        self.spans.back().into_iter().flat_map(|s| s.calls())
+    /// The fast path: a call whose raw inputs `key` were seen since the recorder's maps last
+    /// changed (`gen`) is logged as its template, assumed to return `Ok(())` (an error is
+    /// kept as its own End record, which a dump prefers). `false`: take the slow path.
+    #[inline]
+    pub fn fast_call(&mut self, key: &RawKey, gen: u64, seq: u64, t_ns: u64) -> bool {
+        let Some(slot) = self.templates.fast(key, gen, self.span_no) else {
+            return false;
+        };
+        match self.spans.back_mut() {
+            Some(s) => {
+                s.log.push_call(slot, seq, t_ns, true);
+                true
+            }
+            None => false,
+        }
     }
 
-    /// Bytes held (payloads), for the memory bound.
+    /// After the slow path recorded call `seq`: calls with raw inputs `key` are its template
+    /// from now on.
+    pub fn learn(&mut self, key: &RawKey, gen: u64, seq: u64) {
+        if let Some((s, slot)) = self.last_interned {
+            if s == seq {
+                self.templates.learn(key, gen, slot);
+            }
+        }
+    }
+
+    /// A call's frame from the recorder: a Begin becomes a template's call, an End saying
+    /// `Ok(())` folds into its call when that is the newest, anything else is kept whole.
+    fn log_frame(&mut self, payload: &[u8]) {
+        let span_no = self.span_no;
+        let Some(span) = self.spans.back_mut() else {
+            return;
+        };
+        if let Some((seq, t_ns, head, call)) = ring::split(payload) {
+            let slot = self.templates.intern(head, call, span_no);
+            span.log.push_call(slot, seq, t_ns, false);
+            self.last_interned = Some((seq, slot));
+            return;
+        }
+        if let Some((seq, true)) = crate::trace::codec::end_seq(payload) {
+            if span.log.fold_ok(seq) {
+                return;
+            }
+        }
+        span.log.push_frame(payload);
+    }
+
+    /// What the calls of the span being recorded may have written: `compute` works out a
+    /// call's writes from its Begin record (once per distinct call); `each` gets them all.
+    pub fn span_writes(
+        &mut self,
+        mut compute: impl FnMut(&[u8]) -> Writes,
+        mut each: impl FnMut(&Writes),
+    ) {
+        // Every Begin became a template (`log_frame`): the templates are all there is to read.
+        let span_no = self.span_no;
+        self.templates.writes_in(span_no, &mut compute, &mut each);
+    }
+
+    /// Bytes held (payloads, templates, logs), for the memory bound.
     pub fn held_bytes(&self) -> usize {
         self.definitions.iter().map(Vec::len).sum::<usize>()
             + self.blobs.values().map(|(p, _)| p.len()).sum::<usize>()
+            + self.templates.held_bytes()
             + self
                 .spans
                 .iter()
-                .map(|s| s.calls.len() + s.checkpoint.iter().map(Vec::len).sum::<usize>())
+                .map(|s| s.log.held_bytes() + s.checkpoint.iter().map(Vec::len).sum::<usize>())
                 .sum::<usize>()
     }
 
     /// Calls held in the kept spans.
     pub fn held_calls(&self) -> usize {
-        self.spans.iter().map(|s| s.starts.len()).sum::<usize>() / 2
+        self.spans.iter().map(|s| s.log.calls()).sum::<usize>()
     }
 
-    /// Write the kept spans as a trace to a new file in the dump directory.
-    pub fn dump(&mut self, reason: &str) -> Result<PathBuf, TraceError> {
+    /// Write the kept spans as a trace to a new file in the dump directory. `open`: a call
+    /// the dumping thread is inside (a panic in the wrapped backend), which gets no End.
+    pub fn dump(&mut self, reason: &str, open: Option<u64>) -> Result<PathBuf, TraceError> {
         let io = |what, path: &Path| {
             let path = path.to_path_buf();
             move |source| TraceError::Io { what, path, source }
@@ -262,25 +315,61 @@ impl FlightShared {
                 w.write_payload(FrameClass::Checkpoint, c)?;
             }
         }
+        let records = || {
+            self.spans
+                .iter()
+                .skip(first)
+                .flat_map(|s| s.log.records())
+        };
+        // Calls whose End was kept whole (a fast-path call that failed): no End is implied.
+        let ended: rustc_hash::FxHashSet<u64> = records()
+            .filter_map(|r| match r {
+                Record::Frame(p) => crate::trace::codec::end_seq(p).map(|(seq, _)| seq),
+                Record::Call { .. } => None,
+            })
+            .collect();
         // A call that began before the checkpoint the dump starts from may end after it: its
         // End (and what its sync found) is left out with its Begin.
         let mut begun = rustc_hash::FxHashSet::default();
-        for s in self.spans.iter().skip(first) {
-            for c in s.calls() {
-                let keep = match crate::trace::codec::decode(c) {
-                    Ok(crate::trace::Frame::Begin(b)) => {
-                        begun.insert(b.seq);
-                        true
+        let mut buf = Vec::with_capacity(256);
+        let mut lost = 0usize;
+        for r in records() {
+            match r {
+                Record::Call {
+                    slot,
+                    seq,
+                    t_ns,
+                    ok,
+                } => {
+                    buf.clear();
+                    if !self.templates.append_begin(slot, seq, t_ns, &mut buf) {
+                        lost += 1;
+                        continue;
                     }
-                    Ok(crate::trace::Frame::End(e)) => begun.contains(&e.seq),
-                    Ok(crate::trace::Frame::D2HResult { seq, .. })
-                    | Ok(crate::trace::Frame::SyncHashes { seq, .. }) => begun.contains(&seq),
-                    _ => true,
-                };
-                if keep {
-                    w.write_payload(FrameClass::Call, c)?;
+                    begun.insert(seq);
+                    w.write_payload(FrameClass::Call, &buf)?;
+                    if ok && !ended.contains(&seq) && open != Some(seq) {
+                        buf.clear();
+                        let unit = Ok(crate::trace::Value::Unit);
+                        crate::trace::codec::append_end(seq, 0, &unit, &mut buf)?;
+                        w.write_payload(FrameClass::Call, &buf)?;
+                    }
+                }
+                Record::Frame(c) => {
+                    let keep = match crate::trace::codec::decode(c) {
+                        Ok(crate::trace::Frame::End(e)) => begun.contains(&e.seq),
+                        Ok(crate::trace::Frame::D2HResult { seq, .. })
+                        | Ok(crate::trace::Frame::SyncHashes { seq, .. }) => begun.contains(&seq),
+                        _ => true,
+                    };
+                    if keep {
+                        w.write_payload(FrameClass::Call, c)?;
+                    }
                 }
             }
+        }
+        if lost > 0 {
+            tracing::error!("gputape: flight recorder lost the template of {lost} kept calls");
         }
         w.write(&crate::trace::Frame::Stop)?;
         w.finish().map_err(io("finish", &path))?;
@@ -323,11 +412,7 @@ impl Sink for FlightSink {
                     s.checkpoint.push(payload.to_vec());
                 }
             }
-            FrameClass::Checkpoint | FrameClass::Call => {
-                if let Some(s) = f.spans.back_mut() {
-                    s.push_call(payload);
-                }
-            }
+            FrameClass::Checkpoint | FrameClass::Call => f.log_frame(payload),
         }
         Ok(())
     }
@@ -339,6 +424,30 @@ impl Sink for FlightSink {
     fn finish(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+thread_local! {
+    /// The fast-path call this thread is inside: its flight recorder's address and seq + 1
+    /// (0: none). A panic inside the wrapped backend dumps that call without an End.
+    static OPEN: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// This thread is inside fast-path call `seq` of `f`.
+#[inline]
+pub(crate) fn set_open(f: &Arc<Mutex<FlightShared>>, seq: u64) {
+    OPEN.with(|o| o.set((Arc::as_ptr(f) as usize, seq + 1)));
+}
+
+/// This thread left the fast-path call it was inside.
+#[inline]
+pub(crate) fn clear_open() {
+    OPEN.with(|o| o.set((0, 0)));
+}
+
+/// The fast-path call of `f` this thread is inside, if any.
+pub(crate) fn open_call(f: &Arc<Mutex<FlightShared>>) -> Option<u64> {
+    let (p, s) = OPEN.with(|o| o.get());
+    (p == Arc::as_ptr(f) as usize && s > 0).then(|| s - 1)
 }
 
 /// Flight recorders alive in this process, for the panic hook.
@@ -361,9 +470,10 @@ pub(crate) fn arm(f: &Arc<Mutex<FlightShared>>) {
             if let Some(f) = w.upgrade() {
                 // A panic while the recorder's own lock is held cannot dump; skip rather
                 // than deadlock.
+                let open = open_call(&f);
                 if let Some(mut f) = f.try_lock() {
                     if f.dumps < f.cfg.max_dumps {
-                        let _ = f.dump(&reason);
+                        let _ = f.dump(&reason, open);
                     }
                 }
             }

@@ -14,6 +14,12 @@ macro_rules! plain {
     }};
 }
 
+/// What the flight recorder's fast path tells its calls apart by (`RawKey::new`).
+const FAST_LAUNCH: u64 = 1;
+const FAST_LAUNCH_TYPED: u64 = 2;
+const FAST_RECORD_EVENT: u64 = 3;
+const FAST_WAIT_EVENT: u64 = 4;
+
 fn unit<T>(_: &T) -> Value {
     Value::Unit
 }
@@ -109,7 +115,26 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         stream: u64,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        let tok = self.begin_with(Location::caller(), |st, head| {
+        let key = |st: &mut RecState, k: &mut ring::RawKey| {
+            if !st.tensor_maps.is_empty() {
+                return false;
+            }
+            k.word(func.0);
+            k.pair(grid[0], grid[1]);
+            k.pair(grid[2], block[0]);
+            k.pair(block[1], block[2]);
+            k.pair(shared_mem, params.len() as u32);
+            k.word(stream);
+            // Without a layout the call records no arguments, so the key has none either.
+            let layout = st.kernels.get(&func.0).and_then(|e| e.params.as_deref());
+            for (p, info) in params.iter().zip(layout.unwrap_or(&[])) {
+                // SAFETY: launch's contract: params[i] points at a value of the kernel's i-th
+                // parameter, whose size the layout gives.
+                k.bytes(unsafe { std::slice::from_raw_parts(*p as *const u8, info.size as usize) });
+            }
+            true
+        };
+        let tok = self.begin_fast(Location::caller(), FAST_LAUNCH, key, |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
             // SAFETY: launch's contract, as below.
@@ -187,7 +212,28 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         stream: u64,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
-        let tok = self.begin_with(Location::caller(), |st, head| {
+        let key = |st: &mut RecState, k: &mut ring::RawKey| {
+            if !st.tensor_maps.is_empty() {
+                return false;
+            }
+            k.word(func.0);
+            k.pair(grid[0], grid[1]);
+            k.pair(grid[2], block[0]);
+            k.pair(block[1], block[2]);
+            k.pair(shared_mem, args.len() as u32);
+            k.word(stream);
+            for a in args {
+                match a {
+                    KernelArg::Buffer(p) => {
+                        k.word(1);
+                        k.word(p.0);
+                    }
+                    KernelArg::Bytes(b) => k.bytes(b),
+                }
+            }
+            true
+        };
+        let tok = self.begin_fast(Location::caller(), FAST_LAUNCH_TYPED, key, |st, head| {
             let kernel = st.kernel(func.0, self.registry.as_deref(), None);
             let stream = st.stream(stream);
             if let Some(call) =
@@ -433,6 +479,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             // recorded as plain bytes holding the recorded address, which a replay passes on
             // unchanged (right only where the buffer lands where it was: --fixed-addresses).
             if st.tensor_maps.len() < 1 << 16 {
+                st.gen += 1;
                 st.tensor_maps.insert(*img, (base.0, desc.clone()));
             }
             Value::Unit
@@ -634,6 +681,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         });
         let r = self.inner.destroy_graph(graph);
         self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.gen += 1;
             st.graphs.remove(&graph.0);
             Value::Unit
         });
@@ -694,9 +742,22 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn record_event(&self, event: u64, stream: u64) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| Call::RecordEvent {
-            event: st.event(event),
-            stream: st.stream(stream),
+        let key = |st: &mut RecState, k: &mut ring::RawKey| {
+            // What the End would have mapped, mapped now: a fast call has no End.
+            st.event_stream.insert(event, stream);
+            k.word(event);
+            k.word(stream);
+            true
+        };
+        let tok = self.begin_fast(Location::caller(), FAST_RECORD_EVENT, key, |st, head| {
+            let call = Call::RecordEvent {
+                event: st.event(event),
+                stream: st.stream(stream),
+            };
+            if st.tracks_writes() {
+                st.note_writes(head.seq, &call);
+            }
+            st.emit_begin(&head.with(&call));
         });
         let r = self.inner.record_event(event, stream);
         // One lock for the map update and the End frame.
@@ -709,9 +770,20 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| Call::StreamWaitEvent {
-            stream: st.stream(stream),
-            event: st.event(event),
+        let key = |_: &mut RecState, k: &mut ring::RawKey| {
+            k.word(stream);
+            k.word(event);
+            true
+        };
+        let tok = self.begin_fast(Location::caller(), FAST_WAIT_EVENT, key, |st, head| {
+            let call = Call::StreamWaitEvent {
+                stream: st.stream(stream),
+                event: st.event(event),
+            };
+            if st.tracks_writes() {
+                st.note_writes(head.seq, &call);
+            }
+            st.emit_begin(&head.with(&call));
         });
         let r = self.inner.stream_wait_event(stream, event);
         self.finish_plain(tok, &r, unit);
@@ -735,6 +807,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         });
         let r = self.inner.destroy_event(event);
         self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.gen += 1;
             st.events.remove(&event);
             st.event_stream.remove(&event);
             Value::Unit
@@ -778,6 +851,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         self.finish(tok, &r, SyncScope::None, |st, p| {
             let id = HostId(st.next_host);
             st.next_host += 1;
+            st.gen += 1;
             st.hosts.insert(*p as usize, (id, bytes));
             Value::Host(id)
         });
@@ -792,6 +866,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         });
         let r = self.inner.free_host_pinned(ptr, bytes);
         self.finish(tok, &r, SyncScope::None, |st, _| {
+            st.gen += 1;
             st.hosts.remove(&(ptr as usize));
             // Drop the device alias of this region, if one was taken.
             st.bufs.retain(|_, b| b.alias_of != Some(ptr as usize));

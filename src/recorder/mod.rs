@@ -11,6 +11,7 @@
 
 mod flight;
 mod forward;
+mod ring;
 mod snapshot;
 mod state;
 
@@ -172,6 +173,8 @@ struct Tok {
     /// The segment it began in: a call that outlives its segment's `stop` writes nothing
     /// into the next one.
     segment: u32,
+    /// Logged by the flight recorder's fast path: done unless it fails.
+    fast: bool,
 }
 
 fn err_rec(e: &anyhow::Error) -> ErrorRec {
@@ -294,8 +297,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
             .flight
             .clone()
             .ok_or(RecordError::NotFlight)?;
+        let open = flight::open_call(&f);
         let mut f = f.lock();
-        f.dump(reason).map_err(RecordError::Dump)
+        f.dump(reason, open).map_err(RecordError::Dump)
     }
 
     /// The flight recorder's held bytes and calls (memory bound, benchmarks).
@@ -461,11 +465,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// Dump the flight recorder for `reason`, unless it has dumped as often as it may.
     fn flight_trigger(&self, st: &mut RecState, reason: &str) {
         let Some(f) = st.flight.clone() else { return };
+        let open = flight::open_call(&f);
         let mut f = f.lock();
         if f.dumps >= f.cfg.max_dumps {
             return;
         }
-        if let Err(e) = f.dump(reason) {
+        if let Err(e) = f.dump(reason, open) {
             tracing::error!("gputape: the flight recorder could not dump ({reason}): {e}");
         }
     }
@@ -503,7 +508,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             return Ok(());
         };
         // What the span's calls wrote, read off their frames now rather than on every call.
-        st.dirty_from_span(&f.lock());
+        st.dirty_from_span(&mut f.lock());
         f.lock().begin_checkpoint();
         let taken = self.checkpoint_into(&mut st, &f);
         f.lock().end_checkpoint(taken.is_ok());
@@ -656,6 +661,72 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if st.flight.is_some() && flight::SIGNALLED.swap(false, Ordering::Relaxed) {
             self.flight_trigger(&mut st, "SIGUSR1");
         }
+        Some(self.begin_locked(&mut st, site, emit))
+    }
+
+    /// `begin_with` for a hot call, with the flight recorder's fast path: `key` puts the
+    /// call's raw inputs into a `RawKey` (`false`: this call cannot take the fast path), and a
+    /// call seen before with the same inputs is logged as it was, without building or
+    /// encoding it. Anything else, and every call of a full recording, goes through `emit`.
+    #[inline]
+    fn begin_fast(
+        &self,
+        site: Site,
+        kind: u64,
+        key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Option<Tok> {
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut st = self.st.lock();
+        if !st.recording {
+            return None;
+        }
+        if st.flight.is_none() || st.hash_writes {
+            return Some(self.begin_locked(&mut st, site, emit));
+        }
+        // A load first: a swap is a locked instruction on every call.
+        if flight::SIGNALLED.load(Ordering::Relaxed)
+            && flight::SIGNALLED.swap(false, Ordering::Relaxed)
+        {
+            self.flight_trigger(&mut st, "SIGUSR1");
+        }
+        let thread = st.thread();
+        let mut k = ring::RawKey::new(kind, site as *const _ as usize, thread);
+        if !key(&mut st, &mut k) {
+            return Some(self.begin_locked(&mut st, site, emit));
+        }
+        let seq = st.seq;
+        let t0 = self.clock.raw();
+        let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
+        let f = st.flight.as_ref().expect("checked");
+        if f.lock().fast_call(&k, st.gen, seq, t_ns) {
+            flight::set_open(f, seq);
+            st.seq += 1;
+            return Some(Tok {
+                seq,
+                t0,
+                segment: st.segment,
+                fast: true,
+            });
+        }
+        let tok = self.begin_locked(&mut st, site, emit);
+        let gen = st.gen;
+        if let Some(f) = &st.flight {
+            f.lock().learn(&k, gen, seq);
+        }
+        Some(tok)
+    }
+
+    /// The Begin frame of a call, under the recorder's lock.
+    #[inline]
+    fn begin_locked(
+        &self,
+        st: &mut RecState,
+        site: Site,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Tok {
         let seq = st.seq;
         st.seq += 1;
         st.in_flight += 1;
@@ -664,7 +735,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let t0 = self.clock.raw();
         let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
         emit(
-            &mut st,
+            st,
             BeginRef {
                 seq,
                 thread,
@@ -673,11 +744,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 call: &(),
             },
         );
-        Some(Tok {
+        Tok {
             seq,
             t0,
             segment: st.segment,
-        })
+            fast: false,
+        }
     }
 
     /// Finish a call: update the maps from its result (always, recording or not) and write the
@@ -690,6 +762,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
         scope: SyncScope,
         ok: impl FnOnce(&mut RecState, &T) -> Value,
     ) {
+        if tok.as_ref().is_some_and(|t| t.fast) {
+            // Logged as returning `Ok(())` already; a fast call's map updates are made at
+            // its start.
+            flight::clear_open();
+            if r.is_ok() {
+                return;
+            }
+        }
         let mut st = self.st.lock();
         let ret = match r {
             Ok(v) => Ok(ok(&mut st, v)),
@@ -699,7 +779,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if tok.segment != st.segment {
             return;
         }
-        st.in_flight = st.in_flight.saturating_sub(1);
+        if !tok.fast {
+            st.in_flight = st.in_flight.saturating_sub(1);
+        }
         if st.hash_writes {
             st.in_flight_writes.remove(&tok.seq);
         }

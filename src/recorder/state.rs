@@ -2,6 +2,7 @@
 //! the raw-handle-to-id maps, and the writer.
 
 use super::flight::FlightShared;
+use super::ring::Writes;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
 use parking_lot::Mutex;
@@ -133,6 +134,9 @@ pub(crate) struct RecState {
     /// The latest call that wrote each buffer: one begun after a sync (on another thread)
     /// may have written before the sync's hashes are taken.
     pub last_write: HashMap<BufferId, u64>,
+    /// Moves whenever a handle map or the address ledger changes: the flight recorder's fast
+    /// path knows a call by its raw inputs only within one generation.
+    pub gen: u64,
     /// Tensor maps the backend encoded (image -> the address and description it was built
     /// from), kept recording or not, so a launch passing one is recorded as what it describes.
     pub tensor_maps: HashMap<crate::backend::TensorMapImage, (u64, crate::backend::TensorMapDesc)>,
@@ -178,6 +182,7 @@ impl RecState {
             in_flight_writes: HashMap::default(),
             last_write: HashMap::default(),
             tensor_maps: HashMap::default(),
+            gen: 0,
         };
         s.stream_id_quiet(default_stream);
         s
@@ -334,46 +339,29 @@ impl RecState {
     }
 
     /// The buffers the calls of the flight recorder's current span may have written, read off
-    /// their Begin frames: copy and memset destinations, a launch's pointer arguments its
-    /// layout does not call read-only, everything for a graph launch.
-    pub fn dirty_from_span(&mut self, f: &FlightShared) {
+    /// their Begin records once per distinct call: copy and memset destinations, a launch's
+    /// pointer arguments its layout does not call read-only, everything for a graph launch.
+    pub fn dirty_from_span(&mut self, f: &mut FlightShared) {
         let layouts: HashMap<KernelId, &[ParamInfo]> = self
             .kernels
             .values()
             .filter_map(|k| Some((k.id, k.params.as_deref()?)))
             .collect();
-        let mut dirty = std::mem::take(&mut self.dirty);
-        for payload in f.current_calls() {
-            let Ok(Frame::Begin(b)) = crate::trace::codec::decode(payload) else {
-                continue;
-            };
-            match &b.call {
-                Call::LaunchGraph { .. } => dirty.extend(self.bufs.values().map(|x| x.id)),
-                // A raw launch of a kernel without a layout records no arguments: it may have
-                // written anything.
-                Call::Launch { args, .. } if args.is_empty() => {
-                    dirty.extend(self.bufs.values().map(|x| x.id))
-                }
-                Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
-                    let layout = layouts.get(kernel).copied().unwrap_or(&[]);
-                    for (i, a) in args.iter().enumerate() {
-                        // TMA may store through a tensor map: its buffer counts as written.
-                        let read_only = !matches!(a, Arg::TensorMap(_))
-                            && matches!(
-                                layout.get(i).map(|p| p.access),
-                                Some(ParamAccess::Read | ParamAccess::Value)
-                            );
-                        if let (Some(DevAddr::Buf { buf, .. }), false) =
-                            (a.device_addr(), read_only)
-                        {
-                            dirty.insert(*buf);
-                        }
-                    }
-                }
-                other => dirty.extend(crate::trace::written_by(other)),
-            }
+        let mut all = false;
+        let dirty = &mut self.dirty;
+        f.span_writes(
+            |record| match crate::trace::codec::decode(record) {
+                Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts),
+                _ => Writes::Bufs(Default::default()),
+            },
+            |w| match w {
+                Writes::All => all = true,
+                Writes::Bufs(v) => dirty.extend(v.iter().copied()),
+            },
+        );
+        if all {
+            self.dirty.extend(self.bufs.values().map(|x| x.id));
         }
-        self.dirty = dirty;
     }
 
     /// Stream `s` was synchronised: its writes have landed.
@@ -617,6 +605,7 @@ impl RecState {
 
     /// Move a freed buffer out of the live ledger.
     pub fn remove_buf(&mut self, p: u64) {
+        self.gen += 1;
         if let Some(b) = self.bufs.remove(&p) {
             self.freed.insert(p, (b.id, b.size));
             // Maps into it are stale: a later map of the same bytes describes new memory.
@@ -656,6 +645,7 @@ impl RecState {
     }
 
     fn stream_id_quiet(&mut self, raw: u64) -> StreamId {
+        self.gen += 1;
         let n = StreamId(self.next_stream);
         let id = *self.streams.entry(raw).or_insert(n);
         if id == n {
@@ -695,6 +685,7 @@ impl RecState {
     }
 
     pub fn new_event(&mut self, raw: u64) -> EventId {
+        self.gen += 1;
         let id = EventId(self.next_event);
         self.next_event += 1;
         self.events.insert(raw, id);
@@ -711,6 +702,7 @@ impl RecState {
     }
 
     pub fn new_graph(&mut self, raw: u64) -> GraphId {
+        self.gen += 1;
         let id = GraphId(self.next_graph);
         self.next_graph += 1;
         self.graphs.insert(raw, id);
@@ -748,6 +740,7 @@ impl RecState {
                     params: Vec::new(),
                 })
             });
+        self.gen += 1;
         self.kernels.insert(
             handle,
             KernelEntry {
@@ -784,5 +777,33 @@ impl RecState {
             }
         }
         self.emit(&Frame::Kernel { id, info });
+    }
+}
+
+/// What `call` may write, as a flight checkpoint counts it (`layouts`: the kernels' parameter
+/// layouts by id).
+fn call_writes(call: &Call, layouts: &HashMap<KernelId, &[ParamInfo]>) -> Writes {
+    match call {
+        Call::LaunchGraph { .. } => Writes::All,
+        // A raw launch of a kernel without a layout records no arguments: it may have
+        // written anything.
+        Call::Launch { args, .. } if args.is_empty() => Writes::All,
+        Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
+            let layout = layouts.get(kernel).copied().unwrap_or(&[]);
+            let mut v = smallvec::SmallVec::new();
+            for (i, a) in args.iter().enumerate() {
+                // TMA may store through a tensor map: its buffer counts as written.
+                let read_only = !matches!(a, Arg::TensorMap(_))
+                    && matches!(
+                        layout.get(i).map(|p| p.access),
+                        Some(ParamAccess::Read | ParamAccess::Value)
+                    );
+                if let (Some(DevAddr::Buf { buf, .. }), false) = (a.device_addr(), read_only) {
+                    v.push(*buf);
+                }
+            }
+            Writes::Bufs(v)
+        }
+        other => Writes::Bufs(crate::trace::written_by(other).into_iter().collect()),
     }
 }

@@ -116,6 +116,61 @@ pub fn append_end(seq: u64, dur_ns: u64, ret: &Ret, out: &mut Vec<u8>) -> Result
     }
 }
 
+/// Where a Begin record's parts lie: its seq and time, and the byte ranges of what is left
+/// (thread and site, then the call), so a flight recorder can keep a call once and name it
+/// again with another seq and time.
+pub struct BeginSplit {
+    pub seq: u64,
+    pub t_ns: u64,
+    /// The thread and site fields, as encoded.
+    pub head: std::ops::Range<usize>,
+    /// The call, as encoded, to the end of the record.
+    pub call: std::ops::Range<usize>,
+}
+
+/// Split a Begin record (any call) into its parts; `None` for any other record.
+pub fn split_begin(bytes: &[u8]) -> Option<BeginSplit> {
+    let mut r = Reader { bytes, pos: 0 };
+    if r.byte().ok()? != FRAME_BEGIN {
+        return None;
+    }
+    let seq = r.varint(64).ok()?;
+    let head_at = r.pos;
+    r.varint(16).ok()?;
+    r.varint(32).ok()?;
+    let head_end = r.pos;
+    let t_ns = r.varint(64).ok()?;
+    (r.pos < bytes.len()).then_some(BeginSplit {
+        seq,
+        t_ns,
+        head: head_at..head_end,
+        call: r.pos..bytes.len(),
+    })
+}
+
+/// A Begin record from the parts `split_begin` gave.
+pub fn append_begin_split(seq: u64, t_ns: u64, head: &[u8], call: &[u8], out: &mut Vec<u8>) {
+    out.reserve(20 + head.len() + call.len());
+    out.push(FRAME_BEGIN);
+    varint(out, seq);
+    out.extend_from_slice(head);
+    varint(out, t_ns);
+    out.extend_from_slice(call);
+}
+
+/// An End record's seq, and whether it says `Ok(Value::Unit)` (the usual result, which a
+/// flight recorder keeps as one bit); `None` for any other record.
+pub fn end_seq(bytes: &[u8]) -> Option<(u64, bool)> {
+    let mut r = Reader { bytes, pos: 0 };
+    if r.byte().ok()? != FRAME_END {
+        return None;
+    }
+    let seq = r.varint(64).ok()?;
+    r.varint(64).ok()?;
+    let unit = bytes.get(r.pos..) == Some(&RET_UNIT[..]);
+    Some((seq, unit))
+}
+
 /// Decode `bytes` into `out` if it is one of the hot records, whole and well-formed; on
 /// `false` the serde decoder takes it (and `out` holds nothing of value). The frame is
 /// built in place: a launch's inline arguments are a few hundred bytes, and moving them

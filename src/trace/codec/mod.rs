@@ -108,7 +108,10 @@ fn trailing(len: usize, used: usize) -> Result<(), CodecError> {
     Ok(())
 }
 
-pub use hot::{append_blob, append_end, append_launch_begin, blob_head, blob_record};
+pub use hot::{
+    append_begin_split, append_blob, append_end, append_launch_begin, blob_head, blob_record,
+    end_seq, split_begin, BeginSplit,
+};
 
 // bincode's varint markers: values up to 250 are one byte; above, a marker byte and then the
 // value as a little-endian u16, u32, u64 or u128.

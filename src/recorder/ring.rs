@@ -1,0 +1,570 @@
+//! The flight recorder's call log: what lets it hold minutes of an engine in a few hundred MB
+//! and stay out of the engine's way.
+//!
+//! A decode step makes the same few hundred calls every step: the same kernels on the same
+//! buffers from the same call sites. So a call is kept once, as a *template* (its Begin record
+//! without seq and time), and each time it is made again the log holds only the template's
+//! slot, the time since the previous call and, folded into the tag, that it returned
+//! `Ok(())`: four or five bytes where a trace file spends two framed records. Seqs are implied
+//! (one more than the previous call's) unless a gap says otherwise.
+//!
+//! The fast path (`Templates::fast`) goes further: the recorder hashes the call's raw inputs
+//! (site, thread, kernel handle, launch shape, stream, argument words) and finds the template
+//! without turning pointers into buffer ids or encoding anything. Raw inputs mean the same
+//! call only while the recorder's handle maps are unchanged, so every change to them (an
+//! allocation, a free, a new stream) moves a generation counter that empties the raw cache.
+//!
+//! This is an in-memory format of this process, never written: a dump expands it back into
+//! ordinary Begin and End records. Decoding is still checked, and stops at the first record
+//! it cannot read rather than trusting its own bytes.
+
+use crate::trace::codec::{append_begin_split, split_begin};
+use crate::trace::BufferId;
+use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
+use std::hash::Hasher;
+
+/// What a kept call may have written, worked out once per template for incremental
+/// checkpoints.
+#[derive(Clone, Debug)]
+pub(crate) enum Writes {
+    Bufs(SmallVec<[BufferId; 4]>),
+    /// A graph launch, or a raw launch whose kernel has no layout: anything.
+    All,
+}
+
+struct Template {
+    /// The Begin record's thread and site fields, then its call, as encoded.
+    content: Box<[u8]>,
+    head_len: usize,
+    /// The newest span that named it: it goes when no kept span does.
+    last_span: u64,
+    writes: Option<Writes>,
+}
+
+struct RawEntry {
+    key: Box<[u64]>,
+    slot: u32,
+}
+
+/// The most raw keys kept: an engine whose arguments change every call would otherwise grow
+/// the cache until the next checkpoint empties it.
+const RAW_MAX: usize = 1 << 16;
+
+/// The most words a raw key may have; a call with more arguments takes the slow path.
+const RAW_WORDS: usize = 32;
+
+/// A call's raw inputs as words: what the fast path hashes and compares. A fixed array on
+/// the stack: this is built for every hot call.
+pub(crate) struct RawKey {
+    words: [u64; RAW_WORDS],
+    len: usize,
+}
+
+/// FxHash's multiplier.
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl RawKey {
+    /// A key for a call of `kind` (any constant that tells the calls apart) from the call
+    /// site `site` on recorder thread `thread`.
+    #[inline(always)]
+    pub fn new(kind: u64, site: usize, thread: u16) -> Self {
+        let mut words = [0; RAW_WORDS];
+        words[0] = kind | (u64::from(thread) << 32);
+        words[1] = site as u64;
+        RawKey { words, len: 2 }
+    }
+
+    #[inline(always)]
+    pub fn word(&mut self, w: u64) {
+        if let Some(slot) = self.words.get_mut(self.len) {
+            *slot = w;
+        }
+        // Past the end `len` still counts: the key no longer fits.
+        self.len += 1;
+    }
+
+    /// Two 32-bit values in one word.
+    #[inline(always)]
+    pub fn pair(&mut self, a: u32, b: u32) {
+        self.word(u64::from(a) | (u64::from(b) << 32));
+    }
+
+    /// A byte argument: its length, then its bytes eight to a word. Pointer arguments are
+    /// marked with a word that no length word can be (`word(1)` then the pointer).
+    #[inline(always)]
+    pub fn bytes(&mut self, b: &[u8]) {
+        if b.len() <= 8 {
+            // The usual scalar: its length, then its bytes in one word, put together with
+            // loads of its own size (bytes copied into a word and read back stall the load).
+            let w = match *b {
+                [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+                [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+                _ => b
+                    .iter()
+                    .rev()
+                    .fold(0u64, |acc, x| (acc << 8) | u64::from(*x)),
+            };
+            self.word(2 | ((b.len() as u64) << 8));
+            self.word(w);
+            return;
+        }
+        self.word(2 | ((b.len() as u64) << 8));
+        let mut rest = b;
+        while rest.len() >= 8 {
+            let (w, r) = rest.split_at(8);
+            self.word(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            rest = r;
+        }
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.word(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline(always)]
+    fn fits(&self) -> bool {
+        self.len <= RAW_WORDS
+    }
+
+    #[inline(always)]
+    fn words(&self) -> &[u64] {
+        &self.words[..self.len.min(RAW_WORDS)]
+    }
+
+    /// Four independent lanes, so the multiplies overlap instead of queueing.
+    #[inline(always)]
+    fn hash(&self) -> u64 {
+        let mix = |l: u64, w: u64| (l ^ w).wrapping_mul(SEED).rotate_left(23);
+        let words = self.words();
+        let (mut a, mut b, mut c, mut d) = (0u64, 1u64, 2u64, 3u64);
+        let mut quads = words.chunks_exact(4);
+        for q in &mut quads {
+            a = mix(a, q[0]);
+            b = mix(b, q[1]);
+            c = mix(c, q[2]);
+            d = mix(d, q[3]);
+        }
+        for w in quads.remainder() {
+            a = mix(a, *w);
+        }
+        (a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48)).wrapping_mul(SEED)
+    }
+}
+
+/// The raw cache is keyed by `RawKey`'s own hash: hashing it again would be wasted.
+#[derive(Default)]
+struct PassHasher(u64);
+
+impl Hasher for PassHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(SEED);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type RawMap = std::collections::HashMap<u64, RawEntry, std::hash::BuildHasherDefault<PassHasher>>;
+
+/// The calls a flight recorder keeps, each once, by slot.
+#[derive(Default)]
+pub(crate) struct Templates {
+    slab: Vec<Option<Template>>,
+    free: Vec<u32>,
+    /// Content hash -> the slots with that hash (compared byte for byte).
+    by_content: HashMap<u64, SmallVec<[u32; 1]>>,
+    raw: RawMap,
+    /// The recorder's map generation the raw cache was filled under.
+    raw_gen: u64,
+    /// Bytes of template content held.
+    content_bytes: usize,
+}
+
+fn content_hash(head: &[u8], call: &[u8]) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(head);
+    h.write(call);
+    h.finish()
+}
+
+impl Templates {
+    /// The slot of the call whose Begin record's parts are `head` and `call`, made if new;
+    /// named by span `span`.
+    pub fn intern(&mut self, head: &[u8], call: &[u8], span: u64) -> u32 {
+        let h = content_hash(head, call);
+        if let Some(slots) = self.by_content.get(&h) {
+            for &s in slots {
+                if let Some(Some(t)) = self.slab.get_mut(s as usize) {
+                    if t.content[..t.head_len] == *head && t.content[t.head_len..] == *call {
+                        t.last_span = span;
+                        return s;
+                    }
+                }
+            }
+        }
+        let mut content = Vec::with_capacity(head.len() + call.len());
+        content.extend_from_slice(head);
+        content.extend_from_slice(call);
+        self.content_bytes += content.len();
+        let t = Template {
+            content: content.into_boxed_slice(),
+            head_len: head.len(),
+            last_span: span,
+            writes: None,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = Some(t);
+                s
+            }
+            None => {
+                self.slab.push(Some(t));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.by_content.entry(h).or_default().push(slot);
+        slot
+    }
+
+    /// The slot a call with raw inputs `key` was interned as, if it was seen since the maps
+    /// last changed (`gen`); named by span `span`.
+    #[inline]
+    pub fn fast(&mut self, key: &RawKey, gen: u64, span: u64) -> Option<u32> {
+        if gen != self.raw_gen || !key.fits() {
+            return None;
+        }
+        let e = self.raw.get(&key.hash())?;
+        let words = key.words();
+        if e.key.len() != words.len() || e.key.iter().zip(words).any(|(a, b)| a != b) {
+            return None;
+        }
+        let t = self.slab.get_mut(e.slot as usize)?.as_mut()?;
+        t.last_span = span;
+        Some(e.slot)
+    }
+
+    /// Calls with raw inputs `key` are `slot` while the maps stay at generation `gen`.
+    pub fn learn(&mut self, key: &RawKey, gen: u64, slot: u32) {
+        if !key.fits() {
+            return;
+        }
+        if gen != self.raw_gen || self.raw.len() >= RAW_MAX {
+            self.raw.clear();
+            self.raw_gen = gen;
+        }
+        self.raw.insert(
+            key.hash(),
+            RawEntry {
+                key: key.words().into(),
+                slot,
+            },
+        );
+    }
+
+    /// A template's Begin record, with `seq` and `t_ns`, appended to `out`; `false` if the
+    /// slot is empty.
+    pub fn append_begin(&self, slot: u32, seq: u64, t_ns: u64, out: &mut Vec<u8>) -> bool {
+        match self.slab.get(slot as usize) {
+            Some(Some(t)) => {
+                let (head, call) = t.content.split_at(t.head_len);
+                append_begin_split(seq, t_ns, head, call, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drop the templates no span from `oldest` on names. The raw cache is emptied: its
+    /// slots may be reused.
+    pub fn evict_before(&mut self, oldest: u64) {
+        for (i, e) in self.slab.iter_mut().enumerate() {
+            if e.as_ref().is_some_and(|t| t.last_span < oldest) {
+                let t = e.take().expect("checked");
+                self.content_bytes -= t.content.len();
+                let (head, call) = t.content.split_at(t.head_len);
+                let h = content_hash(head, call);
+                if let Some(v) = self.by_content.get_mut(&h) {
+                    v.retain(|s| *s as usize != i);
+                    if v.is_empty() {
+                        self.by_content.remove(&h);
+                    }
+                }
+                self.free.push(i as u32);
+            }
+        }
+        self.raw.clear();
+    }
+
+    /// What the templates span `span` named may have written. `compute` works out one
+    /// template's writes from a Begin record of it (once per template).
+    pub fn writes_in(
+        &mut self,
+        span: u64,
+        mut compute: impl FnMut(&[u8]) -> Writes,
+        mut each: impl FnMut(&Writes),
+    ) {
+        let mut record = Vec::new();
+        for t in self.slab.iter_mut().flatten() {
+            if t.last_span != span {
+                continue;
+            }
+            let w = t.writes.get_or_insert_with(|| {
+                record.clear();
+                let (head, call) = t.content.split_at(t.head_len);
+                append_begin_split(0, 0, head, call, &mut record);
+                compute(&record)
+            });
+            each(w);
+        }
+    }
+
+    /// Bytes held: content, and a rough count of the maps' entries.
+    pub fn held_bytes(&self) -> usize {
+        self.content_bytes
+            + self.slab.len() * std::mem::size_of::<Option<Template>>()
+            + self.by_content.len() * 48
+            + self
+                .raw
+                .values()
+                .map(|e| 48 + e.key.len() * 8)
+                .sum::<usize>()
+    }
+}
+
+const KIND_CALL: u8 = 0;
+const KIND_FRAME: u8 = 1;
+/// The call returned `Ok(())`: its End record is implied.
+const OK: u8 = 4;
+/// The seq is written, not implied.
+const SEQ: u8 = 8;
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// One span's calls and frames, in the order they were recorded.
+pub(crate) struct Log {
+    bytes: Vec<u8>,
+    calls: usize,
+    /// Before the first record: what seqs and times are counted from.
+    base: (u64, u64),
+    last: (u64, u64),
+    /// The newest call record whose End may still be folded into it: its tag's offset and
+    /// its seq.
+    foldable: Option<(usize, u64)>,
+}
+
+/// A record of a `Log`.
+pub(crate) enum Record<'a> {
+    Call {
+        slot: u32,
+        seq: u64,
+        t_ns: u64,
+        /// Returned `Ok(())`: its End record is implied.
+        ok: bool,
+    },
+    /// Any other frame's payload, as encoded.
+    Frame(&'a [u8]),
+}
+
+impl Log {
+    /// A log whose first call follows seq `prev_seq` at time `prev_t` (a new recording:
+    /// `u64::MAX`, so the first seq, 0, is implied).
+    pub fn after(prev_seq: u64, prev_t: u64) -> Self {
+        Log {
+            bytes: Vec::new(),
+            calls: 0,
+            base: (prev_seq, prev_t),
+            last: (prev_seq, prev_t),
+            foldable: None,
+        }
+    }
+
+    /// The seq and time its last call had (the next log counts from them).
+    pub fn last(&self) -> (u64, u64) {
+        self.last
+    }
+
+    /// A call of template `slot`.
+    #[inline]
+    pub fn push_call(&mut self, slot: u32, seq: u64, t_ns: u64, ok: bool) {
+        let at = self.bytes.len();
+        let implied = seq == self.last.0.wrapping_add(1);
+        self.bytes
+            .push(KIND_CALL | if ok { OK } else { 0 } | if implied { 0 } else { SEQ });
+        if !implied {
+            put(&mut self.bytes, seq);
+        }
+        put(&mut self.bytes, u64::from(slot));
+        // Times are read under the recorder's lock, so they rarely go back; when they do,
+        // zigzag keeps the difference small.
+        let dt = t_ns.wrapping_sub(self.last.1) as i64;
+        put(&mut self.bytes, ((dt << 1) ^ (dt >> 63)) as u64);
+        self.last = (seq, t_ns);
+        self.calls += 1;
+        self.foldable = (!ok).then_some((at, seq));
+    }
+
+    /// Any other frame.
+    pub fn push_frame(&mut self, payload: &[u8]) {
+        self.bytes.push(KIND_FRAME);
+        put(&mut self.bytes, payload.len() as u64);
+        self.bytes.extend_from_slice(payload);
+        self.foldable = None;
+    }
+
+    /// Call `seq` returned `Ok(())`: if it is the newest record, say so in its tag and
+    /// return `true`; the caller keeps the End record otherwise.
+    pub fn fold_ok(&mut self, seq: u64) -> bool {
+        match self.foldable {
+            Some((at, s)) if s == seq => {
+                self.bytes[at] |= OK;
+                self.foldable = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    pub fn held_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The records, oldest first; stops at one it cannot read.
+    pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
+        let mut at = 0;
+        let mut last = self.base;
+        std::iter::from_fn(move || {
+            let b = &self.bytes;
+            let tag = *b.get(at)?;
+            at += 1;
+            if tag & 3 == KIND_FRAME {
+                let n = usize::try_from(get(b, &mut at)?).ok()?;
+                let end = at.checked_add(n).filter(|e| *e <= b.len())?;
+                let r = Record::Frame(&b[at..end]);
+                at = end;
+                return Some(r);
+            }
+            let seq = if tag & SEQ != 0 {
+                get(b, &mut at)?
+            } else {
+                last.0.wrapping_add(1)
+            };
+            let slot = u32::try_from(get(b, &mut at)?).ok()?;
+            let z = get(b, &mut at)?;
+            let dt = ((z >> 1) as i64) ^ -((z & 1) as i64);
+            let t_ns = last.1.wrapping_add(dt as u64);
+            last = (seq, t_ns);
+            Some(Record::Call {
+                slot,
+                seq,
+                t_ns,
+                ok: tag & OK != 0,
+            })
+        })
+    }
+}
+
+/// A Begin record's parts for `Templates::intern`: its seq, time, head and call.
+pub(crate) fn split(payload: &[u8]) -> Option<(u64, u64, &[u8], &[u8])> {
+    let s = split_begin(payload)?;
+    Some((s.seq, s.t_ns, &payload[s.head], &payload[s.call]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_gives_back_what_was_pushed() {
+        let mut log = Log::after(u64::MAX, 0);
+        log.push_call(3, 0, 1000, true);
+        log.push_call(300, 1, 900, false);
+        assert!(log.fold_ok(1));
+        log.push_frame(b"frame");
+        log.push_call(7, 9, 5000, false);
+        assert!(!log.fold_ok(8), "only the newest call folds");
+        let got: Vec<String> = log
+            .records()
+            .map(|r| match r {
+                Record::Call {
+                    slot,
+                    seq,
+                    t_ns,
+                    ok,
+                } => format!("{slot}/{seq}/{t_ns}/{ok}"),
+                Record::Frame(p) => String::from_utf8_lossy(p).into_owned(),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            ["3/0/1000/true", "300/1/900/true", "frame", "7/9/5000/false"]
+        );
+        assert_eq!(log.calls(), 3);
+        // A repeated call with an implied seq, 2 µs after the last: tag, slot, two bytes of time.
+        let mut log = Log::after(0, 0);
+        log.push_call(5, 1, 2000, true);
+        assert_eq!(log.held_bytes(), 4);
+    }
+
+    #[test]
+    fn a_damaged_log_stops_instead_of_reading_past_its_end() {
+        let mut log = Log::after(u64::MAX, 0);
+        log.push_frame(&[1, 2, 3]);
+        log.bytes[1] = 0xff; // the length now runs past the end
+        assert_eq!(log.records().count(), 0);
+    }
+
+    #[test]
+    fn templates_intern_once_and_the_raw_cache_forgets_on_a_new_generation() {
+        let mut t = Templates::default();
+        // A head is the thread and site varints.
+        let h = [1u8, 2];
+        let a = t.intern(&h, b"call-a", 1);
+        assert_eq!(t.intern(&h, b"call-a", 1), a);
+        let b = t.intern(&h, b"call-b", 1);
+        assert_ne!(a, b);
+        let mut k = RawKey::new(1, 0x1234, 0);
+        k.word(42);
+        assert_eq!(t.fast(&k, 0, 1), None);
+        t.learn(&k, 0, b);
+        assert_eq!(t.fast(&k, 0, 2), Some(b));
+        assert_eq!(t.fast(&k, 1, 2), None, "the maps changed");
+        // Span 2 named only b: a goes, its slot is reused.
+        t.evict_before(2);
+        let c = t.intern(&h, b"call-c", 3);
+        assert_eq!(c, a);
+        let mut out = Vec::new();
+        assert!(t.append_begin(b, 5, 6, &mut out));
+        let (seq, t_ns, head, call) = split(&out).expect("a Begin record");
+        assert_eq!((seq, t_ns, head, call), (5, 6, &h[..], &b"call-b"[..]));
+    }
+}
