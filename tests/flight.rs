@@ -337,7 +337,10 @@ fn full_and_dump<B: GpuBackend>(
     }
     let d = dumps(&dir.join("flight"));
     assert_eq!(d.len(), 1, "{d:?}");
-    let pair = (Trace::open(&full_path).unwrap(), Trace::open(&d[0]).unwrap());
+    let pair = (
+        Trace::open(&full_path).unwrap(),
+        Trace::open(&d[0]).unwrap(),
+    );
     std::fs::remove_dir_all(&dir).ok();
     pair
 }
@@ -384,7 +387,10 @@ fn a_buffer_reborn_at_a_freed_address_is_named_as_itself_in_a_dump() {
         })
         .collect();
     assert_eq!(bufs.len(), 7);
-    assert_ne!(bufs[1], bufs[2], "a new buffer at the old address: {bufs:?}");
+    assert_ne!(
+        bufs[1], bufs[2],
+        "a new buffer at the old address: {bufs:?}"
+    );
 }
 
 /// The mock, but a new allocation takes the address the last free gave back, as a caching
@@ -479,4 +485,3 @@ fn mock_with_t_k() -> MockGpuBackend {
     );
     m
 }
-

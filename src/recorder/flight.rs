@@ -16,7 +16,7 @@
 //! any SIGUSR1 handler the engine had), or `RecordingBackend::flight_dump`. A graph captured
 //! before the kept spans is not in a dump: a dump whose calls launch it does not replay.
 
-use super::ring::{self, Log, RawKey, Record, Templates, Writes};
+use super::ring::{self, Interned, Log, RawKey, Record, Templates, Writes};
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
@@ -102,6 +102,8 @@ pub(crate) struct FlightShared {
     templates: Templates,
     /// The seq and slot of the call the sink interned last, for the fast path to learn.
     last_interned: Option<(u64, u32)>,
+    /// The template of the last call logged: a new call's base is guessed from it.
+    prev_slot: Option<u32>,
     pub dumps: usize,
     pub steps: u64,
     /// A checkpoint's frames are being written (the snapshot at start, or `checkpoint`):
@@ -123,6 +125,7 @@ impl FlightShared {
             span_no: 0,
             templates: Templates::default(),
             last_interned: None,
+            prev_slot: None,
             dumps: 0,
             steps: 0,
             in_checkpoint: true,
@@ -216,6 +219,7 @@ impl FlightShared {
         match self.spans.back_mut() {
             Some(s) => {
                 s.log.push_call(slot, seq, t_ns, true);
+                self.prev_slot = Some(slot);
                 true
             }
             None => false,
@@ -240,9 +244,22 @@ impl FlightShared {
             return;
         };
         if let Some((seq, t_ns, head, call)) = ring::split(payload) {
-            let slot = self.templates.intern(head, call, span_no);
-            span.log.push_call(slot, seq, t_ns, false);
-            self.last_interned = Some((seq, slot));
+            match self
+                .templates
+                .intern_or_delta(head, call, span_no, self.prev_slot)
+            {
+                Interned::Slot(slot) => {
+                    span.log.push_call(slot, seq, t_ns, false);
+                    self.last_interned = Some((seq, slot));
+                    self.prev_slot = Some(slot);
+                }
+                Interned::Delta { base, at, bytes } => {
+                    span.log.push_delta(base, (seq, t_ns), at, bytes);
+                    // Its raw inputs name no template: nothing for the fast path to learn.
+                    self.last_interned = None;
+                    self.prev_slot = Some(base);
+                }
+            }
             return;
         }
         if let Some((seq, true)) = crate::trace::codec::end_seq(payload) {
@@ -260,9 +277,25 @@ impl FlightShared {
         mut compute: impl FnMut(&[u8]) -> Writes,
         mut each: impl FnMut(&Writes),
     ) {
-        // Every Begin became a template (`log_frame`): the templates are all there is to read.
+        // Every Begin became a template or a delta of one (`log_frame`); a delta may change
+        // what its call writes, so each is read on its own.
         let span_no = self.span_no;
         self.templates.writes_in(span_no, &mut compute, &mut each);
+        let mut record = Vec::new();
+        for r in self.spans.back().into_iter().flat_map(|s| s.log.records()) {
+            if let Record::Delta {
+                slot, at, bytes, ..
+            } = r
+            {
+                record.clear();
+                if self
+                    .templates
+                    .append_begin_patched((slot, at, bytes), 0, 0, &mut record)
+                {
+                    each(&compute(&record));
+                }
+            }
+        }
     }
 
     /// Bytes held (payloads, templates, logs), for the memory bound.
@@ -315,17 +348,12 @@ impl FlightShared {
                 w.write_payload(FrameClass::Checkpoint, c)?;
             }
         }
-        let records = || {
-            self.spans
-                .iter()
-                .skip(first)
-                .flat_map(|s| s.log.records())
-        };
+        let records = || self.spans.iter().skip(first).flat_map(|s| s.log.records());
         // Calls whose End was kept whole (a fast-path call that failed): no End is implied.
         let ended: rustc_hash::FxHashSet<u64> = records()
             .filter_map(|r| match r {
                 Record::Frame(p) => crate::trace::codec::end_seq(p).map(|(seq, _)| seq),
-                Record::Call { .. } => None,
+                Record::Call { .. } | Record::Delta { .. } => None,
             })
             .collect();
         // A call that began before the checkpoint the dump starts from may end after it: its
@@ -335,14 +363,27 @@ impl FlightShared {
         let mut lost = 0usize;
         for r in records() {
             match r {
-                Record::Call {
-                    slot,
-                    seq,
-                    t_ns,
-                    ok,
-                } => {
+                Record::Call { seq, ok, .. } | Record::Delta { seq, ok, .. } => {
                     buf.clear();
-                    if !self.templates.append_begin(slot, seq, t_ns, &mut buf) {
+                    let made = match r {
+                        Record::Call { slot, t_ns, .. } => {
+                            self.templates.append_begin(slot, seq, t_ns, &mut buf)
+                        }
+                        Record::Delta {
+                            slot,
+                            t_ns,
+                            at,
+                            bytes,
+                            ..
+                        } => self.templates.append_begin_patched(
+                            (slot, at, bytes),
+                            seq,
+                            t_ns,
+                            &mut buf,
+                        ),
+                        Record::Frame(_) => false,
+                    };
+                    if !made {
                         lost += 1;
                         continue;
                     }

@@ -40,6 +40,41 @@ struct Template {
     /// The newest span that named it: it goes when no kept span does.
     last_span: u64,
     writes: Option<Writes>,
+    /// The template the call after this one was last made from: the guess for a new call's
+    /// base, as engines repeat their calls in the same order.
+    next: u32,
+}
+
+/// How a new call was kept.
+pub(crate) enum Interned<'a> {
+    Slot(u32),
+    /// As template `base` with `bytes` at offset `at` of its call: a call whose only change
+    /// since the same point of the last step is a scalar (a position, a length).
+    Delta {
+        base: u32,
+        at: usize,
+        bytes: &'a [u8],
+    },
+}
+
+/// The most bytes a delta may replace.
+const DELTA_MAX: usize = 16;
+
+/// Where `new` differs from `old` of the same length, if within `DELTA_MAX` bytes: the first
+/// differing offset and the bytes from there to the last difference.
+fn small_diff<'a>(old: &[u8], new: &'a [u8]) -> Option<(usize, &'a [u8])> {
+    if old.len() != new.len() {
+        return None;
+    }
+    let first = old.iter().zip(new).position(|(a, b)| a != b)?;
+    let last = old.len()
+        - 1
+        - old
+            .iter()
+            .rev()
+            .zip(new.iter().rev())
+            .position(|(a, b)| a != b)?;
+    (last + 1 - first <= DELTA_MAX).then(|| (first, &new[first..=last]))
 }
 
 struct RawEntry {
@@ -197,18 +232,52 @@ fn content_hash(head: &[u8], call: &[u8]) -> u64 {
 impl Templates {
     /// The slot of the call whose Begin record's parts are `head` and `call`, made if new;
     /// named by span `span`.
-    pub fn intern(&mut self, head: &[u8], call: &[u8], span: u64) -> u32 {
+    /// Keep a call whose Begin record's parts are `head` and `call`, made after a call of
+    /// template `prev`: as a template it already is, as a small change to the template the
+    /// call after `prev` was last made from, or as a new template.
+    pub fn intern_or_delta<'a>(
+        &mut self,
+        head: &[u8],
+        call: &'a [u8],
+        span: u64,
+        prev: Option<u32>,
+    ) -> Interned<'a> {
+        let guess = prev.and_then(|p| Some(self.slab.get(p as usize)?.as_ref()?.next));
         let h = content_hash(head, call);
-        if let Some(slots) = self.by_content.get(&h) {
-            for &s in slots {
-                if let Some(Some(t)) = self.slab.get_mut(s as usize) {
-                    if t.content[..t.head_len] == *head && t.content[t.head_len..] == *call {
-                        t.last_span = span;
-                        return s;
+        let known = self.find(h, head, call);
+        let kept = match (known, guess) {
+            (Some(s), _) => Interned::Slot(s),
+            (None, Some(g)) => match self.slab.get(g as usize) {
+                Some(Some(t)) if *head == t.content[..t.head_len] => {
+                    match small_diff(&t.content[t.head_len..], call) {
+                        Some((at, bytes)) => Interned::Delta { base: g, at, bytes },
+                        None => Interned::Slot(self.insert(h, head, call, span)),
                     }
                 }
-            }
+                _ => Interned::Slot(self.insert(h, head, call, span)),
+            },
+            (None, None) => Interned::Slot(self.insert(h, head, call, span)),
+        };
+        let base = match kept {
+            Interned::Slot(s) | Interned::Delta { base: s, .. } => s,
+        };
+        if let Some(Some(t)) = self.slab.get_mut(base as usize) {
+            t.last_span = span;
         }
+        if let Some(Some(p)) = prev.and_then(|p| self.slab.get_mut(p as usize)) {
+            p.next = base;
+        }
+        kept
+    }
+
+    fn find(&self, h: u64, head: &[u8], call: &[u8]) -> Option<u32> {
+        self.by_content.get(&h)?.iter().copied().find(|&s| {
+            matches!(self.slab.get(s as usize), Some(Some(t))
+                if t.content[..t.head_len] == *head && t.content[t.head_len..] == *call)
+        })
+    }
+
+    fn insert(&mut self, h: u64, head: &[u8], call: &[u8], span: u64) -> u32 {
         let mut content = Vec::with_capacity(head.len() + call.len());
         content.extend_from_slice(head);
         content.extend_from_slice(call);
@@ -218,6 +287,7 @@ impl Templates {
             head_len: head.len(),
             last_span: span,
             writes: None,
+            next: u32::MAX,
         };
         let slot = match self.free.pop() {
             Some(s) => {
@@ -281,6 +351,30 @@ impl Templates {
         }
     }
 
+    /// `append_begin` for a delta: the template's call with `bytes` at `at`; `false` if the
+    /// slot is empty or the bytes do not fit.
+    pub fn append_begin_patched(
+        &self,
+        (slot, at, bytes): (u32, usize, &[u8]),
+        seq: u64,
+        t_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(Some(t)) = self.slab.get(slot as usize) else {
+            return false;
+        };
+        let (head, call) = t.content.split_at(t.head_len);
+        if at.checked_add(bytes.len()).is_none_or(|e| e > call.len()) {
+            return false;
+        }
+        let start = out.len();
+        append_begin_split(seq, t_ns, head, call, out);
+        let call_at = out.len() - call.len();
+        out[call_at + at..][..bytes.len()].copy_from_slice(bytes);
+        debug_assert!(out.len() > start);
+        true
+    }
+
     /// Drop the templates no span from `oldest` on names. The raw cache is emptied: its
     /// slots may be reused.
     pub fn evict_before(&mut self, oldest: u64) {
@@ -340,6 +434,7 @@ impl Templates {
 
 const KIND_CALL: u8 = 0;
 const KIND_FRAME: u8 = 1;
+const KIND_DELTA: u8 = 2;
 /// The call returned `Ok(())`: its End record is implied.
 const OK: u8 = 4;
 /// The seq is written, not implied.
@@ -389,6 +484,15 @@ pub(crate) enum Record<'a> {
     },
     /// Any other frame's payload, as encoded.
     Frame(&'a [u8]),
+    /// A call made as template `slot` with `bytes` at offset `at` of its call.
+    Delta {
+        slot: u32,
+        seq: u64,
+        t_ns: u64,
+        ok: bool,
+        at: usize,
+        bytes: &'a [u8],
+    },
 }
 
 impl Log {
@@ -427,6 +531,16 @@ impl Log {
         self.last = (seq, t_ns);
         self.calls += 1;
         self.foldable = (!ok).then_some((at, seq));
+    }
+
+    /// A call kept as template `base` with `bytes` at offset `at` of its call.
+    pub fn push_delta(&mut self, base: u32, (seq, t_ns): (u64, u64), at: usize, bytes: &[u8]) {
+        let tag_at = self.bytes.len();
+        self.push_call(base, seq, t_ns, false);
+        self.bytes[tag_at] |= KIND_DELTA;
+        put(&mut self.bytes, at as u64);
+        put(&mut self.bytes, bytes.len() as u64);
+        self.bytes.extend_from_slice(bytes);
     }
 
     /// Any other frame.
@@ -483,6 +597,21 @@ impl Log {
             let dt = ((z >> 1) as i64) ^ -((z & 1) as i64);
             let t_ns = last.1.wrapping_add(dt as u64);
             last = (seq, t_ns);
+            if tag & 3 == KIND_DELTA {
+                let off = usize::try_from(get(b, &mut at)?).ok()?;
+                let n = usize::try_from(get(b, &mut at)?).ok()?;
+                let end = at.checked_add(n).filter(|e| *e <= b.len())?;
+                let bytes = &b[at..end];
+                at = end;
+                return Some(Record::Delta {
+                    slot,
+                    seq,
+                    t_ns,
+                    ok: tag & OK != 0,
+                    at: off,
+                    bytes,
+                });
+            }
             Some(Record::Call {
                 slot,
                 seq,
@@ -522,6 +651,7 @@ mod tests {
                     ok,
                 } => format!("{slot}/{seq}/{t_ns}/{ok}"),
                 Record::Frame(p) => String::from_utf8_lossy(p).into_owned(),
+                Record::Delta { .. } => "delta".into(),
             })
             .collect();
         assert_eq!(
@@ -533,6 +663,64 @@ mod tests {
         let mut log = Log::after(0, 0);
         log.push_call(5, 1, 2000, true);
         assert_eq!(log.held_bytes(), 4);
+    }
+
+    #[test]
+    fn a_call_that_changed_a_scalar_since_the_last_step_is_kept_as_a_delta() {
+        let mut t = Templates::default();
+        let h = [0u8, 5];
+        let Interned::Slot(first) = t.intern_or_delta(&h, b"norm", 1, None) else {
+            panic!()
+        };
+        let Interned::Slot(rope) = t.intern_or_delta(&h, b"rope pos=0001", 1, Some(first)) else {
+            panic!()
+        };
+        // The next step: after `first` again, the same call but its position.
+        let Interned::Delta { base, at, bytes } =
+            t.intern_or_delta(&h, b"rope pos=0002", 1, Some(first))
+        else {
+            panic!("not a delta")
+        };
+        assert_eq!((base, at, bytes), (rope, 12, &b"2"[..]));
+        // After `rope`, a long call; next step, it changed in two places further apart than
+        // a delta holds, then it came back at another length: templates of their own.
+        let long = |t: &mut Templates, c: &'static [u8]| t.intern_or_delta(&h, c, 1, Some(rope));
+        assert!(matches!(
+            long(&mut t, b"gemv pos=0001, and 24 more bytes"),
+            Interned::Slot(_)
+        ));
+        assert!(matches!(
+            long(&mut t, b"gemv pos=0002, and 24 more byteZ"),
+            Interned::Slot(_)
+        ));
+        assert!(matches!(
+            long(&mut t, b"gemv pos=0002, and 24 more byteZ!"),
+            Interned::Slot(_)
+        ));
+        assert!(matches!(
+            long(&mut t, b"gemv pos=0003, and 24 more byteZ!"),
+            Interned::Delta { .. }
+        ));
+        let mut log = Log::after(u64::MAX, 0);
+        log.push_delta(rope, (0, 10), 12, b"7");
+        assert!(log.fold_ok(0));
+        let Some(Record::Delta {
+            slot,
+            at,
+            bytes,
+            ok: true,
+            ..
+        }) = log.records().next()
+        else {
+            panic!("a delta record")
+        };
+        let mut out = Vec::new();
+        assert!(t.append_begin_patched((slot, at, bytes), 0, 10, &mut out));
+        assert_eq!(split(&out).expect("a Begin").3, b"rope pos=0007");
+        assert!(
+            !t.append_begin_patched((slot, 13, b"xx"), 0, 10, &mut out),
+            "past the end"
+        );
     }
 
     #[test]
@@ -548,9 +736,13 @@ mod tests {
         let mut t = Templates::default();
         // A head is the thread and site varints.
         let h = [1u8, 2];
-        let a = t.intern(&h, b"call-a", 1);
-        assert_eq!(t.intern(&h, b"call-a", 1), a);
-        let b = t.intern(&h, b"call-b", 1);
+        let slot = |i: Interned<'_>| match i {
+            Interned::Slot(s) => s,
+            Interned::Delta { .. } => panic!("a delta"),
+        };
+        let a = slot(t.intern_or_delta(&h, b"call-a", 1, None));
+        assert_eq!(slot(t.intern_or_delta(&h, b"call-a", 1, None)), a);
+        let b = slot(t.intern_or_delta(&h, b"call-b", 1, None));
         assert_ne!(a, b);
         let mut k = RawKey::new(1, 0x1234, 0);
         k.word(42);
@@ -560,7 +752,7 @@ mod tests {
         assert_eq!(t.fast(&k, 1, 2), None, "the maps changed");
         // Span 2 named only b: a goes, its slot is reused.
         t.evict_before(2);
-        let c = t.intern(&h, b"call-c", 3);
+        let c = slot(t.intern_or_delta(&h, b"call-c", 3, None));
         assert_eq!(c, a);
         let mut out = Vec::new();
         assert!(t.append_begin(b, 5, 6, &mut out));
