@@ -291,6 +291,17 @@ fn main() {
         }
         return;
     }
+    if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("decode") {
+        // For profiling: only the flight recorder on the decode step's shape.
+        let mut cfg = FlightConfig::new(dir.join("flight-decode"));
+        cfg.checkpoint_every = 8;
+        let fr = RecordingBackend::flight(Null(mock()), cfg, BackendDesc::new("null")).unwrap();
+        let fd = Decode::new(&fr);
+        for pos in 0..20_000 {
+            fd.step(&fr, pos);
+        }
+        return;
+    }
     if std::env::var("GPUTAPE_BENCH_HOT").is_ok_and(|v| v != "read") {
         // For profiling: only the recorded launch loop.
         let rounds: usize = std::env::var("GPUTAPE_BENCH_ROUNDS")
@@ -361,12 +372,14 @@ fn main() {
             // A step per round: checkpoints every 8, so the kept spans rotate as in a run.
             fr.step_boundary(r as u64);
         }
-        let (held, calls) = fr.flight_held().unwrap();
+        let h = fr.flight_held().unwrap();
         let (b, f) = (median(fb), median(fl));
         println!(
-            "| flight recorder, launch_typed 6 args | {b:.0} | {f:.0} | {:.0} | held {calls} calls in {held} bytes: {:.1} bytes/call |",
+            "| flight recorder, launch_typed 6 args | {b:.0} | {f:.0} | {:.0} | held {} calls in {} bytes: {:.1} bytes/call |",
             f - b,
-            held as f64 / calls.max(1) as f64
+            h.calls,
+            h.call_bytes,
+            h.bytes_per_call()
         );
     }
 
@@ -434,18 +447,21 @@ fn main() {
             fd.step(&fr, pos);
             f.push(t.elapsed().as_nanos() as f64 / per_step as f64);
         }
-        let (held, calls) = fr.flight_held().unwrap();
+        let h = fr.flight_held().unwrap();
         let (b, f) = (median(b), median(f));
         println!();
         println!(
             "flight recorder on a decode step's shape ({LAYERS} layers x {PER_LAYER} launches, 2 of 9 with a per-step position, an event, a wait, a step boundary: {per_step} calls a step; {steps} steps, checkpoint every 8; median per-call over steps)"
         );
-        println!("| bare ns/call | flight ns/call | overhead ns/call | held | bytes/call held |");
-        println!("|---:|---:|---:|---|---:|");
+        println!("| bare ns/call | flight ns/call | overhead ns/call | held | bytes/call held | of which logs |");
+        println!("|---:|---:|---:|---|---:|---:|");
         println!(
-            "| {b:.0} | {f:.0} | {:.0} | {calls} calls, {held} bytes | {:.1} |",
+            "| {b:.0} | {f:.0} | {:.0} | {} calls, {} bytes | {:.1} | {:.1} |",
             f - b,
-            held as f64 / calls.max(1) as f64
+            h.calls,
+            h.call_bytes,
+            h.bytes_per_call(),
+            h.log_bytes_per_call()
         );
     }
 

@@ -207,6 +207,17 @@ fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> any
             peak_over(rss0)
         ),
     );
+    let held = rec.flight_held().unwrap_or_default();
+    row.add(
+        "flight recorder holds: calls, bytes per call, device state",
+        format!(
+            "{} calls, {:.1} B/call ({:.1} in the logs), {:.2} GB of checkpoints and payloads",
+            held.calls,
+            held.bytes_per_call(),
+            held.log_bytes_per_call(),
+            held.state_bytes as f64 / 1e9
+        ),
+    );
     m.release(&rec)?;
     drop(rec);
 

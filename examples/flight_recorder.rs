@@ -34,8 +34,11 @@ fn main() -> anyhow::Result<()> {
         "the run ended: {:?}",
         run.map(|t| t.len()).map_err(|e| e.to_string())
     );
-    let (held, calls) = gpu.flight_held().unwrap_or_default();
-    println!("the flight recorder held {calls} calls in {held} bytes");
+    let held = gpu.flight_held().unwrap_or_default();
+    println!(
+        "the flight recorder held {} calls in {} bytes ({} bytes of device state)",
+        held.calls, held.call_bytes, held.state_bytes
+    );
     let dump = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|e| e == "gtape"))

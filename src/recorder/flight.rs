@@ -16,7 +16,7 @@
 //! any SIGUSR1 handler the engine had), or `RecordingBackend::flight_dump`. A graph captured
 //! before the kept spans is not in a dump: a dump whose calls launch it does not replay.
 
-use super::ring::{self, Interned, Log, RawKey, Record, Templates, Writes};
+use super::ring::{self, Fast, Interned, Log, RawKey, Record, Templates, Writes};
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
@@ -24,6 +24,32 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+
+/// What the flight recorder holds now ([`crate::recorder::RecordingBackend::flight_held`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlightHeld {
+    /// Calls in the kept steps.
+    pub calls: usize,
+    /// Bytes that hold those calls: templates, the caches that find them, and the logs.
+    pub call_bytes: usize,
+    /// Of those, the per-step logs alone: what each further call costs.
+    pub log_bytes: usize,
+    /// Bytes of device state the calls replay from: checkpoints, copied payloads, module
+    /// and kernel definitions.
+    pub state_bytes: usize,
+}
+
+impl FlightHeld {
+    /// Bytes per kept call, the ring's own cost, templates included.
+    pub fn bytes_per_call(&self) -> f64 {
+        self.call_bytes as f64 / self.calls.max(1) as f64
+    }
+
+    /// Log bytes per kept call: the cost of one more call once its template is held.
+    pub fn log_bytes_per_call(&self) -> f64 {
+        self.log_bytes as f64 / self.calls.max(1) as f64
+    }
+}
 
 /// How the flight recorder keeps and dumps.
 #[derive(Clone, Debug)]
@@ -213,13 +239,19 @@ impl FlightShared {
     /// kept as its own End record, which a dump prefers). `false`: take the slow path.
     #[inline]
     pub fn fast_call(&mut self, key: &RawKey, gen: u64, seq: u64, t_ns: u64) -> bool {
-        let Some(slot) = self.templates.fast(key, gen, self.span_no) else {
+        let Some(span) = self.spans.back_mut() else {
             return false;
         };
-        match self.spans.back_mut() {
-            Some(s) => {
-                s.log.push_call(slot, seq, t_ns, true);
+        match self.templates.fast(key, gen, self.span_no) {
+            Some(Fast::Slot(slot)) => {
+                span.log.push_call(slot, seq, t_ns, true);
                 self.prev_slot = Some(slot);
+                true
+            }
+            Some(Fast::Delta { base, at, bytes, n }) => {
+                span.log
+                    .push_delta(base, (seq, t_ns, true), (at, &bytes[..n], true));
+                self.prev_slot = Some(base);
                 true
             }
             None => false,
@@ -254,7 +286,8 @@ impl FlightShared {
                     self.prev_slot = Some(slot);
                 }
                 Interned::Delta { base, at, bytes } => {
-                    span.log.push_delta(base, (seq, t_ns), at, bytes);
+                    span.log
+                        .push_delta(base, (seq, t_ns, false), (at, bytes, false));
                     // Its raw inputs name no template: nothing for the fast path to learn.
                     self.last_interned = None;
                     self.prev_slot = Some(base);
@@ -278,13 +311,18 @@ impl FlightShared {
         mut each: impl FnMut(&Writes),
     ) {
         // Every Begin became a template or a delta of one (`log_frame`); a delta may change
-        // what its call writes, so each is read on its own.
+        // what its call writes, so each is read on its own, unless only its scalars changed
+        // (writes follow from buffer arguments and the kernel's access modes alone).
         let span_no = self.span_no;
         self.templates.writes_in(span_no, &mut compute, &mut each);
         let mut record = Vec::new();
         for r in self.spans.back().into_iter().flat_map(|s| s.log.records()) {
             if let Record::Delta {
-                slot, at, bytes, ..
+                slot,
+                at,
+                bytes,
+                scalar: false,
+                ..
             } = r
             {
                 record.clear();
@@ -298,16 +336,22 @@ impl FlightShared {
         }
     }
 
-    /// Bytes held (payloads, templates, logs), for the memory bound.
-    pub fn held_bytes(&self) -> usize {
-        self.definitions.iter().map(Vec::len).sum::<usize>()
-            + self.blobs.values().map(|(p, _)| p.len()).sum::<usize>()
-            + self.templates.held_bytes()
-            + self
-                .spans
-                .iter()
-                .map(|s| s.log.held_bytes() + s.checkpoint.iter().map(Vec::len).sum::<usize>())
-                .sum::<usize>()
+    /// What is held, split as the memory bound is stated: the calls (templates and logs)
+    /// against the device state they replay from (checkpoints, payloads, definitions).
+    pub fn held(&self) -> FlightHeld {
+        let log_bytes = self.spans.iter().map(|s| s.log.held_bytes()).sum::<usize>();
+        FlightHeld {
+            calls: self.held_calls(),
+            call_bytes: self.templates.held_bytes() + log_bytes,
+            log_bytes,
+            state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
+                + self.blobs.values().map(|(p, _)| p.len()).sum::<usize>()
+                + self
+                    .spans
+                    .iter()
+                    .map(|s| s.checkpoint.iter().map(Vec::len).sum::<usize>())
+                    .sum::<usize>(),
+        }
     }
 
     /// Calls held in the kept spans.

@@ -17,7 +17,7 @@ mod state;
 
 pub use snapshot::compressed_if_it_pays;
 
-pub use flight::FlightConfig;
+pub use flight::{FlightConfig, FlightHeld};
 
 use crate::backend::{
     DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelRegistry, OpCache,
@@ -302,11 +302,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
         f.dump(reason, open).map_err(RecordError::Dump)
     }
 
-    /// The flight recorder's held bytes and calls (memory bound, benchmarks).
-    pub fn flight_held(&self) -> Option<(usize, usize)> {
+    /// What the flight recorder holds (memory bound, benchmarks); `None` when it is off.
+    pub fn flight_held(&self) -> Option<FlightHeld> {
         let f = self.st.lock().flight.clone()?;
         let f = f.lock();
-        Some((f.held_bytes(), f.held_calls()))
+        Some(f.held())
     }
 
     /// The wrapped backend. Calls made on it directly are not recorded.

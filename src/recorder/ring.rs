@@ -18,7 +18,7 @@
 //! ordinary Begin and End records. Decoding is still checked, and stops at the first record
 //! it cannot read rather than trusting its own bytes.
 
-use crate::trace::codec::{append_begin_split, split_begin};
+use crate::trace::codec::{append_begin_split, launch_val_spans, split_begin};
 use crate::trace::BufferId;
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
@@ -82,6 +82,29 @@ struct RawEntry {
     slot: u32,
 }
 
+/// A launch seen before but for its scalars: its template, and where each scalar's value
+/// word lands in the template's call, so a new value becomes a delta without encoding.
+struct ShapeEntry {
+    key: Box<[u64]>,
+    scalars: u32,
+    slot: u32,
+    /// (value word index, offset in the call, length) per scalar argument.
+    vals: SmallVec<[(u8, u16, u8); 4]>,
+}
+
+/// How the fast path kept a call.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Fast {
+    Slot(u32),
+    /// Template `base` with `bytes[..n]` at offset `at` of its call.
+    Delta {
+        base: u32,
+        at: usize,
+        bytes: [u8; DELTA_MAX],
+        n: usize,
+    },
+}
+
 /// The most raw keys kept: an engine whose arguments change every call would otherwise grow
 /// the cache until the next checkpoint empties it.
 const RAW_MAX: usize = 1 << 16;
@@ -94,6 +117,8 @@ const RAW_WORDS: usize = 32;
 pub(crate) struct RawKey {
     words: [u64; RAW_WORDS],
     len: usize,
+    /// Bit i: word i is the value of a scalar argument (at most 8 bytes).
+    scalars: u32,
 }
 
 /// FxHash's multiplier.
@@ -107,7 +132,11 @@ impl RawKey {
         let mut words = [0; RAW_WORDS];
         words[0] = kind | (u64::from(thread) << 32);
         words[1] = site as u64;
-        RawKey { words, len: 2 }
+        RawKey {
+            words,
+            len: 2,
+            scalars: 0,
+        }
     }
 
     #[inline(always)]
@@ -141,6 +170,9 @@ impl RawKey {
                     .fold(0u64, |acc, x| (acc << 8) | u64::from(*x)),
             };
             self.word(2 | ((b.len() as u64) << 8));
+            if self.len < RAW_WORDS {
+                self.scalars |= 1 << self.len;
+            }
             self.word(w);
             return;
         }
@@ -166,6 +198,21 @@ impl RawKey {
     #[inline(always)]
     fn words(&self) -> &[u64] {
         &self.words[..self.len.min(RAW_WORDS)]
+    }
+
+    /// The hash of the key with its scalar values left out.
+    fn shape_hash(&self) -> u64 {
+        let mut k = RawKey {
+            words: self.words,
+            len: self.len,
+            scalars: self.scalars,
+        };
+        for (i, w) in k.words.iter_mut().enumerate() {
+            if self.scalars & (1 << i) != 0 {
+                *w = 0;
+            }
+        }
+        k.hash()
     }
 
     /// Four independent lanes, so the multiplies overlap instead of queueing.
@@ -216,6 +263,8 @@ pub(crate) struct Templates {
     /// Content hash -> the slots with that hash (compared byte for byte).
     by_content: HashMap<u64, SmallVec<[u32; 1]>>,
     raw: RawMap,
+    /// Launches by their raw inputs less their scalars, under the same generation as `raw`.
+    shape: std::collections::HashMap<u64, ShapeEntry, std::hash::BuildHasherDefault<PassHasher>>,
     /// The recorder's map generation the raw cache was filled under.
     raw_gen: u64,
     /// Bytes of template content held.
@@ -306,18 +355,65 @@ impl Templates {
     /// The slot a call with raw inputs `key` was interned as, if it was seen since the maps
     /// last changed (`gen`); named by span `span`.
     #[inline]
-    pub fn fast(&mut self, key: &RawKey, gen: u64, span: u64) -> Option<u32> {
+    pub fn fast(&mut self, key: &RawKey, gen: u64, span: u64) -> Option<Fast> {
         if gen != self.raw_gen || !key.fits() {
             return None;
         }
-        let e = self.raw.get(&key.hash())?;
         let words = key.words();
-        if e.key.len() != words.len() || e.key.iter().zip(words).any(|(a, b)| a != b) {
+        let kept = match self.raw.get(&key.hash()) {
+            Some(e) if *e.key == *words => Fast::Slot(e.slot),
+            _ if key.scalars != 0 => self.scalar_delta(key)?,
+            _ => return None,
+        };
+        let slot = match kept {
+            Fast::Slot(s) | Fast::Delta { base: s, .. } => s,
+        };
+        self.slab.get_mut(slot as usize)?.as_mut()?.last_span = span;
+        Some(kept)
+    }
+
+    /// A launch known but for its scalar values, as a delta of its template: the new values'
+    /// bytes, and the template's call bytes between them.
+    fn scalar_delta(&self, key: &RawKey) -> Option<Fast> {
+        let e = self.shape.get(&key.shape_hash())?;
+        let words = key.words();
+        if e.scalars != key.scalars
+            || e.key.len() != words.len()
+            || e.key
+                .iter()
+                .zip(words)
+                .enumerate()
+                .any(|(i, (a, b))| a != b && key.scalars & (1 << i) == 0)
+        {
             return None;
         }
-        let t = self.slab.get_mut(e.slot as usize)?.as_mut()?;
-        t.last_span = span;
-        Some(e.slot)
+        let changed = || {
+            e.vals
+                .iter()
+                .filter(|(w, ..)| e.key[*w as usize] != words[*w as usize])
+        };
+        let first = changed().map(|v| usize::from(v.1)).min()?;
+        let end = changed()
+            .map(|v| usize::from(v.1) + usize::from(v.2))
+            .max()?;
+        if end - first > DELTA_MAX {
+            return None;
+        }
+        let t = self.slab.get(e.slot as usize)?.as_ref()?;
+        let call = &t.content[t.head_len..];
+        let mut bytes = [0u8; DELTA_MAX];
+        bytes[..end - first].copy_from_slice(call.get(first..end)?);
+        for &(w, at, len) in changed() {
+            let at = usize::from(at) - first;
+            let new = words[w as usize].to_le_bytes();
+            bytes[at..][..usize::from(len)].copy_from_slice(&new[..usize::from(len)]);
+        }
+        Some(Fast::Delta {
+            base: e.slot,
+            at: first,
+            bytes,
+            n: end - first,
+        })
     }
 
     /// Calls with raw inputs `key` are `slot` while the maps stay at generation `gen`.
@@ -327,6 +423,7 @@ impl Templates {
         }
         if gen != self.raw_gen || self.raw.len() >= RAW_MAX {
             self.raw.clear();
+            self.shape.clear();
             self.raw_gen = gen;
         }
         self.raw.insert(
@@ -336,6 +433,33 @@ impl Templates {
                 slot,
             },
         );
+        if key.scalars != 0 && self.shape.len() < RAW_MAX {
+            if let Some(e) = self.shape_of(key, slot) {
+                self.shape.insert(key.shape_hash(), e);
+            }
+        }
+    }
+
+    /// Where `key`'s scalar values lie in template `slot`'s call: its inline arguments of at
+    /// most 8 bytes, in order, are the key's scalar words.
+    fn shape_of(&self, key: &RawKey, slot: u32) -> Option<ShapeEntry> {
+        let t = self.slab.get(slot as usize)?.as_ref()?;
+        let spans = launch_val_spans(&t.content[t.head_len..])?;
+        let small = spans.iter().filter(|(_, len)| *len <= 8);
+        let words = (0..RAW_WORDS).filter(|i| key.scalars & (1 << i) != 0);
+        if small.clone().count() != words.clone().count() {
+            return None;
+        }
+        let vals = words
+            .zip(small)
+            .map(|(w, &(at, len))| Some((w as u8, u16::try_from(at).ok()?, len as u8)))
+            .collect::<Option<_>>()?;
+        Some(ShapeEntry {
+            key: key.words().into(),
+            scalars: key.scalars,
+            slot,
+            vals,
+        })
     }
 
     /// A template's Begin record, with `seq` and `t_ns`, appended to `out`; `false` if the
@@ -375,8 +499,8 @@ impl Templates {
         true
     }
 
-    /// Drop the templates no span from `oldest` on names. The raw cache is emptied: its
-    /// slots may be reused.
+    /// Drop the templates no span from `oldest` on names, and the raw keys that found them:
+    /// their slots may be reused.
     pub fn evict_before(&mut self, oldest: u64) {
         for (i, e) in self.slab.iter_mut().enumerate() {
             if e.as_ref().is_some_and(|t| t.last_span < oldest) {
@@ -393,7 +517,12 @@ impl Templates {
                 self.free.push(i as u32);
             }
         }
-        self.raw.clear();
+        // Keys of the templates that stay still hold: a call whose scalars change every step
+        // is found as a delta only from a key learned when it was new.
+        let slab = &self.slab;
+        let live = |s: u32| matches!(slab.get(s as usize), Some(Some(_)));
+        self.raw.retain(|_, e| live(e.slot));
+        self.shape.retain(|_, e| live(e.slot));
     }
 
     /// What the templates span `span` named may have written. `compute` works out one
@@ -419,7 +548,8 @@ impl Templates {
         }
     }
 
-    /// Bytes held: content, and a rough count of the maps' entries.
+    /// Bytes held: content, and a rough count of the maps' entries (the raw keys too: they
+    /// are a fixed cost per distinct call, not per call made).
     pub fn held_bytes(&self) -> usize {
         self.content_bytes
             + self.slab.len() * std::mem::size_of::<Option<Template>>()
@@ -429,6 +559,11 @@ impl Templates {
                 .values()
                 .map(|e| 48 + e.key.len() * 8)
                 .sum::<usize>()
+            + self
+                .shape
+                .values()
+                .map(|e| 64 + e.key.len() * 8)
+                .sum::<usize>()
     }
 }
 
@@ -437,6 +572,8 @@ const KIND_FRAME: u8 = 1;
 const KIND_DELTA: u8 = 2;
 /// The call returned `Ok(())`: its End record is implied.
 const OK: u8 = 4;
+/// A delta that changed only inline scalar arguments: the call writes what its template does.
+const SCALAR: u8 = 16;
 /// The seq is written, not implied.
 const SEQ: u8 = 8;
 
@@ -492,6 +629,8 @@ pub(crate) enum Record<'a> {
         ok: bool,
         at: usize,
         bytes: &'a [u8],
+        /// Only scalar arguments changed: it writes what its template writes.
+        scalar: bool,
     },
 }
 
@@ -533,11 +672,17 @@ impl Log {
         self.foldable = (!ok).then_some((at, seq));
     }
 
-    /// A call kept as template `base` with `bytes` at offset `at` of its call.
-    pub fn push_delta(&mut self, base: u32, (seq, t_ns): (u64, u64), at: usize, bytes: &[u8]) {
+    /// A call kept as template `base` with `bytes` at offset `at` of its call; `ok` as for
+    /// `push_call`; `scalar`: the bytes lie in its scalar arguments only.
+    pub fn push_delta(
+        &mut self,
+        base: u32,
+        (seq, t_ns, ok): (u64, u64, bool),
+        (at, bytes, scalar): (usize, &[u8], bool),
+    ) {
         let tag_at = self.bytes.len();
-        self.push_call(base, seq, t_ns, false);
-        self.bytes[tag_at] |= KIND_DELTA;
+        self.push_call(base, seq, t_ns, ok);
+        self.bytes[tag_at] |= KIND_DELTA | if scalar { SCALAR } else { 0 };
         put(&mut self.bytes, at as u64);
         put(&mut self.bytes, bytes.len() as u64);
         self.bytes.extend_from_slice(bytes);
@@ -610,6 +755,7 @@ impl Log {
                     ok: tag & OK != 0,
                     at: off,
                     bytes,
+                    scalar: tag & SCALAR != 0,
                 });
             }
             Some(Record::Call {
@@ -702,7 +848,7 @@ mod tests {
             Interned::Delta { .. }
         ));
         let mut log = Log::after(u64::MAX, 0);
-        log.push_delta(rope, (0, 10), 12, b"7");
+        log.push_delta(rope, (0, 10, false), (12, b"7", false));
         assert!(log.fold_ok(0));
         let Some(Record::Delta {
             slot,
@@ -721,6 +867,80 @@ mod tests {
             !t.append_begin_patched((slot, 13, b"xx"), 0, 10, &mut out),
             "past the end"
         );
+    }
+
+    /// A typed launch with one buffer and scalars `pos` (4 bytes) and `scale` (8 bytes), as
+    /// the recorder encodes it, split into head and call; and its raw key.
+    fn launch(pos: u32, scale: u64) -> (Vec<u8>, RawKey) {
+        use crate::trace::{ArgRef, BeginRef, DevAddr, KernelId, LaunchRef, SiteId, StreamRef};
+        let (p, s) = (pos.to_le_bytes(), scale.to_le_bytes());
+        let args = [
+            ArgRef::Buf(DevAddr::Buf {
+                buf: BufferId(7),
+                off: 0,
+            }),
+            ArgRef::Val(&p),
+            ArgRef::Val(&s),
+        ];
+        let head = BeginRef {
+            seq: 0,
+            thread: 0,
+            site: SiteId(3),
+            t_ns: 0,
+            call: &(),
+        };
+        let view = LaunchRef {
+            typed: true,
+            kernel: KernelId(1),
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_mem: 0,
+            stream: StreamRef::Legacy,
+            n_args: 3,
+            arg: |i| args[i],
+        };
+        let mut out = Vec::new();
+        crate::trace::codec::append_launch_begin(&head, &view, &mut out);
+        let mut k = RawKey::new(1, 0x99, 0);
+        k.word(1);
+        k.word(0x7000);
+        k.bytes(&p);
+        k.bytes(&s);
+        (out, k)
+    }
+
+    #[test]
+    fn a_launch_whose_scalars_changed_is_a_delta_on_the_fast_path() {
+        let mut t = Templates::default();
+        let (rec, k0) = launch(5, 1);
+        let (_, _, head, call) = split(&rec).expect("a Begin");
+        let Interned::Slot(slot) = t.intern_or_delta(head, call, 1, None) else {
+            panic!("new")
+        };
+        t.learn(&k0, 0, slot);
+        assert_eq!(t.fast(&k0, 0, 1), Some(Fast::Slot(slot)));
+        // Each changed scalar, and both: the patched template is the call as encoded.
+        for (pos, scale) in [(6, 1), (5, 2), (70_000, 1 << 40)] {
+            let (want, k) = launch(pos, scale);
+            let Some(Fast::Delta { base, at, bytes, n }) = t.fast(&k, 0, 2) else {
+                panic!("a delta for {pos} {scale}")
+            };
+            assert_eq!(base, slot);
+            let mut got = Vec::new();
+            assert!(t.append_begin_patched((base, at, &bytes[..n]), 0, 0, &mut got));
+            assert_eq!(split(&got).map(|p| p.3), split(&want).map(|p| p.3));
+        }
+        // Another buffer is not a scalar change; after eviction the key is gone with its
+        // template.
+        let mut other = RawKey::new(1, 0x99, 0);
+        other.word(1);
+        other.word(0x8000);
+        other.bytes(&6u32.to_le_bytes());
+        other.bytes(&1u64.to_le_bytes());
+        assert_eq!(t.fast(&other, 0, 2), None);
+        assert_eq!(t.fast(&launch(6, 1).1, 1, 2), None, "the maps changed");
+        t.evict_before(3);
+        assert_eq!(t.fast(&launch(6, 1).1, 0, 3), None);
     }
 
     #[test]
@@ -748,7 +968,7 @@ mod tests {
         k.word(42);
         assert_eq!(t.fast(&k, 0, 1), None);
         t.learn(&k, 0, b);
-        assert_eq!(t.fast(&k, 0, 2), Some(b));
+        assert_eq!(t.fast(&k, 0, 2), Some(Fast::Slot(b)));
         assert_eq!(t.fast(&k, 1, 2), None, "the maps changed");
         // Span 2 named only b: a goes, its slot is reused.
         t.evict_before(2);

@@ -148,6 +148,45 @@ pub fn split_begin(bytes: &[u8]) -> Option<BeginSplit> {
     })
 }
 
+/// Where each inline argument's bytes lie in a typed launch's call, as `split_begin` gives
+/// it (offset, length), in argument order; `None` for any other call or a damaged one.
+pub fn launch_val_spans(call: &[u8]) -> Option<Vec<(usize, usize)>> {
+    let mut r = Reader {
+        bytes: call,
+        pos: 0,
+    };
+    if r.byte().ok()? != CALL_LAUNCH_TYPED {
+        return None;
+    }
+    // Kernel, grid, block, shared memory.
+    for _ in 0..8 {
+        u32v(&mut r)?;
+    }
+    match r.byte().ok()? {
+        STREAM_LEGACY => {}
+        STREAM_ID => {
+            u32v(&mut r)?;
+        }
+        _ => return None,
+    }
+    let n = r.len().ok()?;
+    let mut spans = Vec::with_capacity(r.hint(n));
+    for _ in 0..n {
+        match r.byte().ok()? {
+            ARG_BUF => {
+                read_dev_addr(&mut r)?;
+            }
+            ARG_VAL => {
+                let len = r.len().ok()?;
+                spans.push((r.pos, len));
+                r.take(len).ok()?;
+            }
+            _ => return None,
+        }
+    }
+    (r.pos == call.len()).then_some(spans)
+}
+
 /// A Begin record from the parts `split_begin` gave.
 pub fn append_begin_split(seq: u64, t_ns: u64, head: &[u8], call: &[u8], out: &mut Vec<u8>) {
     out.reserve(20 + head.len() + call.len());
