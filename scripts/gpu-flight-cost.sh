@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The flight recorder's cost on the GPU machine, alone: per-step time off and on (interleaved),
-# and the recorder bench of this build and the previous session's. Builds nothing.
+# and the recorder bench (of the previous build too, if gpu-bin/recorder-bench-old is there).
+# Builds nothing.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -8,7 +9,7 @@ BIN=${BIN:-gpu-bin/gputape}
 chmod +x gpu-bin/* 2>/dev/null
 {
   echo "== per-step time, flight recorder off and on (64 steps, interleaved)"
-  for round in 1 2 3 4; do
+  for round in ${ROUNDS:-1 2 3 4}; do
     for cfg in tiny default; do
       off=$($BIN demo --backend cuda --config $cfg --steps 64 | grep per-step)
       rm -rf "$OUT/flight-clean"
@@ -17,9 +18,11 @@ chmod +x gpu-bin/* 2>/dev/null
       echo "round $round $cfg on:  $on"
     done
   done
-  echo "== recorder bench: this build and the previous session's, interleaved (host CPU, mock)"
+  echo "== recorder bench (host CPU, mock), twice"
   for r in 1 2; do
-    echo "-- old (343d039) round $r"; gpu-bin/recorder-bench-old | grep -E "^\| launch|^\| record_event"
-    echo "-- new round $r"; gpu-bin/recorder-bench | grep -E "^\| launch|^\| record_event|^\| flight"
+    if [ -x gpu-bin/recorder-bench-old ]; then
+      echo "-- old round $r"; gpu-bin/recorder-bench-old | grep -E "^\| launch|^\| record_event|^\| flight"
+    fi
+    echo "-- round $r"; gpu-bin/recorder-bench | sed -n '/^recorder overhead/,/^encode of one/p'
   done
 } 2>&1 | tee "$OUT/gpu-flight-cost.log"

@@ -316,7 +316,8 @@ impl FlightShared {
         let span_no = self.span_no;
         self.templates.writes_in(span_no, &mut compute, &mut each);
         let mut record = Vec::new();
-        for r in self.spans.back().into_iter().flat_map(|s| s.log.records()) {
+        let logs = self.spans.back().filter(|s| s.log.rewrites() > 0);
+        for r in logs.into_iter().flat_map(|s| s.log.records()) {
             if let Record::Delta {
                 slot,
                 at,

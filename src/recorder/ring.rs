@@ -608,6 +608,9 @@ pub(crate) struct Log {
     /// The newest call record whose End may still be folded into it: its tag's offset and
     /// its seq.
     foldable: Option<(usize, u64)>,
+    /// Delta records that may write other buffers than their template: only they need
+    /// reading when a checkpoint asks what the span wrote.
+    rewrites: usize,
 }
 
 /// A record of a `Log`.
@@ -644,6 +647,7 @@ impl Log {
             base: (prev_seq, prev_t),
             last: (prev_seq, prev_t),
             foldable: None,
+            rewrites: 0,
         }
     }
 
@@ -683,6 +687,7 @@ impl Log {
         let tag_at = self.bytes.len();
         self.push_call(base, seq, t_ns, ok);
         self.bytes[tag_at] |= KIND_DELTA | if scalar { SCALAR } else { 0 };
+        self.rewrites += usize::from(!scalar);
         put(&mut self.bytes, at as u64);
         put(&mut self.bytes, bytes.len() as u64);
         self.bytes.extend_from_slice(bytes);
@@ -715,6 +720,11 @@ impl Log {
 
     pub fn held_bytes(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// Delta records not marked scalar-only.
+    pub fn rewrites(&self) -> usize {
+        self.rewrites
     }
 
     /// The records, oldest first; stops at one it cannot read.
@@ -849,6 +859,11 @@ mod tests {
         ));
         let mut log = Log::after(u64::MAX, 0);
         log.push_delta(rope, (0, 10, false), (12, b"7", false));
+        assert_eq!(
+            log.rewrites(),
+            1,
+            "a delta not known to touch scalars only is read back"
+        );
         assert!(log.fold_ok(0));
         let Some(Record::Delta {
             slot,
