@@ -69,6 +69,16 @@ fn mock() -> MockGpuBackend {
 /// per call, without the mock's (which allocates and varies with the machine's mood).
 struct Null(MockGpuBackend);
 
+/// A flight recorder over a `Null` backend, dumping into `dir`, checkpointing every 8 steps.
+fn null_flight(dir: std::path::PathBuf) -> RecordingBackend<Null> {
+    RecordingBackend::flight(
+        Null(mock()),
+        FlightConfig::new(dir),
+        BackendDesc::new("null"),
+    )
+    .unwrap()
+}
+
 impl GpuBackend for Null {
     fn alloc(&self, bytes: usize) -> anyhow::Result<DevicePtr> {
         self.0.alloc(bytes)
@@ -278,12 +288,7 @@ fn main() {
 
     if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("flight") {
         // For profiling: only the flight recorder's launch loop, a step per round.
-        let fr = RecordingBackend::flight(
-            Null(mock()),
-            FlightConfig::new(dir.join("flight")),
-            BackendDesc::new("null"),
-        )
-        .unwrap();
+        let fr = null_flight(dir.join("flight"));
         let fs = setup(&fr);
         for r in 0..1000u64 {
             per_call_ns(&mut || launch6(&fr, &fs));
@@ -293,9 +298,7 @@ fn main() {
     }
     if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("decode") {
         // For profiling: only the flight recorder on the decode step's shape.
-        let mut cfg = FlightConfig::new(dir.join("flight-decode"));
-        cfg.checkpoint_every = 8;
-        let fr = RecordingBackend::flight(Null(mock()), cfg, BackendDesc::new("null")).unwrap();
+        let fr = null_flight(dir.join("flight-decode"));
         let fd = Decode::new(&fr);
         for pos in 0..20_000 {
             fd.step(&fr, pos);
@@ -395,12 +398,7 @@ fn main() {
         .unwrap();
         let fs_full = setup(&full);
         full.start().unwrap();
-        let fr = RecordingBackend::flight(
-            Null(mock()),
-            FlightConfig::new(dir.join("flight-null")),
-            BackendDesc::new("null"),
-        )
-        .unwrap();
+        let fr = null_flight(dir.join("flight-null"));
         let fs = setup(&fr);
         launch6(&full, &fs_full);
         launch6(&fr, &fs);
@@ -433,9 +431,7 @@ fn main() {
         let steps = 400u32;
         let bare = Null(mock());
         let bd = Decode::new(&bare);
-        let mut cfg = FlightConfig::new(dir.join("flight-decode"));
-        cfg.checkpoint_every = 8;
-        let fr = RecordingBackend::flight(Null(mock()), cfg, BackendDesc::new("null")).unwrap();
+        let fr = null_flight(dir.join("flight-decode"));
         let fd = Decode::new(&fr);
         let (mut b, mut f) = (vec![], vec![]);
         let mut per_step = 0;

@@ -651,6 +651,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
         site: Site,
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
+        let mut st = self.lock_recording()?;
+        Some(self.begin_locked(&mut st, site, emit))
+    }
+
+    /// The recorder's state while it records (`None` when it does not), after a SIGUSR1 the
+    /// flight recorder was sent has made its dump.
+    #[inline(always)]
+    fn lock_recording(&self) -> Option<parking_lot::MutexGuard<'_, RecState>> {
         if !self.on.load(Ordering::Relaxed) {
             return None;
         }
@@ -658,10 +666,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if !st.recording {
             return None;
         }
-        if st.flight.is_some() && flight::SIGNALLED.swap(false, Ordering::Relaxed) {
+        // A load first: a swap is a locked instruction on every call.
+        if st.flight.is_some()
+            && flight::SIGNALLED.load(Ordering::Relaxed)
+            && flight::SIGNALLED.swap(false, Ordering::Relaxed)
+        {
             self.flight_trigger(&mut st, "SIGUSR1");
         }
-        Some(self.begin_locked(&mut st, site, emit))
+        Some(st)
     }
 
     /// `begin_with` for a hot call, with the flight recorder's fast path: `key` puts the
@@ -676,21 +688,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
-        if !self.on.load(Ordering::Relaxed) {
-            return None;
-        }
-        let mut st = self.st.lock();
-        if !st.recording {
-            return None;
-        }
+        let mut st = self.lock_recording()?;
         if st.flight.is_none() || st.hash_writes {
             return Some(self.begin_locked(&mut st, site, emit));
-        }
-        // A load first: a swap is a locked instruction on every call.
-        if flight::SIGNALLED.load(Ordering::Relaxed)
-            && flight::SIGNALLED.swap(false, Ordering::Relaxed)
-        {
-            self.flight_trigger(&mut st, "SIGUSR1");
         }
         let thread = st.thread();
         let mut k = ring::RawKey::new(kind, site as *const _ as usize, thread);
