@@ -15,6 +15,11 @@
 //! installs), SIGUSR1 (noticed at the next recorded call; arming a flight recorder replaces
 //! any SIGUSR1 handler the engine had), or `RecordingBackend::flight_dump`. A graph captured
 //! before the kept spans is not in a dump: a dump whose calls launch it does not replay.
+//!
+//! Calls are held as templates and a few bytes each (`ring`). What that costs a dump: a call
+//! that returned `Ok(())` gets an End of duration 0 (its time is its Begin's); a hot call
+//! another thread is inside while the dump is written reads as returned `Ok(())`, where a
+//! full recording would show no End yet; and such calls are not waited for by `stop()`.
 
 use super::ring::{self, Fast, Interned, Log, RawKey, Record, Templates, Writes};
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};

@@ -374,6 +374,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin(Location::caller(), |_| Call::SweepUnreleased);
         let n = self.inner.sweep_unreleased();
         self.finish(tok, &Ok(n), SyncScope::None, |st, n| {
+            st.gen += 1;
             st.bufs.retain(|_, b| b.alias_of.is_some());
             Value::Count(*n as u64)
         });
@@ -742,9 +743,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn record_event(&self, event: u64, stream: u64) -> Result<()> {
+        // What the map said before, if the fast path changed it: a failed call puts it back.
+        let before = std::cell::Cell::new(None);
         let key = |st: &mut RecState, k: &mut ring::RawKey| {
             // What the End would have mapped, mapped now: a fast call has no End.
-            st.event_stream.insert(event, stream);
+            before.set(Some(st.event_stream.insert(event, stream)));
             k.word(event);
             k.word(stream);
             true
@@ -760,6 +763,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             st.emit_begin(&head.with(&call));
         });
         let r = self.inner.record_event(event, stream);
+        if let (Err(_), Some(was)) = (&r, before.take()) {
+            let mut st = self.st.lock();
+            match was {
+                Some(s) => st.event_stream.insert(event, s),
+                None => st.event_stream.remove(&event),
+            };
+        }
         // One lock for the map update and the End frame.
         self.finish(tok, &r, SyncScope::None, |st, _| {
             st.event_stream.insert(event, stream);

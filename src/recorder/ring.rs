@@ -13,6 +13,8 @@
 //! without turning pointers into buffer ids or encoding anything. Raw inputs mean the same
 //! call only while the recorder's handle maps are unchanged, so every change to them (an
 //! allocation, a free, a new stream) moves a generation counter that empties the raw cache.
+//! A typed launch whose raw inputs differ from a learned one in scalar values only becomes a
+//! delta there too: where each scalar lies in the template's call is found once, at learning.
 //!
 //! This is an in-memory format of this process, never written: a dump expands it back into
 //! ordinary Begin and End records. Decoding is still checked, and stops at the first record
@@ -48,8 +50,9 @@ struct Template {
 /// How a new call was kept.
 pub(crate) enum Interned<'a> {
     Slot(u32),
-    /// As template `base` with `bytes` at offset `at` of its call: a call whose only change
-    /// since the same point of the last step is a scalar (a position, a length).
+    /// As template `base` with `bytes` at offset `at` of its call: a call that differs from
+    /// the one made at the same point of the last step in at most `DELTA_MAX` bytes (a
+    /// position, a length; a buffer id too, so its writes are read again).
     Delta {
         base: u32,
         at: usize,
@@ -106,7 +109,7 @@ pub(crate) enum Fast {
 }
 
 /// The most raw keys kept: an engine whose arguments change every call would otherwise grow
-/// the cache until the next checkpoint empties it.
+/// the cache without bound (it is emptied when full, and when the generation moves).
 const RAW_MAX: usize = 1 << 16;
 
 /// The most words a raw key may have; a call with more arguments takes the slow path.
@@ -154,8 +157,11 @@ impl RawKey {
         self.word(u64::from(a) | (u64::from(b) << 32));
     }
 
-    /// A byte argument: its length, then its bytes eight to a word. Pointer arguments are
-    /// marked with a word that no length word can be (`word(1)` then the pointer).
+    /// A byte argument: its length, then its bytes eight to a word. A typed launch's pointer
+    /// arguments are marked with a word that no length word can be (`word(1)` then the
+    /// pointer). Values of 8 bytes or less are marked scalar; a raw launch's parameter
+    /// buffer passes through here too, but only typed launches are found as scalar deltas
+    /// (`launch_val_spans` reads those alone).
     #[inline(always)]
     pub fn bytes(&mut self, b: &[u8]) {
         if b.len() <= 8 {
@@ -279,8 +285,6 @@ fn content_hash(head: &[u8], call: &[u8]) -> u64 {
 }
 
 impl Templates {
-    /// The slot of the call whose Begin record's parts are `head` and `call`, made if new;
-    /// named by span `span`.
     /// Keep a call whose Begin record's parts are `head` and `call`, made after a call of
     /// template `prev`: as a template it already is, as a small change to the template the
     /// call after `prev` was last made from, or as a new template.
@@ -491,11 +495,9 @@ impl Templates {
         if at.checked_add(bytes.len()).is_none_or(|e| e > call.len()) {
             return false;
         }
-        let start = out.len();
         append_begin_split(seq, t_ns, head, call, out);
         let call_at = out.len() - call.len();
         out[call_at + at..][..bytes.len()].copy_from_slice(bytes);
-        debug_assert!(out.len() > start);
         true
     }
 
@@ -735,6 +737,10 @@ impl Log {
             let b = &self.bytes;
             let tag = *b.get(at)?;
             at += 1;
+            if tag & 3 == 3 {
+                // No such kind: damaged.
+                return None;
+            }
             if tag & 3 == KIND_FRAME {
                 let n = usize::try_from(get(b, &mut at)?).ok()?;
                 let end = at.checked_add(n).filter(|e| *e <= b.len())?;
@@ -778,7 +784,7 @@ impl Log {
     }
 }
 
-/// A Begin record's parts for `Templates::intern`: its seq, time, head and call.
+/// A Begin record's parts for `Templates::intern_or_delta`: its seq, time, head and call.
 pub(crate) fn split(payload: &[u8]) -> Option<(u64, u64, &[u8], &[u8])> {
     let s = split_begin(payload)?;
     Some((s.seq, s.t_ns, &payload[s.head], &payload[s.call]))

@@ -413,6 +413,8 @@ impl RecState {
     pub fn new_segment(&mut self, writer: TraceWriter) {
         self.writer = Some(writer);
         self.seq = 0;
+        // Site and handle numbers start again: nothing learned before holds.
+        self.gen += 1;
         self.sites.clear();
         self.blobs.clear();
         self.modules.clear();
@@ -618,6 +620,9 @@ impl RecState {
     }
 
     pub fn add_buf(&mut self, p: u64, size: u64, site: Site, alias_of: Option<usize>) -> BufferId {
+        // The address, and the ones near it, now mean this buffer: raw keys learned when they
+        // meant a freed one or nothing go.
+        self.gen += 1;
         let id = BufferId(self.next_buf);
         self.next_buf += 1;
         self.freed.remove(&p);
