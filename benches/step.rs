@@ -209,13 +209,14 @@ fn group(cfg: &HfConfig, batch: usize, make: &Make, n: usize, dir: &Path) -> any
     );
     let held = rec.flight_held().unwrap_or_default();
     row.add(
-        "flight recorder holds: calls, bytes per call, device state",
+        "flight recorder holds: calls, bytes per call, device state (memory, disk)",
         format!(
-            "{} calls, {:.1} B/call ({:.1} in the logs), {:.2} GB of checkpoints and payloads",
+            "{} calls, {:.1} B/call ({:.1} in the logs), {:.2} GB of checkpoints and payloads in memory, {:.2} GB spilled to disk",
             held.calls,
             held.bytes_per_call(),
             held.log_bytes_per_call(),
-            held.state_bytes as f64 / 1e9
+            held.state_bytes as f64 / 1e9,
+            held.spilled_bytes as f64 / 1e9
         ),
     );
     m.release(&rec)?;

@@ -35,10 +35,12 @@ fn dumps(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Run the tiny model for up to 64 steps behind a flight recorder, with the overrun planted
-/// at `fault_step` (the engine does not know it is coming). Returns the dumps written.
-fn run_with_fault(dir: &Path, fault_step: usize) -> Vec<PathBuf> {
+/// at `fault_step` (the engine does not know it is coming), spilling blobs of `spill` bytes
+/// or more to disk. Returns the dumps written.
+fn run_with_fault(dir: &Path, fault_step: usize, spill: Option<usize>) -> Vec<PathBuf> {
     let mut cfg = FlightConfig::new(dir);
     cfg.checkpoint_every = 8;
+    cfg.spill_blobs_over = spill;
     let rec = RecordingBackend::flight(mock(), cfg, BackendDesc::new("mock")).unwrap();
     let gpu: &dyn GpuBackend = &rec;
     let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
@@ -52,6 +54,20 @@ fn run_with_fault(dir: &Path, fault_step: usize) -> Vec<PathBuf> {
     let bytes = h.call_bytes + h.state_bytes;
     assert!(bytes < 8 << 20, "the flight store is bounded: {h:?}");
     assert!(h.calls > 0);
+    if spill.is_some() {
+        assert!(h.spilled_bytes > 0, "{h:?}");
+    }
+    drop(rec);
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("spill"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the spill goes with its recorder: {left:?}"
+    );
     dumps(dir)
 }
 
@@ -59,8 +75,19 @@ fn run_with_fault(dir: &Path, fault_step: usize) -> Vec<PathBuf> {
 fn a_fault_at_a_late_step_is_dumped_and_the_dump_reproduces_it() {
     // A step nobody chose: derived from the process, but always late in the run.
     let step = 30 + (std::process::id() as usize % 20);
-    let dir = scratch("late");
-    let d = run_with_fault(&dir, step);
+    late_fault_dump_reproduces("late", step, None);
+}
+
+#[test]
+fn a_dump_whose_checkpoint_was_spilled_to_disk_reproduces_the_fault() {
+    // The tiny model's buffers are under the default threshold: spill everything over 64 B.
+    late_fault_dump_reproduces("spill", 41, Some(64));
+}
+
+/// A fault planted at `step`, the one dump it leaves, and that dump replayed on the mock.
+fn late_fault_dump_reproduces(name: &str, step: usize, spill: Option<usize>) {
+    let dir = scratch(name);
+    let d = run_with_fault(&dir, step, spill);
     assert_eq!(
         d.len(),
         1,

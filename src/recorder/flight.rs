@@ -22,6 +22,7 @@
 //! full recording would show no End yet; and such calls are not waited for by `stop()`.
 
 use super::ring::{self, Fast, Interned, Log, RawKey, Record, Templates, Writes};
+use super::spill::Spill;
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
@@ -39,9 +40,11 @@ pub struct FlightHeld {
     pub call_bytes: usize,
     /// Of those, the per-step logs alone: what each further call costs.
     pub log_bytes: usize,
-    /// Bytes of device state the calls replay from: checkpoints, copied payloads, module
-    /// and kernel definitions.
+    /// Bytes of device state the calls replay from, in host memory: checkpoints, copied
+    /// payloads, module and kernel definitions.
     pub state_bytes: usize,
+    /// Bytes of device state spilled to disk (`FlightConfig::spill_blobs_over`).
+    pub spilled_bytes: usize,
 }
 
 impl FlightHeld {
@@ -69,6 +72,10 @@ pub struct FlightConfig {
     /// Without step boundaries from the engine (`GpuBackend::step_boundary`), a host sync
     /// counts as the end of a step.
     pub steps_from_syncs: bool,
+    /// Blobs of this many bytes or more (a large buffer's parts, weights among them) are kept
+    /// in files beside the dumps instead of host memory, and read back only by a dump;
+    /// `None` keeps everything in memory.
+    pub spill_blobs_over: Option<usize>,
 }
 
 impl FlightConfig {
@@ -80,10 +87,13 @@ impl FlightConfig {
             checkpoint_every: 8,
             max_dumps: 1,
             steps_from_syncs: true,
+            spill_blobs_over: Some(1 << 20),
         }
     }
 
-    /// `GPUTAPE_FLIGHT_STEPS` and `GPUTAPE_FLIGHT_MAX_DUMPS` over the defaults.
+    /// `GPUTAPE_FLIGHT_STEPS`, `GPUTAPE_FLIGHT_MAX_DUMPS` and `GPUTAPE_FLIGHT_SPILL_MB`
+    /// (blobs of this many MiB or more spill to disk; 0 keeps them in memory) over the
+    /// defaults.
     pub fn from_env(dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(dir);
         let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
@@ -92,6 +102,9 @@ impl FlightConfig {
         }
         if let Some(n) = num("GPUTAPE_FLIGHT_MAX_DUMPS") {
             c.max_dumps = n as usize;
+        }
+        if let Some(n) = num("GPUTAPE_FLIGHT_SPILL_MB") {
+            c.spill_blobs_over = (n > 0).then(|| (n as usize).saturating_mul(1 << 20));
         }
         c
     }
@@ -118,12 +131,22 @@ impl Span {
     }
 }
 
+/// A blob's encoded frame, or how long it is in its spill file.
+enum Held {
+    Mem(Vec<u8>),
+    Disk(usize),
+}
+
+/// Spill directories made by this process, so two flight recorders never share one.
+static SPILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// What a dump is made of, shared by the sink, the recorder and the panic hook.
 pub(crate) struct FlightShared {
     pub cfg: FlightConfig,
     definitions: Vec<Vec<u8>>,
     /// Blob payloads (encoded frames) by id, with the span counter that last named each.
-    blobs: HashMap<BlobId, (Vec<u8>, u64)>,
+    blobs: HashMap<BlobId, (Held, u64)>,
+    spill: Option<Spill>,
     /// The parts of each chunked blob in `blobs`, named again whenever it is.
     parts: HashMap<BlobId, Vec<BlobId>>,
     spans: VecDeque<Span>,
@@ -147,10 +170,16 @@ pub(crate) struct FlightShared {
 
 impl FlightShared {
     pub fn new(cfg: FlightConfig) -> Self {
+        let spill = cfg.spill_blobs_over.map(|min| {
+            let n = SPILLS.fetch_add(1, Ordering::Relaxed);
+            let name = format!(".gputape-spill-{}-{n}", std::process::id());
+            Spill::new(cfg.dir.join(name), min)
+        });
         FlightShared {
             cfg,
             definitions: Vec::new(),
             blobs: HashMap::default(),
+            spill,
             parts: HashMap::default(),
             spans: VecDeque::from([Span::after(None, 0)]),
             span_no: 0,
@@ -174,7 +203,14 @@ impl FlightShared {
         if self.spans.len() > 2 {
             self.spans.pop_front();
             let oldest = self.span_no - 1;
-            self.blobs.retain(|_, (_, last)| *last >= oldest);
+            let spill = &self.spill;
+            self.blobs.retain(|id, (held, last)| {
+                let keep = *last >= oldest;
+                if let (false, Held::Disk(_), Some(s)) = (keep, &held, spill) {
+                    s.remove(*id);
+                }
+                keep
+            });
             let blobs = &self.blobs;
             self.parts.retain(|id, _| blobs.contains_key(id));
             self.templates.evict_before(oldest);
@@ -207,10 +243,23 @@ impl FlightShared {
             None => {
                 let mut payload = Vec::new();
                 if crate::trace::codec::append(&frame(), &mut payload).is_ok() {
-                    self.blobs.insert(id, (payload, no));
+                    self.hold(id, payload, no);
                 }
             }
         }
+    }
+
+    /// Keep new blob `id`, on disk if it is large enough and the write succeeds; gives the
+    /// payload back when it went to disk.
+    fn hold(&mut self, id: BlobId, payload: Vec<u8>, no: u64) -> Option<Vec<u8>> {
+        if let Some(s) = &mut self.spill {
+            if s.put(id, &payload) {
+                self.blobs.insert(id, (Held::Disk(payload.len()), no));
+                return Some(payload);
+            }
+        }
+        self.blobs.insert(id, (Held::Mem(payload), no));
+        None
     }
 
     /// `note_blob` for a part already encoded; gives the payload back if it was not kept.
@@ -221,10 +270,7 @@ impl FlightShared {
                 e.1 = no;
                 Some(payload)
             }
-            None => {
-                self.blobs.insert(id, (payload, no));
-                None
-            }
+            None => self.hold(id, payload, no),
         }
     }
 
@@ -350,8 +396,23 @@ impl FlightShared {
             calls: self.held_calls(),
             call_bytes: self.templates.held_bytes() + log_bytes,
             log_bytes,
+            spilled_bytes: self
+                .blobs
+                .values()
+                .map(|(h, _)| match h {
+                    Held::Disk(n) => *n,
+                    Held::Mem(_) => 0,
+                })
+                .sum(),
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
-                + self.blobs.values().map(|(p, _)| p.len()).sum::<usize>()
+                + self
+                    .blobs
+                    .values()
+                    .map(|(h, _)| match h {
+                        Held::Mem(p) => p.len(),
+                        Held::Disk(_) => 0,
+                    })
+                    .sum::<usize>()
                 + self
                     .spans
                     .iter()
@@ -386,9 +447,22 @@ impl FlightShared {
             w.write_payload(FrameClass::Definition, d)?;
         }
         let oldest = self.span_no + 1 - self.spans.len() as u64;
-        for (p, last) in self.blobs.values() {
-            if *last >= oldest {
-                w.write_payload(FrameClass::Definition, p)?;
+        for (id, (held, last)) in &self.blobs {
+            if *last < oldest {
+                continue;
+            }
+            match (held, &self.spill) {
+                (Held::Mem(p), _) => w.write_payload(FrameClass::Definition, p)?,
+                (Held::Disk(_), Some(s)) => {
+                    let p = s
+                        .get(*id)
+                        .map_err(io("read the spilled blob", &s.file(*id)))?;
+                    w.write_payload(FrameClass::Definition, &p)?;
+                }
+                // Not made: a blob goes to disk only through a spill.
+                (Held::Disk(_), None) => {
+                    tracing::error!("gputape: flight recorder lost blob {id:?}")
+                }
             }
         }
         // From the oldest span whose checkpoint is whole.

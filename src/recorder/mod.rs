@@ -13,6 +13,7 @@ mod flight;
 mod forward;
 mod ring;
 mod snapshot;
+mod spill;
 mod state;
 
 pub use snapshot::compressed_if_it_pays;
