@@ -262,7 +262,8 @@ impl FlightShared {
         None
     }
 
-    /// `note_blob` for a part already encoded; gives the payload back if it was not kept.
+    /// `note_blob` for a part already encoded; gives the buffer back for reuse unless it now
+    /// holds the blob in memory.
     pub fn note_blob_payload(&mut self, id: BlobId, payload: Vec<u8>) -> Option<Vec<u8>> {
         let no = self.span_no;
         match self.blobs.get_mut(&id) {
