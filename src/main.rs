@@ -68,7 +68,8 @@ enum Cmd {
         fault_overrun: u32,
         /// Run behind the flight recorder, which keeps the last steps in memory and writes
         /// them into this directory as a trace if a call fails (GPUTAPE_FLIGHT_STEPS: steps
-        /// between checkpoints, default 8).
+        /// between checkpoints, default 8; GPUTAPE_FLIGHT_SPILL_MB: blobs this large wait on
+        /// disk beside the dumps, default 1, 0 keeps them in memory).
         #[arg(long)]
         flight: Option<PathBuf>,
     },

@@ -270,7 +270,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
     ///   the engine stops and starts the recorder, beside it).
     /// - `GPUTAPE_FLIGHT=DIR`: arm the flight recorder, dumping into `DIR`
     ///   (`GPUTAPE_FLIGHT_STEPS`: steps between checkpoints, default 8;
-    ///   `GPUTAPE_FLIGHT_MAX_DUMPS`: default 1).
+    ///   `GPUTAPE_FLIGHT_MAX_DUMPS`: default 1; `GPUTAPE_FLIGHT_SPILL_MB`: blobs this large
+    ///   are kept on disk beside the dumps, default 1, 0 keeps them in memory).
     /// - neither: calls pass through and nothing is written; `start` fails, as there is
     ///   nowhere to write.
     pub fn from_env(inner: B, desc: BackendDesc) -> Result<Self, RecordError> {
