@@ -154,10 +154,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                     stream,
                     args,
                 };
-                if st.tracks_writes() {
-                    st.note_writes(head.seq, &call);
-                }
-                st.emit_begin(&head.with(&call));
+                st.emit_call(&head, &call);
                 return;
             }
             if st.tracks_writes() {
@@ -239,10 +236,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             if let Some(call) =
                 st.launch_with_tensor_maps(kernel, (grid, block, shared_mem, stream), args)
             {
-                if st.tracks_writes() {
-                    st.note_writes(head.seq, &call);
-                }
-                st.emit_begin(&head.with(&call));
+                st.emit_call(&head, &call);
                 return;
             }
             if st.tracks_writes() {
@@ -757,10 +751,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                 event: st.event(event),
                 stream: st.stream(stream),
             };
-            if st.tracks_writes() {
-                st.note_writes(head.seq, &call);
-            }
-            st.emit_begin(&head.with(&call));
+            st.emit_call(&head, &call);
         });
         let r = self.inner.record_event(event, stream);
         if let (Err(_), Some(was)) = (&r, before.take()) {
@@ -790,10 +781,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                 stream: st.stream(stream),
                 event: st.event(event),
             };
-            if st.tracks_writes() {
-                st.note_writes(head.seq, &call);
-            }
-            st.emit_begin(&head.with(&call));
+            st.emit_call(&head, &call);
         });
         let r = self.inner.stream_wait_event(stream, event);
         self.finish_plain(tok, &r, unit);

@@ -638,10 +638,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     fn begin(&self, site: Site, make: impl FnOnce(&mut RecState) -> Call) -> Option<Tok> {
         self.begin_with(site, |st, head| {
             let call = make(st);
-            if st.tracks_writes() {
-                st.note_writes(head.seq, &call);
-            }
-            st.emit_begin(&head.with(&call));
+            st.emit_call(&head, &call);
         })
     }
 

@@ -199,6 +199,14 @@ impl RecState {
         self.emit_with(|w| w.write_begin(b));
     }
 
+    /// A call's Begin frame with `head`, its writes noted first where they are tracked.
+    pub fn emit_call(&mut self, head: &BeginRef<'_, ()>, call: &Call) {
+        if self.tracks_writes() {
+            self.note_writes(head.seq, call);
+        }
+        self.emit_begin(&head.with(call));
+    }
+
     /// `emit` for a call's End frame.
     pub fn emit_end(&mut self, seq: u64, dur_ns: u64, ret: &Ret) {
         self.emit_with(|w| w.write_end(seq, dur_ns, ret));
