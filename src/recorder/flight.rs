@@ -146,7 +146,7 @@ pub(crate) struct FlightShared {
     definitions: Vec<Vec<u8>>,
     /// Blob payloads (encoded frames) by id, with the span counter that last named each.
     blobs: HashMap<BlobId, (Held, u64)>,
-    spill: Option<Spill>,
+    spill: Spill,
     /// The parts of each chunked blob in `blobs`, named again whenever it is.
     parts: HashMap<BlobId, Vec<BlobId>>,
     spans: VecDeque<Span>,
@@ -170,11 +170,13 @@ pub(crate) struct FlightShared {
 
 impl FlightShared {
     pub fn new(cfg: FlightConfig) -> Self {
-        let spill = cfg.spill_blobs_over.map(|min| {
-            let n = SPILLS.fetch_add(1, Ordering::Relaxed);
-            let name = format!(".gputape-spill-{}-{n}", std::process::id());
-            Spill::new(cfg.dir.join(name), min)
-        });
+        let n = SPILLS.fetch_add(1, Ordering::Relaxed);
+        let name = format!(".gputape-spill-{}-{n}", std::process::id());
+        // Off: no blob is that large, so nothing is written and no directory made.
+        let spill = Spill::new(
+            cfg.dir.join(name),
+            cfg.spill_blobs_over.unwrap_or(usize::MAX),
+        );
         FlightShared {
             cfg,
             definitions: Vec::new(),
@@ -206,8 +208,8 @@ impl FlightShared {
             let spill = &self.spill;
             self.blobs.retain(|id, (held, last)| {
                 let keep = *last >= oldest;
-                if let (false, Held::Disk(_), Some(s)) = (keep, &held, spill) {
-                    s.remove(*id);
+                if let (false, Held::Disk(_)) = (keep, &held) {
+                    spill.remove(*id);
                 }
                 keep
             });
@@ -252,11 +254,9 @@ impl FlightShared {
     /// Keep new blob `id`, on disk if it is large enough and the write succeeds; gives the
     /// payload back when it went to disk.
     fn hold(&mut self, id: BlobId, payload: Vec<u8>, no: u64) -> Option<Vec<u8>> {
-        if let Some(s) = &mut self.spill {
-            if s.put(id, &payload) {
-                self.blobs.insert(id, (Held::Disk(payload.len()), no));
-                return Some(payload);
-            }
+        if self.spill.put(id, &payload) {
+            self.blobs.insert(id, (Held::Disk(payload.len()), no));
+            return Some(payload);
         }
         self.blobs.insert(id, (Held::Mem(payload), no));
         None
@@ -393,27 +393,17 @@ impl FlightShared {
     /// against the device state they replay from (checkpoints, payloads, definitions).
     pub fn held(&self) -> FlightHeld {
         let log_bytes = self.spans.iter().map(|s| s.log.held_bytes()).sum::<usize>();
+        let (in_memory, on_disk) = self.blobs.values().fold((0, 0), |(m, d), (h, _)| match h {
+            Held::Mem(p) => (m + p.len(), d),
+            Held::Disk(n) => (m, d + n),
+        });
         FlightHeld {
             calls: self.held_calls(),
             call_bytes: self.templates.held_bytes() + log_bytes,
             log_bytes,
-            spilled_bytes: self
-                .blobs
-                .values()
-                .map(|(h, _)| match h {
-                    Held::Disk(n) => *n,
-                    Held::Mem(_) => 0,
-                })
-                .sum(),
+            spilled_bytes: on_disk,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
-                + self
-                    .blobs
-                    .values()
-                    .map(|(h, _)| match h {
-                        Held::Mem(p) => p.len(),
-                        Held::Disk(_) => 0,
-                    })
-                    .sum::<usize>()
+                + in_memory
                 + self
                     .spans
                     .iter()
@@ -452,17 +442,14 @@ impl FlightShared {
             if *last < oldest {
                 continue;
             }
-            match (held, &self.spill) {
-                (Held::Mem(p), _) => w.write_payload(FrameClass::Definition, p)?,
-                (Held::Disk(_), Some(s)) => {
+            match held {
+                Held::Mem(p) => w.write_payload(FrameClass::Definition, p)?,
+                Held::Disk(_) => {
+                    let s = &self.spill;
                     let p = s
                         .get(*id)
                         .map_err(io("read the spilled blob", &s.file(*id)))?;
                     w.write_payload(FrameClass::Definition, &p)?;
-                }
-                // Not made: a blob goes to disk only through a spill.
-                (Held::Disk(_), None) => {
-                    tracing::error!("gputape: flight recorder lost blob {id:?}")
                 }
             }
         }
@@ -487,39 +474,31 @@ impl FlightShared {
         let mut buf = Vec::with_capacity(256);
         let mut lost = 0usize;
         for r in records() {
-            match r {
-                Record::Call { seq, ok, .. } | Record::Delta { seq, ok, .. } => {
-                    buf.clear();
-                    let made = match r {
-                        Record::Call { slot, t_ns, .. } => {
-                            self.templates.append_begin(slot, seq, t_ns, &mut buf)
-                        }
-                        Record::Delta {
-                            slot,
-                            t_ns,
-                            at,
-                            bytes,
-                            ..
-                        } => self.templates.append_begin_patched(
-                            (slot, at, bytes),
-                            seq,
-                            t_ns,
-                            &mut buf,
-                        ),
-                        Record::Frame(_) => false,
-                    };
-                    if !made {
-                        lost += 1;
-                        continue;
-                    }
-                    begun.insert(seq);
-                    w.write_payload(FrameClass::Call, &buf)?;
-                    if ok && !ended.contains(&seq) && open != Some(seq) {
-                        buf.clear();
-                        let unit = Ok(crate::trace::Value::Unit);
-                        crate::trace::codec::append_end(seq, 0, &unit, &mut buf)?;
-                        w.write_payload(FrameClass::Call, &buf)?;
-                    }
+            buf.clear();
+            let (seq, ok, made) = match r {
+                Record::Call {
+                    slot,
+                    seq,
+                    t_ns,
+                    ok,
+                } => (
+                    seq,
+                    ok,
+                    self.templates.append_begin(slot, seq, t_ns, &mut buf),
+                ),
+                Record::Delta {
+                    slot,
+                    seq,
+                    t_ns,
+                    ok,
+                    at,
+                    bytes,
+                    ..
+                } => {
+                    let made =
+                        self.templates
+                            .append_begin_patched((slot, at, bytes), seq, t_ns, &mut buf);
+                    (seq, ok, made)
                 }
                 Record::Frame(c) => {
                     let keep = match crate::trace::codec::decode(c) {
@@ -531,7 +510,20 @@ impl FlightShared {
                     if keep {
                         w.write_payload(FrameClass::Call, c)?;
                     }
+                    continue;
                 }
+            };
+            if !made {
+                lost += 1;
+                continue;
+            }
+            begun.insert(seq);
+            w.write_payload(FrameClass::Call, &buf)?;
+            if ok && !ended.contains(&seq) && open != Some(seq) {
+                buf.clear();
+                let unit = Ok(crate::trace::Value::Unit);
+                crate::trace::codec::append_end(seq, 0, &unit, &mut buf)?;
+                w.write_payload(FrameClass::Call, &buf)?;
             }
         }
         if lost > 0 {

@@ -119,12 +119,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             if !st.tensor_maps.is_empty() {
                 return false;
             }
-            k.word(func.0);
-            k.pair(grid[0], grid[1]);
-            k.pair(grid[2], block[0]);
-            k.pair(block[1], block[2]);
-            k.pair(shared_mem, params.len() as u32);
-            k.word(stream);
+            k.launch(func.0, (grid, block), shared_mem, params.len(), stream);
             // Without a layout the call records no arguments, so the key has none either.
             let layout = st.kernels.get(&func.0).and_then(|e| e.params.as_deref());
             for (p, info) in params.iter().zip(layout.unwrap_or(&[])) {
@@ -213,12 +208,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             if !st.tensor_maps.is_empty() {
                 return false;
             }
-            k.word(func.0);
-            k.pair(grid[0], grid[1]);
-            k.pair(grid[2], block[0]);
-            k.pair(block[1], block[2]);
-            k.pair(shared_mem, args.len() as u32);
-            k.word(stream);
+            k.launch(func.0, (grid, block), shared_mem, args.len(), stream);
             for a in args {
                 match a {
                     KernelArg::Buffer(p) => {

@@ -24,6 +24,12 @@ use crate::trace::codec::{append_begin_split, launch_val_spans, split_begin};
 use crate::trace::BufferId;
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
+mod key;
+mod log;
+
+pub(crate) use key::RawKey;
+use key::{PassHasher, RAW_WORDS};
+pub(crate) use log::{Log, Record};
 use std::hash::Hasher;
 
 /// What a kept call may have written, worked out once per template for incremental
@@ -112,154 +118,8 @@ pub(crate) enum Fast {
 /// the cache without bound (it is emptied when full, and when the generation moves).
 const RAW_MAX: usize = 1 << 16;
 
-/// The most words a raw key may have; a call with more arguments takes the slow path.
-const RAW_WORDS: usize = 32;
-
-/// A call's raw inputs as words: what the fast path hashes and compares. A fixed array on
-/// the stack: this is built for every hot call.
-pub(crate) struct RawKey {
-    words: [u64; RAW_WORDS],
-    len: usize,
-    /// Bit i: word i is the value of a scalar argument (at most 8 bytes).
-    scalars: u32,
-}
-
-/// FxHash's multiplier.
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl RawKey {
-    /// A key for a call of `kind` (any constant that tells the calls apart) from the call
-    /// site `site` on recorder thread `thread`.
-    #[inline(always)]
-    pub fn new(kind: u64, site: usize, thread: u16) -> Self {
-        let mut words = [0; RAW_WORDS];
-        words[0] = kind | (u64::from(thread) << 32);
-        words[1] = site as u64;
-        RawKey {
-            words,
-            len: 2,
-            scalars: 0,
-        }
-    }
-
-    #[inline(always)]
-    pub fn word(&mut self, w: u64) {
-        if let Some(slot) = self.words.get_mut(self.len) {
-            *slot = w;
-        }
-        // Past the end `len` still counts: the key no longer fits.
-        self.len += 1;
-    }
-
-    /// Two 32-bit values in one word.
-    #[inline(always)]
-    pub fn pair(&mut self, a: u32, b: u32) {
-        self.word(u64::from(a) | (u64::from(b) << 32));
-    }
-
-    /// A byte argument: its length, then its bytes eight to a word. A typed launch's pointer
-    /// arguments are marked with a word that no length word can be (`word(1)` then the
-    /// pointer). Values of 8 bytes or less are marked scalar; a raw launch's parameter
-    /// buffer passes through here too, but only typed launches are found as scalar deltas
-    /// (`launch_val_spans` reads those alone).
-    #[inline(always)]
-    pub fn bytes(&mut self, b: &[u8]) {
-        if b.len() <= 8 {
-            // The usual scalar: its length, then its bytes in one word, put together with
-            // loads of its own size (bytes copied into a word and read back stall the load).
-            let w = match *b {
-                [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
-                [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
-                _ => b
-                    .iter()
-                    .rev()
-                    .fold(0u64, |acc, x| (acc << 8) | u64::from(*x)),
-            };
-            self.word(2 | ((b.len() as u64) << 8));
-            if self.len < RAW_WORDS {
-                self.scalars |= 1 << self.len;
-            }
-            self.word(w);
-            return;
-        }
-        self.word(2 | ((b.len() as u64) << 8));
-        let mut rest = b;
-        while rest.len() >= 8 {
-            let (w, r) = rest.split_at(8);
-            self.word(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-            rest = r;
-        }
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.word(u64::from_le_bytes(w));
-        }
-    }
-
-    #[inline(always)]
-    fn fits(&self) -> bool {
-        self.len <= RAW_WORDS
-    }
-
-    #[inline(always)]
-    fn words(&self) -> &[u64] {
-        &self.words[..self.len.min(RAW_WORDS)]
-    }
-
-    /// The hash of the key with its scalar values left out.
-    fn shape_hash(&self) -> u64 {
-        let mut k = RawKey {
-            words: self.words,
-            len: self.len,
-            scalars: self.scalars,
-        };
-        for (i, w) in k.words.iter_mut().enumerate() {
-            if self.scalars & (1 << i) != 0 {
-                *w = 0;
-            }
-        }
-        k.hash()
-    }
-
-    /// Four independent lanes, so the multiplies overlap instead of queueing.
-    #[inline(always)]
-    fn hash(&self) -> u64 {
-        let mix = |l: u64, w: u64| (l ^ w).wrapping_mul(SEED).rotate_left(23);
-        let words = self.words();
-        let (mut a, mut b, mut c, mut d) = (0u64, 1u64, 2u64, 3u64);
-        let mut quads = words.chunks_exact(4);
-        for q in &mut quads {
-            a = mix(a, q[0]);
-            b = mix(b, q[1]);
-            c = mix(c, q[2]);
-            d = mix(d, q[3]);
-        }
-        for w in quads.remainder() {
-            a = mix(a, *w);
-        }
-        (a ^ b.rotate_left(16) ^ c.rotate_left(32) ^ d.rotate_left(48)).wrapping_mul(SEED)
-    }
-}
-
-/// The raw cache is keyed by `RawKey`'s own hash: hashing it again would be wasted.
-#[derive(Default)]
-struct PassHasher(u64);
-
-impl Hasher for PassHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(SEED);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-type RawMap = std::collections::HashMap<u64, RawEntry, std::hash::BuildHasherDefault<PassHasher>>;
+/// Maps keyed by a `RawKey`'s hash, which is mixed already.
+type ByHash<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<PassHasher>>;
 
 /// The calls a flight recorder keeps, each once, by slot.
 #[derive(Default)]
@@ -268,9 +128,9 @@ pub(crate) struct Templates {
     free: Vec<u32>,
     /// Content hash -> the slots with that hash (compared byte for byte).
     by_content: HashMap<u64, SmallVec<[u32; 1]>>,
-    raw: RawMap,
+    raw: ByHash<RawEntry>,
     /// Launches by their raw inputs less their scalars, under the same generation as `raw`.
-    shape: std::collections::HashMap<u64, ShapeEntry, std::hash::BuildHasherDefault<PassHasher>>,
+    shape: ByHash<ShapeEntry>,
     /// The recorder's map generation the raw cache was filled under.
     raw_gen: u64,
     /// Bytes of template content held.
@@ -569,221 +429,6 @@ impl Templates {
     }
 }
 
-const KIND_CALL: u8 = 0;
-const KIND_FRAME: u8 = 1;
-const KIND_DELTA: u8 = 2;
-/// The call returned `Ok(())`: its End record is implied.
-const OK: u8 = 4;
-/// A delta that changed only inline scalar arguments: the call writes what its template does.
-const SCALAR: u8 = 16;
-/// The seq is written, not implied.
-const SEQ: u8 = 8;
-
-fn put(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get(bytes: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*at)?;
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// One span's calls and frames, in the order they were recorded.
-pub(crate) struct Log {
-    bytes: Vec<u8>,
-    calls: usize,
-    /// Before the first record: what seqs and times are counted from.
-    base: (u64, u64),
-    last: (u64, u64),
-    /// The newest call record whose End may still be folded into it: its tag's offset and
-    /// its seq.
-    foldable: Option<(usize, u64)>,
-    /// Delta records that may write other buffers than their template: only they need
-    /// reading when a checkpoint asks what the span wrote.
-    rewrites: usize,
-}
-
-/// A record of a `Log`.
-pub(crate) enum Record<'a> {
-    Call {
-        slot: u32,
-        seq: u64,
-        t_ns: u64,
-        /// Returned `Ok(())`: its End record is implied.
-        ok: bool,
-    },
-    /// Any other frame's payload, as encoded.
-    Frame(&'a [u8]),
-    /// A call made as template `slot` with `bytes` at offset `at` of its call.
-    Delta {
-        slot: u32,
-        seq: u64,
-        t_ns: u64,
-        ok: bool,
-        at: usize,
-        bytes: &'a [u8],
-        /// Only scalar arguments changed: it writes what its template writes.
-        scalar: bool,
-    },
-}
-
-impl Log {
-    /// A log whose first call follows seq `prev_seq` at time `prev_t` (a new recording:
-    /// `u64::MAX`, so the first seq, 0, is implied).
-    pub fn after(prev_seq: u64, prev_t: u64) -> Self {
-        Log {
-            bytes: Vec::new(),
-            calls: 0,
-            base: (prev_seq, prev_t),
-            last: (prev_seq, prev_t),
-            foldable: None,
-            rewrites: 0,
-        }
-    }
-
-    /// The seq and time its last call had (the next log counts from them).
-    pub fn last(&self) -> (u64, u64) {
-        self.last
-    }
-
-    /// A call of template `slot`.
-    #[inline]
-    pub fn push_call(&mut self, slot: u32, seq: u64, t_ns: u64, ok: bool) {
-        let at = self.bytes.len();
-        let implied = seq == self.last.0.wrapping_add(1);
-        self.bytes
-            .push(KIND_CALL | if ok { OK } else { 0 } | if implied { 0 } else { SEQ });
-        if !implied {
-            put(&mut self.bytes, seq);
-        }
-        put(&mut self.bytes, u64::from(slot));
-        // Times are read under the recorder's lock, so they rarely go back; when they do,
-        // zigzag keeps the difference small.
-        let dt = t_ns.wrapping_sub(self.last.1) as i64;
-        put(&mut self.bytes, ((dt << 1) ^ (dt >> 63)) as u64);
-        self.last = (seq, t_ns);
-        self.calls += 1;
-        self.foldable = (!ok).then_some((at, seq));
-    }
-
-    /// A call kept as template `base` with `bytes` at offset `at` of its call; `ok` as for
-    /// `push_call`; `scalar`: the bytes lie in its scalar arguments only.
-    pub fn push_delta(
-        &mut self,
-        base: u32,
-        (seq, t_ns, ok): (u64, u64, bool),
-        (at, bytes, scalar): (usize, &[u8], bool),
-    ) {
-        let tag_at = self.bytes.len();
-        self.push_call(base, seq, t_ns, ok);
-        self.bytes[tag_at] |= KIND_DELTA | if scalar { SCALAR } else { 0 };
-        self.rewrites += usize::from(!scalar);
-        put(&mut self.bytes, at as u64);
-        put(&mut self.bytes, bytes.len() as u64);
-        self.bytes.extend_from_slice(bytes);
-    }
-
-    /// Any other frame.
-    pub fn push_frame(&mut self, payload: &[u8]) {
-        self.bytes.push(KIND_FRAME);
-        put(&mut self.bytes, payload.len() as u64);
-        self.bytes.extend_from_slice(payload);
-        self.foldable = None;
-    }
-
-    /// Call `seq` returned `Ok(())`: if it is the newest record, say so in its tag and
-    /// return `true`; the caller keeps the End record otherwise.
-    pub fn fold_ok(&mut self, seq: u64) -> bool {
-        match self.foldable {
-            Some((at, s)) if s == seq => {
-                self.bytes[at] |= OK;
-                self.foldable = None;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    pub fn calls(&self) -> usize {
-        self.calls
-    }
-
-    pub fn held_bytes(&self) -> usize {
-        self.bytes.len()
-    }
-
-    /// Delta records not marked scalar-only.
-    pub fn rewrites(&self) -> usize {
-        self.rewrites
-    }
-
-    /// The records, oldest first; stops at one it cannot read.
-    pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
-        let mut at = 0;
-        let mut last = self.base;
-        std::iter::from_fn(move || {
-            let b = &self.bytes;
-            let tag = *b.get(at)?;
-            at += 1;
-            if tag & 3 == 3 {
-                // No such kind: damaged.
-                return None;
-            }
-            if tag & 3 == KIND_FRAME {
-                let n = usize::try_from(get(b, &mut at)?).ok()?;
-                let end = at.checked_add(n).filter(|e| *e <= b.len())?;
-                let r = Record::Frame(&b[at..end]);
-                at = end;
-                return Some(r);
-            }
-            let seq = if tag & SEQ != 0 {
-                get(b, &mut at)?
-            } else {
-                last.0.wrapping_add(1)
-            };
-            let slot = u32::try_from(get(b, &mut at)?).ok()?;
-            let z = get(b, &mut at)?;
-            let dt = ((z >> 1) as i64) ^ -((z & 1) as i64);
-            let t_ns = last.1.wrapping_add(dt as u64);
-            last = (seq, t_ns);
-            if tag & 3 == KIND_DELTA {
-                let off = usize::try_from(get(b, &mut at)?).ok()?;
-                let n = usize::try_from(get(b, &mut at)?).ok()?;
-                let end = at.checked_add(n).filter(|e| *e <= b.len())?;
-                let bytes = &b[at..end];
-                at = end;
-                return Some(Record::Delta {
-                    slot,
-                    seq,
-                    t_ns,
-                    ok: tag & OK != 0,
-                    at: off,
-                    bytes,
-                    scalar: tag & SCALAR != 0,
-                });
-            }
-            Some(Record::Call {
-                slot,
-                seq,
-                t_ns,
-                ok: tag & OK != 0,
-            })
-        })
-    }
-}
-
 /// A Begin record's parts for `Templates::intern_or_delta`: its seq, time, head and call.
 pub(crate) fn split(payload: &[u8]) -> Option<(u64, u64, &[u8], &[u8])> {
     let s = split_begin(payload)?;
@@ -793,39 +438,6 @@ pub(crate) fn split(payload: &[u8]) -> Option<(u64, u64, &[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_log_gives_back_what_was_pushed() {
-        let mut log = Log::after(u64::MAX, 0);
-        log.push_call(3, 0, 1000, true);
-        log.push_call(300, 1, 900, false);
-        assert!(log.fold_ok(1));
-        log.push_frame(b"frame");
-        log.push_call(7, 9, 5000, false);
-        assert!(!log.fold_ok(8), "only the newest call folds");
-        let got: Vec<String> = log
-            .records()
-            .map(|r| match r {
-                Record::Call {
-                    slot,
-                    seq,
-                    t_ns,
-                    ok,
-                } => format!("{slot}/{seq}/{t_ns}/{ok}"),
-                Record::Frame(p) => String::from_utf8_lossy(p).into_owned(),
-                Record::Delta { .. } => "delta".into(),
-            })
-            .collect();
-        assert_eq!(
-            got,
-            ["3/0/1000/true", "300/1/900/true", "frame", "7/9/5000/false"]
-        );
-        assert_eq!(log.calls(), 3);
-        // A repeated call with an implied seq, 2 µs after the last: tag, slot, two bytes of time.
-        let mut log = Log::after(0, 0);
-        log.push_call(5, 1, 2000, true);
-        assert_eq!(log.held_bytes(), 4);
-    }
 
     #[test]
     fn a_call_that_changed_a_scalar_since_the_last_step_is_kept_as_a_delta() {
@@ -962,14 +574,6 @@ mod tests {
         assert_eq!(t.fast(&launch(6, 1).1, 1, 2), None, "the maps changed");
         t.evict_before(3);
         assert_eq!(t.fast(&launch(6, 1).1, 0, 3), None);
-    }
-
-    #[test]
-    fn a_damaged_log_stops_instead_of_reading_past_its_end() {
-        let mut log = Log::after(u64::MAX, 0);
-        log.push_frame(&[1, 2, 3]);
-        log.bytes[1] = 0xff; // the length now runs past the end
-        assert_eq!(log.records().count(), 0);
     }
 
     #[test]

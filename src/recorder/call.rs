@@ -1,0 +1,310 @@
+//! Each recorded call's frames: the Begin before the wrapped backend runs it (by the flight
+//! recorder's fast path where it can), the End after, and what a sync settles.
+
+use super::flight;
+use super::ring;
+use super::state::RecState;
+use super::RecordingBackend;
+use crate::backend::{DevicePtr, GpuBackend, Site};
+use crate::trace::*;
+use anyhow::Result;
+use std::sync::atomic::Ordering;
+
+/// A call in flight: its seq and when it began.
+pub(super) struct Tok {
+    pub(super) seq: u64,
+    t0: u64,
+    /// The segment it began in: a call that outlives its segment's `stop` writes nothing
+    /// into the next one.
+    segment: u32,
+    /// Logged by the flight recorder's fast path: done unless it fails.
+    fast: bool,
+}
+
+fn err_rec(e: &anyhow::Error) -> ErrorRec {
+    ErrorRec {
+        code: crate::driver_code(e),
+        message: format!("{e:#}"),
+    }
+}
+
+/// How a call's completion touches the host/device ordering, for pending async results.
+#[derive(Clone, Copy)]
+pub(super) enum SyncScope {
+    None,
+    Stream(u64),
+    Event(u64),
+}
+
+impl<B: GpuBackend> RecordingBackend<B> {
+    /// Write the Begin frame of a call, if recording. `make` builds the call with access to the
+    /// maps (to turn pointers into ids).
+    #[inline]
+    pub(super) fn begin(
+        &self,
+        site: Site,
+        make: impl FnOnce(&mut RecState) -> Call,
+    ) -> Option<Tok> {
+        self.begin_with(site, |st, head| {
+            let call = make(st);
+            st.emit_call(&head, &call);
+        })
+    }
+
+    /// `begin` for a caller that writes its Begin frame itself (`emit` gets the frame's head:
+    /// sequence, thread, site, time).
+    #[inline]
+    pub(super) fn begin_with(
+        &self,
+        site: Site,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Option<Tok> {
+        let mut st = self.lock_recording()?;
+        Some(self.begin_locked(&mut st, site, emit))
+    }
+
+    /// The recorder's state while it records (`None` when it does not), after a SIGUSR1 the
+    /// flight recorder was sent has made its dump.
+    #[inline(always)]
+    pub(super) fn lock_recording(&self) -> Option<parking_lot::MutexGuard<'_, RecState>> {
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut st = self.st.lock();
+        if !st.recording {
+            return None;
+        }
+        // A load first: a swap is a locked instruction on every call.
+        if st.flight.is_some()
+            && flight::SIGNALLED.load(Ordering::Relaxed)
+            && flight::SIGNALLED.swap(false, Ordering::Relaxed)
+        {
+            self.flight_trigger(&mut st, "SIGUSR1");
+        }
+        Some(st)
+    }
+
+    /// `begin_with` for a hot call, with the flight recorder's fast path: `key` puts the
+    /// call's raw inputs into a `RawKey` (`false`: this call cannot take the fast path), and a
+    /// call seen before with the same inputs is logged as it was, without building or
+    /// encoding it. Anything else, and every call of a full recording, goes through `emit`.
+    #[inline]
+    pub(super) fn begin_fast(
+        &self,
+        site: Site,
+        kind: u64,
+        key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Option<Tok> {
+        let mut st = self.lock_recording()?;
+        if st.flight.is_none() || st.hash_writes {
+            return Some(self.begin_locked(&mut st, site, emit));
+        }
+        let thread = st.thread();
+        let mut k = ring::RawKey::new(kind, site as *const _ as usize, thread);
+        if !key(&mut st, &mut k) {
+            return Some(self.begin_locked(&mut st, site, emit));
+        }
+        let seq = st.seq;
+        let t0 = self.clock.raw();
+        let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
+        let f = st.flight.as_ref().expect("checked");
+        if f.lock().fast_call(&k, st.gen, seq, t_ns) {
+            flight::set_open(f, seq);
+            st.seq += 1;
+            return Some(Tok {
+                seq,
+                t0,
+                segment: st.segment,
+                fast: true,
+            });
+        }
+        let tok = self.begin_locked(&mut st, site, emit);
+        let gen = st.gen;
+        if let Some(f) = &st.flight {
+            f.lock().learn(&k, gen, seq);
+        }
+        Some(tok)
+    }
+
+    /// The Begin frame of a call, under the recorder's lock.
+    #[inline]
+    pub(super) fn begin_locked(
+        &self,
+        st: &mut RecState,
+        site: Site,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Tok {
+        let seq = st.seq;
+        st.seq += 1;
+        st.in_flight += 1;
+        let site = st.site(site);
+        let thread = st.thread();
+        let t0 = self.clock.raw();
+        let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
+        emit(
+            st,
+            BeginRef {
+                seq,
+                thread,
+                site,
+                t_ns,
+                call: &(),
+            },
+        );
+        Tok {
+            seq,
+            t0,
+            segment: st.segment,
+            fast: false,
+        }
+    }
+
+    /// Finish a call: update the maps from its result (always, recording or not) and write the
+    /// End frame (when recording). Errors and host syncs flush the trace.
+    #[inline]
+    pub(super) fn finish<T>(
+        &self,
+        tok: Option<Tok>,
+        r: &Result<T>,
+        scope: SyncScope,
+        ok: impl FnOnce(&mut RecState, &T) -> Value,
+    ) {
+        if tok.as_ref().is_some_and(|t| t.fast) {
+            // Logged as returning `Ok(())` already; a fast call's map updates are made at
+            // its start.
+            flight::clear_open();
+            if r.is_ok() {
+                return;
+            }
+        }
+        let mut st = self.st.lock();
+        let ret = match r {
+            Ok(v) => Ok(ok(&mut st, v)),
+            Err(e) => Err(err_rec(e)),
+        };
+        let Some(tok) = tok else { return };
+        if tok.segment != st.segment {
+            return;
+        }
+        if !tok.fast {
+            st.in_flight = st.in_flight.saturating_sub(1);
+        }
+        if st.hash_writes {
+            st.in_flight_writes.remove(&tok.seq);
+        }
+        let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
+        let failed = ret.is_err();
+        st.emit_end(tok.seq, dur_ns, &ret);
+        if let (true, Err(e)) = (st.flight.is_some(), &ret) {
+            let reason = format!("call #{} failed: {}", tok.seq, e.message);
+            self.flight_trigger(&mut st, &reason);
+        }
+        if !failed {
+            self.settle(&mut st, scope, tok.seq);
+            if !matches!(scope, SyncScope::None) && self.hash_syncs.load(Ordering::Relaxed) {
+                self.hash_buffers(&mut st, tok.seq);
+            }
+        }
+        if failed || !matches!(scope, SyncScope::None) {
+            st.flush();
+        }
+        // A flight recorder whose engine marks no steps counts host syncs as step ends.
+        let sync_step = !failed
+            && !matches!(scope, SyncScope::None)
+            && st.flight.as_ref().is_some_and(|f| {
+                let f = f.lock();
+                f.cfg.steps_from_syncs && !f.marked_steps
+            });
+        drop(st);
+        if sync_step {
+            self.flight_step(false);
+        }
+    }
+
+    /// A finish for calls whose result needs no map update: touches the lock only when
+    /// recording.
+    #[inline]
+    pub(super) fn finish_plain<T>(
+        &self,
+        tok: Option<Tok>,
+        r: &Result<T>,
+        ok: impl FnOnce(&T) -> Value,
+    ) {
+        if tok.is_some() {
+            self.finish(tok, r, SyncScope::None, |_, v| ok(v));
+        }
+    }
+
+    /// Hash every live device buffer (not host aliases) after sync `seq`, but those another
+    /// stream or another thread may still be writing: their bytes now are not the ones a
+    /// replay, issuing the calls in order, sees here.
+    pub(super) fn hash_buffers(&self, st: &mut RecState, seq: u64) {
+        let mut live: Vec<(BufferId, u64, u64)> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none() && !st.unsettled(b.id, seq))
+            .map(|(p, b)| (b.id, *p, b.size))
+            .collect();
+        live.sort();
+        let mut bytes = Vec::new();
+        let mut hashes = Vec::with_capacity(live.len());
+        for (id, p, size) in live {
+            bytes.clear();
+            bytes.resize(size as usize, 0);
+            if self.inner.copy_d2h(DevicePtr(p), &mut bytes).is_ok() {
+                hashes.push((id, BlobId::of(&bytes)));
+            }
+        }
+        st.emit(&Frame::SyncHashes { seq, hashes });
+    }
+
+    /// At a host sync: async device-to-host results on the synced stream become visible (record
+    /// them), and retained sources must still hold what they held at their call.
+    pub(super) fn settle(&self, st: &mut RecState, scope: SyncScope, at_sync: u64) {
+        let stream = match scope {
+            SyncScope::None => return,
+            SyncScope::Stream(s) => s,
+            SyncScope::Event(e) => match st.event_stream.get(&e) {
+                Some(s) => *s,
+                None => return,
+            },
+        };
+        // An event sync waits only for the work before the event's record, not for all of
+        // its stream: it settles nothing.
+        if let (true, SyncScope::Stream(_)) = (st.hash_writes, scope) {
+            let s = st.stream(stream);
+            st.settled(s);
+        }
+        let mut keep = Vec::new();
+        for p in std::mem::take(&mut st.pending) {
+            if p.stream != stream {
+                keep.push(p);
+                continue;
+            }
+            // SAFETY: the trait's contract for copy_d2h_async and copy_h2d_async_retained:
+            // the host buffer stays valid and untouched by the caller until the next
+            // synchronisation of its stream, which is this call.
+            let bytes = unsafe { std::slice::from_raw_parts(p.ptr as *const u8, p.len) };
+            match p.hash {
+                None => {
+                    let data = st.blob(bytes);
+                    st.emit(&Frame::D2HResult {
+                        seq: p.seq,
+                        data,
+                        at_sync,
+                    });
+                }
+                Some(h) => {
+                    if BlobId::of(bytes) != h {
+                        st.emit(&Frame::Finding(Finding::RetainedSourceChanged {
+                            seq: p.seq,
+                            at_sync,
+                        }));
+                    }
+                }
+            }
+        }
+        st.pending = keep;
+    }
+}
