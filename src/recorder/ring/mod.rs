@@ -86,19 +86,33 @@ fn small_diff<'a>(old: &[u8], new: &'a [u8]) -> Option<(usize, &'a [u8])> {
     (last + 1 - first <= DELTA_MAX).then(|| (first, &new[first..=last]))
 }
 
+/// A raw key learned: the template calls with these raw inputs are kept as.
 struct RawEntry {
     key: Box<[u64]>,
     slot: u32,
+    /// A launch learned but for its scalars: those words are not compared, and a call whose
+    /// values differ becomes a delta.
+    shape: Option<Shape>,
+    /// The entry the call after this one was found by last time: tried first, before any
+    /// hashing, as engines repeat their calls in the same order.
+    next: u32,
 }
 
-/// A launch seen before but for its scalars: its template, and where each scalar's value
-/// word lands in the template's call, so a new value becomes a delta without encoding.
-struct ShapeEntry {
-    key: Box<[u64]>,
+/// Where a launch's scalar values lie in its template's call.
+struct Shape {
     scalars: u32,
-    slot: u32,
     /// (value word index, offset in the call, length) per scalar argument.
     vals: SmallVec<[(u8, u16, u8); 4]>,
+}
+
+/// No entry (`RawEntry::next`, `Templates::last_hit`).
+const NONE: u32 = u32::MAX;
+
+/// Two keys' words are equal. Folded rather than compared with `==`, which calls `memcmp`:
+/// these are a few dozen words, compared on every hot call.
+#[inline(always)]
+fn same_words(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// How the fast path kept a call.
@@ -122,15 +136,19 @@ const RAW_MAX: usize = 1 << 16;
 type ByHash<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<PassHasher>>;
 
 /// The calls a flight recorder keeps, each once, by slot.
-#[derive(Default)]
 pub(crate) struct Templates {
     slab: Vec<Option<Template>>,
     free: Vec<u32>,
     /// Content hash -> the slots with that hash (compared byte for byte).
     by_content: HashMap<u64, SmallVec<[u32; 1]>>,
-    raw: ByHash<RawEntry>,
-    /// Launches by their raw inputs less their scalars, under the same generation as `raw`.
-    shape: ByHash<ShapeEntry>,
+    /// Raw keys learned since the maps last changed, exact and shape entries alike.
+    entries: Vec<RawEntry>,
+    /// Exact raw key hash -> its entry.
+    raw: ByHash<u32>,
+    /// Launches by their raw inputs less their scalars -> their shape entry.
+    shape: ByHash<u32>,
+    /// The entry the last fast call was found by (`NONE`: none): its `next` is the guess.
+    last_hit: u32,
     /// The recorder's map generation the raw cache was filled under.
     raw_gen: u64,
     /// Bytes of template content held.
@@ -217,17 +235,29 @@ impl Templates {
     }
 
     /// The slot a call with raw inputs `key` was interned as, if it was seen since the maps
-    /// last changed (`gen`); named by span `span`.
+    /// last changed (`gen`); named by span `span`. The entry the last call's entry was
+    /// followed by is tried first; only when that guess fails is the key hashed.
     #[inline]
     pub fn fast(&mut self, key: &RawKey, gen: u64, span: u64) -> Option<Fast> {
         if gen != self.raw_gen || !key.fits() {
             return None;
         }
-        let words = key.words();
-        let kept = match self.raw.get(&key.hash()) {
-            Some(e) if *e.key == *words => Fast::Slot(e.slot),
-            _ if key.scalars != 0 => self.scalar_delta(key)?,
-            _ => return None,
+        let guess = self.entries.get(self.last_hit as usize).map(|e| e.next);
+        let hit = guess
+            .filter(|&i| self.matches(i, key))
+            .or_else(|| self.lookup(key));
+        let Some(i) = hit else {
+            self.last_hit = NONE;
+            return None;
+        };
+        if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
+            l.next = i;
+        }
+        self.last_hit = i;
+        let e = &self.entries[i as usize];
+        let kept = match &e.shape {
+            None => Fast::Slot(e.slot),
+            Some(shape) => self.scalar_delta(e, shape, key.words())?,
         };
         let slot = match kept {
             Fast::Slot(s) | Fast::Delta { base: s, .. } => s,
@@ -236,27 +266,54 @@ impl Templates {
         Some(kept)
     }
 
-    /// A launch known but for its scalar values, as a delta of its template: the new values'
-    /// bytes, and the template's call bytes between them.
-    fn scalar_delta(&self, key: &RawKey) -> Option<Fast> {
-        let e = self.shape.get(&key.shape_hash())?;
-        let words = key.words();
-        if e.scalars != key.scalars
-            || e.key.len() != words.len()
-            || e.key
-                .iter()
-                .zip(words)
-                .enumerate()
-                .any(|(i, (a, b))| a != b && key.scalars & (1 << i) == 0)
-        {
+    /// The entry `key` is found by through the hash maps: its exact key, else (a launch with
+    /// scalars) its shape.
+    fn lookup(&self, key: &RawKey) -> Option<u32> {
+        let exact = self.raw.get(&key.hash()).copied();
+        if let Some(i) = exact.filter(|&i| self.matches(i, key)) {
+            return Some(i);
+        }
+        if key.scalars == 0 {
             return None;
         }
+        let shape = self.shape.get(&key.shape_hash()).copied();
+        shape.filter(|&i| self.matches(i, key))
+    }
+
+    /// Whether entry `i` finds calls with raw inputs `key`.
+    #[inline(always)]
+    fn matches(&self, i: u32, key: &RawKey) -> bool {
+        let Some(e) = self.entries.get(i as usize) else {
+            return false;
+        };
+        let words = key.words();
+        match &e.shape {
+            None => same_words(&e.key, words),
+            Some(shape) => {
+                shape.scalars == key.scalars
+                    && e.key.len() == words.len()
+                    && e.key
+                        .iter()
+                        .zip(words)
+                        .enumerate()
+                        .all(|(i, (a, b))| a == b || key.scalars & (1 << i) != 0)
+            }
+        }
+    }
+
+    /// A launch known but for its scalar values, as a delta of its template: the new values'
+    /// bytes, and the template's call bytes between them (its template itself when no value
+    /// changed).
+    fn scalar_delta(&self, e: &RawEntry, shape: &Shape, words: &[u64]) -> Option<Fast> {
         let changed = || {
-            e.vals
+            shape
+                .vals
                 .iter()
                 .filter(|(w, ..)| e.key[*w as usize] != words[*w as usize])
         };
-        let first = changed().map(|v| usize::from(v.1)).min()?;
+        let Some(first) = changed().map(|v| usize::from(v.1)).min() else {
+            return Some(Fast::Slot(e.slot));
+        };
         let end = changed()
             .map(|v| usize::from(v.1) + usize::from(v.2))
             .max()?;
@@ -285,28 +342,41 @@ impl Templates {
         if !key.fits() {
             return;
         }
-        if gen != self.raw_gen || self.raw.len() >= RAW_MAX {
+        if gen != self.raw_gen || self.entries.len() + 2 > RAW_MAX {
+            self.entries.clear();
             self.raw.clear();
             self.shape.clear();
+            self.last_hit = NONE;
             self.raw_gen = gen;
         }
-        self.raw.insert(
-            key.hash(),
-            RawEntry {
-                key: key.words().into(),
-                slot,
-            },
-        );
-        if key.scalars != 0 && self.shape.len() < RAW_MAX {
-            if let Some(e) = self.shape_of(key, slot) {
-                self.shape.insert(key.shape_hash(), e);
+        let at = self.entries.len() as u32;
+        self.entries.push(RawEntry {
+            key: key.words().into(),
+            slot,
+            shape: None,
+            next: NONE,
+        });
+        self.raw.insert(key.hash(), at);
+        if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
+            l.next = at;
+        }
+        self.last_hit = at;
+        if key.scalars != 0 {
+            if let Some(shape) = self.shape_of(key, slot) {
+                self.shape.insert(key.shape_hash(), at + 1);
+                self.entries.push(RawEntry {
+                    key: key.words().into(),
+                    slot,
+                    shape: Some(shape),
+                    next: NONE,
+                });
             }
         }
     }
 
     /// Where `key`'s scalar values lie in template `slot`'s call: its inline arguments of at
     /// most 8 bytes, in order, are the key's scalar words.
-    fn shape_of(&self, key: &RawKey, slot: u32) -> Option<ShapeEntry> {
+    fn shape_of(&self, key: &RawKey, slot: u32) -> Option<Shape> {
         let t = self.slab.get(slot as usize)?.as_ref()?;
         let spans = launch_val_spans(&t.content[t.head_len..])?;
         let small = spans.iter().filter(|(_, len)| *len <= 8);
@@ -318,10 +388,8 @@ impl Templates {
             .zip(small)
             .map(|(w, &(at, len))| Some((w as u8, u16::try_from(at).ok()?, len as u8)))
             .collect::<Option<_>>()?;
-        Some(ShapeEntry {
-            key: key.words().into(),
+        Some(Shape {
             scalars: key.scalars,
-            slot,
             vals,
         })
     }
@@ -383,8 +451,26 @@ impl Templates {
         // is found as a delta only from a key learned when it was new.
         let slab = &self.slab;
         let live = |s: u32| matches!(slab.get(s as usize), Some(Some(_)));
-        self.raw.retain(|_, e| live(e.slot));
-        self.shape.retain(|_, e| live(e.slot));
+        let mut moved = vec![NONE; self.entries.len()];
+        let mut kept = Vec::with_capacity(self.entries.len());
+        for (i, e) in std::mem::take(&mut self.entries).into_iter().enumerate() {
+            if live(e.slot) {
+                moved[i] = kept.len() as u32;
+                kept.push(e);
+            }
+        }
+        let to = |i: u32| moved.get(i as usize).copied().unwrap_or(NONE);
+        for e in &mut kept {
+            e.next = to(e.next);
+        }
+        self.entries = kept;
+        self.last_hit = to(self.last_hit);
+        for map in [&mut self.raw, &mut self.shape] {
+            map.retain(|_, i| {
+                *i = to(*i);
+                *i != NONE
+            });
+        }
     }
 
     /// What the templates span `span` named may have written. `compute` works out one
@@ -417,15 +503,27 @@ impl Templates {
             + self.slab.len() * std::mem::size_of::<Option<Template>>()
             + self.by_content.len() * 48
             + self
-                .raw
-                .values()
-                .map(|e| 48 + e.key.len() * 8)
+                .entries
+                .iter()
+                .map(|e| 48 + e.key.len() * 8 + e.shape.as_ref().map_or(0, |_| 32))
                 .sum::<usize>()
-            + self
-                .shape
-                .values()
-                .map(|e| 64 + e.key.len() * 8)
-                .sum::<usize>()
+            + (self.raw.len() + self.shape.len()) * 16
+    }
+}
+
+impl Default for Templates {
+    fn default() -> Self {
+        Templates {
+            slab: Vec::new(),
+            free: Vec::new(),
+            by_content: HashMap::default(),
+            entries: Vec::new(),
+            raw: ByHash::default(),
+            shape: ByHash::default(),
+            last_hit: NONE,
+            raw_gen: 0,
+            content_bytes: 0,
+        }
     }
 }
 
@@ -574,6 +672,55 @@ mod tests {
         assert_eq!(t.fast(&launch(6, 1).1, 1, 2), None, "the maps changed");
         t.evict_before(3);
         assert_eq!(t.fast(&launch(6, 1).1, 0, 3), None);
+    }
+
+    #[test]
+    fn the_guessed_next_entry_is_checked_and_a_wrong_guess_falls_back_to_the_hash() {
+        let mut t = Templates::default();
+        let h = [0u8, 1];
+        let mut keys = Vec::new();
+        let mut slots = Vec::new();
+        for (i, call) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
+            let Interned::Slot(s) = t.intern_or_delta(&h, call, 1, None) else {
+                panic!("new")
+            };
+            let mut k = RawKey::new(1, 0x10 + i, 0);
+            k.word(i as u64);
+            t.learn(&k, 0, s);
+            keys.push(k);
+            slots.push(s);
+        }
+        // Learned in order a b c: after a the guess is b. Made in another order, each call is
+        // still found as itself, whatever the guess.
+        for order in [[0, 1, 2], [0, 2, 1], [2, 2, 0], [1, 0, 2]] {
+            for i in order {
+                assert_eq!(t.fast(&keys[i], 0, 2), Some(Fast::Slot(slots[i])));
+            }
+        }
+        let mut unknown = RawKey::new(1, 0x10, 0);
+        unknown.word(9);
+        assert_eq!(t.fast(&unknown, 0, 2), None);
+        // A launch with a scalar, learned at value 5 and made again at 5: its template, though
+        // the guess after it may be its shape entry.
+        let (rec, k5) = launch(5, 1);
+        let (_, _, head, call) = split(&rec).expect("a Begin");
+        let Interned::Slot(s) = t.intern_or_delta(head, call, 2, None) else {
+            panic!("new")
+        };
+        t.learn(&k5, 0, s);
+        for _ in 0..3 {
+            assert_eq!(t.fast(&k5, 0, 2), Some(Fast::Slot(s)));
+            assert!(
+                matches!(t.fast(&launch(6, 1).1, 0, 2), Some(Fast::Delta { base, .. }) if base == s)
+            );
+        }
+        // Evicting a and b keeps c's and the launch's entries, their guesses renumbered.
+        t.fast(&keys[2], 0, 3);
+        t.fast(&k5, 0, 3);
+        t.evict_before(3);
+        assert_eq!(t.fast(&keys[0], 0, 3), None);
+        assert_eq!(t.fast(&keys[2], 0, 3), Some(Fast::Slot(slots[2])));
+        assert_eq!(t.fast(&k5, 0, 3), Some(Fast::Slot(s)));
     }
 
     #[test]
