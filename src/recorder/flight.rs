@@ -368,23 +368,14 @@ impl FlightShared {
         let span_no = self.span_no;
         self.templates.writes_in(span_no, &mut compute, &mut each);
         let mut record = Vec::new();
-        let logs = self.spans.back().filter(|s| s.log.rewrites() > 0);
-        for r in logs.into_iter().flat_map(|s| s.log.records()) {
-            if let Record::Delta {
-                slot,
-                at,
-                bytes,
-                scalar: false,
-                ..
-            } = r
+        let logs = self.spans.back().into_iter();
+        for patch in logs.flat_map(|s| s.log.rewrite_patches()) {
+            record.clear();
+            if self
+                .templates
+                .append_begin_patched(patch, 0, 0, &mut record)
             {
-                record.clear();
-                if self
-                    .templates
-                    .append_begin_patched((slot, at, bytes), 0, 0, &mut record)
-                {
-                    each(&compute(&record));
-                }
+                each(&compute(&record));
             }
         }
     }

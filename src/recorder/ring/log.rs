@@ -7,8 +7,6 @@ const KIND_FRAME: u8 = 1;
 const KIND_DELTA: u8 = 2;
 /// The call returned `Ok(())`: its End record is implied.
 const OK: u8 = 4;
-/// A delta that changed only inline scalar arguments: the call writes what its template does.
-const SCALAR: u8 = 16;
 /// The seq is written, not implied.
 const SEQ: u8 = 8;
 
@@ -18,6 +16,14 @@ fn put(out: &mut Vec<u8>, mut v: u64) {
         v >>= 7;
     }
     out.push(v as u8);
+}
+
+/// The `n` bytes at `at`, moving `at` past them.
+fn take<'a>(bytes: &'a [u8], at: &mut usize, n: u64) -> Option<&'a [u8]> {
+    let end = at.checked_add(usize::try_from(n).ok()?)?;
+    let r = bytes.get(*at..end)?;
+    *at = end;
+    Some(r)
 }
 
 fn get(bytes: &[u8], at: &mut usize) -> Option<u64> {
@@ -43,9 +49,11 @@ pub(crate) struct Log {
     /// The newest call record whose End may still be folded into it: its tag's offset and
     /// its seq.
     foldable: Option<(usize, u64)>,
-    /// Delta records that may write other buffers than their template: only they need
-    /// reading when a checkpoint asks what the span wrote.
-    rewrites: usize,
+    /// Where the delta records that may write other buffers than their template begin:
+    /// only they need reading when a checkpoint asks what the span wrote, and an engine that
+    /// marks its steps makes one per step (the marker's step number), so they are found
+    /// without reading the span.
+    rewrite_at: Vec<usize>,
 }
 
 /// A record of a `Log`.
@@ -67,8 +75,6 @@ pub(crate) enum Record<'a> {
         ok: bool,
         at: usize,
         bytes: &'a [u8],
-        /// Only scalar arguments changed: it writes what its template writes.
-        scalar: bool,
     },
 }
 
@@ -82,7 +88,7 @@ impl Log {
             base: (prev_seq, prev_t),
             last: (prev_seq, prev_t),
             foldable: None,
-            rewrites: 0,
+            rewrite_at: Vec::new(),
         }
     }
 
@@ -121,8 +127,10 @@ impl Log {
     ) {
         let tag_at = self.bytes.len();
         self.push_call(base, seq, t_ns, ok);
-        self.bytes[tag_at] |= KIND_DELTA | if scalar { SCALAR } else { 0 };
-        self.rewrites += usize::from(!scalar);
+        self.bytes[tag_at] |= KIND_DELTA;
+        if !scalar {
+            self.rewrite_at.push(tag_at);
+        }
         put(&mut self.bytes, at as u64);
         put(&mut self.bytes, bytes.len() as u64);
         self.bytes.extend_from_slice(bytes);
@@ -157,62 +165,69 @@ impl Log {
         self.bytes.len()
     }
 
-    /// Delta records not marked scalar-only.
-    pub fn rewrites(&self) -> usize {
-        self.rewrites
+    /// The delta records not known to change scalar arguments only, as (template, offset, bytes); their seqs
+    /// and times are not known, as those count from the records before.
+    pub fn rewrite_patches(&self) -> impl Iterator<Item = (u32, usize, &[u8])> {
+        self.rewrite_at.iter().filter_map(|&at| {
+            let mut at = at;
+            match self.read(&mut at, &mut (0, 0))? {
+                Record::Delta {
+                    slot, at, bytes, ..
+                } => Some((slot, at, bytes)),
+                Record::Call { .. } | Record::Frame(_) => None,
+            }
+        })
     }
 
     /// The records, oldest first; stops at one it cannot read.
     pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
         let mut at = 0;
         let mut last = self.base;
-        std::iter::from_fn(move || {
-            let b = &self.bytes;
-            let tag = *b.get(at)?;
-            at += 1;
-            if tag & 3 == 3 {
-                // No such kind: damaged.
-                return None;
-            }
-            if tag & 3 == KIND_FRAME {
-                let n = usize::try_from(get(b, &mut at)?).ok()?;
-                let end = at.checked_add(n).filter(|e| *e <= b.len())?;
-                let r = Record::Frame(&b[at..end]);
-                at = end;
-                return Some(r);
-            }
-            let seq = if tag & SEQ != 0 {
-                get(b, &mut at)?
-            } else {
-                last.0.wrapping_add(1)
-            };
-            let slot = u32::try_from(get(b, &mut at)?).ok()?;
-            let z = get(b, &mut at)?;
-            let dt = ((z >> 1) as i64) ^ -((z & 1) as i64);
-            let t_ns = last.1.wrapping_add(dt as u64);
-            last = (seq, t_ns);
-            if tag & 3 == KIND_DELTA {
-                let off = usize::try_from(get(b, &mut at)?).ok()?;
-                let n = usize::try_from(get(b, &mut at)?).ok()?;
-                let end = at.checked_add(n).filter(|e| *e <= b.len())?;
-                let bytes = &b[at..end];
-                at = end;
-                return Some(Record::Delta {
-                    slot,
-                    seq,
-                    t_ns,
-                    ok: tag & OK != 0,
-                    at: off,
-                    bytes,
-                    scalar: tag & SCALAR != 0,
-                });
-            }
-            Some(Record::Call {
+        std::iter::from_fn(move || self.read(&mut at, &mut last))
+    }
+
+    /// The record at offset `at` (moved past it), after a call with seq and time `last`
+    /// (updated when it is a call); `None` where it cannot be read.
+    fn read(&self, at: &mut usize, last: &mut (u64, u64)) -> Option<Record<'_>> {
+        let b = &self.bytes;
+        let tag = *b.get(*at)?;
+        *at += 1;
+        if tag & 3 == 3 {
+            // No such kind: damaged.
+            return None;
+        }
+        if tag & 3 == KIND_FRAME {
+            let n = get(b, at)?;
+            return Some(Record::Frame(take(b, at, n)?));
+        }
+        let seq = if tag & SEQ != 0 {
+            get(b, at)?
+        } else {
+            last.0.wrapping_add(1)
+        };
+        let slot = u32::try_from(get(b, at)?).ok()?;
+        let z = get(b, at)?;
+        let dt = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        let t_ns = last.1.wrapping_add(dt as u64);
+        *last = (seq, t_ns);
+        let ok = tag & OK != 0;
+        if tag & 3 != KIND_DELTA {
+            return Some(Record::Call {
                 slot,
                 seq,
                 t_ns,
-                ok: tag & OK != 0,
-            })
+                ok,
+            });
+        }
+        let off = usize::try_from(get(b, at)?).ok()?;
+        let n = get(b, at)?;
+        Some(Record::Delta {
+            slot,
+            seq,
+            t_ns,
+            ok,
+            at: off,
+            bytes: take(b, at, n)?,
         })
     }
 }
@@ -252,6 +267,23 @@ mod tests {
         let mut log = Log::after(0, 0);
         log.push_call(5, 1, 2000, true);
         assert_eq!(log.held_bytes(), 4);
+    }
+
+    #[test]
+    fn only_deltas_that_may_rewrite_buffers_are_read_back_for_a_checkpoint() {
+        let mut log = Log::after(u64::MAX, 0);
+        log.push_call(1, 0, 10, true);
+        log.push_delta(2, (1, 20, true), (4, b"pos", true));
+        log.push_frame(b"frame");
+        log.push_delta(3, (2, 30, false), (8, b"buf", false));
+        log.push_call(1, 3, 40, true);
+        let got: Vec<_> = log.rewrite_patches().collect();
+        assert_eq!(got, [(3, 8, &b"buf"[..])]);
+        assert_eq!(
+            log.records().count(),
+            5,
+            "the scalar delta is still a record"
+        );
     }
 
     #[test]

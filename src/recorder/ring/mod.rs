@@ -576,7 +576,7 @@ mod tests {
         let mut log = Log::after(u64::MAX, 0);
         log.push_delta(rope, (0, 10, false), (12, b"7", false));
         assert_eq!(
-            log.rewrites(),
+            log.rewrite_patches().count(),
             1,
             "a delta not known to touch scalars only is read back"
         );
