@@ -528,3 +528,26 @@ fn the_decoder_agrees_with_bincode_on_good_and_damaged_frames() {
         "{rejected} of {damaged} damaged frames rejected"
     );
 }
+
+/// The flight recorder's writer writes through a sink that keeps nothing and hands each frame
+/// to the store: each once, as a file's sink would have got it.
+#[test]
+fn a_writer_keeping_its_last_frame_hands_each_over_once_as_the_sink_got_it() {
+    let sink = VecSink::default();
+    let out = sink.0.clone();
+    let mut w = trace::TraceWriter::new(Box::new(sink)).unwrap();
+    w.keep_last();
+    assert!(w.take_last().is_none(), "the file header is not a frame");
+    let before = out.lock().len();
+    w.write(&trace::Frame::Stop).unwrap();
+    let (class, payload) = w.take_last().expect("kept");
+    assert_eq!(class, trace::FrameClass::Call);
+    assert!(!payload.is_empty() && out.lock()[before..].ends_with(payload));
+    assert!(w.take_last().is_none(), "handed over once");
+    w.write_encoded(trace::FrameClass::Definition, b"encoded", 0)
+        .unwrap();
+    assert_eq!(
+        w.take_last(),
+        Some((trace::FrameClass::Definition, &b"encoded"[..]))
+    );
+}

@@ -105,12 +105,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if !key(&mut st, &mut k) {
             return Some(self.begin_locked(&mut st, site, emit));
         }
-        let seq = st.seq;
+        let (seq, gen) = (st.seq, st.gen);
         let t0 = self.clock.raw();
         let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
-        let f = st.flight.as_ref().expect("checked");
-        if f.lock().fast_call(&k, st.gen, seq, t_ns) {
-            flight::set_open(f, seq);
+        let f = st.flight.as_deref_mut().expect("checked");
+        if f.fast_call(&k, gen, seq, t_ns) {
+            flight::set_open(&self.st, seq);
             st.seq += 1;
             return Some(Tok {
                 seq,
@@ -120,9 +120,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
             });
         }
         let tok = self.begin_locked(&mut st, site, emit);
-        let gen = st.gen;
-        if let Some(f) = &st.flight {
-            f.lock().learn(&k, gen, seq);
+        if let Some(f) = st.flight.as_deref_mut() {
+            f.learn(&k, gen, seq);
         }
         Some(tok)
     }
@@ -212,10 +211,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
         // A flight recorder whose engine marks no steps counts host syncs as step ends.
         let sync_step = !failed
             && !matches!(scope, SyncScope::None)
-            && st.flight.as_ref().is_some_and(|f| {
-                let f = f.lock();
-                f.cfg.steps_from_syncs && !f.marked_steps
-            });
+            && st
+                .flight
+                .as_deref()
+                .is_some_and(|f| f.cfg.steps_from_syncs && !f.marked_steps);
         drop(st);
         if sync_step {
             self.flight_step(false);

@@ -1,7 +1,9 @@
 //! The flight recorder: always on, it keeps the last steps of a run in memory and writes them
 //! out as a self-contained trace when something goes wrong.
 //!
-//! It is the recorder with a different sink. Frames are encoded as for a file, then sorted by
+//! It is the recorder with a different store. Frames are encoded as for a file (the writer's
+//! sink keeps nothing), then taken from the writer into the store, which lives in the
+//! recorder's state under its one lock: a hot call takes no second lock. They are sorted by
 //! what they are (`FrameClass`): definitions (header, sites, modules, kernels) are kept for the
 //! whole run; blobs are kept by content hash for as long as a kept span names them; every
 //! `checkpoint_every` steps a checkpoint of device state is taken (the buffers written since
@@ -23,6 +25,7 @@
 
 use super::ring::{self, Fast, Interned, Log, RawKey, Record, Templates, Writes};
 use super::spill::Spill;
+use super::state::RecState;
 use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
@@ -140,7 +143,8 @@ enum Held {
 /// Spill directories made by this process, so two flight recorders never share one.
 static SPILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// What a dump is made of, shared by the sink, the recorder and the panic hook.
+/// What a dump is made of: in the recorder's state, so under its lock (the panic hook takes
+/// that lock too).
 pub(crate) struct FlightShared {
     pub cfg: FlightConfig,
     definitions: Vec<Vec<u8>>,
@@ -154,7 +158,7 @@ pub(crate) struct FlightShared {
     span_no: u64,
     /// The calls the kept spans name, each once.
     templates: Templates,
-    /// The seq and slot of the call the sink interned last, for the fast path to learn.
+    /// The seq and slot of the call interned last, for the fast path to learn.
     last_interned: Option<(u64, u32)>,
     /// The template of the last call logged: a new call's base is guessed from it.
     prev_slot: Option<u32>,
@@ -317,6 +321,20 @@ impl FlightShared {
             if s == seq {
                 self.templates.learn(key, gen, slot);
             }
+        }
+    }
+
+    /// A frame the recorder's writer wrote (`TraceWriter::take_last`): sorted by class into
+    /// the store.
+    pub fn take_frame(&mut self, class: FrameClass, payload: &[u8]) {
+        match class {
+            FrameClass::Definition => self.definitions.push(payload.to_vec()),
+            FrameClass::Checkpoint if self.in_checkpoint => {
+                if let Some(s) = self.spans.back_mut() {
+                    s.checkpoint.push(payload.to_vec());
+                }
+            }
+            FrameClass::Checkpoint | FrameClass::Call => self.log_frame(payload),
         }
     }
 
@@ -532,37 +550,26 @@ impl FlightShared {
     }
 }
 
-/// The sink a flight recorder's writer writes into: frames sorted by class into the shared
-/// state. Never fails: memory is the only store.
-pub(crate) struct FlightSink(pub Arc<Mutex<FlightShared>>);
+/// The sink behind a flight recorder's writer: it keeps nothing, as the recorder takes each
+/// frame from its writer into the store itself (under the one lock it holds anyway).
+pub(crate) struct Discard;
 
-impl Sink for FlightSink {
+impl Sink for Discard {
     /// Payloads only: a dump frames them again, checksums and all.
     fn checksums(&self) -> bool {
         false
     }
 
     fn write_all(&mut self, _bytes: &[u8]) -> std::io::Result<()> {
-        // The file header: a dump writes its own.
         Ok(())
     }
 
     fn write_classed(
         &mut self,
-        class: FrameClass,
+        _class: FrameClass,
         _header: &[u8],
-        payload: &[u8],
+        _payload: &[u8],
     ) -> std::io::Result<()> {
-        let mut f = self.0.lock();
-        match class {
-            FrameClass::Definition => f.definitions.push(payload.to_vec()),
-            FrameClass::Checkpoint if f.in_checkpoint => {
-                if let Some(s) = f.spans.back_mut() {
-                    s.checkpoint.push(payload.to_vec());
-                }
-            }
-            FrameClass::Checkpoint | FrameClass::Call => f.log_frame(payload),
-        }
         Ok(())
     }
 
@@ -576,15 +583,18 @@ impl Sink for FlightSink {
 }
 
 thread_local! {
-    /// The fast-path call this thread is inside: its flight recorder's address and seq + 1
-    /// (0: none). A panic inside the wrapped backend dumps that call without an End.
+    /// The fast-path call this thread is inside: its recorder's address and seq + 1 (0:
+    /// none). A panic inside the wrapped backend dumps that call without an End.
     static OPEN: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// This thread is inside fast-path call `seq` of `f`.
+/// A recorder's state, shared with the panic hook.
+pub(crate) type Shared = Arc<Mutex<RecState>>;
+
+/// This thread is inside fast-path call `seq` of recorder `st`.
 #[inline]
-pub(crate) fn set_open(f: &Arc<Mutex<FlightShared>>, seq: u64) {
-    OPEN.with(|o| o.set((Arc::as_ptr(f) as usize, seq + 1)));
+pub(crate) fn set_open(st: &Shared, seq: u64) {
+    OPEN.with(|o| o.set((Arc::as_ptr(st) as usize, seq + 1)));
 }
 
 /// This thread left the fast-path call it was inside.
@@ -593,22 +603,25 @@ pub(crate) fn clear_open() {
     OPEN.with(|o| o.set((0, 0)));
 }
 
-/// The fast-path call of `f` this thread is inside, if any.
-pub(crate) fn open_call(f: &Arc<Mutex<FlightShared>>) -> Option<u64> {
+/// The fast-path call of recorder `st` this thread is inside, if any.
+pub(crate) fn open_call(st: &Shared) -> Option<u64> {
     let (p, s) = OPEN.with(|o| o.get());
-    (p == Arc::as_ptr(f) as usize && s > 0).then(|| s - 1)
+    (p == Arc::as_ptr(st) as usize && s > 0).then(|| s - 1)
 }
 
 /// Flight recorders alive in this process, for the panic hook.
-static ARMED: Mutex<Vec<Weak<Mutex<FlightShared>>>> = Mutex::new(Vec::new());
+static ARMED: Mutex<Vec<Weak<Mutex<RecState>>>> = Mutex::new(Vec::new());
 static HOOKED: AtomicBool = AtomicBool::new(false);
 /// Set by SIGUSR1; the next recorded call dumps.
 pub(crate) static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
-/// Remember `f` for the panic hook, and install the hook (once): a panic anywhere in the
-/// process dumps every armed flight recorder before the previous hook runs.
-pub(crate) fn arm(f: &Arc<Mutex<FlightShared>>) {
-    ARMED.lock().push(Arc::downgrade(f));
+/// How long the panic hook waits for a recorder another thread is inside.
+const HOOK_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Remember recorder `st` for the panic hook, and install the hook (once): a panic anywhere
+/// in the process dumps every armed flight recorder before the previous hook runs.
+pub(crate) fn arm(st: &Shared) {
+    ARMED.lock().push(Arc::downgrade(st));
     if HOOKED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -616,13 +629,15 @@ pub(crate) fn arm(f: &Arc<Mutex<FlightShared>>) {
     std::panic::set_hook(Box::new(move |info| {
         let reason = format!("panic: {info}");
         for w in ARMED.lock().iter() {
-            if let Some(f) = w.upgrade() {
-                // A panic while the recorder's own lock is held cannot dump; skip rather
-                // than deadlock.
-                let open = open_call(&f);
-                if let Some(mut f) = f.try_lock() {
-                    if f.dumps < f.cfg.max_dumps {
-                        let _ = f.dump(&reason, open);
+            if let Some(st) = w.upgrade() {
+                // A panic on a thread that holds the recorder's lock (inside the recorder
+                // itself) cannot dump: it gives up after a while rather than deadlock.
+                let open = open_call(&st);
+                if let Some(mut st) = st.try_lock_for(HOOK_WAIT) {
+                    if let Some(f) = st.flight.as_deref_mut() {
+                        if f.dumps < f.cfg.max_dumps {
+                            let _ = f.dump(&reason, open);
+                        }
                     }
                 }
             }

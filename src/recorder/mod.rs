@@ -128,7 +128,8 @@ pub struct RecordStats {
 pub struct RecordingBackend<B> {
     inner: B,
     on: AtomicBool,
-    st: Mutex<RecState>,
+    /// Shared with the panic hook (a flight recorder dumps from it).
+    st: flight::Shared,
     desc: BackendDesc,
     op_cache: OpCache,
     /// Call times come from the TSC where it is invariant (quanta falls back to the OS clock
@@ -183,7 +184,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let registry = inner.kernel_registry();
         let clock = quanta::Clock::new();
         Ok(RecordingBackend {
-            st: Mutex::new(RecState::new(writer, default_stream)),
+            st: Arc::new(Mutex::new(RecState::new(writer, default_stream))),
             inner,
             on: AtomicBool::new(false),
             desc,
@@ -229,13 +230,20 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// written, the process panics, SIGUSR1 arrives, or `flight_dump` is called.
     pub fn flight(inner: B, mut cfg: FlightConfig, desc: BackendDesc) -> Result<Self, RecordError> {
         cfg.checkpoint_every = cfg.checkpoint_every.max(1);
-        let shared = Arc::new(Mutex::new(flight::FlightShared::new(cfg)));
-        let rec = Self::new(inner, Box::new(flight::FlightSink(shared.clone())), desc)?;
-        rec.st.lock().flight = Some(shared.clone());
-        flight::arm(&shared);
+        let rec = Self::new(inner, Box::new(flight::Discard), desc)?;
+        {
+            let mut st = rec.st.lock();
+            st.flight = Some(Box::new(flight::FlightShared::new(cfg)));
+            if let Some(w) = st.writer.as_mut() {
+                w.keep_last();
+            }
+        }
+        flight::arm(&rec.st);
         rec.start()?;
         // The snapshot `start` took is the first checkpoint; what follows are calls.
-        shared.lock().end_checkpoint(true);
+        if let Some(f) = rec.st.lock().flight.as_deref_mut() {
+            f.end_checkpoint(true);
+        }
         Ok(rec)
     }
 
@@ -269,22 +277,15 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     /// Write what the flight recorder holds now, as a trace; returns its path.
     pub fn flight_dump(&self, reason: &str) -> Result<std::path::PathBuf, RecordError> {
-        let f = self
-            .st
-            .lock()
-            .flight
-            .clone()
-            .ok_or(RecordError::NotFlight)?;
-        let open = flight::open_call(&f);
-        let mut f = f.lock();
+        let open = flight::open_call(&self.st);
+        let mut st = self.st.lock();
+        let f = st.flight.as_deref_mut().ok_or(RecordError::NotFlight)?;
         f.dump(reason, open).map_err(RecordError::Dump)
     }
 
     /// What the flight recorder holds (memory bound, benchmarks); `None` when it is off.
     pub fn flight_held(&self) -> Option<FlightHeld> {
-        let f = self.st.lock().flight.clone()?;
-        let f = f.lock();
-        Some(f.held())
+        Some(self.st.lock().flight.as_deref()?.held())
     }
 
     /// The wrapped backend. Calls made on it directly are not recorded.
@@ -405,7 +406,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             st.write_kernel(id, info, self.registry.as_deref());
         }
         // The initial state, in creation order.
-        self.snapshot_buffers(st, None)
+        self.snapshot_buffers(st, false)
     }
 
     /// Stop recording and close the trace. The wrapped backend keeps working. Calls other
@@ -442,9 +443,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     /// Dump the flight recorder for `reason`, unless it has dumped as often as it may.
     fn flight_trigger(&self, st: &mut RecState, reason: &str) {
-        let Some(f) = st.flight.clone() else { return };
-        let open = flight::open_call(&f);
-        let mut f = f.lock();
+        let open = flight::open_call(&self.st);
+        let Some(f) = st.flight.as_deref_mut() else {
+            return;
+        };
         if f.dumps >= f.cfg.max_dumps {
             return;
         }
@@ -456,11 +458,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// A step boundary in flight mode (`marked`: the engine said so, rather than a host sync):
     /// every `checkpoint_every` steps, a checkpoint.
     fn flight_step(&self, marked: bool) {
-        let Some(f) = self.st.lock().flight.clone() else {
-            return;
-        };
         let due = {
-            let mut f = f.lock();
+            let mut st = self.st.lock();
+            let Some(f) = st.flight.as_deref_mut() else {
+                return;
+            };
             if marked && !f.marked_steps {
                 // From the first marker on, only markers count.
                 f.marked_steps = true;
@@ -482,14 +484,18 @@ impl<B: GpuBackend> RecordingBackend<B> {
     fn checkpoint(&self) -> Result<(), RecordError> {
         self.drain()?;
         let mut st = self.st.lock();
-        let Some(f) = st.flight.clone() else {
+        if st.flight.is_none() {
             return Ok(());
-        };
+        }
         // What the span's calls wrote, read off their frames now rather than on every call.
-        st.dirty_from_span(&mut f.lock());
-        f.lock().begin_checkpoint();
-        let taken = self.checkpoint_into(&mut st, &f);
-        f.lock().end_checkpoint(taken.is_ok());
+        st.dirty_from_span();
+        if let Some(f) = st.flight.as_deref_mut() {
+            f.begin_checkpoint();
+        }
+        let taken = self.checkpoint_into(&mut st);
+        if let Some(f) = st.flight.as_deref_mut() {
+            f.end_checkpoint(taken.is_ok());
+        }
         if taken.is_err() {
             // Nothing of this checkpoint can be trusted by the next: read everything again.
             st.checkpointed.clear();
@@ -498,23 +504,15 @@ impl<B: GpuBackend> RecordingBackend<B> {
     }
 
     /// The frames of a checkpoint already begun: resources, then every live buffer.
-    fn checkpoint_into(
-        &self,
-        st: &mut RecState,
-        f: &Arc<Mutex<flight::FlightShared>>,
-    ) -> Result<(), RecordError> {
+    fn checkpoint_into(&self, st: &mut RecState) -> Result<(), RecordError> {
         self.emit_resources(st);
-        self.snapshot_buffers(st, Some(f))
+        self.snapshot_buffers(st, true)
     }
 
-    /// Initial frames (address and contents) for every live buffer, in creation order. With
-    /// `flight` (a checkpoint), a buffer unwritten since the last checkpoint keeps its blob
-    /// instead of being read again.
-    fn snapshot_buffers(
-        &self,
-        st: &mut RecState,
-        flight: Option<&Arc<Mutex<flight::FlightShared>>>,
-    ) -> Result<(), RecordError> {
+    /// Initial frames (address and contents) for every live buffer, in creation order. A
+    /// `checkpoint` of the flight recorder keeps the blob of a buffer unwritten since the
+    /// last one instead of reading it again.
+    fn snapshot_buffers(&self, st: &mut RecState, checkpoint: bool) -> Result<(), RecordError> {
         let mut live: Vec<(BufferId, u64, u64, Site)> = st
             .bufs
             .iter()
@@ -527,7 +525,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let kept: Vec<Option<BlobId>> = live
             .iter()
             .map(|(buf, ..)| {
-                flight?;
+                checkpoint.then_some(())?;
                 let id = st.checkpointed.get(buf).copied()?;
                 (!st.dirty.contains(buf)).then_some(id)
             })
@@ -541,9 +539,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let mut read = snapshot::read_buffers(&self.inner, st, &jobs)?.into_iter();
         let mut seen = rustc_hash::FxHashMap::default();
         for ((buf, p, size, site), kept) in live.into_iter().zip(kept) {
-            let data = match (kept, flight) {
+            let data = match (kept, st.flight.as_deref_mut()) {
                 (Some(id), Some(f)) => {
-                    f.lock().note_blob(id, || unreachable_blob(id));
+                    f.note_blob(id, || unreachable_blob(id));
                     id
                 }
                 _ => read.next().expect("one read per buffer not kept"),

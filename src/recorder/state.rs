@@ -5,10 +5,8 @@ use super::flight::FlightShared;
 use super::ring::Writes;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
-use parking_lot::Mutex;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::thread::ThreadId;
 
 pub(crate) struct LiveBuf {
@@ -120,7 +118,7 @@ pub(crate) struct RecState {
     /// The segment being recorded (counted from 0).
     pub segment: u32,
     /// The flight recorder's store, when this recorder is one.
-    pub flight: Option<Arc<Mutex<FlightShared>>>,
+    pub flight: Option<Box<FlightShared>>,
     /// Buffers written since the last checkpoint (flight recorder only).
     pub dirty: HashSet<BufferId>,
     /// Each buffer's contents at the last checkpoint.
@@ -221,7 +219,17 @@ impl RecState {
         if let Some(w) = self.writer.as_mut() {
             if let Err(e) = write(w) {
                 self.write_failed(e);
+                return;
             }
+            Self::to_flight(w, self.flight.as_deref_mut());
+        }
+    }
+
+    /// A flight recorder's frame, from its writer into its store.
+    #[inline]
+    fn to_flight(w: &mut TraceWriter, flight: Option<&mut FlightShared>) {
+        if let (Some(f), Some((class, payload))) = (flight, w.take_last()) {
+            f.take_frame(class, payload);
         }
     }
 
@@ -301,8 +309,10 @@ impl RecState {
 
     /// The outcome of a write made through `launch_parts`.
     pub fn written(&mut self, r: Option<Result<(), TraceError>>) {
-        if let Some(Err(e)) = r {
-            self.write_failed(e);
+        match (r, self.writer.as_mut()) {
+            (Some(Err(e)), _) => self.write_failed(e),
+            (Some(Ok(())), Some(w)) => Self::to_flight(w, self.flight.as_deref_mut()),
+            _ => {}
         }
     }
 
@@ -349,7 +359,10 @@ impl RecState {
     /// The buffers the calls of the flight recorder's current span may have written, read off
     /// their Begin records once per distinct call: copy and memset destinations, a launch's
     /// pointer arguments its layout does not call read-only, everything for a graph launch.
-    pub fn dirty_from_span(&mut self, f: &mut FlightShared) {
+    pub fn dirty_from_span(&mut self) {
+        let Some(f) = self.flight.as_deref_mut() else {
+            return;
+        };
         let layouts: HashMap<KernelId, &[ParamInfo]> = self
             .kernels
             .values()
@@ -506,8 +519,8 @@ impl RecState {
     /// The `Chunked` frame of a blob made of `parts` (each stored already).
     pub fn chunked(&mut self, len: u64, parts: Vec<BlobId>) -> BlobId {
         let id = BlobId::chunked(len, &parts);
-        if let (true, Some(f)) = (self.recording, &self.flight) {
-            f.lock().note_chunked(id, len, parts);
+        if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
+            f.note_chunked(id, len, parts);
             return id;
         }
         if self.recording && self.blobs.insert(id) {
@@ -523,8 +536,8 @@ impl RecState {
         if !self.recording {
             return Some(payload);
         }
-        if let Some(f) = &self.flight {
-            return f.lock().note_blob_payload(id, payload);
+        if let Some(f) = self.flight.as_deref_mut() {
+            return f.note_blob_payload(id, payload);
         }
         if self.blobs.insert(id) {
             let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
@@ -584,10 +597,9 @@ impl RecState {
 
     fn blob_part(&mut self, bytes: &[u8]) -> BlobId {
         let id = BlobId::of(bytes);
-        if let (true, Some(f)) = (self.recording, &self.flight) {
+        if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
             // Kept by the flight store for as long as a kept span names it.
-            f.lock()
-                .note_blob(id, || crate::trace::blob_frame(id, bytes));
+            f.note_blob(id, || crate::trace::blob_frame(id, bytes));
             return id;
         }
         if self.recording && self.blobs.insert(id) {

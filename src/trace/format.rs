@@ -442,6 +442,9 @@ pub struct TraceWriter {
     /// The sink keeps frames as they are (a file): they carry their checksums. A sink that
     /// re-frames what it keeps (the flight recorder's) does not need them computed.
     checksummed: bool,
+    /// Keep each frame for `take_last` (`keep_last`), and what the last one was.
+    keep_last: bool,
+    last: Option<FrameClass>,
 }
 
 impl TraceWriter {
@@ -458,7 +461,22 @@ impl TraceWriter {
             next_seq: 0,
             bytes_written: FILE_HEADER_LEN as u64,
             checksummed,
+            keep_last: false,
+            last: None,
         })
+    }
+
+    /// Keep each frame written until the next, for `take_last`: a recorder that keeps its
+    /// frames in a store of its own (the flight recorder's) writes through a sink that keeps
+    /// nothing, and takes each frame from here.
+    pub fn keep_last(&mut self) {
+        self.keep_last = true;
+    }
+
+    /// The class and payload of the frame written last, once (`keep_last` only).
+    pub fn take_last(&mut self) -> Option<(FrameClass, &[u8])> {
+        let class = self.last.take()?;
+        Some((class, self.buf.get(FRAME_HEADER_LEN..)?))
     }
 
     /// Encode and write one frame. Allocation-free once the scratch buffer has grown.
@@ -484,6 +502,7 @@ impl TraceWriter {
         payload: &[u8],
         crc: u32,
     ) -> Result<(), TraceError> {
+        self.last = None;
         let mut header = [0u8; FRAME_HEADER_LEN];
         fill_header(
             &mut header,
@@ -493,6 +512,12 @@ impl TraceWriter {
             || crc,
         );
         send(self.sink.as_mut(), class, &header, payload)?;
+        if self.keep_last {
+            self.buf.clear();
+            self.buf.extend_from_slice(&header);
+            self.buf.extend_from_slice(payload);
+            self.last = Some(class);
+        }
         self.next_seq += 1;
         self.bytes_written += (FRAME_HEADER_LEN + payload.len()) as u64;
         Ok(())
@@ -534,6 +559,11 @@ impl TraceWriter {
         class: FrameClass,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), codec::CodecError>,
     ) -> Result<(), TraceError> {
+        if self.buf.capacity() > 4 * SCRATCH {
+            // A big blob passed through: do not hold its size for the rest of the recording.
+            self.buf = Vec::with_capacity(SCRATCH);
+        }
+        self.last = None;
         let buf = &mut self.buf;
         buf.clear();
         buf.resize(FRAME_HEADER_LEN, 0);
@@ -548,9 +578,8 @@ impl TraceWriter {
         send(self.sink.as_mut(), class, header, payload)?;
         self.next_seq += 1;
         self.bytes_written += total;
-        if self.buf.capacity() > 4 * SCRATCH {
-            // A big blob passed through: do not hold its size for the rest of the recording.
-            self.buf = Vec::with_capacity(SCRATCH);
+        if self.keep_last {
+            self.last = Some(class);
         }
         Ok(())
     }
