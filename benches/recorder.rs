@@ -262,6 +262,13 @@ fn launch6(g: &dyn GpuBackend, st: &Setup) {
     .unwrap();
 }
 
+/// The `q` quantile of `v` (1.0: the largest).
+fn pct(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
 fn per_call_ns(f: &mut dyn FnMut()) -> f64 {
     let t = Instant::now();
     for _ in 0..PER_ROUND {
@@ -294,6 +301,33 @@ fn main() {
             per_call_ns(&mut || launch6(&fr, &fs));
             fr.step_boundary(r);
         }
+        return;
+    }
+    if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("full") {
+        // For profiling: only a full recording's launch loop, over the null backend.
+        let full = RecordingBackend::to_file(
+            Null(mock()),
+            &dir.join("null-hot.gtape"),
+            BackendDesc::new("null"),
+        )
+        .unwrap();
+        let fs = setup(&full);
+        full.start().unwrap();
+        let t = Instant::now();
+        let rounds: Vec<f64> = (0..300)
+            .map(|_| per_call_ns(&mut || launch6(&full, &fs)))
+            .collect();
+        let all = t.elapsed().as_nanos() as f64 / (300 * PER_ROUND) as f64;
+        let t = Instant::now();
+        full.stop().unwrap();
+        println!(
+            "full recording: {all:.0} ns/call over all rounds; rounds at the 50th/90th/99th percentile and slowest {:.0}/{:.0}/{:.0}/{:.0}; stop {:.0} ms",
+            pct(&rounds, 0.5),
+            pct(&rounds, 0.9),
+            pct(&rounds, 0.99),
+            pct(&rounds, 1.0),
+            t.elapsed().as_secs_f64() * 1e3
+        );
         return;
     }
     if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("decode") {

@@ -182,6 +182,8 @@ pub struct MmapSink {
     /// Where the trace is written, and where it goes when finished.
     partial: PathBuf,
     path: PathBuf,
+    /// Faults the map in ahead of the writer (`None`: no thread could be made).
+    prefault: Option<super::prefault::Prefault>,
 }
 
 /// Where a file sink writes `path` until the recording finishes.
@@ -226,6 +228,7 @@ impl MmapSink {
             released: 0,
             partial,
             path: path.to_path_buf(),
+            prefault: super::prefault::Prefault::start(),
         };
         if let Err(e) = s.grow(FILE_HEADER_LEN + FRAME_HEADER_LEN) {
             let _ = std::fs::remove_file(&s.partial);
@@ -270,6 +273,7 @@ impl MmapSink {
                 exact
             }
         };
+        self.let_go_of_map();
         if let Some(m) = self.map.take() {
             m.flush_async()?;
         }
@@ -277,21 +281,37 @@ impl MmapSink {
         // SAFETY: the file is ours (created and truncated above, opened read-write) and is only
         // modified through this map while it exists; the map is dropped before any resize.
         let map = unsafe { memmap2::MmapOptions::new().map_mut(&self.file)? };
-        // Fault the new pages in for writing now, not one by one on recorded calls. A read
-        // populate is not enough: a shared file page still takes a second, write-protect fault
-        // on its first store. Kernels before 5.14 lack the advice; they fault lazily instead.
-        #[cfg(target_os = "linux")]
+        // Fault the new pages in for writing ahead of the writer, not one by one on recorded
+        // calls: on the helper's thread, else (no helper) here and now. A read populate is not
+        // enough: a shared file page still takes a second, write-protect fault on its first
+        // store. Kernels before 5.14 lack the advice; they fault lazily instead.
         let ahead = (cap - self.len).min(POPULATE);
-        if map
-            .advise_range(memmap2::Advice::PopulateWrite, self.len, ahead)
-            .is_err()
-        {
-            map.advise_range(memmap2::Advice::WillNeed, self.len, ahead)
-                .ok();
+        match &self.prefault {
+            Some(p) => {
+                let base = map.as_ptr() as usize + self.len;
+                p.retarget(base, base + ahead);
+            }
+            None => {
+                if map
+                    .advise_range(memmap2::Advice::PopulateWrite, self.len, ahead)
+                    .is_err()
+                {
+                    map.advise_range(memmap2::Advice::WillNeed, self.len, ahead)
+                        .ok();
+                }
+            }
         }
         self.map = Some(map);
         self.cap = cap;
         Ok(())
+    }
+
+    /// Stop the helper faulting in the current map (it is about to go), waiting for the
+    /// chunk it is inside.
+    fn let_go_of_map(&self) {
+        if let Some(p) = &self.prefault {
+            p.retarget(0, 0);
+        }
     }
 }
 
@@ -362,6 +382,11 @@ impl MmapSink {
         if end < self.released + RELEASE {
             return;
         }
+        if let (Some(m), Some(p)) = (&self.map, &self.prefault) {
+            // The writer has moved on: keep the helper as far ahead of it as at a grow.
+            let base = m.as_ptr() as usize;
+            p.extend(base + self.cap.min(self.len + POPULATE));
+        }
         if let Some(m) = &self.map {
             // SAFETY: a shared mapping of our own file; DONTNEED drops this process's page
             // table entries for [released, end) only, and the kernel keeps their contents in
@@ -380,6 +405,7 @@ impl MmapSink {
 
     /// Flush and trim the file, leaving it at its `.partial` name.
     fn close(&mut self) -> std::io::Result<()> {
+        self.let_go_of_map();
         if let Some(m) = self.map.take() {
             m.flush()?;
         }

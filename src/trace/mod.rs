@@ -8,6 +8,7 @@ pub mod crc;
 mod diff;
 mod format;
 mod frame;
+mod prefault;
 mod reader;
 mod refs;
 mod render;
