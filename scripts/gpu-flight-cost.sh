@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The flight recorder's cost on the GPU machine, alone: per-step time off and on (interleaved),
-# and the recorder bench (of the previous build too, if gpu-bin/recorder-bench-old is there).
+# the recorder bench (of the previous build too, if gpu-bin/recorder-bench-old is there), and a long
+# full recording.
 # Builds nothing.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -21,8 +22,10 @@ chmod +x gpu-bin/* 2>/dev/null
   echo "== recorder bench (host CPU, mock), twice"
   for r in 1 2; do
     if [ -x gpu-bin/recorder-bench-old ]; then
-      echo "-- old round $r"; gpu-bin/recorder-bench-old | grep -E "^\| launch|^\| record_event|^\| flight"
+      echo "-- old round $r"; gpu-bin/recorder-bench-old | sed -n '/^recorder overhead/,/^encode of one/p'
     fi
     echo "-- round $r"; gpu-bin/recorder-bench | sed -n '/^recorder overhead/,/^encode of one/p'
   done
+  echo "== full recording over 6M calls (300 rounds): the mean, and the slow rounds a file grow makes"
+  for r in 1 2; do GPUTAPE_BENCH_HOT=full gpu-bin/recorder-bench; done
 } 2>&1 | tee "$OUT/gpu-flight-cost.log"
