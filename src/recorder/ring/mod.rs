@@ -86,7 +86,7 @@ fn small_diff<'a>(old: &[u8], new: &'a [u8]) -> Option<(usize, &'a [u8])> {
     (last + 1 - first <= DELTA_MAX).then(|| (first, &new[first..=last]))
 }
 
-/// A raw key learned: the template calls with these raw inputs are kept as.
+/// A learned raw key, and the template that calls with these raw inputs are kept as.
 struct RawEntry {
     key: Box<[u64]>,
     slot: u32,
