@@ -184,6 +184,8 @@ pub struct MmapSink {
     path: PathBuf,
     /// Faults the map in ahead of the writer (`None`: no thread could be made).
     prefault: Option<super::prefault::Prefault>,
+    /// Where the writer is when the helper is next moved on.
+    lead_at: usize,
 }
 
 /// Where a file sink writes `path` until the recording finishes.
@@ -200,6 +202,11 @@ const GROW: usize = 8 << 20;
 /// How far past the end a grown map is faulted in for writing at once (the rest faults in as
 /// it is written; its blocks are reserved either way).
 const POPULATE: usize = 256 << 20;
+/// How far ahead of the writer the prefault helper keeps, and how often it is moved on. Not
+/// far: pages faulted in long before they are written are zeros the kernel writes back, and
+/// written back they fault again on their first store.
+const LEAD: usize = 32 << 20;
+const LEAD_STEP: usize = 4 << 20;
 /// The writer's encode scratch; a bigger frame grows it for as long as it is written.
 const SCRATCH: usize = 64 << 10;
 
@@ -229,6 +236,7 @@ impl MmapSink {
             partial,
             path: path.to_path_buf(),
             prefault: super::prefault::Prefault::start(),
+            lead_at: 0,
         };
         if let Err(e) = s.grow(FILE_HEADER_LEN + FRAME_HEADER_LEN) {
             let _ = std::fs::remove_file(&s.partial);
@@ -285,13 +293,14 @@ impl MmapSink {
         // calls: on the helper's thread, else (no helper) here and now. A read populate is not
         // enough: a shared file page still takes a second, write-protect fault on its first
         // store. Kernels before 5.14 lack the advice; they fault lazily instead.
-        let ahead = (cap - self.len).min(POPULATE);
         match &self.prefault {
             Some(p) => {
                 let base = map.as_ptr() as usize + self.len;
-                p.retarget(base, base + ahead);
+                p.retarget(base, base + (cap - self.len).min(LEAD));
+                self.lead_at = self.len + LEAD_STEP;
             }
             None => {
+                let ahead = (cap - self.len).min(POPULATE);
                 if map
                     .advise_range(memmap2::Advice::PopulateWrite, self.len, ahead)
                     .is_err()
@@ -348,6 +357,7 @@ impl Sink for MmapSink {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         m[at..at + header.len()].copy_from_slice(header);
         self.len += total;
+        self.keep_ahead();
         self.release_written();
         Ok(())
     }
@@ -376,16 +386,23 @@ impl MmapSink {
     /// Let go of the pages written so far: they stay in the page cache and go to the file as
     /// they would, but stop counting in this process's resident memory, so a recording that
     /// writes gigabytes (a snapshot of an engine's weights) does not hold them all.
+    /// Move the prefault helper on, `LEAD` ahead of the writer, every `LEAD_STEP` written.
+    #[inline]
+    fn keep_ahead(&mut self) {
+        if self.len < self.lead_at {
+            return;
+        }
+        self.lead_at = self.len + LEAD_STEP;
+        if let (Some(m), Some(p)) = (&self.map, &self.prefault) {
+            p.extend(m.as_ptr() as usize + self.cap.min(self.len + LEAD));
+        }
+    }
+
     fn release_written(&mut self) {
         const PAGE: usize = 4096;
         let end = self.len / PAGE * PAGE;
         if end < self.released + RELEASE {
             return;
-        }
-        if let (Some(m), Some(p)) = (&self.map, &self.prefault) {
-            // The writer has moved on: keep the helper as far ahead of it as at a grow.
-            let base = m.as_ptr() as usize;
-            p.extend(base + self.cap.min(self.len + POPULATE));
         }
         if let Some(m) = &self.map {
             // SAFETY: a shared mapping of our own file; DONTNEED drops this process's page

@@ -34,9 +34,13 @@ pub(crate) struct Prefault {
 }
 
 impl Prefault {
-    /// Start the helper; `None` if no thread can be made (the writer then faults pages in
-    /// itself).
+    /// Start the helper; `None` if no thread can be made, or `GPUTAPE_PREFAULT=0` says not to
+    /// (an engine that pins its threads, say): the writer then faults pages in itself, a
+    /// stretch at a time when the map grows.
     pub fn start() -> Option<Self> {
+        if std::env::var_os("GPUTAPE_PREFAULT").is_some_and(|v| v == "0") {
+            return None;
+        }
         let shared: Shared = Arc::default();
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
