@@ -3,9 +3,9 @@
 //! The first store to each new page of a file map makes the kernel allocate a page-cache page
 //! and zero it. Done on the writing thread (a populate when the map grew, as it was), that
 //! stalled one recorded call for most of a second whenever the file grew by 256 MB, and cost a
-//! full recording more than half its time per call (both measured on a 2-core VM). Here a helper faults the next pages in
-//! while the writer fills the current ones; a page the writer reaches first it faults itself,
-//! as any map would. Faulting a page in changes none of its bytes, so the helper and the
+//! full recording more than half its time per call (both measured on a 2-core VM). Here a
+//! helper faults the next pages in while the writer fills the current ones; a page the writer
+//! reaches first it faults itself, as any map would. Faulting a page in changes none of its bytes, so the helper and the
 //! writer never race on contents; the one hazard is the map going away under the helper,
 //! which `retarget` rules out by waiting for the chunk in progress.
 
