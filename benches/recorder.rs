@@ -69,6 +69,13 @@ fn mock() -> MockGpuBackend {
 /// per call, without the mock's (which allocates and varies with the machine's mood).
 struct Null(MockGpuBackend);
 
+/// A full recording over a `Null` backend into `path`, started.
+fn null_full(path: &std::path::Path) -> RecordingBackend<Null> {
+    let full = RecordingBackend::to_file(Null(mock()), path, BackendDesc::new("null")).unwrap();
+    full.start().unwrap();
+    full
+}
+
 /// A flight recorder over a `Null` backend, dumping into `dir`, checkpointing every 8 steps.
 fn null_flight(dir: std::path::PathBuf) -> RecordingBackend<Null> {
     RecordingBackend::flight(
@@ -305,14 +312,8 @@ fn main() {
     }
     if std::env::var("GPUTAPE_BENCH_HOT").as_deref() == Ok("full") {
         // For profiling: only a full recording's launch loop, over the null backend.
-        let full = RecordingBackend::to_file(
-            Null(mock()),
-            &dir.join("null-hot.gtape"),
-            BackendDesc::new("null"),
-        )
-        .unwrap();
+        let full = null_full(&dir.join("null-hot.gtape"));
         let fs = setup(&full);
-        full.start().unwrap();
         let t = Instant::now();
         let rounds: Vec<f64> = (0..300)
             .map(|_| per_call_ns(&mut || launch6(&full, &fs)))
@@ -424,14 +425,8 @@ fn main() {
     {
         let null = Null(mock());
         let ns = setup(&null);
-        let full = RecordingBackend::to_file(
-            Null(mock()),
-            &dir.join("null.gtape"),
-            BackendDesc::new("null"),
-        )
-        .unwrap();
+        let full = null_full(&dir.join("null.gtape"));
         let fs_full = setup(&full);
-        full.start().unwrap();
         let fr = null_flight(dir.join("flight-null"));
         let fs = setup(&fr);
         launch6(&full, &fs_full);

@@ -145,7 +145,7 @@ static SPILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 
 /// What a dump is made of: in the recorder's state, so under its lock (the panic hook takes
 /// that lock too).
-pub(crate) struct FlightShared {
+pub(crate) struct FlightStore {
     pub cfg: FlightConfig,
     definitions: Vec<Vec<u8>>,
     /// Blob payloads (encoded frames) by id, with the span counter that last named each.
@@ -172,7 +172,7 @@ pub(crate) struct FlightShared {
     pub marked_steps: bool,
 }
 
-impl FlightShared {
+impl FlightStore {
     pub fn new(cfg: FlightConfig) -> Self {
         let n = SPILLS.fetch_add(1, Ordering::Relaxed);
         let name = format!(".gputape-spill-{}-{n}", std::process::id());
@@ -181,7 +181,7 @@ impl FlightShared {
             cfg.dir.join(name),
             cfg.spill_blobs_over.unwrap_or(usize::MAX),
         );
-        FlightShared {
+        FlightStore {
             cfg,
             definitions: Vec::new(),
             blobs: HashMap::default(),

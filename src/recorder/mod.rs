@@ -233,7 +233,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let rec = Self::new(inner, Box::new(flight::Discard), desc)?;
         {
             let mut st = rec.st.lock();
-            st.flight = Some(Box::new(flight::FlightShared::new(cfg)));
+            st.flight = Some(Box::new(flight::FlightStore::new(cfg)));
             if let Some(w) = st.writer.as_mut() {
                 w.keep_last();
             }
@@ -484,13 +484,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     fn checkpoint(&self) -> Result<(), RecordError> {
         self.drain()?;
         let mut st = self.st.lock();
-        if st.flight.is_none() {
-            return Ok(());
-        }
         // What the span's calls wrote, read off their frames now rather than on every call.
-        st.dirty_from_span();
-        if let Some(f) = st.flight.as_deref_mut() {
-            f.begin_checkpoint();
+        if !st.begin_checkpoint() {
+            return Ok(());
         }
         let taken = self.checkpoint_into(&mut st);
         if let Some(f) = st.flight.as_deref_mut() {

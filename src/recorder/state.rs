@@ -1,7 +1,7 @@
 //! The recorder's bookkeeping: the ledger of live allocations (kept even when not recording),
 //! the raw-handle-to-id maps, and the writer.
 
-use super::flight::FlightShared;
+use super::flight::FlightStore;
 use super::ring::Writes;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
@@ -118,7 +118,7 @@ pub(crate) struct RecState {
     /// The segment being recorded (counted from 0).
     pub segment: u32,
     /// The flight recorder's store, when this recorder is one.
-    pub flight: Option<Box<FlightShared>>,
+    pub flight: Option<Box<FlightStore>>,
     /// Buffers written since the last checkpoint (flight recorder only).
     pub dirty: HashSet<BufferId>,
     /// Each buffer's contents at the last checkpoint.
@@ -227,7 +227,7 @@ impl RecState {
 
     /// A flight recorder's frame, from its writer into its store.
     #[inline]
-    fn to_flight(w: &mut TraceWriter, flight: Option<&mut FlightShared>) {
+    fn to_flight(w: &mut TraceWriter, flight: Option<&mut FlightStore>) {
         if let (Some(f), Some((class, payload))) = (flight, w.take_last()) {
             f.take_frame(class, payload);
         }
@@ -351,7 +351,7 @@ impl RecState {
 
     /// Whether calls' writes are tracked as they are recorded (for hashes at syncs). The
     /// flight recorder does not pay for it per call: a checkpoint reads the writes off the
-    /// span's frames (`dirty_from_span`).
+    /// span's frames (`begin_checkpoint`).
     pub fn tracks_writes(&self) -> bool {
         self.hash_writes
     }
@@ -359,9 +359,11 @@ impl RecState {
     /// The buffers the calls of the flight recorder's current span may have written, read off
     /// their Begin records once per distinct call: copy and memset destinations, a launch's
     /// pointer arguments its layout does not call read-only, everything for a graph launch.
-    pub fn dirty_from_span(&mut self) {
+    ///
+    /// Then the store's next span begins. `false`: not a flight recorder.
+    pub fn begin_checkpoint(&mut self) -> bool {
         let Some(f) = self.flight.as_deref_mut() else {
-            return;
+            return false;
         };
         let layouts: HashMap<KernelId, &[ParamInfo]> = self
             .kernels
@@ -383,6 +385,8 @@ impl RecState {
         if all {
             self.dirty.extend(self.bufs.values().map(|x| x.id));
         }
+        f.begin_checkpoint();
+        true
     }
 
     /// Stream `s` was synchronised: its writes have landed.
