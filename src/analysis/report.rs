@@ -89,6 +89,9 @@ fn header(s: &mut String, t: &Trace, title: &str) {
             h.format
         );
     }
+    if let Some(d) = &t.dump {
+        let _ = write!(s, "flight dump: {}<br>", esc(&d.reason));
+    }
     if let Some(p) = &t.provenance {
         let _ = write!(
             s,

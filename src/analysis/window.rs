@@ -13,7 +13,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Codes a device raises asynchronously, while a kernel runs.
 pub fn is_async_fault(code: u32) -> bool {
-    crate::backend::is_sticky(code) || code == 710
+    crate::backend::is_sticky(code)
 }
 
 /// What kind of recorded fault a window belongs to.

@@ -130,10 +130,14 @@ pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: u32 = 906;
 pub const CUDA_ERROR_CAPTURED_EVENT: u32 = 907;
 pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: u32 = 908;
 
+/// A device-side `assert` failed in a kernel: reported at the next call that waits, sticky.
+pub const CUDA_ERROR_ASSERT: u32 = 710;
+
 /// Errors after which the CUDA context is unusable: every later call fails with the same code,
-/// so a replay that reproduces one has nothing more to learn in that process.
+/// so a replay that reproduces one has nothing more to learn in that process. (700 illegal
+/// address, 702 launch timeout, 710 device assert, 714-719 the other kernel exceptions.)
 pub fn is_sticky(code: u32) -> bool {
-    matches!(code, 700 | 702 | 714 | 715 | 716 | 717 | 718 | 719)
+    matches!(code, 700 | 702 | 710 | 714 | 715 | 716 | 717 | 718 | 719)
 }
 
 /// The symbolic name of the driver error codes the capture rules (and the mock) produce.
@@ -145,7 +149,23 @@ pub fn cuda_error_name(code: u32) -> &'static str {
         400 => "CUDA_ERROR_INVALID_HANDLE",
         401 => "CUDA_ERROR_ILLEGAL_STATE",
         500 => "CUDA_ERROR_NOT_FOUND",
+        3 => "CUDA_ERROR_NOT_INITIALIZED",
+        4 => "CUDA_ERROR_DEINITIALIZED",
+        100 => "CUDA_ERROR_NO_DEVICE",
+        200 => "CUDA_ERROR_INVALID_IMAGE",
+        201 => "CUDA_ERROR_INVALID_CONTEXT",
+        600 => "CUDA_ERROR_NOT_READY",
         700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        701 => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+        702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
+        709 => "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        710 => "CUDA_ERROR_ASSERT",
+        714 => "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        715 => "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        716 => "CUDA_ERROR_MISALIGNED_ADDRESS",
+        717 => "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        718 => "CUDA_ERROR_INVALID_PC",
+        719 => "CUDA_ERROR_LAUNCH_FAILED",
         900 => "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
         901 => "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
         902 => "CUDA_ERROR_STREAM_CAPTURE_MERGE",

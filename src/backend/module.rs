@@ -60,6 +60,13 @@ pub trait HostCtx {
     /// An argument the body cannot run with (a zero divisor, an overflowing size): the launch
     /// fails with it, because the bytes it would compute mean nothing.
     fn bad_args_text(&self, detail: String) -> HostFault;
+    /// The body's `assert` failed (`text`: the condition). A backend that models CUDA's
+    /// device-side asserts raises `CUDA_ERROR_ASSERT` (710) as CUDA does: the launch returns,
+    /// the next call that waits reports it, and the context is dead after. Default: the
+    /// launch fails with the text, as for bad arguments.
+    fn assert_failed_text(&self, text: String) -> HostFault {
+        self.bad_args_text(format!("Assertion `{text}` failed"))
+    }
 }
 
 /// A kernel's CPU body.
@@ -74,6 +81,15 @@ fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 impl dyn HostCtx + '_ {
     pub fn bad_args(&self, detail: impl Into<String>) -> HostFault {
         self.bad_args_text(detail.into())
+    }
+    /// A device-side `assert(cond)` with its condition's text: `Err` when `cond` is false, for
+    /// a body to return at once (as CUDA's assert stops the thread that failed it).
+    pub fn device_assert(&self, cond: bool, text: &str) -> Result<(), HostFault> {
+        if cond {
+            Ok(())
+        } else {
+            Err(self.assert_failed_text(text.to_string()))
+        }
     }
 
     pub fn ptr(&self, i: usize) -> Result<DevicePtr, HostFault> {

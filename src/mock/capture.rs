@@ -73,6 +73,7 @@ impl MockGpuBackend {
                 Verdict::Captured | Verdict::Joins => into = Some(i),
                 Verdict::Eager | Verdict::Host => {}
                 Verdict::Fails { code, invalidates } => {
+                    Self::note_beside(st, name, site);
                     if invalidates {
                         st.captures[i].invalidated = Some((code, rule.id));
                     }
@@ -86,7 +87,17 @@ impl MockGpuBackend {
                 }
             }
         }
+        if into.is_none() && !st.captures.is_empty() {
+            Self::note_beside(st, name, site);
+        }
         Ok(into)
+    }
+
+    /// A call made while a capture runs, not captured into it (`calls_beside_captures`).
+    fn note_beside(st: &mut State, name: &'static str, site: Site) {
+        if st.beside_captures.len() < 4096 {
+            st.beside_captures.push((name, site));
+        }
     }
 
     pub(super) fn note_capture_op(st: &mut State, ci: usize, stream: u64) {

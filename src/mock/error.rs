@@ -100,6 +100,14 @@ pub enum MockError {
         site: Site,
         handle: u64,
     },
+    /// A CPU body's `assert` failed, as a kernel's device-side `assert` does on CUDA: raised
+    /// by the launch, reported by the next call that waits, the context dead after.
+    #[error("device-side assert in {kernel} (launched at {site}): Assertion `{text}` failed", site = S(site))]
+    DeviceAssert {
+        kernel: String,
+        site: Site,
+        text: String,
+    },
     #[error("launch of {kernel} at {site}: {detail}", site = S(site))]
     BadParams {
         kernel: String,
@@ -160,6 +168,7 @@ impl MockError {
             | MockError::Invalid { .. } => 1,
             MockError::OutOfMemory { .. } => 2,
             MockError::Injected { .. } => 999,
+            MockError::DeviceAssert { .. } => crate::backend::CUDA_ERROR_ASSERT,
             MockError::UnknownKernel { .. } => 500,
             MockError::BadKernelHandle { .. } | MockError::UnknownHandle { .. } => 400,
             MockError::Capture { code, .. } => *code,

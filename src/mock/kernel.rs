@@ -62,6 +62,15 @@ impl HostCtx for KernelCtx<'_> {
         }
         .into()
     }
+
+    fn assert_failed_text(&self, text: String) -> HostFault {
+        MockError::DeviceAssert {
+            kernel: self.name.to_string(),
+            site: self.site,
+            text,
+        }
+        .into()
+    }
 }
 
 /// A body's fault as the mock's own error: what its context raised comes back as it was; a

@@ -108,6 +108,14 @@ impl MockGpuBackend {
         self.registry.add_module(code);
     }
 
+    /// The calls made so far while a stream captured that were not captured into it (a sync,
+    /// a readback, an allocation, work on another stream), by name and site, oldest first
+    /// (the first 4096). A recorder or any other layer between an engine and its GPU can be
+    /// checked to add none of its own.
+    pub fn calls_beside_captures(&self) -> Vec<(&'static str, Site)> {
+        self.state.lock().beside_captures.clone()
+    }
+
     /// Make the `n`-th call (1-based, counted from now) of `kind` fail before it changes
     /// anything.
     pub fn fail_nth(&self, kind: CallKind, n: usize) {

@@ -55,6 +55,9 @@ pub(crate) struct State {
     pub graphs: BTreeMap<u64, Vec<Work>>,
     pub next_graph: u64,
     pub captures: Vec<Capture>,
+    /// Calls made while some stream captured that were not captured into it (name and
+    /// site): what a tool wrapped around an engine must never do on its own behalf.
+    pub beside_captures: Vec<(&'static str, Site)>,
     pub kernels: Vec<MockKernel>,
     pub calls: HashMap<CallKind, usize>,
     pub fail_at: HashMap<CallKind, usize>,
@@ -111,6 +114,7 @@ impl MockGpuBackend {
                 graphs: BTreeMap::new(),
                 next_graph: 1,
                 captures: Vec::new(),
+                beside_captures: Vec::new(),
                 kernels: Vec::new(),
                 calls: HashMap::new(),
                 fail_at: HashMap::new(),

@@ -97,7 +97,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
         let mut st = self.lock_recording()?;
-        if st.flight.is_none() || st.hash_writes {
+        // While a stream captures, every call takes the slow path, so the capture's frames
+        // exist to be kept with its graph (`FlightStore::capture_open`).
+        if st.flight.is_none() || st.hash_writes || !st.capturing.is_empty() {
             return Some(self.begin_locked(&mut st, site, emit));
         }
         let thread = st.thread();
@@ -139,6 +141,13 @@ impl<B: GpuBackend> RecordingBackend<B> {
         st.in_flight += 1;
         let site = st.site(site);
         let thread = st.thread();
+        if st.flight.is_some() {
+            st.open_calls.push(super::state::OpenCall {
+                seq,
+                thread,
+                since: std::time::Instant::now(),
+            });
+        }
         let t0 = self.clock.raw();
         let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
         emit(
@@ -183,6 +192,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
             Err(e) => Err(err_rec(e)),
         };
         let Some(tok) = tok else { return };
+        if !tok.fast && !st.open_calls.is_empty() {
+            if let Some(i) = st.open_calls.iter().rposition(|c| c.seq == tok.seq) {
+                st.open_calls.remove(i);
+            }
+        }
         if tok.segment != st.segment {
             return;
         }
@@ -201,7 +215,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         if !failed {
             self.settle(&mut st, scope, tok.seq);
-            if !matches!(scope, SyncScope::None) && self.hash_syncs.load(Ordering::Relaxed) {
+            // Hashing reads buffers back: never while a stream captures.
+            if !matches!(scope, SyncScope::None)
+                && self.hash_syncs.load(Ordering::Relaxed)
+                && st.capturing.is_empty()
+            {
                 self.hash_buffers(&mut st, tok.seq);
             }
         }

@@ -26,7 +26,7 @@
 use super::ring::{self, Fast, Interned, Log, RawKey, Record, Templates, Writes};
 use super::spill::Spill;
 use super::state::RecState;
-use crate::trace::{BlobId, FrameClass, Sink, TraceError, TraceWriter};
+use crate::trace::{BlobId, FrameClass, GraphId, Sink, TraceError, TraceWriter};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
@@ -48,6 +48,12 @@ pub struct FlightHeld {
     pub state_bytes: usize,
     /// Bytes of device state spilled to disk (`FlightConfig::spill_blobs_over`).
     pub spilled_bytes: usize,
+    /// Checkpoints put off because a stream was capturing when they fell due (each taken at
+    /// the next step boundary outside any capture).
+    pub deferred_checkpoints: u64,
+    /// Times the recorder's own work (a checkpoint, a dump) failed. Not 0: see stderr, or the
+    /// next dump's reason.
+    pub own_failures: u64,
 }
 
 impl FlightHeld {
@@ -79,6 +85,10 @@ pub struct FlightConfig {
     /// in files beside the dumps instead of host memory, and read back only by a dump;
     /// `None` keeps everything in memory.
     pub spill_blobs_over: Option<usize>,
+    /// Dump when a call (a sync, a blocking copy: the calls that wait) has not returned after
+    /// this long: a hang. The dump is written by a thread of the recorder's own, so a stuck
+    /// engine thread does not stop it. `None` (the default): off.
+    pub hang_after: Option<std::time::Duration>,
 }
 
 impl FlightConfig {
@@ -91,12 +101,14 @@ impl FlightConfig {
             max_dumps: 1,
             steps_from_syncs: true,
             spill_blobs_over: Some(1 << 20),
+            hang_after: None,
         }
     }
 
-    /// `GPUTAPE_FLIGHT_STEPS`, `GPUTAPE_FLIGHT_MAX_DUMPS` and `GPUTAPE_FLIGHT_SPILL_MB`
-    /// (blobs of this many MiB or more spill to disk; 0 keeps them in memory) over the
-    /// defaults.
+    /// `GPUTAPE_FLIGHT_STEPS`, `GPUTAPE_FLIGHT_MAX_DUMPS`, `GPUTAPE_FLIGHT_SPILL_MB`
+    /// (blobs of this many MiB or more spill to disk; 0 keeps them in memory) and
+    /// `GPUTAPE_FLIGHT_HANG_S` (dump when a call has not returned after this many seconds,
+    /// fractions allowed; unset or 0: off) over the defaults.
     pub fn from_env(dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(dir);
         let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
@@ -108,6 +120,12 @@ impl FlightConfig {
         }
         if let Some(n) = num("GPUTAPE_FLIGHT_SPILL_MB") {
             c.spill_blobs_over = (n > 0).then(|| (n as usize).saturating_mul(1 << 20));
+        }
+        let secs = std::env::var("GPUTAPE_FLIGHT_HANG_S")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if let Some(s) = secs.filter(|s| s.is_finite() && *s > 0.0) {
+            c.hang_after = Some(std::time::Duration::from_secs_f64(s.min(1e9)));
         }
         c
     }
@@ -170,7 +188,26 @@ pub(crate) struct FlightStore {
     pub in_checkpoint: bool,
     /// The engine marks its steps (`step_boundary`): host syncs no longer count as steps.
     pub marked_steps: bool,
+    /// A checkpoint fell due while a stream captured: taken at the next boundary outside one.
+    pub checkpoint_owed: bool,
+    /// Checkpoints put off so far because a stream was capturing.
+    pub deferred_checkpoints: u64,
+    /// What the recorder's own work got wrong (checkpoints, dumps), newest last, at most
+    /// `MAX_FAILURES` kept; `failures` counts them all.
+    failure_log: VecDeque<String>,
+    failures: u64,
+    /// The frames of the capture in progress, if one is: every call between a
+    /// `begin_capture` and its `end_capture` (such calls skip the fast path, so each has its
+    /// frames).
+    capture: Option<Vec<Vec<u8>>>,
+    /// Each live graph's capture (its first seq, its frames), kept for as long as the graph
+    /// lives: an engine captures once and launches for hours, and a dump that launches a
+    /// graph captured before its kept steps must still define it.
+    graphs: HashMap<GraphId, (u64, Vec<Vec<u8>>)>,
 }
+
+/// Failures of the recorder's own work named in a dump; more are counted.
+const MAX_FAILURES: usize = 8;
 
 impl FlightStore {
     pub fn new(cfg: FlightConfig) -> Self {
@@ -196,7 +233,56 @@ impl FlightStore {
             steps: 0,
             in_checkpoint: true,
             marked_steps: false,
+            checkpoint_owed: false,
+            deferred_checkpoints: 0,
+            failure_log: VecDeque::new(),
+            failures: 0,
+            capture: None,
+            graphs: HashMap::default(),
         }
+    }
+
+    /// A capture begins: its calls' frames are kept with the graph it makes.
+    pub fn capture_open(&mut self) {
+        self.capture = Some(Vec::new());
+    }
+
+    /// The capture ended into graph `id` (first call `seq`); `None`: it failed or was
+    /// abandoned, and its frames go.
+    pub fn capture_closed(&mut self, made: Option<(GraphId, u64)>) {
+        let frames = self.capture.take();
+        if let (Some(frames), Some((id, seq))) = (frames, made) {
+            self.graphs.insert(id, (seq, frames));
+        }
+    }
+
+    /// Graph `id` was destroyed: no later call can launch it.
+    pub fn graph_destroyed(&mut self, id: GraphId) {
+        self.graphs.remove(&id);
+    }
+
+    /// The recorder's own work failed (`what`): kept for the next dump. True for the first
+    /// failure, which is said on stderr once.
+    pub fn note_failure(&mut self, what: String) -> bool {
+        self.failures += 1;
+        if self.failure_log.len() == MAX_FAILURES {
+            self.failure_log.pop_front();
+        }
+        self.failure_log.push_back(what);
+        self.failures == 1
+    }
+
+    /// The recorder's own failures, as a dump's reason states them (empty if none).
+    pub fn failure_note(&self) -> String {
+        if self.failures == 0 {
+            return String::new();
+        }
+        let shown: Vec<&str> = self.failure_log.iter().map(String::as_str).collect();
+        format!(
+            "; the recorder's own work failed {} time(s) (last: {})",
+            self.failures,
+            shown.join("; ")
+        )
     }
 
     /// A new checkpoint begins (its frames follow): the span before the previous one goes,
@@ -327,6 +413,9 @@ impl FlightStore {
     /// A frame the recorder's writer wrote (`TraceWriter::take_last`): sorted by class into
     /// the store.
     pub fn take_frame(&mut self, class: FrameClass, payload: &[u8]) {
+        if let (Some(c), FrameClass::Call) = (self.capture.as_mut(), class) {
+            c.push(payload.to_vec());
+        }
         match class {
             FrameClass::Definition => self.definitions.push(payload.to_vec()),
             FrameClass::Checkpoint if self.in_checkpoint => {
@@ -411,6 +500,8 @@ impl FlightStore {
             call_bytes: self.templates.held_bytes() + log_bytes,
             log_bytes,
             spilled_bytes: on_disk,
+            deferred_checkpoints: self.deferred_checkpoints,
+            own_failures: self.failures,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory
                 + self
@@ -427,8 +518,15 @@ impl FlightStore {
     }
 
     /// Write the kept spans as a trace to a new file in the dump directory. `open`: a call
-    /// the dumping thread is inside (a panic in the wrapped backend), which gets no End.
-    pub fn dump(&mut self, reason: &str, open: Option<u64>) -> Result<PathBuf, TraceError> {
+    /// the dumping thread is inside (a panic in the wrapped backend), which gets no End;
+    /// `in_flight`: every call begun and not returned (by seq, with its thread), stored with
+    /// the reason.
+    pub fn dump(
+        &mut self,
+        reason: &str,
+        open: Option<u64>,
+        in_flight: Vec<(u64, u16)>,
+    ) -> Result<PathBuf, TraceError> {
         let io = |what, path: &Path| {
             let path = path.to_path_buf();
             move |source| TraceError::Io { what, path, source }
@@ -446,6 +544,10 @@ impl FlightStore {
         for d in &self.definitions {
             w.write_payload(FrameClass::Definition, d)?;
         }
+        w.write(&crate::trace::Frame::Dumped(crate::trace::DumpInfo {
+            reason: reason.to_string(),
+            in_flight,
+        }))?;
         let oldest = self.span_no + 1 - self.spans.len() as u64;
         for (id, (held, last)) in &self.blobs {
             if *last < oldest {
@@ -470,6 +572,25 @@ impl FlightStore {
             }
         }
         let records = || self.spans.iter().skip(first).flat_map(|s| s.log.records());
+        // Graphs captured before the first kept call, still alive: their captures come
+        // first, so a launch of one replays (and a fault inside it is pinned to its node).
+        let first_seq = records()
+            .find_map(|r| match r {
+                Record::Call { seq, .. } | Record::Delta { seq, .. } => Some(seq),
+                Record::Frame(_) => None,
+            })
+            .unwrap_or(u64::MAX);
+        let mut old_graphs: Vec<&(u64, Vec<Vec<u8>>)> = self
+            .graphs
+            .values()
+            .filter(|(seq, _)| *seq < first_seq)
+            .collect();
+        old_graphs.sort_by_key(|(seq, _)| *seq);
+        for (_, frames) in old_graphs {
+            for f in frames {
+                w.write_payload(FrameClass::Call, f)?;
+            }
+        }
         // Calls whose End was kept whole (a fast-path call that failed): no End is implied.
         let ended: rustc_hash::FxHashSet<u64> = records()
             .filter_map(|r| match r {
@@ -634,24 +755,36 @@ pub(crate) fn arm(st: &Shared) {
                 // itself) cannot dump: it gives up after a while rather than deadlock.
                 let open = open_call(&st);
                 if let Some(mut st) = st.try_lock_for(HOOK_WAIT) {
-                    if let Some(f) = st.flight.as_deref_mut() {
-                        if f.dumps < f.cfg.max_dumps {
-                            let _ = f.dump(&reason, open);
-                        }
-                    }
+                    trigger(&mut st, &reason, open);
                 }
             }
         }
         previous(info);
     }));
-    extern "C" fn on_usr1(_: libc::c_int) {
-        SIGNALLED.store(true, Ordering::Relaxed);
+    super::watch::start();
+}
+
+/// A trigger fired (`reason`): dump, unless this recorder has dumped as often as it may. A
+/// dump that fails is the recorder's own failure, said once on stderr and counted.
+pub(crate) fn trigger(st: &mut RecState, reason: &str, open: Option<u64>) {
+    let Some(f) = st.flight.as_deref() else {
+        return;
+    };
+    if f.dumps >= f.cfg.max_dumps {
+        return;
     }
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGUSR1,
-            on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
+    if let Some(Err(e)) = st.flight_dump(reason, open) {
+        let what = format!("could not dump ({reason}): {e}");
+        tracing::error!("gputape: flight recorder: {what}");
+        if let Some(f) = st.flight.as_deref_mut() {
+            if f.note_failure(what.clone()) {
+                eprintln!("gputape: flight recorder: {what}");
+            }
+        }
     }
+}
+
+/// Every armed flight recorder still alive, for the watcher thread.
+pub(crate) fn armed() -> Vec<Shared> {
+    ARMED.lock().iter().filter_map(Weak::upgrade).collect()
 }

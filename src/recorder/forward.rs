@@ -628,10 +628,28 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn begin_capture(&self, stream: u64) -> Result<()> {
+        if let Some(f) = self.st.lock().flight.as_deref_mut() {
+            f.capture_open();
+        }
         let tok = self.begin(Location::caller(), |st| Call::BeginCapture {
             stream: st.stream(stream),
         });
+        let first = tok.as_ref().map(|t| t.seq);
         let r = self.inner.begin_capture(stream);
+        {
+            let mut st = self.st.lock();
+            match (&r, first) {
+                (Ok(()), _) => {
+                    st.capturing.insert(stream);
+                    st.capture_first.insert(stream, first);
+                }
+                (Err(_), _) => {
+                    if let Some(f) = st.flight.as_deref_mut() {
+                        f.capture_closed(None);
+                    }
+                }
+            }
+        }
         self.finish_plain(tok, &r, unit);
         r
     }
@@ -642,9 +660,21 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             stream: st.stream(stream),
         });
         let r = self.inner.end_capture(stream);
+        // Ended or failed, the capture is over.
+        self.st.lock().capturing.remove(&stream);
         self.finish(tok, &r, SyncScope::None, |st, g| {
             Value::Graph(st.new_graph(g.0))
         });
+        let mut st = self.st.lock();
+        let first = st.capture_first.remove(&stream).flatten();
+        let made = match (&r, first) {
+            (Ok(g), Some(seq)) => st.graphs.get(&g.0).map(|id| (*id, seq)),
+            _ => None,
+        };
+        if let Some(f) = st.flight.as_deref_mut() {
+            f.capture_closed(made);
+        }
+        drop(st);
         r
     }
 
@@ -667,7 +697,9 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let r = self.inner.destroy_graph(graph);
         self.finish(tok, &r, SyncScope::None, |st, _| {
             st.gen += 1;
-            st.graphs.remove(&graph.0);
+            if let (Some(id), Some(f)) = (st.graphs.remove(&graph.0), st.flight.as_deref_mut()) {
+                f.graph_destroyed(id);
+            }
             Value::Unit
         });
         r
@@ -679,6 +711,15 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             stream: st.stream(stream),
         });
         self.inner.abort_capture_if_active(stream);
+        {
+            let mut st = self.st.lock();
+            if st.capturing.remove(&stream) {
+                st.capture_first.remove(&stream);
+                if let Some(f) = st.flight.as_deref_mut() {
+                    f.capture_closed(None);
+                }
+            }
+        }
         self.finish_plain(tok, &Ok(()), unit);
     }
 

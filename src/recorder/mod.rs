@@ -16,6 +16,7 @@ mod ring;
 mod snapshot;
 mod spill;
 mod state;
+mod watch;
 
 pub use snapshot::compressed_if_it_pays;
 
@@ -76,6 +77,13 @@ pub enum RecordError {
         /// The wrapped backend's error.
         #[source]
         source: anyhow::Error,
+    },
+    /// `start` was called while a stream captures: its snapshot would sync and read back,
+    /// which invalidates the capture. Start again once the capture has ended.
+    #[error("cannot start recording while stream {stream} is capturing a graph (the snapshot would sync and invalidate the capture)")]
+    Capturing {
+        /// The wrapped backend's handle of the capturing stream.
+        stream: u64,
     },
     /// The trace could not be created or written.
     #[error(transparent)]
@@ -279,8 +287,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     pub fn flight_dump(&self, reason: &str) -> Result<std::path::PathBuf, RecordError> {
         let open = flight::open_call(&self.st);
         let mut st = self.st.lock();
-        let f = st.flight.as_deref_mut().ok_or(RecordError::NotFlight)?;
-        f.dump(reason, open).map_err(RecordError::Dump)
+        st.flight_dump(reason, open)
+            .ok_or(RecordError::NotFlight)?
+            .map_err(RecordError::Dump)
     }
 
     /// What the flight recorder holds (memory bound, benchmarks); `None` when it is off.
@@ -347,6 +356,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
                     return Err(e);
                 }
             }
+        }
+        if let Some(stream) = self.capturing_stream() {
+            self.started.store(false, Ordering::Release);
+            return Err(RecordError::Capturing { stream });
         }
         if let Err(e) = self.drain() {
             self.started.store(false, Ordering::Release);
@@ -444,19 +457,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// Dump the flight recorder for `reason`, unless it has dumped as often as it may.
     fn flight_trigger(&self, st: &mut RecState, reason: &str) {
         let open = flight::open_call(&self.st);
-        let Some(f) = st.flight.as_deref_mut() else {
-            return;
-        };
-        if f.dumps >= f.cfg.max_dumps {
-            return;
-        }
-        if let Err(e) = f.dump(reason, open) {
-            tracing::error!("gputape: the flight recorder could not dump ({reason}): {e}");
-        }
+        flight::trigger(st, reason, open);
     }
 
     /// A step boundary in flight mode (`marked`: the engine said so, rather than a host sync):
-    /// every `checkpoint_every` steps, a checkpoint.
+    /// every `checkpoint_every` steps, a checkpoint. One that falls while a stream captures
+    /// (an engine whose step hooks run inside its captured forward) is owed, and taken at
+    /// the first boundary outside any capture: a checkpoint syncs and reads back, which
+    /// would invalidate the engine's capture.
     fn flight_step(&self, marked: bool) {
         let due = {
             let mut st = self.st.lock();
@@ -469,11 +477,52 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 f.steps = 0;
             }
             f.steps += 1;
-            f.steps % f.cfg.checkpoint_every == 0
+            f.checkpoint_owed |= f.steps % f.cfg.checkpoint_every == 0;
+            f.checkpoint_owed
         };
-        if due {
-            if let Err(e) = self.checkpoint() {
-                tracing::error!("gputape: flight recorder checkpoint failed: {e}");
+        if !due {
+            return;
+        }
+        if self.capturing_stream().is_some() {
+            if let Some(f) = self.st.lock().flight.as_deref_mut() {
+                f.deferred_checkpoints += 1;
+            }
+            return;
+        }
+        if let Some(f) = self.st.lock().flight.as_deref_mut() {
+            f.checkpoint_owed = false;
+        }
+        if let Err(e) = self.checkpoint() {
+            self.own_failure(format!("a checkpoint failed: {e}"));
+        }
+    }
+
+    /// A stream that is capturing a graph now, if any: one whose capture began through this
+    /// recorder and has not ended, or any stream the wrapped backend says captures (a capture
+    /// begun around the recorder). While one is, the recorder syncs, reads back and
+    /// allocates nothing of its own.
+    pub(crate) fn capturing_stream(&self) -> Option<u64> {
+        let streams: Vec<u64> = {
+            let st = self.st.lock();
+            if let Some(s) = st.capturing.iter().next() {
+                return Some(*s);
+            }
+            st.streams.keys().copied().collect()
+        };
+        streams
+            .into_iter()
+            .find(|s| *s != 0 && self.inner.stream_is_capturing(*s))
+    }
+
+    /// Something the recorder does for itself failed (a checkpoint, a dump): the engine must
+    /// be able to see it, so it is said once on stderr (an engine may have no `tracing`
+    /// subscriber), counted in `flight_held`, and written into the next dump's reason.
+    pub(crate) fn own_failure(&self, what: String) {
+        tracing::error!("gputape: flight recorder: {what}");
+        let mut st = self.st.lock();
+        if let Some(f) = st.flight.as_deref_mut() {
+            if f.note_failure(what.clone()) {
+                eprintln!("gputape: flight recorder: {what} (later failures are counted in flight_held and named in the next dump)");
             }
         }
     }

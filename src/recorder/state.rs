@@ -80,6 +80,13 @@ impl Addrs<'_> {
     }
 }
 
+/// A call inside the wrapped backend (see `RecState::open_calls`).
+pub(crate) struct OpenCall {
+    pub seq: u64,
+    pub thread: u16,
+    pub since: std::time::Instant,
+}
+
 pub(crate) struct RecState {
     pub writer: Option<TraceWriter>,
     pub recording: bool,
@@ -119,6 +126,13 @@ pub(crate) struct RecState {
     pub segment: u32,
     /// The flight recorder's store, when this recorder is one.
     pub flight: Option<Box<FlightStore>>,
+    /// Streams (raw handles) whose capture began through this recorder and has not ended.
+    pub capturing: HashSet<u64>,
+    /// The seq of each capturing stream's `begin_capture` (`None`: not recording then).
+    pub capture_first: HashMap<u64, Option<u64>>,
+    /// Flight recorder only: calls begun on the slow path (syncs, copies, allocations: the
+    /// calls that block) and not yet returned, oldest first. A hang's dump names them.
+    pub open_calls: Vec<OpenCall>,
     /// Buffers written since the last checkpoint (flight recorder only).
     pub dirty: HashSet<BufferId>,
     /// Each buffer's contents at the last checkpoint.
@@ -173,6 +187,9 @@ impl RecState {
             warned_opaque: false,
             segment: 0,
             flight: None,
+            capturing: HashSet::default(),
+            capture_first: HashMap::default(),
+            open_calls: Vec::new(),
             dirty: HashSet::default(),
             checkpointed: HashMap::default(),
             hash_writes: false,
@@ -450,6 +467,26 @@ impl RecState {
         self.in_flight_writes.clear();
         self.last_write.clear();
         self.unsettled.clear();
+    }
+
+    /// Dump the flight recorder now (`None`: this is no flight recorder), for `reason`, with
+    /// `open` (a fast-path call the dumping thread is inside) and every slow-path call still
+    /// inside the wrapped backend named as in flight. The recorder's own failures so far are
+    /// added to the reason.
+    pub fn flight_dump(
+        &mut self,
+        reason: &str,
+        open: Option<u64>,
+    ) -> Option<Result<std::path::PathBuf, TraceError>> {
+        let mut in_flight: Vec<(u64, u16)> =
+            self.open_calls.iter().map(|c| (c.seq, c.thread)).collect();
+        if let Some(seq) = open {
+            let thread = self.thread();
+            in_flight.push((seq, thread));
+        }
+        let f = self.flight.as_deref_mut()?;
+        let reason = format!("{reason}{}", f.failure_note());
+        Some(f.dump(&reason, open, in_flight))
     }
 
     fn write_failed(&mut self, e: TraceError) {

@@ -121,7 +121,11 @@ impl Replayer<'_> {
             } => {
                 self.taint_launch(st, *kernel, args);
                 if st.opaque.contains(kernel) {
-                    // Nothing to run it with: skipped, and what it wrote is marked.
+                    // Nothing to run it with: skipped, and what it wrote is marked. A recorded
+                    // failure here is not checked, and says so.
+                    if matches!(c.ret, Some(Err(_))) {
+                        st.failed_unrun.push((c.seq, *kernel));
+                    }
                     return Ok(Outcome::Ok {
                         checked: false,
                         mismatch: None,

@@ -360,6 +360,7 @@ impl<'t> Shrink<'t> {
         let mut out = Trace {
             header: t.header.clone(),
             provenance: t.provenance.clone(),
+            dump: t.dump.clone(),
             sites: t.sites.clone(),
             stopped: true,
             ..Default::default()

@@ -594,13 +594,34 @@ impl<'t> Replayer<'t> {
                                 f.observed_at = bands.first.map(|(s, _)| s);
                                 f.raised_by = self.band_culprit(st, &bands);
                             }
+                            if !f.reproduced {
+                                if let Some(k) = w.and_then(|w| self.skipped_in(st, w)) {
+                                    f.replayed = Some(format!(
+                                        "not checked: a launch that may have raised it ({k}) cannot run on this backend"
+                                    ));
+                                }
+                            }
                             report.faults.push(f);
                         }
                     }
                 }
             }
             let unchecked = std::mem::take(&mut guard.st.unchecked);
+            let failed_unrun = std::mem::take(&mut guard.st.failed_unrun);
             if lp == 0 {
+                report.not_checked = failed_unrun
+                    .into_iter()
+                    .map(|(seq, k)| {
+                        let err = self
+                            .by_seq
+                            .get(&seq)
+                            .map_or_else(|| "an error".into(), |c| crate::trace::ret_text(&c.ret));
+                        format!(
+                            "call #{seq}: launch of {} recorded {err}, but this backend cannot run it",
+                            self.trace.kernel_name(k)
+                        )
+                    })
+                    .collect();
                 report.unchecked = unchecked
                     .into_iter()
                     .map(|(seq, b, k)| {
@@ -625,6 +646,17 @@ impl<'t> Replayer<'t> {
         }
         drop(guard);
         Ok(report)
+    }
+}
+
+impl Replayer<'_> {
+    /// The first launch in `w` of a kernel this replay skips, by name: the recorded fault may
+    /// be its, so not reproducing it proves nothing.
+    fn skipped_in(&self, st: &State, w: FaultWindow) -> Option<String> {
+        (w.start..=w.observed).find_map(|seq| {
+            let (k, _) = self.by_seq.get(&seq)?.call.launch()?;
+            st.opaque.contains(&k).then(|| self.trace.kernel_name(k))
+        })
     }
 }
 

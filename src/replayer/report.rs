@@ -158,6 +158,10 @@ pub struct ReplayReport {
     /// loop): "call #N: bufK depends on module::name".
     #[serde(default)]
     pub unchecked: Vec<String>,
+    /// Recorded failures of calls this replay could not run (a launch of a kernel without a
+    /// body here): neither reproduced nor refuted, so the replay does not pass.
+    #[serde(default)]
+    pub not_checked: Vec<String>,
 }
 
 impl ReplayReport {
@@ -167,6 +171,16 @@ impl ReplayReport {
         self.divergence.is_none()
             && self.late_fault.is_none()
             && self.faults.iter().all(|f| f.reproduced)
+            && self.not_checked.is_empty()
+            && !self.checked_nothing()
+    }
+
+    /// Nothing was verified: no call was replayed (a trace cut before its first complete
+    /// call, a range that selects none), or every device-to-host result depended on a kernel
+    /// this backend skipped. Such a replay cannot pass.
+    pub fn checked_nothing(&self) -> bool {
+        self.calls == 0
+            || (self.d2h_checked == 0 && !self.unchecked.is_empty() && self.faults.is_empty())
     }
 
     /// A short human summary (stable: no times), for snapshots and the CLI.
@@ -248,6 +262,16 @@ impl ReplayReport {
                 self.unchecked.len()
             ));
         }
+        for n in &self.not_checked {
+            s.push_str(&format!("NOT CHECKED: {n}\n"));
+        }
+        if self.calls == 0 {
+            s.push_str("NOTHING CHECKED: no call was replayed\n");
+        } else if self.checked_nothing() {
+            s.push_str(
+                "NOTHING CHECKED: every device-to-host result depends on a kernel this backend skipped\n",
+            );
+        }
         if let Some(e) = &self.late_fault {
             s.push_str(&format!(
                 "the device reported an error at the final synchronisation: {e} (replay with --sync-each to pin it to its launch)\n"
@@ -308,6 +332,8 @@ pub fn replay_json(
         "redzone_hits": e.redzone_hits.iter().map(|(seq, n)| json!({"seq": seq, "hits": n})).collect::<Vec<_>>(),
         "opaque_kernels": e.opaque_kernels,
         "unchecked": e.unchecked,
+        "not_checked": e.not_checked,
+        "checked_nothing": graph.is_none() && e.checked_nothing(),
         "timing_ms": {
             "loops": loop_ms,
             "recorded": (graph.is_none() && !loop_ms.is_empty()).then_some(e.recorded_ms),

@@ -40,6 +40,7 @@ impl State {
             opaque: opaque.clone(),
             tainted: HashMap::default(),
             unchecked: Vec::new(),
+            failed_unrun: Vec::new(),
         }
     }
 }
@@ -61,6 +62,9 @@ pub(crate) struct State {
     pub tainted: HashMap<BufferId, KernelId>,
     /// Readbacks not compared because they depend on a skipped launch: (seq, buffer, kernel).
     pub unchecked: Vec<(u64, BufferId, KernelId)>,
+    /// Skipped launches whose recording returned an error: (seq, kernel). The replay cannot
+    /// say whether it would fail again, so it cannot pass.
+    pub failed_unrun: Vec<(u64, KernelId)>,
 }
 
 impl<'t> Replayer<'t> {

@@ -99,6 +99,7 @@ impl Replayer<'_> {
         let mut out = Trace {
             header: t.header.clone(),
             provenance: t.provenance.clone(),
+            dump: t.dump.clone(),
             sites: t.sites.clone(),
             modules: t.modules.clone(),
             kernels: t.kernels.clone(),

@@ -109,6 +109,7 @@ impl FrameClass {
             | Frame::Chunked { .. }
             | Frame::Stored { .. }
             | Frame::BlobStore { .. }
+            | Frame::Dumped(_)
             | Frame::Module(_)
             | Frame::Kernel { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {

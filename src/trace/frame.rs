@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// 3 added `Frame::Provenance` (when, by what command, where), `Call::EncodeTensorMap` and
 /// `Arg::TensorMap`. 4 added chunked blobs (`Frame::Chunked`: a large buffer's contents as
 /// parts of `CHUNK_BYTES`, each its own checksummed frame) and the shared blob store
-/// (`Frame::BlobStore`, `Frame::Stored`). A format-2 or 3 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 4;
-/// The oldest reader that can read what this build writes: a format-3 reader does not know
-/// the chunked-blob frames and would call them corrupt.
-pub const MIN_READER_VERSION: u16 = 4;
+/// (`Frame::BlobStore`, `Frame::Stored`). 5 added `Frame::Dumped` (why a flight dump was
+/// taken, and the calls in flight then). A format-2, 3 or 4 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 5;
+/// The oldest reader that can read what this build writes: a format-4 reader does not know
+/// `Frame::Dumped` and would call a dump corrupt.
+pub const MIN_READER_VERSION: u16 = 5;
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
 /// What the trace was recorded on.
@@ -225,6 +226,19 @@ pub enum Frame {
     BlobStore {
         dir: String,
     },
+    /// This trace is a flight recorder's dump, and why it was taken (format 5).
+    Dumped(DumpInfo),
+}
+
+/// Why a flight dump was taken: a failed call, a signal, a hang's deadline, the engine's own
+/// `flight_dump(reason)`. Stored in the dump so whoever reads it far from the crash knows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpInfo {
+    /// In words, as the trigger gave it.
+    pub reason: String,
+    /// Calls that had begun and not returned when the dump was taken (by seq), with the
+    /// recording thread each was on: for a hang, the blocked host call.
+    pub in_flight: Vec<(u64, u16)>,
 }
 
 /// `Frame::Begin` by reference. The recorder's hot path encodes a call where it was built: a

@@ -25,7 +25,7 @@ pub use format::{
 pub use frame::*;
 pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
-pub use render::{call_text, render, render_call, summary};
+pub use render::{call_text, render, render_call, ret_text, summary};
 pub use signature::ParamType;
 pub use write::blob_frame;
 
@@ -74,6 +74,8 @@ pub struct Trace {
     pub header: Option<TraceHeader>,
     /// When and by what it was recorded; `None` in format-2 traces.
     pub provenance: Option<Provenance>,
+    /// Set when the trace is a flight recorder's dump: why it was taken.
+    pub dump: Option<DumpInfo>,
     pub sites: BTreeMap<SiteId, SiteDef>,
     /// Every blob, read from the file as it is asked for (see `BlobStore`).
     pub blobs: BlobStore,
@@ -181,6 +183,7 @@ impl Trace {
             match f {
                 Frame::Header(h) => t.header = Some(h),
                 Frame::Provenance(p) => t.provenance = Some(p),
+                Frame::Dumped(d) => t.dump = Some(d),
                 Frame::Site {
                     id,
                     file,

@@ -199,7 +199,7 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
     }
 }
 
-fn ret_text(r: &Option<Ret>) -> String {
+pub fn ret_text(r: &Option<Ret>) -> String {
     match r {
         None => "!! never returned".into(),
         Some(Ok(Value::Unit)) => "ok".into(),

@@ -45,6 +45,9 @@ impl Trace {
         if let Some(p) = &self.provenance {
             w.write(&Frame::Provenance(p.clone()))?;
         }
+        if let Some(d) = &self.dump {
+            w.write(&Frame::Dumped(d.clone()))?;
+        }
         for (id, s) in &self.sites {
             w.write(&Frame::Site {
                 id: *id,

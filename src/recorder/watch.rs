@@ -1,0 +1,161 @@
+//! The flight recorder's own thread, which dumps without help from the engine's threads.
+//!
+//! A hung engine makes no further calls, so a trigger that waits for "the next recorded call"
+//! never fires: the dump that matters most is the one never written. Here SIGUSR1's handler
+//! only writes a byte into a pipe (an async-signal-safe act), and this thread, woken by it,
+//! dumps every armed flight recorder at once. A few times a second it also looks for a call
+//! that has been inside the wrapped backend for longer than its recorder's `hang_after`
+//! (`GPUTAPE_FLIGHT_HANG_S`), and dumps then, naming that call. It calls nothing on the
+//! device, so it cannot disturb a capture.
+
+use super::flight::{self, Shared};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Once;
+use std::time::Duration;
+
+/// The pipe's write end, for the signal handler (-1: no watcher; the handler falls back to
+/// a flag the next recorded call reads).
+static WAKE: AtomicI32 = AtomicI32::new(-1);
+static STARTED: Once = Once::new();
+
+/// How often hangs are looked for while some recorder has `hang_after` set.
+const HANG_TICK: Duration = Duration::from_millis(100);
+/// How long the watcher waits for a recorder's lock before it tries again next tick.
+const LOCK_WAIT: Duration = Duration::from_millis(50);
+
+/// Start the watcher and install the SIGUSR1 handler, once per process.
+pub(crate) fn start() {
+    STARTED.call_once(|| {
+        if let Some(write) = spawn_watcher() {
+            WAKE.store(write, Ordering::Release);
+        }
+        // SAFETY: installing a handler that only does async-signal-safe work (an atomic load
+        // and store, one write(2) into a non-blocking pipe).
+        unsafe {
+            libc::signal(
+                libc::SIGUSR1,
+                on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    });
+}
+
+/// The pipe and the thread reading it; the pipe's write end, or `None` when either could
+/// not be made (SIGUSR1 then dumps at the next recorded call, as before).
+fn spawn_watcher() -> Option<i32> {
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the two-element array it is given.
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if made != 0 {
+        return None;
+    }
+    let [read, write] = fds;
+    let spawned = std::thread::Builder::new()
+        .name("gputape-flight-watch".into())
+        .spawn(move || watch(read));
+    if spawned.is_err() {
+        // SAFETY: both descriptors were just made by pipe2 and are used by nothing else.
+        unsafe {
+            libc::close(read);
+            libc::close(write);
+        }
+        return None;
+    }
+    Some(write)
+}
+
+extern "C" fn on_usr1(_: libc::c_int) {
+    let fd = WAKE.load(Ordering::Acquire);
+    if fd < 0 {
+        flight::SIGNALLED.store(true, Ordering::Relaxed);
+        return;
+    }
+    let byte = 1u8;
+    // SAFETY: write(2) is async-signal-safe; the pipe is non-blocking, so a full pipe (a
+    // wake-up already pending) drops the byte instead of blocking the handler.
+    unsafe {
+        libc::write(fd, (&byte as *const u8).cast(), 1);
+    }
+}
+
+/// The watcher's loop: a signal dumps every armed recorder; a call past its recorder's
+/// `hang_after` dumps that recorder, once per stuck call.
+fn watch(read: i32) {
+    let mut dumped_for: Vec<(usize, u64)> = Vec::new();
+    loop {
+        let recorders = flight::armed();
+        let watching_hangs = recorders.iter().any(|st| {
+            st.try_lock_for(LOCK_WAIT).is_some_and(|g| {
+                g.flight
+                    .as_deref()
+                    .is_some_and(|f| f.cfg.hang_after.is_some())
+            })
+        });
+        drop(recorders);
+        let timeout = if watching_hangs {
+            HANG_TICK
+        } else {
+            Duration::from_secs(1)
+        };
+        if woken(read, timeout) {
+            for st in flight::armed() {
+                if let Some(mut g) = st.try_lock_for(Duration::from_secs(1)) {
+                    flight::trigger(&mut g, "SIGUSR1", None);
+                }
+            }
+        }
+        if watching_hangs {
+            for st in flight::armed() {
+                check_hang(&st, &mut dumped_for);
+            }
+        }
+    }
+}
+
+/// Dump `st` if its oldest call in flight has been there longer than its `hang_after`.
+fn check_hang(st: &Shared, dumped_for: &mut Vec<(usize, u64)>) {
+    let Some(mut g) = st.try_lock_for(LOCK_WAIT) else {
+        return;
+    };
+    let Some(after) = g.flight.as_deref().and_then(|f| f.cfg.hang_after) else {
+        return;
+    };
+    let Some(c) = g.open_calls.first() else {
+        return;
+    };
+    let key = (std::sync::Arc::as_ptr(st) as usize, c.seq);
+    let waited = c.since.elapsed();
+    if waited < after || dumped_for.contains(&key) {
+        return;
+    }
+    let reason = format!(
+        "hang: call #{} on recording thread t{} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={})",
+        c.seq,
+        c.thread,
+        waited.as_secs_f64(),
+        after.as_secs_f64()
+    );
+    if dumped_for.len() >= 64 {
+        dumped_for.remove(0);
+    }
+    dumped_for.push(key);
+    flight::trigger(&mut g, &reason, None);
+}
+
+/// Wait up to `timeout` for the pipe; true when a wake-up came (drained).
+fn woken(read: i32, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: read,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, its count 1.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+    if n <= 0 || pfd.revents & libc::POLLIN == 0 {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: reading into a buffer we own, of its length; the descriptor is non-blocking.
+    while unsafe { libc::read(read, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    true
+}

@@ -1,0 +1,358 @@
+//! An outside engine (examples/outside_engine: its own kernels and CPU bodies, two streams,
+//! eager or graph-launched) behind the flight recorder, on the mock: each failure it really
+//! has is dumped, replayed with its kernel named, and minimized; the recorder never breaks
+//! its capture and adds no call of its own while a stream captures.
+
+#[path = "../examples/outside_engine/engine.rs"]
+mod engine;
+
+use engine::{Config, Engine};
+use gputape::backend::{CaptureMode, GpuBackend};
+use gputape::mock::{MockConfig, MockGpuBackend};
+use gputape::recorder::{BackendDesc, FlightConfig, RecordingBackend};
+use gputape::replayer::{ReplayOptions, ReplayReport, Replayer};
+use gputape::trace::Trace;
+use std::path::{Path, PathBuf};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gputape-outside-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn mock(mode: CaptureMode) -> MockGpuBackend {
+    MockGpuBackend::new(MockConfig {
+        capture_mode: mode,
+        ..MockConfig::default()
+    })
+}
+
+fn flight(dir: &Path, every: u64, mode: CaptureMode) -> RecordingBackend<MockGpuBackend> {
+    let mut cfg = FlightConfig::new(dir);
+    cfg.checkpoint_every = every;
+    RecordingBackend::flight(mock(mode), cfg, BackendDesc::new("mock")).expect("flight recorder")
+}
+
+fn dumps(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Replay a dump on a fresh mock that has the engine's module (its CPU bodies).
+fn replay(t: &Trace) -> ReplayReport {
+    let m = MockGpuBackend::default();
+    m.load_module(&engine::module()).expect("module");
+    Replayer::new(t)
+        .run(&m, &ReplayOptions::default(), None, |_| {})
+        .expect("replay runs")
+}
+
+fn culprit_kernel(r: &ReplayReport) -> String {
+    r.faults
+        .iter()
+        .find(|f| f.reproduced)
+        .and_then(|f| f.raised_by.as_ref().map(|c| c.kernel.clone()))
+        .unwrap_or_default()
+}
+
+/// The engine captures its step with `step_boundary` inside the capture, at every phase of
+/// the checkpoint interval, in global and relaxed mode: it runs to the end with the flight
+/// recorder on, the recorder makes no call beside the capture, and a fault planted after the
+/// capture is dumped and reproduced from the dump, pinned to its kernel inside the graph.
+#[test]
+fn capture_inside_step_hook_never_broken_and_fault_after_it_replays() {
+    let every = 4;
+    for mode in [CaptureMode::Global, CaptureMode::Relaxed] {
+        for graph_at in 0..every {
+            let dir = temp_dir(&format!("cap-{mode:?}-{graph_at}"));
+            let gpu = flight(&dir, every, mode);
+            let cfg = Config {
+                graph_at: Some(graph_at),
+                ..Config::default()
+            };
+            let mut e = Engine::new(&gpu, cfg.clone()).expect("engine");
+            let out = e.run(3 * every);
+            assert!(
+                out.is_ok(),
+                "{mode:?}, capture at step {graph_at}: the engine failed: {:?}",
+                out.err().map(|(n, e)| format!("step {n}: {e:#}"))
+            );
+            let beside = gpu.inner().calls_beside_captures();
+            assert!(
+                beside.is_empty(),
+                "{mode:?}, capture at {graph_at}: calls beside the capture: {beside:?}"
+            );
+            let held = gpu.flight_held().expect("flight");
+            assert_eq!(held.own_failures, 0, "{mode:?} {graph_at}");
+            drop(e);
+            drop(gpu);
+
+            // The same engine, a bad id long after the capture: the graph launch faults.
+            let gpu = flight(&dir, every, mode);
+            let bad_step = 3 * every + 1;
+            let mut e = Engine::new(
+                &gpu,
+                Config {
+                    bad_id: Some((bad_step, 1 << 24)),
+                    ..cfg
+                },
+            )
+            .expect("engine");
+            let err = e.run(4 * every).expect_err("the bad id faults");
+            assert_eq!(err.0, bad_step, "{err:?}");
+            let d = dumps(&dir);
+            assert_eq!(d.len(), 1, "one dump: {d:?}");
+            let t = Trace::open(&d[0]).expect("dump opens");
+            assert!(t.dump.as_ref().is_some_and(|i| i.reason.contains("failed")));
+            let r = replay(&t);
+            assert!(r.passed(), "{mode:?} {graph_at}: {}", r.summary());
+            assert!(
+                culprit_kernel(&r).contains("oe_embed"),
+                "{mode:?} {graph_at}: {}",
+                r.summary()
+            );
+            drop(e);
+            drop(gpu);
+            std::fs::remove_dir_all(&dir).ok();
+        }
+    }
+}
+
+/// A device-side assert: raised by the launch, reported at the next wait as
+/// CUDA_ERROR_ASSERT (710), the context dead after; the dump replays it, names the kernel,
+/// passes, and minimizes.
+#[test]
+fn device_assert_is_710_reproduced_and_minimized() {
+    let dir = temp_dir("assert");
+    let gpu = flight(&dir, 8, CaptureMode::Global);
+    let mut e = Engine::new(
+        &gpu,
+        Config {
+            checked: true,
+            bad_id: Some((13, 70)),
+            ..Config::default()
+        },
+    )
+    .expect("engine");
+    let (step, err) = e.run(40).expect_err("the assert fires");
+    assert_eq!(step, 13);
+    assert_eq!(gputape::driver_code(&err), Some(710), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("id >= 0 && id < rows"),
+        "{err:#}"
+    );
+    drop(e);
+    drop(gpu);
+    let d = dumps(&dir);
+    let t = Trace::open(&d[0]).expect("dump");
+    let r = replay(&t);
+    assert!(r.passed(), "{}", r.summary());
+    assert!(
+        r.summary().contains("CUDA_ERROR_ASSERT (710)"),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        culprit_kernel(&r).contains("oe_embed_checked"),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        r.stopped_at.is_some(),
+        "the replay stops at the dead context"
+    );
+
+    let mut oracle = |cand: &Trace| -> anyhow::Result<_> {
+        Ok(gputape::replayer::signature(&replay(cand)).map(|(s, _)| s))
+    };
+    let small =
+        gputape::replayer::minimize(&t, &mut oracle, 400, &mut |_, _| {}).expect("minimize");
+    assert!(
+        small.trace.calls.len() < t.calls.len() / 4,
+        "{} of {} calls kept",
+        small.trace.calls.len(),
+        t.calls.len()
+    );
+    assert!(replay(&small.trace).passed());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A replay that cannot run the kernel a recorded failure is about does not pass: the
+/// failure is "not checked", never "no divergence".
+#[test]
+fn a_recorded_fault_in_a_kernel_the_replay_cannot_run_is_not_checked() {
+    let dir = temp_dir("opaque");
+    let gpu = flight(&dir, 8, CaptureMode::Global);
+    let mut e = Engine::new(
+        &gpu,
+        Config {
+            bad_id: Some((5, 1 << 24)),
+            ..Config::default()
+        },
+    )
+    .expect("engine");
+    e.run(10).expect_err("faults");
+    drop(e);
+    drop(gpu);
+    let t = Trace::open(&dumps(&dir)[0]).expect("dump");
+    // A mock without the engine's module: its kernels are opaque.
+    let r = Replayer::new(&t)
+        .with_opaque_kernels()
+        .run(
+            &MockGpuBackend::default(),
+            &ReplayOptions::default(),
+            None,
+            |_| {},
+        )
+        .expect("replay");
+    assert!(!r.passed(), "{}", r.summary());
+    assert!(r.summary().contains("not checked"), "{}", r.summary());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A trace with no complete call replays as "nothing checked", and does not pass.
+#[test]
+fn a_replay_that_checked_nothing_does_not_pass() {
+    let dir = temp_dir("empty");
+    let gpu = flight(&dir, 8, CaptureMode::Global);
+    let path = gpu.flight_dump("asked for at once").expect("dump");
+    drop(gpu);
+    let t = Trace::open(&path).expect("dump");
+    assert_eq!(
+        t.dump.as_ref().map(|d| d.reason.as_str()),
+        Some("asked for at once")
+    );
+    let r = replay(&t);
+    assert!(r.checked_nothing());
+    assert!(!r.passed(), "{}", r.summary());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A backend whose stream syncs block while it is stuck: a kernel that spins on a flag
+/// nobody sets, as the host sees it.
+#[derive(Default)]
+struct Stuck {
+    stuck: parking_lot::Mutex<bool>,
+    cv: parking_lot::Condvar,
+    cache: gputape::backend::OpCache,
+}
+
+impl GpuBackend for Stuck {
+    fn alloc(&self, _bytes: usize) -> anyhow::Result<gputape::backend::DevicePtr> {
+        Ok(gputape::backend::DevicePtr(0x1000))
+    }
+    fn alloc_managed(&self, bytes: usize) -> anyhow::Result<gputape::backend::DevicePtr> {
+        self.alloc(bytes)
+    }
+    fn free(&self, _ptr: gputape::backend::DevicePtr) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn copy_h2d(&self, _src: &[u8], _dst: gputape::backend::DevicePtr) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn copy_d2h(&self, _src: gputape::backend::DevicePtr, _dst: &mut [u8]) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn copy_d2d(
+        &self,
+        _src: gputape::backend::DevicePtr,
+        _dst: gputape::backend::DevicePtr,
+        _bytes: usize,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn launch(
+        &self,
+        _func: gputape::backend::KernelHandle,
+        _grid: [u32; 3],
+        _block: [u32; 3],
+        _shared_mem: u32,
+        _stream: u64,
+        _params: &mut [*mut std::ffi::c_void],
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn memset(&self, _: gputape::backend::DevicePtr, _: u8, _: usize) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn memset_async(
+        &self,
+        _: gputape::backend::DevicePtr,
+        _: u8,
+        _: usize,
+        _: u64,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn total_memory(&self) -> anyhow::Result<usize> {
+        Ok(1 << 30)
+    }
+    fn free_memory(&self) -> anyhow::Result<usize> {
+        Ok(1 << 30)
+    }
+    fn sm_count(&self) -> anyhow::Result<u32> {
+        Ok(1)
+    }
+    fn synchronize(&self, _stream: u64) -> anyhow::Result<()> {
+        let mut s = self.stuck.lock();
+        while *s {
+            self.cv.wait(&mut s);
+        }
+        Ok(())
+    }
+    fn default_stream(&self) -> u64 {
+        0
+    }
+    fn kernel(&self, _module: &str, _func: &str) -> anyhow::Result<gputape::backend::KernelHandle> {
+        Ok(gputape::backend::KernelHandle(1))
+    }
+    fn op_cache(&self) -> &gputape::backend::OpCache {
+        &self.cache
+    }
+}
+
+/// A hang: the engine's thread is stuck inside a sync and makes no further call; the flight
+/// recorder's own thread dumps after `hang_after`, naming the call in flight and why.
+#[test]
+fn a_hang_is_dumped_by_the_recorders_own_thread() {
+    let dir = temp_dir("hang");
+    let mut cfg = FlightConfig::new(&dir);
+    cfg.hang_after = Some(std::time::Duration::from_millis(300));
+    let gpu =
+        RecordingBackend::flight(Stuck::default(), cfg, BackendDesc::new("stuck")).expect("flight");
+    let k = gpu.kernel("spin", "wait_flag").expect("kernel");
+    gpu.launch(k, [1, 1, 1], [1, 1, 1], 0, 0, &mut [])
+        .expect("launch");
+    *gpu.inner().stuck.lock() = true;
+    std::thread::scope(|s| {
+        let engine = s.spawn(|| gpu.synchronize(0));
+        let t0 = std::time::Instant::now();
+        while dumps(&dir).is_empty() && t0.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let d = dumps(&dir);
+        // Let the engine go before asserting, so a failure does not hang the test.
+        *gpu.inner().stuck.lock() = false;
+        gpu.inner().cv.notify_all();
+        engine.join().expect("engine thread").expect("sync");
+        assert_eq!(d.len(), 1, "the hang was dumped");
+        let t = Trace::open(&d[0]).expect("dump");
+        let info = t.dump.expect("a dump says why");
+        assert!(info.reason.starts_with("hang:"), "{}", info.reason);
+        let sync = t
+            .calls
+            .iter()
+            .find(|c| c.call.kind().name() == "synchronize")
+            .expect("the sync is in the dump");
+        assert!(info.in_flight.iter().any(|(seq, _)| *seq == sync.seq));
+        assert!(sync.ret.is_none(), "the sync had not returned");
+    });
+    std::fs::remove_dir_all(&dir).ok();
+}
