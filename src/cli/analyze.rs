@@ -63,8 +63,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     check_range(&t, range)?;
     if let Some(s) = stream {
         let known = t.calls.iter().any(|c| {
-            c.call.work_stream()
-                == Some(crate::trace::StreamRef::Id(crate::trace::StreamId(s)))
+            c.call.work_stream() == Some(crate::trace::StreamRef::Id(crate::trace::StreamId(s)))
         });
         anyhow::ensure!(
             known,

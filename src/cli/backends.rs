@@ -5,9 +5,9 @@
 //! It is also the one place an engine's own modules (`cli::main_with`) are loaded, so no verb
 //! can open a backend without them.
 
-use anyhow::Result;
 use crate::backend::{CaptureMode, DevicePtr, GpuBackend, ModuleCode, StreamKind};
 use crate::recorder::BackendDesc;
+use anyhow::Result;
 use std::sync::Arc;
 
 use super::Ctx;

@@ -57,8 +57,7 @@ fn bench_launch(rounds: usize, per_round: usize) -> Result<()> {
     let desc = crate::recorder::BackendDesc::new("cuda");
     let rec = crate::recorder::RecordingBackend::to_file(cuda_blas()?, &path, desc)?;
     rec.start()?;
-    let (plain, recorded) =
-        crate::cuda::bench::launch_pair(&g, &rec, "saxpy", rounds, per_round)?;
+    let (plain, recorded) = crate::cuda::bench::launch_pair(&g, &rec, "saxpy", rounds, per_round)?;
     let stats = rec.stop()?;
     std::fs::remove_file(&path).ok();
     println!();

@@ -42,10 +42,7 @@ pub fn parse_stream(s: &str) -> Result<u32, String> {
 }
 
 /// Open a trace, looking for its stored blobs where `--blobs` says.
-pub fn open_trace(
-    ctx: &Ctx,
-    path: &Path,
-) -> Result<crate::trace::Trace, crate::trace::TraceError> {
+pub fn open_trace(ctx: &Ctx, path: &Path) -> Result<crate::trace::Trace, crate::trace::TraceError> {
     crate::trace::Trace::open_with(path, ctx.blob_dir())
 }
 

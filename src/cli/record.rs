@@ -347,4 +347,3 @@ fn record_steps_on<B: GpuBackend + 'static>(
     model.teardown(gpu)?;
     Ok(())
 }
-
