@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod backend;
+pub mod cli;
 pub mod cuda;
 pub mod mock;
 pub mod model;

@@ -37,3 +37,22 @@ fn the_examples_run_on_the_mock() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+#[test]
+fn the_engine_tape_example_is_the_whole_command_line() {
+    let p = example("engine_tape");
+    assert!(p.exists(), "{} is built with the tests", p.display());
+    let o = Command::new(&p)
+        .args(["replay", "traces/mock_two_streams.gtape"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("replayed"), "{out}");
+    let o = Command::new(&p).arg("no-such-verb").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -2,11 +2,15 @@
 //! what they need (`Want`) and get an `Opened`: the backend as a trait object, plus the two
 //! things some verbs need that the trait does not carry. Adding a backend is a folder beside
 //! `mock/` and `cuda/`, a `Backend` value, its line in `Backend::props` and its arm in `open`.
+//! It is also the one place an engine's own modules (`cli::main_with`) are loaded, so no verb
+//! can open a backend without them.
 
+use crate::backend::{CaptureMode, DevicePtr, GpuBackend, ModuleCode, StreamKind};
+use crate::recorder::BackendDesc;
 use anyhow::Result;
-use gputape::backend::{CaptureMode, DevicePtr, GpuBackend, ModuleCode, StreamKind};
-use gputape::recorder::BackendDesc;
 use std::sync::Arc;
+
+use super::Ctx;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
@@ -24,7 +28,8 @@ pub struct Props {
     /// Overruns are found by scanning red zones around allocations (the mock checks every
     /// access against exact bounds instead, so it has none).
     pub has_redzones: bool,
-    /// Kernels run as CPU twins: an engine's own kernels, which have none here, are opaque.
+    /// Kernels run as CPU twins: an engine's own kernels have none here, and are opaque,
+    /// unless the tool was built with the engine's modules (`cli::main_with`).
     pub runs_cpu_twins: bool,
 }
 
@@ -119,33 +124,40 @@ impl Opened {
     }
 }
 
-/// Open `b` as `want` asks.
-pub fn open(b: Backend, want: Want) -> Result<Opened> {
+/// Open `b` as `want` asks, with the engine's own modules of `ctx` loaded after gputape's (on
+/// the mock their CPU bodies then run where a replay would skip an opaque kernel; on CUDA they
+/// are compiled as a trace's embedded code would be).
+pub fn open(ctx: &Ctx, b: Backend, want: Want) -> Result<Opened> {
     let opened = match b {
         Backend::Mock => open_mock(want),
         Backend::Cuda => open_cuda(want)?,
     };
     let twins = want.replay && opened.load_code.is_none();
     if want.blas || twins {
-        gputape::workloads::load_kernels(opened.gpu.as_ref())?;
+        crate::workloads::load_kernels(opened.gpu.as_ref())?;
     }
     if want.model || twins {
-        gputape::model::kernels::load(opened.gpu.as_ref())?;
+        crate::model::kernels::load(opened.gpu.as_ref())?;
     }
     if twins {
         // A bf16 step's trace (model::llama) replays on the mock through its twins too.
-        gputape::model::llama::kernels::load_modules(opened.gpu.as_ref())?;
+        crate::model::llama::kernels::load_modules(opened.gpu.as_ref())?;
+    }
+    for m in ctx.modules {
+        anyhow::Context::with_context(opened.gpu.load_module(m), || {
+            format!("loading the engine's module {}", m.name)
+        })?;
     }
     Ok(opened)
 }
 
 fn open_mock(want: Want) -> Opened {
-    let mut cfg = gputape::mock::MockConfig::default();
+    let mut cfg = crate::mock::MockConfig::default();
     if let Some((mode, kind)) = want.capture {
         cfg.capture_mode = mode;
         cfg.stream_kind = kind;
     }
-    let m = Arc::new(gputape::mock::MockGpuBackend::new(cfg));
+    let m = Arc::new(crate::mock::MockGpuBackend::new(cfg));
     let at = m.clone();
     Opened {
         gpu: m,
@@ -157,10 +169,10 @@ fn open_mock(want: Want) -> Opened {
 }
 
 fn open_cuda(want: Want) -> Result<Opened> {
-    if !gputape::cuda::driver_present() {
-        return Err(gputape::cuda::ProbeError::NoDriver.into());
+    if !crate::cuda::driver_present() {
+        return Err(crate::cuda::ProbeError::NoDriver.into());
     }
-    let mut cfg = gputape::cuda::CudaConfig::from_env(0);
+    let mut cfg = crate::cuda::CudaConfig::from_env(0);
     cfg.pdl |= want.pdl;
     if let Some(bytes) = want.redzones {
         if cfg.redzone.bytes == 0 {
@@ -171,7 +183,7 @@ fn open_cuda(want: Want) -> Result<Opened> {
         cfg.capture_mode = mode;
         cfg.stream_kind = kind;
     }
-    let g = Arc::new(gputape::cuda::CudaBackend::new(cfg)?);
+    let g = Arc::new(crate::cuda::CudaBackend::new(cfg)?);
     let (at, code, pdl) = (g.clone(), g.clone(), g.clone());
     Ok(Opened {
         gpu: g,
@@ -188,7 +200,7 @@ fn open_cuda(want: Want) -> Result<Opened> {
 
 fn cuda_desc() -> BackendDesc {
     let mut d = BackendDesc::new("cuda");
-    if let Ok(devs) = gputape::cuda::probe() {
+    if let Ok(devs) = crate::cuda::probe() {
         if let Some(dev) = devs.first() {
             d.device_name = Some(dev.name.clone());
             d.driver_version = Some(dev.driver_version);

@@ -1,0 +1,349 @@
+//! `gputape record`: traces of gputape's own workloads and models, for trying the tools, for
+//! the test fixtures in `traces/`, and for measuring the recorder on real hardware. An engine
+//! records its own work through `RecordingBackend`, not through this verb.
+
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+use super::backends::{self, Backend, Want};
+use super::common::{fault_plan, model_backend, model_config, parse_range, DEFAULT_CONFIG};
+use super::{Ctx, Exit};
+use crate::backend::GpuBackend;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Record this decode step of the model.
+    #[arg(long, conflicts_with_all = ["workload", "steps"])]
+    step: Option<usize>,
+    /// Record consecutive decode steps A..B (B exclusive) into one trace.
+    #[arg(long, value_parser = parse_range, conflicts_with = "workload")]
+    steps: Option<(u64, u64)>,
+    /// Model size for --step: `default` or `tiny` (the same default as `demo`, so step K
+    /// is the same step in both).
+    #[arg(long, default_value = DEFAULT_CONFIG)]
+    config: String,
+    /// Plant the fault at this step (see `demo`).
+    #[arg(long)]
+    fault_step: Option<usize>,
+    /// How far past the end the planted fault writes, in floats (see `demo`).
+    #[arg(long, default_value_t = 16)]
+    fault_overrun: u32,
+    /// Record a small workload instead of the model.
+    #[arg(long, value_enum)]
+    workload: Option<Workload>,
+    /// Record the bf16 batched step (paged KV, grouped-query attention) of this Hugging
+    /// Face config instead of the small f32 model: a preset (tiny, default, llama-3.2-1b,
+    /// llama-3-8b) or the path of a config.json. Weights are generated on the device from
+    /// a seed. With --steps or --step.
+    #[arg(long, conflicts_with_all = ["workload", "fault_step"])]
+    hf: Option<String>,
+    /// Sequences in the --hf step's batch (1 to 16), of different context lengths.
+    #[arg(long, default_value_t = 1, requires = "hf")]
+    batch: usize,
+    /// Hash every live buffer at each host sync, so a replay can name the first sync (and
+    /// the kernels before it) where a buffer went wrong. Reads all device memory per sync.
+    #[arg(long)]
+    hash_syncs: bool,
+    /// Which backend to record on.
+    #[arg(long, value_enum, default_value_t = Backend::Mock)]
+    backend: Backend,
+    /// Where to write the trace.
+    #[arg(short, long)]
+    output: PathBuf,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Workload {
+    SingleStream,
+    TwoStreams,
+    Capture,
+    PointerTable,
+    /// A Hopper TMA kernel reading through a tensor map (a device address inside a kernel
+    /// parameter, encoded again at replay).
+    Tma,
+    /// A step captured into a graph whose second node writes past its output
+    /// (`--fault-overrun` floats; the default 16 is caught by the mock's bounds).
+    GraphFault,
+}
+
+/// How a recording is made, beyond what is recorded.
+#[derive(Clone, Copy)]
+struct How<'c> {
+    backend: Backend,
+    /// `--hash-syncs`.
+    hash_syncs: bool,
+    ctx: &'c Ctx<'c>,
+}
+
+impl How<'_> {
+    /// A recorder's settings from the command line: hashes at syncs, and the blob store.
+    fn set_up<B: GpuBackend>(&self, rec: &crate::recorder::RecordingBackend<B>) {
+        rec.hash_at_syncs(self.hash_syncs);
+        if let Some(dir) = self.ctx.blob_dir() {
+            rec.blob_store(dir);
+        }
+    }
+}
+
+pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    let how = How {
+        backend: a.backend,
+        hash_syncs: a.hash_syncs,
+        ctx,
+    };
+    let steps = match (a.step, a.steps) {
+        (Some(k), _) => Some((k, k + 1)),
+        (None, Some((s, e))) => Some((s as usize, e.min(1 << 20) as usize)),
+        (None, None) => None,
+    };
+    if steps.is_none() && a.workload.is_none() {
+        anyhow::bail!(
+            "say what to record: --step K or --steps A..B (decode steps of the built-in model), or --workload NAME"
+        );
+    }
+    if let (Some(hf), Some(range)) = (&a.hf, steps) {
+        record_llama(how, hf, a.batch, range, &a.output)?;
+        return Ok(Exit::Pass);
+    }
+    match (steps, a.workload) {
+        (Some(k), _) => record_step(
+            how,
+            k,
+            &a.config,
+            fault_plan(a.fault_step, a.fault_overrun),
+            &a.output,
+        ),
+        (None, w) => record(
+            how,
+            w.unwrap_or(Workload::TwoStreams),
+            a.fault_overrun,
+            &a.output,
+        ),
+    }?;
+    Ok(Exit::Pass)
+}
+
+fn record(how: How, w: Workload, overrun: u32, out: &Path) -> Result<()> {
+    let want = Want {
+        blas: true,
+        ..Want::default()
+    };
+    let o = backends::open(how.ctx, how.backend, want)?;
+    let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
+    record_on(how, rec, w, overrun, out)
+}
+
+/// A Hugging Face config: a preset's name, or the path of a config.json.
+fn hf_config(what: &str) -> Result<crate::model::hf::HfConfig> {
+    if let Some(c) = crate::model::hf::HfConfig::preset(what) {
+        return Ok(c);
+    }
+    let text = anyhow::Context::with_context(std::fs::read_to_string(what), || {
+        let names: Vec<&str> = crate::model::hf::HfConfig::preset_names().collect();
+        format!(
+            "--hf {what} is neither a preset ({}) nor a readable config.json",
+            names.join(", ")
+        )
+    })?;
+    anyhow::Context::with_context(crate::model::hf::HfConfig::parse(&text), || {
+        format!("parsing {what}")
+    })
+}
+
+/// `record --hf`: steps `first..end` of the bf16 batched step (`model::llama`) on a batch of
+/// `batch` sequences, recording from `first` on. A step that fails ends the recording there,
+/// the trace kept.
+fn record_llama(
+    how: How,
+    hf: &str,
+    batch: usize,
+    (first, end): (usize, usize),
+    out: &Path,
+) -> Result<()> {
+    use crate::model::llama::{Llama, LlamaOptions};
+    let cfg = hf_config(hf)?;
+    let o = backends::open(how.ctx, how.backend, Want::default())?;
+    let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
+    how.set_up(&rec);
+    let gpu: &dyn GpuBackend = &rec;
+    let opts = LlamaOptions::staggered(batch, cfg.max_position_embeddings.min(1024), 200);
+    let t = std::time::Instant::now();
+    let mut m = Llama::load(gpu, &cfg, opts)?;
+    eprintln!(
+        "loaded {} (batch {batch}, contexts {:?}): {:.2} GB on the device in {:.1} s",
+        cfg.name,
+        m.lens(),
+        m.device_bytes() as f64 / 1e9,
+        t.elapsed().as_secs_f64()
+    );
+    let mut tokens: Vec<u32> = (0..batch as u32).map(|b| 1 + 7 * b).collect();
+    let mut failed = None;
+    for step in 0..end {
+        if step == first {
+            let t = std::time::Instant::now();
+            rec.start()?;
+            eprintln!(
+                "snapshot of device memory: {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        match m.step(gpu, &tokens) {
+            Ok(next) => {
+                if step >= first {
+                    println!("step {step} produced tokens {next:?}");
+                }
+                tokens = next;
+            }
+            Err(e) => {
+                println!(
+                    "step {step} failed{}: {e:#}",
+                    if step >= first { " (recorded)" } else { "" }
+                );
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    if rec.is_recording() {
+        let stats = rec.stop()?;
+        println!(
+            "recorded: {} calls, {} bytes -> {}",
+            stats.calls,
+            stats.bytes,
+            out.display()
+        );
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => m.release(gpu),
+    }
+}
+
+fn record_on<B: GpuBackend>(
+    how: How,
+    rec: crate::recorder::RecordingBackend<B>,
+    w: Workload,
+    overrun: u32,
+    out: &Path,
+) -> Result<()> {
+    how.set_up(&rec);
+    rec.start()?;
+    let g: &dyn GpuBackend = &rec;
+    match w {
+        Workload::SingleStream => crate::workloads::single_stream(g)?,
+        Workload::TwoStreams => crate::workloads::two_streams(g)?,
+        Workload::Capture => crate::workloads::capture_region(g)?,
+        Workload::PointerTable => crate::workloads::pointer_table(g)?,
+        Workload::Tma => crate::workloads::tma(g)?,
+        Workload::GraphFault => {
+            let r = crate::workloads::graph_fault_with(g, overrun);
+            if let Err(e) = &r {
+                println!("the graph step failed (recorded): {e:#}");
+            }
+            let _ = g.sweep_unreleased();
+            Vec::new()
+        }
+    };
+    let stats = rec.stop()?;
+    println!(
+        "recorded {} calls, {} bytes -> {}",
+        stats.calls,
+        stats.bytes,
+        out.display()
+    );
+    Ok(())
+}
+
+fn record_step(
+    how: How,
+    steps: (usize, usize),
+    config: &str,
+    fault: Option<crate::model::FaultPlan>,
+    out: &Path,
+) -> Result<()> {
+    let cfg = model_config(config)?;
+    let (first, end) = steps;
+    anyhow::ensure!(
+        end <= cfg.max_seq,
+        "step {} is past the {} model's last position ({}): its KV cache holds {} positions",
+        end - 1,
+        cfg.name,
+        cfg.max_seq - 1,
+        cfg.max_seq
+    );
+    anyhow::ensure!(first < end, "no steps in {first}..{end}");
+    let o = model_backend(how.ctx, how.backend, fault.is_some())?;
+    let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
+    record_steps_on(how, &rec, cfg, steps, fault, out)
+}
+
+/// Run the model up to `steps.1`, recording steps `steps.0..steps.1` (the trace starts with a
+/// snapshot of device memory at step `steps.0`, and the weights are stored once however many
+/// steps it holds).
+fn record_steps_on<B: GpuBackend + 'static>(
+    how: How,
+    rec: &crate::recorder::RecordingBackend<B>,
+    cfg: crate::model::ModelConfig,
+    (first, end): (usize, usize),
+    fault: Option<crate::model::FaultPlan>,
+    out: &Path,
+) -> Result<()> {
+    how.set_up(rec);
+    let gpu: &dyn GpuBackend = rec;
+    let mut model = crate::model::Model::load(gpu, cfg)?;
+    model.fault = fault;
+    let mut token = crate::model::PROMPT[0];
+    let what = if end == first + 1 {
+        format!("step {first}")
+    } else {
+        format!("steps {first}..{end}")
+    };
+    for pos in 0..end {
+        if pos == first {
+            rec.start()?;
+        }
+        let r = model.step(gpu, token, pos);
+        let last = pos + 1 == end || r.is_err();
+        if pos >= first {
+            match &r {
+                Err(e) => println!("step {pos} failed (recorded): {e:#}"),
+                Ok(t) => println!("step {pos} produced token {t}"),
+            }
+        }
+        if last {
+            // Red zones are read while still recording, so the violation is in the trace.
+            if let Ok(bad @ 1..) = gpu.scan_redzones() {
+                println!("red-zone scan found {bad} violation(s)");
+            }
+            let stopped = rec.stop();
+            if let Ok(stats) = &stopped {
+                println!(
+                    "recorded {what}: {} calls, {} bytes -> {}",
+                    stats.calls,
+                    stats.bytes,
+                    out.display()
+                );
+            }
+            if r.is_err() {
+                // After a recorded fault the device may be gone; the trace is what matters.
+                if let Err(e) = model.teardown(gpu) {
+                    let first = format!("{e:#}");
+                    eprintln!(
+                        "note: teardown after the recorded fault failed too: {}",
+                        first.split(": ").next().unwrap_or(&first)
+                    );
+                }
+                stopped?;
+                return Ok(());
+            }
+            // The steps ran whatever became of the recording; a recording that stopped early
+            // is this command's failure, said after the steps' own results.
+            stopped.map_err(|e| anyhow::anyhow!("{e} -> {}", out.display()))?;
+            break;
+        }
+        let next = r?;
+        token = crate::model::PROMPT.get(pos + 1).copied().unwrap_or(next);
+    }
+    model.teardown(gpu)?;
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! `gputape replay`: the verb the rest of the tool exists for. The options here only choose
+//! how the replayer runs (`replayer::ReplayOptions`) and where it runs; what the trace records
+//! decides the rest (`replayer::ReplayPolicy`). A replay that may kill a CUDA context runs in a
+//! child process, which is this same command line again with a hidden `--child-report`.
+
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+use super::backends::{self, Backend, Want};
+use super::common::{check_range, open_trace, parse_range, step_range, timing_line, write_out};
+use super::{pass_if, Ctx, Exit};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The trace to replay.
+    trace: PathBuf,
+    /// The backend to replay on.
+    #[arg(long, value_enum, default_value_t = Backend::Mock)]
+    on: Backend,
+    /// Replay only calls A..B (the calls before A still run, to rebuild the state).
+    #[arg(long, value_parser = parse_range, conflicts_with = "steps")]
+    range: Option<(u64, u64)>,
+    /// Replay only steps A..B, as the engine marked them (`step_boundary`); the calls
+    /// before still run, to rebuild the state.
+    #[arg(long, value_parser = parse_range)]
+    steps: Option<(u64, u64)>,
+    /// Stop after call N.
+    #[arg(long)]
+    stop_at: Option<u64>,
+    /// Replay N times, each from the recorded initial state (restored into the same
+    /// buffers, as an engine steps over long-lived ones).
+    #[arg(long = "loop", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    loops: u32,
+    /// Replay as CUDA graphs (through the trait: the mock emulates capture).
+    #[arg(long)]
+    as_graph: bool,
+    /// Synchronise after every launch, so a fault is reported at its kernel.
+    #[arg(long)]
+    sync_each: bool,
+    /// Scan red zones after every launch (CUDA).
+    #[arg(long)]
+    scan_redzones: bool,
+    /// Do not compare device-to-host results with the recording (they are by default).
+    #[arg(long)]
+    no_verify: bool,
+    /// The most host memory one replayed call may ask for (a readback buffer), in bytes; a
+    /// trace asking for more is refused rather than trusted.
+    #[arg(long, default_value_t = crate::replayer::DEFAULT_MAX_HOST_BYTES)]
+    max_memory: u64,
+    /// Print each call's host time (first loop); with --sync-each, a launch's time runs
+    /// until its stream is synchronised, so it includes the kernel's run.
+    #[arg(long)]
+    timing: bool,
+    /// Write a Perfetto/Chrome trace of the recording's host calls plus the device work as
+    /// this replay timed it (one track per stream; implies --sync-each and --timing: a
+    /// launch's span runs until its kernel finished, launch and sync latency included;
+    /// other calls' spans are their host time).
+    #[arg(long, value_name = "FILE", conflicts_with = "as_graph")]
+    perfetto: Option<PathBuf>,
+    /// Put every buffer at its recorded address (needed when buffers hold device
+    /// addresses; CUDA uses the driver's virtual memory management).
+    #[arg(long)]
+    fixed_addresses: bool,
+    /// On CUDA, launch kernels written for programmatic dependent launch (their PTX waits
+    /// on the grid dependency) so each may start while the one before it finishes; in a
+    /// graph that overlaps a node's launch with the previous node. Same as GPUTAPE_PDL=1.
+    #[arg(long)]
+    pdl: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// On CUDA, replay in this process even if the trace recorded a fault (an illegal
+    /// address kills the CUDA context, so by default a child process runs such replays).
+    #[arg(long)]
+    no_isolate: bool,
+    // Given by the parent of a child replay (see `replay_in_child`): where to write the report.
+    #[arg(long, hide = true)]
+    child_report: Option<PathBuf>,
+}
+
+pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    anyhow::ensure!(
+        a.perfetto.as_deref() != Some(Path::new("-")),
+        "replay --perfetto needs a file: standard output carries the replay's report"
+    );
+    let opts = crate::replayer::ReplayOptions {
+        range: a.range,
+        stop_at: a.stop_at,
+        loops: a.loops as usize,
+        sync_each: a.sync_each || a.perfetto.is_some(),
+        scan_redzones_each: a.scan_redzones,
+        verify: !a.no_verify,
+        per_call_timing: a.timing || a.perfetto.is_some(),
+    };
+    let flags = ReplayFlags {
+        as_graph: a.as_graph,
+        pdl: a.pdl,
+        fixed_addresses: a.fixed_addresses,
+        json: a.json,
+        no_isolate: a.no_isolate,
+        max_memory: a.max_memory,
+        perfetto: a.perfetto,
+        steps: a.steps,
+    };
+    replay(ctx, &a.trace, a.on, &opts, flags, a.child_report.as_deref())
+}
+
+/// How `replay` runs, beyond the replayer's own options.
+struct ReplayFlags {
+    as_graph: bool,
+    pdl: bool,
+    fixed_addresses: bool,
+    json: bool,
+    no_isolate: bool,
+    max_memory: u64,
+    perfetto: Option<PathBuf>,
+    /// Steps A..B: resolved to the range once the trace is open.
+    steps: Option<(u64, u64)>,
+}
+
+fn replay(
+    ctx: &Ctx,
+    path: &Path,
+    on: Backend,
+    opts: &crate::replayer::ReplayOptions,
+    flags: ReplayFlags,
+    child_report: Option<&Path>,
+) -> Result<Exit> {
+    let ReplayFlags {
+        as_graph,
+        pdl,
+        fixed_addresses,
+        json,
+        no_isolate,
+        max_memory,
+        perfetto,
+        steps,
+    } = flags;
+    use crate::replayer::Replayer;
+    let t = open_trace(ctx, path)?;
+    let stepped;
+    let opts = match steps {
+        Some(s) => {
+            stepped = crate::replayer::ReplayOptions {
+                range: Some(step_range(&t, s)?),
+                ..opts.clone()
+            };
+            &stepped
+        }
+        None => opts,
+    };
+    if let Some(cut) = &t.cut {
+        eprintln!(
+            "note: {} is cut after {} frames ({}); replaying the {} complete calls",
+            path.display(),
+            cut.frames,
+            cut.reason,
+            t.calls.iter().filter(|c| c.ret.is_some()).count()
+        );
+    }
+    // What the trace records decides how it replays (see `replayer::ReplayPolicy`).
+    let policy = crate::replayer::ReplayPolicy::of(&t);
+    if as_graph && !policy.as_graph(true) && child_report.is_none() {
+        // Said once, by the process the user started (a child replays the same command).
+        eprintln!(
+            "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
+            path.display()
+        );
+    }
+    let as_graph = policy.as_graph(as_graph);
+    if policy.isolate(on.fault_poisons_process()) && !no_isolate && child_report.is_none() {
+        return replay_in_child(ctx, json);
+    }
+    let want = Want {
+        redzones: policy.redzones(opts.scan_redzones_each).then_some(256),
+        pdl,
+        ..Want::replay()
+    };
+    let opened = backends::open(ctx, on, want)?;
+    let gpu = opened.gpu.as_ref();
+    let load_cuda = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
+    let place = |addr: u64, bytes: usize| (opened.place)(addr, bytes);
+    check_range(&t, opts.range)?;
+    if !on.has_redzones() && opts.scan_redzones_each && child_report.is_none() {
+        eprintln!(
+            "note: the mock has no red zones (it checks every access against exact bounds instead): --scan-redzones does nothing there"
+        );
+    }
+    let mut r = Replayer::new(&t).with_max_memory(max_memory);
+    if on.runs_cpu_twins() {
+        // An engine's own kernels have no CPU body here (unless this tool was built with its
+        // modules, `cli::main_with`): skipped, and said so in the report.
+        r = r.with_opaque_kernels();
+    }
+    if fixed_addresses {
+        r = r.with_fixed_addresses(&place);
+    } else if let Some(h) = r.hidden().first() {
+        eprintln!(
+            "note: {} holds the device address of {} (and {} more such words); the replay \
+             stops if that buffer lands elsewhere (--fixed-addresses puts buffers where they were)",
+            h.holder,
+            h.target,
+            r.hidden().len() - 1
+        );
+    }
+    let mut out = String::new();
+    let passed: bool;
+    let report = if as_graph {
+        let launches = opts.loops.max(1);
+        let mut g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
+        out.push_str(&g.summary());
+        passed = g.passed();
+        if !g.loop_ms.is_empty() {
+            out.push_str(&timing_line("graph replay", &g.loop_ms));
+        }
+        if let Some(t) = g.captured_timing() {
+            out.push_str(&t);
+        }
+        if launches > 1 {
+            // The same step eagerly, right after in this process: the ratio that matters.
+            let eager = crate::replayer::ReplayOptions {
+                range: opts.range,
+                loops: launches,
+                verify: opts.verify,
+                ..Default::default()
+            };
+            g.eager_step_ms = r.run(gpu, &eager, None, |_| {})?.loop_ms;
+            if let Some(t) = g.step_ratio() {
+                out.push_str(&t);
+            }
+        }
+        crate::replayer::replay_json(None, Some(&g))
+    } else {
+        let total = t.calls.len() as u64;
+        let bar = (total > 20_000 && !json).then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} calls {per_sec} eta {eta}",
+                )
+                .expect("valid template"),
+            );
+            b
+        });
+        let rep = r.run(gpu, opts, Some(&load_cuda), |seq| {
+            if let Some(b) = &bar {
+                if seq % 1024 == 0 {
+                    b.set_position(seq);
+                }
+            }
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        out.push_str(&rep.summary());
+        passed = rep.passed();
+        if !rep.loop_ms.is_empty() {
+            out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
+            out.push_str(&timing_line("eager replay", &rep.loop_ms));
+        }
+        if let Some(p) = &perfetto {
+            let spans: Vec<(u64, f64, f64)> = rep
+                .per_call_us
+                .iter()
+                .map(|c| (c.seq, c.start_us, c.us))
+                .collect();
+            let j = crate::analysis::export::perfetto_with_device(
+                &t,
+                crate::analysis::CaptureQuery::default(),
+                Some(crate::analysis::export::DeviceSpans {
+                    measured_by: format!("replayed on {}, sync after each call", on.name()),
+                    spans: &spans,
+                }),
+            );
+            if write_out(p, serde_json::to_string(&j)?.as_bytes())? {
+                eprintln!(
+                    "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
+                    p.display()
+                );
+            }
+        } else {
+            for c in &rep.per_call_us {
+                out.push_str(&format!("  #{:<6} {:10.1} us\n", c.seq, c.us));
+            }
+        }
+        crate::replayer::replay_json(Some(&rep), None)
+    };
+    if pdl {
+        match &opened.pdl_kernels {
+            Some(count) => {
+                let (pdl_kernels, kernels) = count();
+                out.push_str(&format!(
+                    "programmatic dependent launch: {pdl_kernels} of {kernels} kernel(s) (the others' PTX has no griddepcontrol.wait, so they launch the ordinary way)\n"
+                ));
+            }
+            None => out.push_str("note: --pdl applies to CUDA replays only; ignored\n"),
+        }
+    }
+    if let Some(p) = child_report {
+        std::fs::write(
+            p,
+            serde_json::to_string(
+                &serde_json::json!({"text": out, "report": report, "passed": passed}),
+            )?,
+        )?;
+        return Ok(pass_if(passed));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{out}");
+    }
+    Ok(pass_if(passed))
+}
+
+/// Run this same command in a child process and relay its report, so a fault that poisons the
+/// CUDA context cannot take the parent (and its report) down.
+fn replay_in_child(ctx: &Ctx, json: bool) -> Result<Exit> {
+    let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let report = dir.join("report.json");
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(&ctx.args)
+        .arg("--child-report")
+        .arg(&report)
+        .status()?;
+    let text = std::fs::read_to_string(&report).ok();
+    std::fs::remove_dir_all(&dir).ok();
+    match text {
+        Some(t) => {
+            let v: serde_json::Value = serde_json::from_str(&t)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v["report"])?);
+            } else {
+                print!("{}", v["text"].as_str().unwrap_or_default());
+                println!("(replayed in a child process, which exited with {status})");
+            }
+            Ok(pass_if(v["passed"].as_bool().unwrap_or(false)))
+        }
+        None => anyhow::bail!(
+            "the replay process died before reporting ({status}); the fault is past the point a report could be written"
+        ),
+    }
+}
