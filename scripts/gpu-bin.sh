@@ -7,11 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exe() { grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | grep -E "/$1(-[0-9a-f]+)?$" | tail -1; }
 cargo build --release --bins --tests
+cargo build --release --example outside_engine
 tests=$(cargo build --release --tests --message-format=json 2>/dev/null | exe gpu)
 benches=$(cargo bench --no-run --message-format=json 2>/dev/null)
 mkdir -p gpu-bin
 rm -f gpu-bin/*
 strip -o gpu-bin/gputape target/release/gputape
+strip -o gpu-bin/outside_engine target/release/examples/outside_engine
 strip -o gpu-bin/gpu-tests "$tests"
 strip -o gpu-bin/recorder-bench "$(echo "$benches" | exe recorder)"
 strip -o gpu-bin/replay-bench "$(echo "$benches" | exe replay)"

@@ -110,10 +110,12 @@ fn main_with_replays_an_engines_kernels_where_plain_gputape_skips_them() {
     assert_eq!(r["d2h_matched"], 2, "{text}");
     assert!(!text.contains("skipped"), "{text}");
 
-    // Without it: the kernel is opaque, skipped, and the readbacks that depend on it unchecked.
+    // Without it: the kernel is opaque, skipped, and the readbacks that depend on it unchecked;
+    // a replay that checked nothing does not pass.
     let (code, v) = replay(&trace, &dir.join("without.json"), &[]);
     let text = v["text"].as_str().unwrap();
-    assert_eq!(code, Exit::Pass, "{text}");
+    assert_eq!(code, Exit::Findings, "{text}");
+    assert!(text.contains("NOTHING CHECKED"), "{text}");
     assert_eq!(
         v["report"]["opaque_kernels"],
         serde_json::json!(["myengine::scale"]),
@@ -128,7 +130,7 @@ fn main_with_replays_an_engines_kernels_where_plain_gputape_skips_them() {
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
         out.contains("1 kernel(s) this backend cannot run were skipped: myengine::scale"),
         "{out}"

@@ -207,8 +207,8 @@ fn flight_child() {
         return;
     };
     let dir = std::env::var("GPUTAPE_FLIGHT_CHILD_DIR").unwrap();
-    let rec =
-        RecordingBackend::flight(mock(), FlightConfig::new(dir), BackendDesc::new("mock")).unwrap();
+    let rec = RecordingBackend::flight(mock(), FlightConfig::new(&dir), BackendDesc::new("mock"))
+        .unwrap();
     let gpu: &dyn GpuBackend = &rec;
     let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
     model::generate(gpu, &mut m, 12, |_, _, _| {}).unwrap();
@@ -216,10 +216,14 @@ fn flight_child() {
         "panic" => panic!("the engine gave up"),
         _ => {
             // SAFETY: raising a signal at this process; the flight recorder's handler only
-            // sets a flag.
+            // writes a byte into its watcher's pipe.
             unsafe { libc::raise(libc::SIGUSR1) };
-            // The next recorded call notices it.
-            let _ = gpu.alloc(16).unwrap();
+            // The recorder's own thread dumps, with no further call from the engine; an engine
+            // that exits at once would not wait, so this one does, a while at most.
+            let t0 = std::time::Instant::now();
+            while dumps(Path::new(&dir)).is_empty() && t0.elapsed().as_secs() < 10 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
         }
     }
 }

@@ -315,14 +315,14 @@ fn bad_headers_are_typed_errors() {
     ));
     let mut newer = sample();
     newer[8..10].copy_from_slice(&7u16.to_le_bytes());
-    newer[10..12].copy_from_slice(&5u16.to_le_bytes());
+    newer[10..12].copy_from_slice(&6u16.to_le_bytes());
     let e = Trace::from_bytes(p, &newer).unwrap_err();
     assert!(matches!(
         e,
         TraceError::TooNew {
             format: 7,
-            min_reader: 5,
-            ours: 4,
+            min_reader: 6,
+            ours: 5,
             ..
         }
     ));

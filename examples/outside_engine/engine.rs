@@ -17,13 +17,17 @@ use gputape::backend::{
 };
 use std::sync::Arc;
 
+/// How the kernels get `assert` without the C library's headers, which NVRTC lacks: the
+/// driver's `__assertfail` as NVRTC declares it, or declared here where it does not.
+pub const ASSERT_PRELUDES: [&str; 2] = [
+    "#define assert(e) ((e) ? (void)0 : __assertfail(#e, __FILE__, __LINE__, __func__, sizeof(char)))\n",
+    "extern \"C\" __host__ __device__ void __assertfail(const char*, const char*, unsigned int, const char*, decltype(sizeof(0)));\n\
+     #define assert(e) ((e) ? (void)0 : __assertfail(#e, __FILE__, __LINE__, __func__, sizeof(char)))\n",
+];
+
 /// The engine's kernels. `oe_embed` reads the table row its id names without a check (a bad
 /// id reads out of range); `oe_embed_checked` asserts the id first, as a careful engine does.
-pub const SOURCE: &str = r#"
-#ifndef assert
-extern "C" __device__ void __assertfail(const char*, const char*, unsigned int, const char*, decltype(sizeof(0)));
-#define assert(e) ((e) ? (void)0 : __assertfail(#e, __FILE__, __LINE__, __func__, 1))
-#endif
+pub const KERNELS: &str = r#"
 extern "C" __global__ void oe_embed(const float* table, const int* ids, float* out, int rows, int dim) {
     int t = blockIdx.x, j = threadIdx.x;
     int id = ids[t];
@@ -48,9 +52,14 @@ extern "C" __global__ void oe_norm(const float* state, float* out, int n) {
 }
 "#;
 
-/// The module as data: CUDA compiles the source; the mock runs the bodies, which compute what
-/// the kernels compute.
+/// The module as data, with the first assert prelude.
 pub fn module() -> ModuleDesc {
+    module_with(0)
+}
+
+/// The module as data, with assert prelude `variant`: CUDA compiles the source; the mock runs
+/// the bodies, which compute what the kernels compute.
+pub fn module_with(variant: usize) -> ModuleDesc {
     let embed = |checked: bool| -> HostBody {
         Arc::new(move |ctx| {
             let (table, ids, out) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.ptr(2)?);
@@ -98,7 +107,10 @@ pub fn module() -> ModuleDesc {
         || ParamInfo::packed(&[(8, Read), (8, Read), (8, Write), (4, Value), (4, Value)]);
     ModuleDesc {
         name: "outside".into(),
-        source: Some(SOURCE.to_string()),
+        source: Some(format!(
+            "{}{KERNELS}",
+            ASSERT_PRELUDES[variant % ASSERT_PRELUDES.len()]
+        )),
         kernels: vec![
             KernelDesc::new("oe_embed", embed_layout(), Some(embed(false))),
             KernelDesc::new("oe_embed_checked", embed_layout(), Some(embed(true))),
@@ -129,6 +141,8 @@ pub struct Config {
     pub graph_at: Option<u64>,
     /// At this step, one token id is this (out of range when past `rows`).
     pub bad_id: Option<(u64, i32)>,
+    /// Which `ASSERT_PRELUDES` entry the source uses (the one this NVRTC compiles).
+    pub prelude: usize,
 }
 
 impl Default for Config {
@@ -140,6 +154,7 @@ impl Default for Config {
             checked: false,
             graph_at: None,
             bad_id: None,
+            prelude: 0,
         }
     }
 }
@@ -170,7 +185,7 @@ pub struct Engine<'g> {
 impl<'g> Engine<'g> {
     /// Load the module, make the streams, events and buffers, and fill the table.
     pub fn new(gpu: &'g dyn GpuBackend, cfg: Config) -> anyhow::Result<Self> {
-        gpu.load_module(&module())?;
+        gpu.load_module(&module_with(cfg.prelude))?;
         let embed = if cfg.checked {
             "oe_embed_checked"
         } else {

@@ -30,7 +30,9 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
 }
 
 fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result<Exit> {
-    use crate::replayer::{minimize, signature, FaultSignature, ReplayOptions, Replayer};
+    use crate::replayer::{
+        minimize, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
+    };
     let t = open_trace(ctx, path)?;
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
@@ -83,7 +85,17 @@ fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize
     };
     let m = minimize(&t, &mut oracle, max_attempts, &mut progress);
     let _ = std::fs::remove_file(&attempt_file);
-    let m = m?;
+    let m = match m {
+        Ok(m) => m,
+        // A recorded fault the replay does not reproduce is a finding (exit 1), as for
+        // `replay`; a trace that records no fault is a usage error (2), like any other
+        // command given the wrong input.
+        Err(e @ MinimizeError::NotReproduced(_)) => {
+            eprintln!("minimize: {e}");
+            return Ok(Exit::Findings);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let after = write_trace_atomically(&m.trace, out)?;
     let initial_bytes = |t: &crate::trace::Trace| t.initial.iter().map(|i| i.bytes).sum::<u64>();
     println!("fault kept: {}", m.signature);

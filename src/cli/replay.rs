@@ -169,7 +169,7 @@ fn replay(
     }
     let as_graph = policy.as_graph(as_graph);
     if policy.isolate(on.fault_poisons_process()) && !no_isolate && child_report.is_none() {
-        return replay_in_child(ctx, json);
+        return replay_in_child(ctx, &t, json);
     }
     let want = Want {
         redzones: policy.redzones(opts.scan_redzones_each).then_some(256),
@@ -315,24 +315,92 @@ fn replay(
 
 /// Run this same command in a child process and relay its report, so a fault that poisons the
 /// CUDA context cannot take the parent (and its report) down.
-fn replay_in_child(ctx: &Ctx, json: bool) -> Result<Exit> {
+/// How long a replay in a child may take before it counts as hung: ten times the recorded
+/// wall time plus a minute (setup, restores and a cold start included), or
+/// GPUTAPE_REPLAY_DEADLINE_S.
+fn deadline(t: &crate::trace::Trace) -> std::time::Duration {
+    if let Some(s) = std::env::var("GPUTAPE_REPLAY_DEADLINE_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+    {
+        return std::time::Duration::from_secs_f64(s.min(1e9));
+    }
+    let span_ns = match (t.calls.first(), t.calls.last()) {
+        (Some(a), Some(b)) => b.t_ns.saturating_sub(a.t_ns),
+        _ => 0,
+    };
+    std::time::Duration::from_nanos(span_ns.saturating_mul(10)) + std::time::Duration::from_secs(60)
+}
+
+/// Replay in a child process, so a fault that kills the CUDA context (or a hang) leaves this
+/// one to report it. The child's stderr is passed on, and CUDA's device-side assert lines
+/// (one per failing thread) are counted and the first quoted. A child still running at the
+/// deadline is killed: a hang, reproduced when the trace is a hang's dump.
+fn replay_in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exit> {
+    use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let report = dir.join("report.json");
-    let status = std::process::Command::new(std::env::current_exe()?)
+    let mut child = std::process::Command::new(std::env::current_exe()?)
         .args(&ctx.args)
         .arg("--child-report")
         .arg(&report)
-        .status()?;
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let (mut asserts, mut first) = (0usize, None::<String>);
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(|l| l.ok())
+        {
+            if line.contains("Assertion") && line.contains("failed") {
+                asserts += 1;
+                first.get_or_insert_with(|| line.clone());
+                if asserts > 3 {
+                    continue;
+                }
+            }
+            eprintln!("{line}");
+        }
+        (asserts, first)
+    });
+    let limit = deadline(t);
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if t0.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (asserts, first_assert) = reader.join().unwrap_or((0, None));
     let text = std::fs::read_to_string(&report).ok();
     std::fs::remove_dir_all(&dir).ok();
+    let assert_line = first_assert.map(|l| {
+        format!("device-side assert: {asserts} failing thread(s) reported by CUDA; first: {l}")
+    });
+    let Some(status) = status else {
+        return Ok(hang_verdict(t, limit, json));
+    };
     match text {
-        Some(t) => {
-            let v: serde_json::Value = serde_json::from_str(&t)?;
+        Some(text) => {
+            let mut v: serde_json::Value = serde_json::from_str(&text)?;
             if json {
+                if let Some(l) = &assert_line {
+                    v["report"]["device_assert"] = serde_json::json!({"threads": asserts, "first": l});
+                }
                 println!("{}", serde_json::to_string_pretty(&v["report"])?);
             } else {
                 print!("{}", v["text"].as_str().unwrap_or_default());
+                if let Some(l) = &assert_line {
+                    println!("{l}");
+                }
                 println!("(replayed in a child process, which exited with {status})");
             }
             Ok(pass_if(v["passed"].as_bool().unwrap_or(false)))
@@ -341,4 +409,45 @@ fn replay_in_child(ctx: &Ctx, json: bool) -> Result<Exit> {
             "the replay process died before reporting ({status}); the fault is past the point a report could be written"
         ),
     }
+}
+
+/// The child replay was killed at its deadline. A trace dumped for a hang expects exactly
+/// that: the hang reproduced (exit 0), naming the calls that had not returned when it was
+/// dumped; any other trace hung where its recording did not (exit 1).
+fn hang_verdict(t: &crate::trace::Trace, limit: std::time::Duration, json: bool) -> Exit {
+    let recorded = t.dump.as_ref().filter(|d| d.reason.starts_with("hang"));
+    let stuck: Vec<String> = recorded
+        .map(|d| {
+            d.in_flight
+                .iter()
+                .filter_map(|(seq, _)| t.calls.iter().find(|c| c.seq == *seq))
+                .map(|c| crate::trace::render_call(t, c))
+                .collect()
+        })
+        .unwrap_or_default();
+    let reproduced = recorded.is_some();
+    if json {
+        let v = serde_json::json!({
+            "schema": crate::replayer::REPLAY_SCHEMA,
+            "passed": reproduced,
+            "hang": {"deadline_s": limit.as_secs_f64(), "reproduced": reproduced, "recorded_in_flight": stuck},
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!(
+            "HANG: the replay did not finish within {:.0} s and was killed",
+            limit.as_secs_f64()
+        );
+        match recorded {
+            Some(d) => {
+                println!("recorded: {}", d.reason);
+                for c in &stuck {
+                    println!("  in flight when dumped: {c}");
+                }
+                println!("-> hang REPRODUCED");
+            }
+            None => println!("-> the recording did not hang here: not reproduced"),
+        }
+    }
+    pass_if(reproduced)
 }

@@ -133,6 +133,7 @@ fn show(
                     "pid": t.provenance.as_ref().map(|p| p.pid),
                     "host": t.provenance.as_ref().and_then(|p| p.host.as_ref()),
                 },
+                "dump": t.dump.as_ref().map(|d| serde_json::json!({"reason": d.reason, "in_flight": d.in_flight.iter().map(|(seq, thread)| serde_json::json!({"seq": seq, "thread": thread})).collect::<Vec<_>>()})),
                 "calls_in_trace": t.calls.len(),
                 "initial_buffers": t.initial.len(),
                 "cut": t.cut.as_ref().map(|c| serde_json::json!({"offset": c.offset, "frames": c.frames, "reason": c.reason})),
@@ -167,6 +168,12 @@ fn show(
                 "recorded at: not stored (recorded in trace format {}, before it had provenance)",
                 h.format
             ),
+        }
+        if let Some(d) = &t.dump {
+            println!("flight dump: {}", d.reason);
+            for (seq, thread) in &d.in_flight {
+                println!("  in flight when dumped: call #{seq} on thread t{thread}");
+            }
         }
         println!(
             "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"

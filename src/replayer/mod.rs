@@ -256,6 +256,7 @@ impl<'t> Replayer<'t> {
             .min(b);
         let mut report = ReplayReport {
             loops: opts.loops.max(1),
+            dump_reason: self.trace.dump.as_ref().map(|d| d.reason.clone()),
             opaque_kernels: {
                 let mut v: Vec<String> = kernels
                     .1

@@ -162,6 +162,9 @@ pub struct ReplayReport {
     /// body here): neither reproduced nor refuted, so the replay does not pass.
     #[serde(default)]
     pub not_checked: Vec<String>,
+    /// Why the trace was dumped, when it is a flight recorder's dump.
+    #[serde(default)]
+    pub dump_reason: Option<String>,
 }
 
 impl ReplayReport {
@@ -185,10 +188,14 @@ impl ReplayReport {
 
     /// A short human summary (stable: no times), for snapshots and the CLI.
     pub fn summary(&self) -> String {
-        let mut s = format!(
+        let mut s = String::new();
+        if let Some(r) = &self.dump_reason {
+            s.push_str(&format!("flight dump: {r}\n"));
+        }
+        s.push_str(&format!(
             "replayed {} calls x{}; device-to-host results (all loops): {} of {} match the recording\n",
             self.calls, self.loops, self.d2h_matched, self.d2h_checked
-        );
+        ));
         match &self.divergence {
             None => s.push_str("no divergence\n"),
             Some(d) => s.push_str(&format!(
@@ -333,6 +340,7 @@ pub fn replay_json(
         "opaque_kernels": e.opaque_kernels,
         "unchecked": e.unchecked,
         "not_checked": e.not_checked,
+        "dump_reason": e.dump_reason,
         "checked_nothing": graph.is_none() && e.checked_nothing(),
         "timing_ms": {
             "loops": loop_ms,
