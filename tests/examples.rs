@@ -56,3 +56,119 @@ fn the_engine_tape_example_is_the_whole_command_line() {
     let o = Command::new(&p).arg("no-such-verb").output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+fn gtapes(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The outside engine as its user runs it (`GPUTAPE_FLIGHT` on, a fault at a step nobody
+/// chose), and its own tool on the dump: the engine dies with exit 1, the dump replays with
+/// the kernel named and exit 0, and `minimize` shrinks it to a handful of calls.
+#[test]
+fn the_outside_engine_dies_and_its_tool_reproduces_and_minimizes_each_fault() {
+    let p = example("outside_engine");
+    for (fault, kernel, code) in [
+        (
+            "oob",
+            "outside::oe_embed",
+            "CUDA_ERROR_ILLEGAL_ADDRESS (700)",
+        ),
+        (
+            "assert",
+            "outside::oe_embed_checked",
+            "CUDA_ERROR_ASSERT (710)",
+        ),
+    ] {
+        let dir = std::env::temp_dir().join(format!("gputape-oe-{}-{fault}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let o = Command::new(&p)
+            .args(["run", "--fault", fault, "--fault-step", "19"])
+            .env("GPUTAPE_FLIGHT", &dir)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{fault}: the engine dies");
+        let dump = gtapes(&dir).pop().expect("a dump");
+        let o = Command::new(&p).arg("replay").arg(&dump).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{fault}: {out}");
+        assert!(out.contains("REPRODUCED") && out.contains(kernel), "{out}");
+        assert!(
+            out.contains(code) && out.contains("flight dump: call #"),
+            "{out}"
+        );
+        let small = dir.join("small.gtape");
+        let o = Command::new(&p)
+            .arg("minimize")
+            .arg(&dump)
+            .arg("-o")
+            .arg(&small)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{fault}: {out}");
+        let kept: usize = out
+            .split("calls: ")
+            .nth(1)
+            .and_then(|s| s.split(" -> ").nth(1))
+            .and_then(|s| s.split(';').next())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(usize::MAX);
+        assert!(kept <= 8, "{fault}: {out}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+/// A hang: the engine's kernel spins on a flag nobody sets and its next wait never returns.
+/// The flight recorder's own thread dumps after GPUTAPE_FLIGHT_HANG_S; the tool's replay of
+/// the dump hangs again, is killed at its deadline, and reports the hang reproduced (exit 0),
+/// naming the call that was blocked.
+#[test]
+fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
+    let p = example("outside_engine");
+    let dir = std::env::temp_dir().join(format!("gputape-oe-{}-hang", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut engine = Command::new(&p)
+        .args(["run", "--fault", "hang", "--fault-step", "11"])
+        .env("GPUTAPE_FLIGHT", &dir)
+        .env("GPUTAPE_FLIGHT_HANG_S", "0.5")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while gtapes(&dir).is_empty() && t0.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // A dump file appears when it is begun: give the writer a moment to finish it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let still_running = engine.try_wait().unwrap().is_none();
+    let _ = engine.kill();
+    let _ = engine.wait();
+    assert!(still_running, "the engine hangs; it does not exit");
+    let dump = gtapes(&dir).pop().expect("the hang was dumped");
+    let o = Command::new(&p)
+        .arg("replay")
+        .arg(&dump)
+        .env("GPUTAPE_REPLAY_DEADLINE_S", "3")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("hang REPRODUCED"), "{out}");
+    assert!(out.contains("in flight when dumped: #"), "{out}");
+    assert!(out.contains("copy_d2h_on_stream"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}

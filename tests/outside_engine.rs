@@ -356,3 +356,26 @@ fn a_hang_is_dumped_by_the_recorders_own_thread() {
     });
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// CUDA reports a kernel's access to a bad address as 700 or 717 depending on where the
+/// address points, which a replay that puts buffers elsewhere changes (seen on the H200): one
+/// fault either way, and no other code is mistaken for it.
+#[test]
+fn an_invalid_address_is_one_fault_whichever_code_cuda_picks() {
+    use gputape::backend::same_fault;
+    for (recorded, replayed, same) in [
+        (700, 700, true),
+        (717, 700, true),
+        (700, 717, true),
+        (710, 710, true),
+        (700, 710, false),
+        (717, 1, false),
+        (716, 700, false),
+    ] {
+        assert_eq!(
+            same_fault(recorded, replayed),
+            same,
+            "{recorded} vs {replayed}"
+        );
+    }
+}

@@ -39,6 +39,9 @@ extern "C" __global__ void oe_embed_checked(const float* table, const int* ids, 
     assert(id >= 0 && id < rows);
     out[t * dim + j] = table[(long long)id * dim + j];
 }
+extern "C" __global__ void oe_spin(const int* flag) {
+    while (*(volatile const int*)flag == 0) { }
+}
 extern "C" __global__ void oe_mix(float* state, const float* rows, float keep, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) state[i] = state[i] * keep + rows[i];
@@ -103,6 +106,14 @@ pub fn module_with(variant: usize) -> ModuleDesc {
         let o: Vec<f32> = s.iter().map(|v| v * inv).collect();
         ctx.write_f32(out, &o)
     });
+    // The flag is never set: the kernel spins forever, and so does whoever waits for it.
+    let spin: HostBody = Arc::new(|ctx| {
+        let flag = ctx.ptr(0)?;
+        if ctx.read_u32(flag, 1)?[0] == 0 {
+            return Err(ctx.waits_forever("oe_spin waits for a flag nobody sets"));
+        }
+        Ok(())
+    });
     let embed_layout =
         || ParamInfo::packed(&[(8, Read), (8, Read), (8, Write), (4, Value), (4, Value)]);
     ModuleDesc {
@@ -119,6 +130,7 @@ pub fn module_with(variant: usize) -> ModuleDesc {
                 ParamInfo::packed(&[(8, ReadWrite), (8, Read), (4, Value), (4, Value)]),
                 Some(mix),
             ),
+            KernelDesc::new("oe_spin", ParamInfo::packed(&[(8, Read)]), Some(spin)),
             KernelDesc::new(
                 "oe_norm",
                 ParamInfo::packed(&[(8, Read), (8, Write), (4, Value)]),
@@ -141,6 +153,8 @@ pub struct Config {
     pub graph_at: Option<u64>,
     /// At this step, one token id is this (out of range when past `rows`).
     pub bad_id: Option<(u64, i32)>,
+    /// At this step the engine launches `oe_spin` on a flag it forgot to set: a hang.
+    pub hang_at: Option<u64>,
     /// Which `ASSERT_PRELUDES` entry the source uses (the one this NVRTC compiles).
     pub prelude: usize,
 }
@@ -154,6 +168,7 @@ impl Default for Config {
             checked: false,
             graph_at: None,
             bad_id: None,
+            hang_at: None,
             prelude: 0,
         }
     }
@@ -163,6 +178,7 @@ struct Kernels {
     embed: KernelHandle,
     mix: KernelHandle,
     norm: KernelHandle,
+    spin: KernelHandle,
 }
 
 /// The engine: its buffers, streams, events and (once captured) its graph.
@@ -179,6 +195,7 @@ pub struct Engine<'g> {
     rows_out: DevicePtr,
     state: DevicePtr,
     out: DevicePtr,
+    flag: DevicePtr,
     graph: Option<GraphHandle>,
 }
 
@@ -195,6 +212,7 @@ impl<'g> Engine<'g> {
             embed: gpu.kernel("outside", embed)?,
             mix: gpu.kernel("outside", "oe_mix")?,
             norm: gpu.kernel("outside", "oe_norm")?,
+            spin: gpu.kernel("outside", "oe_spin")?,
         };
         let (s0, s1) = (gpu.create_stream()?, gpu.create_stream()?);
         let (ev_embed, ev_mix) = (gpu.create_event()?, gpu.create_event()?);
@@ -204,6 +222,8 @@ impl<'g> Engine<'g> {
         let rows_out = gpu.alloc(tokens * dim * 4)?;
         let state = gpu.alloc(tokens * dim * 4)?;
         let out = gpu.alloc(tokens * dim * 4)?;
+        let flag = gpu.alloc(4)?;
+        gpu.memset(flag, 0, 4)?;
         let vals: Vec<u8> = (0..rows * dim)
             .flat_map(|i| (((i * 37) % 101) as f32 / 101.0 - 0.5).to_le_bytes())
             .collect();
@@ -222,6 +242,7 @@ impl<'g> Engine<'g> {
             rows_out,
             state,
             out,
+            flag,
             graph: None,
         })
     }
@@ -284,6 +305,16 @@ impl<'g> Engine<'g> {
             .flat_map(|id| id.to_le_bytes())
             .collect();
         g.copy_h2d(&ids, self.ids)?;
+        if self.cfg.hang_at == Some(n) {
+            g.launch_typed(
+                self.k.spin,
+                [1, 1, 1],
+                [1, 1, 1],
+                0,
+                self.s0,
+                &[KernelArg::Buffer(self.flag)],
+            )?;
+        }
         match (self.graph, self.cfg.graph_at) {
             (Some(graph), _) => {
                 g.step_boundary(n);

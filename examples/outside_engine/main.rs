@@ -1,7 +1,7 @@
 //! An outside engine and its own gputape tool, in one binary.
 //!
 //! ```text
-//! outside_engine run [--backend mock|cuda] [--steps N] [--fault oob|assert] [--fault-step K]
+//! outside_engine run [--backend mock|cuda] [--steps N] [--fault oob|assert|hang] [--fault-step K]
 //!                    [--graph-at K] [--capture-mode global|thread-local|relaxed]
 //! outside_engine VERB ...     # gputape's command line with this engine's kernels
 //! ```
@@ -67,7 +67,8 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             cfg.checked = true;
             cfg.bad_id = Some((fault_step, cfg.rows as i32 + 3));
         }
-        Some(f) => anyhow::bail!("unknown fault {f} (oob, assert)"),
+        Some("hang") => cfg.hang_at = Some(fault_step),
+        Some(f) => anyhow::bail!("unknown fault {f} (oob, assert, hang)"),
     }
     match backend {
         "cuda" => {
@@ -115,5 +116,11 @@ fn drive<B: GpuBackend>(
         t0.elapsed().as_secs_f64() * 1e3,
         &out[..4.min(out.len())]
     );
+    if let Some(h) = gpu.flight_held() {
+        println!(
+            "flight recorder: {} calls held, {} checkpoint(s) put off by a capture, {} failure(s) of its own",
+            h.calls, h.deferred_checkpoints, h.own_failures
+        );
+    }
     Ok(())
 }

@@ -140,6 +140,16 @@ pub fn is_sticky(code: u32) -> bool {
     matches!(code, 700 | 702 | 710 | 714 | 715 | 716 | 717 | 718 | 719)
 }
 
+/// Whether a replay that got `replayed` reproduced a recorded `recorded`: the same code, or
+/// both a kernel's access to an address it may not touch. CUDA reports such an access as
+/// CUDA_ERROR_ILLEGAL_ADDRESS (700) or CUDA_ERROR_INVALID_ADDRESS_SPACE (717) depending on
+/// where the address points, which a replay that puts buffers elsewhere changes (seen on the
+/// H200: a wild read recorded as 717 replayed as 700); the mock reports 700.
+pub fn same_fault(recorded: u32, replayed: u32) -> bool {
+    const BAD_ADDRESS: [u32; 2] = [700, 717];
+    recorded == replayed || (BAD_ADDRESS.contains(&recorded) && BAD_ADDRESS.contains(&replayed))
+}
+
 /// The symbolic name of the driver error codes the capture rules (and the mock) produce.
 pub fn cuda_error_name(code: u32) -> &'static str {
     match code {

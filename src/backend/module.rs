@@ -67,6 +67,13 @@ pub trait HostCtx {
     fn assert_failed_text(&self, text: String) -> HostFault {
         self.bad_args_text(format!("Assertion `{text}` failed"))
     }
+    /// The kernel waits for something that never comes (`what`: a flag nobody sets), as a
+    /// kernel spinning on device memory does. A backend that models it leaves the launch's
+    /// work unfinished forever: the next call that waits for it never returns, as on CUDA.
+    /// Default: the launch fails with the text.
+    fn waits_forever_text(&self, what: String) -> HostFault {
+        self.bad_args_text(format!("waits forever: {what}"))
+    }
 }
 
 /// A kernel's CPU body.
@@ -81,6 +88,11 @@ fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 impl dyn HostCtx + '_ {
     pub fn bad_args(&self, detail: impl Into<String>) -> HostFault {
         self.bad_args_text(detail.into())
+    }
+    /// A kernel that spins until `what` happens, which never will: the body stops here and
+    /// the backend models the launch as never finishing.
+    pub fn waits_forever(&self, what: &str) -> HostFault {
+        self.waits_forever_text(what.to_string())
     }
     /// A device-side `assert(cond)` with its condition's text: `Err` when `cond` is false, for
     /// a body to return at once (as CUDA's assert stops the thread that failed it).

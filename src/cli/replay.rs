@@ -168,7 +168,15 @@ fn replay(
         );
     }
     let as_graph = policy.as_graph(as_graph);
-    if policy.isolate(on.fault_poisons_process()) && !no_isolate && child_report.is_none() {
+    // A hang's dump is expected to hang again, on any backend: only a child can be killed.
+    let hang_dump = t
+        .dump
+        .as_ref()
+        .is_some_and(|d| d.reason.starts_with("hang"));
+    if (policy.isolate(on.fault_poisons_process()) || hang_dump)
+        && !no_isolate
+        && child_report.is_none()
+    {
         return replay_in_child(ctx, &t, json);
     }
     let want = Want {
@@ -316,7 +324,8 @@ fn replay(
 /// Run this same command in a child process and relay its report, so a fault that poisons the
 /// CUDA context cannot take the parent (and its report) down.
 /// How long a replay in a child may take before it counts as hung: ten times the recorded
-/// wall time plus a minute (setup, restores and a cold start included), or
+/// wall time plus a minute (setup, restores and a cold start included); for a hang's dump,
+/// which is expected to hang, twice the recorded time plus ten seconds; or
 /// GPUTAPE_REPLAY_DEADLINE_S.
 fn deadline(t: &crate::trace::Trace) -> std::time::Duration {
     if let Some(s) = std::env::var("GPUTAPE_REPLAY_DEADLINE_S")
@@ -330,7 +339,13 @@ fn deadline(t: &crate::trace::Trace) -> std::time::Duration {
         (Some(a), Some(b)) => b.t_ns.saturating_sub(a.t_ns),
         _ => 0,
     };
-    std::time::Duration::from_nanos(span_ns.saturating_mul(10)) + std::time::Duration::from_secs(60)
+    let hang_dump = t
+        .dump
+        .as_ref()
+        .is_some_and(|d| d.reason.starts_with("hang"));
+    let (times, slack) = if hang_dump { (2, 10) } else { (10, 60) };
+    std::time::Duration::from_nanos(span_ns.saturating_mul(times))
+        + std::time::Duration::from_secs(slack)
 }
 
 /// Replay in a child process, so a fault that kills the CUDA context (or a hang) leaves this

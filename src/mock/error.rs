@@ -108,6 +108,14 @@ pub enum MockError {
         site: Site,
         text: String,
     },
+    /// A CPU body waits for something that never comes (`HostCtx::waits_forever_text`): the
+    /// launch's work never finishes, and the next call that waits for it never returns.
+    #[error("{kernel} (launched at {site}) never finishes: {what}", site = S(site))]
+    Hang {
+        kernel: String,
+        site: Site,
+        what: String,
+    },
     #[error("launch of {kernel} at {site}: {detail}", site = S(site))]
     BadParams {
         kernel: String,
@@ -169,6 +177,8 @@ impl MockError {
             MockError::OutOfMemory { .. } => 2,
             MockError::Injected { .. } => 999,
             MockError::DeviceAssert { .. } => crate::backend::CUDA_ERROR_ASSERT,
+            // Never reported: the call that would see it never returns.
+            MockError::Hang { .. } => 999,
             MockError::UnknownKernel { .. } => 500,
             MockError::BadKernelHandle { .. } | MockError::UnknownHandle { .. } => 400,
             MockError::Capture { code, .. } => *code,
@@ -184,6 +194,15 @@ impl MockError {
 }
 
 impl MockError {
+    /// A kernel that never finishes (`MockError::Hang`), however wrapped.
+    pub(crate) fn is_hang(&self) -> bool {
+        match self {
+            MockError::Hang { .. } => true,
+            MockError::InKernel { cause, .. } => cause.is_hang(),
+            _ => false,
+        }
+    }
+
     /// The allocation a kernel fault was about, as the backend layer reports it.
     fn fault_alloc(&self) -> Option<crate::backend::FaultAlloc> {
         match self {

@@ -129,6 +129,11 @@ impl MockGpuBackend {
                 block,
                 args,
             } => match Self::run_kernel(st, *kernel, *grid, *block, args, site) {
+                Err(e) if e.is_hang() => {
+                    // The kernel never finishes: nothing after it runs, and whoever waits for
+                    // it waits forever (`tick`).
+                    st.raised = Some(e);
+                }
                 Err(e) if crate::backend::is_sticky(e.cuda_code()) => {
                     if st.async_faults {
                         // The launch went through; the fault shows at the next call that waits.

@@ -63,6 +63,15 @@ impl HostCtx for KernelCtx<'_> {
         .into()
     }
 
+    fn waits_forever_text(&self, what: String) -> HostFault {
+        MockError::Hang {
+            kernel: self.name.to_string(),
+            site: self.site,
+            what,
+        }
+        .into()
+    }
+
     fn assert_failed_text(&self, text: String) -> HostFault {
         MockError::DeviceAssert {
             kernel: self.name.to_string(),

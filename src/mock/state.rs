@@ -142,6 +142,14 @@ impl MockGpuBackend {
             return Err(sticky(first, false));
         }
         if waits_for_device(kind) {
+            if st.raised.as_ref().is_some_and(MockError::is_hang) {
+                // Waiting for a kernel that never finishes: this call never returns, as on
+                // the driver. The state's lock stays held, as a hung device holds everything
+                // queued behind it.
+                loop {
+                    std::thread::park();
+                }
+            }
             if let Some(first) = st.raised.take() {
                 let e = sticky(&first, true);
                 st.dead = Some(first);

@@ -158,9 +158,6 @@ enum Held {
     Disk(usize),
 }
 
-/// Spill directories made by this process, so two flight recorders never share one.
-static SPILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// What a dump is made of: in the recorder's state, so under its lock (the panic hook takes
 /// that lock too).
 pub(crate) struct FlightStore {
@@ -211,13 +208,8 @@ const MAX_FAILURES: usize = 8;
 
 impl FlightStore {
     pub fn new(cfg: FlightConfig) -> Self {
-        let n = SPILLS.fetch_add(1, Ordering::Relaxed);
-        let name = format!(".gputape-spill-{}-{n}", std::process::id());
-        // Off: no blob is that large, so nothing is written and no directory made.
-        let spill = Spill::new(
-            cfg.dir.join(name),
-            cfg.spill_blobs_over.unwrap_or(usize::MAX),
-        );
+        // Off: no blob is that large, so nothing is written and no file made.
+        let spill = Spill::new(cfg.dir.clone(), cfg.spill_blobs_over.unwrap_or(usize::MAX));
         FlightStore {
             cfg,
             definitions: Vec::new(),
@@ -295,7 +287,7 @@ impl FlightStore {
         if self.spans.len() > 2 {
             self.spans.pop_front();
             let oldest = self.span_no - 1;
-            let spill = &self.spill;
+            let spill = &mut self.spill;
             self.blobs.retain(|id, (held, last)| {
                 let keep = *last >= oldest;
                 if let (false, Held::Disk(_)) = (keep, &held) {
@@ -559,7 +551,7 @@ impl FlightStore {
                     let s = &self.spill;
                     let p = s
                         .get(*id)
-                        .map_err(io("read the spilled blob", &s.file(*id)))?;
+                        .map_err(io("read the spilled blob", &s.place()))?;
                     w.write_payload(FrameClass::Definition, &p)?;
                 }
             }

@@ -128,7 +128,11 @@ impl Replayer<'_> {
             }),
             replayed_code,
             reproduced: match (recorded, replayed) {
-                (Some(r), Some(_)) => r.code.is_none() || r.code == replayed_code,
+                (Some(r), Some(_)) => match (r.code, replayed_code) {
+                    (None, _) => true,
+                    (Some(a), Some(b)) => crate::backend::same_fault(a, b),
+                    (Some(_), None) => false,
+                },
                 (None, Some(_)) => c.ret.is_none(),
                 _ => false,
             },

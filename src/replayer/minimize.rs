@@ -14,14 +14,26 @@ use super::{fault_windows, Culprit, ReplayReport};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-/// What makes two replays "the same fault".
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What makes two replays "the same fault": the same kernel, and codes that
+/// `backend::same_fault` takes for one fault (a candidate's buffers land elsewhere, which can
+/// turn an illegal address into an invalid address space).
+#[derive(Clone, Debug, Eq)]
 pub struct FaultSignature {
     /// The driver error code the replay reported (`None`: a fault without one, such as a red-zone
     /// hit).
     pub code: Option<u32>,
     /// The kernel that raised it, when the replay could tell.
     pub kernel: Option<String>,
+}
+
+impl PartialEq for FaultSignature {
+    fn eq(&self, other: &Self) -> bool {
+        let codes = match (self.code, other.code) {
+            (Some(a), Some(b)) => crate::backend::same_fault(a, b),
+            (a, b) => a == b,
+        };
+        codes && self.kernel == other.kernel
+    }
 }
 
 impl std::fmt::Display for FaultSignature {

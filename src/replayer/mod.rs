@@ -514,7 +514,11 @@ impl<'t> Replayer<'t> {
                             .and_then(|d| d.alloc.as_ref())
                             .is_some_and(|a| a.past_end > 0);
                         let recorded_window = window.filter(|w| match w.kind {
-                            WindowKind::Error => w.code.is_none() || w.code == replayed_code,
+                            WindowKind::Error => match (w.code, replayed_code) {
+                                (None, _) => true,
+                                (Some(a), Some(b)) => crate::backend::same_fault(a, b),
+                                (Some(_), None) => false,
+                            },
                             WindowKind::Redzone => out_of_bounds,
                         });
                         let fault = match recorded_window.and_then(|w| self.by_seq.get(&w.observed))
