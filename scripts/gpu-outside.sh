@@ -5,12 +5,13 @@
 # (exit status), is the kernel named, does `minimize --on cuda` shrink it; then the engine's
 # own tool replays the dump on the mock with its CPU bodies; then captures on checkpoint
 # steps with the step hook inside the capture. Builds nothing: run scripts/gpu-bin.sh first
-# (it puts gputape and outside_engine into gpu-bin/). Prints a table last.
+# (it puts gputape and outside_engine into gpu-bin/). Prints everything on stdout (logs
+# quoted in full) and a table last.
 set -uo pipefail
 B=${B:-gpu-bin}
-OUT=${OUT:-/tmp/gputape-outside}
-mkdir -p "$OUT"
 W=$(mktemp -d)
+OUT=$W/logs
+mkdir -p "$OUT"
 rows=()
 row() { rows+=("$(printf '| %s | %s | %s | %s | %s | %s |' "$@")"); }
 
@@ -18,26 +19,33 @@ fault_row() { # name, engine args...
     local name=$1; shift
     local dir=$W/$name
     echo "=== $name: outside_engine run --backend cuda $*"
-    GPUTAPE_FLIGHT=$dir "$B/outside_engine" run --backend cuda --steps 40 "$@" >"$OUT/$name-engine.log" 2>&1
+    if [ "$1 $2" = "--fault hang" ]; then
+        # The engine hangs: its recorder dumps after 2 s; the engine is killed after 20.
+        GPUTAPE_FLIGHT=$dir GPUTAPE_FLIGHT_HANG_S=2 timeout -s KILL 20 \
+            "$B/outside_engine" run --backend cuda --steps 40 "$@" >"$OUT/$name-engine.log" 2>&1
+    else
+        GPUTAPE_FLIGHT=$dir "$B/outside_engine" run --backend cuda --steps 40 "$@" >"$OUT/$name-engine.log" 2>&1
+    fi
     local ec=$?
     tail -3 "$OUT/$name-engine.log"
     local dump
     dump=$(ls "$dir"/*.gtape 2>/dev/null | head -1)
     if [ -z "$dump" ]; then row "$name" "exit $ec" "none" "-" "-" "-"; return; fi
     "$B/gputape" show "$dump" --summary | head -4
-    "$B/gputape" replay "$dump" --on cuda >"$OUT/$name-replay.log" 2>&1
+    GPUTAPE_REPLAY_DEADLINE_S=${DEADLINE:-} "$B/gputape" replay "$dump" --on cuda >"$OUT/$name-replay.log" 2>&1
     local rc=$?
-    cat "$OUT/$name-replay.log" | head -30
+    head -40 "$OUT/$name-replay.log"
     local verdict kernel
-    verdict=$(grep -Eo 'REPRODUCED|not reproduced|NOT CHECKED' "$OUT/$name-replay.log" | head -1)
+    verdict=$(grep -Eo 'hang REPRODUCED|REPRODUCED|not reproduced|NOT CHECKED' "$OUT/$name-replay.log" | head -1)
     kernel=$(grep -Eo 'outside::oe_[a-z_]+' "$OUT/$name-replay.log" | head -1)
     "$B/gputape" minimize "$dump" --on cuda -o "$dir/small.gtape" >"$OUT/$name-minimize.log" 2>&1
     local mc=$?
+    head -3 "$OUT/$name-minimize.log"
     local shrink
     shrink=$(grep -Eo 'calls: [0-9]+ -> [0-9]+' "$OUT/$name-minimize.log" | head -1)
     "$B/gputape" replay "$dir/small.gtape" --on cuda >"$OUT/$name-small.log" 2>&1
     local sc=$?
-    "$B/outside_engine" replay "$dump" >"$OUT/$name-mock.log" 2>&1
+    GPUTAPE_REPLAY_DEADLINE_S=${DEADLINE:-} "$B/outside_engine" replay "$dump" >"$OUT/$name-mock.log" 2>&1
     local mock=$?
     echo "mock replay with the engine's tool: exit $mock"; head -12 "$OUT/$name-mock.log"
     row "$name" "exit $ec" "yes" "${verdict:-?}, exit $rc" "${kernel:-no}" "${shrink:-failed} (exit $mc; small replays: exit $sc); mock tool: exit $mock"
@@ -47,6 +55,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 fault_row oob --fault oob --fault-step 23
 fault_row assert --fault assert --fault-step 23
 fault_row graph-oob --fault oob --fault-step 23 --graph-at 0
+DEADLINE=10 fault_row hang --fault hang --fault-step 23
 
 # Captures on checkpoint steps (GPUTAPE_FLIGHT_STEPS=8: step 7 is the 8th boundary), the step
 # hook inside the capture, no fault: the engine must run to the end with the recorder on.
@@ -56,7 +65,7 @@ for at in 7 15 3; do
         GPUTAPE_FLIGHT=$dir GPUTAPE_FLIGHT_STEPS=8 "$B/outside_engine" run --backend cuda \
             --steps 40 --graph-at "$at" --capture-mode "$mode" >"$OUT/cap-$at-$mode.log" 2>&1
         ec=$?
-        tail -2 "$OUT/cap-$at-$mode.log"
+        tail -3 "$OUT/cap-$at-$mode.log"
         row "capture at step $at ($mode), flight on" "exit $ec" "$(ls "$dir"/*.gtape 2>/dev/null | wc -l) dump(s)" "-" "-" "-"
     done
 done

@@ -17,6 +17,8 @@ struct TinyGpu {
     mem: Mutex<BTreeMap<u64, Vec<u8>>>,
     next: Mutex<u64>,
     cache: OpCache,
+    /// Answer `kernel_params` (each parameter an 8-byte slot), so raw launches record.
+    layouts: bool,
 }
 
 impl TinyGpu {
@@ -133,6 +135,14 @@ impl GpuBackend for TinyGpu {
     }
     fn sm_count(&self) -> anyhow::Result<u32> {
         Ok(1)
+    }
+    fn kernel_params(&self, func: KernelHandle) -> Option<Vec<gputape::backend::ParamInfo>> {
+        use gputape::backend::{ParamAccess::*, ParamInfo};
+        match (self.layouts, func.0) {
+            (true, 1) => Some(ParamInfo::packed(&[(8, ReadWrite), (8, Value), (8, Value)])),
+            (true, 2) => Some(ParamInfo::packed(&[(8, ReadWrite), (8, Read), (8, Value)])),
+            _ => None,
+        }
     }
 }
 
@@ -315,4 +325,48 @@ fn their_trace_replays_on_the_mock_with_their_kernels_opaque() {
         r.unchecked
     );
     insta::assert_snapshot!("their_step_replayed_opaque", r.summary());
+}
+
+/// A raw `launch` on a backend of one's own: when it answers `kernel_params`, the launch's
+/// arguments are recorded and it replays; when it does not, the recording says the arguments
+/// are missing and the replay names the launch as not run, and does not pass.
+#[test]
+fn raw_launches_replay_when_the_backend_gives_their_layout() {
+    use gputape::replayer::{ReplayOptions, Replayer};
+    for layouts in [false, true] {
+        let h = Harness::new(TinyGpu {
+            layouts,
+            ..TinyGpu::default()
+        });
+        let x = h.gpu().alloc(N as usize * 4).unwrap();
+        let ones: Vec<u8> = (0..N).flat_map(|_| 1f32.to_le_bytes()).collect();
+        h.gpu().copy_h2d(&ones, x).unwrap();
+        let (out, rec) = h
+            .record(|g| {
+                let scale = g.kernel("tiny", "scale")?;
+                let mut slots = [x.0, N as u64, 3f32.to_bits() as u64];
+                let mut params: Vec<*mut c_void> =
+                    slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+                g.launch(scale, [1, 1, 1], [32, 1, 1], 0, 7, &mut params)?;
+                let mut back = vec![0u8; N as usize * 4];
+                g.copy_d2h(x, &mut back)?;
+                Ok::<_, anyhow::Error>(back)
+            })
+            .unwrap();
+        assert_eq!(&out.unwrap()[..4], &3f32.to_le_bytes());
+        let r = Replayer::new(&rec.trace)
+            .run(&TinyGpu::default(), &ReplayOptions::default(), None, |_| {})
+            .unwrap();
+        if layouts {
+            assert!(r.passed() && r.d2h_matched == 1, "{}", r.summary());
+        } else {
+            assert!(!r.passed(), "{}", r.summary());
+            assert!(
+                r.summary()
+                    .contains("launch of tiny::scale not run: its 3 argument(s) were not recorded"),
+                "{}",
+                r.summary()
+            );
+        }
+    }
 }

@@ -339,8 +339,9 @@ pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
     let changed: BTreeSet<u64> = t
         .findings
         .iter()
-        .map(|f| match f {
-            Finding::RetainedSourceChanged { seq, .. } => *seq,
+        .filter_map(|f| match f {
+            Finding::RetainedSourceChanged { seq, .. } => Some(*seq),
+            Finding::ArgsNotRecorded { .. } => None,
         })
         .collect();
     let mut out = Vec::new();

@@ -149,6 +149,11 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn kernel_params(&self, func: KernelHandle) -> Option<Vec<ParamInfo>> {
+                (**self).kernel_params(func)
+            }
+
+            #[track_caller]
             fn scan_redzones(&self) -> Result<usize> {
                 (**self).scan_redzones()
             }

@@ -175,6 +175,16 @@ pub trait GpuBackend: Send + Sync {
         self.launch(func, grid, block, shared_mem, stream, &mut params)
     }
 
+    /// The parameter layout of kernel `func` (each parameter's offset, size and access), for
+    /// a recorder to record a raw `launch`'s arguments: a raw launch passes only pointers to
+    /// values, and nothing but the backend knows how wide each is. gputape's backends answer
+    /// from their kernel registries; a backend of your own should too. Default `None`: such a
+    /// launch is recorded without its arguments, and a replay reports it as not run.
+    #[track_caller]
+    fn kernel_params(&self, _func: KernelHandle) -> Option<Vec<ParamInfo>> {
+        None
+    }
+
     /// Is `stream` inside an active capture? Code that might sync or read back must ask first:
     /// those calls poison a capture. Default false.
     #[track_caller]

@@ -34,6 +34,14 @@ fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize
         minimize, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
     };
     let t = open_trace(ctx, path)?;
+    if let Some(d) = t.dump.as_ref().filter(|d| d.reason.starts_with("hang")) {
+        // Each candidate would have to be run to a deadline and killed: not done yet.
+        anyhow::bail!(
+            "{} is a hang's dump ({}): minimize does not shrink hangs yet; `replay` reproduces it",
+            path.display(),
+            d.reason
+        );
+    }
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
     drop(backends::open(ctx, on, Want::default())?);

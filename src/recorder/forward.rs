@@ -120,8 +120,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                 return false;
             }
             k.launch(func.0, (grid, block), shared_mem, params.len(), stream);
-            // Without a layout the call records no arguments, so the key has none either.
             let layout = st.kernels.get(&func.0).and_then(|e| e.params.as_deref());
+            if layout.is_none() && !params.is_empty() {
+                // Its arguments cannot be recorded: the slow path says so in a finding.
+                return false;
+            }
             for (p, info) in params.iter().zip(layout.unwrap_or(&[])) {
                 // SAFETY: launch's contract: params[i] points at a value of the kernel's i-th
                 // parameter, whose size the layout gives.
@@ -172,6 +175,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             }
             let parts = st.launch_parts(Some(func.0));
             let (addrs, layout) = (&parts.addrs, parts.layout);
+            let unrecorded = (layout.is_empty() && !params.is_empty()).then_some(params.len());
             let view = LaunchRef {
                 typed: false,
                 kernel,
@@ -186,6 +190,12 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             };
             let written = parts.writer.map(|w| w.write_launch_begin(&head, &view));
             st.written(written);
+            if let Some(n) = unrecorded {
+                st.emit(&Frame::Finding(crate::trace::Finding::ArgsNotRecorded {
+                    seq: head.seq,
+                    params: n as u32,
+                }));
+            }
         });
         let r = self
             .inner
@@ -291,10 +301,27 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             func: func_name.to_string(),
         });
         let r = self.inner.kernel(module, func_name);
+        // A backend without a registry may still say how wide each parameter is.
+        let asked = match (&r, self.registry.as_deref()) {
+            (Ok(h), None) => self.inner.kernel_params(*h),
+            _ => None,
+        };
         self.finish(tok, &r, SyncScope::None, |st, h| {
-            Value::Kernel(st.kernel(h.0, self.registry.as_deref(), Some((module, func_name))))
+            Value::Kernel(st.kernel(
+                h.0,
+                self.registry.as_deref(),
+                Some((module, func_name, asked)),
+            ))
         });
         r
+    }
+
+    #[track_caller]
+    fn kernel_params(&self, func: KernelHandle) -> Option<Vec<crate::backend::ParamInfo>> {
+        match self.registry.as_deref() {
+            Some(r) => r.kernel_by_handle(func).map(|i| i.params),
+            None => self.inner.kernel_params(func),
+        }
     }
 
     #[track_caller]

@@ -783,7 +783,7 @@ impl RecState {
         &mut self,
         handle: u64,
         registry: Option<&crate::backend::KernelRegistry>,
-        looked_up: Option<(&str, &str)>,
+        looked_up: Option<(&str, &str, Option<Vec<ParamInfo>>)>,
     ) -> KernelId {
         if let Some(k) = self.kernels.get(&handle) {
             return k.id;
@@ -793,11 +793,18 @@ impl RecState {
         let info = registry
             .and_then(|r| r.kernel_by_handle(crate::backend::KernelHandle(handle)))
             .or_else(|| {
-                let (module, name) = looked_up?;
+                let (module, name, asked) = looked_up?;
+                if let Some(params) = asked {
+                    return Some(KernelInfo {
+                        module: module.to_string(),
+                        name: name.to_string(),
+                        params,
+                    });
+                }
                 if !self.warned_opaque {
                     self.warned_opaque = true;
                     tracing::warn!(
-                        "gputape: kernel {module}::{name} has no parameter layout (the backend has no kernel registry): typed launches are recorded in full; raw `launch` arguments of such kernels are not, and a replay needs the kernel registered by name"
+                        "gputape: kernel {module}::{name} has no parameter layout (the backend has no kernel registry and does not implement GpuBackend::kernel_params): typed launches are recorded in full; raw `launch` arguments of such kernels are not, and a replay reports those launches as not run"
                     );
                 }
                 Some(KernelInfo {

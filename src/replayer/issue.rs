@@ -120,6 +120,14 @@ impl Replayer<'_> {
                 args,
             } => {
                 self.taint_launch(st, *kernel, args);
+                if let Some(n) = self.args_missing.get(&c.seq) {
+                    // Launched with garbage it would be worse than not at all: not run, said.
+                    st.unrecorded_args.push((c.seq, *kernel, *n));
+                    return Ok(Outcome::Ok {
+                        checked: false,
+                        mismatch: None,
+                    });
+                }
                 if st.opaque.contains(kernel) {
                     // Nothing to run it with: skipped, and what it wrote is marked. A recorded
                     // failure here is not checked, and says so.

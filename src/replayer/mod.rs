@@ -188,6 +188,8 @@ pub struct Replayer<'t> {
     by_seq: HashMap<u64, &'t CallRecord>,
     max_host_bytes: u64,
     opaque_ok: bool,
+    /// Raw launches recorded without their arguments (seq -> how many there were).
+    args_missing: HashMap<u64, u32>,
 }
 
 /// Host memory a replay may allocate for one call by default (`with_max_memory`).
@@ -206,6 +208,14 @@ impl<'t> Replayer<'t> {
             by_seq: crate::analysis::window::by_seq(trace),
             max_host_bytes: DEFAULT_MAX_HOST_BYTES,
             opaque_ok: false,
+            args_missing: trace
+                .findings
+                .iter()
+                .filter_map(|f| match f {
+                    Finding::ArgsNotRecorded { seq, params } => Some((*seq, *params)),
+                    Finding::RetainedSourceChanged { .. } => None,
+                })
+                .collect(),
         }
     }
 
@@ -613,20 +623,29 @@ impl<'t> Replayer<'t> {
             }
             let unchecked = std::mem::take(&mut guard.st.unchecked);
             let failed_unrun = std::mem::take(&mut guard.st.failed_unrun);
+            let unrecorded = std::mem::take(&mut guard.st.unrecorded_args);
             if lp == 0 {
-                report.not_checked = failed_unrun
+                report.not_checked = unrecorded
                     .into_iter()
-                    .map(|(seq, k)| {
-                        let err = self
-                            .by_seq
-                            .get(&seq)
-                            .map_or_else(|| "an error".into(), |c| crate::trace::ret_text(&c.ret));
+                    .map(|(seq, k, n)| {
                         format!(
-                            "call #{seq}: launch of {} recorded {err}, but this backend cannot run it",
+                            "call #{seq}: launch of {} not run: its {n} argument(s) were not recorded (the recording backend gave no parameter layout; implement GpuBackend::kernel_params)",
                             self.trace.kernel_name(k)
                         )
                     })
                     .collect();
+                report
+                    .not_checked
+                    .extend(failed_unrun.into_iter().map(|(seq, k)| {
+                    let err = self
+                        .by_seq
+                        .get(&seq)
+                        .map_or_else(|| "an error".into(), |c| crate::trace::ret_text(&c.ret));
+                    format!(
+                        "call #{seq}: launch of {} recorded {err}, but this backend cannot run it",
+                        self.trace.kernel_name(k)
+                    )
+                }));
                 report.unchecked = unchecked
                     .into_iter()
                     .map(|(seq, b, k)| {

@@ -41,6 +41,7 @@ impl State {
             tainted: HashMap::default(),
             unchecked: Vec::new(),
             failed_unrun: Vec::new(),
+            unrecorded_args: Vec::new(),
         }
     }
 }
@@ -65,6 +66,8 @@ pub(crate) struct State {
     /// Skipped launches whose recording returned an error: (seq, kernel). The replay cannot
     /// say whether it would fail again, so it cannot pass.
     pub failed_unrun: Vec<(u64, KernelId)>,
+    /// Raw launches not run because their arguments were not recorded: (seq, kernel, count).
+    pub unrecorded_args: Vec<(u64, KernelId, u32)>,
 }
 
 impl<'t> Replayer<'t> {

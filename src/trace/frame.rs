@@ -137,6 +137,10 @@ pub enum Finding {
     /// `copy_h2d_async_retained` promised its source would not change before the next sync of
     /// its stream; it did.
     RetainedSourceChanged { seq: u64, at_sync: u64 },
+    /// A raw `launch` (call `seq`) of a kernel whose parameter layout nobody gave (a backend
+    /// without a kernel registry that does not implement `GpuBackend::kernel_params`): its
+    /// `params` arguments were not recorded, so a replay cannot run it.
+    ArgsNotRecorded { seq: u64, params: u32 },
 }
 
 /// A resource that existed before recording started and was first seen in use.

@@ -326,6 +326,12 @@ pub fn render(t: &Trace) -> String {
     }
     for f in &t.findings {
         match f {
+            Finding::ArgsNotRecorded { seq, params } => {
+                let _ = writeln!(
+                    s,
+                    "FINDING the {params} argument(s) of raw launch #{seq} were not recorded (the backend gave no parameter layout: GpuBackend::kernel_params)"
+                );
+            }
             Finding::RetainedSourceChanged { seq, at_sync } => {
                 let site = t
                     .calls
