@@ -146,6 +146,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 seq,
                 thread,
                 since: std::time::Instant::now(),
+                own: None,
             });
         }
         let t0 = self.clock.raw();

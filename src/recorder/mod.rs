@@ -615,12 +615,33 @@ impl<B: GpuBackend> RecordingBackend<B> {
             v.sort();
             v
         };
-        for s in std::iter::once(0).chain(streams) {
+        // A device stuck on the engine's work stops this wait too: the hang watcher must see
+        // it, as it sees the engine's own calls.
+        let tracked = {
+            let mut st = self.st.lock();
+            if st.flight.is_some() {
+                let (seq, thread) = (st.seq.saturating_sub(1), st.thread());
+                st.open_calls.push(state::OpenCall {
+                    seq,
+                    thread,
+                    since: std::time::Instant::now(),
+                    own: Some("the flight recorder's checkpoint, waiting for the streams"),
+                });
+            }
+            st.flight.is_some()
+        };
+        let drained = std::iter::once(0).chain(streams).try_for_each(|s| {
             self.inner
                 .synchronize(s)
-                .map_err(|source| RecordError::Drain { stream: s, source })?;
+                .map_err(|source| RecordError::Drain { stream: s, source })
+        });
+        if tracked {
+            let mut st = self.st.lock();
+            if let Some(i) = st.open_calls.iter().rposition(|c| c.own.is_some()) {
+                st.open_calls.remove(i);
+            }
         }
-        Ok(())
+        drained
     }
 
     /// Adopt frames for the streams, events and pinned regions that exist now.

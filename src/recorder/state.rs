@@ -85,6 +85,9 @@ pub(crate) struct OpenCall {
     pub seq: u64,
     pub thread: u16,
     pub since: std::time::Instant,
+    /// The recorder's own wait (a checkpoint draining the streams), not a recorded call:
+    /// what it is; `seq` is then the last call recorded before it.
+    pub own: Option<&'static str>,
 }
 
 pub(crate) struct RecState {
@@ -478,8 +481,12 @@ impl RecState {
         reason: &str,
         open: Option<u64>,
     ) -> Option<Result<std::path::PathBuf, TraceError>> {
-        let mut in_flight: Vec<(u64, u16)> =
-            self.open_calls.iter().map(|c| (c.seq, c.thread)).collect();
+        let mut in_flight: Vec<(u64, u16)> = self
+            .open_calls
+            .iter()
+            .filter(|c| c.own.is_none())
+            .map(|c| (c.seq, c.thread))
+            .collect();
         if let Some(seq) = open {
             let thread = self.thread();
             in_flight.push((seq, thread));

@@ -128,13 +128,21 @@ fn check_hang(st: &Shared, dumped_for: &mut Vec<(usize, u64)>) {
     if waited < after || dumped_for.contains(&key) {
         return;
     }
-    let reason = format!(
-        "hang: call #{} on recording thread t{} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={})",
-        c.seq,
-        c.thread,
-        waited.as_secs_f64(),
-        after.as_secs_f64()
-    );
+    let reason = match c.own {
+        None => format!(
+            "hang: call #{} on recording thread t{} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={})",
+            c.seq,
+            c.thread,
+            waited.as_secs_f64(),
+            after.as_secs_f64()
+        ),
+        Some(what) => format!(
+            "hang: {what} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={}): the device is stuck on work queued up to call #{}",
+            waited.as_secs_f64(),
+            after.as_secs_f64(),
+            c.seq
+        ),
+    };
     if dumped_for.len() >= 64 {
         dumped_for.remove(0);
     }

@@ -637,15 +637,15 @@ impl<'t> Replayer<'t> {
                 report
                     .not_checked
                     .extend(failed_unrun.into_iter().map(|(seq, k)| {
-                    let err = self
-                        .by_seq
-                        .get(&seq)
-                        .map_or_else(|| "an error".into(), |c| crate::trace::ret_text(&c.ret));
-                    format!(
+                        let err = self
+                            .by_seq
+                            .get(&seq)
+                            .map_or_else(|| "an error".into(), |c| crate::trace::ret_text(&c.ret));
+                        format!(
                         "call #{seq}: launch of {} recorded {err}, but this backend cannot run it",
                         self.trace.kernel_name(k)
                     )
-                }));
+                    }));
                 report.unchecked = unchecked
                     .into_iter()
                     .map(|(seq, b, k)| {
