@@ -197,7 +197,9 @@ fn a_retained_source_that_changes_before_the_sync_is_a_finding() {
         g.synchronize(s).unwrap();
     }));
     assert_eq!(t.findings.len(), 1);
-    let Finding::RetainedSourceChanged { seq, .. } = t.findings[0];
+    let Finding::RetainedSourceChanged { seq, .. } = t.findings[0] else {
+        panic!("{:?}", t.findings[0]);
+    };
     assert!(matches!(
         t.calls[seq as usize].call,
         Call::CopyH2DAsyncRetained { .. }

@@ -458,3 +458,44 @@ fn sync_hashes_hold_with_eight_recording_threads() {
         .unwrap();
     assert!(r.divergence.is_none(), "{}", r.summary());
 }
+
+/// A trace cut inside a frame and followed by garbage (a copy interrupted, a disk that filled
+/// mid-write) opens with its intact frames and says where it was torn; damage followed by
+/// intact frames is still corruption.
+#[test]
+fn a_torn_tail_with_garbage_after_it_opens_with_its_intact_frames() {
+    let bytes = std::fs::read("traces/mock_tiny_step5.gtape").unwrap();
+    let whole = gputape::trace::Trace::from_bytes(std::path::Path::new("whole"), &bytes).unwrap();
+    let mut seed = 0x2545f4914f6cdd1du64;
+    // More garbage than the largest frame of this trace, so the torn frame's declared length
+    // ends inside it.
+    let mut garbage = Vec::new();
+    for _ in 0..(256 << 10) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        garbage.push(seed as u8);
+    }
+    for frac in [0.3, 0.6, 0.9] {
+        let cut = (bytes.len() as f64 * frac) as usize;
+        let mut torn = bytes[..cut].to_vec();
+        torn.extend_from_slice(&garbage);
+        let t = gputape::trace::Trace::from_bytes(std::path::Path::new("torn"), &torn)
+            .unwrap_or_else(|e| panic!("cut at {frac}: {e}"));
+        let c = t.cut.as_ref().expect("the trace says where it was torn");
+        assert!(c.reason.contains("torn"), "{}", c.reason);
+        assert!(c.offset as usize <= cut);
+        for (a, b) in t.calls.iter().zip(&whole.calls) {
+            assert_eq!((a.seq, &a.call), (b.seq, &b.call));
+        }
+        assert!(t.calls.len() <= whole.calls.len());
+    }
+    // The same garbage in the middle, with the rest of the trace after it: corrupt.
+    let mid = bytes.len() / 2;
+    let mut bad = bytes.clone();
+    bad[mid..mid + 64].copy_from_slice(&garbage[..64]);
+    assert!(matches!(
+        gputape::trace::Trace::from_bytes(std::path::Path::new("bad"), &bad),
+        Err(gputape::trace::TraceError::Corrupt { .. })
+    ));
+}

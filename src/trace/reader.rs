@@ -96,6 +96,33 @@ fn zero_from<S: Source>(src: &mut S, off: u64) -> std::io::Result<bool> {
     Ok(true)
 }
 
+/// The offset of the first frame header at or after `from` (within `ZERO_SCAN` bytes) whose
+/// header checksum holds, whose length is plausible and whose sequence number comes after
+/// frame `idx`. Random bytes pass the header checksum once in 2^32 positions.
+fn next_frame_header<S: Source>(src: &mut S, from: u64, idx: u64) -> std::io::Result<Option<u64>> {
+    let hlen = FRAME_HEADER_LEN as u64;
+    let end = src.len().min(from.saturating_add(ZERO_SCAN));
+    let mut at = from;
+    while at + hlen <= end {
+        let n = ((end - at) as usize).min(WINDOW);
+        let win = src.get(at, n)?;
+        for i in 0..=(n.saturating_sub(FRAME_HEADER_LEN)) {
+            let h = &win[i..i + FRAME_HEADER_LEN];
+            let word = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4"));
+            if super::crc::crc32c(&h[0..12]) != word(12) || h[0..12].iter().all(|&b| b == 0) {
+                continue;
+            }
+            let seq = u64::from_le_bytes(h[4..12].try_into().expect("8"));
+            if (word(0) as usize) <= MAX_FRAME && seq > idx {
+                return Ok(Some(at + i as u64));
+            }
+        }
+        // The next window starts where a header could begin that did not fit in this one.
+        at += (n as u64).saturating_sub(hlen - 1).max(1);
+    }
+    Ok(None)
+}
+
 /// A blob frame left in its file when a trace was opened: where it is, and what its head
 /// says. Its payload is checked (checksum, decoding, hash) when it is first read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,6 +251,28 @@ impl<'a, S: Source> FrameReader<'a, S> {
         None
     }
 
+    /// A frame that fails its checks. Followed by nothing that reads as a frame, it is a torn
+    /// tail (a copy cut short, a disk that filled mid-write, garbage after a kill): the frames
+    /// before it stand, and the trace is cut there. Followed by a valid frame, the damage is
+    /// in the middle of the trace, which is corrupt.
+    fn damaged(&mut self, detail: String) -> Option<Result<Item, TraceError>> {
+        if self.v1 {
+            return self.corrupt(detail);
+        }
+        match next_frame_header(&mut self.src, self.off + 1, self.idx) {
+            Ok(None) => {
+                let idx = self.idx;
+                self.stop_cut(format!(
+                    "frame {idx} is torn ({detail}) and nothing after it reads as a frame: the trace was cut there"
+                ))
+            }
+            Ok(Some(at)) => self.corrupt(format!(
+                "{detail} (a valid frame follows at byte {at}: the damage is inside the trace)"
+            )),
+            Err(e) => self.io_failed(e),
+        }
+    }
+
     fn corrupt(&mut self, detail: String) -> Option<Result<Item, TraceError>> {
         self.done = true;
         Some(Err(TraceError::Corrupt {
@@ -291,14 +340,14 @@ impl<'a, S: Source> FrameReader<'a, S> {
         if !self.v1 {
             let hcrc = super::crc::crc32c(&head[0..12]);
             if hcrc != u32_at(12) {
-                return self.corrupt(format!(
+                return self.damaged(format!(
                     "header checksum {hcrc:#010x} does not match the recorded {:#010x} (length or sequence damaged)",
                     u32_at(12)
                 ));
             }
         }
         if len > MAX_FRAME {
-            return self.corrupt(format!("length field {len} is implausible"));
+            return self.damaged(format!("length field {len} is implausible"));
         }
         if rest < (hlen + len) as u64 {
             let have = rest - hlen as u64;
@@ -355,7 +404,7 @@ impl<'a, S: Source> FrameReader<'a, S> {
                 self.idx += 1;
                 Some(Ok(Item::Frame(frame)))
             }
-            Err(detail) => self.corrupt(detail),
+            Err(detail) => self.damaged(detail),
         }
     }
 }
