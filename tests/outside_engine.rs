@@ -30,6 +30,8 @@ fn mock(mode: CaptureMode) -> MockGpuBackend {
 fn flight(dir: &Path, every: u64, mode: CaptureMode) -> RecordingBackend<MockGpuBackend> {
     let mut cfg = FlightConfig::new(dir);
     cfg.checkpoint_every = every;
+    // Every due checkpoint is taken, so captures meet them at every phase.
+    cfg.budget = None;
     RecordingBackend::flight(mock(mode), cfg, BackendDesc::new("mock")).expect("flight recorder")
 }
 
@@ -240,6 +242,8 @@ fn a_replay_that_checked_nothing_does_not_pass() {
 #[derive(Default)]
 struct Stuck {
     stuck: parking_lot::Mutex<bool>,
+    /// Each sync takes this long (a checkpoint that costs something).
+    sync_cost: std::time::Duration,
     cv: parking_lot::Condvar,
     cache: gputape::backend::OpCache,
 }
@@ -301,6 +305,7 @@ impl GpuBackend for Stuck {
         Ok(1)
     }
     fn synchronize(&self, _stream: u64) -> anyhow::Result<()> {
+        std::thread::sleep(self.sync_cost);
         let mut s = self.stuck.lock();
         while *s {
             self.cv.wait(&mut s);
@@ -378,4 +383,39 @@ fn an_invalid_address_is_one_fault_whichever_code_cuda_picks() {
             "{recorded} vs {replayed}"
         );
     }
+}
+
+/// Checkpoints cost what they cost; the budget (a share of wall time) decides how often they
+/// may be taken. With syncs of 20 ms and steps that cost nothing, a 2% budget allows one
+/// checkpoint a second, where "every 2 steps" would stall every other step.
+#[test]
+fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
+    let run = |budget: Option<f64>| {
+        let dir = temp_dir(&format!("budget-{budget:?}"));
+        let mut cfg = FlightConfig::new(&dir);
+        cfg.checkpoint_every = 2;
+        cfg.budget = budget;
+        let backend = Stuck {
+            sync_cost: std::time::Duration::from_millis(20),
+            ..Stuck::default()
+        };
+        let gpu = RecordingBackend::flight(backend, cfg, BackendDesc::new("slow sync")).unwrap();
+        let t0 = std::time::Instant::now();
+        for n in 0..60 {
+            gpu.step_boundary(n);
+        }
+        let took = t0.elapsed();
+        let h = gpu.flight_held().unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        (h, took)
+    };
+    let (every, took_every) = run(None);
+    assert_eq!(every.checkpoints, 30, "{every:?}");
+    assert!(took_every >= std::time::Duration::from_millis(600));
+    let (budgeted, took) = run(Some(0.02));
+    // The first due checkpoint is taken; each later one needs 49 times its cost of steps
+    // first, so no more than one per 0.98 s of this run can follow.
+    let allowed = 1 + (took.as_secs_f64() / 0.98) as u64;
+    assert!(budgeted.checkpoints <= allowed, "{budgeted:?} in {took:?}");
+    assert!(budgeted.budget_deferrals > 0, "{budgeted:?}");
 }

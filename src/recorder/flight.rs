@@ -51,6 +51,10 @@ pub struct FlightHeld {
     /// Checkpoints put off because a stream was capturing when they fell due (each taken at
     /// the next step boundary outside any capture).
     pub deferred_checkpoints: u64,
+    /// Step boundaries at which a due checkpoint was put off by `FlightConfig::budget`.
+    pub budget_deferrals: u64,
+    /// Checkpoints taken since arming (the snapshot at arming not counted).
+    pub checkpoints: u64,
     /// Times the recorder's own work (a checkpoint, a dump) failed. Not 0: see stderr, or the
     /// next dump's reason.
     pub own_failures: u64,
@@ -89,6 +93,16 @@ pub struct FlightConfig {
     /// this long: a hang. The dump is written by a thread of the recorder's own, so a stuck
     /// engine thread does not stop it. `None` (the default): off.
     pub hang_after: Option<std::time::Duration>,
+    /// The share of wall time checkpoints may take (`GPUTAPE_FLIGHT_BUDGET`, default 0.02): a
+    /// checkpoint syncs the engine's streams and reads back what was written, which stalled
+    /// an 8B-shaped step 0.1 s every 8 steps on the H200 (mean step 3.5x). One that falls due
+    /// sooner than its predecessor's cost allows is put off to the first step boundary where
+    /// it fits, so the mean step pays at most this share; the kept spans then reach further
+    /// back. `None`: every `checkpoint_every` steps, whatever it costs.
+    pub budget: Option<f64>,
+    /// A checkpoint is taken regardless of the budget once the span being recorded holds this
+    /// many calls, which bounds the memory the kept calls take (a few bytes each).
+    pub max_span_calls: usize,
 }
 
 impl FlightConfig {
@@ -102,13 +116,16 @@ impl FlightConfig {
             steps_from_syncs: true,
             spill_blobs_over: Some(1 << 20),
             hang_after: None,
+            budget: Some(0.02),
+            max_span_calls: 4 << 20,
         }
     }
 
     /// `GPUTAPE_FLIGHT_STEPS`, `GPUTAPE_FLIGHT_MAX_DUMPS`, `GPUTAPE_FLIGHT_SPILL_MB`
-    /// (blobs of this many MiB or more spill to disk; 0 keeps them in memory) and
+    /// (blobs of this many MiB or more spill to disk; 0 keeps them in memory),
     /// `GPUTAPE_FLIGHT_HANG_S` (dump when a call has not returned after this many seconds,
-    /// fractions allowed; unset or 0: off) over the defaults.
+    /// fractions allowed; unset or 0: off) and `GPUTAPE_FLIGHT_BUDGET` (the share of wall
+    /// time checkpoints may take, default 0.02; 0: no budget) over the defaults.
     pub fn from_env(dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(dir);
         let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
@@ -120,6 +137,13 @@ impl FlightConfig {
         }
         if let Some(n) = num("GPUTAPE_FLIGHT_SPILL_MB") {
             c.spill_blobs_over = (n > 0).then(|| (n as usize).saturating_mul(1 << 20));
+        }
+        if let Some(b) = std::env::var("GPUTAPE_FLIGHT_BUDGET")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|b| b.is_finite() && *b >= 0.0)
+        {
+            c.budget = (b > 0.0 && b < 1.0).then_some(b);
         }
         let secs = std::env::var("GPUTAPE_FLIGHT_HANG_S")
             .ok()
@@ -189,6 +213,12 @@ pub(crate) struct FlightStore {
     pub checkpoint_owed: bool,
     /// Checkpoints put off so far because a stream was capturing.
     pub deferred_checkpoints: u64,
+    /// Step boundaries at which a checkpoint was owed but put off by the budget.
+    pub budget_deferrals: u64,
+    /// When the last checkpoint ended, and what it cost (the budget's measure).
+    pub last_checkpoint: Option<(std::time::Instant, std::time::Duration)>,
+    /// Checkpoints taken since the recorder was armed, the first (at arming) not counted.
+    pub checkpoints: u64,
     /// What the recorder's own work got wrong (checkpoints, dumps), newest last, at most
     /// `MAX_FAILURES` kept; `failures` counts them all.
     failure_log: VecDeque<String>,
@@ -227,11 +257,31 @@ impl FlightStore {
             marked_steps: false,
             checkpoint_owed: false,
             deferred_checkpoints: 0,
+            budget_deferrals: 0,
+            last_checkpoint: None,
+            checkpoints: 0,
             failure_log: VecDeque::new(),
             failures: 0,
             capture: None,
             graphs: HashMap::default(),
         }
+    }
+
+    /// Whether a checkpoint owed now fits the budget: the time since the last one ended is at
+    /// least its cost times (1 - budget) / budget. A span grown past `max_span_calls` takes
+    /// one regardless.
+    pub fn checkpoint_fits(&self) -> bool {
+        let (Some(b), Some((ended, cost))) = (self.cfg.budget, self.last_checkpoint) else {
+            return true;
+        };
+        if self
+            .spans
+            .back()
+            .is_some_and(|s| s.log.calls() >= self.cfg.max_span_calls)
+        {
+            return true;
+        }
+        ended.elapsed().as_secs_f64() >= cost.as_secs_f64() * (1.0 - b) / b
     }
 
     /// A capture begins: its calls' frames are kept with the graph it makes.
@@ -493,6 +543,8 @@ impl FlightStore {
             log_bytes,
             spilled_bytes: on_disk,
             deferred_checkpoints: self.deferred_checkpoints,
+            budget_deferrals: self.budget_deferrals,
+            checkpoints: self.checkpoints,
             own_failures: self.failures,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory

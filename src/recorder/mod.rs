@@ -489,10 +489,24 @@ impl<B: GpuBackend> RecordingBackend<B> {
             }
             return;
         }
-        if let Some(f) = self.st.lock().flight.as_deref_mut() {
+        {
+            let mut st = self.st.lock();
+            let Some(f) = st.flight.as_deref_mut() else {
+                return;
+            };
+            if !f.checkpoint_fits() {
+                f.budget_deferrals += 1;
+                return;
+            }
             f.checkpoint_owed = false;
         }
-        if let Err(e) = self.checkpoint() {
+        let t0 = std::time::Instant::now();
+        let taken = self.checkpoint();
+        if let Some(f) = self.st.lock().flight.as_deref_mut() {
+            f.last_checkpoint = Some((std::time::Instant::now(), t0.elapsed()));
+            f.checkpoints += 1;
+        }
+        if let Err(e) = taken {
             self.own_failure(format!("a checkpoint failed: {e}"));
         }
     }
