@@ -1,0 +1,148 @@
+//! What the flight recorder costs an engine, step by step: mean, median, 99th percentile and
+//! slowest step, plain against flight, interleaved over rounds (the host's speed drifts
+//! between them), on
+//!
+//! - an outside engine (examples/outside_engine: its own kernels, two streams, 5 launches and
+//!   2 event waits a step), eager and launched as a CUDA graph, with a 4 MiB table;
+//! - the built-in default decode step (`model`).
+//!
+//! A median hides what a checkpoint costs: it stalls a few steps in hundreds, which the mean
+//! and the tail show. Flight runs use the defaults an engine gets from `from_env` (a
+//! checkpoint every 8 steps within a 2% budget of wall time); `GPUTAPE_FLIGHT_BUDGET=0` in
+//! the environment shows the cost without the budget.
+//!
+//! ```text
+//! cargo bench --bench flight_steps                         # on the mock
+//! GPUTAPE_STEP_CUDA=1 cargo bench --bench flight_steps     # on the GPU
+//! ```
+//!
+//! GPUTAPE_FS_STEPS: timed steps per round (default 500), GPUTAPE_FS_ROUNDS (default 5).
+
+#[path = "../examples/outside_engine/engine.rs"]
+mod engine;
+
+use gputape::backend::GpuBackend;
+use gputape::recorder::{BackendDesc, FlightConfig, RecordingBackend};
+use std::sync::Arc;
+use std::time::Instant;
+
+const WARM: usize = 20;
+
+struct Stats {
+    mean: f64,
+    median: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn stats(v: &[f64]) -> Stats {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        mean: s.iter().sum::<f64>() / s.len() as f64,
+        median: at(0.5),
+        p99: at(0.99),
+        max: s[s.len() - 1],
+    }
+}
+
+/// One engine's per-step times (ms), after `WARM` untimed steps.
+type Run<'a> = dyn Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> + 'a;
+
+fn outside(graph: bool) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> {
+    move |gpu, steps| {
+        let cfg = engine::Config {
+            rows: 8192,
+            dim: 128,
+            tokens: 8,
+            graph_at: graph.then_some(0),
+            prelude: 1,
+            ..engine::Config::default()
+        };
+        let mut e = engine::Engine::new(gpu, cfg.clone())
+            .or_else(|_| engine::Engine::new(gpu, engine::Config { prelude: 0, ..cfg }))?;
+        let mut out = Vec::with_capacity(steps);
+        for n in 0..(WARM + steps) as u64 {
+            let t = Instant::now();
+            e.step(n)?;
+            if n as usize >= WARM {
+                out.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn decode(gpu: &dyn GpuBackend, steps: usize) -> anyhow::Result<Vec<f64>> {
+    gputape::model::kernels::load(gpu)?;
+    let cfg = gputape::model::ModelConfig::default_config();
+    let per_run = 240usize.min(cfg.max_seq);
+    let mut out = Vec::with_capacity(steps);
+    while out.len() < steps {
+        let mut m = gputape::model::Model::load(gpu, cfg.clone())?;
+        gputape::model::generate(gpu, &mut m, per_run, |pos, _, d| {
+            if pos >= WARM && out.len() < steps {
+                out.push(d.as_secs_f64() * 1e3);
+            }
+        })?;
+    }
+    Ok(out)
+}
+
+fn main() -> anyhow::Result<()> {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (steps, rounds) = (env("GPUTAPE_FS_STEPS", 500), env("GPUTAPE_FS_ROUNDS", 5));
+    let cuda = std::env::var_os("GPUTAPE_STEP_CUDA").is_some();
+    let gpu: Arc<dyn GpuBackend> = if cuda {
+        Arc::new(gputape::cuda::CudaBackend::new(
+            gputape::cuda::CudaConfig::from_env(0),
+        )?)
+    } else {
+        Arc::new(gputape::mock::MockGpuBackend::default())
+    };
+    let dir = std::env::temp_dir().join(format!("gputape-flight-steps-{}", std::process::id()));
+    let cfg = FlightConfig::from_env(&dir);
+    println!(
+        "backend: {}, {steps} steps x {rounds} rounds after {WARM} warm-up, plain and flight interleaved; checkpoint every {} steps, budget {:?}",
+        if cuda { "cuda" } else { "mock" },
+        cfg.checkpoint_every,
+        cfg.budget
+    );
+    println!(
+        "| workload | plain mean / median / p99 / max (ms) | flight mean / median / p99 / max (ms) | ratio mean / median / p99 | checkpoints, budget deferrals |"
+    );
+    println!("|---|---|---|---|---|");
+    let eager = outside(false);
+    let graph = outside(true);
+    let workloads: [(&str, &Run); 3] = [
+        ("outside engine, eager", &eager),
+        ("outside engine, graph", &graph),
+        ("default decode step", &decode),
+    ];
+    for (name, run) in workloads {
+        let (mut plain, mut flight) = (Vec::new(), Vec::new());
+        let (mut checkpoints, mut deferrals) = (0, 0);
+        for _ in 0..rounds {
+            plain.extend(run(gpu.as_ref(), steps)?);
+            let rec = RecordingBackend::flight(gpu.clone(), cfg.clone(), BackendDesc::new("bench"))?;
+            flight.extend(run(&rec, steps)?);
+            let h = rec.flight_held().unwrap_or_default();
+            checkpoints += h.checkpoints;
+            deferrals += h.budget_deferrals;
+        }
+        let (p, f) = (stats(&plain), stats(&flight));
+        println!(
+            "| {name} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3}x / {:.3}x / {:.3}x | {checkpoints}, {deferrals} |",
+            p.mean, p.median, p.p99, p.max, f.mean, f.median, f.p99, f.max,
+            f.mean / p.mean, f.median / p.median, f.p99 / p.p99
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
