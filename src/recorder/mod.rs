@@ -483,12 +483,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if !due {
             return;
         }
-        if self.capturing_stream().is_some() {
-            if let Some(f) = self.st.lock().flight.as_deref_mut() {
-                f.deferred_checkpoints += 1;
-            }
-            return;
-        }
+        // The budget first: it costs a clock read, where asking each stream whether it
+        // captures is a driver call per stream, at every boundary a checkpoint is put off.
         {
             let mut st = self.st.lock();
             let Some(f) = st.flight.as_deref_mut() else {
@@ -498,6 +494,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 f.budget_deferrals += 1;
                 return;
             }
+        }
+        if self.capturing_stream().is_some() {
+            if let Some(f) = self.st.lock().flight.as_deref_mut() {
+                f.deferred_checkpoints += 1;
+            }
+            return;
+        }
+        if let Some(f) = self.st.lock().flight.as_deref_mut() {
             f.checkpoint_owed = false;
         }
         let t0 = std::time::Instant::now();
