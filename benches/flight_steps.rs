@@ -130,7 +130,8 @@ fn main() -> anyhow::Result<()> {
         let (mut checkpoints, mut deferrals) = (0, 0);
         for _ in 0..rounds {
             plain.extend(run(gpu.as_ref(), steps)?);
-            let rec = RecordingBackend::flight(gpu.clone(), cfg.clone(), BackendDesc::new("bench"))?;
+            let rec =
+                RecordingBackend::flight(gpu.clone(), cfg.clone(), BackendDesc::new("bench"))?;
             flight.extend(run(&rec, steps)?);
             let h = rec.flight_held().unwrap_or_default();
             checkpoints += h.checkpoints;

@@ -93,7 +93,6 @@ fn capture_inside_step_hook_never_broken_and_fault_after_it_replays() {
             );
             let held = gpu.flight_held().expect("flight");
             assert_eq!(held.own_failures, 0, "{mode:?} {graph_at}");
-            drop(e);
             drop(gpu);
 
             // The same engine, a bad id long after the capture: the graph launch faults.
@@ -120,7 +119,6 @@ fn capture_inside_step_hook_never_broken_and_fault_after_it_replays() {
                 "{mode:?} {graph_at}: {}",
                 r.summary()
             );
-            drop(e);
             drop(gpu);
             std::fs::remove_dir_all(&dir).ok();
         }
@@ -150,7 +148,6 @@ fn device_assert_is_710_reproduced_and_minimized() {
         format!("{err:#}").contains("id >= 0 && id < rows"),
         "{err:#}"
     );
-    drop(e);
     drop(gpu);
     let d = dumps(&dir);
     let t = Trace::open(&d[0]).expect("dump");
@@ -201,7 +198,6 @@ fn a_recorded_fault_in_a_kernel_the_replay_cannot_run_is_not_checked() {
     )
     .expect("engine");
     e.run(10).expect_err("faults");
-    drop(e);
     drop(gpu);
     let t = Trace::open(&dumps(&dir)[0]).expect("dump");
     // A mock without the engine's module: its kernels are opaque.

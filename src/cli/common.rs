@@ -145,9 +145,26 @@ pub fn model_config(name: &str) -> Result<crate::model::ModelConfig> {
         .ok_or_else(|| anyhow::anyhow!("unknown model config {name:?} (try `default` or `tiny`)"))
 }
 
-/// `--fault-step` and `--fault-overrun` of `demo` and `record`.
-pub fn fault_plan(step: Option<usize>, overrun: u32) -> Option<crate::model::FaultPlan> {
-    step.map(|step| crate::model::FaultPlan { step, overrun })
+/// The fault `demo` and `record` can plant in the built-in model.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct FaultArgs {
+    /// Plant the fault: at this step `silu_mul` writes past the end of its output.
+    #[arg(long)]
+    pub fault_step: Option<usize>,
+    /// How far past the end, in floats: the default lands in a red zone; a large value
+    /// (say 268435456) runs into unmapped memory and faults with an illegal address.
+    #[arg(long, default_value_t = 16)]
+    pub fault_overrun: u32,
+}
+
+impl FaultArgs {
+    /// The plan, if a step was given.
+    pub fn plan(self) -> Option<crate::model::FaultPlan> {
+        self.fault_step.map(|step| crate::model::FaultPlan {
+            step,
+            overrun: self.fault_overrun,
+        })
+    }
 }
 
 /// The backend with the model's kernels. With a planted fault, red zones are switched on

@@ -5,7 +5,7 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 use super::backends::Backend;
-use super::common::{fault_plan, model_backend, model_config, DEFAULT_CONFIG};
+use super::common::{model_backend, model_config, FaultArgs, DEFAULT_CONFIG};
 use super::{Ctx, Exit};
 use crate::backend::GpuBackend;
 
@@ -20,13 +20,8 @@ pub struct Args {
     /// Model size: `default` or `tiny`.
     #[arg(long, default_value = DEFAULT_CONFIG)]
     config: String,
-    /// Plant the fault: at this step `silu_mul` writes past the end of its output.
-    #[arg(long)]
-    fault_step: Option<usize>,
-    /// How far past the end, in floats: the default lands in a red zone; a large value
-    /// (say 268435456) runs into unmapped memory and faults with an illegal address.
-    #[arg(long, default_value_t = 16)]
-    fault_overrun: u32,
+    #[command(flatten)]
+    fault: FaultArgs,
     /// Run behind the flight recorder, which keeps the last steps in memory and writes
     /// them into this directory as a trace if a call fails (GPUTAPE_FLIGHT_STEPS: steps
     /// between checkpoints, default 8; GPUTAPE_FLIGHT_SPILL_MB: blobs this large wait on
@@ -41,7 +36,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         a.backend,
         a.steps,
         &a.config,
-        fault_plan(a.fault_step, a.fault_overrun),
+        a.fault.plan(),
         a.flight.as_deref(),
     )?;
     Ok(Exit::Pass)

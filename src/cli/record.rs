@@ -6,7 +6,7 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 use super::backends::{self, Backend, Want};
-use super::common::{fault_plan, model_backend, model_config, parse_range, DEFAULT_CONFIG};
+use super::common::{model_backend, model_config, parse_range, FaultArgs, DEFAULT_CONFIG};
 use super::{Ctx, Exit};
 use crate::backend::GpuBackend;
 
@@ -22,12 +22,8 @@ pub struct Args {
     /// is the same step in both).
     #[arg(long, default_value = DEFAULT_CONFIG)]
     config: String,
-    /// Plant the fault at this step (see `demo`).
-    #[arg(long)]
-    fault_step: Option<usize>,
-    /// How far past the end the planted fault writes, in floats (see `demo`).
-    #[arg(long, default_value_t = 16)]
-    fault_overrun: u32,
+    #[command(flatten)]
+    fault: FaultArgs,
     /// Record a small workload instead of the model.
     #[arg(long, value_enum)]
     workload: Option<Workload>,
@@ -106,17 +102,11 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         return Ok(Exit::Pass);
     }
     match (steps, a.workload) {
-        (Some(k), _) => record_step(
-            how,
-            k,
-            &a.config,
-            fault_plan(a.fault_step, a.fault_overrun),
-            &a.output,
-        ),
+        (Some(k), _) => record_step(how, k, &a.config, a.fault.plan(), &a.output),
         (None, w) => record(
             how,
             w.unwrap_or(Workload::TwoStreams),
-            a.fault_overrun,
+            a.fault.fault_overrun,
             &a.output,
         ),
     }?;
