@@ -173,6 +173,12 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
         );
         assert!(out.contains("hang REPRODUCED"), "step {step}: {out}");
         assert!(out.contains(blocked), "step {step}: {out}");
+        // The spinning kernel is among the launches not known to have completed.
+        let launches = out
+            .split("launches not known to have completed")
+            .nth(1)
+            .unwrap_or_default();
+        assert!(launches.contains("outside::oe_spin"), "step {step}: {out}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -60,6 +60,27 @@ fn waits_for_device(c: &Call) -> bool {
     )
 }
 
+/// Where a replay that stopped making progress is stuck, given the last call it finished
+/// (`None`: none): the call it was blocked in (the next one), and the launches since the last
+/// call that waited for the device, none of which is known to have completed: the hung
+/// kernel is among them.
+pub fn stuck_at(trace: &Trace, finished: Option<u64>) -> (Option<&CallRecord>, Vec<&CallRecord>) {
+    let blocked = trace
+        .calls
+        .iter()
+        .find(|c| finished.is_none_or(|f| c.seq > f));
+    let upto = blocked.map_or(u64::MAX, |c| c.seq);
+    let mut launches = Vec::new();
+    for c in trace.calls.iter().take_while(|c| c.seq < upto) {
+        if waits_for_device(&c.call) && matches!(c.ret, Some(Ok(_))) {
+            launches.clear();
+        } else if c.call.launch().is_some() || matches!(c.call, Call::LaunchGraph { .. }) {
+            launches.push(c);
+        }
+    }
+    (blocked, launches)
+}
+
 /// Every recorded fault's window, in trace order.
 pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
     let mut out = Vec::new();

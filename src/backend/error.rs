@@ -28,6 +28,9 @@ pub struct DeviceError {
     /// The kernel a fault was raised in, when the backend knows it ("module::name").
     pub kernel: Option<String>,
     pub alloc: Option<FaultAlloc>,
+    /// What the faulting access was, when the backend knows ("a read", "a write of 0x...,
+    /// which points into no allocation"); CUDA's 700 does not say.
+    pub access: Option<String>,
     message: String,
     /// The backend's own typed error, for tests of that backend.
     inner: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
@@ -40,6 +43,7 @@ impl DeviceError {
             code,
             kernel: None,
             alloc: None,
+            access: None,
             message: message.into(),
             inner: None,
         }
@@ -51,6 +55,7 @@ impl DeviceError {
             code,
             kernel: None,
             alloc: None,
+            access: None,
             message: inner.to_string(),
             inner: Some(Box::new(inner)),
         }
@@ -63,6 +68,12 @@ impl DeviceError {
 
     pub fn with_alloc(mut self, alloc: Option<FaultAlloc>) -> Self {
         self.alloc = alloc;
+        self
+    }
+
+    /// The faulting access, in words (see `access`).
+    pub fn with_access(mut self, access: Option<String>) -> Self {
+        self.access = access;
         self
     }
 

@@ -250,7 +250,16 @@ fn replay(
             );
             b
         });
+        // A child replay tells its parent how far it got, so a hang killed at its deadline
+        // can be placed (`replay_in_child`).
+        let progress_file = child_report
+            .and(std::env::var_os(PROGRESS_ENV))
+            .and_then(|p| std::fs::OpenOptions::new().write(true).open(p).ok());
         let rep = r.run(gpu, opts, Some(&load_cuda), |seq| {
+            if let Some(f) = &progress_file {
+                use std::os::unix::fs::FileExt;
+                let _ = f.write_all_at(&seq.to_le_bytes(), 0);
+            }
             if let Some(b) = &bar {
                 if seq % 1024 == 0 {
                     b.set_position(seq);
@@ -323,6 +332,9 @@ fn replay(
 
 /// Run this same command in a child process and relay its report, so a fault that poisons the
 /// CUDA context cannot take the parent (and its report) down.
+/// The file a child replay writes its last finished call's seq into (8 bytes, overwritten).
+const PROGRESS_ENV: &str = "GPUTAPE_REPLAY_PROGRESS_FILE";
+
 /// How long a replay in a child may take before it counts as hung: ten times the recorded
 /// wall time plus a minute (setup, restores and a cold start included); for a hang's dump,
 /// which is expected to hang, twice the recorded time plus ten seconds; or
@@ -357,10 +369,13 @@ fn replay_in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exi
     let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let report = dir.join("report.json");
+    let progress = dir.join("progress");
+    std::fs::write(&progress, b"")?;
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .args(&ctx.args)
         .arg("--child-report")
         .arg(&report)
+        .env(PROGRESS_ENV, &progress)
         .stderr(std::process::Stdio::piped())
         .spawn()?;
     let stderr = child.stderr.take().expect("piped");
@@ -396,12 +411,15 @@ fn replay_in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exi
     };
     let (asserts, first_assert) = reader.join().unwrap_or((0, None));
     let text = std::fs::read_to_string(&report).ok();
+    let finished = std::fs::read(&progress)
+        .ok()
+        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)));
     std::fs::remove_dir_all(&dir).ok();
     let assert_line = first_assert.map(|l| {
         format!("device-side assert: {asserts} failing thread(s) reported by CUDA; first: {l}")
     });
     let Some(status) = status else {
-        return Ok(hang_verdict(t, limit, json));
+        return Ok(hang_verdict(t, limit, finished, json));
     };
     match text {
         Some(text) => {
@@ -429,7 +447,18 @@ fn replay_in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exi
 /// The child replay was killed at its deadline. A trace dumped for a hang expects exactly
 /// that: the hang reproduced (exit 0), naming the calls that had not returned when it was
 /// dumped; any other trace hung where its recording did not (exit 1).
-fn hang_verdict(t: &crate::trace::Trace, limit: std::time::Duration, json: bool) -> Exit {
+fn hang_verdict(
+    t: &crate::trace::Trace,
+    limit: std::time::Duration,
+    finished: Option<u64>,
+    json: bool,
+) -> Exit {
+    let (blocked, launches) = crate::analysis::window::stuck_at(t, finished);
+    let blocked = blocked.map(|c| crate::trace::render_call(t, c));
+    let launches: Vec<String> = launches
+        .iter()
+        .map(|c| crate::trace::render_call(t, c))
+        .collect();
     let recorded = t.dump.as_ref().filter(|d| d.reason.starts_with("hang"));
     let stuck: Vec<String> = recorded
         .map(|d| {
@@ -445,7 +474,13 @@ fn hang_verdict(t: &crate::trace::Trace, limit: std::time::Duration, json: bool)
         let v = serde_json::json!({
             "schema": crate::replayer::REPLAY_SCHEMA,
             "passed": reproduced,
-            "hang": {"deadline_s": limit.as_secs_f64(), "reproduced": reproduced, "recorded_in_flight": stuck},
+            "hang": {
+                "deadline_s": limit.as_secs_f64(),
+                "reproduced": reproduced,
+                "recorded_in_flight": stuck,
+                "replay_blocked_in": blocked,
+                "launches_not_known_complete": launches,
+            },
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
@@ -453,6 +488,18 @@ fn hang_verdict(t: &crate::trace::Trace, limit: std::time::Duration, json: bool)
             "HANG: the replay did not finish within {:.0} s and was killed",
             limit.as_secs_f64()
         );
+        if let Some(b) = &blocked {
+            println!("  the replay was blocked in: {b}");
+        }
+        if !launches.is_empty() {
+            println!(
+                "  launches not known to have completed (the hung kernel is among them): {}",
+                launches.len()
+            );
+            for l in &launches {
+                println!("    {l}");
+            }
+        }
         match recorded {
             Some(d) => {
                 println!("recorded: {}", d.reason);

@@ -224,6 +224,31 @@ impl MockError {
         }
     }
 
+    /// The faulting access in words: read or write, and a pointer into no allocation.
+    fn fault_access(&self) -> Option<String> {
+        let verb = |op: &str| {
+            if op.contains("read") {
+                "a read"
+            } else if op.contains("write") {
+                "a write"
+            } else {
+                "an access"
+            }
+        };
+        match self {
+            MockError::InKernel { cause, .. } => cause.fault_access(),
+            MockError::Sticky { first, .. } => first.fault_access(),
+            MockError::WildPointer { op, ptr, .. } => Some(format!(
+                "{} of {ptr:#x}, which points into no allocation",
+                verb(op)
+            )),
+            MockError::OutOfBounds { op, .. } | MockError::UseAfterFree { op, .. } => {
+                Some(verb(op).to_string())
+            }
+            _ => None,
+        }
+    }
+
     fn fault_kernel(&self) -> Option<String> {
         match self {
             MockError::InKernel { kernel, .. } => Some(kernel.clone()),
@@ -236,8 +261,10 @@ impl MockError {
 impl From<MockError> for crate::backend::DeviceError {
     fn from(e: MockError) -> Self {
         let (code, kernel, alloc) = (e.cuda_code(), e.fault_kernel(), e.fault_alloc());
+        let access = e.fault_access();
         crate::backend::DeviceError::wrap(code, e)
             .with_kernel(kernel)
             .with_alloc(alloc)
+            .with_access(access)
     }
 }

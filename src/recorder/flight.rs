@@ -98,7 +98,9 @@ pub struct FlightConfig {
     /// an 8B-shaped step 0.1 s every 8 steps on the H200 (mean step 3.5x). One that falls due
     /// sooner than its predecessor's cost allows is put off to the first step boundary where
     /// it fits, so the mean step pays at most this share; the kept spans then reach further
-    /// back. `None`: every `checkpoint_every` steps, whatever it costs.
+    /// back. `None`: every `checkpoint_every` steps, whatever it costs. `new` has none, so a
+    /// configuration built in code keeps its exact interval; `from_env`, which engines use
+    /// in production, sets 2%.
     pub budget: Option<f64>,
     /// A checkpoint is taken regardless of the budget once the span being recorded holds this
     /// many calls, which bounds the memory the kept calls take (a few bytes each).
@@ -106,8 +108,8 @@ pub struct FlightConfig {
 }
 
 impl FlightConfig {
-    /// Dump into `dir` (created if missing), a checkpoint every 8 steps, at most one dump, and
-    /// host syncs taken as step ends.
+    /// Dump into `dir` (created if missing), a checkpoint every 8 steps (no time budget), at
+    /// most one dump, and host syncs taken as step ends.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         FlightConfig {
             dir: dir.into(),
@@ -116,7 +118,7 @@ impl FlightConfig {
             steps_from_syncs: true,
             spill_blobs_over: Some(1 << 20),
             hang_after: None,
-            budget: Some(0.02),
+            budget: None,
             max_span_calls: 4 << 20,
         }
     }
@@ -128,6 +130,7 @@ impl FlightConfig {
     /// time checkpoints may take, default 0.02; 0: no budget) over the defaults.
     pub fn from_env(dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(dir);
+        c.budget = Some(0.02);
         let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         if let Some(n) = num("GPUTAPE_FLIGHT_STEPS").filter(|n| *n > 0) {
             c.checkpoint_every = n;

@@ -59,6 +59,9 @@ impl Replayer<'_> {
             past_end: in_error.as_ref().map(|(_, n)| *n),
             buffer: in_error.map(|(b, _)| b),
             writes,
+            access: e
+                .and_then(crate::backend::device_error)
+                .and_then(|d| d.access.clone()),
         })
     }
 

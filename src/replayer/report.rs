@@ -73,8 +73,12 @@ pub struct Culprit {
     pub buffer: Option<String>,
     /// How far past the buffer's end the access ran, in bytes.
     pub past_end: Option<u64>,
-    /// The buffers the kernel writes (when the backend cannot say which one it was).
+    /// The buffers the kernel may write (when the backend cannot say which one it was).
     pub writes: Vec<String>,
+    /// The faulting access in the backend's words ("a read of 0x..., which points into no
+    /// allocation"), when it says.
+    #[serde(default)]
+    pub access: Option<String>,
 }
 
 impl Culprit {
@@ -89,13 +93,15 @@ impl Culprit {
                 .map(|g| format!(", a node of {g}"))
                 .unwrap_or_default()
         );
+        let what = self.access.as_deref().unwrap_or("the access");
         match (&self.buffer, self.past_end) {
             (Some(b), Some(n)) if n > 0 => {
-                s.push_str(&format!("  it accessed {n} bytes past the end of {b}\n"))
+                s.push_str(&format!("  {what} ran {n} bytes past the end of {b}\n"))
             }
-            (Some(b), _) => s.push_str(&format!("  the access was to {b}\n")),
+            (Some(b), _) => s.push_str(&format!("  {what} was to {b}\n")),
+            (None, _) if self.access.is_some() => s.push_str(&format!("  {what}\n")),
             (None, _) if !self.writes.is_empty() => s.push_str(&format!(
-                "  the backend does not say which buffer; the kernel writes {}\n",
+                "  the backend does not say which access faulted (a read or a write) or where; the buffers this launch may write: {}\n",
                 self.writes.join(", ")
             )),
             _ => {}
