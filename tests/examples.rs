@@ -179,6 +179,36 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
             .nth(1)
             .unwrap_or_default();
         assert!(launches.contains("outside::oe_spin"), "step {step}: {out}");
+        if step == "11" {
+            // Shrunk while it still hangs: the spin, the wait, and little else.
+            let small = dir.join("small.gtape");
+            let o = Command::new(&p)
+                .arg("minimize")
+                .arg(&dump)
+                .args(["--max-attempts", "60", "-o"])
+                .arg(&small)
+                .env("GPUTAPE_REPLAY_DEADLINE_S", "1")
+                .output()
+                .unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{out}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(out.contains("fault kept: a hang"), "{out}");
+            assert!(out.contains("oe_spin"), "the spin is kept: {out}");
+            let o = Command::new(&p)
+                .arg("replay")
+                .arg(&small)
+                .env("GPUTAPE_REPLAY_DEADLINE_S", "1")
+                .output()
+                .unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert_eq!(o.status.code(), Some(0), "{out}");
+            assert!(out.contains("hang REPRODUCED"), "{out}");
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -86,6 +86,13 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
     let mut out = Vec::new();
     let mut since_sync = trace.calls.first().map_or(0, |c| c.seq);
     let mut since_scan = since_sync;
+    // A dump stops cleanly, but the calls it names as in flight had not returned: a hang.
+    let in_flight = |seq: u64| {
+        trace
+            .dump
+            .as_ref()
+            .is_some_and(|d| d.in_flight.iter().any(|(s, _)| *s == seq))
+    };
     for c in &trace.calls {
         match &c.ret {
             Some(Err(e)) if e.code.is_some_and(is_async_fault) => out.push(FaultWindow {
@@ -94,9 +101,9 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
                 kind: WindowKind::Error,
                 code: e.code,
             }),
-            // The process died inside this call: whatever killed it may have been raised
-            // since the last sync.
-            None if !trace.stopped => out.push(FaultWindow {
+            // The process died (or hung) inside this call: whatever killed it may have been
+            // raised since the last sync.
+            None if !trace.stopped || in_flight(c.seq) => out.push(FaultWindow {
                 start: since_sync,
                 observed: c.seq,
                 kind: WindowKind::Error,

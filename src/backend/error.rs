@@ -30,8 +30,8 @@ pub struct DeviceError {
     pub alloc: Option<FaultAlloc>,
     /// What the faulting access was, when the backend knows ("a read", "a write of 0x...,
     /// which points into no allocation"); CUDA's 700 does not say.
-    pub access: Option<String>,
-    message: String,
+    pub access: Option<Box<str>>,
+    message: Box<str>,
     /// The backend's own typed error, for tests of that backend.
     inner: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -44,7 +44,7 @@ impl DeviceError {
             kernel: None,
             alloc: None,
             access: None,
-            message: message.into(),
+            message: message.into().into_boxed_str(),
             inner: None,
         }
     }
@@ -56,7 +56,7 @@ impl DeviceError {
             kernel: None,
             alloc: None,
             access: None,
-            message: inner.to_string(),
+            message: inner.to_string().into_boxed_str(),
             inner: Some(Box::new(inner)),
         }
     }
@@ -73,13 +73,13 @@ impl DeviceError {
 
     /// The faulting access, in words (see `access`).
     pub fn with_access(mut self, access: Option<String>) -> Self {
-        self.access = access;
+        self.access = access.map(String::into_boxed_str);
         self
     }
 
     /// Append detail to the message (the request that failed, say).
     pub fn with(mut self, detail: impl fmt::Display) -> Self {
-        self.message = format!("{}: {detail}", self.message);
+        self.message = format!("{}: {detail}", self.message).into_boxed_str();
         self
     }
 

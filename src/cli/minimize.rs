@@ -34,14 +34,19 @@ fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize
         minimize, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
     };
     let t = open_trace(ctx, path)?;
-    if let Some(d) = t.dump.as_ref().filter(|d| d.reason.starts_with("hang")) {
-        // Each candidate would have to be run to a deadline and killed: not done yet.
-        anyhow::bail!(
-            "{} is a hang's dump ({}): minimize does not shrink hangs yet; `replay` reproduces it",
-            path.display(),
-            d.reason
-        );
-    }
+    // A hang's dump: each candidate replays in a child under a deadline (`replay` does that
+    // for such traces), and one that is killed there reproduces it.
+    let hang = t
+        .dump
+        .as_ref()
+        .is_some_and(|d| d.reason.starts_with("hang"));
+    let deadline = std::env::var("GPUTAPE_REPLAY_DEADLINE_S").unwrap_or_else(|_| {
+        let span = match (t.calls.first(), t.calls.last()) {
+            (Some(a), Some(b)) => b.t_ns.saturating_sub(a.t_ns) as f64 / 1e9,
+            _ => 0.0,
+        };
+        format!("{:.3}", span * 2.0 + 3.0)
+    });
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
     drop(backends::open(ctx, on, Want::default())?);
@@ -51,6 +56,17 @@ fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize
     };
     let attempt_file = temp_beside(out).with_extension("attempt.gtape");
     let mut oracle = |cand: &crate::trace::Trace| -> Result<Option<FaultSignature>> {
+        if hang {
+            std::fs::write(&attempt_file, cand.to_bytes()?)?;
+            let child = std::process::Command::new(std::env::current_exe()?)
+                .args(["replay", "--on", on.name(), "--json"])
+                .arg(&attempt_file)
+                .env("GPUTAPE_REPLAY_DEADLINE_S", &deadline)
+                .stderr(std::process::Stdio::null())
+                .output()?;
+            let v: serde_json::Value = serde_json::from_slice(&child.stdout).unwrap_or_default();
+            return Ok((v["hang"]["reproduced"] == true).then(FaultSignature::hang));
+        }
         let report = match on.fault_poisons_process() {
             false => {
                 let m = backends::open(ctx, on, Want::replay())?;

@@ -61,7 +61,7 @@ impl Replayer<'_> {
             writes,
             access: e
                 .and_then(crate::backend::device_error)
-                .and_then(|d| d.access.clone()),
+                .and_then(|d| d.access.as_deref().map(str::to_string)),
         })
     }
 

@@ -24,6 +24,19 @@ pub struct FaultSignature {
     pub code: Option<u32>,
     /// The kernel that raised it, when the replay could tell.
     pub kernel: Option<String>,
+    /// A hang: the replay did not finish by its deadline (code and kernel are then `None`).
+    pub hang: bool,
+}
+
+impl FaultSignature {
+    /// A replay that hung, as a hang's dump expects.
+    pub fn hang() -> Self {
+        FaultSignature {
+            code: None,
+            kernel: None,
+            hang: true,
+        }
+    }
 }
 
 impl PartialEq for FaultSignature {
@@ -32,15 +45,16 @@ impl PartialEq for FaultSignature {
             (Some(a), Some(b)) => crate::backend::same_fault(a, b),
             (a, b) => a == b,
         };
-        codes && self.kernel == other.kernel
+        codes && self.kernel == other.kernel && self.hang == other.hang
     }
 }
 
 impl std::fmt::Display for FaultSignature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.code {
-            Some(c) => write!(f, "{} ({c})", crate::backend::cuda_error_name(c))?,
-            None => write!(f, "a fault")?,
+        match (self.code, self.hang) {
+            (_, true) => write!(f, "a hang")?,
+            (Some(c), false) => write!(f, "{} ({c})", crate::backend::cuda_error_name(c))?,
+            (None, false) => write!(f, "a fault")?,
         }
         if let Some(k) = &self.kernel {
             write!(f, " raised by {k}")?;
@@ -60,6 +74,7 @@ pub fn signature(r: &ReplayReport) -> Option<(FaultSignature, Option<Culprit>)> 
                 .as_ref()
                 .map(|c| c.kernel.clone())
                 .or_else(|| f.kernel.clone()),
+            hang: false,
         },
         f.raised_by.clone(),
     ))
