@@ -454,6 +454,14 @@ impl<'t> Shrink<'t> {
         for c in &mut calls {
             c.seq = renum[&c.seq];
         }
+        // A dump's calls in flight keep their names in the new numbering (those not kept go).
+        if let Some(d) = out.dump.as_mut() {
+            d.in_flight = d
+                .in_flight
+                .iter()
+                .filter_map(|(seq, thread)| Some((*renum.get(seq)?, *thread)))
+                .collect();
+        }
         // A blob that cannot be read is left out: the candidate then fails to replay, which
         // the oracle reads as "does not reproduce".
         for id in &blobs {

@@ -117,7 +117,18 @@ impl Trace {
         for f in &self.findings {
             w.write(&Frame::Finding(f.clone()))?;
         }
-        if self.calls.iter().all(|c| c.ret.is_some()) {
+        // A call that never returned makes a cut trace (the recording died inside it), unless
+        // a dump names it as in flight when it was taken (a hang), which is a whole trace.
+        let in_flight = |seq: u64| {
+            self.dump
+                .as_ref()
+                .is_some_and(|d| d.in_flight.iter().any(|(s, _)| *s == seq))
+        };
+        if self
+            .calls
+            .iter()
+            .all(|c| c.ret.is_some() || in_flight(c.seq))
+        {
             w.write(&Frame::Stop)?;
         }
         w.finish().map_err(io)?;
