@@ -196,6 +196,8 @@ pub struct Engine<'g> {
     state: DevicePtr,
     out: DevicePtr,
     flag: DevicePtr,
+    /// A few constants the forward uploads each step (into a graph, when it is captured).
+    consts: DevicePtr,
     graph: Option<GraphHandle>,
 }
 
@@ -224,6 +226,7 @@ impl<'g> Engine<'g> {
         let out = gpu.alloc(tokens * dim * 4)?;
         let flag = gpu.alloc(4)?;
         gpu.memset(flag, 0, 4)?;
+        let consts = gpu.alloc(16)?;
         let vals: Vec<u8> = (0..rows * dim)
             .flat_map(|i| (((i * 37) % 101) as f32 / 101.0 - 0.5).to_le_bytes())
             .collect();
@@ -243,6 +246,7 @@ impl<'g> Engine<'g> {
             state,
             out,
             flag,
+            consts,
             graph: None,
         })
     }
@@ -258,6 +262,12 @@ impl<'g> Engine<'g> {
             (dim as i32).to_le_bytes(),
         );
         let (keep_b, n_b) = (0.5f32.to_le_bytes(), n.to_le_bytes());
+        // Host bytes uploaded by the forward: captured into the graph with it.
+        let consts: Vec<u8> = [0.5f32, 1.0, 2.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        g.copy_h2d_async(&consts, self.consts, self.s0)?;
         g.launch_typed(
             self.k.embed,
             [tokens, 1, 1],
