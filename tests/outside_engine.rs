@@ -112,6 +112,26 @@ fn capture_inside_step_hook_never_broken_and_fault_after_it_replays() {
             assert_eq!(d.len(), 1, "one dump: {d:?}");
             let t = Trace::open(&d[0]).expect("dump opens");
             assert!(t.dump.as_ref().is_some_and(|i| i.reason.contains("failed")));
+            // The graph was captured steps before the dump's first checkpoint: its calls, and
+            // the host bytes it uploads, are in the dump all the same.
+            let uploads: Vec<_> = t
+                .calls
+                .iter()
+                .filter_map(|c| match &c.call {
+                    gputape::trace::Call::CopyH2DAsync { data, .. } => Some(*data),
+                    _ => None,
+                })
+                .collect();
+            assert!(
+                !uploads.is_empty(),
+                "{mode:?} {graph_at}: the capture is in the dump"
+            );
+            for b in uploads {
+                assert!(
+                    t.blob(b).is_some(),
+                    "{mode:?} {graph_at}: blob {b} of the capture"
+                );
+            }
             let r = replay(&t);
             assert!(r.passed(), "{mode:?} {graph_at}: {}", r.summary());
             assert!(

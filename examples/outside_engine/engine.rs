@@ -226,7 +226,8 @@ impl<'g> Engine<'g> {
         let out = gpu.alloc(tokens * dim * 4)?;
         let flag = gpu.alloc(4)?;
         gpu.memset(flag, 0, 4)?;
-        let consts = gpu.alloc(16)?;
+        // Larger than what is uploaded into it, so its contents are never the upload's bytes.
+        let consts = gpu.alloc(64)?;
         let vals: Vec<u8> = (0..rows * dim)
             .flat_map(|i| (((i * 37) % 101) as f32 / 101.0 - 0.5).to_le_bytes())
             .collect();

@@ -230,10 +230,19 @@ pub(crate) struct FlightStore {
     /// `begin_capture` and its `end_capture` (such calls skip the fast path, so each has its
     /// frames).
     capture: Option<Vec<Vec<u8>>>,
-    /// Each live graph's capture (its first seq, its frames), kept for as long as the graph
-    /// lives: an engine captures once and launches for hours, and a dump that launches a
-    /// graph captured before its kept steps must still define it.
-    graphs: HashMap<GraphId, (u64, Vec<Vec<u8>>)>,
+    /// The blobs the capture in progress names (host bytes it uploads).
+    capture_blobs: Vec<BlobId>,
+    /// Each live graph's capture (its first seq, its frames, the blobs they name), kept for
+    /// as long as the graph lives: an engine captures once and launches for hours, and a
+    /// dump that launches a graph captured before its kept steps must still define it.
+    graphs: HashMap<GraphId, GraphKept>,
+}
+
+/// A live graph's capture, as `FlightStore::graphs` keeps it.
+struct GraphKept {
+    first_seq: u64,
+    frames: Vec<Vec<u8>>,
+    blobs: Vec<BlobId>,
 }
 
 /// Failures of the recorder's own work named in a dump; more are counted.
@@ -266,8 +275,21 @@ impl FlightStore {
             failure_log: VecDeque::new(),
             failures: 0,
             capture: None,
+            capture_blobs: Vec::new(),
             graphs: HashMap::default(),
         }
+    }
+
+    /// Blobs a live graph's capture names (and their parts): kept while the graph lives.
+    fn graph_blobs(&self) -> rustc_hash::FxHashSet<BlobId> {
+        let mut set = rustc_hash::FxHashSet::default();
+        for g in self.graphs.values() {
+            for b in &g.blobs {
+                set.insert(*b);
+                set.extend(self.parts.get(b).into_iter().flatten().copied());
+            }
+        }
+        set
     }
 
     /// Whether a checkpoint owed now fits the budget: the time since the last one ended is at
@@ -290,14 +312,23 @@ impl FlightStore {
     /// A capture begins: its calls' frames are kept with the graph it makes.
     pub fn capture_open(&mut self) {
         self.capture = Some(Vec::new());
+        self.capture_blobs.clear();
     }
 
     /// The capture ended into graph `id` (first call `seq`); `None`: it failed or was
     /// abandoned, and its frames go.
     pub fn capture_closed(&mut self, made: Option<(GraphId, u64)>) {
         let frames = self.capture.take();
-        if let (Some(frames), Some((id, seq))) = (frames, made) {
-            self.graphs.insert(id, (seq, frames));
+        let blobs = std::mem::take(&mut self.capture_blobs);
+        if let (Some(frames), Some((id, first_seq))) = (frames, made) {
+            self.graphs.insert(
+                id,
+                GraphKept {
+                    first_seq,
+                    frames,
+                    blobs,
+                },
+            );
         }
     }
 
@@ -340,9 +371,10 @@ impl FlightStore {
         if self.spans.len() > 2 {
             self.spans.pop_front();
             let oldest = self.span_no - 1;
+            let pinned = self.graph_blobs();
             let spill = &mut self.spill;
             self.blobs.retain(|id, (held, last)| {
-                let keep = *last >= oldest;
+                let keep = *last >= oldest || pinned.contains(id);
                 if let (false, Held::Disk(_)) = (keep, &held) {
                     spill.remove(*id);
                 }
@@ -367,6 +399,9 @@ impl FlightStore {
     /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new). A
     /// chunked blob's parts are named with it.
     pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
+        if self.capture.is_some() {
+            self.capture_blobs.push(id);
+        }
         let no = self.span_no;
         match self.blobs.get_mut(&id) {
             Some(e) => {
@@ -596,8 +631,9 @@ impl FlightStore {
             in_flight,
         }))?;
         let oldest = self.span_no + 1 - self.spans.len() as u64;
+        let pinned = self.graph_blobs();
         for (id, (held, last)) in &self.blobs {
-            if *last < oldest {
+            if *last < oldest && !pinned.contains(id) {
                 continue;
             }
             match held {
@@ -627,14 +663,14 @@ impl FlightStore {
                 Record::Frame(_) => None,
             })
             .unwrap_or(u64::MAX);
-        let mut old_graphs: Vec<&(u64, Vec<Vec<u8>>)> = self
+        let mut old_graphs: Vec<&GraphKept> = self
             .graphs
             .values()
-            .filter(|(seq, _)| *seq < first_seq)
+            .filter(|g| g.first_seq < first_seq)
             .collect();
-        old_graphs.sort_by_key(|(seq, _)| *seq);
-        for (_, frames) in old_graphs {
-            for f in frames {
+        old_graphs.sort_by_key(|g| g.first_seq);
+        for g in old_graphs {
+            for f in &g.frames {
                 w.write_payload(FrameClass::Call, f)?;
             }
         }
