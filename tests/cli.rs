@@ -597,3 +597,25 @@ fn record_hf_records_the_batched_bf16_step_and_it_replays() {
         stderr(&o)
     );
 }
+
+/// `--mock-memory` sizes the mock's device memory for every verb that runs it: too little
+/// and the replay is refused at the allocation that does not fit, named; enough and it runs.
+#[test]
+fn mock_memory_sizes_the_mock_for_every_verb() {
+    let o = gputape(&[
+        "--mock-memory",
+        "4096",
+        "replay",
+        "traces/mock_tiny_step5.gtape",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("out of memory"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("of 4096 in use"), "{}", stderr(&o));
+    let o = gputape(&[
+        "replay",
+        "traces/mock_tiny_step5.gtape",
+        "--mock-memory",
+        "68719476736",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}

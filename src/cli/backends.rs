@@ -129,7 +129,7 @@ impl Opened {
 /// are compiled as a trace's embedded code would be).
 pub fn open(ctx: &Ctx, b: Backend, want: Want) -> Result<Opened> {
     let opened = match b {
-        Backend::Mock => open_mock(want),
+        Backend::Mock => open_mock(want, ctx.mock_memory),
         Backend::Cuda => open_cuda(want)?,
     };
     let twins = want.replay && opened.load_code.is_none();
@@ -151,8 +151,11 @@ pub fn open(ctx: &Ctx, b: Backend, want: Want) -> Result<Opened> {
     Ok(opened)
 }
 
-fn open_mock(want: Want) -> Opened {
+fn open_mock(want: Want, memory: Option<usize>) -> Opened {
     let mut cfg = crate::mock::MockConfig::default();
+    if let Some(bytes) = memory {
+        cfg.total_memory = bytes;
+    }
     if let Some((mode, kind)) = want.capture {
         cfg.capture_mode = mode;
         cfg.stream_kind = kind;

@@ -62,6 +62,11 @@ struct Cli {
     /// GPUTAPE_BLOBS).
     #[arg(long, global = true, value_name = "DIR")]
     blobs: Option<PathBuf>,
+    /// Device memory of the mock, in bytes, for every verb that runs it (default 16 GiB): the
+    /// 8B-shaped step's weights alone are 16 GB, so replaying it on the mock wants more, on
+    /// a host that has it (host memory is used only as buffers are written).
+    #[arg(long, global = true, value_name = "BYTES")]
+    mock_memory: Option<usize>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -173,6 +178,8 @@ pub(crate) struct Ctx<'a> {
     modules: &'a [ModuleDesc],
     /// `--blobs DIR`, else GPUTAPE_BLOBS.
     blobs: Option<PathBuf>,
+    /// `--mock-memory BYTES`: the mock's device memory.
+    mock_memory: Option<usize>,
     /// The arguments after the program's name.
     args: Vec<OsString>,
 }
@@ -228,6 +235,7 @@ pub fn run_with(args: impl IntoIterator<Item = OsString>, modules: &[ModuleDesc]
             .blobs
             .clone()
             .or_else(|| std::env::var_os("GPUTAPE_BLOBS").map(PathBuf::from)),
+        mock_memory: cli.mock_memory,
         args: args.into_iter().skip(1).collect(),
     };
     match exec(cli.cmd, &ctx) {

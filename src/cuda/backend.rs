@@ -648,7 +648,9 @@ impl GpuBackend for CudaBackend {
             // allocation of this backend (placed ones were skipped above); drained from the
             // ledger, it is freed once, and its owner never released it, so no one uses it.
             if let Err(e) = unsafe { driver::mem_free(*p) } {
-                if e.is_sticky() {
+                // A dead context (a sticky fault), or one already torn down (4, 709): every
+                // free fails the same way, said once below.
+                if e.is_sticky() || matches!(e.code, 4 | 709) {
                     gone.get_or_insert(e.code);
                 } else {
                     tracing::warn!("sweep: {e} for {p:#x}");

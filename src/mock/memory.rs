@@ -199,7 +199,8 @@ impl Memory {
                     site,
                     ptr,
                     len,
-                    over: off + len - a.size,
+                    // `off + len` may be what overflowed: saturate, never wrap or panic.
+                    over: off.saturating_add(len).saturating_sub(a.size),
                     alloc: desc(base, a),
                 });
             }
