@@ -57,6 +57,21 @@ fn the_engine_tape_example_is_the_whole_command_line() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// Run the engine's tool with a replay deadline of 3 s: its exit status and its output.
+fn with_deadline(tool: &std::path::Path, args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let o = Command::new(tool)
+        .args(args)
+        .env("GPUTAPE_REPLAY_DEADLINE_S", "3")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code(), text)
+}
+
 fn gtapes(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| {
@@ -177,19 +192,8 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
             "step {step}: the engine hangs; it does not exit"
         );
         let dump = gtapes(&dir).pop().expect("the hang was dumped");
-        let o = Command::new(&p)
-            .arg("replay")
-            .arg(&dump)
-            .env("GPUTAPE_REPLAY_DEADLINE_S", "3")
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{out}{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let (code, out) = with_deadline(&p, &["replay".as_ref(), dump.as_os_str()]);
+        assert_eq!(code, Some(0), "{out}");
         assert!(out.contains("hang REPRODUCED"), "step {step}: {out}");
         assert!(out.contains(blocked), "step {step}: {out}");
         // The spinning kernel is among the launches not known to have completed.
@@ -203,31 +207,24 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
             // counts as hanging when its replay outlives the deadline, so the deadline leaves
             // a loaded machine room to finish the candidates that do not hang.
             let small = dir.join("small.gtape");
-            let o = Command::new(&p)
-                .arg("minimize")
-                .arg(&dump)
-                .args(["--max-attempts", "60", "-o"])
-                .arg(&small)
-                .env("GPUTAPE_REPLAY_DEADLINE_S", "3")
-                .output()
-                .unwrap();
-            let out = String::from_utf8_lossy(&o.stdout);
-            assert_eq!(
-                o.status.code(),
-                Some(0),
-                "{out}{}",
-                String::from_utf8_lossy(&o.stderr)
+            let args = [
+                "minimize".as_ref(),
+                dump.as_os_str(),
+                "--max-attempts".as_ref(),
+            ];
+            let (code, out) = with_deadline(
+                &p,
+                &[
+                    &args[..],
+                    &["60".as_ref(), "-o".as_ref(), small.as_os_str()],
+                ]
+                .concat(),
             );
+            assert_eq!(code, Some(0), "{out}");
             assert!(out.contains("fault kept: a hang"), "{out}");
             assert!(out.contains("oe_spin"), "the spin is kept: {out}");
-            let o = Command::new(&p)
-                .arg("replay")
-                .arg(&small)
-                .env("GPUTAPE_REPLAY_DEADLINE_S", "3")
-                .output()
-                .unwrap();
-            let out = String::from_utf8_lossy(&o.stdout);
-            assert_eq!(o.status.code(), Some(0), "{out}");
+            let (code, out) = with_deadline(&p, &["replay".as_ref(), small.as_os_str()]);
+            assert_eq!(code, Some(0), "{out}");
             assert!(out.contains("hang REPRODUCED"), "{out}");
         }
         std::fs::remove_dir_all(&dir).ok();
