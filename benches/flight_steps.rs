@@ -4,7 +4,10 @@
 //!
 //! - an outside engine (examples/outside_engine: its own kernels, two streams, 5 launches and
 //!   2 event waits a step), eager and launched as a CUDA graph, with a 4 MiB table;
-//! - the built-in default decode step (`model`).
+//! - the built-in default decode step (`model`);
+//! - with `GPUTAPE_FS_PRESETS=llama-3.2-1b,llama-3-8b`, the bf16 step of those shapes at
+//!   batch 1 (`model::llama`, weights generated on the device). Its first full checkpoint
+//!   (every weight read back) falls in the warm-up, as it does once in an engine's life.
 //!
 //! A median hides what a checkpoint costs: it stalls a few steps in hundreds, which the mean
 //! and the tail show. Flight runs use the defaults an engine gets from `from_env` (a
@@ -74,6 +77,29 @@ fn outside(graph: bool) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec
     }
 }
 
+fn llama(
+    cfg: gputape::model::hf::HfConfig,
+) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> {
+    move |gpu, steps| {
+        use gputape::model::llama::{Llama, LlamaOptions};
+        // The sequence starts 200 positions in (a quarter of a short context), and must have
+        // room for every step.
+        let max = cfg.max_position_embeddings.min(1024);
+        let opts = LlamaOptions::staggered(1, max, (max / 4).min(200));
+        let mut m = Llama::load(gpu, &cfg, opts)?;
+        let mut tokens = vec![1u32];
+        let mut out = Vec::with_capacity(steps);
+        for i in 0..WARM + steps {
+            let t = Instant::now();
+            tokens = m.step(gpu, &tokens)?;
+            if i >= WARM {
+                out.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Ok(out)
+    }
+}
+
 fn decode(gpu: &dyn GpuBackend, steps: usize) -> anyhow::Result<Vec<f64>> {
     gputape::model::kernels::load(gpu)?;
     let cfg = gputape::model::ModelConfig::default_config();
@@ -120,12 +146,24 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|");
     let eager = outside(false);
     let graph = outside(true);
-    let workloads: [(&str, &Run); 3] = [
-        ("outside engine, eager", &eager),
-        ("outside engine, graph", &graph),
-        ("default decode step", &decode),
+    let mut workloads: Vec<(String, Box<Run>)> = vec![
+        ("outside engine, eager".into(), Box::new(eager)),
+        ("outside engine, graph".into(), Box::new(graph)),
+        ("default decode step".into(), Box::new(decode)),
     ];
-    for (name, run) in workloads {
+    for p in std::env::var("GPUTAPE_FS_PRESETS")
+        .unwrap_or_default()
+        .split(',')
+    {
+        let p = p.trim();
+        if p.is_empty() {
+            continue;
+        }
+        let cfg = gputape::model::hf::HfConfig::preset(p)
+            .ok_or_else(|| anyhow::anyhow!("no preset {p}"))?;
+        workloads.push((format!("{p} bf16 step, batch 1"), Box::new(llama(cfg))));
+    }
+    for (name, run) in &workloads {
         let (mut plain, mut flight) = (Vec::new(), Vec::new());
         let (mut checkpoints, mut deferrals) = (0, 0);
         for _ in 0..rounds {

@@ -87,12 +87,7 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
     let mut since_sync = trace.calls.first().map_or(0, |c| c.seq);
     let mut since_scan = since_sync;
     // A dump stops cleanly, but the calls it names as in flight had not returned: a hang.
-    let in_flight = |seq: u64| {
-        trace
-            .dump
-            .as_ref()
-            .is_some_and(|d| d.in_flight.iter().any(|(s, _)| *s == seq))
-    };
+    let in_flight = |seq: u64| trace.dump.as_ref().is_some_and(|d| d.was_in_flight(seq));
     for c in &trace.calls {
         match &c.ret {
             Some(Err(e)) if e.code.is_some_and(is_async_fault) => out.push(FaultWindow {

@@ -36,17 +36,9 @@ fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize
     let t = open_trace(ctx, path)?;
     // A hang's dump: each candidate replays in a child under a deadline (`replay` does that
     // for such traces), and one that is killed there reproduces it.
-    let hang = t
-        .dump
-        .as_ref()
-        .is_some_and(|d| d.reason.starts_with("hang"));
-    let deadline = std::env::var("GPUTAPE_REPLAY_DEADLINE_S").unwrap_or_else(|_| {
-        let span = match (t.calls.first(), t.calls.last()) {
-            (Some(a), Some(b)) => b.t_ns.saturating_sub(a.t_ns) as f64 / 1e9,
-            _ => 0.0,
-        };
-        format!("{:.3}", span * 2.0 + 3.0)
-    });
+    let hang = t.is_hang_dump();
+    let deadline = std::env::var("GPUTAPE_REPLAY_DEADLINE_S")
+        .unwrap_or_else(|_| format!("{:.3}", t.recorded_span_ns() as f64 * 2e-9 + 3.0));
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
     drop(backends::open(ctx, on, Want::default())?);

@@ -169,10 +169,7 @@ fn replay(
     }
     let as_graph = policy.as_graph(as_graph);
     // A hang's dump is expected to hang again, on any backend: only a child can be killed.
-    let hang_dump = t
-        .dump
-        .as_ref()
-        .is_some_and(|d| d.reason.starts_with("hang"));
+    let hang_dump = t.is_hang_dump();
     if (policy.isolate(on.fault_poisons_process()) || hang_dump)
         && !no_isolate
         && child_report.is_none()
@@ -347,14 +344,8 @@ fn deadline(t: &crate::trace::Trace) -> std::time::Duration {
     {
         return std::time::Duration::from_secs_f64(s.min(1e9));
     }
-    let span_ns = match (t.calls.first(), t.calls.last()) {
-        (Some(a), Some(b)) => b.t_ns.saturating_sub(a.t_ns),
-        _ => 0,
-    };
-    let hang_dump = t
-        .dump
-        .as_ref()
-        .is_some_and(|d| d.reason.starts_with("hang"));
+    let span_ns = t.recorded_span_ns();
+    let hang_dump = t.is_hang_dump();
     let (times, slack) = if hang_dump { (2, 10) } else { (10, 60) };
     std::time::Duration::from_nanos(span_ns.saturating_mul(times))
         + std::time::Duration::from_secs(slack)
@@ -459,7 +450,7 @@ fn hang_verdict(
         .iter()
         .map(|c| crate::trace::render_call(t, c))
         .collect();
-    let recorded = t.dump.as_ref().filter(|d| d.reason.starts_with("hang"));
+    let recorded = t.dump.as_ref().filter(|d| d.is_hang());
     let stuck: Vec<String> = recorded
         .map(|d| {
             d.in_flight

@@ -226,20 +226,20 @@ pub(crate) struct FlightStore {
     /// `MAX_FAILURES` kept; `failures` counts them all.
     failure_log: VecDeque<String>,
     failures: u64,
-    /// The frames of the capture in progress, if one is: every call between a
-    /// `begin_capture` and its `end_capture` (such calls skip the fast path, so each has its
-    /// frames).
-    capture: Option<Vec<Vec<u8>>>,
-    /// The blobs the capture in progress names (host bytes it uploads).
-    capture_blobs: Vec<BlobId>,
+    /// The capture in progress, if one is: every call between a `begin_capture` and its
+    /// `end_capture` (such calls skip the fast path, so each has its frames), and the blobs
+    /// they name (host bytes it uploads).
+    capture: Option<GraphKept>,
     /// Each live graph's capture (its first seq, its frames, the blobs they name), kept for
     /// as long as the graph lives: an engine captures once and launches for hours, and a
     /// dump that launches a graph captured before its kept steps must still define it.
     graphs: HashMap<GraphId, GraphKept>,
 }
 
-/// A live graph's capture, as `FlightStore::graphs` keeps it.
+/// A graph's capture, as `FlightStore::graphs` keeps it.
+#[derive(Default)]
 struct GraphKept {
+    /// The seq of its `begin_capture` (the first frame's).
     first_seq: u64,
     frames: Vec<Vec<u8>>,
     blobs: Vec<BlobId>,
@@ -275,7 +275,6 @@ impl FlightStore {
             failure_log: VecDeque::new(),
             failures: 0,
             capture: None,
-            capture_blobs: Vec::new(),
             graphs: HashMap::default(),
         }
     }
@@ -311,24 +310,16 @@ impl FlightStore {
 
     /// A capture begins: its calls' frames are kept with the graph it makes.
     pub fn capture_open(&mut self) {
-        self.capture = Some(Vec::new());
-        self.capture_blobs.clear();
+        self.capture = Some(GraphKept::default());
     }
 
-    /// The capture ended into graph `id` (first call `seq`); `None`: it failed or was
-    /// abandoned, and its frames go.
-    pub fn capture_closed(&mut self, made: Option<(GraphId, u64)>) {
-        let frames = self.capture.take();
-        let blobs = std::mem::take(&mut self.capture_blobs);
-        if let (Some(frames), Some((id, first_seq))) = (frames, made) {
-            self.graphs.insert(
-                id,
-                GraphKept {
-                    first_seq,
-                    frames,
-                    blobs,
-                },
-            );
+    /// The capture ended into graph `made`; `None`: it failed or was abandoned, and its
+    /// frames go.
+    pub fn capture_closed(&mut self, made: Option<GraphId>) {
+        if let (Some(c), Some(id)) = (self.capture.take(), made) {
+            if !c.frames.is_empty() {
+                self.graphs.insert(id, c);
+            }
         }
     }
 
@@ -399,8 +390,8 @@ impl FlightStore {
     /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new). A
     /// chunked blob's parts are named with it.
     pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
-        if self.capture.is_some() {
-            self.capture_blobs.push(id);
+        if let Some(c) = self.capture.as_mut() {
+            c.blobs.push(id);
         }
         let no = self.span_no;
         match self.blobs.get_mut(&id) {
@@ -494,7 +485,10 @@ impl FlightStore {
     /// the store.
     pub fn take_frame(&mut self, class: FrameClass, payload: &[u8]) {
         if let (Some(c), FrameClass::Call) = (self.capture.as_mut(), class) {
-            c.push(payload.to_vec());
+            if c.frames.is_empty() {
+                c.first_seq = ring::split(payload).map_or(0, |(seq, ..)| seq);
+            }
+            c.frames.push(payload.to_vec());
         }
         match class {
             FrameClass::Definition => self.definitions.push(payload.to_vec()),

@@ -661,20 +661,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin(Location::caller(), |st| Call::BeginCapture {
             stream: st.stream(stream),
         });
-        let first = tok.as_ref().map(|t| t.seq);
         let r = self.inner.begin_capture(stream);
         {
             let mut st = self.st.lock();
-            match (&r, first) {
-                (Ok(()), _) => {
-                    st.capturing.insert(stream);
-                    st.capture_first.insert(stream, first);
-                }
-                (Err(_), _) => {
-                    if let Some(f) = st.flight.as_deref_mut() {
-                        f.capture_closed(None);
-                    }
-                }
+            if r.is_ok() {
+                st.capturing.insert(stream);
+            } else if let Some(f) = st.flight.as_deref_mut() {
+                f.capture_closed(None);
             }
         }
         self.finish_plain(tok, &r, unit);
@@ -693,11 +686,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             Value::Graph(st.new_graph(g.0))
         });
         let mut st = self.st.lock();
-        let first = st.capture_first.remove(&stream).flatten();
-        let made = match (&r, first) {
-            (Ok(g), Some(seq)) => st.graphs.get(&g.0).map(|id| (*id, seq)),
-            _ => None,
-        };
+        let made = r.as_ref().ok().and_then(|g| st.graphs.get(&g.0).copied());
         if let Some(f) = st.flight.as_deref_mut() {
             f.capture_closed(made);
         }
@@ -741,7 +730,6 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         {
             let mut st = self.st.lock();
             if st.capturing.remove(&stream) {
-                st.capture_first.remove(&stream);
                 if let Some(f) = st.flight.as_deref_mut() {
                     f.capture_closed(None);
                 }

@@ -466,7 +466,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// the first boundary outside any capture: a checkpoint syncs and reads back, which
     /// would invalidate the engine's capture.
     fn flight_step(&self, marked: bool) {
-        let due = {
+        {
             let mut st = self.st.lock();
             let Some(f) = st.flight.as_deref_mut() else {
                 return;
@@ -478,18 +478,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
             }
             f.steps += 1;
             f.checkpoint_owed |= f.steps % f.cfg.checkpoint_every == 0;
-            f.checkpoint_owed
-        };
-        if !due {
-            return;
-        }
-        // The budget first: it costs a clock read, where asking each stream whether it
-        // captures is a driver call per stream, at every boundary a checkpoint is put off.
-        {
-            let mut st = self.st.lock();
-            let Some(f) = st.flight.as_deref_mut() else {
+            if !f.checkpoint_owed {
                 return;
-            };
+            }
+            // The budget first: it costs a clock read, where asking each stream whether it
+            // captures is a driver call per stream, at every boundary a checkpoint is put off.
             if !f.checkpoint_fits() {
                 f.budget_deferrals += 1;
                 return;

@@ -131,8 +131,6 @@ pub(crate) struct RecState {
     pub flight: Option<Box<FlightStore>>,
     /// Streams (raw handles) whose capture began through this recorder and has not ended.
     pub capturing: HashSet<u64>,
-    /// The seq of each capturing stream's `begin_capture` (`None`: not recording then).
-    pub capture_first: HashMap<u64, Option<u64>>,
     /// Flight recorder only: calls begun on the slow path (syncs, copies, allocations: the
     /// calls that block) and not yet returned, oldest first. A hang's dump names them.
     pub open_calls: Vec<OpenCall>,
@@ -191,7 +189,6 @@ impl RecState {
             segment: 0,
             flight: None,
             capturing: HashSet::default(),
-            capture_first: HashMap::default(),
             open_calls: Vec::new(),
             dirty: HashSet::default(),
             checkpointed: HashMap::default(),

@@ -9,6 +9,7 @@
 //! device, so it cannot disturb a capture.
 
 use super::flight::{self, Shared};
+use crate::trace::HANG_REASON;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Once;
 use std::time::Duration;
@@ -82,62 +83,54 @@ extern "C" fn on_usr1(_: libc::c_int) {
 /// `hang_after` dumps that recorder, once per stuck call.
 fn watch(read: i32) {
     let mut dumped_for: Vec<(usize, u64)> = Vec::new();
+    let mut watching_hangs = false;
     loop {
-        let recorders = flight::armed();
-        let watching_hangs = recorders.iter().any(|st| {
-            st.try_lock_for(LOCK_WAIT).is_some_and(|g| {
-                g.flight
-                    .as_deref()
-                    .is_some_and(|f| f.cfg.hang_after.is_some())
-            })
-        });
-        drop(recorders);
         let timeout = if watching_hangs {
             HANG_TICK
         } else {
             Duration::from_secs(1)
         };
-        if woken(read, timeout) {
-            for st in flight::armed() {
+        let signalled = woken(read, timeout);
+        watching_hangs = false;
+        for st in flight::armed() {
+            if signalled {
                 if let Some(mut g) = st.try_lock_for(Duration::from_secs(1)) {
                     flight::trigger(&mut g, "SIGUSR1", None);
                 }
             }
-        }
-        if watching_hangs {
-            for st in flight::armed() {
-                check_hang(&st, &mut dumped_for);
-            }
+            watching_hangs |= check_hang(&st, &mut dumped_for);
         }
     }
 }
 
 /// Dump `st` if its oldest call in flight has been there longer than its `hang_after`.
-fn check_hang(st: &Shared, dumped_for: &mut Vec<(usize, u64)>) {
+/// Whether `st` watches for hangs at all (which sets how often the watcher looks).
+fn check_hang(st: &Shared, dumped_for: &mut Vec<(usize, u64)>) -> bool {
     let Some(mut g) = st.try_lock_for(LOCK_WAIT) else {
-        return;
+        // Busy now: look again at the next tick.
+        return true;
     };
     let Some(after) = g.flight.as_deref().and_then(|f| f.cfg.hang_after) else {
-        return;
+        return false;
     };
     let Some(c) = g.open_calls.first() else {
-        return;
+        return true;
     };
     let key = (std::sync::Arc::as_ptr(st) as usize, c.seq);
     let waited = c.since.elapsed();
     if waited < after || dumped_for.contains(&key) {
-        return;
+        return true;
     }
     let reason = match c.own {
         None => format!(
-            "hang: call #{} on recording thread t{} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={})",
+            "{HANG_REASON} call #{} on recording thread t{} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={})",
             c.seq,
             c.thread,
             waited.as_secs_f64(),
             after.as_secs_f64()
         ),
         Some(what) => format!(
-            "hang: {what} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={}): the device is stuck on work queued up to call #{}",
+            "{HANG_REASON} {what} has not returned after {:.1} s (GPUTAPE_FLIGHT_HANG_S={}): the device is stuck on work queued up to call #{}",
             waited.as_secs_f64(),
             after.as_secs_f64(),
             c.seq
@@ -148,6 +141,7 @@ fn check_hang(st: &Shared, dumped_for: &mut Vec<(usize, u64)>) {
     }
     dumped_for.push(key);
     flight::trigger(&mut g, &reason, None);
+    true
 }
 
 /// Wait up to `timeout` for the pipe; true when a wake-up came (drained).

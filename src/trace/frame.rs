@@ -245,6 +245,21 @@ pub struct DumpInfo {
     pub in_flight: Vec<(u64, u16)>,
 }
 
+/// How the reason of a dump taken for a hang begins (the recorder's watcher writes it).
+pub const HANG_REASON: &str = "hang:";
+
+impl DumpInfo {
+    /// Taken because a call did not return in time: its replay is expected to hang too.
+    pub fn is_hang(&self) -> bool {
+        self.reason.starts_with(HANG_REASON)
+    }
+
+    /// Whether call `seq` was in flight when the dump was taken.
+    pub fn was_in_flight(&self, seq: u64) -> bool {
+        self.in_flight.iter().any(|(s, _)| *s == seq)
+    }
+}
+
 /// `Frame::Begin` by reference. The recorder's hot path encodes a call where it was built: a
 /// `Frame` would move the call (with its inline arguments) into the frame and drop it after,
 /// which was a tenth of a recorded launch. Encodes to exactly the bytes of the `Frame` (tested).

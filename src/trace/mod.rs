@@ -107,6 +107,19 @@ pub struct Trace {
 const LAZY_BLOB: usize = 1 << 20;
 
 impl Trace {
+    /// Whether this trace is a flight dump taken for a hang.
+    pub fn is_hang_dump(&self) -> bool {
+        self.dump.as_ref().is_some_and(DumpInfo::is_hang)
+    }
+
+    /// Nanoseconds from the first recorded call's start to the last one's (0 for none).
+    pub fn recorded_span_ns(&self) -> u64 {
+        match (self.calls.first(), self.calls.last()) {
+            (Some(a), Some(b)) => b.t_ns.saturating_sub(a.t_ns),
+            _ => 0,
+        }
+    }
+
     /// Open a trace file: frame headers and small frames are read now, large blobs when they
     /// are first asked for, so opening a trace of many gigabytes takes a moment and little
     /// memory. A blob store the trace names is looked for where it was recorded.

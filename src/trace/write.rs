@@ -119,11 +119,7 @@ impl Trace {
         }
         // A call that never returned makes a cut trace (the recording died inside it), unless
         // a dump names it as in flight when it was taken (a hang), which is a whole trace.
-        let in_flight = |seq: u64| {
-            self.dump
-                .as_ref()
-                .is_some_and(|d| d.in_flight.iter().any(|(s, _)| *s == seq))
-        };
+        let in_flight = |seq: u64| self.dump.as_ref().is_some_and(|d| d.was_in_flight(seq));
         if self
             .calls
             .iter()
