@@ -2,6 +2,10 @@
 //! with its Begin frame written before the call and its End frame after. Every trait method is
 //! implemented here; one left to the trait's default would go unrecorded, which
 //! tests/every_call.rs catches.
+//!
+//! One room, over 900 lines: it is the one `impl GpuBackend` block, a method per trait method,
+//! and a trait impl cannot be split across files. What a method needs beyond forwarding and
+//! framing lives in `call.rs`, `state.rs` and `flight.rs`.
 
 use super::*;
 
@@ -655,6 +659,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn begin_capture(&self, stream: u64) -> Result<()> {
+        // Open before the Begin frame, so the capture's frames start with it.
         if let Some(f) = self.st.lock().flight.as_deref_mut() {
             f.capture_open();
         }
@@ -662,13 +667,10 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             stream: st.stream(stream),
         });
         let r = self.inner.begin_capture(stream);
-        {
-            let mut st = self.st.lock();
-            if r.is_ok() {
-                st.capturing.insert(stream);
-            } else if let Some(f) = st.flight.as_deref_mut() {
-                f.capture_closed(None);
-            }
+        if r.is_ok() {
+            self.st.lock().capturing.insert(stream);
+        } else {
+            self.st.lock().capture_closed(None);
         }
         self.finish_plain(tok, &r, unit);
         r
@@ -685,12 +687,8 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         self.finish(tok, &r, SyncScope::None, |st, g| {
             Value::Graph(st.new_graph(g.0))
         });
-        let mut st = self.st.lock();
-        let made = r.as_ref().ok().and_then(|g| st.graphs.get(&g.0).copied());
-        if let Some(f) = st.flight.as_deref_mut() {
-            f.capture_closed(made);
-        }
-        drop(st);
+        // Closed after the End frame, which belongs to the capture.
+        self.st.lock().capture_closed(r.as_ref().ok().map(|g| g.0));
         r
     }
 
@@ -727,14 +725,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             stream: st.stream(stream),
         });
         self.inner.abort_capture_if_active(stream);
-        {
-            let mut st = self.st.lock();
-            if st.capturing.remove(&stream) {
-                if let Some(f) = st.flight.as_deref_mut() {
-                    f.capture_closed(None);
-                }
-            }
+        let mut st = self.st.lock();
+        if st.capturing.remove(&stream) {
+            st.capture_closed(None);
         }
+        drop(st);
         self.finish_plain(tok, &Ok(()), unit);
     }
 

@@ -469,6 +469,15 @@ impl RecState {
         self.unsettled.clear();
     }
 
+    /// The capture the flight store holds open ended: into the graph of raw handle `made`,
+    /// or abandoned (`None`).
+    pub fn capture_closed(&mut self, made: Option<u64>) {
+        let made = made.and_then(|g| self.graphs.get(&g).copied());
+        if let Some(f) = self.flight.as_deref_mut() {
+            f.capture_closed(made);
+        }
+    }
+
     /// Dump the flight recorder now (`None`: this is no flight recorder), for `reason`, with
     /// `open` (a fast-path call the dumping thread is inside) and every slow-path call still
     /// inside the wrapped backend named as in flight. The recorder's own failures so far are
