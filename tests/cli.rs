@@ -247,7 +247,15 @@ fn every_reporting_verb_has_versioned_json() {
         ),
         (vec!["analyze", t, "--json"], "gputape.analyze.v1"),
         (vec!["show", t, "--json"], "gputape.show.v1"),
-        (vec!["diff", t, t, "--json"], "gputape.diff.v1"),
+        (vec!["diff", t, t, "--json"], "gputape.diff.v2"),
+        (
+            vec!["replay", t, "--check-finite", "--json"],
+            "gputape.replay.v2",
+        ),
+        (
+            vec!["inspect", t, "--at", "12", "--writes", "--json"],
+            "gputape.inspect.v1",
+        ),
         (vec!["info", "--json"], "gputape.info.v1"),
         (vec!["capture-table", "--json"], "gputape.capture-table.v1"),
     ] {

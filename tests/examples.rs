@@ -230,3 +230,133 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// A NaN nobody chose: at step 29 a request of padding tokens starts with a cleared state and
+/// the engine's norm (epsilon 0) divides zero by zero. The engine sees NaN in its readback
+/// and dumps. Its tool's `replay` of the dump names the norm as the first writer (not the
+/// readback that consumed it), eager and inside a graph captured at step 2; `--json` says
+/// the same. gputape without the engine's kernels cannot run them: NOTHING CHECKED, exit 1.
+#[test]
+fn a_nan_in_the_outside_engine_is_traced_to_the_kernel_that_wrote_it() {
+    let p = example("outside_engine");
+    let gputape = PathBuf::from(env!("CARGO_BIN_EXE_gputape"));
+    for (name, graph_at, node) in [("eager", None, false), ("graph", Some("2"), true)] {
+        let dir = std::env::temp_dir().join(format!("gputape-nan-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut args = vec!["run", "--fault", "nan", "--fault-step", "29"];
+        if let Some(at) = graph_at {
+            args.extend(["--graph-at", at]);
+        }
+        let o = Command::new(&p)
+            .args(&args)
+            .env("GPUTAPE_FLIGHT", &dir)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{name}: the engine stops");
+        let dump = gtapes(&dir).pop().expect("a dump");
+        let o = Command::new(&p).arg("replay").arg(&dump).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{name}: {out}");
+        assert!(
+            out.contains("NaN written by call #") && out.contains("outside::oe_norm"),
+            "{name}: {out}"
+        );
+        assert!(out.contains("it produced the value"), "{name}: {out}");
+        assert_eq!(out.contains("a node of graph"), node, "{name}: {out}");
+        assert!(out.contains("-> NaN REPRODUCED"), "{name}: {out}");
+        let o = Command::new(&p)
+            .args(["replay", "--check-finite", "--json"])
+            .arg(&dump)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["passed"], true, "{v}");
+        assert_eq!(v["finite"]["first"]["kernel"], "outside::oe_norm", "{v}");
+        assert_eq!(v["finite"]["first"]["param"], 1, "{v}");
+        assert_eq!(v["finite"]["first"]["value"], "NaN", "{v}");
+        let o = Command::new(&gputape)
+            .args(["replay", "--check-finite"])
+            .arg(&dump)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{name}: {out}");
+        assert!(out.contains("NOTHING CHECKED"), "{name}: {out}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+/// `inspect` of the NaN dump: the norm's output after its launch, summarised (all NaN), and
+/// written as `.npy` (header and data read back here) and `.safetensors` (its header names
+/// the buffer with its type and shape).
+#[test]
+fn inspect_shows_a_buffer_after_any_call_in_files_numpy_reads() {
+    let p = example("outside_engine");
+    let dir = std::env::temp_dir().join(format!("gputape-inspect-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new(&p)
+        .args(["run", "--fault", "nan", "--fault-step", "12"])
+        .env("GPUTAPE_FLIGHT", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let dump = gtapes(&dir).pop().expect("a dump");
+    let o = Command::new(&p)
+        .args(["replay", "--check-finite", "--json"])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let at = v["finite"]["first"]["seq"].as_u64().expect("a writer");
+    let npy = dir.join("out.npy");
+    let o = Command::new(&p)
+        .arg("inspect")
+        .arg(&dump)
+        .args(["--at", &at.to_string(), "--writes", "--shape", "4,32", "-o"])
+        .arg(&npy)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("128 f32 elements") && out.contains("128 NaN"),
+        "{out}"
+    );
+    let bytes = std::fs::read(&npy).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = String::from_utf8_lossy(&bytes[10..10 + hlen]);
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'shape': (4, 32"), "{header}");
+    let data = &bytes[10 + hlen..];
+    assert_eq!(data.len(), 128 * 4);
+    assert!(data
+        .chunks_exact(4)
+        .all(|c| f32::from_le_bytes(c.try_into().unwrap()).is_nan()));
+    // Before the norm ran, its input (the state) was zeros: a finite summary.
+    let st = dir.join("state.safetensors");
+    let o = Command::new(&p)
+        .arg("inspect")
+        .arg(&dump)
+        .args(["--at", &(at - 1).to_string(), "--buffer", "buf3", "-o"])
+        .arg(&st)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("0 NaN, 0 Inf"), "{out}");
+    let bytes = std::fs::read(&st).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    assert_eq!(h["buf3"]["dtype"], "F32", "{h}");
+    assert_eq!(h["buf3"]["shape"], serde_json::json!([128]), "{h}");
+    std::fs::remove_dir_all(&dir).ok();
+}

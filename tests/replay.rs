@@ -276,6 +276,49 @@ fn diff_ignores_id_renaming_and_counts_what_changed() {
     assert!(trace::diff(&a, &a).starts_with("call lists are identical"));
 }
 
+/// Two recordings of one program whose inputs differ make the same calls but read back
+/// different bytes: `diff` says they differ, at which readback and by how much.
+#[test]
+fn diff_compares_what_the_calls_returned() {
+    let run = |a: f32| {
+        record(|g| {
+            gputape::workloads::load_kernels(g).unwrap();
+            let s = g.create_stream().unwrap();
+            let (x, y) = (g.alloc(64).unwrap(), g.alloc(64).unwrap());
+            g.copy_h2d(&gputape::workloads::f32_bytes(&[1.0; 16]), x)
+                .unwrap();
+            g.memset(y, 0, 64).unwrap();
+            gputape::workloads::saxpy(g, x, y, 16, a, s).unwrap();
+            g.synchronize(s).unwrap();
+            let mut out = vec![0u8; 64];
+            g.copy_d2h(y, &mut out).unwrap();
+        })
+    };
+    let (a, b) = (run(2.0), run(2.5));
+    let (text, differs) = trace::diff_report(&a, &a);
+    assert!(!differs, "{text}");
+    assert!(
+        text.contains("results are identical (1 readbacks"),
+        "{text}"
+    );
+    let (text, differs) = trace::diff_report(&a, &b);
+    assert!(differs, "{text}");
+    // The scalar differs first, in the launch's text; the results before it are compared.
+    assert!(text.contains("first difference at call index"), "{text}");
+    let r = trace::result_diff(&a, &b, a.calls.len());
+    let d = r.difference.expect("the readback differs");
+    assert!(d.what.contains("A returned"), "{d:?}");
+    let detail = d.detail.expect("bytes compared");
+    assert!(
+        detail.contains("64 of 64 bytes differ") || detail.contains("of 64 bytes differ"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("as f32, the largest difference is 0.5"),
+        "{detail}"
+    );
+}
+
 #[test]
 fn replaying_through_a_trait_object_works_for_any_backend() {
     let t = Trace::open(Path::new("traces/mock_capture_region.gtape")).unwrap();

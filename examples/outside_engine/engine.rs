@@ -46,11 +46,11 @@ extern "C" __global__ void oe_mix(float* state, const float* rows, float keep, i
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) state[i] = state[i] * keep + rows[i];
 }
-extern "C" __global__ void oe_norm(const float* state, float* out, int n) {
+extern "C" __global__ void oe_norm(const float* state, float* out, int n, float eps) {
     if (threadIdx.x != 0) return;
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += state[i] * state[i];
-    float inv = 1.0f / (sqrtf(s / n) + 1e-6f);
+    float inv = 1.0f / sqrtf(s / n + eps);
     for (int i = 0; i < n; i++) out[i] = state[i] * inv;
 }
 "#;
@@ -96,13 +96,13 @@ pub fn module_with(variant: usize) -> ModuleDesc {
     });
     let norm: HostBody = Arc::new(|ctx| {
         let (state, out) = (ctx.ptr(0)?, ctx.ptr(1)?);
-        let n = ctx.i32(2)? as usize;
+        let (n, eps) = (ctx.i32(2)? as usize, ctx.f32(3)?);
         let s = ctx.read_f32(state, n)?;
         let mut acc = 0.0f32;
         for v in &s {
             acc += v * v;
         }
-        let inv = 1.0f32 / ((acc / n as f32).sqrt() + 1e-6);
+        let inv = 1.0f32 / (acc / n as f32 + eps).sqrt();
         let o: Vec<f32> = s.iter().map(|v| v * inv).collect();
         ctx.write_f32(out, &o)
     });
@@ -133,7 +133,7 @@ pub fn module_with(variant: usize) -> ModuleDesc {
             KernelDesc::new("oe_spin", ParamInfo::packed(&[(8, Read)]), Some(spin)),
             KernelDesc::new(
                 "oe_norm",
-                ParamInfo::packed(&[(8, Read), (8, Write), (4, Value)]),
+                ParamInfo::packed(&[(8, Read), (8, Write), (4, Value), (4, Value)]),
                 Some(norm),
             ),
         ],
@@ -157,6 +157,11 @@ pub struct Config {
     pub hang_at: Option<u64>,
     /// Which `ASSERT_PRELUDES` entry the source uses (the one this NVRTC compiles).
     pub prelude: usize,
+    /// The norm's epsilon. At 0 a state of zeros normalises to 0/0: NaN.
+    pub eps: f32,
+    /// At this step a new request starts: the engine clears its state and the batch is all
+    /// padding (id 0, whose table row is zeros), so the state stays zero.
+    pub pad_at: Option<u64>,
 }
 
 impl Default for Config {
@@ -170,6 +175,8 @@ impl Default for Config {
             bad_id: None,
             hang_at: None,
             prelude: 0,
+            eps: 1e-6,
+            pad_at: None,
         }
     }
 }
@@ -228,8 +235,13 @@ impl<'g> Engine<'g> {
         gpu.memset(flag, 0, 4)?;
         // Larger than what is uploaded into it, so its contents are never the upload's bytes.
         let consts = gpu.alloc(64)?;
+        // Row 0 is the padding token's: zeros.
         let vals: Vec<u8> = (0..rows * dim)
-            .flat_map(|i| (((i * 37) % 101) as f32 / 101.0 - 0.5).to_le_bytes())
+            .map(|i| match i < dim {
+                true => 0.0f32,
+                false => ((i * 37) % 101) as f32 / 101.0 - 0.5,
+            })
+            .flat_map(|v| v.to_le_bytes())
             .collect();
         gpu.copy_h2d(&vals, table)?;
         gpu.memset(state, 0, tokens * dim * 4)?;
@@ -262,7 +274,11 @@ impl<'g> Engine<'g> {
             (self.cfg.rows as i32).to_le_bytes(),
             (dim as i32).to_le_bytes(),
         );
-        let (keep_b, n_b) = (0.5f32.to_le_bytes(), n.to_le_bytes());
+        let (keep_b, n_b, eps_b) = (
+            0.5f32.to_le_bytes(),
+            n.to_le_bytes(),
+            self.cfg.eps.to_le_bytes(),
+        );
         // Host bytes uploaded by the forward: captured into the graph with it.
         let consts: Vec<u8> = [0.5f32, 1.0, 2.0, 4.0]
             .iter()
@@ -301,21 +317,27 @@ impl<'g> Engine<'g> {
             [32, 1, 1],
             0,
             self.s0,
-            &[B(self.state), B(self.out), Bytes(&n_b)],
+            &[B(self.state), B(self.out), Bytes(&n_b), Bytes(&eps_b)],
         )
     }
 
     /// Step `n`: ids in, the forward (eager, captured, or the graph launched), the result out.
     pub fn step(&mut self, n: u64) -> anyhow::Result<Vec<f32>> {
         let g = self.gpu;
+        let pad = self.cfg.pad_at == Some(n);
         let ids: Vec<u8> = (0..self.cfg.tokens)
             .map(|t| match self.cfg.bad_id {
+                _ if pad => 0,
                 Some((at, id)) if at == n && t == 1 => id,
                 _ => ((n as u32 * 7 + t * 13) % self.cfg.rows) as i32,
             })
             .flat_map(|id| id.to_le_bytes())
             .collect();
         g.copy_h2d(&ids, self.ids)?;
+        if pad {
+            let zeros = vec![0u8; (self.cfg.tokens * self.cfg.dim * 4) as usize];
+            g.copy_h2d(&zeros, self.state)?;
+        }
         if self.cfg.hang_at == Some(n) {
             g.launch_typed(
                 self.k.spin,

@@ -1,7 +1,7 @@
 //! An outside engine and its own gputape tool, in one binary.
 //!
 //! ```text
-//! outside_engine run [--backend mock|cuda] [--steps N] [--fault oob|assert|hang] [--fault-step K]
+//! outside_engine run [--backend mock|cuda] [--steps N] [--fault oob|assert|hang|nan] [--fault-step K]
 //!                    [--graph-at K] [--capture-mode global|thread-local|relaxed]
 //! outside_engine VERB ...     # gputape's command line with this engine's kernels
 //! ```
@@ -68,7 +68,11 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             cfg.bad_id = Some((fault_step, cfg.rows as i32 + 3));
         }
         Some("hang") => cfg.hang_at = Some(fault_step),
-        Some(f) => anyhow::bail!("unknown fault {f} (oob, assert, hang)"),
+        Some("nan") => {
+            cfg.eps = 0.0;
+            cfg.pad_at = Some(fault_step);
+        }
+        Some(f) => anyhow::bail!("unknown fault {f} (oob, assert, hang, nan)"),
     }
     match backend {
         "cuda" => {
@@ -108,9 +112,19 @@ fn drive<B: GpuBackend>(
 ) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let mut e = engine::Engine::new(&gpu, cfg)?;
-    let out = e
-        .run(steps)
-        .map_err(|(n, err)| err.context(format!("step {n}")))?;
+    let mut out = Vec::new();
+    for n in 0..steps {
+        out = e.step(n).map_err(|err| err.context(format!("step {n}")))?;
+        // What a careful engine does with a NaN in its output: keep the evidence, stop.
+        if let Some(i) = out.iter().position(|v| v.is_nan()) {
+            let why = format!("NaN in the step's output at step {n} (element {i})");
+            match gpu.flight_dump(&why) {
+                Ok(p) => eprintln!("flight dump: {}", p.display()),
+                Err(e) => eprintln!("no flight dump: {e}"),
+            }
+            anyhow::bail!("{why}");
+        }
+    }
     println!(
         "{steps} steps in {:.1} ms; out[0..4] = {:?}",
         t0.elapsed().as_secs_f64() * 1e3,

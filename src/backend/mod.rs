@@ -26,7 +26,8 @@ pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
 pub use module::{HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
 pub use op_cache::OpCache;
 pub use registry::{
-    KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess, ParamInfo,
+    ElemType, KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess,
+    ParamInfo,
 };
 pub use staging::{cores, Staging, PARALLEL_FROM};
 pub use tensormap::{TensorMapDesc, TensorMapDtype, TensorMapImage, TENSOR_MAP_BYTES};

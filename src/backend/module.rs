@@ -209,6 +209,10 @@ pub struct KernelDesc {
     /// A CPU body with the CUDA code's arithmetic. Without one the mock treats the kernel as
     /// opaque: launches are checked for their arguments and then do nothing.
     pub body: Option<HostBody>,
+    /// Element type per parameter (`None` for values and for pointers whose type is not a
+    /// float). Optional: where empty, a trace's tools read types from the C signature, which
+    /// cannot say that an `unsigned short*` holds bf16.
+    pub elems: Vec<Option<super::ElemType>>,
 }
 
 impl KernelDesc {
@@ -217,7 +221,14 @@ impl KernelDesc {
             name: name.to_string(),
             params,
             body,
+            elems: Vec::new(),
         }
+    }
+
+    /// The element type of each parameter, in order (`None` where it is not a float buffer).
+    pub fn with_elems(mut self, elems: Vec<Option<super::ElemType>>) -> Self {
+        self.elems = elems;
+        self
     }
 }
 

@@ -62,12 +62,56 @@ impl ParamInfo {
     }
 }
 
+/// What a pointer parameter points at, where its owner says (`KernelDesc::with_elems`) or its
+/// C signature does. The finite-value check (`replay --check-finite`) and `inspect` read
+/// buffers as these; a kernel's `unsigned short*` is not assumed to be bf16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ElemType {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl ElemType {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            ElemType::F32 => 4,
+            ElemType::F16 | ElemType::Bf16 => 2,
+        }
+    }
+
+    /// The name the command line and reports use (`f32`, `f16`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemType::F32 => "f32",
+            ElemType::F16 => "f16",
+            ElemType::Bf16 => "bf16",
+        }
+    }
+
+    /// Parse `f32`/`float`, `f16`/`half`, `bf16`/`bfloat16`.
+    pub fn parse(s: &str) -> Option<ElemType> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "float" | "float32" => Some(ElemType::F32),
+            "f16" | "half" | "float16" => Some(ElemType::F16),
+            "bf16" | "bfloat16" => Some(ElemType::Bf16),
+            _ => None,
+        }
+    }
+}
+
 /// A kernel as the registry knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelInfo {
     pub module: String,
     pub name: String,
     pub params: Vec<ParamInfo>,
+    /// Element type per parameter, where the kernel's owner declared one (empty: none
+    /// declared). Kept out of the `Kernel` frame's encoding, which older readers know; a trace
+    /// carries it in its own frame (`Frame::KernelElems`).
+    #[serde(skip)]
+    pub elems: Vec<Option<ElemType>>,
 }
 
 /// A module's code. Either form may be absent: the mock's CPU twins have neither, a PTX-only
@@ -88,6 +132,8 @@ struct Inner {
     by_handle: HashMap<KernelHandle, KernelInfo>,
     /// Access modes the kernels' owner declared (`declare_access`), by (module, kernel).
     declared: HashMap<(String, String), Vec<ParamInfo>>,
+    /// Element types the kernels' owner declared (`declare_module`), by (module, kernel).
+    declared_elems: HashMap<(String, String), Vec<Option<ElemType>>>,
     audit: KernelAudit,
 }
 
@@ -223,8 +269,12 @@ impl KernelRegistry {
     /// Declare a kernel's layout, and the handle its backend issued for it.
     pub fn add_kernel(&self, handle: KernelHandle, mut info: KernelInfo) {
         let mut g = self.inner.write();
-        if let Some(layout) = g.declared.get(&(info.module.clone(), info.name.clone())) {
+        let key = (info.module.clone(), info.name.clone());
+        if let Some(layout) = g.declared.get(&key) {
             apply_declared(&mut info, layout);
+        }
+        if let Some(elems) = g.declared_elems.get(&key) {
+            info.elems = elems.clone();
         }
         g.by_name
             .insert((info.module.clone(), info.name.clone()), info.clone());
@@ -248,6 +298,28 @@ impl KernelRegistry {
             }
         }
         g.declared.insert(key, layout.to_vec());
+    }
+
+    /// What a module's owner says of its kernels beyond the driver's layout: each
+    /// parameter's access and, where given, its element type.
+    pub fn declare_module(&self, module: &super::ModuleDesc) {
+        for k in &module.kernels {
+            self.declare_access(&module.name, &k.name, &k.params);
+            if k.elems.is_empty() {
+                continue;
+            }
+            let key = (module.name.clone(), k.name.clone());
+            let mut g = self.inner.write();
+            if let Some(info) = g.by_name.get_mut(&key) {
+                info.elems = k.elems.clone();
+            }
+            for info in g.by_handle.values_mut() {
+                if info.module == module.name && info.name == k.name {
+                    info.elems = k.elems.clone();
+                }
+            }
+            g.declared_elems.insert(key, k.elems.clone());
+        }
     }
 
     pub fn kernel_by_handle(&self, handle: KernelHandle) -> Option<KernelInfo> {
@@ -303,6 +375,7 @@ mod tests {
             module: "m".into(),
             name: name.into(),
             params: unknown(),
+            elems: Vec::new(),
         };
         let modes = |r: &KernelRegistry, h: u64| -> Vec<ParamAccess> {
             let by_handle = r.kernel_by_handle(KernelHandle(h)).unwrap();

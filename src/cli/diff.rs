@@ -13,7 +13,8 @@ pub struct Args {
     a: PathBuf,
     /// The second trace.
     b: PathBuf,
-    /// Print as JSON (schema gputape.diff.v1).
+    /// Print as JSON (schema gputape.diff.v2: v1's fields plus `results`, the first result
+    /// that differs and by how much).
     #[arg(long)]
     json: bool,
 }
@@ -28,8 +29,9 @@ pub fn exec(args: Args, ctx: &Ctx) -> Result<Exit> {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "schema": "gputape.diff.v1",
+                "schema": "gputape.diff.v2",
                 "differs": differs,
+                "results": crate::trace::result_diff(&ta, &tb, crate::trace::same_calls(&ta, &tb)),
                 "a": {"path": a, "calls": ta.calls.len(), "cut": ta.cut.as_ref().map(|c| &c.reason)},
                 "b": {"path": b, "calls": tb.calls.len(), "cut": tb.cut.as_ref().map(|c| &c.reason)},
                 "report": lines,

@@ -28,6 +28,7 @@ mod demo;
 mod diff;
 mod export;
 mod info;
+mod inspect;
 mod minimize;
 mod record;
 mod replay;
@@ -89,6 +90,9 @@ enum Cmd {
     /// Replay a trace on a backend, check its results against the recording, reproduce its
     /// faults, optionally as CUDA graphs.
     Replay(replay::Args),
+    /// A buffer's contents after any call, replayed: a summary line, or a `.npy` or
+    /// `.safetensors` file.
+    Inspect(inspect::Args),
     /// The first difference between two traces' call lists (ids renamed away), and what was
     /// added or removed: allocations, host syncs, launches.
     Diff(diff::Args),
@@ -275,6 +279,7 @@ fn exec(cmd: Cmd, ctx: &Ctx) -> Result<Exit> {
         Cmd::CaptureTable(a) => capture_table::exec(a, ctx),
         Cmd::BenchLaunch(a) => bench_launch::exec(a, ctx),
         Cmd::Replay(a) => replay::exec(a, ctx),
+        Cmd::Inspect(a) => inspect::exec(a, ctx),
         Cmd::Diff(a) => diff::exec(a, ctx),
         Cmd::Analyze(a) => analyze::exec(a, ctx),
         Cmd::Export(a) => export::exec(a, ctx),

@@ -73,12 +73,50 @@ pub struct Args {
     /// address kills the CUDA context, so by default a child process runs such replays).
     #[arg(long)]
     no_isolate: bool,
+    /// Scan what every launch writes for NaN (graph nodes run eagerly for it) and name the
+    /// first launch that wrote one, its buffer, element and inputs. Exit 0 when nothing
+    /// non-finite is written, or when a NaN the recording read back is reproduced and its
+    /// writer named; 1 otherwise.
+    #[arg(long, conflicts_with_all = ["as_graph", "perfetto", "loops"])]
+    check_finite: bool,
+    /// With --check-finite: count +Inf and -Inf as well as NaN.
+    #[arg(long, requires = "check_finite")]
+    inf: bool,
+    /// With --check-finite: never check this buffer (`buf7`); repeatable.
+    #[arg(long = "ignore", value_name = "BUF", value_parser = parse_buffer, requires = "check_finite")]
+    ignore: Vec<crate::trace::BufferId>,
+    /// With --check-finite: read buffer BUF as TYPE (f32, f16, bf16), whatever its kernels
+    /// say; repeatable (`--dtype buf12=bf16`).
+    #[arg(long = "dtype", value_name = "BUF=TYPE", value_parser = parse_dtype, requires = "check_finite")]
+    dtypes: Vec<(crate::trace::BufferId, crate::backend::ElemType)>,
     // Given by the parent of a child replay (see `replay_in_child`): where to write the report.
     #[arg(long, hide = true)]
     child_report: Option<PathBuf>,
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    let nan_dump = || {
+        open_trace(ctx, &a.trace)
+            .ok()
+            .and_then(|t| t.dump)
+            .is_some_and(|d| d.names_nan())
+    };
+    let plain = !a.as_graph && a.perfetto.is_none() && a.loops == 1 && a.child_report.is_none();
+    let for_nan = !a.check_finite && plain && nan_dump();
+    if for_nan {
+        eprintln!(
+            "note: {} was dumped for a NaN; replaying it with --check-finite to find the launch that wrote it",
+            a.trace.display()
+        );
+    }
+    if a.check_finite || for_nan {
+        let opts = crate::replayer::FiniteOptions {
+            inf: a.inf,
+            ignore: a.ignore,
+            dtypes: a.dtypes,
+        };
+        return check_finite(ctx, &a.trace, a.on, &opts, a.json, a.max_memory);
+    }
     anyhow::ensure!(
         a.perfetto.as_deref() != Some(Path::new("-")),
         "replay --perfetto needs a file: standard output carries the replay's report"
@@ -103,6 +141,63 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         steps: a.steps,
     };
     replay(ctx, &a.trace, a.on, &opts, flags, a.child_report.as_deref())
+}
+
+/// `buf12` or `12`.
+pub(super) fn parse_buffer(s: &str) -> Result<crate::trace::BufferId, String> {
+    s.strip_prefix("buf")
+        .unwrap_or(s)
+        .parse()
+        .map(crate::trace::BufferId)
+        .map_err(|_| format!("{s:?} is not a buffer (try `buf12` or `12`)"))
+}
+
+/// `buf12=bf16`.
+fn parse_dtype(s: &str) -> Result<(crate::trace::BufferId, crate::backend::ElemType), String> {
+    let (b, t) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not BUF=TYPE (try `buf12=bf16`)"))?;
+    let e = crate::backend::ElemType::parse(t)
+        .ok_or_else(|| format!("{t:?} is not an element type (f32, f16, bf16)"))?;
+    Ok((parse_buffer(b)?, e))
+}
+
+/// `replay --check-finite`: the first launch that wrote a NaN (see `replayer::finite`).
+fn check_finite(
+    ctx: &Ctx,
+    path: &Path,
+    on: Backend,
+    opts: &crate::replayer::FiniteOptions,
+    json: bool,
+    max_memory: u64,
+) -> Result<Exit> {
+    let t = open_trace(ctx, path)?;
+    for b in opts.ignore.iter().chain(opts.dtypes.iter().map(|(b, _)| b)) {
+        anyhow::ensure!(
+            t.sizes.contains_key(b),
+            "{} has no buffer {b} (its buffers are buf0..buf{})",
+            path.display(),
+            t.sizes.keys().last().map_or(0, |b| b.0)
+        );
+    }
+    let opened = backends::open(ctx, on, Want::replay())?;
+    let load_cuda = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
+    let mut r = crate::replayer::Replayer::new(&t).with_max_memory(max_memory);
+    if on.runs_cpu_twins() {
+        r = r.with_opaque_kernels();
+    }
+    let rep = r.check_finite(opened.gpu.as_ref(), opts, Some(&load_cuda))?;
+    if json {
+        let v = serde_json::json!({
+            "schema": crate::replayer::REPLAY_SCHEMA,
+            "passed": rep.passed(),
+            "finite": rep,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", rep.summary());
+    }
+    Ok(pass_if(rep.passed()))
 }
 
 /// How `replay` runs, beyond the replayer's own options.

@@ -97,10 +97,7 @@ impl CudaBackend {
         if !loaded {
             self.load_source(&module.name, src)?;
         }
-        for k in &module.kernels {
-            self.registry
-                .declare_access(&module.name, &k.name, &k.params);
-        }
+        self.registry.declare_module(module);
         Ok(())
     }
 
@@ -158,6 +155,7 @@ impl CudaBackend {
                 module: module.to_string(),
                 name: func_name.to_string(),
                 params,
+                elems: Vec::new(),
             },
         );
         if self.waiting_entries.lock().contains(&key) {

@@ -467,6 +467,7 @@ impl GpuBackend for MockGpuBackend {
     /// the module's source kept for traces.
     #[track_caller]
     fn load_module(&self, module: &crate::backend::ModuleDesc) -> anyhow::Result<()> {
+        self.registry.declare_module(module);
         for k in &module.kernels {
             self.register_kernel(&module.name, &k.name, k.params.clone(), k.body.clone());
         }

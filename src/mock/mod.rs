@@ -72,6 +72,7 @@ impl MockGpuBackend {
             module: module.to_string(),
             name: name.to_string(),
             params,
+            elems: Vec::new(),
         };
         if self.registry.module(module).is_none() {
             self.registry.add_module(ModuleCode {

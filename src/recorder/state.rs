@@ -812,6 +812,7 @@ impl RecState {
                         module: module.to_string(),
                         name: name.to_string(),
                         params,
+                        elems: Vec::new(),
                     });
                 }
                 if !self.warned_opaque {
@@ -824,6 +825,7 @@ impl RecState {
                     module: module.to_string(),
                     name: name.to_string(),
                     params: Vec::new(),
+                    elems: Vec::new(),
                 })
             });
         self.gen += 1;
@@ -851,10 +853,11 @@ impl RecState {
         if !self.recording {
             return;
         }
-        let info = info.unwrap_or_else(|| KernelInfo {
+        let mut info = info.unwrap_or_else(|| KernelInfo {
             module: "?".into(),
             name: format!("unregistered-{}", id.0),
             params: Vec::new(),
+            elems: Vec::new(),
         });
         if !self.modules.contains(&info.module) {
             if let Some(code) = registry.and_then(|r| r.module(&info.module)) {
@@ -862,7 +865,11 @@ impl RecState {
                 self.emit(&Frame::Module(code));
             }
         }
+        let elems = std::mem::take(&mut info.elems);
         self.emit(&Frame::Kernel { id, info });
+        if !elems.is_empty() {
+            self.emit(&Frame::KernelElems { id, elems });
+        }
     }
 }
 

@@ -9,7 +9,10 @@
 #![warn(missing_docs)]
 
 mod fault;
+mod finite;
+mod finite_kernel;
 mod graph;
+mod inspect;
 mod issue;
 mod minimize;
 mod pointers;
@@ -24,6 +27,7 @@ pub use crate::analysis::window::{
     captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind,
 };
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
+pub use finite::{FiniteOptions, FiniteReport, NonFinite, RecordedNonFinite};
 pub use graph::GraphReport;
 pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
 pub use pointers::{hidden_pointers, HiddenPointer};

@@ -509,6 +509,17 @@ impl Call {
         }
     }
 
+    /// What a device-to-host copy reads.
+    pub fn readback_src(&self) -> Option<&DevAddr> {
+        use Call::*;
+        match self {
+            CopyD2H { src, .. } | CopyD2HOnStream { src, .. } | CopyD2HAsync { src, .. } => {
+                Some(src)
+            }
+            _ => None,
+        }
+    }
+
     /// A query or accessor: no device effect, no ordering role.
     pub fn is_query(&self) -> bool {
         matches!(

@@ -111,7 +111,8 @@ impl FrameClass {
             | Frame::BlobStore { .. }
             | Frame::Dumped(_)
             | Frame::Module(_)
-            | Frame::Kernel { .. } => FrameClass::Definition,
+            | Frame::Kernel { .. }
+            | Frame::KernelElems { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint
             }

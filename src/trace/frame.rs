@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `Arg::TensorMap`. 4 added chunked blobs (`Frame::Chunked`: a large buffer's contents as
 /// parts of `CHUNK_BYTES`, each its own checksummed frame) and the shared blob store
 /// (`Frame::BlobStore`, `Frame::Stored`). 5 added `Frame::Dumped` (why a flight dump was
-/// taken, and the calls in flight then). A format-2, 3 or 4 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 5;
-/// The oldest reader that can read what this build writes: a format-4 reader does not know
-/// `Frame::Dumped` and would call a dump corrupt.
-pub const MIN_READER_VERSION: u16 = 5;
+/// taken, and the calls in flight then). 6 added `Frame::KernelElems` (what a kernel's
+/// pointers point at). A format-2 to 5 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 6;
+/// The oldest reader that can read what this build writes: a format-5 reader does not know
+/// `Frame::KernelElems` and would call the trace corrupt.
+pub const MIN_READER_VERSION: u16 = 6;
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
 /// What the trace was recorded on.
@@ -232,6 +233,13 @@ pub enum Frame {
     },
     /// This trace is a flight recorder's dump, and why it was taken (format 5).
     Dumped(DumpInfo),
+    /// The element type of each parameter of kernel `id`, as its owner declared them
+    /// (`KernelDesc::with_elems`; format 6). Its own frame so the `Kernel` frame keeps the
+    /// encoding older readers know.
+    KernelElems {
+        id: KernelId,
+        elems: Vec<Option<crate::backend::ElemType>>,
+    },
 }
 
 /// Why a flight dump was taken: a failed call, a signal, a hang's deadline, the engine's own
@@ -249,6 +257,14 @@ pub struct DumpInfo {
 pub const HANG_REASON: &str = "hang:";
 
 impl DumpInfo {
+    /// The engine dumped for a NaN it saw (its reason says so): the NaN is the fault to
+    /// reproduce, and `replay` checks values rather than only errors.
+    pub fn names_nan(&self) -> bool {
+        self.reason
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| w.eq_ignore_ascii_case("nan"))
+    }
+
     /// Taken because a call did not return in time: its replay is expected to hang too.
     pub fn is_hang(&self) -> bool {
         self.reason.starts_with(HANG_REASON)

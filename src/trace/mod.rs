@@ -6,6 +6,7 @@ mod call;
 pub mod codec;
 pub mod crc;
 mod diff;
+mod elems;
 mod format;
 mod frame;
 mod prefault;
@@ -17,7 +18,8 @@ mod write;
 
 pub use blobs::{store_path, store_put, BlobStore, Part, PartFn, STORE_MIN};
 pub use call::*;
-pub use diff::{diff, diff_report};
+pub use diff::{diff, diff_report, result_diff, same_calls, ResultDiff, ResultDifference};
+pub use elems::{elem_of, writes_through, written_through};
 pub use format::{
     partial_path, Cut, FrameClass, MmapSink, Sink, TraceError, TraceWriter, VecSink,
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
@@ -224,6 +226,11 @@ impl Trace {
                 Frame::Module(m) => t.modules.push(m),
                 Frame::Kernel { id, info } => {
                     t.kernels.insert(id, info);
+                }
+                Frame::KernelElems { id, elems } => {
+                    if let Some(k) = t.kernels.get_mut(&id) {
+                        k.elems = elems;
+                    }
                 }
                 Frame::Initial {
                     buf,

@@ -64,7 +64,7 @@ fn float(v: f64, suffix: char) -> String {
 }
 
 /// IEEE half to double (exact: every half is a double).
-fn f16_to_f64(h: u16) -> f64 {
+pub fn f16_to_f64(h: u16) -> f64 {
     let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
     let exp = ((h >> 10) & 0x1f) as i32;
     let frac = (h & 0x3ff) as f64;
@@ -87,8 +87,9 @@ pub fn param_types(
         .or_else(|| ptx.and_then(|p| from_ptx(p, kernel)))
 }
 
-/// The signature of `__global__ ... kernel(...)` in C source.
-pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
+/// The parameter declarations of `__global__ ... kernel(...)` in C source, split at top-level
+/// commas.
+fn c_params<'a>(src: &'a str, kernel: &str) -> Option<Vec<&'a str>> {
     // A hostile trace may name a kernel "": it would be found everywhere, and never passed.
     if kernel.is_empty() {
         return None;
@@ -108,10 +109,80 @@ pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
         if !before[decl_start..].contains("__global__") {
             continue;
         }
-        let list = balanced(&after[1..])?;
-        return Some(split_top(list).iter().filter_map(|p| c_param(p)).collect());
+        return balanced(&after[1..]).map(split_top);
     }
     None
+}
+
+/// The signature of `__global__ ... kernel(...)` in C source.
+pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
+    Some(
+        c_params(src, kernel)?
+            .iter()
+            .filter_map(|p| c_param(p))
+            .collect(),
+    )
+}
+
+/// A pointer parameter as its C declaration gives it: what it points at (a float type, or
+/// `None`) and whether the pointee is `const` (then the kernel does not write through it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PointerParam {
+    pub elem: Option<crate::backend::ElemType>,
+    pub is_const: bool,
+    /// The pointee may hold floats of a type the signature does not say (16-bit words,
+    /// `void`, a typedef): worth a `--dtype`. Integer pointees are not.
+    pub maybe_float: bool,
+}
+
+/// Each parameter of `kernel` from its C source: for a pointer, the type it points at (without
+/// qualifiers) and whether that is `const`; `None` for a value.
+pub fn pointees(src: &str, kernel: &str) -> Option<Vec<Option<(String, bool)>>> {
+    Some(
+        c_params(src, kernel)?
+            .iter()
+            .filter(|p| !matches!(p.trim(), "" | "void"))
+            .map(|p| {
+                let p = p.split('=').next().unwrap_or(p);
+                let star = p.find('*')?;
+                let words: Vec<&str> = p[..star]
+                    .split_whitespace()
+                    .filter(|w| !matches!(*w, "volatile" | "__restrict__" | "restrict"))
+                    .collect();
+                let is_const = words.contains(&"const");
+                let ty: Vec<&str> = words.into_iter().filter(|w| *w != "const").collect();
+                Some((ty.join(" "), is_const))
+            })
+            .collect(),
+    )
+}
+
+/// Each parameter of `kernel` from its C source: `Some` for a pointer, `None` for a value.
+pub fn pointer_params(src: &str, kernel: &str) -> Option<Vec<Option<PointerParam>>> {
+    Some(
+        pointees(src, kernel)?
+            .into_iter()
+            .map(|p| {
+                let (ty, is_const) = p?;
+                let t = c_type(&ty);
+                let elem = match t {
+                    ParamType::F32 => Some(crate::backend::ElemType::F32),
+                    ParamType::F16 => Some(crate::backend::ElemType::F16),
+                    ParamType::Bf16 => Some(crate::backend::ElemType::Bf16),
+                    _ => None,
+                };
+                // 16-bit words are how half and bf16 travel without their headers; `void` and
+                // unknown types could be anything.
+                let maybe_float = elem.is_some()
+                    || matches!(t, ParamType::U16 | ParamType::I16 | ParamType::Unknown);
+                Some(PointerParam {
+                    elem,
+                    is_const,
+                    maybe_float,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The text up to the `)` that closes an already-opened `(`.
@@ -268,6 +339,36 @@ mod tests {
         // `rms` is a prefix of `rmsnorm`, not a kernel.
         assert_eq!(from_c(src, "rms"), None);
         assert_eq!(from_c(src, ""), None);
+    }
+
+    /// Pointers say what they point at and whether the kernel may write through them; an
+    /// `unsigned short*` is not taken for bf16.
+    #[test]
+    fn pointer_elements_and_constness() {
+        use crate::backend::ElemType as E;
+        let src = "extern \"C\" __global__ void k(const float* __restrict__ x, float *out,\n\
+                   __nv_bfloat16* h, const __half* g, unsigned short* raw, float const* y, int n, float* const z) {}";
+        let p = |elem: Option<E>, is_const| {
+            Some(PointerParam {
+                elem,
+                is_const,
+                maybe_float: true,
+            })
+        };
+        assert_eq!(
+            pointer_params(src, "k").unwrap(),
+            vec![
+                p(Some(E::F32), true),
+                p(Some(E::F32), false),
+                p(Some(E::Bf16), false),
+                p(Some(E::F16), true),
+                p(None, false),
+                p(Some(E::F32), true),
+                None,
+                p(Some(E::F32), false),
+            ]
+        );
+        assert_eq!(pointer_params(src, "missing"), None);
     }
 
     #[test]

@@ -67,6 +67,12 @@ impl Trace {
                 id: *id,
                 info: info.clone(),
             })?;
+            if !info.elems.is_empty() {
+                w.write(&Frame::KernelElems {
+                    id: *id,
+                    elems: info.elems.clone(),
+                })?;
+            }
         }
         for a in &self.adopted {
             w.write(&Frame::Adopt(a.clone()))?;

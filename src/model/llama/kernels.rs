@@ -385,8 +385,34 @@ fn kernel(name: &str, params: &[(u32, ParamAccess)], body: HostBody) -> KernelDe
     KernelDesc::new(name, layout(params), Some(body))
 }
 
-/// The step's modules: name, CUDA C, and each kernel's layout and twin.
+/// Each kernel's element types, from its C signature with this model's convention: bf16 is
+/// held as `unsigned short` (NVRTC has no bf16 header), which no reader may assume of
+/// another's kernels, so the model says it.
+fn with_elems(mut m: ModuleDesc) -> ModuleDesc {
+    use crate::backend::ElemType;
+    let src = m.source.clone().unwrap_or_default();
+    for k in &mut m.kernels {
+        let Some(ptrs) = crate::trace::signature::pointees(&src, &k.name) else {
+            continue;
+        };
+        k.elems = ptrs
+            .into_iter()
+            .map(|p| match p?.0.as_str() {
+                "unsigned short" => Some(ElemType::Bf16),
+                "float" => Some(ElemType::F32),
+                _ => None,
+            })
+            .collect();
+    }
+    m
+}
+
+/// The step's modules: name, CUDA C, and each kernel's layout, element types and twin.
 pub fn modules() -> Vec<ModuleDesc> {
+    raw_modules().into_iter().map(with_elems).collect()
+}
+
+fn raw_modules() -> Vec<ModuleDesc> {
     let heads = [(4, V); 6];
     let gemv = [(8, R), (8, R), (8, RW), (4, V), (4, V), (4, V), (4, V)];
     let mut rope = vec![(8, RW), (8, W), (8, W), (8, R), (8, R)];
