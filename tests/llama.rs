@@ -3,7 +3,7 @@
 //! recorded step replayed, and the config checks. The same code at the 1B and 8B shapes runs
 //! on the H200 (`benches/step.rs`); `tests/gpu.rs` holds CUDA to these twins' bytes.
 
-use gputape::backend::{DevicePtr, GpuBackend};
+use gputape::backend::{CallKind, DevicePtr, GpuBackend, TeardownError};
 use gputape::mock::MockGpuBackend;
 use gputape::model::hf::HfConfig;
 use gputape::model::llama::numerics::bf16_to_f32;
@@ -182,6 +182,24 @@ fn the_batched_step_computes_a_llama_forward() {
         m.release(&g).unwrap();
         assert_eq!(g.live_alloc_count(), 0, "release frees everything");
     }
+}
+
+/// A failed free does not stop the release: the rest are made, and the error names the one.
+#[test]
+fn release_goes_on_past_a_failed_free() {
+    let g = mock();
+    let mut m = Llama::load(&g, &config(false), opts(1)).unwrap();
+    g.fail_nth(CallKind::Free, 2);
+    let e = m.release(&g).unwrap_err();
+    let t = e.downcast_ref::<TeardownError>().expect("a TeardownError");
+    assert_eq!(t.failures.len(), 1, "{e:#}");
+    assert_eq!(
+        (t.failures[0].resource, t.failures[0].what.as_str()),
+        ("llama arena", "buffer xn")
+    );
+    assert_eq!(g.live_alloc_count(), 1, "everything else was freed");
+    m.release(&g).unwrap();
+    assert_eq!(g.live_alloc_count(), 1, "nothing is freed twice");
 }
 
 #[test]

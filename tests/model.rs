@@ -1,6 +1,6 @@
 //! The decode step on the mock: deterministic tokens, clean teardown, recorded steps.
 
-use gputape::backend::GpuBackend;
+use gputape::backend::{CallKind, GpuBackend, TeardownError};
 use gputape::mock::MockGpuBackend;
 use gputape::model::{self, FaultPlan, Model, ModelConfig};
 use gputape::recorder::{BackendDesc, RecordingBackend};
@@ -50,6 +50,89 @@ fn teardown_is_idempotent_and_resources_release_once() {
     m.teardown(&g).unwrap();
     m.teardown(&g).unwrap();
     assert_eq!(g.live_alloc_count(), 0);
+}
+
+/// One failed release does not stop a teardown: every other release is still made, and the
+/// error names each failure with what it was releasing.
+#[test]
+fn teardown_goes_on_past_failed_releases_and_names_each() {
+    let g = mock();
+    let mut m = Model::load(&g, ModelConfig::tiny()).unwrap();
+    m.step(&g, 1, 0).unwrap();
+    assert!(g.live_alloc_count() > 30);
+    // The third free (the arena's `q`), the pinned staging's free and the event's destroy fail.
+    g.fail_nth(CallKind::Free, 3);
+    g.fail_nth(CallKind::FreeHostPinned, 1);
+    g.fail_nth(CallKind::DestroyEvent, 1);
+    let e = m.teardown(&g).unwrap_err();
+    let t = e.downcast_ref::<TeardownError>().expect("a TeardownError");
+    let named: Vec<_> = t
+        .failures
+        .iter()
+        .map(|f| (f.resource, f.what.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("activation arena", "buffer q"),
+            ("model", "pinned staging"),
+            ("model", "event inputs_ready"),
+        ]
+    );
+    for f in &t.failures {
+        assert!(f.to_string().contains("injected failure"), "{f}");
+    }
+    let msg = format!("{e:#}");
+    assert!(
+        msg.starts_with("3 release(s) failed at teardown (activation arena, model): "),
+        "{msg}"
+    );
+    // Every other allocation was freed: only the one whose free failed is left.
+    assert_eq!(g.live_alloc_count(), 1);
+    // Each release was attempted once: a second teardown frees nothing again.
+    m.teardown(&g).unwrap();
+    assert_eq!(g.live_alloc_count(), 1);
+    assert_eq!(g.sweep_unreleased(), 1);
+}
+
+/// After a sticky fault every release fails (the context is dead, and the memory goes with
+/// it): the teardown still makes each one, so the error lists them all and nothing is left.
+#[test]
+fn teardown_after_a_sticky_fault_attempts_every_release() {
+    let g = mock();
+    let mut m = Model::load(&g, ModelConfig::tiny()).unwrap();
+    m.fault = PLANTED;
+    let mut token = model::PROMPT[0];
+    let mut failed = false;
+    for pos in 0..8 {
+        match m.step(&g, token, pos) {
+            Ok(next) => token = model::PROMPT.get(pos + 1).copied().unwrap_or(next),
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the planted fault is raised");
+    let owned = g.live_alloc_count();
+    let e = m.teardown(&g).unwrap_err();
+    let t = e.downcast_ref::<TeardownError>().expect("a TeardownError");
+    // Every buffer's free, and the pinned staging's and the event's releases, failed.
+    assert!(
+        t.failures.len() >= owned + 2,
+        "{} < {owned} + 2",
+        t.failures.len()
+    );
+    assert!(
+        t.failures.iter().any(|f| f.what == "tensor lm_head"),
+        "{e:#}"
+    );
+    assert!(
+        t.failures.iter().any(|f| f.what == "V pool of layer 1"),
+        "{e:#}"
+    );
+    assert_eq!(g.live_alloc_count(), 0, "each free was made, and each went");
+    assert_eq!(g.sweep_unreleased(), 0, "nothing left for the sweep");
 }
 
 fn record_step(k: usize, fault: Option<FaultPlan>) -> (Vec<u8>, anyhow::Result<u32>) {

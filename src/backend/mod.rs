@@ -18,6 +18,7 @@ mod op_cache;
 pub mod probe;
 mod registry;
 mod staging;
+mod teardown;
 pub mod tensormap;
 mod types;
 
@@ -30,6 +31,7 @@ pub use registry::{
     ParamInfo,
 };
 pub use staging::{cores, Staging, PARALLEL_FROM};
+pub use teardown::{ReleaseFailure, Releases, TeardownError};
 pub use tensormap::{TensorMapDesc, TensorMapDtype, TensorMapImage, TENSOR_MAP_BYTES};
 pub use types::*;
 
@@ -42,7 +44,8 @@ pub trait ModelResource<G: ?Sized> {
     /// A human name for teardown reports and error attribution.
     fn label(&self) -> &'static str;
     /// Give back everything this owns. Idempotent: teardown calls it, a Drop backstop may call
-    /// it again.
+    /// it again. A failed release does not stop the others: each is attempted once, and the
+    /// failures come back together as a `TeardownError`.
     fn release(&mut self, gpu: &G) -> Result<()>;
 }
 

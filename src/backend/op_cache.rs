@@ -1,6 +1,6 @@
 //! Memoized kernel handles and scratch buffers of one backend.
 
-use super::{DevicePtr, GpuBackend, KernelHandle, ModelResource};
+use super::{DevicePtr, GpuBackend, KernelHandle, ModelResource, Releases};
 use anyhow::Result;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -73,16 +73,19 @@ impl OpCache {
 
     /// Free the scratch buffers; shared-reference form, since the cache lives inside a backend
     /// that callers hold by `&`. Kernel handles stay: they die with the registry's modules.
+    /// Every buffer is freed even when one fails; the failures come back as a `TeardownError`.
     #[track_caller]
     pub fn release_scratch(&self, gpu: &dyn GpuBackend) -> Result<()> {
         let drained: Vec<_> = self.scratch.lock().drain().collect();
-        let mut first_err = None;
+        let mut releases = Releases::new();
         for (_, (ptr, _)) in drained {
-            if let Err(e) = gpu.free(ptr) {
-                first_err.get_or_insert(e);
-            }
+            releases.attempt(
+                "op-cache",
+                format_args!("scratch buffer {ptr}"),
+                gpu.free(ptr),
+            );
         }
-        first_err.map_or(Ok(()), Err)
+        Ok(releases.finish()?)
     }
 }
 

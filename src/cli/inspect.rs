@@ -73,7 +73,7 @@ impl Array {
             Some(ElemType::F16) => self
                 .bytes
                 .chunks_exact(2)
-                .map(|c| crate::trace::signature::f16_to_f64(u16::from_le_bytes([c[0], c[1]])))
+                .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
                 .collect(),
         }
     }

@@ -1,9 +1,12 @@
 //! `CudaBackend`: the struct, its construction and drop, and the `GpuBackend` trait on the CUDA
 //! driver. Every driver call goes through `cuda/driver.rs`; the rooms beside this one hold
-//! what the trait methods call into (`config`, `module`, `vmm`, `redzone`, `staging`).
+//! what the trait methods call into (`config`, `module`, `vmm`, `redzone`, `staging`), and the
+//! bodies of the trait's methods by concern, each `NAME_impl`: `memory.rs` (allocations, frees,
+//! the sweep, copies, memsets, pinned host memory), `launch.rs` (launches, tensor maps) and
+//! `stream.rs` (capture, graphs, events). Queries and one-line forwards stay here.
 //!
 //! The trait is safe and takes handles and addresses as plain integers, so the `// SAFETY:`
-//! lines at the driver calls here cite **the trait's contract**: a `DevicePtr` names memory of
+//! lines at the driver calls here and in those rooms cite **the trait's contract**: a `DevicePtr` names memory of
 //! this backend that the caller may use over the length given; a stream is one of this
 //! backend's, or 0; an event, graph or kernel handle is one this backend handed out and the
 //! caller has not destroyed; host memory a call leaves a copy reading or writing stays alive
@@ -11,15 +14,15 @@
 //! callers' promises, not checks: the driver refuses many violations with an error, not all.
 
 use super::config::CudaConfig;
-use super::driver::{self, dp, st};
+use super::driver;
 use super::fault_probe;
 use super::redzone::{RedZone, RedzoneViolation};
 use super::staging::Staging;
 use super::watchdog;
 use crate::backend::ledger::{by_site, SiteTotal};
 use crate::backend::{
-    CaptureMode, DeviceError, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle,
-    KernelRegistry, OpCache, Site, StreamKind,
+    DeviceError, DevicePtr, GpuBackend, GraphHandle, KernelArg, KernelHandle, KernelRegistry,
+    OpCache, Site, StreamKind,
 };
 use anyhow::Result;
 use cudarc::driver::sys;
@@ -28,7 +31,7 @@ use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::Location;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 /// One live allocation in the ledger.
@@ -239,7 +242,7 @@ impl CudaBackend {
 
     /// A synchronous copy or memset finished: on blocking streams (the default), everything
     /// issued before it has too.
-    fn settled_all(&self) {
+    pub(super) fn settled_all(&self) {
         if self.cfg.stream_kind == StreamKind::Blocking {
             self.in_flight.lock().retire_all();
         }
@@ -247,7 +250,7 @@ impl CudaBackend {
 
     /// A sticky fault's error, with what the fault probe can say of it (the first time only:
     /// every later call fails with the same code and would repeat it).
-    fn probe(&self, e: DeviceError) -> DeviceError {
+    pub(super) fn probe(&self, e: DeviceError) -> DeviceError {
         if !e.is_sticky() {
             return e;
         }
@@ -331,77 +334,32 @@ impl Drop for CudaBackend {
 impl GpuBackend for CudaBackend {
     #[track_caller]
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
-        let site = Location::caller();
-        let idx = self.alloc_seq.fetch_add(1, Ordering::Relaxed);
-        let pad = self.redzone_pad(idx);
-        let p = driver::mem_alloc(bytes + pad).map_err(|e| {
-            e.with(format!(
-                "{bytes} bytes for {}",
-                crate::backend::site_string(site)
-            ))
-        })?;
-        if pad > 0 {
-            // SAFETY: `p` is the `bytes + pad`-byte allocation just made, not yet in the ledger.
-            unsafe { self.guard(p, bytes, pad, idx, site) }?;
-        }
-        self.ledger.lock().insert(p, AllocRecord { bytes, site });
-        Ok(DevicePtr(p))
+        self.alloc_impl(bytes)
     }
 
     #[track_caller]
     fn alloc_managed(&self, bytes: usize) -> Result<DevicePtr> {
-        let site = Location::caller();
-        self.alloc_seq.fetch_add(1, Ordering::Relaxed);
-        let p =
-            driver::mem_alloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32)?;
-        self.ledger.lock().insert(p, AllocRecord { bytes, site });
-        Ok(DevicePtr(p))
+        self.alloc_managed_impl(bytes)
     }
 
     #[track_caller]
     fn free(&self, ptr: DevicePtr) -> Result<()> {
-        let site = Location::caller();
-        if self.placed.lock().remove(&ptr.0) {
-            // Fixed-address memory stays mapped until the backend drops.
-            self.ledger.lock().remove(&ptr.0);
-            return Ok(());
-        }
-        // SAFETY: the trait's contract: `ptr` is an allocation of this backend that the caller
-        // is done with (an address that is not one the driver refuses).
-        unsafe { driver::mem_free(dp(ptr)) }.map_err(|e| {
-            self.probe(e).with(format!(
-                "{ptr} freed at {}",
-                crate::backend::site_string(site)
-            ))
-        })?;
-        self.ledger.lock().remove(&ptr.0);
-        if self.cfg.redzone.bytes > 0 {
-            self.redzones.lock().retain(|z| z.user_ptr != ptr.0);
-        }
-        Ok(())
+        self.free_impl(ptr)
     }
 
     #[track_caller]
     fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
-        // SAFETY: the trait's contract: `dst` is this backend's memory over `src.len()` bytes.
-        unsafe { driver::memcpy_htod(dp(dst), src) }.map_err(|e| self.probe(e))?;
-        self.settled_all();
-        Ok(())
+        self.copy_h2d_impl(src, dst)
     }
 
     #[track_caller]
     fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
-        // SAFETY: the trait's contract: `src` is this backend's memory over `dst.len()` bytes.
-        unsafe { driver::memcpy_dtoh(dst, dp(src)) }.map_err(|e| self.probe(e))?;
-        self.settled_all();
-        Ok(())
+        self.copy_d2h_impl(src, dst)
     }
 
     #[track_caller]
     fn copy_d2d(&self, src: DevicePtr, dst: DevicePtr, bytes: usize) -> Result<()> {
-        // Synchronous only with respect to the host for most sizes: nothing retires here.
-        // SAFETY: the trait's contract: both are this backend's memory over `bytes` bytes.
-        Ok(unsafe { driver::memcpy_dtod(dp(dst), dp(src), bytes) }.map_err(|e| self.probe(e))?)
+        self.copy_d2d_impl(src, dst, bytes)
     }
 
     #[track_caller]
@@ -414,49 +372,7 @@ impl GpuBackend for CudaBackend {
         stream: u64,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        if self.launches_programmatically(func) {
-            // SAFETY: the trait's contract: `func` is a kernel of this backend, `stream` one of
-            // its streams or 0, and `params[i]` points at the i-th argument's value.
-            unsafe { self.launch_programmatic(func, grid, block, shared_mem, stream, params) }
-                .map_err(|e| match e.downcast::<DeviceError>() {
-                    Ok(d) => anyhow::Error::from(self.probe(d)),
-                    Err(e) => e,
-                })?;
-        } else {
-            // SAFETY: as above, the trait's contract for `func`, `stream` and `params`.
-            unsafe {
-                driver::launch_kernel(
-                    func.0 as sys::CUfunction,
-                    grid,
-                    block,
-                    shared_mem,
-                    st(stream),
-                    params,
-                )
-            }
-            .map_err(|e| self.probe(e))?;
-        }
-        let mut words = SmallVec::new();
-        if let Some(mask) = self.word_params.read().get(&func.0) {
-            for (p, _) in params.iter().zip(mask).filter(|(_, w)| **w).take(8) {
-                // SAFETY: launch's contract: params[i] points at the i-th parameter's value,
-                // which the driver's layout says is 8 bytes.
-                words.push(unsafe { (*p as *const u64).read_unaligned() });
-            }
-        }
-        if self.captures.load(Ordering::Relaxed) == 0 || !self.is_capturing(stream) {
-            self.in_flight.lock().push(fault_probe::Launched {
-                kernel: func.0,
-                graph: false,
-                stream,
-                site: Location::caller(),
-                words,
-            });
-        }
-        if self.cfg.debug_sync_kernels {
-            self.sync_stream(stream)?;
-        }
-        Ok(())
+        self.launch_impl(func, grid, block, shared_mem, stream, params)
     }
     #[track_caller]
     fn launch_typed(
@@ -468,32 +384,7 @@ impl GpuBackend for CudaBackend {
         stream: u64,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
-        // Pack on the stack: every argument gets whole 8-byte slots.
-        let mut slots: SmallVec<[u64; 24]> = SmallVec::new();
-        let mut starts: SmallVec<[usize; 16]> = SmallVec::new();
-        for a in args {
-            starts.push(slots.len());
-            match a {
-                KernelArg::Buffer(p) => slots.push(p.0),
-                KernelArg::Bytes(b) => {
-                    for chunk in b.chunks(8) {
-                        let mut w = [0u8; 8];
-                        w[..chunk.len()].copy_from_slice(chunk);
-                        slots.push(u64::from_le_bytes(w));
-                    }
-                    if b.is_empty() {
-                        slots.push(0);
-                    }
-                }
-            }
-        }
-        let base = slots.as_mut_ptr();
-        let mut params: SmallVec<[*mut c_void; 16]> = starts
-            .iter()
-            // SAFETY: each start indexes into `slots`, which is not resized after this point.
-            .map(|&i| unsafe { base.add(i) }.cast::<c_void>())
-            .collect();
-        self.launch(func, grid, block, shared_mem, stream, &mut params)
+        self.launch_typed_impl(func, grid, block, shared_mem, stream, args)
     }
 
     #[track_caller]
@@ -518,16 +409,12 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn memset(&self, ptr: DevicePtr, value: u8, bytes: usize) -> Result<()> {
-        // SAFETY: the trait's contract: `ptr` is this backend's memory over `bytes` bytes.
-        unsafe { driver::memset_d8(dp(ptr), value, bytes) }.map_err(|e| self.probe(e))?;
-        self.settled_all();
-        Ok(())
+        self.memset_impl(ptr, value, bytes)
     }
 
     #[track_caller]
     fn memset_async(&self, ptr: DevicePtr, value: u8, bytes: usize, stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract: `ptr` over `bytes` bytes, and `stream`.
-        Ok(unsafe { driver::memset_d8_async(dp(ptr), value, bytes, st(stream)) }?)
+        self.memset_async_impl(ptr, value, bytes, stream)
     }
 
     #[track_caller]
@@ -556,113 +443,12 @@ impl GpuBackend for CudaBackend {
         base: DevicePtr,
         desc: &crate::backend::TensorMapDesc,
     ) -> Result<crate::backend::TensorMapImage> {
-        use crate::backend::TensorMapDtype as D;
-        use sys::CUtensorMapDataType as T;
-        let site = crate::backend::site_string(Location::caller());
-        desc.validate(base.0)
-            .map_err(|e| anyhow::anyhow!("encode_tensor_map at {site}: {e}"))?;
-        let dtype = match desc.dtype {
-            D::U8 => T::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-            D::U16 => T::CU_TENSOR_MAP_DATA_TYPE_UINT16,
-            D::U32 => T::CU_TENSOR_MAP_DATA_TYPE_UINT32,
-            D::I32 => T::CU_TENSOR_MAP_DATA_TYPE_INT32,
-            D::U64 => T::CU_TENSOR_MAP_DATA_TYPE_UINT64,
-            D::I64 => T::CU_TENSOR_MAP_DATA_TYPE_INT64,
-            D::F16 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            D::F32 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-            D::F64 => T::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
-            D::Bf16 => T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        };
-        let unsupported = |what: &str, v: u32| {
-            anyhow::anyhow!("encode_tensor_map at {site}: {what} {v} is not supported here")
-        };
-        use sys::CUtensorMapFloatOOBfill as O;
-        use sys::CUtensorMapInterleave as I;
-        use sys::CUtensorMapL2promotion as L;
-        use sys::CUtensorMapSwizzle as S;
-        let interleave = match desc.interleave {
-            0 => I::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            1 => I::CU_TENSOR_MAP_INTERLEAVE_16B,
-            2 => I::CU_TENSOR_MAP_INTERLEAVE_32B,
-            v => return Err(unsupported("interleave", v)),
-        };
-        let swizzle = match desc.swizzle {
-            0 => S::CU_TENSOR_MAP_SWIZZLE_NONE,
-            1 => S::CU_TENSOR_MAP_SWIZZLE_32B,
-            2 => S::CU_TENSOR_MAP_SWIZZLE_64B,
-            3 => S::CU_TENSOR_MAP_SWIZZLE_128B,
-            v => return Err(unsupported("swizzle", v)),
-        };
-        let l2 = match desc.l2_promotion {
-            0 => L::CU_TENSOR_MAP_L2_PROMOTION_NONE,
-            1 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-            2 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            3 => L::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            v => return Err(unsupported("L2 promotion", v)),
-        };
-        let oob = match desc.oob_fill {
-            0 => O::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            1 => O::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
-            v => return Err(unsupported("out-of-bounds fill", v)),
-        };
-        // SAFETY: `desc.validate` passed above, so `dims`, `box_dims` and `element_strides`
-        // hold `rank` entries and `strides` `rank - 1`.
-        let map = unsafe {
-            driver::tensor_map_encode_tiled(
-                dtype,
-                desc.rank() as u32,
-                base.0 as *mut c_void,
-                &desc.dims,
-                &desc.strides,
-                &desc.box_dims,
-                &desc.element_strides,
-                interleave,
-                swizzle,
-                l2,
-                oob,
-            )
-        }
-        .map_err(|e| e.with(format!("a tensor map at {site}")))?;
-        let mut img = [0u8; crate::backend::TENSOR_MAP_BYTES];
-        for (chunk, word) in img.chunks_exact_mut(8).zip(map.opaque) {
-            chunk.copy_from_slice(&word.to_le_bytes());
-        }
-        Ok(img)
+        self.encode_tensor_map_impl(base, desc)
     }
 
     #[track_caller]
     fn sweep_unreleased(&self) -> usize {
-        let outstanding: Vec<(u64, AllocRecord)> = self.ledger.lock().drain().collect();
-        let mut zones = self.redzones.lock();
-        let mut placed = self.placed.lock();
-        // After a sticky fault every free fails with the fault's code: the memory goes with the
-        // context, so that is one line, not one per allocation.
-        let mut gone: Option<u32> = None;
-        for (p, _) in &outstanding {
-            if placed.remove(p) {
-                continue;
-            }
-            // Straight to the driver: the ledger is drained, and one failure must not stop the
-            // rest of the sweep.
-            // SAFETY: `p` was in the ledger, so it is a live `cuMemAlloc`/`cuMemAllocManaged`
-            // allocation of this backend (placed ones were skipped above); drained from the
-            // ledger, it is freed once, and its owner never released it, so no one uses it.
-            if let Err(e) = unsafe { driver::mem_free(*p) } {
-                // A dead context (a sticky fault), or one already torn down (4, 709): every
-                // free fails the same way, said once below.
-                if e.is_sticky() || matches!(e.code, 4 | 709) {
-                    gone.get_or_insert(e.code);
-                } else {
-                    tracing::warn!("sweep: {e} for {p:#x}");
-                }
-            }
-            zones.retain(|z| z.user_ptr != *p);
-        }
-        if !outstanding.is_empty() {
-            let rows = by_site(outstanding.iter().map(|(_, r)| (r.site, r.bytes)));
-            tracing::warn!("{}", crate::backend::ledger::sweep_line(&rows, gone));
-        }
-        outstanding.len()
+        self.sweep_unreleased_impl()
     }
 
     #[track_caller]
@@ -681,12 +467,7 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn copy_d2h_on_stream(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract for `src` over `dst.len()` bytes and `stream`; `dst` is
-        // borrowed until the stream is synchronised just below, so it outlives the copy.
-        unsafe {
-            driver::memcpy_dtoh_async(dst.as_mut_ptr().cast(), dp(src), dst.len(), st(stream))
-        }?;
-        self.sync_stream(stream)
+        self.copy_d2h_on_stream_impl(src, dst, stream)
     }
 
     #[track_caller]
@@ -733,20 +514,12 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn copy_h2d_async_retained(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract for `dst` over `src.len()` bytes and `stream`, and this
-        // method's: the caller keeps `src` alive and unchanged until `stream` next synchronises.
-        Ok(unsafe {
-            driver::memcpy_htod_async(dp(dst), src.as_ptr().cast(), src.len(), st(stream))
-        }?)
+        self.copy_h2d_async_retained_impl(src, dst, stream)
     }
 
     #[track_caller]
     fn copy_d2h_async(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract for `src` over `dst.len()` bytes and `stream`, and this
-        // method's: `dst` stays alive and unread until `stream` next synchronises.
-        Ok(unsafe {
-            driver::memcpy_dtoh_async(dst.as_mut_ptr().cast(), dp(src), dst.len(), st(stream))
-        }?)
+        self.copy_d2h_async_impl(src, dst, stream)
     }
 
     #[track_caller]
@@ -757,9 +530,7 @@ impl GpuBackend for CudaBackend {
         bytes: usize,
         stream: u64,
     ) -> Result<()> {
-        // SAFETY: the trait's contract: both are this backend's memory over `bytes` bytes, and
-        // `stream` one of its streams or 0.
-        Ok(unsafe { driver::memcpy_dtod_async(dp(dst), dp(src), bytes, st(stream)) }?)
+        self.copy_d2d_async_impl(src, dst, bytes, stream)
     }
 
     #[track_caller]
@@ -773,102 +544,32 @@ impl GpuBackend for CudaBackend {
         height: usize,
         stream: u64,
     ) -> Result<()> {
-        let p = sys::CUDA_MEMCPY2D_st {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            srcHost: std::ptr::null(),
-            srcDevice: dp(src),
-            srcArray: std::ptr::null_mut(),
-            srcPitch: src_pitch,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: dp(dst),
-            dstArray: std::ptr::null_mut(),
-            dstPitch: dst_pitch,
-            WidthInBytes: width_bytes,
-            Height: height,
-        };
-        // SAFETY: both sides are device memory (the host and array pointers are null), this
-        // backend's over `height` rows of their pitches by the trait's contract, as is `stream`.
-        Ok(unsafe { driver::memcpy_2d_async(&p, st(stream)) }?)
+        self.copy_d2d_2d_async_impl(src, src_pitch, dst, dst_pitch, width_bytes, height, stream)
     }
 
     #[track_caller]
     fn begin_capture(&self, stream: u64) -> Result<()> {
-        use sys::CUstreamCaptureMode as M;
-        let mode = match self.cfg.capture_mode {
-            CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
-        };
-        // SAFETY: the trait's contract: `stream` is one of this backend's streams.
-        unsafe { driver::stream_begin_capture(st(stream), mode) }?;
-        self.captures.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        self.begin_capture_impl(stream)
     }
 
     #[track_caller]
     fn end_capture(&self, stream: u64) -> Result<GraphHandle> {
-        // SAFETY: the trait's contract: `stream` is one of this backend's streams.
-        let (g, r) = unsafe { driver::stream_end_capture(st(stream)) };
-        let _ = self
-            .captures
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if let Err(e) = r {
-            if !g.is_null() {
-                // SAFETY: the graph the failed end handed over, owned here and destroyed once.
-                let _ = unsafe { driver::graph_destroy(g) };
-            }
-            return Err(e.into());
-        }
-        // SAFETY: `g` is the graph the capture just produced, owned here.
-        let r = unsafe { driver::graph_instantiate(g, 0) };
-        // SAFETY: as above; the executable graph does not need it, and it is destroyed once.
-        let _ = unsafe { driver::graph_destroy(g) };
-        let exec = r?;
-        Ok(GraphHandle(exec as u64))
+        self.end_capture_impl(stream)
     }
 
     #[track_caller]
     fn launch_graph(&self, graph: GraphHandle, stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract: `graph` came from `end_capture` and is not destroyed,
-        // `stream` is one of this backend's or 0.
-        unsafe { driver::graph_launch(graph.0 as sys::CUgraphExec, st(stream)) }
-            .map_err(|e| self.probe(e))?;
-        // Its nodes are in flight too, unnamed: the probe then names no single launch.
-        self.in_flight.lock().push(fault_probe::Launched {
-            kernel: graph.0,
-            graph: true,
-            stream,
-            site: Location::caller(),
-            words: SmallVec::new(),
-        });
-        Ok(())
+        self.launch_graph_impl(graph, stream)
     }
 
     #[track_caller]
     fn destroy_graph(&self, graph: GraphHandle) -> Result<()> {
-        // SAFETY: the trait's contract: `graph` came from `end_capture`, is destroyed once and
-        // not launched afterwards.
-        Ok(unsafe { driver::graph_exec_destroy(graph.0 as sys::CUgraphExec) }?)
+        self.destroy_graph_impl(graph)
     }
 
     #[track_caller]
     fn abort_capture_if_active(&self, stream: u64) {
-        if self.is_capturing(stream) {
-            // SAFETY: the trait's contract: `stream` is one of this backend's streams.
-            let (g, _) = unsafe { driver::stream_end_capture(st(stream)) };
-            let _ = self
-                .captures
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            if !g.is_null() {
-                // SAFETY: the graph the end handed over, owned here and destroyed once.
-                let _ = unsafe { driver::graph_destroy(g) };
-            }
-        }
+        self.abort_capture_if_active_impl(stream)
     }
 
     #[track_caller]
@@ -894,56 +595,41 @@ impl GpuBackend for CudaBackend {
 
     #[track_caller]
     fn create_event(&self) -> Result<u64> {
-        let e = driver::event_create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)?;
-        Ok(e as u64)
+        self.create_event_impl()
     }
 
     #[track_caller]
     fn record_event(&self, event: u64, stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract: `event` from `create_event`, not destroyed; `stream`
-        // one of this backend's or 0.
-        Ok(unsafe { driver::event_record(event as sys::CUevent, st(stream)) }?)
+        self.record_event_impl(event, stream)
     }
 
     #[track_caller]
     fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
-        // SAFETY: the trait's contract for `stream` and `event`, as in `record_event`.
-        Ok(unsafe { driver::stream_wait_event(st(stream), event as sys::CUevent) }?)
+        self.stream_wait_event_impl(stream, event)
     }
 
     #[track_caller]
     fn event_synchronize(&self, event: u64) -> Result<()> {
-        // SAFETY: the trait's contract: `event` from `create_event`, not destroyed.
-        Ok(unsafe { driver::event_synchronize(event as sys::CUevent) }
-            .map_err(|e| self.probe(e))?)
+        self.event_synchronize_impl(event)
     }
 
     #[track_caller]
     fn destroy_event(&self, event: u64) -> Result<()> {
-        // SAFETY: the trait's contract: `event` from `create_event`, destroyed once and not
-        // used afterwards.
-        Ok(unsafe { driver::event_destroy(event as sys::CUevent) }?)
+        self.destroy_event_impl(event)
     }
 
     #[track_caller]
     fn host_ptr_to_device(&self, host: *mut u8) -> Result<DevicePtr> {
-        let p = driver::mem_host_get_device_pointer(host.cast())?;
-        Ok(DevicePtr(p))
+        self.host_ptr_to_device_impl(host)
     }
 
     #[track_caller]
     fn alloc_host_pinned(&self, bytes: usize) -> Result<*mut u8> {
-        let p = driver::mem_alloc_host(bytes.max(1))?;
-        // SAFETY: the driver just returned `bytes` of page-locked memory at `p`. The trait
-        // promises zeroed memory; cuMemAllocHost does not zero.
-        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
-        Ok(p.cast())
+        self.alloc_host_pinned_impl(bytes)
     }
 
     #[track_caller]
     fn free_host_pinned(&self, ptr: *mut u8, _bytes: usize) -> Result<()> {
-        // SAFETY: the trait's contract: `ptr` came from `alloc_host_pinned`, is freed once, and
-        // no slice over it, nor copy reading it, outlives this call.
-        Ok(unsafe { driver::mem_free_host(ptr.cast()) }?)
+        self.free_host_pinned_impl(ptr, _bytes)
     }
 }

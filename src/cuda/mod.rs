@@ -8,9 +8,12 @@ mod config;
 mod driver;
 mod error;
 pub mod fault_probe;
+mod launch;
+mod memory;
 mod module;
 mod redzone;
 mod staging;
+mod stream;
 mod vmm;
 pub mod watchdog;
 

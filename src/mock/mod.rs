@@ -6,13 +6,25 @@
 //! the same rule table the offline analysis uses. Work executes at enqueue time, in call order,
 //! which is one legal schedule of the stream semantics; races are the analysis's business.
 
+/// A `MockError` result as the trait's `anyhow` one (through `DeviceError`, as every backend's
+/// failures travel). Defined before the rooms so that each of them sees it.
+macro_rules! mock_try {
+    ($e:expr) => {
+        $e.map_err(|e: MockError| anyhow::Error::from(crate::backend::DeviceError::from(e)))
+    };
+}
+
+mod alloc;
 mod backend;
 mod capture;
+mod copy;
 mod error;
 mod exec;
 mod kernel;
+mod launch;
 mod memory;
 mod state;
+mod stream;
 
 pub use crate::backend::ledger::SiteTotal;
 pub use error::{AllocDesc, MockError};

@@ -13,7 +13,7 @@ pub mod safetensors;
 
 pub use resources::{BufferArena, PagedKvCache, WeightStore};
 
-use crate::backend::{DevicePtr, GpuBackend, KernelArg, ModelResource};
+use crate::backend::{DevicePtr, GpuBackend, KernelArg, ModelResource, Releases};
 use anyhow::{Context, Result};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -431,20 +431,31 @@ impl Model {
             .collect())
     }
 
-    /// Release everything, in the order a real engine would; idempotent.
+    /// Release everything, in the order a real engine would; idempotent. A release that fails
+    /// does not stop the rest: every one is attempted once, and the error (a `TeardownError`)
+    /// names each that failed. A second call releases nothing again, so nothing is freed twice.
     pub fn teardown(&mut self, gpu: &(dyn GpuBackend + 'static)) -> Result<()> {
         if self.torn_down {
             return Ok(());
         }
-        self.arena.release(gpu)?;
-        self.kv.release(gpu)?;
-        self.weights.release(gpu)?;
-        gpu.op_cache().release_scratch(gpu)?;
-        gpu.free_host_pinned(self.staging, self.staging_len)?;
-        gpu.destroy_event(self.inputs_ready)?;
+        let mut releases = Releases::new();
+        releases.resource(self.arena.label(), self.arena.release(gpu));
+        releases.resource(self.kv.label(), self.kv.release(gpu));
+        releases.resource(self.weights.label(), self.weights.release(gpu));
+        releases.resource("op-cache", gpu.op_cache().release_scratch(gpu));
+        releases.attempt(
+            "model",
+            "pinned staging",
+            gpu.free_host_pinned(self.staging, self.staging_len),
+        );
+        releases.attempt(
+            "model",
+            "event inputs_ready",
+            gpu.destroy_event(self.inputs_ready),
+        );
         self.seq_blocks.clear();
         self.torn_down = true;
-        Ok(())
+        Ok(releases.finish()?)
     }
 }
 

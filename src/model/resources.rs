@@ -1,7 +1,7 @@
 //! The model's device resources, each released explicitly (and idempotently) at teardown.
 
 use super::{f32s, ModelConfig, Rng};
-use crate::backend::{DevicePtr, GpuBackend, ModelResource};
+use crate::backend::{DevicePtr, GpuBackend, ModelResource, Releases};
 use anyhow::Result;
 use std::collections::BTreeMap;
 
@@ -70,10 +70,11 @@ impl ModelResource<dyn GpuBackend> for WeightStore {
 
     /// Per tensor: each was its own allocation, and no view of one is stored here.
     fn release(&mut self, gpu: &dyn GpuBackend) -> Result<()> {
-        while let Some((_, (p, _))) = self.tensors.pop_first() {
-            gpu.free(p)?;
+        let mut releases = Releases::new();
+        while let Some((name, (p, _))) = self.tensors.pop_first() {
+            releases.attempt(self.label(), format_args!("tensor {name}"), gpu.free(p));
         }
-        Ok(())
+        Ok(releases.finish()?)
     }
 }
 
@@ -141,11 +142,30 @@ impl ModelResource<dyn GpuBackend> for BufferArena {
         if *released {
             return Ok(());
         }
-        for p in [x, xn, q, k, v, attn, tmp, gate, up, act, logits, inputs] {
-            gpu.free(*p)?;
+        let mut releases = Releases::new();
+        for (name, p) in [
+            ("x", x),
+            ("xn", xn),
+            ("q", q),
+            ("k", k),
+            ("v", v),
+            ("attn", attn),
+            ("tmp", tmp),
+            ("gate", gate),
+            ("up", up),
+            ("act", act),
+            ("logits", logits),
+            ("inputs", inputs),
+        ] {
+            releases.attempt(
+                "activation arena",
+                format_args!("buffer {name}"),
+                gpu.free(*p),
+            );
         }
+        // Each free was attempted once: a second release must not free them again.
         *released = true;
-        Ok(())
+        Ok(releases.finish()?)
     }
 }
 
@@ -202,11 +222,18 @@ impl ModelResource<dyn GpuBackend> for PagedKvCache {
     /// Pools are per layer, so freed per layer; the block bookkeeping goes with them so a
     /// released cache cannot hand out a block of freed memory.
     fn release(&mut self, gpu: &dyn GpuBackend) -> Result<()> {
-        for p in self.k_pools.drain(..).chain(self.v_pools.drain(..)) {
-            gpu.free(p)?;
+        let mut releases = Releases::new();
+        for (kv, pools) in [("K", &mut self.k_pools), ("V", &mut self.v_pools)] {
+            for (layer, p) in pools.drain(..).enumerate() {
+                releases.attempt(
+                    "paged KV cache",
+                    format_args!("{kv} pool of layer {layer}"),
+                    gpu.free(p),
+                );
+            }
         }
         self.free_blocks.clear();
         self.ref_counts.clear();
-        Ok(())
+        Ok(releases.finish()?)
     }
 }

@@ -191,7 +191,7 @@ fn bytes_detail(a: &Trace, c: &CallRecord, x: &[u8], y: &[u8]) -> String {
                 f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64
             }
             crate::backend::ElemType::F16 => {
-                super::signature::f16_to_f64(u16::from_le_bytes([c[0], c[1]]))
+                half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()
             }
         }
     };

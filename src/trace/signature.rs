@@ -35,11 +35,8 @@ impl ParamType {
         Some(match self {
             ParamType::F32 => float(f32::from_le_bytes(a(bytes)?) as f64, 'f'),
             ParamType::F64 => float(f64::from_le_bytes(a(bytes)?), 'd'),
-            ParamType::Bf16 => {
-                let bits = u16::from_le_bytes(a(bytes)?);
-                float(f32::from_bits((bits as u32) << 16) as f64, 'b')
-            }
-            ParamType::F16 => float(f16_to_f64(u16::from_le_bytes(a(bytes)?)), 'h'),
+            ParamType::Bf16 => float(half::bf16::from_le_bytes(a(bytes)?).to_f64(), 'b'),
+            ParamType::F16 => float(half::f16::from_le_bytes(a(bytes)?).to_f64(), 'h'),
             ParamType::I8 => i8::from_le_bytes(a(bytes)?).to_string(),
             ParamType::U8 => u8::from_le_bytes(a(bytes)?).to_string(),
             ParamType::I16 => i16::from_le_bytes(a(bytes)?).to_string(),
@@ -61,19 +58,6 @@ fn float(v: f64, suffix: char) -> String {
         _ => format!("{:?}", v as f32),
     };
     format!("{body}{suffix}")
-}
-
-/// IEEE half to double (exact: every half is a double).
-pub fn f16_to_f64(h: u16) -> f64 {
-    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = ((h >> 10) & 0x1f) as i32;
-    let frac = (h & 0x3ff) as f64;
-    sign * match exp {
-        0 => frac * 2f64.powi(-24),
-        0x1f if frac == 0.0 => f64::INFINITY,
-        0x1f => f64::NAN,
-        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
-    }
 }
 
 /// The parameter types of `kernel`, from CUDA C source or, failing that, PTX.
@@ -321,6 +305,39 @@ pub fn from_ptx(ptx: &str, kernel: &str) -> Option<Vec<ParamType>> {
 mod tests {
     use super::ParamType::*;
     use super::*;
+
+    /// IEEE half to double as this file did it by hand before `half`: the reference half's
+    /// widening is checked against.
+    fn f16_by_hand(h: u16) -> f64 {
+        let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+        let exp = ((h >> 10) & 0x1f) as i32;
+        let frac = (h & 0x3ff) as f64;
+        sign * match exp {
+            0 => frac * 2f64.powi(-24),
+            0x1f if frac == 0.0 => f64::INFINITY,
+            0x1f => f64::NAN,
+            e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+        }
+    }
+
+    #[test]
+    fn half_widens_every_f16_and_bf16_to_the_same_value() {
+        for h in 0..=u16::MAX {
+            let (ours, theirs) = (f16_by_hand(h), half::f16::from_bits(h).to_f64());
+            assert!(
+                ours.to_bits() == theirs.to_bits() || ours.is_nan() && theirs.is_nan(),
+                "{h:#06x}: {ours} vs {theirs}"
+            );
+            let (ours, theirs) = (
+                f32::from_bits((h as u32) << 16) as f64,
+                half::bf16::from_bits(h).to_f64(),
+            );
+            assert!(
+                ours.to_bits() == theirs.to_bits() || ours.is_nan() && theirs.is_nan(),
+                "{h:#06x}: {ours} vs {theirs}"
+            );
+        }
+    }
 
     #[test]
     fn c_signatures() {

@@ -19,7 +19,7 @@ mod weights;
 pub use weights::{LayerWeights, LlamaWeights};
 
 use super::hf::HfConfig;
-use crate::backend::{DevicePtr, GpuBackend, KernelArg, ModelResource};
+use crate::backend::{DevicePtr, GpuBackend, KernelArg, ModelResource, Releases};
 use anyhow::{Context, Result};
 
 /// The sizes a step is built from, taken from an [`HfConfig`].
@@ -118,7 +118,7 @@ struct Arena {
 }
 
 impl Arena {
-    fn ptrs(&self) -> [DevicePtr; 10] {
+    fn ptrs(&self) -> [(&'static str, DevicePtr); 10] {
         let Arena {
             x,
             xn,
@@ -132,7 +132,16 @@ impl Arena {
             rope,
         } = self;
         [
-            *x, *xn, *qkv, *attn, *gu, *act, *logits, *tokens, *inputs, *rope,
+            ("x", *x),
+            ("xn", *xn),
+            ("qkv", *qkv),
+            ("attn", *attn),
+            ("gu", *gu),
+            ("act", *act),
+            ("logits", *logits),
+            ("tokens", *tokens),
+            ("inputs", *inputs),
+            ("rope", *rope),
         ]
     }
 }
@@ -619,21 +628,38 @@ impl Llama {
             .collect())
     }
 
-    /// Release everything (idempotent).
+    /// Release everything (idempotent). A release that fails does not stop the rest: every
+    /// one is attempted once, and the error (a `TeardownError`) names each that failed.
     pub fn release(&mut self, gpu: &(dyn GpuBackend + 'static)) -> Result<()> {
         if self.released {
             return Ok(());
         }
-        for p in self.arena.ptrs() {
-            gpu.free(p)?;
+        let mut releases = Releases::new();
+        for (name, p) in self.arena.ptrs() {
+            releases.attempt("llama arena", format_args!("buffer {name}"), gpu.free(p));
         }
-        for p in self.k_pools.drain(..).chain(self.v_pools.drain(..)) {
-            gpu.free(p)?;
+        for (kv, pools) in [("K", &mut self.k_pools), ("V", &mut self.v_pools)] {
+            for (layer, p) in pools.drain(..).enumerate() {
+                releases.attempt(
+                    "llama KV cache",
+                    format_args!("{kv} pool of layer {layer}"),
+                    gpu.free(p),
+                );
+            }
         }
-        self.weights.release(gpu)?;
-        gpu.free_host_pinned(self.staging, self.staging_len)?;
-        gpu.destroy_event(self.inputs_ready)?;
+        releases.resource(self.weights.label(), self.weights.release(gpu));
+        releases.attempt(
+            "llama",
+            "pinned staging",
+            gpu.free_host_pinned(self.staging, self.staging_len),
+        );
+        releases.attempt(
+            "llama",
+            "event inputs_ready",
+            gpu.destroy_event(self.inputs_ready),
+        );
+        // Each release was attempted once: a second call must not free anything again.
         self.released = true;
-        Ok(())
+        Ok(releases.finish()?)
     }
 }

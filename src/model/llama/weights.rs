@@ -7,7 +7,7 @@
 //! tensor layout, checked against the config before anything is allocated.
 
 use super::{launch_fill, Shape};
-use crate::backend::{DevicePtr, GpuBackend, ModelResource};
+use crate::backend::{DevicePtr, GpuBackend, ModelResource, Releases};
 use crate::model::safetensors::{check_llama_shards, SafeTensors};
 use anyhow::{Context, Result};
 
@@ -199,11 +199,17 @@ impl ModelResource<dyn GpuBackend> for LlamaWeights {
         "bf16 weights"
     }
 
+    /// Every allocation, each attempted once even when one fails.
     fn release(&mut self, gpu: &dyn GpuBackend) -> Result<()> {
-        while let Some((p, _)) = self.allocs.pop() {
-            gpu.free(p)?;
+        let mut releases = Releases::new();
+        while let Some((p, bytes)) = self.allocs.pop() {
+            releases.attempt(
+                self.label(),
+                format_args!("allocation {p} ({bytes} bytes)"),
+                gpu.free(p),
+            );
         }
         self.layers.clear();
-        Ok(())
+        Ok(releases.finish()?)
     }
 }
