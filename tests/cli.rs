@@ -253,6 +253,10 @@ fn every_reporting_verb_has_versioned_json() {
             "gputape.replay.v2",
         ),
         (
+            vec!["replay", t, "--against", "mock", "--json"],
+            "gputape.replay.v2",
+        ),
+        (
             vec!["inspect", t, "--at", "12", "--writes", "--json"],
             "gputape.inspect.v1",
         ),

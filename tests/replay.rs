@@ -386,9 +386,80 @@ fn buffers_holding_device_addresses_are_replayed_at_their_addresses_or_refused()
     );
 }
 
+/// A mock whose saxpy's CPU body is subtly wrong when a == 3 (a kernel change planted through
+/// the registration hook).
+fn subtly_wrong_saxpy() -> MockGpuBackend {
+    use gputape::backend::{ParamAccess::*, ParamInfo};
+    let m = mock();
+    m.register_kernel(
+        "blas",
+        "saxpy",
+        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
+        Some(std::sync::Arc::new(|ctx| {
+            let (x, y, n, a) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize, ctx.f32(3)?);
+            let xs = ctx.read_f32(x, n)?;
+            let mut ys = ctx.read_f32(y, n)?;
+            for (y, x) in ys.iter_mut().zip(xs) {
+                *y += if a == 3.0 { 2.5 } else { a } * x;
+            }
+            ctx.write_f32(y, &ys)
+        })),
+    );
+    m
+}
+
+/// `replay --against`: the same trace on a mock and on one whose saxpy was changed, in
+/// lockstep; the second saxpy (a == 3) is named, with its buffer and largest difference;
+/// against an unchanged twin, nothing differs.
+#[test]
+fn lockstep_names_the_launch_whose_output_differs() {
+    use gputape::replayer::{LockstepOptions, Tolerance};
+    let t = record(|g| {
+        gputape::workloads::load_kernels(g).unwrap();
+        let s = g.create_stream().unwrap();
+        let (x, y, z) = (
+            g.alloc(64).unwrap(),
+            g.alloc(64).unwrap(),
+            g.alloc(64).unwrap(),
+        );
+        g.copy_h2d(&gputape::workloads::f32_bytes(&[1.0; 16]), x)
+            .unwrap();
+        g.memset(y, 0, 64).unwrap();
+        g.memset(z, 0, 64).unwrap();
+        gputape::workloads::saxpy(g, x, z, 16, 1.0, s).unwrap();
+        gputape::workloads::saxpy(g, x, y, 16, 3.0, s).unwrap();
+        g.synchronize(s).unwrap();
+    });
+    let (a, b, same) = (mock(), subtly_wrong_saxpy(), mock());
+    let opts = LockstepOptions::default();
+    let r = Replayer::new(&t)
+        .lockstep((&a, &same), ("mock", "twin"), &opts, (None, None))
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+    assert_eq!(r.compared, 2, "{}", r.summary());
+    let r = Replayer::new(&t)
+        .lockstep((&a, &b), ("mock", "changed"), &opts, (None, None))
+        .unwrap();
+    assert!(!r.passed());
+    let d = r.first.as_ref().expect("a difference");
+    assert_eq!(d.kernel, "blas::saxpy");
+    assert!(d.call.contains("3.0f"), "{}", r.summary());
+    assert_eq!((d.elem, d.differing, d.of), ("f32", 16, 16));
+    assert_eq!((d.a_value.as_str(), d.b_value.as_str()), ("3", "2.5"));
+    assert!(r.summary().contains("-> DIFFERENT"), "{}", r.summary());
+    // Within a relative tolerance of 20%, the change is in the noise.
+    let loose = LockstepOptions {
+        tolerance: Tolerance::Rel(0.2),
+        ..Default::default()
+    };
+    let r = Replayer::new(&t)
+        .lockstep((&a, &b), ("mock", "changed"), &loose, (None, None))
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+}
+
 #[test]
 fn hashes_at_syncs_name_the_first_buffer_and_the_kernels_that_took_it() {
-    use gputape::backend::{ParamAccess, ParamInfo};
     use gputape::recorder::{BackendDesc, RecordingBackend};
     let sink = gputape::trace::VecSink::default();
     let buf = sink.0.clone();
@@ -415,22 +486,7 @@ fn hashes_at_syncs_name_the_first_buffer_and_the_kernels_that_took_it() {
     assert!(t.sync_hashes.len() >= 4);
 
     // Replay on a mock whose saxpy is subtly wrong when a == 3.
-    let m = mock();
-    use ParamAccess::*;
-    m.register_kernel(
-        "blas",
-        "saxpy",
-        ParamInfo::packed(&[(8, Read), (8, ReadWrite), (4, Value), (4, Value)]),
-        Some(std::sync::Arc::new(|ctx| {
-            let (x, y, n, a) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize, ctx.f32(3)?);
-            let xs = ctx.read_f32(x, n)?;
-            let mut ys = ctx.read_f32(y, n)?;
-            for (y, x) in ys.iter_mut().zip(xs) {
-                *y += if a == 3.0 { 2.5 } else { a } * x;
-            }
-            ctx.write_f32(y, &ys)
-        })),
-    );
+    let m = subtly_wrong_saxpy();
     let r = Replayer::new(&t)
         .run(&m, &ReplayOptions::default(), None, |_| {})
         .unwrap();

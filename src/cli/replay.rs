@@ -82,13 +82,21 @@ pub struct Args {
     /// With --check-finite: count +Inf and -Inf as well as NaN.
     #[arg(long, requires = "check_finite")]
     inf: bool,
-    /// With --check-finite: never check this buffer (`buf7`); repeatable.
-    #[arg(long = "ignore", value_name = "BUF", value_parser = parse_buffer, requires = "check_finite")]
+    /// With --check-finite or --against: never check this buffer (`buf7`); repeatable.
+    #[arg(long = "ignore", value_name = "BUF", value_parser = parse_buffer)]
     ignore: Vec<crate::trace::BufferId>,
-    /// With --check-finite: read buffer BUF as TYPE (f32, f16, bf16), whatever its kernels
-    /// say; repeatable (`--dtype buf12=bf16`).
-    #[arg(long = "dtype", value_name = "BUF=TYPE", value_parser = parse_dtype, requires = "check_finite")]
+    /// With --check-finite or --against: read buffer BUF as TYPE (f32, f16, bf16), whatever
+    /// its kernels say; repeatable (`--dtype buf12=bf16`).
+    #[arg(long = "dtype", value_name = "BUF=TYPE", value_parser = parse_dtype)]
     dtypes: Vec<(crate::trace::BufferId, crate::backend::ElemType)>,
+    /// Replay on --on and on this backend in lockstep and name the first launch whose
+    /// written bytes differ (exit 1), e.g. `--on cuda --against mock`: the kernels against
+    /// their CPU twins on a real recorded step.
+    #[arg(long, value_enum, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite"])]
+    against: Option<Backend>,
+    /// With --against: how far values may differ (`exact`, `ulps:N`, `rel:X`).
+    #[arg(long, default_value = "exact", value_parser = crate::replayer::Tolerance::parse, requires = "against")]
+    tolerance: crate::replayer::Tolerance,
     // Given by the parent of a child replay (see `replay_in_child`): where to write the report.
     #[arg(long, hide = true)]
     child_report: Option<PathBuf>,
@@ -108,6 +116,14 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             "note: {} was dumped for a NaN; replaying it with --check-finite to find the launch that wrote it",
             a.trace.display()
         );
+    }
+    if let Some(b) = a.against {
+        let opts = crate::replayer::LockstepOptions {
+            tolerance: a.tolerance,
+            dtypes: a.dtypes,
+            ignore: a.ignore,
+        };
+        return lockstep(ctx, &a.trace, (a.on, b), &opts, a.json, a.max_memory);
     }
     if a.check_finite || for_nan {
         let opts = crate::replayer::FiniteOptions {
@@ -162,6 +178,24 @@ fn parse_dtype(s: &str) -> Result<(crate::trace::BufferId, crate::backend::ElemT
     Ok((parse_buffer(b)?, e))
 }
 
+/// Refuse buffers the trace does not have, named on the command line.
+fn known_buffers(
+    t: &crate::trace::Trace,
+    path: &Path,
+    ignore: &[crate::trace::BufferId],
+    dtypes: &[(crate::trace::BufferId, crate::backend::ElemType)],
+) -> Result<()> {
+    for b in ignore.iter().chain(dtypes.iter().map(|(b, _)| b)) {
+        anyhow::ensure!(
+            t.sizes.contains_key(b),
+            "{} has no buffer {b} (its buffers are buf0..buf{})",
+            path.display(),
+            t.sizes.keys().last().map_or(0, |b| b.0)
+        );
+    }
+    Ok(())
+}
+
 /// `replay --check-finite`: the first launch that wrote a NaN (see `replayer::finite`).
 fn check_finite(
     ctx: &Ctx,
@@ -172,14 +206,7 @@ fn check_finite(
     max_memory: u64,
 ) -> Result<Exit> {
     let t = open_trace(ctx, path)?;
-    for b in opts.ignore.iter().chain(opts.dtypes.iter().map(|(b, _)| b)) {
-        anyhow::ensure!(
-            t.sizes.contains_key(b),
-            "{} has no buffer {b} (its buffers are buf0..buf{})",
-            path.display(),
-            t.sizes.keys().last().map_or(0, |b| b.0)
-        );
-    }
+    known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
     let opened = backends::open(ctx, on, Want::replay())?;
     let load_cuda = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
     let mut r = crate::replayer::Replayer::new(&t).with_max_memory(max_memory);
@@ -192,6 +219,45 @@ fn check_finite(
             "schema": crate::replayer::REPLAY_SCHEMA,
             "passed": rep.passed(),
             "finite": rep,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", rep.summary());
+    }
+    Ok(pass_if(rep.passed()))
+}
+
+/// `replay --against`: two backends in lockstep (see `replayer::lockstep`).
+fn lockstep(
+    ctx: &Ctx,
+    path: &Path,
+    (on, against): (Backend, Backend),
+    opts: &crate::replayer::LockstepOptions,
+    json: bool,
+    max_memory: u64,
+) -> Result<Exit> {
+    let t = open_trace(ctx, path)?;
+    known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
+    let a = backends::open(ctx, on, Want::replay())?;
+    let b = backends::open(ctx, against, Want::replay())?;
+    let load_a = |m: &crate::backend::ModuleCode| a.load_trace_code(m);
+    let load_b = |m: &crate::backend::ModuleCode| b.load_trace_code(m);
+    let mut r = crate::replayer::Replayer::new(&t).with_max_memory(max_memory);
+    if on.runs_cpu_twins() || against.runs_cpu_twins() {
+        r = r.with_opaque_kernels();
+    }
+    let names = (on.name(), against.name());
+    let rep = r.lockstep(
+        (a.gpu.as_ref(), b.gpu.as_ref()),
+        names,
+        opts,
+        (Some(&load_a), Some(&load_b)),
+    )?;
+    if json {
+        let v = serde_json::json!({
+            "schema": crate::replayer::REPLAY_SCHEMA,
+            "passed": rep.passed(),
+            "lockstep": rep,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

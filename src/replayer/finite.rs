@@ -16,10 +16,9 @@
 
 use super::finite_kernel as fk;
 use super::state::{resolve_stream, sync_all, Guard, State};
+use super::views::Typing;
 use super::{ModuleLoader, Outcome, ReplayError, Replayer};
-use crate::backend::{DevicePtr, ElemType, GpuBackend, KernelArg, KernelHandle, ParamAccess};
-use crate::trace::signature::{pointer_params, PointerParam};
-use crate::trace::writes_through;
+use crate::backend::{DevicePtr, ElemType, GpuBackend, KernelArg, KernelHandle};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use serde::Serialize;
@@ -453,50 +452,27 @@ impl Replayer<'_> {
             what: "loading the finite-value scan kernel".into(),
             cause: format!("{e:#}"),
         })?;
-        let captured: HashSet<u64> = self.captured.values().flatten().copied().collect();
-        let t_run = Instant::now();
         let mut run = Run {
             r: self,
             opts,
             events: Vec::new(),
             known: HashSet::default(),
             touched: HashSet::default(),
-            ptrs: HashMap::default(),
-            untyped: Vec::new(),
+            typing: Typing::new(&opts.dtypes, &opts.ignore),
         };
+        let t_run = Instant::now();
         let st = &mut guard.st;
-        'calls: for c in &self.trace.calls {
-            if captured.contains(&c.seq) {
-                continue;
+        for (n, graph) in self.eager_calls() {
+            if let Err(e) = run.one(gpu, st, &mut scanner, n, graph, &mut report) {
+                report.stopped = Some(e);
+                break;
             }
-            let nodes: Vec<&CallRecord> = match &c.call {
-                Call::BeginCapture { .. }
-                | Call::EndCapture { .. }
-                | Call::DestroyGraph { .. }
-                | Call::AbortCaptureIfActive { .. } => continue,
-                Call::LaunchGraph { graph, .. } => self
-                    .captured
-                    .get(graph)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|s| self.by_seq.get(s).copied())
-                    .collect(),
-                _ => vec![c],
-            };
-            let graph = match &c.call {
-                Call::LaunchGraph { graph, .. } => Some((c.seq, *graph)),
-                _ => None,
-            };
-            for n in nodes {
-                if let Err(e) = run.one(gpu, st, &mut scanner, n, graph, &mut report) {
-                    report.stopped = Some(e);
-                    break 'calls;
-                }
-                if graph.is_some() && n.call.launch().is_some() {
-                    if let Err(e) = sync_all(gpu, st) {
-                        report.stopped = Some(format!("graph node #{}: {e:#}", n.seq));
-                        break 'calls;
-                    }
+            // A graph's nodes on several streams ordered by events inside the capture: one
+            // at a time, so each scan sees its own node's output.
+            if graph.is_some() && n.call.launch().is_some() {
+                if let Err(e) = sync_all(gpu, st) {
+                    report.stopped = Some(format!("graph node #{}: {e:#}", n.seq));
+                    break;
                 }
             }
         }
@@ -516,7 +492,7 @@ impl Replayer<'_> {
             v.sort();
             v
         };
-        report.untyped = std::mem::take(&mut run.untyped);
+        report.untyped = std::mem::take(&mut run.typing.untyped);
         run.verdict(&scanner.done, &mut report);
         report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(guard);
@@ -535,9 +511,7 @@ struct Run<'a, 't> {
     /// initial snapshot, which the verdict reads from the trace on the host when it must
     /// (a step's weights are not read twice on the device to learn they are finite).
     touched: HashSet<BufferId>,
-    /// Pointer parameters per kernel, from its C signature (cached).
-    ptrs: HashMap<KernelId, Option<Vec<Option<PointerParam>>>>,
-    untyped: Vec<String>,
+    typing: Typing<'a>,
 }
 
 impl Run<'_, '_> {
@@ -645,62 +619,22 @@ impl Run<'_, '_> {
 
     /// The launch's float pointer arguments, typed, with whether it writes through each.
     fn views(&mut self, kernel: KernelId, args: &[Arg]) -> Vec<View> {
-        let t = self.r.trace;
-        let info = t.kernels.get(&kernel);
-        let ptrs = self
-            .ptrs
-            .entry(kernel)
-            .or_insert_with(|| {
-                let info = info?;
-                let m = t.modules.iter().find(|m| m.name == info.module)?;
-                pointer_params(m.source.as_deref()?, &info.name)
+        self.typing
+            .views(self.r.trace, kernel, args)
+            .into_iter()
+            .filter_map(|v| {
+                let elem = v.elem?;
+                let n = v.bytes / elem.size();
+                (n > 0).then_some(View {
+                    param: v.param,
+                    buf: v.buf,
+                    off: v.off,
+                    n,
+                    elem,
+                    written: v.written,
+                })
             })
-            .clone();
-        let mut out = Vec::new();
-        for (i, a) in args.iter().enumerate() {
-            let Arg::Buf(DevAddr::Buf { buf, off }) = a else {
-                continue;
-            };
-            if self.opts.ignore.contains(buf) {
-                continue;
-            }
-            let sig = ptrs.as_ref().and_then(|p| p.get(i).copied().flatten());
-            let access = info
-                .and_then(|k| k.params.get(i))
-                .map_or(ParamAccess::Unknown, |p| p.access);
-            let written = writes_through(access, sig);
-            let elem = self
-                .opts
-                .dtypes
-                .iter()
-                .find(|(b, _)| b == buf)
-                .map(|(_, e)| *e)
-                .or_else(|| info.and_then(|k| k.elems.get(i).copied().flatten()))
-                .or(sig.and_then(|p| p.elem));
-            let Some(elem) = elem else {
-                if written && sig.is_none_or(|p| p.maybe_float) {
-                    let name = format!("{} parameter {i}", t.kernel_name(kernel));
-                    if !self.untyped.contains(&name) {
-                        self.untyped.push(name);
-                    }
-                }
-                continue;
-            };
-            let size = t.sizes.get(buf).copied().unwrap_or(0);
-            let n = size.saturating_sub(*off) / elem.size();
-            if n == 0 || off % elem.size() != 0 {
-                continue;
-            }
-            out.push(View {
-                param: i,
-                buf: *buf,
-                off: *off,
-                n,
-                elem,
-                written,
-            });
-        }
-        out
+            .collect()
     }
 
     /// Walk the events in order with the scans' results: the writers, the first, and the

@@ -14,6 +14,7 @@ mod finite_kernel;
 mod graph;
 mod inspect;
 mod issue;
+mod lockstep;
 mod minimize;
 mod pointers;
 mod policy;
@@ -22,6 +23,7 @@ mod restore;
 mod state;
 mod trim;
 mod verify;
+mod views;
 
 pub use crate::analysis::window::{
     captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind,
@@ -29,6 +31,7 @@ pub use crate::analysis::window::{
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use finite::{FiniteOptions, FiniteReport, NonFinite, RecordedNonFinite};
 pub use graph::GraphReport;
+pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance};
 pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use policy::ReplayPolicy;

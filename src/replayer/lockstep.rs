@@ -1,0 +1,402 @@
+//! `replay --against`: the same trace on two backends in lockstep, and the first launch whose
+//! written bytes differ between them.
+//!
+//! Both replays issue each call in turn (graphs' captured calls eagerly, as the value checks
+//! do). After each launch both wait for their streams and read back every buffer range the
+//! launch may write; the first range that differs beyond the tolerance names the launch, the
+//! buffer, the element with the largest difference and both values. The replays stop there:
+//! past a difference every later launch reads diverged inputs.
+
+use super::state::{sync_all, Guard, State};
+use super::views::{Typing, View};
+use super::{ModuleLoader, Outcome, ReplayError, Replayer};
+use crate::backend::{ElemType, GpuBackend};
+use crate::trace::*;
+use serde::Serialize;
+use std::time::Instant;
+
+/// How far two values may be apart and still count as equal.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Tolerance {
+    /// Bit for bit (NaN payloads included).
+    #[default]
+    Exact,
+    /// At most this many units in the last place (by the element type's bit patterns).
+    Ulps(u32),
+    /// `|a - b| <= r * max(|a|, |b|)`.
+    Rel(f64),
+}
+
+impl Tolerance {
+    /// `exact`, `ulps:N` or `rel:X`.
+    pub fn parse(s: &str) -> Result<Tolerance, String> {
+        match s.split_once(':') {
+            None if s == "exact" => Ok(Tolerance::Exact),
+            Some(("ulps", n)) => n
+                .parse()
+                .map(Tolerance::Ulps)
+                .map_err(|_| format!("{n:?} is not a count of ulps")),
+            Some(("rel", x)) => x
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map(Tolerance::Rel)
+                .ok_or_else(|| format!("{x:?} is not a relative tolerance")),
+            _ => Err(format!("{s:?}: try exact, ulps:4 or rel:1e-3")),
+        }
+    }
+}
+
+/// What to compare and how.
+#[derive(Clone, Debug, Default)]
+pub struct LockstepOptions {
+    /// How far values may differ.
+    pub tolerance: Tolerance,
+    /// Element types given by the user, which win over the kernels'.
+    pub dtypes: Vec<(BufferId, ElemType)>,
+    /// Buffers never compared.
+    pub ignore: Vec<BufferId>,
+}
+
+/// The first launch whose output differs between the two backends.
+#[derive(Clone, Debug, Serialize)]
+pub struct LaunchDifference {
+    /// The launch's seq (a graph node's captured call).
+    pub seq: u64,
+    /// The graph launch it ran in, when it is a graph's node.
+    pub in_graph: Option<String>,
+    /// `module::kernel`.
+    pub kernel: String,
+    /// Where the recorded program launched it.
+    pub site: String,
+    /// The launch as `show` prints it.
+    pub call: String,
+    /// Which parameter points at the range that differs.
+    pub param: usize,
+    /// The buffer.
+    pub buffer: String,
+    /// The pointer's byte offset in it.
+    pub offset: u64,
+    /// What the bytes were compared as (`bytes` where no type is known).
+    pub elem: &'static str,
+    /// Elements (or bytes) beyond the tolerance.
+    pub differing: u64,
+    /// Of how many.
+    pub of: u64,
+    /// The element with the largest difference.
+    pub index: u64,
+    /// Its value on the first backend.
+    pub a_value: String,
+    /// Its value on the second.
+    pub b_value: String,
+    /// That largest difference (`inf` when one side is NaN).
+    pub largest: f64,
+}
+
+/// What a lockstep replay found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LockstepReport {
+    /// The first backend's name, as the command line gave it.
+    pub a: String,
+    /// The second's.
+    pub b: String,
+    /// Launches replayed on both.
+    pub launches: u64,
+    /// Launches whose written ranges were compared.
+    pub compared: u64,
+    /// Bytes read back from each side and compared.
+    pub bytes_compared: u64,
+    /// Kernels that cannot run on one of the backends, so their launches were not compared.
+    pub not_compared: Vec<String>,
+    /// The first launch whose output differs.
+    pub first: Option<LaunchDifference>,
+    /// A replay failed: which side, which call, the error.
+    pub stopped: Option<String>,
+    /// Wall time of the whole comparison, setup included.
+    pub elapsed_ms: f64,
+    /// The tolerance, as text.
+    pub tolerance: String,
+}
+
+impl LockstepReport {
+    /// Nothing differed, and something was compared.
+    pub fn passed(&self) -> bool {
+        self.first.is_none() && self.stopped.is_none() && self.compared > 0
+    }
+
+    /// The report as text, verdict last.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "lockstep {} vs {} ({}): {} launches replayed on both, {} compared ({} bytes from each side) in {:.1} ms",
+            self.a, self.b, self.tolerance, self.launches, self.compared, self.bytes_compared, self.elapsed_ms
+        );
+        for k in &self.not_compared {
+            let _ = writeln!(s, "  not compared: {k}");
+        }
+        if let Some(d) = &self.first {
+            let graph = d
+                .in_graph
+                .as_ref()
+                .map(|g| format!(", a node of {g}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "first difference: call #{} {}{graph} @ {}",
+                d.seq, d.kernel, d.site
+            );
+            let _ = writeln!(
+                s,
+                "  parameter {} = {}+{} ({}): {} of {} differ; the largest at element {}: {} on {}, {} on {} (difference {})",
+                d.param, d.buffer, d.offset, d.elem, d.differing, d.of, d.index, d.a_value, self.a, d.b_value, self.b, d.largest
+            );
+            let _ = writeln!(s, "  the launch: {}", d.call);
+        }
+        if let Some(e) = &self.stopped {
+            let _ = writeln!(s, "the replay stopped: {e}");
+        }
+        let verdict = match (&self.first, &self.stopped) {
+            (Some(d), _) => format!("-> DIFFERENT: first at #{} {}", d.seq, d.kernel),
+            (None, Some(_)) => "-> INCOMPLETE".to_string(),
+            (None, None) if self.compared == 0 => "-> NOTHING COMPARED".to_string(),
+            (None, None) => format!("-> no difference in {} launches", self.compared),
+        };
+        let _ = writeln!(s, "{verdict}");
+        s
+    }
+}
+
+/// One side of the lockstep.
+struct Side<'r, 't> {
+    guard: Guard<'r, 't>,
+    name: &'r str,
+}
+
+impl Replayer<'_> {
+    /// Replay on `a` and `b` in lockstep, comparing what each launch wrote (see the module
+    /// docs). `names` are how the report calls the two.
+    pub fn lockstep(
+        &self,
+        (a, b): (&dyn GpuBackend, &dyn GpuBackend),
+        names: (&str, &str),
+        opts: &LockstepOptions,
+        (load_a, load_b): (Option<ModuleLoader<'_>>, Option<ModuleLoader<'_>>),
+    ) -> Result<LockstepReport, ReplayError> {
+        let t0 = Instant::now();
+        let mut report = LockstepReport {
+            a: names.0.into(),
+            b: names.1.into(),
+            tolerance: format!("{:?}", opts.tolerance).to_lowercase(),
+            ..Default::default()
+        };
+        let ka = self.kernels(a, load_a)?;
+        let kb = self.kernels(b, load_b)?;
+        let mut sides = [
+            Side {
+                guard: Guard {
+                    r: self,
+                    gpu: a,
+                    st: State::new(&ka),
+                },
+                name: names.0,
+            },
+            Side {
+                guard: Guard {
+                    r: self,
+                    gpu: b,
+                    st: State::new(&kb),
+                },
+                name: names.1,
+            },
+        ];
+        for s in sides.iter_mut() {
+            self.setup(s.guard.gpu, &mut s.guard.st)?;
+        }
+        let mut typing = Typing::new(&opts.dtypes, &opts.ignore);
+        let mut skipped = std::collections::BTreeSet::new();
+        'calls: for (c, graph) in self.eager_calls() {
+            for s in sides.iter_mut() {
+                let g = s.guard.gpu;
+                match self.issue(g, &mut s.guard.st, c, false)? {
+                    Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
+                        report.stopped = Some(format!(
+                            "on {}, call #{} at {}: {e:#}",
+                            s.name,
+                            c.seq,
+                            self.trace.site(c.site)
+                        ));
+                        break 'calls;
+                    }
+                    _ => {}
+                }
+            }
+            let Some((kernel, args)) = c.call.launch() else {
+                continue;
+            };
+            report.launches += 1;
+            if sides.iter().any(|s| s.guard.st.opaque.contains(&kernel)) {
+                skipped.insert(self.trace.kernel_name(kernel));
+                continue;
+            }
+            let views: Vec<View> = typing
+                .views(self.trace, kernel, args)
+                .into_iter()
+                .filter(|v| v.written)
+                .collect();
+            if views.is_empty() {
+                continue;
+            }
+            let mut read = Vec::new();
+            for s in &sides {
+                let (g, st) = (s.guard.gpu, &s.guard.st);
+                let bytes = sync_all(g, st).and_then(|()| {
+                    views
+                        .iter()
+                        .map(|v| {
+                            let (p, _) = st
+                                .bufs
+                                .get(&v.buf)
+                                .ok_or_else(|| anyhow::anyhow!("{} is not live", v.buf))?;
+                            let mut out = vec![0u8; v.bytes as usize];
+                            g.copy_d2h(p.offset(v.off as usize), &mut out)?;
+                            Ok(out)
+                        })
+                        .collect::<anyhow::Result<Vec<Vec<u8>>>>()
+                });
+                match bytes {
+                    Ok(b) => read.push(b),
+                    Err(e) => {
+                        report.stopped = Some(format!(
+                            "on {}, reading back what call #{} wrote: {e:#}",
+                            s.name, c.seq
+                        ));
+                        break 'calls;
+                    }
+                }
+            }
+            report.compared += 1;
+            for (i, v) in views.iter().enumerate() {
+                report.bytes_compared += v.bytes;
+                if let Some((differing, of, index, x, y, largest)) =
+                    compare(&read[0][i], &read[1][i], v.elem, opts.tolerance)
+                {
+                    let rec = self.by_seq.get(&c.seq).copied().unwrap_or(c);
+                    report.first = Some(LaunchDifference {
+                        seq: c.seq,
+                        in_graph: graph.map(|(at, g)| format!("{g} launched at #{at}")),
+                        kernel: self.trace.kernel_name(kernel),
+                        site: self.trace.site(rec.site),
+                        call: render_call(self.trace, rec),
+                        param: v.param,
+                        buffer: v.buf.to_string(),
+                        offset: v.off,
+                        elem: v.elem.map_or("bytes", |e| e.name()),
+                        differing,
+                        of,
+                        index,
+                        a_value: x,
+                        b_value: y,
+                        largest,
+                    });
+                    break 'calls;
+                }
+            }
+        }
+        report.not_compared = skipped
+            .into_iter()
+            .map(|k| format!("{k} cannot run on one of the backends"))
+            .collect();
+        drop(sides);
+        report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(report)
+    }
+}
+
+/// An element's value and an integer on which ulps are counted (sign-magnitude made
+/// monotonic).
+fn decode(b: &[u8], e: ElemType) -> (f64, i64) {
+    let (v, bits, width) = match e {
+        ElemType::F32 => {
+            let x = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            (f32::from_bits(x) as f64, x as u64, 32)
+        }
+        ElemType::Bf16 => {
+            let x = u16::from_le_bytes([b[0], b[1]]);
+            (f32::from_bits((x as u32) << 16) as f64, x as u64, 16)
+        }
+        ElemType::F16 => {
+            let x = u16::from_le_bytes([b[0], b[1]]);
+            (half::f16::from_bits(x).to_f64(), x as u64, 16)
+        }
+    };
+    let sign = 1u64 << (width - 1);
+    let ord = if bits & sign != 0 {
+        -((bits & !sign) as i64)
+    } else {
+        bits as i64
+    };
+    (v, ord)
+}
+
+/// Compare two ranges: `None` when equal within `tol`, else (elements beyond it, elements,
+/// the index of the largest difference, the two values there, that difference).
+fn compare(
+    x: &[u8],
+    y: &[u8],
+    elem: Option<ElemType>,
+    tol: Tolerance,
+) -> Option<(u64, u64, u64, String, String, f64)> {
+    if x == y {
+        return None;
+    }
+    let Some(e) = elem else {
+        let differing = x.iter().zip(y).filter(|(p, q)| p != q).count() as u64;
+        let i = x.iter().zip(y).position(|(p, q)| p != q).unwrap_or(0);
+        return Some((
+            differing,
+            x.len() as u64,
+            i as u64,
+            format!("{:#04x}", x[i]),
+            format!("{:#04x}", y[i]),
+            (x[i] as f64 - y[i] as f64).abs(),
+        ));
+    };
+    let w = e.size() as usize;
+    let mut differing = 0u64;
+    let mut worst: Option<(usize, f64, f64, f64)> = None;
+    for (i, (p, q)) in x.chunks_exact(w).zip(y.chunks_exact(w)).enumerate() {
+        if p == q {
+            continue;
+        }
+        let ((a, oa), (b, ob)) = (decode(p, e), decode(q, e));
+        let equal = match tol {
+            _ if a.is_nan() && b.is_nan() => tol != Tolerance::Exact,
+            Tolerance::Exact => false,
+            Tolerance::Ulps(n) => oa.abs_diff(ob) <= n as u64,
+            Tolerance::Rel(r) => (a - b).abs() <= r * a.abs().max(b.abs()),
+        };
+        if equal {
+            continue;
+        }
+        differing += 1;
+        let d = if a.is_nan() || b.is_nan() {
+            f64::INFINITY
+        } else {
+            (a - b).abs()
+        };
+        if worst.is_none_or(|(_, _, _, w)| d > w) {
+            worst = Some((i, a, b, d));
+        }
+    }
+    let (i, a, b, d) = worst?;
+    Some((
+        differing,
+        (x.len() / w) as u64,
+        i as u64,
+        format!("{a}"),
+        format!("{b}"),
+        d,
+    ))
+}
