@@ -94,6 +94,11 @@ pub struct Args {
     /// their CPU twins on a real recorded step.
     #[arg(long, value_enum, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite"])]
     against: Option<Backend>,
+    /// With --against: replay the --against side with this file's CUDA C as module MODULE's
+    /// code (`llama_rmsnorm=new.cu`), the recorded code on the other: a kernel author's
+    /// regression check on a real recorded step. Needs a backend that compiles (cuda).
+    #[arg(long, value_name = "MODULE=FILE", requires = "against")]
+    substitute: Option<String>,
     /// With --against: how far values may differ (`exact`, `ulps:N`, `rel:X`).
     #[arg(long, default_value = "exact", value_parser = crate::replayer::Tolerance::parse, requires = "against")]
     tolerance: crate::replayer::Tolerance,
@@ -123,7 +128,25 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             dtypes: a.dtypes,
             ignore: a.ignore,
         };
-        return lockstep(ctx, &a.trace, (a.on, b), &opts, a.json, a.max_memory);
+        let substitute = match &a.substitute {
+            None => None,
+            Some(s) => {
+                let (module, file) = s
+                    .split_once('=')
+                    .ok_or_else(|| anyhow::anyhow!("--substitute {s:?}: expected MODULE=FILE"))?;
+                let code = std::fs::read_to_string(file)
+                    .map_err(|e| anyhow::anyhow!("--substitute: reading {file}: {e}"))?;
+                Some((module.to_string(), code))
+            }
+        };
+        return lockstep(
+            ctx,
+            &a.trace,
+            (a.on, b),
+            &opts,
+            substitute,
+            (a.json, a.max_memory),
+        );
     }
     if a.check_finite || for_nan {
         let opts = crate::replayer::FiniteOptions {
@@ -233,20 +256,50 @@ fn lockstep(
     path: &Path,
     (on, against): (Backend, Backend),
     opts: &crate::replayer::LockstepOptions,
-    json: bool,
-    max_memory: u64,
+    substitute: Option<(String, String)>,
+    (json, max_memory): (bool, u64),
 ) -> Result<Exit> {
     let t = open_trace(ctx, path)?;
     known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
+    if let Some((module, _)) = &substitute {
+        anyhow::ensure!(
+            t.modules.iter().any(|m| &m.name == module),
+            "--substitute: {} has no module {module} (its modules: {})",
+            path.display(),
+            t.modules
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        anyhow::ensure!(
+            !against.runs_cpu_twins(),
+            "--substitute needs an --against backend that compiles code (cuda); {} runs CPU twins",
+            against.name()
+        );
+    }
     let a = backends::open(ctx, on, Want::replay())?;
     let b = backends::open(ctx, against, Want::replay())?;
     let load_a = |m: &crate::backend::ModuleCode| a.load_trace_code(m);
-    let load_b = |m: &crate::backend::ModuleCode| b.load_trace_code(m);
+    let load_b = |m: &crate::backend::ModuleCode| match &substitute {
+        Some((module, code)) if &m.name == module => {
+            b.load_trace_code(&crate::backend::ModuleCode {
+                name: m.name.clone(),
+                source: Some(code.clone()),
+                ptx: None,
+            })
+        }
+        _ => b.load_trace_code(m),
+    };
     let mut r = crate::replayer::Replayer::new(&t).with_max_memory(max_memory);
     if on.runs_cpu_twins() || against.runs_cpu_twins() {
         r = r.with_opaque_kernels();
     }
-    let names = (on.name(), against.name());
+    let b_name = match &substitute {
+        Some((module, _)) => format!("{} with {module} substituted", against.name()),
+        None => against.name().to_string(),
+    };
+    let names = (on.name(), b_name.as_str());
     let rep = r.lockstep(
         (a.gpu.as_ref(), b.gpu.as_ref()),
         names,
