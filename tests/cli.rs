@@ -181,6 +181,36 @@ fn diff_analyze_and_the_other_verbs_exit_as_documented() {
     assert_eq!(code(&gputape(&["analyze", gf, "--fail-on", "leak"])), 1);
     assert_eq!(code(&gputape(&["analyze", gf, "--fail-on", "race"])), 0);
     assert_eq!(code(&gputape(&["analyze", two])), 0);
+    // The default stream s0 does none of this trace's work: a capture of it is judged for the
+    // whole process, in every mode; a stream the trace never names is a usage error.
+    let o = gputape(&["analyze", two, "--capture", "--stream", "s0", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let modes = v["report"]["idle_capture"]["modes"].as_array().unwrap();
+    let breakers = |mode: &str| -> Vec<String> {
+        let m = modes.iter().find(|m| m["mode"] == mode).unwrap();
+        m["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["call"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(breakers("global").contains(&"alloc".to_string()), "{v}");
+    assert!(
+        breakers("thread-local").contains(&"alloc".to_string()),
+        "{v}"
+    );
+    assert!(breakers("relaxed").is_empty(), "{v}");
+    let o = gputape(&["analyze", two, "--capture", "--stream", "s0"]);
+    assert!(
+        stdout(&o).contains("the trace does no work on s0"),
+        "{}",
+        stdout(&o)
+    );
+    let o = gputape(&["analyze", two, "--stream", "s9"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("names no stream s9"), "{}", stderr(&o));
     assert_eq!(code(&gputape(&["show", two])), 0);
     assert_eq!(code(&gputape(&["info"])), 0);
     assert_eq!(
