@@ -303,6 +303,78 @@ fn a_capture_of_a_stream_without_work_is_judged_for_the_whole_process() {
     );
 }
 
+/// A call the recording tool makes for itself (`tools_own`: `gputape record`'s red-zone scan
+/// after the steps) is in the trace, marked, and replayed, but no analysis names it.
+#[test]
+fn the_recording_tool_s_own_calls_are_left_out_of_the_analyses() {
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let m = mock_with(CaptureMode::Global, StreamKind::Blocking);
+    let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    r.start().unwrap();
+    let g: &dyn GpuBackend = &r;
+    let s = g.create_stream().unwrap();
+    let x = g.alloc(256).unwrap();
+    let y = g.alloc(256).unwrap();
+    g.memset_async(x, 0, 256, s).unwrap();
+    workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+    g.synchronize(s).unwrap();
+    assert_eq!(r.tools_own(|r| r.scan_redzones()).unwrap(), 0);
+    g.free(x).unwrap();
+    g.free(y).unwrap();
+    r.stop().unwrap();
+    let bytes = buf.lock().clone();
+    let t = Trace::from_bytes(Path::new("mem"), &bytes).unwrap();
+    let scan = t
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, Call::ScanRedzones))
+        .expect("recorded");
+    assert!(t.is_tools_own(scan), "{}", t.site(scan.site));
+    assert!(t
+        .site(scan.site)
+        .starts_with("<gputape> tests/analysis.rs:"));
+    assert_eq!(
+        t.calls.iter().filter(|c| t.is_tools_own(c)).count(),
+        1,
+        "only the scan"
+    );
+    for mode in CaptureMode::ALL {
+        let q = CaptureQuery {
+            mode,
+            ..Default::default()
+        };
+        let r = analysis::analyze(&t, q, ALL);
+        assert!(r.verdicts.iter().all(|v| v.seq != scan.seq), "{mode:?}");
+        let plan = r.graph_plan.as_ref().unwrap();
+        assert!(plan.breakers.iter().all(|b| b.seq != scan.seq));
+        // Still replayed: the plan keeps it in an eager segment.
+        assert!(plan
+            .segments
+            .iter()
+            .any(|seg| seg.stream.is_none() && seg.calls.contains(&(scan.seq as usize))));
+        assert!(!r.render().contains("scan_redzones"), "{}", r.render());
+    }
+    // Made by the engine, the same call is judged as ever: a legacy-stream copy that breaks a
+    // blocking capture.
+    let t = record(|g| {
+        let s = g.create_stream().unwrap();
+        let x = g.alloc(256).unwrap();
+        g.memset_async(x, 0, 256, s).unwrap();
+        g.scan_redzones().unwrap();
+        g.free(x).unwrap();
+    });
+    let v = analysis::capture_verdicts(&t, CaptureQuery::default());
+    let scan = v
+        .iter()
+        .find(|v| v.call == "scan_redzones")
+        .expect("judged");
+    assert_eq!(
+        (scan.category, scan.rule),
+        ("fails", "sync-copy-vs-blocking")
+    );
+}
+
 #[test]
 fn use_after_free_and_a_free_racing_pending_work_are_found() {
     let t = record(|g| {

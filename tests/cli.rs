@@ -446,6 +446,35 @@ fn the_writing_verbs_speak_json_too() {
     }
 }
 
+/// `record` drives the model and records it; what it calls for itself is not the model's, and
+/// `analyze` of its trace names only the model's calls (a red-zone scan at the CLI's own
+/// line was listed as a capture breaker).
+#[test]
+fn analyze_of_a_recorded_trace_names_no_call_of_the_recorder_s_own() {
+    let d = scratch("own");
+    let out = d.join("s.gtape").to_string_lossy().into_owned();
+    let o = gputape(&["record", "--config", "tiny", "--step", "3", "-o", &out]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = gputape(&["analyze", &out, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &v["report"];
+    let named: Vec<(&str, &str)> = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(r["graph_plan"]["breakers"].as_array().unwrap())
+        .map(|x| (x["call"].as_str().unwrap(), x["site"].as_str().unwrap()))
+        .collect();
+    assert!(!named.is_empty());
+    for (call, site) in &named {
+        assert_ne!(*call, "scan_redzones", "{site}");
+        assert!(!site.starts_with("src/cli/"), "{call} at {site}");
+    }
+    let text = stdout(&gputape(&["analyze", &out]));
+    assert!(!text.contains("src/cli/"), "{text}");
+}
+
 /// Output into a pipe closed early ends quietly, not with a panic.
 #[test]
 fn a_closed_pipe_ends_output_quietly() {

@@ -119,7 +119,8 @@ impl DepGraph {
         let mut recorded: HashMap<EventId, NodeIndex> = HashMap::new();
         let mut live: HashMap<BufferId, Live> = HashMap::new();
         for (i, c) in t.calls.iter().enumerate() {
-            if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) {
+            // The recording tool's own calls are not the engine's: no part of its graph.
+            if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) || t.is_tools_own(c) {
                 continue;
             }
             let agent = c.call.work_stream().map_or(Agent::Host, Agent::Stream);
@@ -372,7 +373,7 @@ fn verdicts(t: &Trace, q: CaptureQuery, who: CaptureThread) -> Vec<CaptureVerdic
     for c in t
         .calls
         .iter()
-        .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1)
+        .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1 && !t.is_tools_own(c))
     {
         let capture_thread = *thread.get_or_insert(c.thread);
         let (op, stream) = c.call.capture_op(&|e| captured_events.contains(&e));

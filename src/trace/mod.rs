@@ -328,6 +328,15 @@ impl Trace {
             .unwrap_or_else(|| format!("<{id}>"))
     }
 
+    /// Whether `c` was the recording tool's own call (a red-zone scan `gputape record` makes
+    /// after the steps, say), not the engine's: replayed like any other, left out of the
+    /// analyses, which judge the engine.
+    pub fn is_tools_own(&self, c: &CallRecord) -> bool {
+        self.sites
+            .get(&c.site)
+            .is_some_and(|s| s.file.starts_with(TOOL_SITE))
+    }
+
     /// `module::name` of a kernel, or its id if the trace does not define it.
     pub fn kernel_name(&self, k: KernelId) -> String {
         self.kernels
