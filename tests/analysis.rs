@@ -222,6 +222,159 @@ fn planted_problems_are_found_with_their_sites() {
     insta::assert_snapshot!("planted", mask_lines(&text));
 }
 
+/// An engine's capture stream while its recorded work runs on other streams: a capture of it
+/// in progress is judged for the whole process, in every mode, by the rule table (on the H200
+/// an `alloc` fails with 900 during a global capture from any thread, during a thread-local one
+/// from the capturing thread, and not in relaxed mode).
+#[test]
+fn a_capture_of_a_stream_without_work_is_judged_for_the_whole_process() {
+    let t = record(|g| {
+        let _capturing = g.create_stream().unwrap(); // s1: no work recorded on it
+        let work = g.create_stream().unwrap();
+        let x = g.alloc(256).unwrap();
+        let y = g.alloc(256).unwrap();
+        g.memset_async(x, 0, 256, work).unwrap();
+        workloads::saxpy(g, x, y, 64, 1.0, work).unwrap();
+        g.synchronize(work).unwrap();
+        let mut out = vec![0u8; 256];
+        g.copy_d2h(y, &mut out).unwrap(); // on the legacy stream
+                                          // Another thread allocates too.
+        std::thread::scope(|s| {
+            s.spawn(|| g.free(g.alloc(64).unwrap()).unwrap());
+        });
+        g.free(x).unwrap();
+        g.free(y).unwrap();
+    });
+    let s1 = StreamRef::Id(StreamId(1));
+    assert!(!analysis::has_work(&t, s1, (0, u64::MAX)));
+    let capture = Sections {
+        capture: true,
+        races: false,
+        leaks: false,
+    };
+    // What fails while s1 captures, per stream kind and mode: allocation, free and host syncs
+    // where the mode prohibits them (thread-local: judged on the calling thread), and the
+    // legacy stream's copy against a blocking stream in every mode.
+    let strict = ["alloc", "copy_d2h", "free", "synchronize"];
+    let cases: [(StreamKind, &str, &[&str]); 6] = [
+        (StreamKind::Blocking, "global", &strict),
+        (StreamKind::Blocking, "thread-local", &strict),
+        (StreamKind::Blocking, "relaxed", &["copy_d2h"]),
+        (
+            StreamKind::NonBlocking,
+            "global",
+            &["alloc", "free", "synchronize"],
+        ),
+        (
+            StreamKind::NonBlocking,
+            "thread-local",
+            &["alloc", "free", "synchronize"],
+        ),
+        (StreamKind::NonBlocking, "relaxed", &[]),
+    ];
+    for (kind, mode, want) in cases {
+        let q = CaptureQuery {
+            stream: Some(s1),
+            kind,
+            ..Default::default()
+        };
+        let r = analysis::analyze(&t, q, capture);
+        let idle = r.idle_capture.as_ref().expect("s1 has no work");
+        let m = idle.modes.iter().find(|m| m.mode == mode).unwrap();
+        let mut calls: Vec<&str> = m.breakers.iter().map(|v| v.call.as_str()).collect();
+        calls.dedup();
+        calls.sort();
+        calls.dedup();
+        assert_eq!(calls, want, "{kind:?} {mode}");
+        // The allocation on the other thread is a breaker too, where allocation is.
+        let allocs = m.breakers.iter().filter(|v| v.call == "alloc").count();
+        assert_eq!(allocs, if want.contains(&"alloc") { 3 } else { 0 });
+    }
+    // A stream with work gets the one-mode verdicts, as before.
+    let busy = analysis::analyze(&t, CaptureQuery::default(), capture);
+    assert!(busy.idle_capture.is_none());
+    let q = CaptureQuery {
+        stream: Some(s1),
+        ..Default::default()
+    };
+    insta::assert_snapshot!(
+        "idle_capture",
+        mask_lines(&analysis::analyze(&t, q, capture).render())
+    );
+}
+
+/// A call the recording tool makes for itself (`tools_own`: `gputape record`'s red-zone scan
+/// after the steps) is in the trace, marked, and replayed, but no analysis names it.
+#[test]
+fn the_recording_tool_s_own_calls_are_left_out_of_the_analyses() {
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let m = mock_with(CaptureMode::Global, StreamKind::Blocking);
+    let r = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    r.start().unwrap();
+    let g: &dyn GpuBackend = &r;
+    let s = g.create_stream().unwrap();
+    let x = g.alloc(256).unwrap();
+    let y = g.alloc(256).unwrap();
+    g.memset_async(x, 0, 256, s).unwrap();
+    workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+    g.synchronize(s).unwrap();
+    assert_eq!(r.tools_own(|r| r.scan_redzones()).unwrap(), 0);
+    g.free(x).unwrap();
+    g.free(y).unwrap();
+    r.stop().unwrap();
+    let bytes = buf.lock().clone();
+    let t = Trace::from_bytes(Path::new("mem"), &bytes).unwrap();
+    let scan = t
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, Call::ScanRedzones))
+        .expect("recorded");
+    assert!(t.is_tools_own(scan), "{}", t.site(scan.site));
+    assert!(t
+        .site(scan.site)
+        .starts_with("<gputape> tests/analysis.rs:"));
+    assert_eq!(
+        t.calls.iter().filter(|c| t.is_tools_own(c)).count(),
+        1,
+        "only the scan"
+    );
+    for mode in CaptureMode::ALL {
+        let q = CaptureQuery {
+            mode,
+            ..Default::default()
+        };
+        let r = analysis::analyze(&t, q, ALL);
+        assert!(r.verdicts.iter().all(|v| v.seq != scan.seq), "{mode:?}");
+        let plan = r.graph_plan.as_ref().unwrap();
+        assert!(plan.breakers.iter().all(|b| b.seq != scan.seq));
+        // Still replayed: the plan keeps it in an eager segment.
+        assert!(plan
+            .segments
+            .iter()
+            .any(|seg| seg.stream.is_none() && seg.calls.contains(&(scan.seq as usize))));
+        assert!(!r.render().contains("scan_redzones"), "{}", r.render());
+    }
+    // Made by the engine, the same call is judged as ever: a legacy-stream copy that breaks a
+    // blocking capture.
+    let t = record(|g| {
+        let s = g.create_stream().unwrap();
+        let x = g.alloc(256).unwrap();
+        g.memset_async(x, 0, 256, s).unwrap();
+        g.scan_redzones().unwrap();
+        g.free(x).unwrap();
+    });
+    let v = analysis::capture_verdicts(&t, CaptureQuery::default());
+    let scan = v
+        .iter()
+        .find(|v| v.call == "scan_redzones")
+        .expect("judged");
+    assert_eq!(
+        (scan.category, scan.rule),
+        ("fails", "sync-copy-vs-blocking")
+    );
+}
+
 #[test]
 fn use_after_free_and_a_free_racing_pending_work_are_found() {
     let t = record(|g| {

@@ -181,6 +181,36 @@ fn diff_analyze_and_the_other_verbs_exit_as_documented() {
     assert_eq!(code(&gputape(&["analyze", gf, "--fail-on", "leak"])), 1);
     assert_eq!(code(&gputape(&["analyze", gf, "--fail-on", "race"])), 0);
     assert_eq!(code(&gputape(&["analyze", two])), 0);
+    // The default stream s0 does none of this trace's work: a capture of it is judged for the
+    // whole process, in every mode; a stream the trace never names is a usage error.
+    let o = gputape(&["analyze", two, "--capture", "--stream", "s0", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let modes = v["report"]["idle_capture"]["modes"].as_array().unwrap();
+    let breakers = |mode: &str| -> Vec<String> {
+        let m = modes.iter().find(|m| m["mode"] == mode).unwrap();
+        m["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["call"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(breakers("global").contains(&"alloc".to_string()), "{v}");
+    assert!(
+        breakers("thread-local").contains(&"alloc".to_string()),
+        "{v}"
+    );
+    assert!(breakers("relaxed").is_empty(), "{v}");
+    let o = gputape(&["analyze", two, "--capture", "--stream", "s0"]);
+    assert!(
+        stdout(&o).contains("the trace does no work on s0"),
+        "{}",
+        stdout(&o)
+    );
+    let o = gputape(&["analyze", two, "--stream", "s9"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("names no stream s9"), "{}", stderr(&o));
     assert_eq!(code(&gputape(&["show", two])), 0);
     assert_eq!(code(&gputape(&["info"])), 0);
     assert_eq!(
@@ -294,6 +324,167 @@ fn every_reporting_verb_has_versioned_json() {
     let o = gputape(&["analyze", t, "--json"]);
     let text = stdout(&o);
     assert!(!text.contains("\"Id\""), "{text}");
+}
+
+/// The verbs that write files report what they wrote as JSON too, with the same schema
+/// naming; an output sent to stdout beside `--json` is a usage error.
+#[test]
+fn the_writing_verbs_speak_json_too() {
+    let d = scratch("json");
+    let at = |name: &str| d.join(name).to_string_lossy().into_owned();
+    let (rec, step, small, cut, page, p, g) = (
+        at("rec.gtape"),
+        at("step.gtape"),
+        at("small.gtape"),
+        at("cut.gtape"),
+        at("page.html"),
+        at("p.json"),
+        at("g.dot"),
+    );
+    type Check = fn(&serde_json::Value) -> bool;
+    let cases: [(Vec<&str>, &str, Check); 6] = [
+        (
+            vec!["record", "--workload", "two-streams", "-o", &rec],
+            "gputape.record.v1",
+            |v| v["calls"].as_u64() > Some(0) && v["what"] == "workload two-streams",
+        ),
+        (
+            vec!["record", "--config", "tiny", "--step", "3", "-o", &step],
+            "gputape.record.v1",
+            |v| {
+                v["steps"][0]["step"] == 3 && v["steps"][0]["tokens"].as_array().unwrap().len() == 1
+            },
+        ),
+        (
+            vec![
+                "minimize",
+                "traces/mock_tiny_async_illegal_step4.gtape",
+                "-o",
+                &small,
+            ],
+            "gputape.minimize.v1",
+            |v| {
+                v["reproduced"] == true
+                    && v["kept"]["signature"]["code"] == 700
+                    && v["kept"]["calls"]["after"].as_u64() < v["kept"]["calls"]["before"].as_u64()
+            },
+        ),
+        (
+            vec![
+                "trim",
+                "traces/mock_tiny_step5.gtape",
+                "--range",
+                "30..",
+                "-o",
+                &cut,
+            ],
+            "gputape.trim.v1",
+            |v| v["from"] == 30 && v["kept"] == 44 && v["initial_buffers"].as_u64() > Some(0),
+        ),
+        (
+            vec![
+                "export",
+                "traces/mock_two_streams.gtape",
+                "--perfetto",
+                &p,
+                "--dot",
+                &g,
+            ],
+            "gputape.export.v1",
+            |v| v["perfetto"]["items"].as_u64() > Some(0) && v["dot"]["items"].as_u64() > Some(0),
+        ),
+        (
+            vec!["report", "traces/mock_graph_fault.gtape", "-o", &page],
+            "gputape.report.v1",
+            |v| v["faults"] == 1 && v["lifetimes"].as_u64() > Some(0),
+        ),
+    ];
+    for (mut args, schema, check) in cases {
+        args.push("--json");
+        let o = gputape(&args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", stdout(&o)));
+        assert_eq!(v["schema"], schema, "{args:?}");
+        assert!(check(&v), "{args:?}: {v:#}");
+        // Every file it names was written, at the size it says where it says one.
+        for key in ["output", "kept"] {
+            let path = match key {
+                "kept" => &v["kept"]["output"],
+                _ => &v[key],
+            };
+            if let Some(path) = path.as_str() {
+                assert!(Path::new(path).exists(), "{args:?}: {path}");
+            }
+        }
+    }
+    let size = |p: &str| std::fs::metadata(p).unwrap().len();
+    let v: serde_json::Value = serde_json::from_slice(
+        &gputape(&[
+            "export",
+            "traces/mock_two_streams.gtape",
+            "--dot",
+            &g,
+            "--json",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(v["dot"]["bytes"].as_u64(), Some(size(&g)));
+    assert!(v["perfetto"].is_null());
+    for args in [
+        &[
+            "export",
+            "traces/mock_two_streams.gtape",
+            "--perfetto",
+            "-",
+            "--json",
+        ][..],
+        &[
+            "report",
+            "traces/mock_two_streams.gtape",
+            "-o",
+            "-",
+            "--json",
+        ],
+    ] {
+        let o = gputape(args);
+        assert_eq!(code(&o), 2, "{args:?}");
+        assert!(
+            stderr(&o).contains("both write to stdout"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// `record` drives the model and records it; what it calls for itself is not the model's, and
+/// `analyze` of its trace names only the model's calls (a red-zone scan at the CLI's own
+/// line was listed as a capture breaker).
+#[test]
+fn analyze_of_a_recorded_trace_names_no_call_of_the_recorder_s_own() {
+    let d = scratch("own");
+    let out = d.join("s.gtape").to_string_lossy().into_owned();
+    let o = gputape(&["record", "--config", "tiny", "--step", "3", "-o", &out]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = gputape(&["analyze", &out, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &v["report"];
+    let named: Vec<(&str, &str)> = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(r["graph_plan"]["breakers"].as_array().unwrap())
+        .map(|x| (x["call"].as_str().unwrap(), x["site"].as_str().unwrap()))
+        .collect();
+    assert!(!named.is_empty());
+    for (call, site) in &named {
+        assert_ne!(*call, "scan_redzones", "{site}");
+        assert!(!site.starts_with("src/cli/"), "{call} at {site}");
+    }
+    let text = stdout(&gputape(&["analyze", &out]));
+    assert!(!text.contains("src/cli/"), "{text}");
 }
 
 /// Output into a pipe closed early ends quietly, not with a panic.

@@ -119,7 +119,8 @@ impl DepGraph {
         let mut recorded: HashMap<EventId, NodeIndex> = HashMap::new();
         let mut live: HashMap<BufferId, Live> = HashMap::new();
         for (i, c) in t.calls.iter().enumerate() {
-            if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) {
+            // The recording tool's own calls are not the engine's: no part of its graph.
+            if c.seq < range.0 || c.seq >= range.1 || neutral(&c.call) || t.is_tools_own(c) {
                 continue;
             }
             let agent = c.call.work_stream().map_or(Agent::Host, Agent::Stream);
@@ -323,8 +324,32 @@ pub fn main_stream(t: &Trace, range: (u64, u64)) -> Option<StreamRef> {
         .map(|(s, _)| s)
 }
 
+/// Whether the trace does device work on `s` in `range` (events recorded and waited on
+/// count: they are work a capture takes in).
+pub fn has_work(t: &Trace, s: StreamRef, range: (u64, u64)) -> bool {
+    t.calls
+        .iter()
+        .any(|c| c.seq >= range.0 && c.seq < range.1 && c.call.work_stream() == Some(s))
+}
+
+/// Which thread an imagined capture begins on, for thread-local mode (which refuses calls
+/// only on that thread).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CaptureThread {
+    /// The thread of the range's first call: a capture of a stream with work begins where
+    /// that work is issued.
+    FirstCall,
+    /// Each call's own: nothing in the trace says which thread would capture a stream it
+    /// does no work on, so each call is judged as if its thread were the capturing one.
+    EachCall,
+}
+
 /// Give every call in the range a verdict under a hypothetical capture.
 pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
+    verdicts(t, q, CaptureThread::FirstCall)
+}
+
+fn verdicts(t: &Trace, q: CaptureQuery, who: CaptureThread) -> Vec<CaptureVerdict> {
     let Some(origin) = q.stream.or_else(|| main_stream(t, q.range)) else {
         return Vec::new();
     };
@@ -348,7 +373,7 @@ pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
     for c in t
         .calls
         .iter()
-        .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1)
+        .filter(|c| c.seq >= q.range.0 && c.seq < q.range.1 && !t.is_tools_own(c))
     {
         let capture_thread = *thread.get_or_insert(c.thread);
         let (op, stream) = c.call.capture_op(&|e| captured_events.contains(&e));
@@ -364,7 +389,7 @@ pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
                 relation,
                 kind: q.kind,
                 mode: q.mode,
-                same_thread: c.thread == capture_thread,
+                same_thread: who == CaptureThread::EachCall || c.thread == capture_thread,
             },
         );
         let (mut category, mut detail) = match rule.verdict {
@@ -445,6 +470,54 @@ pub fn capture_verdicts(t: &Trace, q: CaptureQuery) -> Vec<CaptureVerdict> {
         });
     }
     out
+}
+
+/// A capture of a stream the trace gives no work (an engine's capture stream whose captured
+/// step was not recorded, the default stream while the work runs elsewhere), imagined in
+/// progress over the whole range and judged in every mode: which of the process's calls, on
+/// any stream or none, fail while it captures and so break it. On the driver, `alloc` during
+/// a global capture fails from any thread (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), during a
+/// thread-local one from the capturing thread, and in relaxed mode not at all: the rule table
+/// says so, and this asks it.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdleCapture {
+    pub stream: String,
+    pub stream_kind: &'static str,
+    /// One entry per capture mode, global first.
+    pub modes: Vec<IdleVerdicts>,
+}
+
+/// What breaks an idle stream's capture in one mode.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdleVerdicts {
+    pub mode: &'static str,
+    /// The calls that fail while the stream captures (thread-local: each as if its thread
+    /// began the capture; another thread's call is tolerated).
+    pub breakers: Vec<CaptureVerdict>,
+}
+
+/// The capture `q` asks about, if its stream is one the trace does no work on in the range:
+/// judged in every mode (see `IdleCapture`). `None` for a stream with work, or none named.
+pub fn idle_capture(t: &Trace, q: CaptureQuery) -> Option<IdleCapture> {
+    let stream = q.stream?;
+    if has_work(t, stream, q.range) {
+        return None;
+    }
+    let modes = CaptureMode::ALL
+        .iter()
+        .map(|&mode| IdleVerdicts {
+            mode: mode.name(),
+            breakers: verdicts(t, CaptureQuery { mode, ..q }, CaptureThread::EachCall)
+                .into_iter()
+                .filter(|v| v.category == "fails")
+                .collect(),
+        })
+        .collect();
+    Some(IdleCapture {
+        stream: stream.to_string(),
+        stream_kind: q.kind.name(),
+        modes,
+    })
 }
 
 /// A race: two accesses to overlapping bytes, at least one a write, on different streams, with
@@ -624,6 +697,9 @@ pub struct Report {
     pub capture_mode: &'static str,
     pub stream_kind: &'static str,
     pub verdicts: Vec<CaptureVerdict>,
+    /// When the capture asked about is of a stream the trace does no work on: what breaks it
+    /// in each mode.
+    pub idle_capture: Option<IdleCapture>,
     /// The graph replay's plan: captures that follow forks across streams.
     pub graph_plan: Option<SegmentPlan>,
     pub races: Vec<Race>,
@@ -660,6 +736,10 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         } else {
             vec![]
         },
+        idle_capture: s
+            .capture
+            .then(|| idle_capture(t, CaptureQuery { stream, ..q }))
+            .flatten(),
         graph_plan: s.capture.then(|| plan_segments(t, q.range)),
         races: if s.races { races(t, &g) } else { vec![] },
         lifetimes: if s.leaks {
@@ -668,6 +748,53 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
             vec![]
         },
         sections: s,
+    }
+}
+
+/// Verdicts grouped by (category, site, call, rule), one line each with its count and first
+/// call, so an engineer sees the lines to change rather than every call.
+fn grouped<'a>(verdicts: impl Iterator<Item = &'a CaptureVerdict>, indent: &str) -> String {
+    let mut groups: BTreeMap<GroupKey<'a>, (usize, u64, &'a str)> = BTreeMap::new();
+    for v in verdicts {
+        groups
+            .entry((v.category, v.site.as_str(), v.call.as_str(), v.rule))
+            .or_insert((0, v.seq, &v.detail))
+            .0 += 1;
+    }
+    let mut s = String::new();
+    for ((cat, site, call, rule), (n, first, detail)) in groups {
+        s.push_str(&format!(
+            "{indent}{cat:<13} {call} at {site} (x{n}, first #{first}): [{rule}] {detail}\n"
+        ));
+    }
+    s
+}
+
+impl IdleCapture {
+    /// Each mode's breakers, grouped by site as the single-mode report groups them.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "capture of {} ({} stream): the trace does no work on {}; while it captures, the process's calls that make it fail:\n",
+            self.stream, self.stream_kind, self.stream
+        );
+        for m in &self.modes {
+            let whose = if m.mode == "thread-local" {
+                " (a capture begun on the calling thread; another thread's calls are tolerated)"
+            } else {
+                ""
+            };
+            if m.breakers.is_empty() {
+                s.push_str(&format!("  {} mode{whose}: nothing\n", m.mode));
+                continue;
+            }
+            s.push_str(&format!(
+                "  {} mode{whose}: {} call(s)\n",
+                m.mode,
+                m.breakers.len()
+            ));
+            s.push_str(&grouped(m.breakers.iter(), "    "));
+        }
+        s
     }
 }
 
@@ -686,7 +813,9 @@ impl Report {
                 0.0
             }
         );
-        if let (true, Some(st)) = (self.sections.capture, &self.capture_stream) {
+        if let Some(idle) = &self.idle_capture {
+            s.push_str(&idle.render());
+        } else if let (true, Some(st)) = (self.sections.capture, &self.capture_stream) {
             let count = |cat: &str| self.verdicts.iter().filter(|v| v.category == cat).count();
             s.push_str(&format!(
                 "capture of {st} ({} mode, {} streams): {} captured, {} fail, {} outside the graph, {} hazards, {} host-only\n",
@@ -698,27 +827,16 @@ impl Report {
                 count("hazard"),
                 count("host")
             ));
-            let mut groups: BTreeMap<GroupKey<'_>, (usize, Vec<u64>, &str)> = BTreeMap::new();
-            for v in self
-                .verdicts
-                .iter()
-                .filter(|v| matches!(v.category, "fails" | "outside-graph" | "hazard"))
-            {
-                let e = groups
-                    .entry((v.category, v.site.as_str(), v.call.as_str(), v.rule))
-                    .or_insert((0, vec![], &v.detail));
-                e.0 += 1;
-                e.1.push(v.seq);
-            }
-            if groups.is_empty() && !self.verdicts.is_empty() {
+            let offenders = grouped(
+                self.verdicts
+                    .iter()
+                    .filter(|v| matches!(v.category, "fails" | "outside-graph" | "hazard")),
+                "  ",
+            );
+            if offenders.is_empty() && !self.verdicts.is_empty() {
                 s.push_str("  the whole range captures into one graph\n");
             }
-            for ((cat, site, call, rule), (n, seqs, detail)) in groups {
-                s.push_str(&format!(
-                    "  {cat:<13} {call} at {site} (x{n}, first #{}): [{rule}] {detail}\n",
-                    seqs[0]
-                ));
-            }
+            s.push_str(&offenders);
         }
         if let Some(p) = &self.graph_plan {
             // The verdicts above judge one capture of one stream; a capture that forks into the

@@ -174,7 +174,9 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
     };
     let Some(main) = main else { return plan };
     for (i, c, inside) in calls {
-        if inside || in_graph.contains(&i) {
+        // The recording tool's own calls stay in the plan (a replay issues them) but keep
+        // nothing of the engine's out of a graph.
+        if inside || in_graph.contains(&i) || t.is_tools_own(c) {
             continue;
         }
         let (op, stream) = c.call.capture_op(&|_| false);

@@ -35,6 +35,12 @@ fn call_name(t: &Trace, c: &CallRecord) -> String {
 
 /// The page for `t`, titled `title` (the trace's path, say).
 pub fn html(t: &Trace, title: &str) -> String {
+    page(t, title).0
+}
+
+/// The page, and the analysis it shows (what `report --json` counts, without analysing the
+/// trace twice).
+pub fn page(t: &Trace, title: &str) -> (String, Report) {
     let q = CaptureQuery::default();
     let r = analyze(
         t,
@@ -61,7 +67,7 @@ pub fn html(t: &Trace, title: &str) -> String {
     races_and_leaks(&mut s, &r);
     graph(&mut s, t, &g);
     s.push_str("</body></html>\n");
-    s
+    (s, r)
 }
 
 const STYLE: &str = "body{font:13px/1.4 system-ui,sans-serif;margin:24px;color:#222}\

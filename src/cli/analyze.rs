@@ -24,7 +24,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Kind::Blocking)]
     stream_kind: Kind,
     /// The stream that would begin the capture (`s1` or `1`); default: the stream with the
-    /// most device work.
+    /// most device work. A stream the trace does no work on is judged in every mode: which of
+    /// the process's calls would break a capture of it in progress.
     #[arg(long, value_parser = parse_stream)]
     stream: Option<u32>,
     /// Calls A..B (default: all).
@@ -62,12 +63,17 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     let t = open_trace(ctx, &trace)?;
     check_range(&t, range)?;
     if let Some(s) = stream {
-        let known = t.calls.iter().any(|c| {
-            c.call.work_stream() == Some(crate::trace::StreamRef::Id(crate::trace::StreamId(s)))
-        });
+        // A stream the trace does no work on is a fair question (what in the process would
+        // break a capture of it: `analysis::idle_capture`); one it never names is a typo.
+        let named = streams_named(&t);
         anyhow::ensure!(
-            known,
-            "--stream s{s}: the trace has no work on s{s} (streams with work: {})",
+            named.contains(&crate::trace::StreamId(s)),
+            "--stream s{s}: the trace names no stream s{s} (its streams: {}; with work: {})",
+            named
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
             streams_with_work(&t)
         );
     }
@@ -141,6 +147,26 @@ enum Mode {
 enum Kind {
     Blocking,
     NonBlocking,
+}
+
+/// Every stream the trace names: adopted, returned by a call, or named by one.
+fn streams_named(t: &crate::trace::Trace) -> std::collections::BTreeSet<crate::trace::StreamId> {
+    use crate::trace::{Adopted, StreamRef, Value};
+    let mut out = std::collections::BTreeSet::new();
+    for a in &t.adopted {
+        if let Adopted::Stream { id, .. } = a {
+            out.insert(*id);
+        }
+    }
+    for c in &t.calls {
+        if let Some(Ok(Value::Stream(StreamRef::Id(id)))) = &c.ret {
+            out.insert(*id);
+        }
+        if let (_, Some(StreamRef::Id(id))) = c.call.capture_op(&|_| false) {
+            out.insert(id);
+        }
+    }
+    out
 }
 
 fn streams_with_work(t: &crate::trace::Trace) -> String {

@@ -72,6 +72,23 @@ pub fn write_trace_atomically(t: &crate::trace::Trace, out: &Path) -> Result<u64
     Ok(bytes.len() as u64)
 }
 
+/// Print a verb's `--json` document on stdout, pretty, as every verb prints its own.
+pub fn print_json<T: serde::Serialize>(doc: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(doc)?);
+    Ok(())
+}
+
+/// `--json` prints its document on stdout: an output sent there too (`-`) would mix with it.
+pub fn stdout_free_for_json(json: bool, outputs: &[(&str, Option<&Path>)]) -> Result<()> {
+    for (flag, p) in outputs {
+        anyhow::ensure!(
+            !(json && *p == Some(Path::new("-"))),
+            "{flag} - and --json both write to stdout: give {flag} a file"
+        );
+    }
+    Ok(())
+}
+
 /// `dir/.name.partial-PID`, beside `out`.
 pub fn temp_beside(out: &Path) -> PathBuf {
     let name = out

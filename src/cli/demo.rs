@@ -54,14 +54,22 @@ fn demo(
         let cfg = crate::recorder::FlightConfig::from_env(dir);
         let o = model_backend(ctx, backend, fault.is_some())?;
         let rec = crate::recorder::RecordingBackend::flight(o.gpu, cfg, o.desc)?;
-        return demo_on(&rec, backend, steps, config, fault);
+        // The demo's red-zone scans are its own calls, not the model's: a dump keeps them
+        // (a scan that finds a band written is what triggers it) marked as the tool's.
+        let scan = || rec.tools_own(|r| r.scan_redzones());
+        return demo_on(&rec, &scan, backend, steps, config, fault);
     }
     let o = model_backend(ctx, backend, fault.is_some())?;
-    demo_on(o.gpu.as_ref(), backend, steps, config, fault)
+    let gpu = o.gpu.as_ref();
+    demo_on(gpu, &|| gpu.scan_redzones(), backend, steps, config, fault)
 }
+
+/// Reads the red zones after a step.
+type Scan<'a> = dyn Fn() -> Result<usize> + 'a;
 
 fn demo_on(
     gpu: &(dyn GpuBackend + 'static),
+    scan_redzones: &Scan<'_>,
     backend: Backend,
     steps: usize,
     config: &str,
@@ -98,7 +106,7 @@ fn demo_on(
         if scan {
             // With a planted fault, read the red zones after every step so the report names
             // the step that wrote past its buffer.
-            match gpu.scan_redzones() {
+            match scan_redzones() {
                 Ok(0) => {}
                 Ok(n) => {
                     println!(

@@ -7,8 +7,9 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 use super::backends::{self, Backend, Want};
-use super::common::{open_trace, temp_beside, write_trace_atomically};
+use super::common::{open_trace, print_json, temp_beside, write_trace_atomically};
 use super::{Ctx, Exit};
+use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,13 +24,61 @@ pub struct Args {
     /// Give up shrinking after this many replays (what was found so far is written).
     #[arg(long, default_value_t = 400)]
     max_attempts: usize,
+    /// Print a summary as JSON (schema gputape.minimize.v1) instead of the text and the
+    /// small trace's calls.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `minimize --json`: what was kept, from what, in how many replays. `reproduced: false`
+/// (exit 1) when the whole trace does not reproduce its fault: `why` says so and `kept` is
+/// null.
+#[derive(Serialize)]
+struct Summary<'a> {
+    schema: &'static str,
+    trace: &'a Path,
+    backend: &'static str,
+    reproduced: bool,
+    /// Why not, when not reproduced.
+    why: Option<String>,
+    kept: Option<Kept<'a>>,
+}
+
+#[derive(Serialize)]
+struct Kept<'a> {
+    output: &'a Path,
+    /// The fault the small trace still reproduces, in words, and its parts.
+    fault: String,
+    signature: crate::replayer::FaultSignature,
+    /// Replays run, the first (of the whole trace) included.
+    attempts: usize,
+    /// Stopped at --max-attempts: a smaller trace may exist.
+    budget_hit: bool,
+    calls: Before,
+    initial_buffers: Before,
+    initial_bytes: Before,
+    file_bytes: Before,
+}
+
+/// A size before and after.
+#[derive(Serialize)]
+struct Before {
+    before: u64,
+    after: u64,
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
-    minimize(ctx, &a.trace, &a.output, a.on, a.max_attempts)
+    minimize(ctx, &a.trace, &a.output, a.on, a.max_attempts, a.json)
 }
 
-fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize) -> Result<Exit> {
+fn minimize(
+    ctx: &Ctx,
+    path: &Path,
+    out: &Path,
+    on: Backend,
+    max_attempts: usize,
+    json: bool,
+) -> Result<Exit> {
     use crate::replayer::{
         minimize, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
     };
@@ -108,21 +157,57 @@ fn minimize(ctx: &Ctx, path: &Path, out: &Path, on: Backend, max_attempts: usize
         // command given the wrong input.
         Err(e @ MinimizeError::NotReproduced(_)) => {
             eprintln!("minimize: {e}");
+            if json {
+                print_json(&Summary {
+                    schema: "gputape.minimize.v1",
+                    trace: path,
+                    backend: on.name(),
+                    reproduced: false,
+                    why: Some(e.to_string()),
+                    kept: None,
+                })?;
+            }
             return Ok(Exit::Findings);
         }
         Err(e) => return Err(e.into()),
     };
     let after = write_trace_atomically(&m.trace, out)?;
     let initial_bytes = |t: &crate::trace::Trace| t.initial.iter().map(|i| i.bytes).sum::<u64>();
-    println!("fault kept: {}", m.signature);
+    let before_after = |f: &dyn Fn(&crate::trace::Trace) -> u64| Before {
+        before: f(&t),
+        after: f(&m.trace),
+    };
+    let kept = Kept {
+        output: out,
+        fault: m.signature.to_string(),
+        signature: m.signature.clone(),
+        attempts: m.attempts,
+        budget_hit: m.budget_hit,
+        calls: before_after(&|t| t.calls.len() as u64),
+        initial_buffers: before_after(&|t| t.initial.len() as u64),
+        initial_bytes: before_after(&initial_bytes),
+        file_bytes: Before { before, after },
+    };
+    if json {
+        print_json(&Summary {
+            schema: "gputape.minimize.v1",
+            trace: path,
+            backend: on.name(),
+            reproduced: true,
+            why: None,
+            kept: Some(kept),
+        })?;
+        return Ok(Exit::Pass);
+    }
+    println!("fault kept: {}", kept.fault);
     println!(
         "calls: {} -> {}; initial buffers: {} ({} bytes) -> {} ({} bytes); file: {before} -> {after} bytes",
-        t.calls.len(),
-        m.trace.calls.len(),
-        t.initial.len(),
-        initial_bytes(&t),
-        m.trace.initial.len(),
-        initial_bytes(&m.trace),
+        kept.calls.before,
+        kept.calls.after,
+        kept.initial_buffers.before,
+        kept.initial_bytes.before,
+        kept.initial_buffers.after,
+        kept.initial_bytes.after,
     );
     println!(
         "{} replay(s){}; wrote {}",

@@ -6,9 +6,12 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 use super::backends::{self, Backend, Want};
-use super::common::{model_backend, model_config, parse_range, FaultArgs, DEFAULT_CONFIG};
+use super::common::{
+    model_backend, model_config, parse_range, print_json, FaultArgs, DEFAULT_CONFIG,
+};
 use super::{Ctx, Exit};
 use crate::backend::GpuBackend;
+use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -46,6 +49,70 @@ pub struct Args {
     /// Where to write the trace.
     #[arg(short, long)]
     output: PathBuf,
+    /// Print a summary as JSON (schema gputape.record.v1) instead of the steps' text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `record --json`: what was recorded, and how each recorded step went. Printed whenever a
+/// trace was written, a step that failed (and was recorded) included; the exit status says
+/// the rest.
+#[derive(Serialize, Default)]
+struct Summary {
+    schema: &'static str,
+    output: PathBuf,
+    backend: &'static str,
+    /// `step 5`, `steps 5..9`, `workload two-streams`, `llama-3.2-1b steps 3..5, batch 2`.
+    what: String,
+    /// The trace written: its calls and bytes (`None`: recording stopped before it was).
+    calls: Option<u64>,
+    bytes: Option<u64>,
+    /// Each recorded step: its tokens, or its failure (recorded too).
+    steps: Vec<StepOutcome>,
+    /// Guard bands the red-zone scan after the last step found written (a backend with red
+    /// zones only).
+    redzone_violations: Option<usize>,
+    /// A workload's own failure, recorded (the graph-fault workload's, say).
+    failed: Option<String>,
+}
+
+#[derive(Serialize)]
+struct StepOutcome {
+    step: usize,
+    tokens: Vec<u32>,
+    error: Option<String>,
+}
+
+/// What a recording says as it goes: text lines as they happen, or the summary for `--json`
+/// at the end.
+struct Said {
+    json: bool,
+    doc: Summary,
+}
+
+impl Said {
+    fn line(&self, text: std::fmt::Arguments<'_>) {
+        if !self.json {
+            println!("{text}");
+        }
+    }
+
+    fn step(&mut self, step: usize, r: Result<Vec<u32>, String>) {
+        let (tokens, error) = match r {
+            Ok(t) => (t, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        self.doc.steps.push(StepOutcome {
+            step,
+            tokens,
+            error,
+        });
+    }
+
+    fn stopped(&mut self, stats: &crate::recorder::RecordStats) {
+        self.doc.calls = Some(stats.calls);
+        self.doc.bytes = Some(stats.bytes);
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -82,6 +149,23 @@ impl How<'_> {
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    let mut said = Said {
+        json: a.json,
+        doc: Summary {
+            schema: "gputape.record.v1",
+            output: a.output.clone(),
+            backend: a.backend.name(),
+            ..Summary::default()
+        },
+    };
+    let r = record_as_asked(a, ctx, &mut said);
+    if said.json && said.doc.calls.is_some() {
+        print_json(&said.doc)?;
+    }
+    r
+}
+
+fn record_as_asked(a: Args, ctx: &Ctx, said: &mut Said) -> Result<Exit> {
     let how = How {
         backend: a.backend,
         hash_syncs: a.hash_syncs,
@@ -98,29 +182,30 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         );
     }
     if let (Some(hf), Some(range)) = (&a.hf, steps) {
-        record_llama(how, hf, a.batch, range, &a.output)?;
+        record_llama(how, hf, a.batch, range, &a.output, said)?;
         return Ok(Exit::Pass);
     }
     match (steps, a.workload) {
-        (Some(k), _) => record_step(how, k, &a.config, a.fault.plan(), &a.output),
+        (Some(k), _) => record_step(how, k, &a.config, a.fault.plan(), &a.output, said),
         (None, w) => record(
             how,
             w.unwrap_or(Workload::TwoStreams),
             a.fault.fault_overrun,
             &a.output,
+            said,
         ),
     }?;
     Ok(Exit::Pass)
 }
 
-fn record(how: How, w: Workload, overrun: u32, out: &Path) -> Result<()> {
+fn record(how: How, w: Workload, overrun: u32, out: &Path, said: &mut Said) -> Result<()> {
     let want = Want {
         blas: true,
         ..Want::default()
     };
     let o = backends::open(how.ctx, how.backend, want)?;
     let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
-    record_on(how, rec, w, overrun, out)
+    record_on(how, rec, w, overrun, out, said)
 }
 
 /// A Hugging Face config: a preset's name, or the path of a config.json.
@@ -149,9 +234,11 @@ fn record_llama(
     batch: usize,
     (first, end): (usize, usize),
     out: &Path,
+    said: &mut Said,
 ) -> Result<()> {
     use crate::model::llama::{Llama, LlamaOptions};
     let cfg = hf_config(hf)?;
+    said.doc.what = format!("{} steps {first}..{end}, batch {batch}", cfg.name);
     let o = backends::open(how.ctx, how.backend, Want::default())?;
     let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
     how.set_up(&rec);
@@ -180,15 +267,19 @@ fn record_llama(
         match m.step(gpu, &tokens) {
             Ok(next) => {
                 if step >= first {
-                    println!("step {step} produced tokens {next:?}");
+                    said.line(format_args!("step {step} produced tokens {next:?}"));
+                    said.step(step, Ok(next.clone()));
                 }
                 tokens = next;
             }
             Err(e) => {
-                println!(
+                said.line(format_args!(
                     "step {step} failed{}: {e:#}",
                     if step >= first { " (recorded)" } else { "" }
-                );
+                ));
+                if step >= first {
+                    said.step(step, Err(format!("{e:#}")));
+                }
                 failed = Some(e);
                 break;
             }
@@ -196,12 +287,13 @@ fn record_llama(
     }
     if rec.is_recording() {
         let stats = rec.stop()?;
-        println!(
+        said.stopped(&stats);
+        said.line(format_args!(
             "recorded: {} calls, {} bytes -> {}",
             stats.calls,
             stats.bytes,
             out.display()
-        );
+        ));
     }
     match failed {
         Some(e) => Err(e),
@@ -215,7 +307,12 @@ fn record_on<B: GpuBackend>(
     w: Workload,
     overrun: u32,
     out: &Path,
+    said: &mut Said,
 ) -> Result<()> {
+    said.doc.what = format!(
+        "workload {}",
+        clap::ValueEnum::to_possible_value(&w).map_or("?".into(), |v| v.get_name().to_string())
+    );
     how.set_up(&rec);
     rec.start()?;
     let g: &dyn GpuBackend = &rec;
@@ -228,19 +325,21 @@ fn record_on<B: GpuBackend>(
         Workload::GraphFault => {
             let r = crate::workloads::graph_fault_with(g, overrun);
             if let Err(e) = &r {
-                println!("the graph step failed (recorded): {e:#}");
+                said.line(format_args!("the graph step failed (recorded): {e:#}"));
+                said.doc.failed = Some(format!("{e:#}"));
             }
             let _ = g.sweep_unreleased();
             Vec::new()
         }
     };
     let stats = rec.stop()?;
-    println!(
+    said.stopped(&stats);
+    said.line(format_args!(
         "recorded {} calls, {} bytes -> {}",
         stats.calls,
         stats.bytes,
         out.display()
-    );
+    ));
     Ok(())
 }
 
@@ -250,6 +349,7 @@ fn record_step(
     config: &str,
     fault: Option<crate::model::FaultPlan>,
     out: &Path,
+    said: &mut Said,
 ) -> Result<()> {
     let cfg = model_config(config)?;
     let (first, end) = steps;
@@ -264,7 +364,7 @@ fn record_step(
     anyhow::ensure!(first < end, "no steps in {first}..{end}");
     let o = model_backend(how.ctx, how.backend, fault.is_some())?;
     let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
-    record_steps_on(how, &rec, cfg, steps, fault, out)
+    record_steps_on(how, &rec, cfg, steps, fault, out, said)
 }
 
 /// Run the model up to `steps.1`, recording steps `steps.0..steps.1` (the trace starts with a
@@ -277,6 +377,7 @@ fn record_steps_on<B: GpuBackend + 'static>(
     (first, end): (usize, usize),
     fault: Option<crate::model::FaultPlan>,
     out: &Path,
+    said: &mut Said,
 ) -> Result<()> {
     how.set_up(rec);
     let gpu: &dyn GpuBackend = rec;
@@ -288,6 +389,7 @@ fn record_steps_on<B: GpuBackend + 'static>(
     } else {
         format!("steps {first}..{end}")
     };
+    said.doc.what = what.clone();
     for pos in 0..end {
         if pos == first {
             rec.start()?;
@@ -296,23 +398,34 @@ fn record_steps_on<B: GpuBackend + 'static>(
         let last = pos + 1 == end || r.is_err();
         if pos >= first {
             match &r {
-                Err(e) => println!("step {pos} failed (recorded): {e:#}"),
-                Ok(t) => println!("step {pos} produced token {t}"),
+                Err(e) => said.line(format_args!("step {pos} failed (recorded): {e:#}")),
+                Ok(t) => said.line(format_args!("step {pos} produced token {t}")),
+            }
+            said.step(
+                pos,
+                r.as_ref().map(|t| vec![*t]).map_err(|e| format!("{e:#}")),
+            );
+        }
+        if last && how.backend.has_redzones() {
+            // Red zones are read while still recording, so a violation is in the trace (a
+            // replay reproduces the overrun from it), as this tool's own call: the engine did
+            // not make it, and its analyses leave it out. A backend without red zones (the
+            // mock checks every access) has nothing to scan.
+            if let Ok(bad @ 1..) = rec.tools_own(|r| r.scan_redzones()) {
+                said.line(format_args!("red-zone scan found {bad} violation(s)"));
+                said.doc.redzone_violations = Some(bad);
             }
         }
         if last {
-            // Red zones are read while still recording, so the violation is in the trace.
-            if let Ok(bad @ 1..) = gpu.scan_redzones() {
-                println!("red-zone scan found {bad} violation(s)");
-            }
             let stopped = rec.stop();
             if let Ok(stats) = &stopped {
-                println!(
+                said.stopped(stats);
+                said.line(format_args!(
                     "recorded {what}: {} calls, {} bytes -> {}",
                     stats.calls,
                     stats.bytes,
                     out.display()
-                );
+                ));
             }
             if r.is_err() {
                 // After a recorded fault the device may be gone; the trace is what matters.

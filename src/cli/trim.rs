@@ -7,8 +7,9 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 use super::backends::{self, Backend, Want};
-use super::common::{open_trace, parse_range, write_trace_atomically};
+use super::common::{open_trace, parse_range, print_json, write_trace_atomically};
 use super::{Ctx, Exit};
+use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,28 +24,74 @@ pub struct Args {
     /// The backend that replays the calls before A.
     #[arg(long, value_enum, default_value_t = Backend::Mock)]
     on: Backend,
+    /// Print a summary as JSON (schema gputape.trim.v1).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `trim --json`: what was kept, and the state it starts from.
+#[derive(Serialize)]
+struct Summary<'a> {
+    schema: &'static str,
+    trace: &'a Path,
+    output: &'a Path,
+    backend: &'static str,
+    /// The calls kept, `[from, to)` of the original's numbering (`to` at most its end).
+    from: u64,
+    to: u64,
+    /// Calls in the original, and in the cut (numbered from 0).
+    calls: usize,
+    kept: usize,
+    /// The state at `from`: the cut's initial buffers and their bytes.
+    initial_buffers: usize,
+    initial_bytes: u64,
+    /// The cut trace's size.
+    bytes: u64,
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
-    trim(ctx, &a.trace, a.range, &a.output, a.on)?;
+    trim(ctx, &a.trace, a.range, &a.output, a.on, a.json)?;
     Ok(Exit::Pass)
 }
 
-fn trim(ctx: &Ctx, path: &Path, range: (u64, u64), out: &Path, on: Backend) -> Result<()> {
+fn trim(
+    ctx: &Ctx,
+    path: &Path,
+    range: (u64, u64),
+    out: &Path,
+    on: Backend,
+    json: bool,
+) -> Result<()> {
     let t = open_trace(ctx, path)?;
     let o = backends::open(ctx, on, Want::replay())?;
     let load = |m: &crate::backend::ModuleCode| o.load_trace_code(m);
     let cut = crate::replayer::Replayer::new(&t).trim(o.gpu.as_ref(), range, Some(&load))?;
     let bytes = write_trace_atomically(&cut, out)?;
+    let s = Summary {
+        schema: "gputape.trim.v1",
+        trace: path,
+        output: out,
+        backend: on.name(),
+        from: range.0,
+        to: range.1.min(t.calls.last().map_or(0, |c| c.seq + 1)),
+        calls: t.calls.len(),
+        kept: cut.calls.len(),
+        initial_buffers: cut.initial.len(),
+        initial_bytes: cut.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        bytes,
+    };
+    if json {
+        return print_json(&s);
+    }
     println!(
         "kept calls {}..{} of {} as {} calls, starting from the state at #{} ({} buffers, {} bytes); wrote {} ({bytes} bytes)",
-        range.0,
-        range.1.min(t.calls.last().map_or(0, |c| c.seq + 1)),
-        t.calls.len(),
-        cut.calls.len(),
-        range.0,
-        cut.initial.len(),
-        cut.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        s.from,
+        s.to,
+        s.calls,
+        s.kept,
+        s.from,
+        s.initial_buffers,
+        s.initial_bytes,
         out.display()
     );
     Ok(())

@@ -99,7 +99,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let mut st = self.lock_recording()?;
         // While a stream captures, every call takes the slow path, so the capture's frames
         // exist to be kept with its graph (`FlightStore::capture_open`).
-        if st.flight.is_none() || st.hash_writes || !st.capturing.is_empty() {
+        if st.flight.is_none()
+            || st.hash_writes
+            || !st.capturing.is_empty()
+            || st.tool_thread.is_some()
+        {
             return Some(self.begin_locked(&mut st, site, emit));
         }
         let thread = st.thread();

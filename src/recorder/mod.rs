@@ -302,6 +302,31 @@ impl<B: GpuBackend> RecordingBackend<B> {
         &self.inner
     }
 
+    /// Run `f`, whose calls on this thread are the tool's own, not the engine's: recorded
+    /// (a replay needs them: a red-zone scan is the evidence of an overrun) but under sites
+    /// marked `trace::TOOL_SITE`, which the analyses leave out, so a tool that drives an engine
+    /// (the CLI's `record`) does not show up in the engine's capture verdicts at its own line.
+    /// Other threads' calls meanwhile stay the engine's.
+    pub fn tools_own<R>(&self, f: impl FnOnce(&Self) -> R) -> R {
+        /// Puts the previous owner back however `f` ends.
+        struct Restore<'a>(
+            &'a parking_lot::Mutex<RecState>,
+            Option<std::thread::ThreadId>,
+        );
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.lock().tool_thread = self.1;
+            }
+        }
+        let before = self
+            .st
+            .lock()
+            .tool_thread
+            .replace(std::thread::current().id());
+        let _restore = Restore(&self.st, before);
+        f(self)
+    }
+
     /// After every host sync, hash every live buffer into the trace. Costly (it reads all of
     /// device memory back at each sync), so off by default; it lets a replay name the first sync
     /// at which a buffer went wrong.

@@ -110,6 +110,9 @@ pub(crate) struct RecState {
     pub kernels: HashMap<u64, KernelEntry>,
     pub next_kernel: u32,
     pub sites: HashMap<usize, SiteId>,
+    /// The thread inside `RecordingBackend::tools_own`, if one is: its calls are the tool's,
+    /// recorded under sites marked `TOOL_SITE`.
+    pub tool_thread: Option<ThreadId>,
     pub threads: HashMap<ThreadId, u16>,
     /// The thread of the last call: an engine's calls come in runs from one thread.
     last_thread: Option<(ThreadId, u16)>,
@@ -176,6 +179,7 @@ impl RecState {
             kernels: HashMap::default(),
             next_kernel: 0,
             sites: HashMap::default(),
+            tool_thread: None,
             threads: HashMap::default(),
             last_thread: None,
             blobs: HashSet::default(),
@@ -528,15 +532,25 @@ impl RecState {
     }
 
     pub fn site(&mut self, site: Site) -> SiteId {
-        let key = site as *const _ as usize;
+        // A call the tool makes for itself (`tools_own`) gets a site of its own, marked, even
+        // where the engine calls from the same line. Locations are aligned: the low bit is
+        // free to tell the two apart.
+        let tool =
+            self.tool_thread.is_some() && self.tool_thread == Some(std::thread::current().id());
+        let key = site as *const _ as usize | tool as usize;
         if let Some(id) = self.sites.get(&key) {
             return *id;
         }
         let id = SiteId(self.sites.len() as u32);
         self.sites.insert(key, id);
+        let file = if tool {
+            format!("{TOOL_SITE} {}", site.file())
+        } else {
+            site.file().to_string()
+        };
         self.emit(&Frame::Site {
             id,
-            file: site.file().to_string(),
+            file,
             line: site.line(),
             col: site.column(),
         });

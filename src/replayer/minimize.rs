@@ -17,7 +17,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 /// What makes two replays "the same fault": the same kernel, and codes that
 /// `backend::same_fault` takes for one fault (a candidate's buffers land elsewhere, which can
 /// turn an illegal address into an invalid address space).
-#[derive(Clone, Debug, Eq)]
+#[derive(Clone, Debug, Eq, serde::Serialize)]
 pub struct FaultSignature {
     /// The driver error code the replay reported (`None`: a fault without one, such as a red-zone
     /// hit).

@@ -117,7 +117,15 @@ impl Replayer<'_> {
         let mut live: Vec<_> = st.bufs.iter().map(|(id, (p, n))| (*id, *p, *n)).collect();
         live.sort_by_key(|(id, _, _)| *id);
         for (id, p, n) in live {
-            let mut bytes = vec![0u8; n as usize];
+            // A buffer's size comes from the trace: a host copy of it that cannot be made is
+            // this trim's error, not an abort.
+            let mut bytes = Vec::new();
+            bytes.try_reserve_exact(n as usize).map_err(|_| {
+                setup(format!("reading {id} back at #{a}"))(anyhow::anyhow!(
+                    "{n} bytes do not fit in host memory"
+                ))
+            })?;
+            bytes.resize(n as usize, 0);
             gpu.copy_d2h(p, &mut bytes)
                 .map_err(setup(format!("reading {id} back at #{a}")))?;
             let data = out.blobs.insert_content(bytes);

@@ -144,22 +144,23 @@ impl super::Sink for FileSink {
     }
 }
 
+/// The most a blob frame's data may unpack to. What a frame holds is bounded by `MAX_FRAME`;
+/// a compressed blob's declared length is not, so it is held to the same bound: writers
+/// compress a blob to save space in its one frame, and store anything larger than a part
+/// (`CHUNK_BYTES`) as parts. A declared length past it is a lie, refused before anything is
+/// sized by it.
+pub const MAX_BLOB: u64 = super::format::MAX_FRAME as u64;
+
+/// How much of a compressed blob's declared length is reserved before it is unpacked: a
+/// part's worth and more (a part then unpacks into memory reserved once), while a frame that
+/// declares a gigabyte and unpacks to a few bytes reserves no gigabyte. Past it the buffer
+/// grows as bytes come out, fallibly.
+const RESERVE_AHEAD: u64 = 64 << 20;
+
 /// Check a blob frame's contents against its id and length, unpacking it if compressed.
 pub(crate) fn verified(id: BlobId, len: u64, zstd: bool, data: Vec<u8>) -> Result<Vec<u8>, String> {
     let data = if zstd {
-        // The declared length sizes the buffer: a reservation the allocator refuses is this
-        // trace's error, not an abort.
-        let mut out: Vec<u8> = Vec::new();
-        out.try_reserve_exact(len as usize).map_err(|_| {
-            format!("blob {id} declares {len} bytes, more than this process can hold")
-        })?;
-        // Streamed, and never past one byte more than declared: what a frame holds, not what
-        // it claims, decides the memory used.
-        use std::io::Read;
-        zstd::stream::read::Decoder::new(&data[..])
-            .and_then(|d| d.take(len.saturating_add(1)).read_to_end(&mut out))
-            .map_err(|e| format!("blob {id} does not decompress: {e}"))?;
-        out
+        unpacked(id, len, &data)?
     } else {
         data
     };
@@ -167,6 +168,38 @@ pub(crate) fn verified(id: BlobId, len: u64, zstd: bool, data: Vec<u8>) -> Resul
         return Err(format!("blob {id} does not match its hash or length"));
     }
     Ok(data)
+}
+
+/// A compressed blob's bytes. Its declared length is checked against `MAX_BLOB` and against
+/// the length its zstd frame declares (when it does) before any memory is sized by it, and
+/// unpacking stops one byte past it: what a frame holds, not what it claims, decides the
+/// memory used, and running out of it is this blob's error, not an abort.
+fn unpacked(id: BlobId, len: u64, packed: &[u8]) -> Result<Vec<u8>, String> {
+    if len > MAX_BLOB {
+        return Err(format!(
+            "blob {id} declares {len} bytes unpacked, more than a blob frame may hold ({MAX_BLOB})"
+        ));
+    }
+    match zstd::zstd_safe::get_frame_content_size(packed) {
+        Ok(Some(n)) if n != len => {
+            return Err(format!(
+                "blob {id} declares {len} bytes, and its zstd frame {n}"
+            ))
+        }
+        Ok(_) => {}
+        Err(_) => return Err(format!("blob {id}'s data does not begin a zstd frame")),
+    }
+    let mut out: Vec<u8> = Vec::new();
+    let ahead = len.min(RESERVE_AHEAD) as usize;
+    out.try_reserve_exact(ahead).map_err(|_| {
+        format!("blob {id}: {ahead} bytes to unpack it into are more than this process can have")
+    })?;
+    // std's read_to_end grows the buffer with try_reserve: out of memory is an error.
+    use std::io::Read;
+    zstd::stream::read::Decoder::new(packed)
+        .and_then(|d| d.take(len.saturating_add(1)).read_to_end(&mut out))
+        .map_err(|e| format!("blob {id} does not decompress: {e}"))?;
+    Ok(out)
 }
 
 impl BlobStore {
@@ -310,6 +343,8 @@ impl BlobStore {
             Entry::InFile(l, cell) => cached(cell, || self.read_in_file(l))?,
             Entry::Stored(len, cell) => cached(cell, || self.read_stored(id, *len))?,
             Entry::Chunked(len, parts, cell) => cached(cell, || {
+                // The parts must add up to the declared length before it sizes anything.
+                self.layout(id)?;
                 let mut all = Vec::new();
                 all.try_reserve_exact(*len as usize)
                     .map_err(|_| self.damaged(id, format!("{len} bytes do not fit in memory")))?;
@@ -474,7 +509,14 @@ impl BlobStore {
     }
 
     fn read_in_file(&self, l: &LazyBlob) -> Result<Vec<u8>, TraceError> {
-        let mut buf = vec![0u8; l.payload_len as usize];
+        // The frame's length was checked against the file's when the trace was opened; the
+        // allocation is still this blob's error if it cannot be made.
+        let n = l.payload_len as usize;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(n).map_err(|_| {
+            self.damaged(&l.id, format!("its {n}-byte frame does not fit in memory"))
+        })?;
+        buf.resize(n, 0);
         Ok(match self.read_in_file_into(l, &mut buf)? {
             // The data is the record less its head of a few bytes.
             Part::Staged(at) => {

@@ -18,6 +18,10 @@ pub const FORMAT_VERSION: u16 = 6;
 pub const MIN_READER_VERSION: u16 = 6;
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
+/// How the file of a call's site begins when the call was the recording tool's own, not the
+/// engine's (`RecordingBackend::tools_own`; `Trace::is_tools_own`): no source path begins so.
+pub const TOOL_SITE: &str = "<gputape>";
+
 /// What the trace was recorded on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceHeader {

@@ -16,7 +16,7 @@ mod render;
 pub mod signature;
 mod write;
 
-pub use blobs::{store_path, store_put, BlobStore, Part, PartFn, STORE_MIN};
+pub use blobs::{store_path, store_put, BlobStore, Part, PartFn, MAX_BLOB, STORE_MIN};
 pub use call::*;
 pub use diff::{diff, diff_report, result_diff, same_calls, ResultDiff, ResultDifference};
 pub use elems::{elem_of, writes_through, written_through};
@@ -188,10 +188,11 @@ impl Trace {
             };
             t.frames += 1;
             let at = i;
+            let offset = reader.last_offset();
             let bad = |detail: String| TraceError::Corrupt {
                 path: path.to_path_buf(),
                 frame: at,
-                offset: 0,
+                offset,
                 detail,
             };
             i += 1;
@@ -216,7 +217,17 @@ impl Trace {
                     let data = blobs::verified(id, len, zstd, data).map_err(bad)?;
                     t.blobs.insert(id, data);
                 }
-                Frame::Chunked { id, len, parts } => t.blobs.insert_chunked(id, len, parts),
+                Frame::Chunked { id, len, parts } => {
+                    // Its id hashes its length and parts: a lie in either is caught here, at
+                    // its frame, before a reader sizes anything by the length.
+                    if BlobId::chunked(len, &parts) != id {
+                        return Err(bad(format!(
+                            "chunked blob {id}: its length ({len}) and {} parts do not hash to its id",
+                            parts.len()
+                        )));
+                    }
+                    t.blobs.insert_chunked(id, len, parts)
+                }
                 Frame::Stored { id, len } => t.blobs.insert_stored(id, len),
                 Frame::BlobStore { dir } => {
                     if t.blobs.store_dir().is_none() {
@@ -322,6 +333,15 @@ impl Trace {
             .get(&id)
             .map(|s| s.to_string())
             .unwrap_or_else(|| format!("<{id}>"))
+    }
+
+    /// Whether `c` was the recording tool's own call (a red-zone scan `gputape record` makes
+    /// after the steps, say), not the engine's: replayed like any other, left out of the
+    /// analyses, which judge the engine.
+    pub fn is_tools_own(&self, c: &CallRecord) -> bool {
+        self.sites
+            .get(&c.site)
+            .is_some_and(|s| s.file.starts_with(TOOL_SITE))
     }
 
     /// `module::name` of a kernel, or its id if the trace does not define it.

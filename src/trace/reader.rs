@@ -157,6 +157,8 @@ pub struct FrameReader<'a, S: Source = &'a [u8]> {
     v1: bool,
     /// Blob frames of at least this many payload bytes are yielded as `Item::Lazy`.
     lazy_min: Option<usize>,
+    /// Where the frame yielded last begins.
+    last_at: u64,
     pub cut: Option<Cut>,
 }
 
@@ -199,6 +201,7 @@ impl<'a, S: Source> FrameReader<'a, S> {
             done: false,
             v1: false,
             lazy_min: None,
+            last_at: 0,
             cut: None,
         };
         if len < FILE_HEADER_LEN as u64 {
@@ -229,6 +232,12 @@ impl<'a, S: Source> FrameReader<'a, S> {
     pub fn lazy_blobs(mut self, bytes: usize) -> Self {
         self.lazy_min = Some(bytes);
         self
+    }
+
+    /// The byte offset of the frame yielded last, so that what is found wrong in a decoded
+    /// frame later (a blob that does not match its hash, say) names where it is.
+    pub fn last_offset(&self) -> u64 {
+        self.last_at
     }
 
     /// Where the source ends.
@@ -360,18 +369,45 @@ impl<'a, S: Source> FrameReader<'a, S> {
                 Ok(p) => p,
                 Err(e) => return self.io_failed(e),
             };
-            if let Some((id, blob_len)) = codec::blob_head(peek) {
+            if let Some(b) = codec::blob_shape(peek) {
                 if seq != idx {
                     return self.corrupt(format!("sequence number {seq}, expected {idx}"));
                 }
+                // Its payload is checked when first read; its lengths now, so that nothing
+                // sized from them (a whole chunked blob, say) trusts a lie until then.
+                let holds = (len - b.data_at) as u64;
+                let lie = if b.data_len != holds {
+                    Some(format!(
+                        "blob {} says its data is {} bytes, and its frame holds {holds}",
+                        b.id, b.data_len
+                    ))
+                } else if !b.zstd && b.len != holds {
+                    Some(format!(
+                        "blob {} declares {} bytes, and its frame holds {holds}",
+                        b.id, b.len
+                    ))
+                } else if b.zstd && b.len > super::blobs::MAX_BLOB {
+                    Some(format!(
+                        "blob {} declares {} bytes unpacked, more than a blob frame may hold ({})",
+                        b.id,
+                        b.len,
+                        super::blobs::MAX_BLOB
+                    ))
+                } else {
+                    None
+                };
+                if let Some(detail) = lie {
+                    return self.damaged(detail);
+                }
                 let lazy = LazyBlob {
-                    id,
-                    len: blob_len,
+                    id: b.id,
+                    len: b.len,
                     frame: idx,
                     payload_at: self.off + hlen as u64,
                     payload_len: len as u32,
                     crc,
                 };
+                self.last_at = self.off;
                 self.off += (hlen + len) as u64;
                 self.idx += 1;
                 return Some(Ok(Item::Lazy(lazy)));
@@ -400,6 +436,7 @@ impl<'a, S: Source> FrameReader<'a, S> {
         };
         match frame {
             Ok(frame) => {
+                self.last_at = self.off;
                 self.off += (hlen + len) as u64;
                 self.idx += 1;
                 Some(Ok(Item::Frame(frame)))

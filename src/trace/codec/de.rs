@@ -92,6 +92,22 @@ impl<'de> Reader<'de> {
         usize::try_from(n).map_err(|_| CodecError(format!("length {n} does not fit in memory")))
     }
 
+    /// The element count of a sequence or map. Every element of every record takes at least
+    /// one byte, so a count beyond the bytes left is a lie, refused here, before any visitor
+    /// sizes anything by it.
+    #[inline(always)]
+    pub(super) fn count(&mut self) -> DRes<usize> {
+        let at = self.pos;
+        let n = self.len()?;
+        let left = self.bytes.len() - self.pos;
+        if n > left {
+            return Err(CodecError(format!(
+                "a count of {n} at byte {at}, but only {left} bytes are left in the record"
+            )));
+        }
+        Ok(n)
+    }
+
     /// A size hint no bigger than the bytes left, so a damaged length cannot make a visitor
     /// reserve more memory than the record could possibly fill.
     pub(super) fn hint(&self, len: usize) -> usize {
@@ -223,7 +239,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     }
     #[inline]
     fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> DRes<V::Value> {
-        let len = self.len()?;
+        let len = self.count()?;
         v.visit_seq(Elements { r: self, left: len })
     }
     #[inline(always)]
@@ -240,7 +256,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         v.visit_seq(Elements { r: self, left: len })
     }
     fn deserialize_map<V: Visitor<'de>>(self, v: V) -> DRes<V::Value> {
-        let len = self.len()?;
+        let len = self.count()?;
         v.visit_map(Elements { r: self, left: len })
     }
     #[inline(always)]

@@ -169,8 +169,9 @@ pub fn launch_val_spans(call: &[u8]) -> Option<Vec<(usize, usize)>> {
         }
         _ => return None,
     }
-    let n = r.len().ok()?;
-    let mut spans = Vec::with_capacity(r.hint(n));
+    let n = r.count().ok()?;
+    let mut spans = Vec::new();
+    spans.try_reserve(n).ok()?;
     for _ in 0..n {
         match r.byte().ok()? {
             ARG_BUF => {
@@ -265,6 +266,42 @@ pub fn blob_head(bytes: &[u8]) -> Option<(BlobId, u64)> {
     Some((id, len))
 }
 
+/// What the head of a `Frame::Blob` record says of it, read from its first bytes without its
+/// data (a blob left in the file when a trace is opened is checked against this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlobShape {
+    pub id: BlobId,
+    /// The blob's declared length (unpacked).
+    pub len: u64,
+    pub zstd: bool,
+    /// Where the data starts in the record, and how many bytes the record says it holds.
+    pub data_at: usize,
+    pub data_len: u64,
+}
+
+/// The head of a `Frame::Blob` record: `None` for any other record, or too few bytes to tell.
+pub fn blob_shape(bytes: &[u8]) -> Option<BlobShape> {
+    let mut r = Reader { bytes, pos: 0 };
+    if r.byte().ok()? != FRAME_BLOB {
+        return None;
+    }
+    let id = BlobId(r.take(16).ok()?.try_into().ok()?);
+    let len = r.varint(64).ok()?;
+    let zstd = match r.byte().ok()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let data_len = r.varint(64).ok()?;
+    Some(BlobShape {
+        id,
+        len,
+        zstd,
+        data_at: r.pos,
+        data_len,
+    })
+}
+
 /// A whole `Frame::Blob` record read in place: its id, declared length, whether its data is
 /// compressed, and where the data lies in `bytes`. `None` unless `bytes` is exactly one
 /// well-formed blob record.
@@ -323,7 +360,7 @@ fn launch_begin(r: &mut Reader<'_>, out: &mut Frame) -> Option<()> {
         STREAM_ID => StreamRef::Id(StreamId(u32v(r)?)),
         _ => return None,
     };
-    let n = r.len().ok()?;
+    let n = r.count().ok()?;
     let call = Call::new_launch(typed, kernel, grid, block, shared_mem, stream, Args::new());
     *out = Frame::Begin(Begin {
         seq,
@@ -339,8 +376,9 @@ fn launch_begin(r: &mut Reader<'_>, out: &mut Frame) -> Option<()> {
     else {
         unreachable!("a launch was just stored")
     };
-    // No more than the record's bytes: a damaged count cannot reserve much.
-    args.reserve(r.hint(n));
+    // No more than the record's bytes (`count`), and fallibly: a count that lies is serde's
+    // to report, never an abort here.
+    args.try_reserve(n).ok()?;
     for _ in 0..n {
         args.push(match r.byte().ok()? {
             ARG_BUF => Arg::Buf(read_dev_addr(r)?),

@@ -110,7 +110,7 @@ fn trailing(len: usize, used: usize) -> Result<(), CodecError> {
 
 pub use hot::{
     append_begin_split, append_blob, append_end, append_launch_begin, blob_head, blob_record,
-    end_seq, launch_val_spans, split_begin, BeginSplit,
+    blob_shape, end_seq, launch_val_spans, split_begin, BeginSplit, BlobShape,
 };
 
 // bincode's varint markers: values up to 250 are one byte; above, a marker byte and then the
