@@ -120,7 +120,9 @@ pub fn append_end(seq: u64, dur_ns: u64, ret: &Ret, out: &mut Vec<u8>) -> Result
 /// (thread and site, then the call), so a flight recorder can keep a call once and name it
 /// again with another seq and time.
 pub struct BeginSplit {
+    /// The record's seq.
     pub seq: u64,
+    /// The record's time, in nanoseconds since recording started.
     pub t_ns: u64,
     /// The thread and site fields, as encoded.
     pub head: std::ops::Range<usize>,
