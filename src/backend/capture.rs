@@ -82,10 +82,17 @@ pub enum Verdict {
     Host,
     /// The call fails with this driver error; `invalidates` says whether the capture is dead
     /// (its `end_capture` then fails with 901).
-    Fails { code: u32, invalidates: bool },
+    Fails {
+        /// The driver's `CUresult`, as a number (`cuda_error_name` gives its name).
+        code: u32,
+        /// The capture is dead: its `end_capture` fails with 901.
+        invalidates: bool,
+    },
 }
 
 impl Verdict {
+    /// The verdict as reports and the rule table print it: "captured", or "fails
+    /// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900), invalidates capture".
     pub fn name(&self) -> String {
         match self {
             Verdict::Captured => "captured".into(),
@@ -108,26 +115,45 @@ impl Verdict {
 /// One row of the table. `None` in a condition column matches anything.
 #[derive(Clone, Copy, Debug)]
 pub struct CaptureRule {
+    /// A stable name ("begin-on-legacy"): how verdicts, reports and the GPU suite cite the row.
     pub id: &'static str,
+    /// The call this row judges.
     pub op: CaptureOp,
+    /// The call's stream against the capture; `None` matches any.
     pub relation: Option<Relation>,
+    /// The capturing stream's kind (blocking or not against the legacy stream); `None`
+    /// matches any.
     pub kind: Option<StreamKind>,
     /// `Some(true)`: applies only where "potentially unsafe" calls are prohibited for the
     /// calling thread (global mode, or thread-local on the capturing thread).
     pub prohibited: Option<bool>,
+    /// What happens to a call this row matches.
     pub verdict: Verdict,
     /// A captured call that is still a trap: say why.
     pub hazard: Option<&'static str>,
+    /// The reason, in a line: what analysis verdicts print beside the rule's id.
     pub why: &'static str,
 }
 
+/// The stream is in the wrong capture state for the call: a capture begun on a stream already
+/// capturing, or ended on one that is not.
 pub const CUDA_ERROR_ILLEGAL_STATE: u32 = 401;
+/// The call is not permitted while the stream (or, in global mode, any stream) captures.
 pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
+/// The capture was killed by an earlier refused call; `end_capture` reports it.
 pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: u32 = 901;
+/// A stream forked into the capture was never joined back into the origin stream before
+/// `end_capture`.
 pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: u32 = 904;
+/// A dependency would cross the capture's boundary: a capturing stream waiting on an event
+/// recorded outside it, say.
 pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: u32 = 905;
+/// The call would make the legacy stream wait on a capturing blocking stream.
 pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: u32 = 906;
+/// The call is not permitted on an event last recorded inside a capture (a host wait on it:
+/// the event completes only when the graph runs).
 pub const CUDA_ERROR_CAPTURED_EVENT: u32 = 907;
+/// A non-relaxed capture was ended from a thread other than the one that began it.
 pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: u32 = 908;
 
 /// A device-side `assert` failed in a kernel: reported at the next call that waits, sticky.
@@ -633,9 +659,11 @@ pub fn render_rules() -> String {
 /// The conditions a call is judged under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CaptureContext {
+    /// The call's stream against the capture.
     pub relation: Relation,
     /// The kind of the capturing stream.
     pub kind: StreamKind,
+    /// The capture's mode, which decides which threads' unsafe calls it refuses.
     pub mode: CaptureMode,
     /// Whether the calling thread is the one that began the capture.
     pub same_thread: bool,
@@ -678,6 +706,7 @@ static FALLBACK: CaptureRule = rule!(
 );
 
 impl CaptureOp {
+    /// Every op, for tests and probes that walk the table.
     pub const ALL: [CaptureOp; 16] = [
         O::StreamWork,
         O::AsyncH2D,
@@ -709,6 +738,7 @@ impl CaptureOp {
 }
 
 impl Relation {
+    /// Every relation, for tests and probes that walk the table.
     pub const ALL: [Relation; 4] = [R::Capturing, R::Legacy, R::Other, R::NoStream];
 }
 

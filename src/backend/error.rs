@@ -13,6 +13,7 @@ use std::fmt;
 pub struct FaultAlloc {
     /// Device address of the allocation's first byte.
     pub base: u64,
+    /// The allocation's size in bytes, as asked for.
     pub bytes: u64,
     /// Bytes the access ran past the allocation's end (0 for a use-after-free).
     pub past_end: u64,
@@ -24,9 +25,12 @@ pub struct FaultAlloc {
 /// stands for, so traces record mock and driver failures alike).
 #[derive(Debug)]
 pub struct DeviceError {
+    /// The CUDA driver code (`CUresult`): what the recorder stores as the call's error and what
+    /// a replay compares (`same_fault`).
     pub code: u32,
     /// The kernel a fault was raised in, when the backend knows it ("module::name").
     pub kernel: Option<String>,
+    /// The allocation a fault was about, when the backend knows it (the mock does).
     pub alloc: Option<FaultAlloc>,
     /// What the faulting access was, when the backend knows ("a read", "a write of 0x...,
     /// which points into no allocation"); CUDA's 700 does not say.
@@ -61,11 +65,13 @@ impl DeviceError {
         }
     }
 
+    /// The kernel the fault was raised in ("module::name"), when known.
     pub fn with_kernel(mut self, kernel: Option<String>) -> Self {
         self.kernel = kernel;
         self
     }
 
+    /// The allocation the fault was about, when known.
     pub fn with_alloc(mut self, alloc: Option<FaultAlloc>) -> Self {
         self.alloc = alloc;
         self

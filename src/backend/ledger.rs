@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 /// Bytes and count of allocations from one call site.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteTotal {
+    /// The allocating call site, `file:line:col`.
     pub site: String,
+    /// Live bytes allocated there.
     pub bytes: usize,
+    /// Live allocations made there.
     pub count: usize,
 }
 
@@ -28,7 +31,6 @@ pub fn by_site(items: impl Iterator<Item = (Site, usize)>) -> Vec<SiteTotal> {
     v
 }
 
-/// One line of the largest sites, as sweep logs print them.
 /// The one line a teardown sweep logs: how many allocations and bytes it found, why they were
 /// left (no owner, or a sticky fault `dead_code` that took them with the context), and the
 /// largest sites. Shared so the mock and CUDA say it alike.
@@ -48,6 +50,8 @@ pub fn sweep_line(rows: &[SiteTotal], dead_code: Option<u32>) -> String {
     )
 }
 
+/// One line of the `top_n` largest sites, as sweep logs print them: `site (bytes xcount)`,
+/// comma-separated.
 pub fn format_sites(rows: &[SiteTotal], top_n: usize) -> String {
     rows.iter()
         .take(top_n)

@@ -9,6 +9,8 @@
 //! `&dyn GpuBackend`, and only the declaration's attribute lets `Location::caller()` see through
 //! the vtable to the line that made the call.
 
+#![warn(missing_docs)]
+
 mod boxed;
 mod capture;
 mod error;
@@ -120,9 +122,14 @@ pub trait GpuBackend: Send + Sync {
     #[track_caller]
     fn memset_async(&self, ptr: DevicePtr, value: u8, bytes: usize, stream: u64) -> Result<()>;
 
+    /// Bytes of device memory in all, as the driver reports it (the mock: its configured
+    /// size).
     #[track_caller]
     fn total_memory(&self) -> Result<usize>;
 
+    /// Bytes an allocation can still get now: on CUDA the driver's free figure, or the host's
+    /// `MemAvailable` where that is larger on an integrated GPU; on the mock the configured
+    /// size less live bytes. What an engine sizes its KV cache from.
     #[track_caller]
     fn free_memory(&self) -> Result<usize>;
 
@@ -278,6 +285,7 @@ pub trait GpuBackend: Send + Sync {
         self.copy_d2h(src, dst)
     }
 
+    /// Device-to-device copy of `bytes`, enqueued on `stream`. Default: the synchronous copy.
     #[track_caller]
     fn copy_d2d_async(
         &self,
@@ -326,11 +334,14 @@ pub trait GpuBackend: Send + Sync {
         anyhow::bail!("graph capture is not supported by this backend")
     }
 
+    /// Enqueue every node of a graph from `end_capture` on `stream`, as one launch. The graph
+    /// stays valid for more launches until `destroy_graph`.
     #[track_caller]
     fn launch_graph(&self, _graph: GraphHandle, _stream: u64) -> Result<()> {
         anyhow::bail!("graph capture is not supported by this backend")
     }
 
+    /// Release a graph from `end_capture`; it must not be launched afterwards.
     #[track_caller]
     fn destroy_graph(&self, _graph: GraphHandle) -> Result<()> {
         anyhow::bail!("graph capture is not supported by this backend")
@@ -353,6 +364,8 @@ pub trait GpuBackend: Send + Sync {
         0
     }
 
+    /// A new stream for work that may overlap the default stream's. On CUDA, blocking or
+    /// non-blocking (against the legacy stream) as `CudaConfig::stream_kind` says.
     #[track_caller]
     fn create_stream(&self) -> Result<u64> {
         anyhow::bail!("streams are not supported by this backend")
@@ -364,11 +377,15 @@ pub trait GpuBackend: Send + Sync {
         Ok(())
     }
 
+    /// A new event, for ordering streams (`record_event`, `stream_wait_event`) and for host
+    /// waits. Timing is off: it is never used to measure.
     #[track_caller]
     fn create_event(&self) -> Result<u64> {
         anyhow::bail!("events are not supported by this backend")
     }
 
+    /// Mark in `event` the point `stream` has reached: waits on it cover the work enqueued
+    /// there so far. Recording again moves the mark.
     #[track_caller]
     fn record_event(&self, _event: u64, _stream: u64) -> Result<()> {
         anyhow::bail!("events are not supported by this backend")
@@ -386,6 +403,7 @@ pub trait GpuBackend: Send + Sync {
         anyhow::bail!("events are not supported by this backend")
     }
 
+    /// Release an event from `create_event`; it must not be used afterwards.
     #[track_caller]
     fn destroy_event(&self, _event: u64) -> Result<()> {
         anyhow::bail!("events are not supported by this backend")
@@ -404,6 +422,8 @@ pub trait GpuBackend: Send + Sync {
         anyhow::bail!("pinned host memory is not supported by this backend")
     }
 
+    /// Release memory from `alloc_host_pinned`; `bytes` is the size it was asked for. No slice
+    /// over it, nor an async copy reading or writing it, may outlive this call.
     #[track_caller]
     fn free_host_pinned(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
         let _ = (ptr, bytes);
@@ -433,56 +453,107 @@ pub fn pack_args(args: &[KernelArg<'_>]) -> Vec<Vec<u64>> {
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 pub enum CallKind {
+    /// [`GpuBackend::alloc`].
     Alloc,
+    /// [`GpuBackend::alloc_managed`].
     AllocManaged,
+    /// [`GpuBackend::free`].
     Free,
+    /// [`GpuBackend::copy_h2d`].
     CopyH2D,
+    /// [`GpuBackend::copy_d2h`].
     CopyD2H,
+    /// [`GpuBackend::copy_d2d`].
     CopyD2D,
+    /// [`GpuBackend::launch`].
     Launch,
+    /// [`GpuBackend::launch_typed`].
     LaunchTyped,
+    /// [`GpuBackend::synchronize`].
     Synchronize,
+    /// [`GpuBackend::default_stream`].
     DefaultStream,
+    /// [`GpuBackend::kernel`].
     Kernel,
+    /// [`GpuBackend::op_cache`].
     OpCache,
+    /// [`GpuBackend::memset`].
     Memset,
+    /// [`GpuBackend::memset_async`].
     MemsetAsync,
+    /// [`GpuBackend::total_memory`].
     TotalMemory,
+    /// [`GpuBackend::free_memory`].
     FreeMemory,
+    /// [`GpuBackend::sm_count`].
     SmCount,
+    /// [`GpuBackend::sweep_unreleased`].
     SweepUnreleased,
+    /// [`GpuBackend::live_bytes`].
     LiveBytes,
+    /// [`GpuBackend::alloc_report`].
     AllocReport,
+    /// [`GpuBackend::copy_d2h_on_stream`].
     CopyD2HOnStream,
+    /// [`GpuBackend::stream_is_capturing`].
     StreamIsCapturing,
+    /// [`GpuBackend::scan_redzones`].
     ScanRedzones,
+    /// [`GpuBackend::poison_redzones`].
     PoisonRedzones,
+    /// [`GpuBackend::debug_sync_kernels`].
     DebugSyncKernels,
+    /// [`GpuBackend::kernel_registry`].
     KernelRegistry,
+    /// [`GpuBackend::copy_h2d_async`].
     CopyH2DAsync,
+    /// [`GpuBackend::copy_h2d_async_retained`].
     CopyH2DAsyncRetained,
+    /// [`GpuBackend::copy_d2h_async`].
     CopyD2HAsync,
+    /// [`GpuBackend::copy_d2d_async`].
     CopyD2DAsync,
+    /// [`GpuBackend::copy_d2d_2d_async`].
     CopyD2D2DAsync,
+    /// [`GpuBackend::begin_capture`].
     BeginCapture,
+    /// [`GpuBackend::end_capture`].
     EndCapture,
+    /// [`GpuBackend::launch_graph`].
     LaunchGraph,
+    /// [`GpuBackend::destroy_graph`].
     DestroyGraph,
+    /// [`GpuBackend::abort_capture_if_active`].
     AbortCaptureIfActive,
+    /// [`GpuBackend::device_free_memory`].
     DeviceFreeMemory,
+    /// [`GpuBackend::live_alloc_count`].
     LiveAllocCount,
+    /// [`GpuBackend::create_stream`].
     CreateStream,
+    /// [`GpuBackend::bind_to_thread`].
     BindToThread,
+    /// [`GpuBackend::create_event`].
     CreateEvent,
+    /// [`GpuBackend::record_event`].
     RecordEvent,
+    /// [`GpuBackend::stream_wait_event`].
     StreamWaitEvent,
+    /// [`GpuBackend::event_synchronize`].
     EventSynchronize,
+    /// [`GpuBackend::destroy_event`].
     DestroyEvent,
+    /// [`GpuBackend::host_ptr_to_device`].
     HostPtrToDevice,
+    /// [`GpuBackend::alloc_host_pinned`].
     AllocHostPinned,
+    /// [`GpuBackend::free_host_pinned`].
     FreeHostPinned,
+    /// [`GpuBackend::redzone_hits`].
     RedzoneHits,
+    /// [`GpuBackend::step_boundary`].
     StepBoundary,
+    /// [`GpuBackend::encode_tensor_map`].
     EncodeTensorMap,
 }
 

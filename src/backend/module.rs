@@ -48,7 +48,10 @@ impl fmt::Debug for HostFault {
 pub trait HostCtx {
     /// "module::kernel", for messages.
     fn kernel_name(&self) -> &str;
+    /// The launch's grid, in blocks per dimension.
     fn grid(&self) -> [u32; 3];
+    /// The launch's block, in threads per dimension; twins that reduce read it, since it sets
+    /// the CUDA code's order of additions.
     fn block(&self) -> [u32; 3];
     /// The first `n` bytes of argument `i`, or a fault if it is narrower.
     fn arg(&self, i: usize, n: usize) -> Result<&[u8], HostFault>;
@@ -86,6 +89,8 @@ fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
 
 /// The typed helpers CPU bodies are written with, over the primitives.
 impl dyn HostCtx + '_ {
+    /// A fault for arguments the body cannot run with (see `bad_args_text`), for `return
+    /// Err(ctx.bad_args(...))`.
     pub fn bad_args(&self, detail: impl Into<String>) -> HostFault {
         self.bad_args_text(detail.into())
     }
@@ -104,23 +109,28 @@ impl dyn HostCtx + '_ {
         }
     }
 
+    /// Argument `i` as a device address (8 bytes, little-endian).
     pub fn ptr(&self, i: usize) -> Result<DevicePtr, HostFault> {
         let b: [u8; 8] = self.arg(i, 8)?.try_into().expect("8 bytes");
         Ok(DevicePtr(u64::from_le_bytes(b)))
     }
 
+    /// Argument `i` as a `u32` (4 bytes, little-endian).
     pub fn u32(&self, i: usize) -> Result<u32, HostFault> {
         Ok(u32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }
 
+    /// Argument `i` as a `u64` (8 bytes, little-endian).
     pub fn u64(&self, i: usize) -> Result<u64, HostFault> {
         Ok(u64::from_le_bytes(self.arg(i, 8)?.try_into().expect("8")))
     }
 
+    /// Argument `i` as an `i32` (4 bytes, little-endian).
     pub fn i32(&self, i: usize) -> Result<i32, HostFault> {
         Ok(i32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }
 
+    /// Argument `i` as an `f32` (4 bytes, little-endian).
     pub fn f32(&self, i: usize) -> Result<f32, HostFault> {
         Ok(f32::from_le_bytes(self.arg(i, 4)?.try_into().expect("4")))
     }
@@ -137,6 +147,7 @@ impl dyn HostCtx + '_ {
         }
     }
 
+    /// Write `bytes` at `ptr`, bounds-checked before anything is written.
     pub fn write(&mut self, ptr: DevicePtr, bytes: &[u8]) -> Result<(), HostFault> {
         self.write_slice(ptr, bytes.len())?.copy_from_slice(bytes);
         Ok(())
@@ -148,11 +159,13 @@ impl dyn HostCtx + '_ {
         Ok(())
     }
 
+    /// `n` f32 values at `ptr`, bounds-checked.
     pub fn read_f32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<f32>, HostFault> {
         let b = self.read(ptr, n.saturating_mul(4))?;
         Ok(words(b).map(f32::from_le_bytes).collect())
     }
 
+    /// `n` u32 values at `ptr`, bounds-checked.
     pub fn read_u32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u32>, HostFault> {
         let b = self.read(ptr, n.saturating_mul(4))?;
         Ok(words(b).map(u32::from_le_bytes).collect())
@@ -164,6 +177,7 @@ impl dyn HostCtx + '_ {
         Ok(words(b).map(u16::from_le_bytes).collect())
     }
 
+    /// Write `vals` as 16-bit words at `ptr` (bf16 or f16 bits), bounds-checked first.
     pub fn write_u16(&mut self, ptr: DevicePtr, vals: &[u16]) -> Result<(), HostFault> {
         let dst = self.write_slice(ptr, vals.len().saturating_mul(2))?;
         for (d, v) in dst.chunks_exact_mut(2).zip(vals) {
@@ -172,6 +186,7 @@ impl dyn HostCtx + '_ {
         Ok(())
     }
 
+    /// Write `vals` as f32 at `ptr`, bounds-checked first.
     pub fn write_f32(&mut self, ptr: DevicePtr, vals: &[f32]) -> Result<(), HostFault> {
         let dst = self.write_slice(ptr, vals.len() * 4)?;
         for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
@@ -180,6 +195,7 @@ impl dyn HostCtx + '_ {
         Ok(())
     }
 
+    /// Write `vals` as u32 at `ptr`, bounds-checked first.
     pub fn write_u32(&mut self, ptr: DevicePtr, vals: &[u32]) -> Result<(), HostFault> {
         let dst = self.write_slice(ptr, vals.len() * 4)?;
         for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
@@ -202,6 +218,8 @@ impl dyn HostCtx + '_ {
 /// One kernel of a module: what its parameters are, and how the mock runs it.
 #[derive(Clone)]
 pub struct KernelDesc {
+    /// The kernel's name in the source (its `extern "C"` symbol), as `GpuBackend::kernel`
+    /// looks it up.
     pub name: String,
     /// Each parameter's size and access (a driver reports only sizes: the kernel's owner says
     /// which pointers are read and which written).
@@ -216,6 +234,8 @@ pub struct KernelDesc {
 }
 
 impl KernelDesc {
+    /// A kernel with its parameters and, for the mock to run it, a CPU body; no element types
+    /// (`with_elems` adds them).
     pub fn new(name: &str, params: Vec<ParamInfo>, body: Option<HostBody>) -> Self {
         KernelDesc {
             name: name.to_string(),
@@ -236,8 +256,13 @@ impl KernelDesc {
 /// its kernels.
 #[derive(Clone)]
 pub struct ModuleDesc {
+    /// The module's name: `GpuBackend::kernel(module, ...)` looks kernels up under it, and
+    /// loading it again under the same name replaces its code.
     pub name: String,
+    /// The CUDA C. `None` for a module that exists only as CPU bodies: the mock loads it,
+    /// CUDA refuses.
     pub source: Option<String>,
+    /// Every kernel a caller may look up in it.
     pub kernels: Vec<KernelDesc>,
 }
 

@@ -15,6 +15,7 @@ pub struct OpCache {
 }
 
 impl OpCache {
+    /// An empty cache: no handles, no scratch.
     pub fn new() -> Self {
         Self::default()
     }
@@ -63,10 +64,12 @@ impl OpCache {
         self.kernels.lock().retain(|(m, _), _| *m != module);
     }
 
+    /// Scratch buffers held now: 0 after `release_scratch`.
     pub fn scratch_count(&self) -> usize {
         self.scratch.lock().len()
     }
 
+    /// Kernel handles memoized now; `forget_module` drops a module's.
     pub fn kernel_count(&self) -> usize {
         self.kernels.lock().len()
     }

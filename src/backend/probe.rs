@@ -21,6 +21,8 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// One cell of the probe table: "call ok, end err 901, eager" (`-` for no device effect,
+    /// `lost` for work that landed neither before nor after the graph).
     pub fn describe(&self) -> String {
         let r = |x: &Result<(), u32>| match x {
             Ok(()) => "ok".to_string(),
@@ -39,14 +41,20 @@ impl Outcome {
 /// One probe: a table row's conditions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
+    /// The call probed.
     pub op: CaptureOp,
+    /// Where the probed call's stream stands against the capture.
     pub relation: Relation,
+    /// The kind of stream the backend creates (and the capture runs on).
     pub kind: StreamKind,
+    /// The capture's mode, set on the backend the probe runs on.
     pub mode: CaptureMode,
+    /// Whether the probed call is made on the thread that began the capture.
     pub same_thread: bool,
 }
 
 impl Probe {
+    /// The conditions `decide` judges this probe's call under.
     pub fn context(&self) -> CaptureContext {
         CaptureContext {
             relation: self.relation,
@@ -336,14 +344,18 @@ fn release(g: &dyn GpuBackend, bufs: &[DevicePtr; 2], spare_freed: bool, events:
 /// One probe's result beside the table's prediction.
 #[derive(Clone, Debug)]
 pub struct ProbeRow {
+    /// The conditions run.
     pub probe: Probe,
+    /// The id of the table row that decides them.
     pub rule: &'static str,
+    /// What that row predicts.
     pub expected: Outcome,
     /// What the backend did, or why the probe itself could not run.
     pub observed: Result<Outcome, String>,
 }
 
 impl ProbeRow {
+    /// The probe ran and the backend did what the table says.
     pub fn agrees(&self) -> bool {
         self.observed.as_ref().is_ok_and(|o| *o == self.expected)
     }

@@ -15,15 +15,21 @@ use std::collections::HashMap;
 /// analyses treat `Unknown` pointers as read-write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ParamAccess {
+    /// Nobody declared it: a driver-reported layout alone. A buffer passed there is taken as
+    /// read and written.
     Unknown,
     /// A plain value (scalar or by-value struct), never a pointer.
     Value,
+    /// A pointer the kernel reads through and never writes.
     Read,
+    /// A pointer the kernel writes through and does not read.
     Write,
+    /// A pointer the kernel both reads and writes through.
     ReadWrite,
 }
 
 impl ParamAccess {
+    /// Declared a pointer (`Read`, `Write`, `ReadWrite`); `Unknown` is not.
     pub fn is_pointer(self) -> bool {
         matches!(
             self,
@@ -35,8 +41,11 @@ impl ParamAccess {
 /// One parameter of a kernel: where it sits in the packed parameter buffer and how big it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ParamInfo {
+    /// Bytes from the start of the packed parameter buffer.
     pub offset: u32,
+    /// Bytes the parameter takes: 8 for a pointer, 128 for a tensor map.
     pub size: u32,
+    /// How the kernel uses it, as its owner declared.
     pub access: ParamAccess,
 }
 
@@ -67,8 +76,11 @@ impl ParamInfo {
 /// buffers as these; a kernel's `unsigned short*` is not assumed to be bf16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ElemType {
+    /// IEEE binary32, 4 bytes.
     F32,
+    /// IEEE binary16, 2 bytes.
     F16,
+    /// bfloat16 (binary32's top half), 2 bytes.
     Bf16,
 }
 
@@ -104,8 +116,12 @@ impl ElemType {
 /// A kernel as the registry knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelInfo {
+    /// The module it was loaded from.
     pub module: String,
+    /// Its name in the module, as looked up.
     pub name: String,
+    /// Its parameter layout: offsets and sizes from the backend, access from the owner's
+    /// declaration (`Unknown` where none).
     pub params: Vec<ParamInfo>,
     /// Element type per parameter, where the kernel's owner declared one (empty: none
     /// declared). Kept out of the `Kernel` frame's encoding, which older readers know; a trace
@@ -118,6 +134,7 @@ pub struct KernelInfo {
 /// module has no source.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleCode {
+    /// The module's name, as kernels are looked up under it.
     pub name: String,
     /// CUDA C source, when the module was compiled from source on this machine.
     pub source: Option<String>,
@@ -140,7 +157,9 @@ struct Inner {
 /// One kernel lookup the audit saw.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KernelLookup {
+    /// The module asked for.
     pub module: String,
+    /// The kernel asked for in it.
     pub func: String,
     /// The caller's `file:line:col`.
     pub site: String,
@@ -214,6 +233,7 @@ pub struct KernelRegistry {
 }
 
 impl KernelRegistry {
+    /// An empty registry, its audit empty.
     pub fn new() -> Self {
         Self::default()
     }
@@ -322,10 +342,13 @@ impl KernelRegistry {
         }
     }
 
+    /// The kernel a handle this backend issued stands for: how a recorder names a raw
+    /// launch's kernel and reads its layout.
     pub fn kernel_by_handle(&self, handle: KernelHandle) -> Option<KernelInfo> {
         self.inner.read().by_handle.get(&handle).cloned()
     }
 
+    /// The kernel registered as `module::name`, if looked up once.
     pub fn kernel_by_name(&self, module: &str, name: &str) -> Option<KernelInfo> {
         self.inner
             .read()
@@ -334,6 +357,7 @@ impl KernelRegistry {
             .cloned()
     }
 
+    /// The code of the module loaded under `name`, the latest if reloaded.
     pub fn module(&self, name: &str) -> Option<ModuleCode> {
         self.inner
             .read()
@@ -343,10 +367,12 @@ impl KernelRegistry {
             .cloned()
     }
 
+    /// Every module's code, in first-load order.
     pub fn modules(&self) -> Vec<ModuleCode> {
         self.inner.read().modules.clone()
     }
 
+    /// Modules loaded, a reloaded one counted once.
     pub fn module_count(&self) -> usize {
         self.inner.read().modules.len()
     }

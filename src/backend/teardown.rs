@@ -13,6 +13,7 @@ pub struct ReleaseFailure {
     pub resource: &'static str,
     /// What was being released: `buffer q`, `tensor l0.wq`, `K pool of layer 1`...
     pub what: String,
+    /// Why it failed: the backend's error, chain and all.
     pub error: anyhow::Error,
 }
 
@@ -28,6 +29,7 @@ impl fmt::Display for ReleaseFailure {
 #[derive(Debug, Error)]
 #[error("{} release(s) failed at teardown ({}): {}", .failures.len(), resources(.failures), list(.failures))]
 pub struct TeardownError {
+    /// The failed releases, in the order they were attempted; never empty.
     pub failures: Vec<ReleaseFailure>,
 }
 
@@ -54,6 +56,7 @@ pub struct Releases {
 }
 
 impl Releases {
+    /// A teardown with nothing attempted yet.
     pub fn new() -> Releases {
         Releases::default()
     }

@@ -20,15 +20,25 @@ pub type TensorMapImage = [u8; TENSOR_MAP_BYTES];
 /// driver's numbering).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TensorMapDtype {
+    /// Unsigned 8-bit integers (driver code 0).
     U8,
+    /// Unsigned 16-bit integers (1).
     U16,
+    /// Unsigned 32-bit integers (2).
     U32,
+    /// Signed 32-bit integers (3).
     I32,
+    /// Unsigned 64-bit integers (4).
     U64,
+    /// Signed 64-bit integers (5).
     I64,
+    /// IEEE binary16 (6).
     F16,
+    /// IEEE binary32 (7).
     F32,
+    /// IEEE binary64 (8).
     F64,
+    /// bfloat16 (9).
     Bf16,
 }
 
@@ -83,6 +93,7 @@ impl TensorMapDtype {
 /// besides the pointer. Dimension 0 is the innermost (contiguous) one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TensorMapDesc {
+    /// The element type; sets the byte width behind `dims` and `box_dims`.
     pub dtype: TensorMapDtype,
     /// Elements per dimension (1 to 5 dimensions).
     pub dims: Vec<u64>,
@@ -106,35 +117,79 @@ pub struct TensorMapDesc {
 /// mock refuses what CUDA refuses and the message says which rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TensorMapError {
+    /// `dims` has this many entries; the driver takes 1 to 5.
     #[error("a tensor map has 1 to 5 dimensions, not {0}")]
     Rank(usize),
+    /// A per-dimension list whose length does not fit the rank.
     #[error("{what} has {got} entries; a rank-{rank} map needs {want}")]
     Shape {
+        /// The field: `strides`, `box_dims` or `element_strides`.
         what: &'static str,
+        /// Entries it has.
         got: usize,
+        /// Entries the rank needs (`rank - 1` for `strides`).
         want: usize,
+        /// The map's rank, `dims.len()`.
         rank: usize,
     },
+    /// The global address (here) is not a multiple of 16.
     #[error("global address {0:#x} is not 16-byte aligned")]
     Unaligned(u64),
+    /// A stride is 0 or not a multiple of 16 bytes.
     #[error("stride {index} ({stride} bytes) is not a multiple of 16")]
-    Stride { index: usize, stride: u64 },
+    Stride {
+        /// Its index in `strides` (dimension `index + 1`).
+        index: usize,
+        /// Its value, in bytes.
+        stride: u64,
+    },
+    /// A box dimension outside 1 to 256 elements.
     #[error("box dimension {index} is {size}; each must be 1 to 256")]
-    Box { index: usize, size: u32 },
+    Box {
+        /// The dimension.
+        index: usize,
+        /// Its value, in elements.
+        size: u32,
+    },
+    /// The box's innermost extent, in bytes (here), is not a multiple of 16 (without
+    /// interleave).
     #[error("the box's inner dimension is {0} bytes; it must be a multiple of 16")]
     InnerBox(u64),
+    /// A traversal stride outside 1 to 8.
     #[error("element stride {index} is {stride}; each must be 1 to 8")]
-    ElementStride { index: usize, stride: u32 },
+    ElementStride {
+        /// The dimension.
+        index: usize,
+        /// Its value, in elements.
+        stride: u32,
+    },
+    /// A dimension of 0 elements or more than 2^32.
     #[error("dimension {index} is {size} elements; each must be 1 to 2^32")]
-    Dim { index: usize, size: u64 },
+    Dim {
+        /// The dimension.
+        index: usize,
+        /// Its value, in elements.
+        size: u64,
+    },
+    /// An enum setting (interleave, swizzle, L2 promotion, out-of-bounds fill) past the
+    /// driver's last value.
     #[error("{what} {value} is not one the driver defines (0 to {max})")]
     Setting {
+        /// The setting, in words.
         what: &'static str,
+        /// The value given.
         value: u32,
+        /// The driver's largest value for it.
         max: u32,
     },
+    /// The map reaches past the end of the buffer its address lies in.
     #[error("the map spans {span} bytes from its address, past the {bytes}-byte buffer")]
-    PastBuffer { span: u64, bytes: u64 },
+    PastBuffer {
+        /// Bytes from the map's address to one past its last element (`TensorMapDesc::span`).
+        span: u64,
+        /// The buffer's size, in bytes.
+        bytes: u64,
+    },
 }
 
 impl TensorMapDesc {
@@ -159,6 +214,7 @@ impl TensorMapDesc {
         }
     }
 
+    /// Number of dimensions, 1 to 5 in a valid map.
     pub fn rank(&self) -> usize {
         self.dims.len()
     }

@@ -10,6 +10,7 @@ use std::fmt;
 pub struct DevicePtr(pub u64);
 
 impl DevicePtr {
+    /// Address 0: no allocation. What a kernel's optional buffer argument passes for "none".
     pub const NULL: DevicePtr = DevicePtr(0);
 
     /// A view `bytes` further into the same allocation. Wrapping, not checked: bounds are the
@@ -18,10 +19,12 @@ impl DevicePtr {
         DevicePtr(self.0.wrapping_add(bytes as u64))
     }
 
+    /// The address as a number, for arithmetic and for printing.
     pub fn raw(self) -> u64 {
         self.0
     }
 
+    /// Whether this is address 0.
     pub fn is_null(self) -> bool {
         self.0 == 0
     }
@@ -46,6 +49,7 @@ pub struct RedzoneHit {
     pub base: DevicePtr,
     /// First and last changed byte, as offsets past the allocation's end.
     pub first: usize,
+    /// See `first`: inclusive, so a one-byte overrun has `first == last`.
     pub last: usize,
 }
 
@@ -62,7 +66,10 @@ pub struct GraphHandle(pub u64);
 /// a recorder name the buffer without guessing from the bit pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelArg<'a> {
+    /// A device address, passed as its 8 bytes; a recorder names the buffer it lies in.
     Buffer(DevicePtr),
+    /// A value passed as its bytes, laid out as the kernel's parameter (a scalar, a struct, a
+    /// tensor map).
     Bytes(&'a [u8]),
 }
 
@@ -86,18 +93,24 @@ fn bytemuck_u32(v: &u32) -> &[u8] {
 /// has no mode argument, so each backend carries one (see `BackendConfig`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 pub enum CaptureMode {
+    /// Unsafe calls (host syncs, allocations) are refused on every thread while the capture
+    /// runs: the driver's default, and the strictest.
     Global,
+    /// Unsafe calls are refused only on the thread that began the capture.
     ThreadLocal,
+    /// Nothing is refused for being unsafe; the capture still refuses what it cannot hold.
     Relaxed,
 }
 
 impl CaptureMode {
+    /// Every mode, for tests and probes that walk the rule table.
     pub const ALL: [CaptureMode; 3] = [
         CaptureMode::Global,
         CaptureMode::ThreadLocal,
         CaptureMode::Relaxed,
     ];
 
+    /// The mode as reports and flags spell it: "global", "thread-local", "relaxed".
     pub fn name(self) -> &'static str {
         match self {
             CaptureMode::Global => "global",
@@ -111,13 +124,17 @@ impl CaptureMode {
 /// not (`CU_STREAM_NON_BLOCKING`). It decides which legacy-stream calls break a capture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 pub enum StreamKind {
+    /// Created with `CU_STREAM_DEFAULT`: orders against the legacy stream's work, both ways.
     Blocking,
+    /// Created with `CU_STREAM_NON_BLOCKING`: runs beside the legacy stream's work.
     NonBlocking,
 }
 
 impl StreamKind {
+    /// Both kinds, for tests and probes that walk the rule table.
     pub const ALL: [StreamKind; 2] = [StreamKind::Blocking, StreamKind::NonBlocking];
 
+    /// The kind as reports and flags spell it: "blocking", "non-blocking".
     pub fn name(self) -> &'static str {
         match self {
             StreamKind::Blocking => "blocking",

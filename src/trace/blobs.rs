@@ -219,10 +219,14 @@ impl BlobStore {
         self.store = Some(dir);
     }
 
+    /// Where stored blobs are looked for, if anywhere: `set_store`'s, else the trace's own
+    /// `Frame::BlobStore`.
     pub fn store_dir(&self) -> Option<&Path> {
         self.store.as_deref()
     }
 
+    /// Hold `bytes` as blob `id`, replacing any entry. The caller vouches that `id` is their
+    /// id (`insert_content` computes it).
     pub fn insert(&mut self, id: BlobId, bytes: Vec<u8>) {
         self.entries.insert(id, Entry::Owned(bytes));
     }
@@ -261,6 +265,7 @@ impl BlobStore {
             .insert(id, Entry::Chunked(len, parts, OnceLock::new()));
     }
 
+    /// Whether the trace defines `id` (its bytes may still be in the file or the store).
     pub fn contains(&self, id: &BlobId) -> bool {
         self.entries.contains_key(id)
     }
@@ -270,6 +275,7 @@ impl BlobStore {
         self.entries.len()
     }
 
+    /// No blob defined.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -9,7 +9,8 @@ use smallvec::SmallVec;
 use std::fmt;
 
 macro_rules! id_type {
-    ($name:ident, $prefix:literal) => {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
         #[derive(
             Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
         )]
@@ -22,13 +23,43 @@ macro_rules! id_type {
     };
 }
 
-id_type!(BufferId, "buf");
-id_type!(StreamId, "s");
-id_type!(EventId, "ev");
-id_type!(GraphId, "graph");
-id_type!(KernelId, "k");
-id_type!(HostId, "host");
-id_type!(SiteId, "site");
+id_type!(
+    /// A device allocation, numbered in order of creation; printed `buf3`. An address
+    /// allocated again after a free is a new id.
+    BufferId,
+    "buf"
+);
+id_type!(
+    /// A stream other than the legacy one, numbered as created or first seen; `s1`.
+    StreamId,
+    "s"
+);
+id_type!(
+    /// An event, numbered as created or first seen; `ev0`.
+    EventId,
+    "ev"
+);
+id_type!(
+    /// An instantiated graph, numbered as captured or first seen; `graph0`.
+    GraphId,
+    "graph"
+);
+id_type!(
+    /// A kernel, numbered as first looked up or launched; its `Frame::Kernel` says
+    /// which module and name. Printed `k2`.
+    KernelId,
+    "k"
+);
+id_type!(
+    /// A pinned host region from `alloc_host_pinned`, numbered in order; `host0`.
+    HostId,
+    "host"
+);
+id_type!(
+    /// A call site (`Frame::Site`: file, line, column), numbered as first seen; `site4`.
+    SiteId,
+    "site"
+);
 
 /// A content hash (first 16 bytes of BLAKE3) naming a blob of bytes stored once per trace.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -40,6 +71,7 @@ pub struct BlobId(pub [u8; 16]);
 pub const CHUNK_BYTES: usize = 16 << 20;
 
 impl BlobId {
+    /// The id of these bytes, held whole.
     pub fn of(bytes: &[u8]) -> BlobId {
         Self::from_hash(blake3::hash(bytes))
     }
@@ -87,20 +119,27 @@ impl fmt::Display for BlobId {
 /// A device address, as a trace spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DevAddr {
+    /// Address 0.
     Null,
     /// Inside (or one past the end of) a buffer the recorder knows.
     Buf {
+        /// The buffer.
         buf: BufferId,
+        /// Bytes from its base.
         off: u64,
     },
     /// Inside a buffer that was already freed (a use-after-free or double free).
     Freed {
+        /// The freed buffer.
         buf: BufferId,
+        /// Bytes from its base.
         off: u64,
     },
     /// Not in any live buffer. The nearest buffer below it, and how far past its base, is kept
     /// so a fault report can still say "4 KiB past the end of buf7".
     Unknown {
+        /// The nearest buffer below and the distance from its base, in bytes; `None` when no
+        /// buffer lies below.
         near: Option<(BufferId, u64)>,
     },
 }
@@ -124,6 +163,7 @@ impl fmt::Display for DevAddr {
 pub enum StreamRef {
     /// The legacy NULL stream (handle 0).
     Legacy,
+    /// A stream the engine created, or one first seen in use.
     Id(StreamId),
 }
 
@@ -139,8 +179,11 @@ impl fmt::Display for StreamRef {
 /// A host pointer into a pinned region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum HostAddr {
+    /// Inside a pinned region the recorder saw allocated.
     Pinned {
+        /// The region.
         host: HostId,
+        /// Bytes from its start.
         off: u64,
     },
     /// Not a pinned region this recorder saw allocated.
@@ -173,7 +216,9 @@ impl Arg {
 /// A tensor-map argument, as recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMapArg {
+    /// The address the map was encoded for.
     pub base: DevAddr,
+    /// What it describes, less the address.
     pub desc: crate::backend::TensorMapDesc,
 }
 
@@ -228,188 +273,328 @@ impl<'de> Deserialize<'de> for ArgBytes {
     }
 }
 
+/// A launch's arguments, in parameter order; eight inline before any heap allocation.
 pub type Args = SmallVec<[Arg; 8]>;
 
 /// One call of the trait, with its arguments as ids and blobs.
+///
+/// Each variant is the [`GpuBackend`](crate::backend::GpuBackend) method of the same name
+/// (`CallKind` names them). Sizes and lengths are in bytes; `data` is the blob of bytes a call
+/// uploaded, stored once per trace by hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Call {
+    /// `alloc`: returns the new buffer's id.
     Alloc {
+        /// Bytes asked for.
         bytes: u64,
     },
+    /// `alloc_managed`: returns the new buffer's id.
     AllocManaged {
+        /// Bytes asked for.
         bytes: u64,
     },
+    /// `free`.
     Free {
+        /// The address freed: a buffer's base, or what else the engine passed.
         ptr: DevAddr,
     },
+    /// `copy_h2d`.
     CopyH2D {
+        /// Where the bytes went.
         dst: DevAddr,
+        /// The bytes uploaded.
         data: BlobId,
+        /// Bytes copied.
         len: u64,
     },
+    /// `copy_d2h`: returns the bytes read (`Value::Bytes`), which a replay compares.
     CopyD2H {
+        /// Where the bytes were read from.
         src: DevAddr,
+        /// Bytes read.
         len: u64,
     },
+    /// `copy_d2d`.
     CopyD2D {
+        /// Where the bytes were read from.
         src: DevAddr,
+        /// Where they went.
         dst: DevAddr,
+        /// Bytes copied.
         len: u64,
     },
+    /// `launch`: a raw launch, its arguments read through the kernel's parameter layout.
     Launch {
+        /// The kernel, as a `Frame::Kernel` names it.
         kernel: KernelId,
+        /// Blocks per dimension.
         grid: [u32; 3],
+        /// Threads per block, per dimension.
         block: [u32; 3],
+        /// Dynamic shared memory per block, in bytes.
         shared_mem: u32,
+        /// The stream it was enqueued on.
         stream: StreamRef,
+        /// One per parameter; empty when no layout was known (`Finding::ArgsNotRecorded`).
         args: Args,
     },
+    /// `launch_typed`: the same fields as `Launch`, its arguments as the engine typed them.
     LaunchTyped {
+        /// The kernel, as a `Frame::Kernel` names it.
         kernel: KernelId,
+        /// Blocks per dimension.
         grid: [u32; 3],
+        /// Threads per block, per dimension.
         block: [u32; 3],
+        /// Dynamic shared memory per block, in bytes.
         shared_mem: u32,
+        /// The stream it was enqueued on.
         stream: StreamRef,
+        /// One per argument passed.
         args: Args,
     },
+    /// `synchronize`: a host sync.
     Synchronize {
+        /// The stream waited for.
         stream: StreamRef,
     },
+    /// `default_stream`: returns the stream.
     DefaultStream,
+    /// `kernel`: returns the kernel's id.
     Kernel {
+        /// The module asked for.
         module: String,
+        /// The kernel asked for in it.
         func: String,
     },
+    /// `op_cache`.
     OpCache,
+    /// `memset`: synchronous, on the legacy stream.
     Memset {
+        /// The first byte filled.
         dst: DevAddr,
+        /// The fill byte.
         value: u8,
+        /// Bytes filled.
         len: u64,
     },
+    /// `memset_async`.
     MemsetAsync {
+        /// The first byte filled.
         dst: DevAddr,
+        /// The fill byte.
         value: u8,
+        /// Bytes filled.
         len: u64,
+        /// The stream it was enqueued on.
         stream: StreamRef,
     },
+    /// `total_memory`: returns a count of bytes.
     TotalMemory,
+    /// `free_memory`: returns a count of bytes.
     FreeMemory,
+    /// `sm_count`: returns a count.
     SmCount,
+    /// `sweep_unreleased`: returns how many allocations it freed.
     SweepUnreleased,
+    /// `live_bytes`: returns an optional count of bytes.
     LiveBytes,
+    /// `alloc_report`: returns the report's text, if any.
     AllocReport {
+        /// Sites at most.
         top_n: u64,
+        /// Smallest site shown, in MiB.
         min_mb: u64,
     },
+    /// `copy_d2h_on_stream`: a host sync; returns the bytes read.
     CopyD2HOnStream {
+        /// Where the bytes were read from.
         src: DevAddr,
+        /// Bytes read.
         len: u64,
+        /// The stream whose work the read waits for.
         stream: StreamRef,
     },
+    /// `stream_is_capturing`: returns a bool.
     StreamIsCapturing {
+        /// The stream asked about.
         stream: StreamRef,
     },
+    /// `scan_redzones`: returns how many guard bands were written.
     ScanRedzones,
+    /// `poison_redzones`.
     PoisonRedzones {
+        /// First creation index filled with the fill byte.
         lo: u64,
+        /// One past the last.
         hi: u64,
     },
+    /// `debug_sync_kernels`: returns a bool.
     DebugSyncKernels,
+    /// `kernel_registry`.
     KernelRegistry,
+    /// `copy_h2d_async`.
     CopyH2DAsync {
+        /// Where the bytes went.
         dst: DevAddr,
+        /// The bytes uploaded, as they were when the call was made.
         data: BlobId,
+        /// Bytes copied.
         len: u64,
+        /// The stream it was enqueued on.
         stream: StreamRef,
     },
+    /// `copy_h2d_async_retained`: the source must not change until the stream's next sync
+    /// (`Finding::RetainedSourceChanged` says when it did).
     CopyH2DAsyncRetained {
+        /// Where the bytes went.
         dst: DevAddr,
+        /// The bytes uploaded, as they were when the call was made.
         data: BlobId,
+        /// Bytes copied.
         len: u64,
+        /// The stream it was enqueued on.
         stream: StreamRef,
+        /// The source, when it lies in a pinned region.
         src: HostAddr,
     },
+    /// `copy_d2h_async`: its bytes are recorded at the sync that makes them visible
+    /// (`Frame::D2HResult`).
     CopyD2HAsync {
+        /// Where the bytes were read from.
         src: DevAddr,
+        /// Bytes read.
         len: u64,
+        /// The stream it was enqueued on.
         stream: StreamRef,
+        /// The destination, when it lies in a pinned region.
         dst: HostAddr,
     },
+    /// `copy_d2d_async`.
     CopyD2DAsync {
+        /// Where the bytes were read from.
         src: DevAddr,
+        /// Where they went.
         dst: DevAddr,
+        /// Bytes copied.
         len: u64,
+        /// The stream it was enqueued on.
         stream: StreamRef,
     },
+    /// `copy_d2d_2d_async`: `height` rows of `width` bytes.
     CopyD2D2DAsync {
+        /// The first source row.
         src: DevAddr,
+        /// Bytes from one source row to the next.
         src_pitch: u64,
+        /// The first destination row.
         dst: DevAddr,
+        /// Bytes from one destination row to the next.
         dst_pitch: u64,
+        /// Bytes copied per row.
         width: u64,
+        /// Rows.
         height: u64,
+        /// The stream it was enqueued on.
         stream: StreamRef,
     },
+    /// `begin_capture`.
     BeginCapture {
+        /// The stream that starts capturing.
         stream: StreamRef,
     },
+    /// `end_capture`: returns the graph's id.
     EndCapture {
+        /// The capturing stream.
         stream: StreamRef,
     },
+    /// `launch_graph`.
     LaunchGraph {
+        /// The graph, from an `EndCapture` (or adopted).
         graph: GraphId,
+        /// The stream it was enqueued on.
         stream: StreamRef,
     },
+    /// `destroy_graph`.
     DestroyGraph {
+        /// The graph released.
         graph: GraphId,
     },
+    /// `abort_capture_if_active`.
     AbortCaptureIfActive {
+        /// The stream whose capture, if any, is dropped.
         stream: StreamRef,
     },
+    /// `device_free_memory`: returns a count of bytes.
     DeviceFreeMemory,
+    /// `live_alloc_count`: returns a count.
     LiveAllocCount,
+    /// `create_stream`: returns the stream's id.
     CreateStream,
+    /// `bind_to_thread`.
     BindToThread,
+    /// `create_event`: returns the event's id.
     CreateEvent,
+    /// `record_event`.
     RecordEvent {
+        /// The event marked.
         event: EventId,
+        /// The stream whose point it marks.
         stream: StreamRef,
     },
+    /// `stream_wait_event`.
     StreamWaitEvent {
+        /// The stream made to wait.
         stream: StreamRef,
+        /// The event it waits for.
         event: EventId,
     },
+    /// `event_synchronize`: a host sync.
     EventSynchronize {
+        /// The event waited for.
         event: EventId,
     },
+    /// `destroy_event`.
     DestroyEvent {
+        /// The event released.
         event: EventId,
     },
+    /// `host_ptr_to_device`: returns the device alias as a buffer of its own.
     HostPtrToDevice {
+        /// The pinned host pointer asked about.
         host: HostAddr,
     },
+    /// `alloc_host_pinned`: returns the region's id.
     AllocHostPinned {
+        /// Bytes asked for.
         bytes: u64,
     },
+    /// `free_host_pinned`.
     FreeHostPinned {
+        /// The region freed.
         host: HostAddr,
+        /// Its size, as the engine passed it.
         bytes: u64,
     },
     /// What the last red-zone scan found: returns how many guard bands.
     RedzoneHits,
     /// The engine says a new step (a decode step, an iteration) begins here.
     StepBoundary {
+        /// The engine's step number, as it passed it.
         step: u64,
     },
     /// A tensor map built for the memory at `base` (returns `Unit`: the bytes hold an address,
     /// which a replay makes anew).
     EncodeTensorMap {
+        /// Where the map points: the buffer a replay encodes it for.
         base: DevAddr,
+        /// What the map describes, less its address.
         desc: crate::backend::TensorMapDesc,
     },
 }
 
 impl Call {
+    /// The trait method this call is.
     pub fn kind(&self) -> CallKind {
         use CallKind as K;
         match self {
@@ -699,18 +884,29 @@ impl Call {
 /// What a call returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Value {
+    /// Nothing: `Ok(())`.
     Unit,
+    /// A new buffer: `alloc`, `alloc_managed`, and `host_ptr_to_device`'s alias.
     Buffer(BufferId),
+    /// `default_stream`, `create_stream`.
     Stream(StreamRef),
+    /// `create_event`.
     Event(EventId),
+    /// `end_capture`.
     Graph(GraphId),
+    /// `kernel`.
     Kernel(KernelId),
+    /// `alloc_host_pinned`.
     Host(HostId),
+    /// A number: bytes (`total_memory`, `free_memory`...), SMs, allocations, guard bands.
     Count(u64),
+    /// `live_bytes`: bytes, `None` for a backend without a ledger.
     OptCount(Option<u64>),
+    /// `stream_is_capturing`, `debug_sync_kernels`.
     Bool(bool),
     /// The bytes a device-to-host copy returned.
     Bytes(BlobId),
+    /// `alloc_report`'s text, `None` for a backend without a ledger.
     Text(Option<String>),
 }
 
@@ -719,7 +915,9 @@ pub enum Value {
 pub struct ErrorRec {
     /// The CUDA driver code, when the error has one.
     pub code: Option<u32>,
+    /// The error's text, its `anyhow` chain included.
     pub message: String,
 }
 
+/// What a call returned, or how it failed: the `End` frame's result.
 pub type Ret = Result<Value, ErrorRec>;

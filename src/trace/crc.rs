@@ -7,6 +7,7 @@
 /// Above this many bytes the crate's interleaved lanes win.
 const SHORT: usize = 512;
 
+/// CRC32C (Castagnoli) of `bytes`: what frame headers carry for their header and payload.
 #[inline]
 pub fn crc32c(bytes: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]

@@ -102,7 +102,9 @@ pub struct ResultDiff {
 pub struct ResultDifference {
     /// Index in the call lists (`None`: the initial snapshot).
     pub index: Option<usize>,
+    /// The call's seq in trace A (`None` for the initial snapshot).
     pub seq_a: Option<u64>,
+    /// The call's seq in trace B (`None` for the initial snapshot).
     pub seq_b: Option<u64>,
     /// The call as trace A recorded it.
     pub call: String,

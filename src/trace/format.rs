@@ -28,6 +28,7 @@ use super::frame::{ArgRef, BeginRef, Frame, LaunchRef, FORMAT_VERSION, MAGIC, MI
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+/// Bytes before the first frame: magic, format, oldest reader, 4 reserved.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Frame header size of the format this build writes.
 pub const FRAME_HEADER_LEN: usize = 20;
@@ -35,43 +36,87 @@ pub(super) const FRAME_HEADER_LEN_V1: usize = 16;
 /// No single record is this big; a length field beyond it is corruption.
 pub const MAX_FRAME: usize = 1 << 30;
 
+/// Why a trace could not be opened, read or written. Each names the file; a damaged frame
+/// names its index and offset too. A cut (a file that just stops) is not an error: it is
+/// `Trace::cut`.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
+    /// Asked for a trace whose recording never finished: only its `.partial` file exists.
     #[error("{path} does not exist, but {partial} does: a recording that did not finish (its process died, or it is still running); open that")]
-    OnlyPartial { path: PathBuf, partial: PathBuf },
+    OnlyPartial {
+        /// The path asked for.
+        path: PathBuf,
+        /// The unfinished file beside it, which can be opened.
+        partial: PathBuf,
+    },
+    /// The file system refused.
     #[error("cannot {what} trace {path}")]
     Io {
+        /// What was being done: "read", "write"...
         what: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// A file of 0 bytes.
     #[error("{path}: empty file, not a trace")]
-    Empty { path: PathBuf },
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file has frames (or none) but no header frame.
     #[error("{path}: no trace header, so nothing was recorded ({reason})")]
-    NoHeader { path: PathBuf, reason: String },
+    NoHeader {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+    /// The first 8 bytes are not `MAGIC`.
     #[error("{path}: not a gputape trace (magic {found:02x?}, expected \"GPUTAPE\\0\")")]
-    BadMagic { path: PathBuf, found: Vec<u8> },
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The bytes found there.
+        found: Vec<u8>,
+    },
+    /// Written by a newer gputape, in a format this build cannot read.
     #[error("{path}: written in trace format {format}, which needs a reader of version {min_reader} or newer; this gputape reads format {ours}")]
     TooNew {
+        /// The file.
         path: PathBuf,
+        /// Its format.
         format: u16,
+        /// The oldest reader it allows.
         min_reader: u16,
+        /// This build's `FORMAT_VERSION`.
         ours: u16,
     },
+    /// A frame whose checksum or record does not hold: damage, not a cut.
     #[error("{path}: frame {frame} at byte offset {offset} is corrupt: {detail}")]
     Corrupt {
+        /// The file.
         path: PathBuf,
+        /// The frame's index, from 0.
         frame: u64,
+        /// Its byte offset in the file.
         offset: u64,
+        /// What was wrong.
         detail: String,
     },
+    /// A blob that could not be given: damaged, short, or missing from its store.
     #[error("{path}: blob {id}: {detail}")]
     Blob {
+        /// The trace file.
         path: PathBuf,
+        /// The blob, as `BlobId` prints it.
         id: String,
+        /// What was wrong.
         detail: String,
     },
+    /// A record the codec could not encode.
     #[error("cannot encode a trace record: {0}")]
     Encode(#[from] codec::CodecError),
 }
@@ -83,6 +128,8 @@ pub struct Cut {
     pub offset: u64,
     /// Number of complete frames before it.
     pub frames: u64,
+    /// What was found there, in words: zero padding, a header never written, a payload cut
+    /// short.
     pub reason: String,
 }
 
@@ -128,6 +175,7 @@ impl FrameClass {
 
 /// Where frames go.
 pub trait Sink: Send {
+    /// Append bytes: the file header, or a frame's parts.
     fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()>;
     /// Make what was written durable against this process dying (not the machine).
     fn flush(&mut self) -> std::io::Result<()>;
@@ -213,6 +261,8 @@ const LEAD_STEP: usize = 4 << 20;
 const SCRATCH: usize = 64 << 10;
 
 impl MmapSink {
+    /// Create `NAME.partial` for `path` (truncating one a dead recording left) and reserve
+    /// and map its first blocks; `finish` renames it to `path`.
     pub fn create(path: &Path) -> Result<Self, TraceError> {
         let io = |what| {
             move |source| TraceError::Io {
@@ -483,6 +533,7 @@ pub struct TraceWriter {
     sink: Box<dyn Sink>,
     buf: Vec<u8>,
     next_seq: u64,
+    /// Bytes handed to the sink so far, file header included.
     pub bytes_written: u64,
     /// The sink keeps frames as they are (a file): they carry their checksums. A sink that
     /// re-frames what it keeps (the flight recorder's) does not need them computed.
@@ -493,6 +544,7 @@ pub struct TraceWriter {
 }
 
 impl TraceWriter {
+    /// A writer over `sink`, which gets the file header at once.
     pub fn new(mut sink: Box<dyn Sink>) -> std::io::Result<Self> {
         let checksummed = sink.checksums();
         let mut head = [0u8; FILE_HEADER_LEN];
@@ -629,10 +681,12 @@ impl TraceWriter {
         Ok(())
     }
 
+    /// `Sink::flush`: what was written survives this process dying.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.sink.flush()
     }
 
+    /// `Sink::finish`: trim and close; a file sink renames `NAME.partial` to `NAME`.
     pub fn finish(&mut self) -> std::io::Result<()> {
         self.sink.finish()
     }

@@ -16,6 +16,7 @@ pub const FORMAT_VERSION: u16 = 6;
 /// The oldest reader that can read what this build writes: a format-5 reader does not know
 /// `Frame::KernelElems` and would call the trace corrupt.
 pub const MIN_READER_VERSION: u16 = 6;
+/// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
 /// How the file of a call's site begins when the call was the recording tool's own, not the
@@ -25,15 +26,23 @@ pub const TOOL_SITE: &str = "<gputape>";
 /// What the trace was recorded on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceHeader {
+    /// The format it was written in (`FORMAT_VERSION` of the build that wrote it).
     pub format: u16,
+    /// The oldest reader that can read it (`MIN_READER_VERSION` then).
     pub min_reader: u16,
+    /// The version of gputape that wrote it.
     pub gputape: String,
     /// `mock` or `cuda`.
     pub backend: String,
+    /// Which device of the host was recorded (0 for the first).
     pub device_ordinal: u32,
+    /// The device's name as the driver reports it, when known.
     pub device_name: Option<String>,
+    /// SMs on the device, when known.
     pub sm_count: Option<u32>,
+    /// Bytes of device memory, when known.
     pub total_memory: Option<u64>,
+    /// The driver version as CUDA reports it (12040 for 12.4), when known.
     pub driver_version: Option<i32>,
 }
 
@@ -46,6 +55,7 @@ pub struct Provenance {
     pub unix_ms: u64,
     /// The recorded process's command line, as it received it.
     pub command_line: Vec<String>,
+    /// The recorded process's id.
     pub pid: u32,
     /// The machine's host name, when it has one.
     pub host: Option<String>,
@@ -120,19 +130,27 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// A call as it begins: written before the wrapped backend runs it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Begin {
+    /// The call's number in its segment, from 0, in the order calls began; its `End` has the
+    /// same.
     pub seq: u64,
+    /// The recording thread that made it, numbered from 0 in order of first call.
     pub thread: u16,
+    /// The engine's line that made it.
     pub site: SiteId,
     /// Nanoseconds since recording started.
     pub t_ns: u64,
+    /// The call and its arguments.
     pub call: Call,
 }
 
 /// A call as it ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct End {
+    /// The `Begin` it closes.
     pub seq: u64,
+    /// Nanoseconds the wrapped backend took, from before the call to its return.
     pub dur_ns: u64,
+    /// What it returned, or its error.
     pub ret: Ret,
 }
 
@@ -141,62 +159,122 @@ pub struct End {
 pub enum Finding {
     /// `copy_h2d_async_retained` promised its source would not change before the next sync of
     /// its stream; it did.
-    RetainedSourceChanged { seq: u64, at_sync: u64 },
+    RetainedSourceChanged {
+        /// The copy's call.
+        seq: u64,
+        /// The sync whose check found the source changed.
+        at_sync: u64,
+    },
     /// A raw `launch` (call `seq`) of a kernel whose parameter layout nobody gave (a backend
     /// without a kernel registry that does not implement `GpuBackend::kernel_params`): its
     /// `params` arguments were not recorded, so a replay cannot run it.
-    ArgsNotRecorded { seq: u64, params: u32 },
+    ArgsNotRecorded {
+        /// The launch.
+        seq: u64,
+        /// How many parameters the launch passed.
+        params: u32,
+    },
 }
 
 /// A resource that existed before recording started and was first seen in use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Adopted {
-    Stream { id: StreamId, is_default: bool },
-    Event { id: EventId },
-    Graph { id: GraphId },
-    Host { id: HostId, bytes: u64 },
+    /// A stream created before recording started.
+    Stream {
+        /// The id it gets from now on.
+        id: StreamId,
+        /// It is the backend's `default_stream`.
+        is_default: bool,
+    },
+    /// An event created before recording started.
+    Event {
+        /// The id it gets from now on.
+        id: EventId,
+    },
+    /// A graph captured before recording started: a replay has no calls to build it from.
+    Graph {
+        /// The id it gets from now on.
+        id: GraphId,
+    },
+    /// A pinned host region allocated before recording started.
+    Host {
+        /// The id it gets from now on.
+        id: HostId,
+        /// Its size.
+        bytes: u64,
+    },
 }
 
 // `Begin` is large (a call's inline args), and boxing it would put a heap allocation on every
 // recorded call; frames live on the stack only while being encoded.
 #[allow(clippy::large_enum_variant)]
+/// One record of a trace file. A name (site, blob, module, kernel, initial buffer) comes
+/// before the first frame that uses it, so a trace read up to a cut means what it says. New
+/// variants go at the end: the encoding names them by position.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
+    /// The first frame: format and device.
     Header(TraceHeader),
+    /// A call site, named once; calls then carry its id.
     Site {
+        /// The id calls carry.
         id: SiteId,
+        /// The source file, as `Location::file` gives it.
         file: String,
+        /// 1-based line.
         line: u32,
+        /// 1-based column.
         col: u32,
     },
     /// Content-addressed bytes; `zstd` says whether `data` is compressed.
     Blob {
+        /// The hash of the uncompressed bytes.
         id: BlobId,
+        /// Uncompressed size, in bytes.
         len: u64,
+        /// `data` is zstd-compressed.
         zstd: bool,
+        /// The bytes as stored.
         data: Vec<u8>,
     },
+    /// A module's code, written when a kernel of it is first named: a replay compiles exactly
+    /// what ran.
     Module(ModuleCode),
+    /// A kernel, named once: its module, name and parameter layout.
     Kernel {
+        /// The id launches carry.
         id: KernelId,
+        /// What the backend's registry knew of it.
         info: KernelInfo,
     },
     /// A buffer live when recording started, with its contents then.
     Initial {
+        /// The buffer.
         buf: BufferId,
+        /// Its size.
         bytes: u64,
+        /// Its contents when recording started.
         data: BlobId,
+        /// Where it was allocated.
         site: SiteId,
     },
+    /// A stream, event, graph or pinned region that existed before recording, first seen in
+    /// use.
     Adopt(Adopted),
+    /// A call, written before the wrapped backend runs it.
     Begin(Begin),
+    /// The same call's result, written after it returned.
     End(End),
     /// An async device-to-host copy's bytes, captured at the sync that made them visible.
     D2HResult {
+        /// The copy's call.
         seq: u64,
+        /// The bytes it delivered.
         data: BlobId,
+        /// The host sync that made them visible.
         at_sync: u64,
     },
+    /// Something the recorder noticed that is not a call.
     Finding(Finding),
     /// Recording stopped cleanly.
     Stop,
@@ -204,14 +282,18 @@ pub enum Frame {
     /// buffers by id): it lets a replay find device addresses hidden inside buffer contents,
     /// and put buffers back at those addresses when it must.
     Address {
+        /// The buffer.
         buf: BufferId,
+        /// Its base address in the recorded process.
         addr: u64,
     },
     /// Content hashes of every live buffer right after the host sync `seq` (opt-in: see
     /// `RecordingBackend::hash_at_syncs`). A replay compares them to find the first sync at
     /// which a buffer differs, which narrows a divergence to the kernels since the sync before.
     SyncHashes {
+        /// The host sync.
         seq: u64,
+        /// Each live buffer and the hash of its contents then.
         hashes: Vec<(BufferId, BlobId)>,
     },
     /// When and by what the trace was recorded (format 3). Written right after the header.
@@ -221,18 +303,24 @@ pub enum Frame {
     /// second recording of the same bytes stores nothing again, and a reader holds one part
     /// at a time. `id` is `BlobId::chunked(len, parts)`.
     Chunked {
+        /// The whole blob's id.
         id: BlobId,
+        /// Its size, in bytes.
         len: u64,
+        /// Its parts in order, each `CHUNK_BYTES` but the last.
         parts: Vec<BlobId>,
     },
     /// Blob `id` of `len` bytes is in the shared blob store, not in this file (format 4).
     Stored {
+        /// The blob, named in the store by `BlobId::hex`.
         id: BlobId,
+        /// Its size, in bytes.
         len: u64,
     },
     /// Where the shared blob store was when the trace was recorded (format 4); a reader may
     /// be pointed elsewhere (`--blobs DIR`).
     BlobStore {
+        /// The store's directory, as the recorder was given it.
         dir: String,
     },
     /// This trace is a flight recorder's dump, and why it was taken (format 5).
@@ -241,7 +329,9 @@ pub enum Frame {
     /// (`KernelDesc::with_elems`; format 6). Its own frame so the `Kernel` frame keeps the
     /// encoding older readers know.
     KernelElems {
+        /// The kernel, named by an earlier `Frame::Kernel`.
         id: KernelId,
+        /// One per parameter; `None` for values and pointers of no declared float type.
         elems: Vec<Option<crate::backend::ElemType>>,
     },
 }
@@ -284,9 +374,13 @@ impl DumpInfo {
 /// `Frame` would move the call (with its inline arguments) into the frame and drop it after,
 /// which was a tenth of a recorded launch. Encodes to exactly the bytes of the `Frame` (tested).
 pub struct BeginRef<'a, C: Serialize + ?Sized = Call> {
+    /// `Begin::seq`.
     pub seq: u64,
+    /// `Begin::thread`.
     pub thread: u16,
+    /// `Begin::site`.
     pub site: SiteId,
+    /// `Begin::t_ns`.
     pub t_ns: u64,
     /// A `Call`, or anything that serializes like one. (A launch goes through
     /// `TraceWriter::write_launch_begin` instead.)
@@ -336,12 +430,19 @@ impl<C: Serialize + ?Sized> Serialize for BeginRef<'_, C> {
 /// a recorded launch, counting the drop). The codec writes it by hand
 /// (`codec::append_launch_begin`), in exactly the bytes of the `Call` it stands for (tested).
 pub struct LaunchRef<F> {
+    /// `Call::LaunchTyped` rather than `Call::Launch`.
     pub typed: bool,
+    /// The launch's kernel.
     pub kernel: KernelId,
+    /// Blocks per dimension.
     pub grid: [u32; 3],
+    /// Threads per block, per dimension.
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
     pub shared_mem: u32,
+    /// The stream it was enqueued on.
     pub stream: StreamRef,
+    /// How many arguments `arg` gives (indices `0..n_args`).
     pub n_args: usize,
     /// `Fn(usize) -> ArgRef`.
     pub arg: F,
@@ -351,7 +452,9 @@ pub struct LaunchRef<F> {
 /// into an `ArgBytes` only to encode them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArgRef<'a> {
+    /// `Arg::Buf`.
     Buf(DevAddr),
+    /// `Arg::Val`, its bytes borrowed.
     Val(&'a [u8]),
 }
 

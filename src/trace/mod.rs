@@ -1,6 +1,8 @@
 //! The trace: the one schema recorder, replayer, renderer and analyses share, and its file
 //! format.
 
+#![warn(missing_docs)]
+
 mod blobs;
 mod call;
 pub mod codec;
@@ -38,8 +40,11 @@ use std::path::Path;
 /// A site, as the trace stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteDef {
+    /// The source file, as `Location::file` gives it.
     pub file: String,
+    /// 1-based line.
     pub line: u32,
+    /// 1-based column.
     pub col: u32,
 }
 
@@ -53,41 +58,62 @@ impl std::fmt::Display for SiteDef {
 /// died there), which is exactly the call a fault reproduction wants.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CallRecord {
+    /// The call's number in its segment, from 0.
     pub seq: u64,
+    /// The recording thread that made it, numbered in order of first call.
     pub thread: u16,
+    /// The engine's line that made it.
     pub site: SiteId,
+    /// When it began, in nanoseconds since recording started.
     pub t_ns: u64,
+    /// Nanoseconds the wrapped backend took; `None` with `ret`.
     pub dur_ns: Option<u64>,
+    /// The call and its arguments.
     pub call: Call,
+    /// What it returned or how it failed; `None` if the trace ends inside it.
     pub ret: Option<Ret>,
 }
 
+/// A buffer live when recording started, with its contents then: what a replay allocates and
+/// fills before the first call (`Frame::Initial`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InitialBuffer {
+    /// The buffer.
     pub buf: BufferId,
+    /// Its size.
     pub bytes: u64,
+    /// Its contents when recording started.
     pub data: BlobId,
+    /// Where it was allocated.
     pub site: SiteId,
 }
 
 /// A trace, loaded.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
+    /// The header frame; `None` only for a `Trace::default()` (a file without one is refused).
     pub header: Option<TraceHeader>,
     /// When and by what it was recorded; `None` in format-2 traces.
     pub provenance: Option<Provenance>,
     /// Set when the trace is a flight recorder's dump: why it was taken.
     pub dump: Option<DumpInfo>,
+    /// Every call site the calls name.
     pub sites: BTreeMap<SiteId, SiteDef>,
     /// Every blob, read from the file as it is asked for (see `BlobStore`).
     pub blobs: BlobStore,
+    /// The code of every module a recorded kernel came from, in the order written.
     pub modules: Vec<ModuleCode>,
+    /// Every kernel the calls name: module, name, layout.
     pub kernels: BTreeMap<KernelId, KernelInfo>,
+    /// Buffers live when recording started, with their contents then.
     pub initial: Vec<InitialBuffer>,
+    /// Streams, events, graphs and pinned regions that existed before recording.
     pub adopted: Vec<Adopted>,
+    /// Every call the trace holds, in file order.
     pub calls: Vec<CallRecord>,
     /// Bytes of async device-to-host copies, by the copy's seq.
     pub d2h_async: BTreeMap<u64, BlobId>,
+    /// What the recorder noticed besides calls, in order.
     pub findings: Vec<Finding>,
     /// Buffer hashes at host syncs, by the sync's seq (see `Frame::SyncHashes`).
     pub sync_hashes: BTreeMap<u64, Vec<(BufferId, BlobId)>>,
@@ -98,7 +124,9 @@ pub struct Trace {
     pub addresses: BTreeMap<BufferId, u64>,
     /// Recording was stopped cleanly.
     pub stopped: bool,
+    /// Where the file stops short of a clean end: a cut, or a recording that never stopped.
     pub cut: Option<Cut>,
+    /// Frames read, header included.
     pub frames: u64,
     /// Each kernel's parameter types, read from its module's code on first use (see
     /// `signature`): a cache, so it is filled lazily and never stored.
@@ -328,6 +356,7 @@ impl Trace {
         Ok(t)
     }
 
+    /// A site as `file:line:col`, or `<site4>` if the trace does not define it.
     pub fn site(&self, id: SiteId) -> String {
         self.sites
             .get(&id)

@@ -14,7 +14,9 @@ use std::path::Path;
 /// Where a reader's bytes come from: a slice in memory, or a file read through a window, so
 /// that opening a trace reads its frame headers and small frames and skips its large blobs.
 pub trait Source {
+    /// Bytes in all.
     fn len(&self) -> u64;
+    /// No bytes at all: an empty file, which is no trace.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -46,6 +48,7 @@ pub struct FileSource {
 const WINDOW: usize = 1 << 20;
 
 impl FileSource {
+    /// A source over `file`, its length taken now; nothing is read until asked.
     pub fn new(file: std::sync::Arc<File>) -> std::io::Result<Self> {
         let len = file.metadata()?.len();
         Ok(FileSource {
@@ -127,11 +130,17 @@ fn next_frame_header<S: Source>(src: &mut S, from: u64, idx: u64) -> std::io::Re
 /// says. Its payload is checked (checksum, decoding, hash) when it is first read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LazyBlob {
+    /// The blob, as its frame's head names it.
     pub id: super::BlobId,
+    /// Its size uncompressed, in bytes.
     pub len: u64,
+    /// The frame's index in the file, for error messages.
     pub frame: u64,
+    /// Byte offset of the frame's payload in the file.
     pub payload_at: u64,
+    /// Bytes of payload (compressed, if the blob is).
     pub payload_len: u32,
+    /// The frame's recorded CRC32C, checked when the payload is read.
     pub crc: u32,
 }
 
@@ -139,6 +148,7 @@ pub struct LazyBlob {
 /// value like every frame the reader gives.)
 #[allow(clippy::large_enum_variant)]
 pub enum Item {
+    /// A frame, read and decoded.
     Frame(Frame),
     /// A blob frame of at least the reader's lazy size, not read.
     Lazy(LazyBlob),
@@ -159,6 +169,7 @@ pub struct FrameReader<'a, S: Source = &'a [u8]> {
     lazy_min: Option<usize>,
     /// Where the frame yielded last begins.
     last_at: u64,
+    /// Where the bytes stopped short of a clean end, once the iteration has reached it.
     pub cut: Option<Cut>,
 }
 

@@ -8,11 +8,18 @@ use super::call::*;
 /// The ids one call refers to (arguments and return value).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Refs {
+    /// Buffers an address argument lies in, live or freed (or, for a wild address, the
+    /// nearest below it).
     pub bufs: Vec<BufferId>,
+    /// Streams, the legacy one left out.
     pub streams: Vec<StreamId>,
+    /// Events.
     pub events: Vec<EventId>,
+    /// Graphs.
     pub graphs: Vec<GraphId>,
+    /// Pinned host regions.
     pub hosts: Vec<HostId>,
+    /// Blobs: the bytes a copy uploads.
     pub blobs: Vec<BlobId>,
 }
 

@@ -199,6 +199,8 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
     }
 }
 
+/// A call's result as `show` prints it: `ok`, `buf3`, `ERR CUDA_ERROR_ILLEGAL_ADDRESS (700)`,
+/// or `!! never returned` for a call the trace ends inside.
 pub fn ret_text(r: &Option<Ret>) -> String {
     match r {
         None => "!! never returned".into(),

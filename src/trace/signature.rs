@@ -9,18 +9,31 @@
 /// A kernel parameter's type, as far as rendering cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamType {
+    /// Any `T*`: printed as the buffer it points into.
     Pointer,
+    /// `__half`, `half`.
     F16,
+    /// `__nv_bfloat16`, `__bf16`.
     Bf16,
+    /// `float`.
     F32,
+    /// `double`.
     F64,
+    /// `char`, `signed char`, `int8_t`.
     I8,
+    /// `unsigned char`, `uint8_t`, `bool`.
     U8,
+    /// `short`, `int16_t`.
     I16,
+    /// `unsigned short`, `uint16_t`.
     U16,
+    /// `int`, `int32_t`.
     I32,
+    /// `unsigned`, `uint32_t`.
     U32,
+    /// `long long`, `long`, `int64_t`, `ptrdiff_t`.
     I64,
+    /// `unsigned long long`, `unsigned long`, `uint64_t`, `size_t`.
     U64,
     /// A struct, a template parameter, or a type this parser does not know.
     Unknown,
@@ -112,7 +125,9 @@ pub fn from_c(src: &str, kernel: &str) -> Option<Vec<ParamType>> {
 /// `None`) and whether the pointee is `const` (then the kernel does not write through it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PointerParam {
+    /// The pointee's float type (`float*`, `__half*`, `__nv_bfloat16*`); `None` for any other.
     pub elem: Option<crate::backend::ElemType>,
+    /// Declared `const T*`: the kernel only reads through it.
     pub is_const: bool,
     /// The pointee may hold floats of a type the signature does not say (16-bit words,
     /// `void`, a typedef): worth a `--dtype`. Integer pointees are not.

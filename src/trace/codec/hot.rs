@@ -120,7 +120,9 @@ pub fn append_end(seq: u64, dur_ns: u64, ret: &Ret, out: &mut Vec<u8>) -> Result
 /// (thread and site, then the call), so a flight recorder can keep a call once and name it
 /// again with another seq and time.
 pub struct BeginSplit {
+    /// The record's seq.
     pub seq: u64,
+    /// The record's time, in nanoseconds since recording started.
     pub t_ns: u64,
     /// The thread and site fields, as encoded.
     pub head: std::ops::Range<usize>,
@@ -270,12 +272,15 @@ pub fn blob_head(bytes: &[u8]) -> Option<(BlobId, u64)> {
 /// data (a blob left in the file when a trace is opened is checked against this).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlobShape {
+    /// The blob's content id.
     pub id: BlobId,
     /// The blob's declared length (unpacked).
     pub len: u64,
+    /// Whether its data is zstd-compressed.
     pub zstd: bool,
-    /// Where the data starts in the record, and how many bytes the record says it holds.
+    /// Where the data starts in the record.
     pub data_at: usize,
+    /// How many data bytes the record says it holds.
     pub data_len: u64,
 }
 

@@ -55,6 +55,7 @@ use serde::{Deserialize, Serialize};
 /// records grew 2.2x and the recorder got no faster.
 const CONFIG: bincode::config::Configuration = bincode::config::standard();
 
+/// A record that could not be encoded or decoded, with bincode's or serde's reason.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CodecError(String);
