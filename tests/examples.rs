@@ -282,6 +282,29 @@ fn a_nan_in_the_outside_engine_is_traced_to_the_kernel_that_wrote_it() {
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(1), "{name}: {out}");
         assert!(out.contains("NOTHING CHECKED"), "{name}: {out}");
+        // The dump minimizes to the writer and what feeds it; the small trace still
+        // reproduces the NaN, written by the same kernel.
+        let small = dir.join("small.gtape");
+        let o = Command::new(&p)
+            .arg("minimize")
+            .arg(&dump)
+            .arg("-o")
+            .arg(&small)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: {v}");
+        assert_eq!(
+            v["kept"]["fault"], "NaN first written by outside::oe_norm",
+            "{name}: {v}"
+        );
+        let kept = v["kept"]["calls"]["after"].as_u64().unwrap();
+        assert!(kept <= 20, "{name}: {v}");
+        let o = Command::new(&p).arg("replay").arg(&small).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{name}: {out}");
+        assert!(out.contains("-> NaN REPRODUCED"), "{name}: {out}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -28,6 +28,11 @@ pub struct Args {
     /// small trace's calls.
     #[arg(long)]
     json: bool,
+    /// Keep a wrong value instead of a fault: the NaN a recorded readback holds, with the
+    /// launch `replay --check-finite` names as its first writer. Implied for a flight dump
+    /// taken for a NaN.
+    #[arg(long)]
+    check_finite: bool,
 }
 
 /// `minimize --json`: what was kept, from what, in how many replays. `reproduced: false`
@@ -68,7 +73,36 @@ struct Before {
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
-    minimize(ctx, &a.trace, &a.output, a.on, a.max_attempts, a.json)
+    minimize(
+        ctx,
+        &a.trace,
+        &a.output,
+        a.on,
+        (a.max_attempts, a.json, a.check_finite),
+    )
+}
+
+/// The oracle of a wrong-value shrink: the candidate's finite check reproduces the recorded
+/// non-finite readback, and names this first writer.
+fn finite_signature(
+    ctx: &Ctx,
+    on: Backend,
+    cand: &crate::trace::Trace,
+) -> Result<Option<crate::replayer::FaultSignature>> {
+    let m = backends::open(ctx, on, Want::replay())?;
+    let load = |c: &crate::backend::ModuleCode| m.load_trace_code(c);
+    let mut r = crate::replayer::Replayer::new(cand);
+    if on.runs_cpu_twins() {
+        r = r.with_opaque_kernels();
+    }
+    let opts = crate::replayer::FiniteOptions::default();
+    let Ok(rep) = r.check_finite(m.gpu.as_ref(), &opts, Some(&load)) else {
+        return Ok(None);
+    };
+    Ok(match (&rep.first, rep.passed()) {
+        (Some(f), true) => Some(crate::replayer::FaultSignature::value(f.value, &f.kernel)),
+        _ => None,
+    })
 }
 
 fn minimize(
@@ -76,13 +110,42 @@ fn minimize(
     path: &Path,
     out: &Path,
     on: Backend,
-    max_attempts: usize,
-    json: bool,
+    (max_attempts, json, check_finite): (usize, bool, bool),
 ) -> Result<Exit> {
     use crate::replayer::{
-        minimize, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
+        minimize, minimize_value, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
     };
     let t = open_trace(ctx, path)?;
+    // A wrong value: the readback that recorded it is what each candidate must reproduce.
+    let value = check_finite || t.dump.as_ref().is_some_and(|d| d.names_nan());
+    let observed = match value {
+        false => None,
+        true => {
+            let m = backends::open(ctx, on, Want::replay())?;
+            let load = |c: &crate::backend::ModuleCode| m.load_trace_code(c);
+            let mut r = Replayer::new(&t);
+            if on.runs_cpu_twins() {
+                r = r.with_opaque_kernels();
+            }
+            let rep = r.check_finite(
+                m.gpu.as_ref(),
+                &crate::replayer::FiniteOptions::default(),
+                Some(&load),
+            )?;
+            match &rep.recorded {
+                Some(rec) => Some(rec.seq),
+                None => anyhow::bail!(
+                    "{}: no recorded readback holds a NaN whose type the trace says, so there is no wrong value to keep{}",
+                    path.display(),
+                    if rep.checked_nothing() {
+                        " (and no launch could be checked on this backend: its kernels cannot run here)"
+                    } else {
+                        ""
+                    }
+                ),
+            }
+        }
+    };
     // A hang's dump: each candidate replays in a child under a deadline (`replay` does that
     // for such traces), and one that is killed there reproduces it.
     let hang = t.is_hang_dump();
@@ -97,6 +160,9 @@ fn minimize(
     };
     let attempt_file = temp_beside(out).with_extension("attempt.gtape");
     let mut oracle = |cand: &crate::trace::Trace| -> Result<Option<FaultSignature>> {
+        if value {
+            return finite_signature(ctx, on, cand);
+        }
         if hang {
             std::fs::write(&attempt_file, cand.to_bytes()?)?;
             let child = std::process::Command::new(std::env::current_exe()?)
@@ -148,7 +214,10 @@ fn minimize(
             last_note = std::time::Instant::now();
         }
     };
-    let m = minimize(&t, &mut oracle, max_attempts, &mut progress);
+    let m = match observed {
+        Some(at) => minimize_value(&t, at, &mut oracle, max_attempts, &mut progress),
+        None => minimize(&t, &mut oracle, max_attempts, &mut progress),
+    };
     let _ = std::fs::remove_file(&attempt_file);
     let m = match m {
         Ok(m) => m,

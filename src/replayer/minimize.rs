@@ -10,7 +10,7 @@
 //! need not come along. Calls are renumbered from 0; buffer ids stay as recorded, so a buffer in
 //! the small trace has the name it has in the original.
 
-use super::{fault_windows, Culprit, ReplayReport};
+use super::{fault_windows, Culprit, FaultWindow, ReplayReport, WindowKind};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -26,6 +26,10 @@ pub struct FaultSignature {
     pub kernel: Option<String>,
     /// A hang: the replay did not finish by its deadline (code and kernel are then `None`).
     pub hang: bool,
+    /// A wrong value rather than an error (`NaN`, `inf`): the recorded readback held it and the
+    /// replay's finite check named `kernel` as its first writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 impl FaultSignature {
@@ -35,6 +39,17 @@ impl FaultSignature {
             code: None,
             kernel: None,
             hang: true,
+            value: None,
+        }
+    }
+
+    /// A non-finite value (`NaN`, `inf`) whose first writer is `kernel`.
+    pub fn value(value: &str, kernel: &str) -> Self {
+        FaultSignature {
+            code: None,
+            kernel: Some(kernel.to_string()),
+            hang: false,
+            value: Some(value.to_string()),
         }
     }
 }
@@ -45,13 +60,20 @@ impl PartialEq for FaultSignature {
             (Some(a), Some(b)) => crate::backend::same_fault(a, b),
             (a, b) => a == b,
         };
-        codes && self.kernel == other.kernel && self.hang == other.hang
+        codes && self.kernel == other.kernel && self.hang == other.hang && self.value == other.value
     }
 }
 
 impl std::fmt::Display for FaultSignature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.code, self.hang) {
+            _ if self.value.is_some() => {
+                write!(f, "{}", self.value.as_deref().unwrap_or_default())?;
+                if let Some(k) = &self.kernel {
+                    write!(f, " first written by {k}")?;
+                }
+                return Ok(());
+            }
             (_, true) => write!(f, "a hang")?,
             (Some(c), false) => write!(f, "{} ({c})", crate::backend::cuda_error_name(c))?,
             (None, false) => write!(f, "a fault")?,
@@ -75,6 +97,7 @@ pub fn signature(r: &ReplayReport) -> Option<(FaultSignature, Option<Culprit>)> 
                 .map(|c| c.kernel.clone())
                 .or_else(|| f.kernel.clone()),
             hang: false,
+            value: None,
         },
         f.raised_by.clone(),
     ))
@@ -122,10 +145,43 @@ pub fn minimize(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Minimized, MinimizeError> {
     let w = *fault_windows(t).first().ok_or(MinimizeError::NoFault)?;
+    shrink_to(t, w, false, oracle, max_attempts, progress)
+}
+
+/// Shrink `t` while `oracle` still finds the wrong value the recorded readback at `observed`
+/// holds (a NaN, its first writer named), in at most `max_attempts` replays. The readback is
+/// kept as itself: its recorded bytes are what a candidate must reproduce.
+pub fn minimize_value(
+    t: &Trace,
+    observed: u64,
+    oracle: &mut Oracle<'_>,
+    max_attempts: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Minimized, MinimizeError> {
+    let w = FaultWindow {
+        start: t.calls.first().map_or(0, |c| c.seq),
+        observed,
+        kind: WindowKind::Error,
+        code: None,
+    };
+    shrink_to(t, w, true, oracle, max_attempts, progress)
+}
+
+/// The search both share: the calls before `w.observed`, shrunk with ddmin, the observer kept
+/// as recorded (`keep_observer`) or replaced by a sync.
+fn shrink_to(
+    t: &Trace,
+    w: FaultWindow,
+    keep_observer: bool,
+    oracle: &mut Oracle<'_>,
+    max_attempts: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Minimized, MinimizeError> {
     let want = oracle(t)
         .map_err(MinimizeError::Attempt)?
         .ok_or_else(|| MinimizeError::NotReproduced("the whole trace replays without it".into()))?;
-    let shrink = Shrink::new(t, w.observed);
+    let mut shrink = Shrink::new(t, w.observed);
+    shrink.keep_observer = keep_observer;
     let mut attempts = 1usize;
     let mut budget_hit = false;
     let mut test = |keep: &[u64]| -> Result<bool, MinimizeError> {
@@ -241,6 +297,9 @@ struct Shrink<'t> {
     graph_calls: HashMap<GraphId, Vec<u64>>,
     /// begin_capture and end_capture pairs, each to the other.
     pair: HashMap<u64, u64>,
+    /// Keep the observer as recorded even when it is not a launch (a readback whose bytes are
+    /// the evidence).
+    keep_observer: bool,
 }
 
 impl<'t> Shrink<'t> {
@@ -255,6 +314,7 @@ impl<'t> Shrink<'t> {
             made_host: HashMap::default(),
             graph_calls: HashMap::default(),
             pair: HashMap::default(),
+            keep_observer: false,
         };
         let captured = super::captured_work(t);
         let mut begun: HashMap<StreamRef, u64> = HashMap::default();
@@ -331,10 +391,11 @@ impl<'t> Shrink<'t> {
     /// Whether the observer is a call that only waited (a sync, a blocking copy): then a
     /// synchronisation stands in for it. A launch or a red-zone scan is kept as it was.
     fn substitute_observer(&self) -> bool {
-        self.by_seq.get(&self.observed).is_some_and(|c| {
-            c.call.launch().is_none()
-                && !matches!(c.call, Call::ScanRedzones | Call::LaunchGraph { .. })
-        })
+        !self.keep_observer
+            && self.by_seq.get(&self.observed).is_some_and(|c| {
+                c.call.launch().is_none()
+                    && !matches!(c.call, Call::ScanRedzones | Call::LaunchGraph { .. })
+            })
     }
 
     fn build(&self, keep: &[u64]) -> Trace {

@@ -32,7 +32,9 @@ pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use finite::{FiniteOptions, FiniteReport, NonFinite, RecordedNonFinite};
 pub use graph::GraphReport;
 pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance};
-pub use minimize::{minimize, signature, FaultSignature, MinimizeError, Minimized, Oracle};
+pub use minimize::{
+    minimize, minimize_value, signature, FaultSignature, MinimizeError, Minimized, Oracle,
+};
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use policy::ReplayPolicy;
 pub use report::{
