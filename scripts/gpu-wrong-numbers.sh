@@ -29,7 +29,8 @@ for mode in eager graph; do
     /usr/bin/time -f "%e s wall" "$B/gputape" replay "$dump" --on cuda | tee "$DIR/$mode-replay.log"
     rc=${PIPESTATUS[0]}
     echo "replay exit $rc"
-    seq=$("$B/gputape" replay "$dump" --on cuda --check-finite --json | grep -A3 '"first"' | grep -Eo '"seq": [0-9]+' | grep -Eo '[0-9]+' | head -1)
+    seq=$("$B/gputape" replay "$dump" --on cuda --check-finite --json 2>/dev/null \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["finite"]["first"]["seq"])')
     echo "--- gputape inspect DUMP --on cuda --at $seq --writes"
     "$B/gputape" inspect "$dump" --on cuda --at "${seq:-0}" --writes
     echo "--- the engine's own tool on the mock"

@@ -404,6 +404,11 @@ impl Scanner {
         Ok(self.done.len() + self.used - 1)
     }
 
+    /// Give the results buffer back (the replay's own buffers go with its state).
+    fn release(self, gpu: &dyn GpuBackend) -> anyhow::Result<()> {
+        gpu.free(self.results)
+    }
+
     /// Wait for every stream, read the batch's results back, start a new batch.
     fn flush(&mut self, gpu: &dyn GpuBackend, st: &State) -> anyhow::Result<()> {
         if self.used == 0 {
@@ -494,6 +499,9 @@ impl Replayer<'_> {
         };
         report.untyped = std::mem::take(&mut run.typing.untyped);
         run.verdict(&scanner.done, &mut report);
+        if let Err(e) = scanner.release(gpu) {
+            tracing::warn!("finite check: freeing its results buffer: {e:#}");
+        }
         report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(guard);
         Ok(report)
