@@ -435,3 +435,28 @@ fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
     assert!(budgeted.checkpoints <= allowed, "{budgeted:?} in {took:?}");
     assert!(budgeted.budget_deferrals > 0, "{budgeted:?}");
 }
+
+/// A graph launch writes what its captured calls write: the flight recorder's checkpoints of a
+/// graph-launched engine read back the step's outputs, not its table (which nothing writes
+/// after setup). Before, a graph launch counted as writing every buffer.
+#[test]
+fn checkpoints_of_a_graph_launched_step_read_back_what_the_graph_writes() {
+    let dir = temp_dir("graph-writes");
+    let gpu = flight(&dir, 8, CaptureMode::Global);
+    let cfg = Config {
+        graph_at: Some(2),
+        ..Config::default()
+    };
+    let table = (cfg.rows * cfg.dim * 4) as u64;
+    let mut e = Engine::new(&gpu, cfg).unwrap();
+    e.run(64).map_err(|(n, e)| e.context(n)).unwrap();
+    let h = gpu.flight_held().unwrap();
+    assert!(h.checkpoints >= 6, "{h:?}");
+    let per = h.checkpoint_read_bytes / h.checkpoints;
+    assert!(
+        per < table,
+        "each checkpoint read {per} bytes, as much as the {table}-byte table: {h:?}"
+    );
+    assert!(per > 0, "the graph's outputs are read: {h:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

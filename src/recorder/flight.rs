@@ -55,6 +55,9 @@ pub struct FlightHeld {
     pub budget_deferrals: u64,
     /// Checkpoints taken since arming (the snapshot at arming not counted).
     pub checkpoints: u64,
+    /// Bytes of device memory those checkpoints read back: the buffers written since the one
+    /// before (what a checkpoint costs grows with this, not with the device's contents).
+    pub checkpoint_read_bytes: u64,
     /// Times the recorder's own work (a checkpoint, a dump) failed. Not 0: see stderr, or the
     /// next dump's reason.
     pub own_failures: u64,
@@ -222,6 +225,8 @@ pub(crate) struct FlightStore {
     pub last_checkpoint: Option<(std::time::Instant, std::time::Duration)>,
     /// Checkpoints taken since the recorder was armed, the first (at arming) not counted.
     pub checkpoints: u64,
+    /// Bytes those checkpoints read back.
+    pub checkpoint_read_bytes: u64,
     /// What the recorder's own work got wrong (checkpoints, dumps), newest last, at most
     /// `MAX_FAILURES` kept; `failures` counts them all.
     failure_log: VecDeque<String>,
@@ -272,6 +277,7 @@ impl FlightStore {
             budget_deferrals: 0,
             last_checkpoint: None,
             checkpoints: 0,
+            checkpoint_read_bytes: 0,
             failure_log: VecDeque::new(),
             failures: 0,
             capture: None,
@@ -321,6 +327,12 @@ impl FlightStore {
                 self.graphs.insert(id, c);
             }
         }
+    }
+
+    /// Each live graph's captured calls, as the payloads of their frames: what a launch of it
+    /// can write is what they write.
+    pub fn graph_frames(&self) -> impl Iterator<Item = (GraphId, &[Vec<u8>])> {
+        self.graphs.iter().map(|(id, g)| (*id, g.frames.as_slice()))
     }
 
     /// Graph `id` was destroyed: no later call can launch it.
@@ -577,6 +589,7 @@ impl FlightStore {
             deferred_checkpoints: self.deferred_checkpoints,
             budget_deferrals: self.budget_deferrals,
             checkpoints: self.checkpoints,
+            checkpoint_read_bytes: self.checkpoint_read_bytes,
             own_failures: self.failures,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory

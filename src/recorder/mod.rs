@@ -617,6 +617,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
             .filter(|(_, k)| k.is_none())
             .map(|(&(buf, addr, size, _), _)| snapshot::Job { buf, addr, size })
             .collect();
+        if let (true, Some(f)) = (checkpoint, st.flight.as_deref_mut()) {
+            f.checkpoint_read_bytes += jobs.iter().map(|j| j.size).sum::<u64>();
+        }
         let mut read = snapshot::read_buffers(&self.inner, st, &jobs)?.into_iter();
         let mut seen = rustc_hash::FxHashMap::default();
         for ((buf, p, size, site), kept) in live.into_iter().zip(kept) {

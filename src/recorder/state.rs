@@ -391,11 +391,31 @@ impl RecState {
             .values()
             .filter_map(|k| Some((k.id, k.params.as_deref()?)))
             .collect();
+        // A graph launch writes what its captured calls write (they are in the store while the
+        // graph lives), not every buffer: a graph-launched engine's checkpoint then reads back
+        // its step's outputs, not its weights.
+        let mut graphs: HashMap<GraphId, Writes> = HashMap::default();
+        for (g, frames) in f.graph_frames() {
+            let mut acc = Writes::Bufs(Default::default());
+            for rec in frames {
+                if let Ok(Frame::Begin(b)) = crate::trace::codec::decode(rec) {
+                    match (
+                        &mut acc,
+                        call_writes(&b.call, &layouts, &HashMap::default()),
+                    ) {
+                        (Writes::Bufs(a), Writes::Bufs(w)) => a.extend(w),
+                        (acc, Writes::All) => *acc = Writes::All,
+                        (Writes::All, _) => {}
+                    }
+                }
+            }
+            graphs.insert(g, acc);
+        }
         let mut all = false;
         let dirty = &mut self.dirty;
         f.span_writes(
             |record| match crate::trace::codec::decode(record) {
-                Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts),
+                Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts, &graphs),
                 _ => Writes::Bufs(Default::default()),
             },
             |w| match w {
@@ -888,10 +908,14 @@ impl RecState {
 }
 
 /// What `call` may write, as a flight checkpoint counts it (`layouts`: the kernels' parameter
-/// layouts by id).
-fn call_writes(call: &Call, layouts: &HashMap<KernelId, &[ParamInfo]>) -> Writes {
+/// layouts by id; `graphs`: what each live graph's captured calls write).
+fn call_writes(
+    call: &Call,
+    layouts: &HashMap<KernelId, &[ParamInfo]>,
+    graphs: &HashMap<GraphId, Writes>,
+) -> Writes {
     match call {
-        Call::LaunchGraph { .. } => Writes::All,
+        Call::LaunchGraph { graph, .. } => graphs.get(graph).cloned().unwrap_or(Writes::All),
         // A raw launch of a kernel without a layout records no arguments: it may have
         // written anything.
         Call::Launch { args, .. } if args.is_empty() => Writes::All,
