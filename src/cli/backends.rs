@@ -83,6 +83,8 @@ pub struct Want {
     /// For a replay: a backend that cannot load the code a trace embeds (the mock runs CPU
     /// twins instead) gets every kernel gputape's own traces use, `blas` and the model's.
     pub replay: bool,
+    /// The mock's chaos mode with this seed (`replay --chaos`); other backends have none.
+    pub chaos: Option<u64>,
 }
 
 impl Want {
@@ -160,6 +162,7 @@ fn open_mock(want: Want, memory: Option<usize>) -> Opened {
         cfg.capture_mode = mode;
         cfg.stream_kind = kind;
     }
+    cfg.chaos = want.chaos;
     let m = Arc::new(crate::mock::MockGpuBackend::new(cfg));
     let at = m.clone();
     Opened {

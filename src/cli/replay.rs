@@ -94,6 +94,14 @@ pub struct Args {
     /// their CPU twins on a real recorded step.
     #[arg(long, value_enum, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite"])]
     against: Option<Backend>,
+    /// Replay on the mock twice in lockstep, as recorded and under chaos seeded with SEED
+    /// (the same seed, the same schedule): streams run deferred and out of order as far as
+    /// the trace's events and syncs allow, and fresh device memory holds 0xFF bytes (NaN)
+    /// until written. Names the first launch whose written bytes differ from the plain replay
+    /// and why: a missing dependency between streams, or a read of never-written memory
+    /// (exit 1; 0 when nothing differs). Mock only for now.
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite", "against"])]
+    chaos: Option<u64>,
     /// With --against: replay the --against side with this file's CUDA C as module MODULE's
     /// code (`llama_rmsnorm=new.cu`), the recorded code on the other: a kernel author's
     /// regression check on a real recorded step. Needs a backend that compiles (cuda).
@@ -108,6 +116,22 @@ pub struct Args {
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    if let Some(seed) = a.chaos {
+        anyhow::ensure!(
+            a.on == Backend::Mock,
+            "replay --chaos is mock-only for now: it perturbs the mock's schedule and poisons its \
+             fresh memory (random delays on {} are not built yet); drop --on {}",
+            a.on.name(),
+            a.on.name()
+        );
+        let opts = crate::replayer::LockstepOptions {
+            tolerance: crate::replayer::Tolerance::Exact,
+            dtypes: a.dtypes,
+            ignore: a.ignore,
+            in_stream_order: true,
+        };
+        return chaos(ctx, &a.trace, seed, &opts, (a.json, a.max_memory));
+    }
     let nan_dump = || {
         open_trace(ctx, &a.trace)
             .ok()
@@ -127,6 +151,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             tolerance: a.tolerance,
             dtypes: a.dtypes,
             ignore: a.ignore,
+            in_stream_order: false,
         };
         let substitute = match &a.substitute {
             None => None,
@@ -306,6 +331,11 @@ fn lockstep(
         opts,
         (Some(&load_a), Some(&load_b)),
     )?;
+    print_lockstep(&rep, json)
+}
+
+/// A lockstep's report on standard output, and its exit status.
+fn print_lockstep(rep: &crate::replayer::LockstepReport, json: bool) -> Result<Exit> {
     if json {
         let v = serde_json::json!({
             "schema": crate::replayer::REPLAY_SCHEMA,
@@ -317,6 +347,40 @@ fn lockstep(
         print!("{}", rep.summary());
     }
     Ok(pass_if(rep.passed()))
+}
+
+/// `replay --chaos`: the trace on a plain mock and on a chaos mock in lockstep, each launch's
+/// output read back on its own stream so the chaos side's streams overlap as the trace lets
+/// them (see `mock/chaos.rs`, `replayer::lockstep`).
+fn chaos(
+    ctx: &Ctx,
+    path: &Path,
+    seed: u64,
+    opts: &crate::replayer::LockstepOptions,
+    (json, max_memory): (bool, u64),
+) -> Result<Exit> {
+    let t = open_trace(ctx, path)?;
+    known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
+    let plain = backends::open(ctx, Backend::Mock, Want::replay())?;
+    let perturbed = backends::open(
+        ctx,
+        Backend::Mock,
+        Want {
+            chaos: Some(seed),
+            ..Want::replay()
+        },
+    )?;
+    let r = crate::replayer::Replayer::new(&t)
+        .with_max_memory(max_memory)
+        .with_opaque_kernels();
+    let name = format!("mock --chaos {seed}");
+    let rep = r.lockstep(
+        (plain.gpu.as_ref(), perturbed.gpu.as_ref()),
+        ("mock", &name),
+        opts,
+        (None, None),
+    )?;
+    print_lockstep(&rep, json)
 }
 
 /// How `replay` runs, beyond the replayer's own options.

@@ -75,6 +75,8 @@ impl MockGpuBackend {
             // goes with the context: on a context already dead, the allocation goes.
             let _ = st.mem.free(ptr.0, site);
         }
+        // A free synchronises the device, as `cuMemFree` does (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::All))?;
         mock_try!(Self::tick(&mut st, CallKind::Free, site))?;
         mock_try!(Self::judge(
             &mut st,
@@ -90,6 +92,7 @@ impl MockGpuBackend {
     pub(super) fn sweep_unreleased_impl(&self) -> usize {
         let site = here();
         let mut st = self.state.lock();
+        let _ = Self::chaos_wait(&mut st, Until::All);
         let live: Vec<(u64, Site, usize)> = st
             .mem
             .allocs
@@ -151,6 +154,8 @@ impl MockGpuBackend {
     pub(super) fn free_host_pinned_impl(&self, ptr: *mut u8, bytes: usize) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        // Queued copies may still read or write the region (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::All))?;
         mock_try!(Self::tick(&mut st, CallKind::FreeHostPinned, site))?;
         mock_try!(Self::judge(
             &mut st,

@@ -29,6 +29,9 @@ pub(crate) struct Capture {
 pub(crate) struct EventState {
     /// The capture (by origin stream) and stream it was last recorded in, if recorded in one.
     pub in_capture: Option<(u64, u64, usize)>,
+    /// Under chaos, where it was last recorded outside a capture: (stream, items queued there
+    /// before it), what a wait on it waits for.
+    pub chaos_at: Option<(u64, u64)>,
 }
 
 impl MockGpuBackend {

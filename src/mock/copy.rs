@@ -10,6 +10,8 @@ impl MockGpuBackend {
     pub(super) fn copy_h2d_impl(&self, src: &[u8], dst: DevicePtr) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        // On the legacy stream: after every blocking stream's work (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::Blocking))?;
         mock_try!(Self::tick(&mut st, CallKind::CopyH2D, site))?;
         let work = Work::H2D {
             dst: dst.0,
@@ -22,6 +24,8 @@ impl MockGpuBackend {
     pub(super) fn copy_d2h_impl(&self, src: DevicePtr, dst: &mut [u8]) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        // On the legacy stream: after every blocking stream's work (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::Blocking))?;
         mock_try!(Self::tick(&mut st, CallKind::CopyD2H, site))?;
         let work = Work::D2H {
             src: src.0,
@@ -40,6 +44,8 @@ impl MockGpuBackend {
     ) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        // On the legacy stream: after every blocking stream's work (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::Blocking))?;
         mock_try!(Self::tick(&mut st, CallKind::CopyD2D, site))?;
         let work = Work::D2D {
             src: src.0,
@@ -58,6 +64,8 @@ impl MockGpuBackend {
     ) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        // On the legacy stream: after every blocking stream's work (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::Blocking))?;
         mock_try!(Self::tick(&mut st, CallKind::Memset, site))?;
         let work = Work::Memset {
             dst: ptr.0,
@@ -102,6 +110,7 @@ impl MockGpuBackend {
     ) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        mock_try!(Self::chaos_wait(&mut st, Until::Stream(stream)))?;
         mock_try!(Self::tick(&mut st, CallKind::CopyD2HOnStream, site))?;
         mock_try!(Self::check_stream(&st, stream, "copy_d2h_on_stream", site))?;
         mock_try!(Self::judge(
@@ -300,7 +309,13 @@ impl MockGpuBackend {
             };
             match into {
                 Some(ci) => st.captures[ci].work.push(w),
-                None => mock_try!(Self::exec(&mut st, &w, "copy_d2d_2d_async", site))?,
+                None => mock_try!(Self::dispatch(
+                    &mut st,
+                    stream,
+                    w,
+                    "copy_d2d_2d_async",
+                    site
+                ))?,
             }
         }
         if let Some(ci) = into {

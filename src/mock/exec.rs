@@ -1,5 +1,6 @@
 //! The work executor, in a room of its own because it is where device work happens: a unit of
-//! work (`Work`) submitted on a stream is captured or run at once, validated against the exact
+//! work (`Work`) submitted on a stream is captured or run at once (under chaos, queued by the
+//! scheduler in `chaos.rs`, which runs it through `exec` later), validated against the exact
 //! allocations, and run in call order (copies, memsets, graphs, and launches through
 //! `run_kernel`, which checks pointer arguments and calls the kernel's CPU body).
 
@@ -65,7 +66,7 @@ impl MockGpuBackend {
                 Self::note_capture_op(st, ci, stream);
                 Ok(())
             }
-            None => Self::exec(st, &work, name, site),
+            None => Self::dispatch(st, stream, work, name, site),
         }
     }
 

@@ -48,6 +48,8 @@ pub(crate) struct Memory {
     next_alias: u64,
     pub created: usize,
     pub live_bytes: usize,
+    /// The byte fresh allocations hold: 0, or `chaos::POISON` under chaos.
+    pub fill: u8,
 }
 
 fn desc(base: u64, a: &Allocation) -> AllocDesc {
@@ -69,6 +71,7 @@ impl Memory {
             next_alias: ALIAS_BASE,
             created: 0,
             live_bytes: 0,
+            fill: 0,
         }
     }
 
@@ -81,7 +84,7 @@ impl Memory {
             base,
             Allocation {
                 size,
-                storage: Storage::Owned(vec![0u8; size]),
+                storage: Storage::Owned(vec![self.fill; size]),
                 index: self.created,
                 site,
             },
@@ -117,7 +120,7 @@ impl Memory {
             base,
             Allocation {
                 size,
-                storage: Storage::Owned(vec![0u8; size]),
+                storage: Storage::Owned(vec![self.fill; size]),
                 index: self.created,
                 site,
             },

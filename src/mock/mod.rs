@@ -5,6 +5,9 @@
 //! addresses are never reused (so a use-after-free is always caught), and capture is emulated from
 //! the same rule table the offline analysis uses. Work executes at enqueue time, in call order,
 //! which is one legal schedule of the stream semantics; races are the analysis's business.
+//! Unless `MockConfig::chaos` is set: then streams run deferred and out of order, as far as
+//! events and syncs allow, and fresh memory is poisoned (`chaos.rs`), so a missing dependency
+//! or a read of memory nobody wrote changes the numbers.
 
 /// A `MockError` result as the trait's `anyhow` one (through `DeviceError`, as every backend's
 /// failures travel). Defined before the rooms so that each of them sees it.
@@ -17,6 +20,7 @@ macro_rules! mock_try {
 mod alloc;
 mod backend;
 mod capture;
+mod chaos;
 mod copy;
 mod error;
 mod exec;
@@ -27,6 +31,7 @@ mod state;
 mod stream;
 
 pub use crate::backend::ledger::SiteTotal;
+pub use chaos::POISON;
 pub use error::{AllocDesc, MockError};
 pub use kernel::{KernelBody, KernelCtx};
 pub use memory::{ALIGN, BASE_ADDR};
@@ -40,6 +45,7 @@ use crate::backend::{
     Verdict, LEGACY_STREAM,
 };
 use capture::{capture_err, Capture, EventState};
+use chaos::Until;
 use exec::{HostSrc, Work};
 use kernel::MockKernel;
 use parking_lot::Mutex;
@@ -144,6 +150,13 @@ impl MockGpuBackend {
         let site = here();
         let mut st = self.state.lock();
         Ok(DevicePtr(st.mem.alloc_at(addr, bytes, site)?))
+    }
+
+    /// Work queued by the chaos scheduler and not run yet, on every stream (the items a wait
+    /// would run: launches, copies, memsets, event waits, an upload's poisoning); always 0
+    /// without `MockConfig::chaos`.
+    pub fn chaos_pending(&self) -> usize {
+        self.state.lock().chaos.as_ref().map_or(0, |c| c.pending())
     }
 
     /// The warning the last `sweep_unreleased` logged (`None` when it found nothing): what an

@@ -4,6 +4,7 @@
 //! checks every call makes first (a dead context, an injected failure, a known stream).
 
 use super::capture::{Capture, EventState};
+use super::chaos::{Chaos, POISON};
 use super::exec::Work;
 use super::kernel::MockKernel;
 use super::memory::Memory;
@@ -30,6 +31,12 @@ pub struct MockConfig {
     /// next call that waits (a sync, a blocking copy, a free), and from then on every call
     /// fails with it.
     pub debug_sync_kernels: bool,
+    /// Chaos mode, with its seed (`None`, the default: work runs at submission, in call order,
+    /// on zero-filled memory). With a seed, work on streams other than the legacy one is
+    /// queued and run when a wait forces it or the seeded RNG picks it, in any order the
+    /// recorded dependencies allow, and fresh device memory holds `POISON` until written
+    /// (see `mock/chaos.rs`). The same seed and calls give the same schedule.
+    pub chaos: Option<u64>,
 }
 
 impl Default for MockConfig {
@@ -40,6 +47,7 @@ impl Default for MockConfig {
             capture_mode: CaptureMode::Global,
             stream_kind: StreamKind::Blocking,
             debug_sync_kernels: false,
+            chaos: None,
         }
     }
 }
@@ -72,6 +80,8 @@ pub(crate) struct State {
     pub raised: Option<MockError>,
     /// A fault that was observed: the context is dead and every call fails with it.
     pub dead: Option<MockError>,
+    /// The chaos scheduler's queues and RNG, when `MockConfig::chaos` is set.
+    pub chaos: Option<Chaos>,
 }
 
 /// Calls that wait for the device's earlier work, and so report a fault it raised (as CUDA's
@@ -103,9 +113,13 @@ impl MockGpuBackend {
         let mut streams = BTreeMap::new();
         streams.insert(LEGACY_STREAM, StreamKind::Blocking);
         streams.insert(1, cfg.stream_kind);
+        let mut mem = Memory::new();
+        if cfg.chaos.is_some() {
+            mem.fill = POISON;
+        }
         MockGpuBackend {
             state: Mutex::new(State {
-                mem: Memory::new(),
+                mem,
                 streams,
                 stream_ops: HashMap::new(),
                 next_stream: 2,
@@ -123,6 +137,7 @@ impl MockGpuBackend {
                 async_faults: !cfg.debug_sync_kernels,
                 raised: None,
                 dead: None,
+                chaos: cfg.chaos.map(Chaos::new),
             }),
             registry: Arc::new(KernelRegistry::new()),
             op_cache: OpCache::new(),

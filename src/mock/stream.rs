@@ -10,6 +10,7 @@ impl MockGpuBackend {
     pub(super) fn synchronize_impl(&self, stream: u64) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        mock_try!(Self::chaos_wait(&mut st, Until::Stream(stream)))?;
         mock_try!(Self::tick(&mut st, CallKind::Synchronize, site))?;
         mock_try!(Self::check_stream(&st, stream, "synchronize", site))?;
         mock_try!(Self::judge(
@@ -76,7 +77,17 @@ impl MockGpuBackend {
             let n = st.stream_ops.get(&stream).copied().unwrap_or(0);
             (st.captures[ci].origin, stream, n)
         });
-        st.events.insert(event, EventState { in_capture });
+        let chaos_at = match into {
+            None => mock_try!(Self::chaos_record(&mut st, stream))?,
+            Some(_) => None,
+        };
+        st.events.insert(
+            event,
+            EventState {
+                in_capture,
+                chaos_at,
+            },
+        );
         Ok(())
     }
 
@@ -106,6 +117,9 @@ impl MockGpuBackend {
             "stream_wait_event",
             site
         ))?;
+        if let (None, Some(at)) = (into, ev.chaos_at) {
+            mock_try!(Self::chaos_stream_wait(&mut st, stream, at))?;
+        }
         if let (Some(ci), Some((_, rec_stream, ops_at_record))) = (into, ev.in_capture) {
             let c = &mut st.captures[ci];
             if c.streams.insert(stream) {
@@ -126,6 +140,9 @@ impl MockGpuBackend {
     pub(super) fn event_synchronize_impl(&self, event: u64) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        if let Some((s, n)) = st.events.get(&event).and_then(|e| e.chaos_at) {
+            mock_try!(Self::chaos_wait(&mut st, Until::Mark(s, n)))?;
+        }
         mock_try!(Self::tick(&mut st, CallKind::EventSynchronize, site))?;
         let Some(ev) = st.events.get(&event).copied() else {
             return mock_try!(Err(MockError::UnknownHandle {
@@ -236,6 +253,8 @@ impl MockGpuBackend {
     pub(super) fn destroy_graph_impl(&self, graph: GraphHandle) -> anyhow::Result<()> {
         let site = here();
         let mut st = self.state.lock();
+        // A queued launch of the graph still needs it (chaos only).
+        mock_try!(Self::chaos_wait(&mut st, Until::All))?;
         mock_try!(Self::tick(&mut st, CallKind::DestroyGraph, site))?;
         match st.graphs.remove(&graph.0) {
             Some(_) => Ok(()),

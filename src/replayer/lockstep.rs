@@ -6,8 +6,15 @@
 //! launch may write; the first range that differs beyond the tolerance names the launch, the
 //! buffer, the element with the largest difference and both values. The replays stop there:
 //! past a difference every later launch reads diverged inputs.
+//!
+//! With `LockstepOptions::in_stream_order` (`replay --chaos`) nothing waits after a launch:
+//! what it may write is copied, on its own stream, into pinned host memory on each side, and
+//! the copies are compared in launch order once both sides have been waited for (at the end,
+//! or whenever the copies not yet compared hold a gigabyte), so streams overlap as far as the
+//! trace lets them. Whatever order a side ran the launches in, each copy holds what its launch
+//! wrote. A difference found is explained where the trace can say why (`chaos.rs`).
 
-use super::state::{sync_all, Guard, State};
+use super::state::{resolve_stream, sync_all, Guard, State};
 use super::views::{Typing, View};
 use super::{ModuleLoader, Outcome, ReplayError, Replayer};
 use crate::backend::{ElemType, GpuBackend};
@@ -56,6 +63,11 @@ pub struct LockstepOptions {
     pub dtypes: Vec<(BufferId, ElemType)>,
     /// Buffers never compared.
     pub ignore: Vec<BufferId>,
+    /// Read each launch's output back on its own stream without waiting, and compare when
+    /// both sides have been waited for (see the module docs): what a schedule-perturbing
+    /// backend needs, since a wait after every launch would order every launch before the
+    /// next one.
+    pub in_stream_order: bool,
 }
 
 /// The first launch whose output differs between the two backends.
@@ -91,6 +103,9 @@ pub struct LaunchDifference {
     pub b_value: String,
     /// That largest difference (`inf` when one side is NaN).
     pub largest: f64,
+    /// Its place among the calls as the value checks replay them (`eager_calls`).
+    #[serde(skip)]
+    pub(crate) at: usize,
 }
 
 /// What a lockstep replay found.
@@ -110,6 +125,10 @@ pub struct LockstepReport {
     pub not_compared: Vec<String>,
     /// The first launch whose output differs.
     pub first: Option<LaunchDifference>,
+    /// Why it may differ, where the trace says: a dependency between streams nothing orders,
+    /// bytes it read that no call had written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<super::chaos::Cause>,
     /// A replay failed: which side, which call, the error.
     pub stopped: Option<String>,
     /// Wall time of the whole comparison, setup included.
@@ -153,6 +172,9 @@ impl LockstepReport {
                 d.param, d.buffer, d.offset, d.elem, d.differing, d.of, d.index, d.a_value, self.a, d.b_value, self.b, d.largest
             );
             let _ = writeln!(s, "  the launch: {}", d.call);
+            for c in &self.causes {
+                let _ = writeln!(s, "  cause: {c}");
+            }
         }
         if let Some(e) = &self.stopped {
             let _ = writeln!(s, "the replay stopped: {e}");
@@ -172,6 +194,96 @@ impl LockstepReport {
 struct Side<'r, 't> {
     guard: Guard<'r, 't>,
     name: &'r str,
+}
+
+/// Deferred readbacks not compared yet may hold at most this many bytes (or the replay's
+/// host memory limit, if lower) before both sides are waited for and they are compared.
+const MAX_PENDING: u64 = 1 << 30;
+
+/// A range compared and found different: (elements beyond the tolerance, elements, the
+/// index of the largest difference, the two values there, that difference).
+type Diff = (u64, u64, u64, String, String, f64);
+
+/// A launch whose output is compared: its call, the graph launch it ran in, its kernel, and
+/// its place among the calls as the value checks replay them.
+struct Launch<'t> {
+    c: &'t CallRecord,
+    graph: Option<(u64, GraphId)>,
+    kernel: KernelId,
+    at: usize,
+}
+
+/// Pinned host memory a deferred readback lands in, given back when dropped, after its
+/// stream has been waited for (the copy may still be writing it).
+struct Landing<'g> {
+    gpu: &'g dyn GpuBackend,
+    ptr: *mut u8,
+    len: usize,
+    stream: u64,
+}
+
+impl Landing<'_> {
+    /// The bytes; read only once the copy's stream has been waited for.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live pinned region of `len` bytes from `alloc_host_pinned`,
+        // freed only when this landing is dropped.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let _ = self.gpu.synchronize(self.stream);
+        let _ = self.gpu.free_host_pinned(self.ptr, self.len);
+    }
+}
+
+/// A launch's readbacks not compared yet: one landing per view, on each side.
+struct Pending<'t, 'g> {
+    launch: Launch<'t>,
+    views: Vec<View>,
+    landed: [Vec<Landing<'g>>; 2],
+}
+
+/// Copy the ranges `c` may write into pinned host memory on each side, on the launch's own
+/// stream, without waiting. An error comes with the side's name.
+fn land_all<'r>(
+    sides: &[Side<'r, '_>],
+    c: &CallRecord,
+    views: &[View],
+) -> Result<[Vec<Landing<'r>>; 2], (&'r str, anyhow::Error)> {
+    let mut out: [Vec<Landing<'r>>; 2] = [Vec::new(), Vec::new()];
+    for (i, s) in sides.iter().enumerate().take(2) {
+        let (g, st) = (s.guard.gpu, &s.guard.st);
+        let name = s.name;
+        let fail = |e: anyhow::Error| (name, e);
+        let stream = c
+            .call
+            .work_stream()
+            .ok_or_else(|| fail(anyhow::anyhow!("call #{} has no stream", c.seq)))?;
+        let stream = resolve_stream(st, stream, c).map_err(|e| fail(e.into()))?;
+        for v in views {
+            let (p, _) = st
+                .bufs
+                .get(&v.buf)
+                .ok_or_else(|| fail(anyhow::anyhow!("{} is not live", v.buf)))?;
+            let len = v.bytes as usize;
+            let ptr = g.alloc_host_pinned(len).map_err(fail)?;
+            let landing = Landing {
+                gpu: g,
+                ptr,
+                len,
+                stream,
+            };
+            // SAFETY: `ptr` is `len` bytes of pinned memory that `landing` owns; dropping it
+            // waits for `stream` before freeing, so the destination outlives the copy.
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+            g.copy_d2h_async(p.offset(v.off as usize), dst, stream)
+                .map_err(fail)?;
+            out[i].push(landing);
+        }
+    }
+    Ok(out)
 }
 
 impl Replayer<'_> {
@@ -216,7 +328,9 @@ impl Replayer<'_> {
         }
         let mut typing = Typing::new(&opts.dtypes, &opts.ignore);
         let mut skipped = std::collections::BTreeSet::new();
-        'calls: for (c, graph) in self.eager_calls() {
+        let mut pending: Vec<Pending<'_, '_>> = Vec::new();
+        let mut pending_bytes = 0u64;
+        'calls: for (at, (c, graph)) in self.eager_calls().into_iter().enumerate() {
             for s in sides.iter_mut() {
                 let g = s.guard.gpu;
                 match self.issue(g, &mut s.guard.st, c, false)? {
@@ -246,6 +360,38 @@ impl Replayer<'_> {
                 .filter(|v| v.written)
                 .collect();
             if views.is_empty() {
+                continue;
+            }
+            let launch = Launch {
+                c,
+                graph,
+                kernel,
+                at,
+            };
+            if opts.in_stream_order {
+                match land_all(&sides, c, &views) {
+                    Ok(landed) => {
+                        pending_bytes += views.iter().map(|v| v.bytes).sum::<u64>();
+                        pending.push(Pending {
+                            launch,
+                            views,
+                            landed,
+                        });
+                    }
+                    Err((side, e)) => {
+                        report.stopped = Some(format!(
+                            "on {side}, reading back what call #{} wrote: {e:#}",
+                            c.seq
+                        ));
+                        break 'calls;
+                    }
+                }
+                if pending_bytes >= self.max_host_bytes.min(MAX_PENDING) {
+                    pending_bytes = 0;
+                    if self.settle_pending(&sides, &mut pending, opts.tolerance, &mut report) {
+                        break 'calls;
+                    }
+                }
                 continue;
             }
             let mut read = Vec::new();
@@ -279,30 +425,19 @@ impl Replayer<'_> {
             report.compared += 1;
             for (i, v) in views.iter().enumerate() {
                 report.bytes_compared += v.bytes;
-                if let Some((differing, of, index, x, y, largest)) =
-                    compare(&read[0][i], &read[1][i], v.elem, opts.tolerance)
-                {
-                    let rec = self.by_seq.get(&c.seq).copied().unwrap_or(c);
-                    report.first = Some(LaunchDifference {
-                        seq: c.seq,
-                        in_graph: graph.map(|(at, g)| format!("{g} launched at #{at}")),
-                        kernel: self.trace.kernel_name(kernel),
-                        site: self.trace.site(rec.site),
-                        call: render_call(self.trace, rec),
-                        param: v.param,
-                        buffer: v.buf.to_string(),
-                        offset: v.off,
-                        elem: v.elem.map_or("bytes", |e| e.name()),
-                        differing,
-                        of,
-                        index,
-                        a_value: x,
-                        b_value: y,
-                        largest,
-                    });
+                if let Some(d) = compare(&read[0][i], &read[1][i], v.elem, opts.tolerance) {
+                    report.first = Some(self.difference(&launch, v, d));
                     break 'calls;
                 }
             }
+        }
+        if !pending.is_empty() {
+            // Launches read back before a stop are still compared: a difference there may be
+            // what the stop follows from.
+            self.settle_pending(&sides, &mut pending, opts.tolerance, &mut report);
+        }
+        if let Some(d) = &report.first {
+            report.causes = self.explain(d);
         }
         report.not_compared = skipped
             .into_iter()
@@ -311,6 +446,64 @@ impl Replayer<'_> {
         drop(sides);
         report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(report)
+    }
+}
+
+impl Replayer<'_> {
+    /// Wait for both sides, then compare the deferred readbacks in launch order. True when
+    /// comparing stops: a difference, or a side that could not be waited for.
+    fn settle_pending(
+        &self,
+        sides: &[Side<'_, '_>],
+        pending: &mut Vec<Pending<'_, '_>>,
+        tol: Tolerance,
+        report: &mut LockstepReport,
+    ) -> bool {
+        for s in sides {
+            if let Err(e) = sync_all(s.guard.gpu, &s.guard.st) {
+                report.stopped.get_or_insert_with(|| {
+                    format!("on {}, waiting for the launches read back: {e:#}", s.name)
+                });
+                pending.clear();
+                return true;
+            }
+        }
+        for p in pending.drain(..) {
+            report.compared += 1;
+            for (i, v) in p.views.iter().enumerate() {
+                report.bytes_compared += v.bytes;
+                let (x, y) = (p.landed[0][i].bytes(), p.landed[1][i].bytes());
+                if let Some(d) = compare(x, y, v.elem, tol) {
+                    report.first = Some(self.difference(&p.launch, v, d));
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The report's account of a launch whose range `v` differs by `d`.
+    fn difference(&self, l: &Launch<'_>, v: &View, d: Diff) -> LaunchDifference {
+        let (differing, of, index, a_value, b_value, largest) = d;
+        let rec = self.by_seq.get(&l.c.seq).copied().unwrap_or(l.c);
+        LaunchDifference {
+            seq: l.c.seq,
+            in_graph: l.graph.map(|(at, g)| format!("{g} launched at #{at}")),
+            kernel: self.trace.kernel_name(l.kernel),
+            site: self.trace.site(rec.site),
+            call: render_call(self.trace, rec),
+            param: v.param,
+            buffer: v.buf.to_string(),
+            offset: v.off,
+            elem: v.elem.map_or("bytes", |e| e.name()),
+            differing,
+            of,
+            index,
+            a_value,
+            b_value,
+            largest,
+            at: l.at,
+        }
     }
 }
 
@@ -342,12 +535,7 @@ fn decode(b: &[u8], e: ElemType) -> (f64, i64) {
 
 /// Compare two ranges: `None` when equal within `tol`, else (elements beyond it, elements,
 /// the index of the largest difference, the two values there, that difference).
-fn compare(
-    x: &[u8],
-    y: &[u8],
-    elem: Option<ElemType>,
-    tol: Tolerance,
-) -> Option<(u64, u64, u64, String, String, f64)> {
+fn compare(x: &[u8], y: &[u8], elem: Option<ElemType>, tol: Tolerance) -> Option<Diff> {
     if x == y {
         return None;
     }

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+mod chaos;
 mod fault;
 mod finite;
 mod finite_kernel;
@@ -29,6 +30,7 @@ pub use crate::analysis::window::{
     captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind,
 };
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
+pub use chaos::Cause;
 pub use finite::{FiniteOptions, FiniteReport, NonFinite, RecordedNonFinite};
 pub use graph::GraphReport;
 pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance};
