@@ -99,7 +99,10 @@ pub struct Args {
     /// the trace's events and syncs allow, and fresh device memory holds 0xFF bytes (NaN)
     /// until written. Names the first launch whose written bytes differ from the plain replay
     /// and why: a missing dependency between streams, or a read of never-written memory
-    /// (exit 1; 0 when nothing differs). Mock only for now.
+    /// (exit 1; 0 when nothing differs). On CUDA (`--on cuda`) the perturbed replay's
+    /// streams are held at random before launches instead (up to 200 us each), which lets work
+    /// that should have waited on another stream run first; fresh memory is not poisoned there
+    /// (compute-sanitizer --tool initcheck is CUDA's check for reads of unwritten memory).
     #[arg(long, value_name = "SEED", conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite", "against"])]
     chaos: Option<u64>,
     /// With --against: replay the --against side with this file's CUDA C as module MODULE's
@@ -117,20 +120,16 @@ pub struct Args {
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if let Some(seed) = a.chaos {
-        anyhow::ensure!(
-            a.on == Backend::Mock,
-            "replay --chaos is mock-only for now: it perturbs the mock's schedule and poisons its \
-             fresh memory (random delays on {} are not built yet); drop --on {}",
-            a.on.name(),
-            a.on.name()
-        );
+        // On CUDA the schedule is the device's: the perturbed side's streams are held at
+        // random (up to 200 us) before launches instead.
         let opts = crate::replayer::LockstepOptions {
             tolerance: crate::replayer::Tolerance::Exact,
             dtypes: a.dtypes,
             ignore: a.ignore,
             in_stream_order: true,
+            delays: (!a.on.runs_cpu_twins()).then_some((seed, 200_000)),
         };
-        return chaos(ctx, &a.trace, seed, &opts, (a.json, a.max_memory));
+        return chaos(ctx, &a.trace, (a.on, seed), &opts, (a.json, a.max_memory));
     }
     let nan_dump = || {
         open_trace(ctx, &a.trace)
@@ -152,6 +151,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             dtypes: a.dtypes,
             ignore: a.ignore,
             in_stream_order: false,
+            delays: None,
         };
         let substitute = match &a.substitute {
             None => None,
@@ -355,30 +355,42 @@ fn print_lockstep(rep: &crate::replayer::LockstepReport, json: bool) -> Result<E
 fn chaos(
     ctx: &Ctx,
     path: &Path,
-    seed: u64,
+    (on, seed): (Backend, u64),
     opts: &crate::replayer::LockstepOptions,
     (json, max_memory): (bool, u64),
 ) -> Result<Exit> {
     let t = open_trace(ctx, path)?;
     known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
-    let plain = backends::open(ctx, Backend::Mock, Want::replay())?;
+    let plain = backends::open(ctx, on, Want::replay())?;
     let perturbed = backends::open(
         ctx,
-        Backend::Mock,
+        on,
         Want {
-            chaos: Some(seed),
+            chaos: on.runs_cpu_twins().then_some(seed),
             ..Want::replay()
         },
     )?;
-    let r = crate::replayer::Replayer::new(&t)
-        .with_max_memory(max_memory)
-        .with_opaque_kernels();
-    let name = format!("mock --chaos {seed}");
+    let mut r = crate::replayer::Replayer::new(&t).with_max_memory(max_memory);
+    if on.runs_cpu_twins() {
+        r = r.with_opaque_kernels();
+    }
+    let (load_a, load_b) = (
+        |m: &crate::backend::ModuleCode| plain.load_trace_code(m),
+        |m: &crate::backend::ModuleCode| perturbed.load_trace_code(m),
+    );
+    let name = match opts.delays {
+        Some((_, max_ns)) => format!(
+            "{} --chaos {seed} (streams held up to {} us before launches)",
+            on.name(),
+            max_ns / 1000
+        ),
+        None => format!("{} --chaos {seed}", on.name()),
+    };
     let rep = r.lockstep(
         (plain.gpu.as_ref(), perturbed.gpu.as_ref()),
-        ("mock", &name),
+        (on.name(), &name),
         opts,
-        (None, None),
+        (Some(&load_a), Some(&load_b)),
     )?;
     print_lockstep(&rep, json)
 }

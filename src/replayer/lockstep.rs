@@ -68,6 +68,10 @@ pub struct LockstepOptions {
     /// backend needs, since a wait after every launch would order every launch before the
     /// next one.
     pub in_stream_order: bool,
+    /// Hold the second side's streams at random before its launches (seed, longest delay in
+    /// ns): CUDA's chaos, which lets work that should have waited for another stream run
+    /// first (see `delay_kernel`).
+    pub delays: Option<(u64, u64)>,
 }
 
 /// The first launch whose output differs between the two backends.
@@ -326,13 +330,35 @@ impl Replayer<'_> {
         for s in sides.iter_mut() {
             self.setup(s.guard.gpu, &mut s.guard.st)?;
         }
+        let mut delays = match opts.delays {
+            Some((seed, max_ns)) => Some(
+                super::delay_kernel::Delays::new(b, seed, max_ns).map_err(|e| {
+                    ReplayError::Setup {
+                        what: "loading the delay kernel".into(),
+                        cause: format!("{e:#}"),
+                    }
+                })?,
+            ),
+            None => None,
+        };
         let mut typing = Typing::new(&opts.dtypes, &opts.ignore);
         let mut skipped = std::collections::BTreeSet::new();
         let mut pending: Vec<Pending<'_, '_>> = Vec::new();
         let mut pending_bytes = 0u64;
         'calls: for (at, (c, graph)) in self.eager_calls().into_iter().enumerate() {
-            for s in sides.iter_mut() {
+            for (i, s) in sides.iter_mut().enumerate() {
                 let g = s.guard.gpu;
+                let launch_stream = c.call.launch().and(c.call.work_stream());
+                if let (1, Some(d), Some(stream)) = (i, delays.as_mut(), launch_stream) {
+                    let held = super::state::resolve_stream(&s.guard.st, stream, c)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|st| d.before_launch(g, st));
+                    if let Err(e) = held {
+                        report.stopped =
+                            Some(format!("on {}, delaying call #{}: {e:#}", s.name, c.seq));
+                        break 'calls;
+                    }
+                }
                 match self.issue(g, &mut s.guard.st, c, false)? {
                     Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
                         report.stopped = Some(format!(

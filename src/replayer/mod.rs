@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod chaos;
+mod delay_kernel;
 mod fault;
 mod finite;
 mod finite_kernel;
