@@ -33,6 +33,7 @@ mod minimize;
 mod record;
 mod replay;
 mod report;
+mod run;
 mod show;
 mod trim;
 
@@ -47,7 +48,8 @@ mod trim;
     after_help = "Exit status, the same for every verb: 0 matched, fault reproduced, no differences or \
                   findings; 1 a divergence, a fault not reproduced, differences, or an `analyze \
                   --fail-on` finding; 2 a usage error (or any other failure to run); 3 the trace is \
-                  damaged or unreadable; 4 the backend asked for is not available here.\n\n\
+                  damaged or unreadable; 4 the backend asked for is not available here. `run` \
+                  exits with its command's own status instead (128 + N after signal N).\n\n\
                   Logging: -v / -vv, -q, or GPUTAPE_LOG / RUST_LOG (e.g. GPUTAPE_LOG=gputape=debug)."
 )]
 struct Cli {
@@ -116,26 +118,48 @@ enum Cmd {
     Report(report::Args),
     /// Print a trace: its calls in canonical form, then a summary.
     Show(show::Args),
+    /// Run an unmodified CUDA program (PyTorch, vLLM, anything that loads libcuda.so.1) with
+    /// gputape's driver shim in front of the real driver: every driver call is counted and
+    /// forwarded, and a table of the entry points called is printed when it exits. This stage
+    /// counts and forwards; it does not record a trace yet (`-o` / `--flight` come next).
+    Run(run::Args),
 }
 
 /// What `gputape` exits with, the same for every verb (README and `--help` list them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
-    /// Matched, fault reproduced, no differences, no findings.
-    Pass = 0,
-    /// A divergence, a fault not reproduced, differences, or an `analyze --fail-on` finding.
-    Findings = 1,
-    /// A usage error, or anything else that kept the command from running.
-    Usage = 2,
-    /// The trace is damaged or unreadable.
-    Damaged = 3,
-    /// The backend asked for is not available on this machine.
-    NoBackend = 4,
+    /// 0: matched, fault reproduced, no differences, no findings.
+    Pass,
+    /// 1: a divergence, a fault not reproduced, differences, or an `analyze --fail-on` finding.
+    Findings,
+    /// 2: a usage error, or anything else that kept the command from running.
+    Usage,
+    /// 3: the trace is damaged or unreadable.
+    Damaged,
+    /// 4: the backend asked for is not available on this machine.
+    NoBackend,
+    /// `gputape run`: the status its command exited with, relayed (128 + N when signal N
+    /// ended it, as a shell reports it).
+    Relayed(u8),
+}
+
+impl Exit {
+    /// The process exit status.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Pass => 0,
+            Exit::Findings => 1,
+            Exit::Usage => 2,
+            Exit::Damaged => 3,
+            Exit::NoBackend => 4,
+            Exit::Relayed(c) => c,
+        }
+    }
 }
 
 impl From<Exit> for std::process::ExitCode {
     fn from(e: Exit) -> Self {
-        std::process::ExitCode::from(e as u8)
+        std::process::ExitCode::from(e.code())
     }
 }
 
@@ -287,5 +311,6 @@ fn exec(cmd: Cmd, ctx: &Ctx) -> Result<Exit> {
         Cmd::Trim(a) => trim::exec(a, ctx),
         Cmd::Report(a) => report::exec(a, ctx),
         Cmd::Show(a) => show::exec(a, ctx),
+        Cmd::Run(a) => run::exec(a, ctx),
     }
 }

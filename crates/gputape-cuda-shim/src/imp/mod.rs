@@ -1,0 +1,13 @@
+//! The shim on x86_64 Linux: the forwarders and their tables, loading the driver, the hooks,
+//! the counts. See the crate's docs for how they fit.
+
+mod counts;
+mod hooks;
+mod resolve;
+mod table;
+
+/// Marks a shared object as gputape's shim: `resolve` refuses a "driver" that exports it (a
+/// copy of the shim under another inode would otherwise forward to itself forever).
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static gputape_cuda_shim: [u8; 24] = *b"gputape-cuda-shim 0.1.0\0";

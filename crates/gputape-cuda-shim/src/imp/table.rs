@@ -1,0 +1,122 @@
+//! The forwarders and the tables they read. Entry point `i` (its index in the sorted `NAMES`)
+//! has a counter `COUNTS[i]`, the driver's function `REAL[i]` (or a stub), and `DISPATCH[i]`:
+//! where its forwarder jumps. Each forwarder is
+//!
+//! ```text
+//! lock inc qword ptr [COUNTS + 8*i]   ; count the call (flags only are touched)
+//! mov r11d, i                         ; which entry point, for lazy_entry
+//! jmp qword ptr [DISPATCH + 8*i]      ; the real function, a hook, or lazy_entry
+//! ```
+//!
+//! so it needs no signature: argument registers, the stack and the return address are as the
+//! caller left them (r11 is a scratch register no argument uses, and a PLT stub clobbers it
+//! too). A hook of the next stage is a function of the entry point's real signature stored in
+//! `DISPATCH[i]`, which calls `REAL[i]`.
+
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use super::resolve::resolve_all;
+
+/// Expands the generated list (`$OUT_DIR/entry_points.rs`, one `INDEX NAME,` a line) into one
+/// exported forwarder per entry point, and `WRAPPERS`, their addresses in `NAMES` order.
+macro_rules! trampolines {
+    ($($i:literal $name:ident,)*) => {
+        $(
+            /// A forwarder (see the module docs): counts, then jumps through `DISPATCH`.
+            #[unsafe(no_mangle)]
+            #[unsafe(naked)]
+            #[allow(non_snake_case)]
+            pub unsafe extern "C" fn $name() {
+                core::arch::naked_asm!(
+                    "lock inc qword ptr [rip + {counts} + {off}]",
+                    "mov r11d, {i}",
+                    "jmp qword ptr [rip + {dispatch} + {off}]",
+                    counts = sym COUNTS,
+                    dispatch = sym DISPATCH,
+                    off = const $i * 8,
+                    i = const $i,
+                )
+            }
+        )*
+        /// Each entry point's forwarder, in `NAMES` order: what `cuGetProcAddress` answers.
+        pub static WRAPPERS: [unsafe extern "C" fn(); N] = [$($name),*];
+    };
+}
+
+include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
+
+/// Calls per entry point, bumped by its forwarder.
+pub static COUNTS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+
+/// Where each forwarder jumps: `lazy_entry` until the driver is loaded, then `REAL[i]` or the
+/// shim's hook for that entry point.
+pub static DISPATCH: [AtomicPtr<()>; N] = [const { AtomicPtr::new(lazy_entry as *mut ()) }; N];
+
+/// The driver's own function for each entry point (a stub where it has none); null until
+/// `resolve_all` has run.
+pub static REAL: [AtomicPtr<()>; N] = [const { AtomicPtr::new(core::ptr::null_mut()) }; N];
+
+/// The index of an entry point by name.
+pub fn index(name: &str) -> Option<usize> {
+    NAMES.binary_search(&name).ok()
+}
+
+/// The driver's function for entry point `i`, once resolved.
+pub fn real(i: usize) -> *mut () {
+    REAL[i].load(Ordering::Acquire)
+}
+
+/// The first call into any forwarder lands here (r11 = its index): save every register a C
+/// call may take arguments in (rdi, rsi, rdx, rcx, r8, r9, rax for a variadic call's vector
+/// count, xmm0-7) and r11, load the driver (`resolve_all`, once per process; concurrent first
+/// callers wait for it), restore them and jump where `DISPATCH[r11]` now points. The stack is
+/// as the caller left it when that jump is taken, so stack-passed arguments are untouched.
+#[unsafe(naked)]
+unsafe extern "C" fn lazy_entry() {
+    core::arch::naked_asm!(
+        // Entered by a jump from a forwarder that was called: rsp = 8 (mod 16). One push of rbp
+        // and eight more leave it at 0, as the call below needs.
+        "push rbp",
+        "mov rbp, rsp",
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "push rcx",
+        "push r8",
+        "push r9",
+        "push rax",
+        "push r11",
+        "sub rsp, 128",
+        "movdqu [rsp], xmm0",
+        "movdqu [rsp + 16], xmm1",
+        "movdqu [rsp + 32], xmm2",
+        "movdqu [rsp + 48], xmm3",
+        "movdqu [rsp + 64], xmm4",
+        "movdqu [rsp + 80], xmm5",
+        "movdqu [rsp + 96], xmm6",
+        "movdqu [rsp + 112], xmm7",
+        "call {resolve}",
+        "movdqu xmm0, [rsp]",
+        "movdqu xmm1, [rsp + 16]",
+        "movdqu xmm2, [rsp + 32]",
+        "movdqu xmm3, [rsp + 48]",
+        "movdqu xmm4, [rsp + 64]",
+        "movdqu xmm5, [rsp + 80]",
+        "movdqu xmm6, [rsp + 96]",
+        "movdqu xmm7, [rsp + 112]",
+        "add rsp, 128",
+        "pop r11",
+        "pop rax",
+        "pop r9",
+        "pop r8",
+        "pop rcx",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "pop rbp",
+        "lea r10, [rip + {dispatch}]",
+        "jmp qword ptr [r10 + r11 * 8]",
+        resolve = sym resolve_all,
+        dispatch = sym DISPATCH,
+    )
+}

@@ -1,0 +1,114 @@
+//! What the shim's tests and `gputape run`'s share (the root's tests include this file with
+//! `#[path]`): the built shim, a fake driver and small C programs compiled at test time.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The shim cargo built for this profile. `cargo test` (at the workspace root, or of this
+/// crate) builds it into `target/<profile>/deps/` before any test runs, and only `cargo build`
+/// copies it up into `target/<profile>/`: so the test binary's own directory (`deps/`) first.
+pub fn shim() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    for dir in exe.ancestors().skip(1).take(2) {
+        let p = dir.join("libgputape_cuda_shim.so");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "libgputape_cuda_shim.so not found beside {}: build the workspace (`cargo test` or \
+         `cargo build` at its root)",
+        exe.display()
+    );
+}
+
+/// `target/<profile>/`, from the test binary in its `deps/`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+/// A directory of this test process's own, for `what`, emptied first.
+pub fn scratch(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gputape-shim-{}-{what}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `cc ARGS`, which must succeed.
+pub fn cc(args: &[&dyn AsRef<std::ffi::OsStr>]) {
+    let mut c = Command::new("cc");
+    for a in args {
+        c.arg(a);
+    }
+    let o = c.output().expect("a C compiler (cc) runs");
+    assert!(
+        o.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A C source of `support/c/`, written into `dir`.
+fn source(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The fake driver (`c/fake_libcuda.c`), compiled once per test process into
+/// `target/<profile>/gputape-shim-tests/` (under a name of its own, then renamed into place, so
+/// a process that has the previous one loaded keeps it).
+pub fn fake_driver() -> &'static Path {
+    static FAKE: OnceLock<PathBuf> = OnceLock::new();
+    FAKE.get_or_init(|| {
+        let d = profile_dir().join("gputape-shim-tests");
+        std::fs::create_dir_all(&d).unwrap();
+        let pid = std::process::id();
+        let src = source(
+            &d,
+            &format!("fake_libcuda.{pid}.c"),
+            include_str!("c/fake_libcuda.c"),
+        );
+        let tmp = d.join(format!("libfakecuda.so.{pid}"));
+        cc(&[
+            &"-shared",
+            &"-fPIC",
+            &"-O1",
+            &"-Wl,-Bsymbolic",
+            &"-o",
+            &tmp,
+            &src,
+        ]);
+        let out = d.join("libfakecuda.so");
+        std::fs::rename(&tmp, &out).unwrap();
+        std::fs::remove_file(&src).unwrap();
+        out
+    })
+}
+
+/// `c/dlopen_by_name.c` compiled into `dir`: loads `libcuda.so.1` by name, calls
+/// cuDriverGetVersion, exits with its first argument.
+pub fn dlopen_program(dir: &Path) -> PathBuf {
+    let src = source(dir, "dlopen_by_name.c", include_str!("c/dlopen_by_name.c"));
+    let out = dir.join("dlopen_by_name");
+    cc(&[&"-O1", &"-o", &out, &src, &"-ldl"]);
+    out
+}
+
+/// `c/linked.c` compiled into `dir` and linked with `-lcuda` against the shim (through a
+/// `libcuda.so` link in `dir`): it needs `libcuda.so.1` to start at all.
+pub fn linked_program(dir: &Path) -> PathBuf {
+    let src = source(dir, "linked.c", include_str!("c/linked.c"));
+    let lib = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&lib);
+    std::os::unix::fs::symlink(shim(), &lib).unwrap();
+    let out = dir.join("linked");
+    let l = format!("-L{}", dir.display());
+    cc(&[&"-O1", &"-o", &out, &src, &l, &"-lcuda"]);
+    std::fs::remove_file(&lib).unwrap();
+    out
+}

@@ -1,0 +1,392 @@
+//! `gputape run [--counts FILE] -- COMMAND ARGS...`: an unmodified CUDA program run with
+//! gputape's driver shim (`crates/gputape-cuda-shim`, a `libcuda.so.1` of gputape's) in front of
+//! the real driver. The shim is found beside this binary (`gputape-shim/libcuda.so.1`), or as
+//! cargo built it (`target/<profile>/libgputape_cuda_shim.so`), or in `GPUTAPE_SHIM_DIR`; a
+//! temporary directory gets `libcuda.so.1` and `libcuda.so` links to it, which goes first on
+//! `LD_LIBRARY_PATH` (a program or library that loads the driver by name finds it) and into
+//! `LD_PRELOAD` (a program whose RPATH names the real driver's directory gets the shim anyway:
+//! the loader matches the preloaded object's soname). The real driver is found as the shim would
+//! find it (`locate.rs`, shared) and passed on in `GPUTAPE_REAL_LIBCUDA`, unless the user set
+//! that. Every process of the command that called the driver appends a line of counts to
+//! `GPUTAPE_SHIM_COUNTS`; they are summed, printed as a table on stderr, and written to
+//! `--counts` as one JSON document. The command's exit status is relayed.
+//!
+//! This stage counts and forwards. Recording the calls into a trace (`-o`, `--flight`) is the
+//! next one.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::common::write_out;
+use super::{Ctx, Exit};
+
+/// The driver search the shim itself does, shared so both find the same driver.
+#[path = "../../crates/gputape-cuda-shim/src/locate.rs"]
+#[allow(dead_code)]
+mod locate;
+
+/// A directory holding `libcuda.so.1` (gputape's shim) to use instead of the one found.
+const ENV_SHIM_DIR: &str = "GPUTAPE_SHIM_DIR";
+/// Where the shim appends each process's counts.
+const ENV_COUNTS: &str = "GPUTAPE_SHIM_COUNTS";
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "The shim counts every CUDA driver entry point called (directly, or through \
+                  pointers from cuGetProcAddress, as the CUDA runtime calls them) and forwards each \
+                  call to the real driver unchanged; the table goes to stderr when the command \
+                  exits, and gputape exits with the command's status. No trace is recorded at this \
+                  stage: `-o` and `--flight` come next.\n\n\
+                  Environment: GPUTAPE_REAL_LIBCUDA (the real driver; found by search when unset), \
+                  GPUTAPE_SHIM_DIR (a directory holding the shim as libcuda.so.1)."
+)]
+pub struct Args {
+    /// Also write the counts, summed over every process of the command, to FILE as JSON
+    /// (schema gputape.shim-counts.v1; `-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    counts: Option<PathBuf>,
+    /// How many entry points the table lists, most called first.
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    top: usize,
+    /// The program to run and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<OsString>,
+}
+
+pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        bail!("gputape's CUDA driver shim is built for x86_64 Linux only");
+    }
+    let shim = find_shim()?;
+    let dir = ShimDir::new(&shim)?;
+    let counts = dir.path.join("counts.jsonl");
+
+    let user_real = std::env::var_os(locate::ENV_REAL).map(PathBuf::from);
+    let real = user_real.clone().or_else(|| {
+        locate::candidates().find(|p| !locate::same_file(p, &shim) && !p.starts_with(&dir.path))
+    });
+    if real.is_none() {
+        eprintln!(
+            "gputape run: no real libcuda.so.1 found on this machine: every driver call of the \
+             command will return CUDA_ERROR_NO_DEVICE (100)"
+        );
+    }
+
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("LD_LIBRARY_PATH", prepend(&dir.path, "LD_LIBRARY_PATH"))
+        .env(
+            "LD_PRELOAD",
+            prepend(&dir.path.join("libcuda.so.1"), "LD_PRELOAD"),
+        )
+        .env(ENV_COUNTS, &counts);
+    if let (None, Some(r)) = (&user_real, &real) {
+        cmd.env(locate::ENV_REAL, r);
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {}", Path::new(&args.command[0]).display()))?;
+    // Ctrl-C reaches the command (the terminal signals the whole process group); gputape stays
+    // to print what it counted. Set after the spawn, so the command keeps its own dispositions.
+    let status = {
+        let _quiet = IgnoreInterrupts::new();
+        child.wait().context("waiting for the command")?
+    };
+    let code = exit_code(status);
+
+    let merged = Merged::read(&counts)?;
+    eprint!("{}", merged.table(args.top, code));
+    if let Some(out) = &args.counts {
+        let doc = merged.json(&args.command, code);
+        write_out(
+            out,
+            format!("{}\n", serde_json::to_string_pretty(&doc)?).as_bytes(),
+        )?;
+    }
+    Ok(Exit::Relayed(code))
+}
+
+/// The shim: `GPUTAPE_SHIM_DIR`'s, else `gputape-shim/libcuda.so.1` beside this binary, else
+/// where cargo builds it: `deps/libgputape_cuda_shim.so` beside this binary (what `cargo test`
+/// last built), else `libgputape_cuda_shim.so` beside it or up to two directories above it
+/// (`target/<profile>/` for a test binary in `deps/`).
+fn find_shim() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os(ENV_SHIM_DIR) {
+        let d = PathBuf::from(d);
+        return ["libcuda.so.1", "libgputape_cuda_shim.so"]
+            .iter()
+            .map(|n| d.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| anyhow!("{ENV_SHIM_DIR}={}: holds no libcuda.so.1", d.display()));
+    }
+    let exe = std::env::current_exe().context("cannot tell where gputape is")?;
+    let mut tried = Vec::new();
+    if let Some(d) = exe.parent() {
+        tried.push(d.join("gputape-shim").join("libcuda.so.1"));
+        // `cargo test` builds it there and only `cargo build` copies it up: deps/ is newest.
+        tried.push(d.join("deps").join("libgputape_cuda_shim.so"));
+    }
+    tried.extend(
+        exe.ancestors()
+            .skip(1)
+            .take(3)
+            .map(|d| d.join("libgputape_cuda_shim.so")),
+    );
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    bail!(
+        "gputape's CUDA driver shim was not found (looked for {}): build the workspace (`cargo \
+         build` makes target/<profile>/libgputape_cuda_shim.so), put it beside gputape as \
+         gputape-shim/libcuda.so.1, or set {ENV_SHIM_DIR}",
+        tried
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// A temporary directory with `libcuda.so.1` and `libcuda.so` linking to the shim, and the
+/// processes' counts; removed when the run is over.
+struct ShimDir {
+    path: PathBuf,
+}
+
+impl ShimDir {
+    fn new(shim: &Path) -> Result<ShimDir> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let shim = shim
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", shim.display()))?;
+        let path = std::env::temp_dir().join(format!(
+            "gputape-run-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let dir = ShimDir { path };
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            std::os::unix::fs::symlink(&shim, dir.path.join(name))
+                .with_context(|| format!("cannot link {name} to {}", shim.display()))?;
+        }
+        Ok(dir)
+    }
+}
+
+impl Drop for ShimDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// `first` then the variable's current value, `:`-separated.
+fn prepend(first: &Path, var: &str) -> OsString {
+    let mut v = first.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os(var).filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str, suffix: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}{suffix}")
+    }
+}
+
+/// The command's status as a shell gives it: its exit code, or 128 + the signal that ended it.
+fn exit_code(s: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        (None, None) => 1,
+    }
+}
+
+/// SIGINT and SIGQUIT ignored in gputape while the command runs; restored on drop.
+struct IgnoreInterrupts([libc::sighandler_t; 2]);
+
+impl IgnoreInterrupts {
+    fn new() -> Self {
+        // SAFETY: changing the disposition of two signals to "ignore"; the previous ones are
+        // kept and put back by drop.
+        unsafe {
+            IgnoreInterrupts([
+                libc::signal(libc::SIGINT, libc::SIG_IGN),
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            ])
+        }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: restoring the dispositions `new` replaced.
+        unsafe {
+            libc::signal(libc::SIGINT, self.0[0]);
+            libc::signal(libc::SIGQUIT, self.0[1]);
+        }
+    }
+}
+
+/// The counts of every process of the command, summed.
+#[derive(Default)]
+struct Merged {
+    pids: Vec<u64>,
+    drivers: Vec<String>,
+    calls: BTreeMap<String, u64>,
+    export_tables: BTreeMap<String, u64>,
+    unmapped: BTreeMap<String, u64>,
+}
+
+impl Merged {
+    /// The shim's lines (one JSON object per process); a missing file is no process.
+    fn read(p: &Path) -> Result<Merged> {
+        let mut m = Merged::default();
+        let text = match std::fs::read_to_string(p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(m),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", p.display())),
+        };
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                eprintln!("gputape run: a process's counts were cut short; left out");
+                continue;
+            };
+            m.pids.extend(v["pid"].as_u64());
+            if let Some(d) = v["driver"].as_str() {
+                if !m.drivers.iter().any(|x| x == d) {
+                    m.drivers.push(d.to_string());
+                }
+            }
+            for (key, into) in [
+                ("calls", &mut m.calls),
+                ("export_tables", &mut m.export_tables),
+                ("unmapped_proc_addresses", &mut m.unmapped),
+            ] {
+                for (k, n) in v[key].as_object().into_iter().flatten() {
+                    *into.entry(k.clone()).or_default() += n.as_u64().unwrap_or(0);
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// What `gputape run` prints when the command is over.
+    fn table(&self, top: usize, code: u8) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let total: u64 = self.calls.values().sum();
+        let driver = if self.drivers.is_empty() {
+            "not forwarded: the shim loaded no driver (each returned CUDA_ERROR_NO_DEVICE)".into()
+        } else {
+            format!("forwarded to {}", self.drivers.join(", "))
+        };
+        let _ = writeln!(s);
+        if self.pids.is_empty() {
+            let _ = writeln!(
+                s,
+                "gputape run: the command exited with status {code}; no process of it called the \
+                 CUDA driver through gputape's shim (a program that never loads libcuda.so.1, or \
+                 loads it by a full path, is not seen)."
+            );
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "gputape run: the command exited with status {code}; {} to {} in {}, counted and \
+             {driver}.",
+            plural(total as usize, "CUDA driver call", "s"),
+            plural(self.calls.len(), "entry point", "s"),
+            plural(self.pids.len(), "process", "es"),
+        );
+        let _ = writeln!(
+            s,
+            "This stage counts and forwards; no trace was recorded (`-o` / `--flight` are the \
+             next stage)."
+        );
+        let mut rows: Vec<(&String, &u64)> = self.calls.iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let _ = writeln!(s, "\n{:>12}  entry point", "calls");
+        for (name, n) in rows.iter().take(top) {
+            let _ = writeln!(s, "{n:>12}  {name}");
+        }
+        if rows.len() > top {
+            let rest: u64 = rows[top..].iter().map(|r| *r.1).sum();
+            let _ = writeln!(s, "{:>12}  ({} more entry points)", rest, rows.len() - top);
+        }
+        if !self.export_tables.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nexport tables fetched (cuGetExportTable; what is done through them is not \
+                 seen or counted here):\n{:>12}  uuid",
+                "fetches"
+            );
+            for (uuid, n) in &self.export_tables {
+                let _ = writeln!(s, "{n:>12}  {uuid}");
+            }
+        }
+        if !self.unmapped.is_empty() {
+            let _ = writeln!(
+                s,
+                "\ncuGetProcAddress answers that are no exported entry point (handed out \
+                 unchanged: calls through them are not counted):\n{:>12}  symbol",
+                "answers"
+            );
+            for (sym, n) in &self.unmapped {
+                let _ = writeln!(s, "{n:>12}  {sym}");
+            }
+        }
+        s
+    }
+
+    /// `--counts`' document.
+    fn json(&self, command: &[OsString], code: u8) -> serde_json::Value {
+        serde_json::json!({
+            "schema": "gputape.shim-counts.v1",
+            "command": command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            "exit_status": code,
+            "recorded": false,
+            "processes": self.pids,
+            "drivers": self.drivers,
+            "calls": self.calls,
+            "export_tables": self.export_tables,
+            "unmapped_proc_addresses": self.unmapped,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::locate::parse_ldconfig;
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_ldconfig_cache_gives_its_x86_64_libcuda() {
+        let text = "1234 libs found in cache `/etc/ld.so.cache'\n\
+                    \tlibcudart.so.12 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcudart.so.12\n\
+                    \tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n\
+                    \tlibcuda.so.1 (libc6) => /usr/lib/i386-linux-gnu/libcuda.so.1\n\
+                    \tlibcuda.so (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so\n";
+        assert_eq!(
+            parse_ldconfig(text),
+            vec![PathBuf::from("/usr/lib/x86_64-linux-gnu/libcuda.so.1")]
+        );
+    }
+}
