@@ -69,6 +69,25 @@ row "1B step, rmsnorm changed (--substitute), exit $rc" "$(grep -Eo 'first diffe
 "$B/gputape" --blobs "$DIR/blobs" replay "$DIR/1b.gtape" --on cuda --against cuda \
     --substitute "llama_rmsnorm=$DIR/rmsnorm-changed.cu" --tolerance rel:1e-3 | tail -2
 
+echo "=== 4. replay --chaos on CUDA: a consumer stream that forgot to wait for its producer"
+"$B/gputape" record --backend cuda --workload missing-event -o "$DIR/race.gtape"; echo "record exit $?"
+"$B/gputape" record --backend cuda --workload two-streams -o "$DIR/ok.gtape"; echo "record exit $?"
+named=0
+for seed in 1 2 3 4 5; do
+    "$B/gputape" replay "$DIR/race.gtape" --on cuda --chaos "$seed" | tee "$DIR/race-$seed.log"
+    rc=${PIPESTATUS[0]}; echo "exit $rc"
+    [ "$rc" = 1 ] && named=$((named + 1))
+done
+row "missing event, --chaos 1..5 on CUDA" "$named of 5 seeds named a launch" "$(grep -h -- '-> ' "$DIR"/race-*.log | sort | uniq -c | tr '\n' ';')"
+"$B/gputape" replay "$DIR/race.gtape" --chaos 1 | tee "$DIR/race-mock.log"
+row "missing event, --chaos 1 on the mock (CUDA's recording)" "$(grep -Eo 'cause: missing dependency.*' "$DIR/race-mock.log" | head -1 | cut -c1-90)" "$(grep -Eo -- '-> .*' "$DIR/race-mock.log")"
+ok=0
+for seed in 1 2 3; do
+    "$B/gputape" replay "$DIR/ok.gtape" --on cuda --chaos "$seed" | tail -1
+    [ "${PIPESTATUS[0]}" = 0 ] && ok=$((ok + 1))
+done
+row "two streams joined by an event, --chaos 1..3 on CUDA" "$ok of 3 seeds: no difference" "-"
+
 echo
 echo "| what | found | verdict |"
 echo "|---|---|---|"

@@ -259,6 +259,38 @@ pub fn two_streams(g: &dyn GpuBackend) -> Result<Vec<u8>> {
     Ok(result)
 }
 
+/// The `two_streams` bug an engine ships: the consumer stream never waits for the producer,
+/// so whether it reads the producer's output depends on timing. The producer's stream does
+/// more work first (a larger saxpy), as a real producer would; the mock runs it in order and
+/// hides the race, `replay --chaos` shows it.
+pub fn missing_event(g: &dyn GpuBackend) -> Result<Vec<u8>> {
+    let (n, big) = (32u32, 1u32 << 22);
+    let bytes = n as usize * 4;
+    let producer = g.create_stream()?;
+    let consumer = g.create_stream()?;
+    let a = g.alloc(bytes)?;
+    let b = g.alloc(bytes)?;
+    let (wx, wy) = (g.alloc(big as usize * 4)?, g.alloc(big as usize * 4)?);
+    g.memset(a, 0, bytes)?;
+    g.memset(wx, 0, big as usize * 4)?;
+    g.memset(wy, 0, big as usize * 4)?;
+    let ones = f32_bytes(&vec![1.0; n as usize]);
+    let x = g.alloc(bytes)?;
+    g.copy_h2d(&ones, x)?;
+    saxpy(g, wx, wy, big, 1.0, producer)?;
+    saxpy(g, x, a, n, 3.0, producer)?;
+    // Missing: record an event on `producer` and wait for it on `consumer`.
+    g.memset_async(b, 0, bytes, consumer)?;
+    saxpy(g, a, b, n, 2.0, consumer)?;
+    let mut out = vec![0u8; bytes];
+    g.copy_d2h_on_stream(b, &mut out, consumer)?;
+    g.synchronize(producer)?;
+    for p in [a, b, wx, wy, x] {
+        g.free(p)?;
+    }
+    Ok(out)
+}
+
 /// A captured region replayed twice as a graph.
 pub fn capture_region(g: &dyn GpuBackend) -> Result<Vec<u8>> {
     let n = 16u32;

@@ -127,6 +127,8 @@ enum Workload {
     /// A step captured into a graph whose second node writes past its output
     /// (`--fault-overrun` floats; the default 16 is caught by the mock's bounds).
     GraphFault,
+    /// Two streams where the consumer forgot to wait for the producer (for `replay --chaos`).
+    MissingEvent,
 }
 
 /// How a recording is made, beyond what is recorded.
@@ -322,6 +324,7 @@ fn record_on<B: GpuBackend>(
         Workload::Capture => crate::workloads::capture_region(g)?,
         Workload::PointerTable => crate::workloads::pointer_table(g)?,
         Workload::Tma => crate::workloads::tma(g)?,
+        Workload::MissingEvent => crate::workloads::missing_event(g)?,
         Workload::GraphFault => {
             let r = crate::workloads::graph_fault_with(g, overrun);
             if let Err(e) = &r {
