@@ -17,6 +17,7 @@ mod snapshot;
 mod spill;
 mod state;
 mod watch;
+mod writes;
 
 pub use snapshot::compressed_if_it_pays;
 

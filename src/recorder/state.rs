@@ -3,6 +3,7 @@
 
 use super::flight::FlightStore;
 use super::ring::Writes;
+use super::writes::{call_writes, graph_writes};
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -391,26 +392,7 @@ impl RecState {
             .values()
             .filter_map(|k| Some((k.id, k.params.as_deref()?)))
             .collect();
-        // A graph launch writes what its captured calls write (they are in the store while the
-        // graph lives), not every buffer: a graph-launched engine's checkpoint then reads back
-        // its step's outputs, not its weights.
-        let mut graphs: HashMap<GraphId, Writes> = HashMap::default();
-        for (g, frames) in f.graph_frames() {
-            let mut acc = Writes::Bufs(Default::default());
-            for rec in frames {
-                if let Ok(Frame::Begin(b)) = crate::trace::codec::decode(rec) {
-                    match (
-                        &mut acc,
-                        call_writes(&b.call, &layouts, &HashMap::default()),
-                    ) {
-                        (Writes::Bufs(a), Writes::Bufs(w)) => a.extend(w),
-                        (acc, Writes::All) => *acc = Writes::All,
-                        (Writes::All, _) => {}
-                    }
-                }
-            }
-            graphs.insert(g, acc);
-        }
+        let graphs = graph_writes(f, &layouts);
         let mut all = false;
         let dirty = &mut self.dirty;
         f.span_writes(
@@ -904,37 +886,5 @@ impl RecState {
         if !elems.is_empty() {
             self.emit(&Frame::KernelElems { id, elems });
         }
-    }
-}
-
-/// What `call` may write, as a flight checkpoint counts it (`layouts`: the kernels' parameter
-/// layouts by id; `graphs`: what each live graph's captured calls write).
-fn call_writes(
-    call: &Call,
-    layouts: &HashMap<KernelId, &[ParamInfo]>,
-    graphs: &HashMap<GraphId, Writes>,
-) -> Writes {
-    match call {
-        Call::LaunchGraph { graph, .. } => graphs.get(graph).cloned().unwrap_or(Writes::All),
-        // A raw launch of a kernel without a layout records no arguments: it may have
-        // written anything.
-        Call::Launch { args, .. } if args.is_empty() => Writes::All,
-        Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
-            let layout = layouts.get(kernel).copied().unwrap_or(&[]);
-            let mut v = smallvec::SmallVec::new();
-            for (i, a) in args.iter().enumerate() {
-                // TMA may store through a tensor map: its buffer counts as written.
-                let read_only = !matches!(a, Arg::TensorMap(_))
-                    && matches!(
-                        layout.get(i).map(|p| p.access),
-                        Some(ParamAccess::Read | ParamAccess::Value)
-                    );
-                if let (Some(DevAddr::Buf { buf, .. }), false) = (a.device_addr(), read_only) {
-                    v.push(*buf);
-                }
-            }
-            Writes::Bufs(v)
-        }
-        other => Writes::Bufs(crate::trace::written_by(other).into_iter().collect()),
     }
 }

@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+mod args;
 mod blobs;
 mod call;
 pub mod codec;

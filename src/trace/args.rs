@@ -1,0 +1,167 @@
+//! What a call's arguments are made of: device and host addresses as ids plus offsets, stream
+//! references, and a launch's kernel arguments (buffer addresses, bytes, tensor maps).
+
+use super::call::{BufferId, HostId, StreamId};
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+use std::fmt;
+
+/// A device address, as a trace spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DevAddr {
+    /// Address 0.
+    Null,
+    /// Inside (or one past the end of) a buffer the recorder knows.
+    Buf {
+        /// The buffer.
+        buf: BufferId,
+        /// Bytes from its base.
+        off: u64,
+    },
+    /// Inside a buffer that was already freed (a use-after-free or double free).
+    Freed {
+        /// The freed buffer.
+        buf: BufferId,
+        /// Bytes from its base.
+        off: u64,
+    },
+    /// Not in any live buffer. The nearest buffer below it, and how far past its base, is kept
+    /// so a fault report can still say "4 KiB past the end of buf7".
+    Unknown {
+        /// The nearest buffer below and the distance from its base, in bytes; `None` when no
+        /// buffer lies below.
+        near: Option<(BufferId, u64)>,
+    },
+}
+
+impl fmt::Display for DevAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DevAddr::Null => write!(f, "null"),
+            DevAddr::Buf { buf, off } => write!(f, "{buf}+{off}"),
+            DevAddr::Freed { buf, off } => write!(f, "{buf}+{off} (freed)"),
+            DevAddr::Unknown {
+                near: Some((b, off)),
+            } => write!(f, "?({b}+{off}, outside)"),
+            DevAddr::Unknown { near: None } => write!(f, "?(no buffer)"),
+        }
+    }
+}
+
+/// A stream argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum StreamRef {
+    /// The legacy NULL stream (handle 0).
+    Legacy,
+    /// A stream the engine created, or one first seen in use.
+    Id(StreamId),
+}
+
+impl fmt::Display for StreamRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamRef::Legacy => write!(f, "legacy"),
+            StreamRef::Id(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// A host pointer into a pinned region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HostAddr {
+    /// Inside a pinned region the recorder saw allocated.
+    Pinned {
+        /// The region.
+        host: HostId,
+        /// Bytes from its start.
+        off: u64,
+    },
+    /// Not a pinned region this recorder saw allocated.
+    Unknown,
+}
+
+/// One kernel argument.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Arg {
+    /// A pointer-sized argument that pointed into a live buffer (or was declared a buffer).
+    Buf(DevAddr),
+    /// Anything else, by value, little-endian.
+    Val(ArgBytes),
+    /// A tensor map built by `encode_tensor_map`: what it describes and the buffer its
+    /// address points into, so a replay encodes it anew for that buffer (format 3).
+    TensorMap(Box<TensorMapArg>),
+}
+
+impl Arg {
+    /// The device address this argument carries: a pointer's, or the one inside a tensor map.
+    pub fn device_addr(&self) -> Option<&DevAddr> {
+        match self {
+            Arg::Buf(d) => Some(d),
+            Arg::TensorMap(m) => Some(&m.base),
+            Arg::Val(_) => None,
+        }
+    }
+}
+
+/// A tensor-map argument, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMapArg {
+    /// The address the map was encoded for.
+    pub base: DevAddr,
+    /// What it describes, less the address.
+    pub desc: crate::backend::TensorMapDesc,
+}
+
+/// A by-value kernel argument's bytes, inline up to 8. Serialised as one byte string (a length
+/// and a copy) rather than as a sequence of single bytes, which is what serde would do for a
+/// `SmallVec<u8>` and which cost the recorder's hot path a visitor call per byte.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ArgBytes(pub SmallVec<[u8; 8]>);
+
+impl std::ops::Deref for ArgBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&[u8]> for ArgBytes {
+    fn from(b: &[u8]) -> Self {
+        ArgBytes(SmallVec::from_slice(b))
+    }
+}
+
+impl Serialize for ArgBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ArgBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ArgBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("argument bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<ArgBytes, E> {
+                Ok(ArgBytes::from(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<ArgBytes, A::Error> {
+                let mut out = SmallVec::new();
+                while let Some(b) = a.next_element::<u8>()? {
+                    out.push(b);
+                }
+                Ok(ArgBytes(out))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// A launch's arguments, in parameter order; eight inline before any heap allocation.
+pub type Args = SmallVec<[Arg; 8]>;
