@@ -317,6 +317,27 @@ fn diff_compares_what_the_calls_returned() {
         detail.contains("as f32, the largest difference is 0.5"),
         "{detail}"
     );
+    // The command line: different recordings exit 1, the same one twice exits 0.
+    let dir = std::env::temp_dir().join(format!("gputape-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pa, pb) = (dir.join("a.gtape"), dir.join("b.gtape"));
+    std::fs::write(&pa, a.to_bytes().unwrap()).unwrap();
+    std::fs::write(&pb, b.to_bytes().unwrap()).unwrap();
+    let diff = |x: &Path, y: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+            .arg("diff")
+            .args([x, y])
+            .arg("--json")
+            .output()
+            .unwrap()
+    };
+    let o = diff(&pa, &pb);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "gputape.diff.v2");
+    assert_eq!(v["differs"], true);
+    assert_eq!(diff(&pa, &pa).status.code(), Some(0));
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
