@@ -100,11 +100,17 @@ pub struct Args {
     /// until written. Names the first launch whose written bytes differ from the plain replay
     /// and why: a missing dependency between streams, or a read of never-written memory
     /// (exit 1; 0 when nothing differs). On CUDA (`--on cuda`) the perturbed replay's
-    /// streams are held at random before launches instead (up to 200 us each), which lets work
+    /// streams are held at random before launches instead (up to --chaos-max-delay-us each), which lets work
     /// that should have waited on another stream run first; fresh memory is not poisoned there
     /// (compute-sanitizer --tool initcheck is CUDA's check for reads of unwritten memory).
     #[arg(long, value_name = "SEED", conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite", "against"])]
     chaos: Option<u64>,
+    /// With --chaos on CUDA: the longest a stream is held before a launch, in microseconds.
+    /// It must outlast the replay's own host time between the launches that race (a copy of
+    /// each launch's output is set up between them), or the held work is done before the
+    /// other stream's reaches the device.
+    #[arg(long, value_name = "US", default_value_t = 20_000, requires = "chaos")]
+    chaos_max_delay_us: u64,
     /// With --against: replay the --against side with this file's CUDA C as module MODULE's
     /// code (`llama_rmsnorm=new.cu`), the recorded code on the other: a kernel author's
     /// regression check on a real recorded step. Needs a backend that compiles (cuda).
@@ -121,13 +127,13 @@ pub struct Args {
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if let Some(seed) = a.chaos {
         // On CUDA the schedule is the device's: the perturbed side's streams are held at
-        // random (up to 200 us) before launches instead.
+        // random before launches instead.
         let opts = crate::replayer::LockstepOptions {
             tolerance: crate::replayer::Tolerance::Exact,
             dtypes: a.dtypes,
             ignore: a.ignore,
             in_stream_order: true,
-            delays: (!a.on.runs_cpu_twins()).then_some((seed, 200_000)),
+            delays: (!a.on.runs_cpu_twins()).then_some((seed, a.chaos_max_delay_us * 1000)),
         };
         return chaos(ctx, &a.trace, (a.on, seed), &opts, (a.json, a.max_memory));
     }
