@@ -587,7 +587,7 @@ impl Run<'_, '_> {
         if runs && scans.iter().any(|(v, _, _)| v.written) {
             report.checked += 1;
         }
-        for (v, _, after) in scans.iter_mut() {
+        for (v, before, after) in scans.iter_mut() {
             if runs && v.written {
                 self.touched.insert(v.buf);
                 *after = Some(
@@ -595,7 +595,9 @@ impl Run<'_, '_> {
                         .map_err(|e| fail(&format!("{e:#}")))?,
                 );
                 self.known.insert(v.key());
-            } else if runs {
+            } else if runs && before.is_some() {
+                // A snapshot input not scanned stays unknown: once its buffer is written, the
+                // next launch that reads it scans it first.
                 self.known.insert(v.key());
             }
         }
