@@ -84,6 +84,28 @@ fn gtapes(dir: &std::path::Path) -> Vec<PathBuf> {
     v
 }
 
+/// Run the outside engine (`p`) with `GPUTAPE_FLIGHT=dir` and a fault at step 29 (`graph_at`:
+/// its step captured there), see it die with exit 1 as an engine does, and return its dump.
+fn engine_dump(
+    p: &std::path::Path,
+    dir: &std::path::Path,
+    fault: &str,
+    graph_at: Option<&str>,
+) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir);
+    let mut args = vec!["run", "--fault", fault, "--fault-step", "29"];
+    if let Some(at) = graph_at {
+        args.extend(["--graph-at", at]);
+    }
+    let o = Command::new(p)
+        .args(&args)
+        .env("GPUTAPE_FLIGHT", dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{args:?}: the engine dies");
+    gtapes(dir).pop().expect("a dump")
+}
+
 /// The outside engine as its user runs it (`GPUTAPE_FLIGHT` on, a fault at a step nobody
 /// chose), and its own tool on the dump: the engine dies with exit 1, the dump replays with
 /// the kernel named and exit 0, and `minimize` shrinks it to a handful of calls.
@@ -116,18 +138,7 @@ fn the_outside_engine_dies_and_its_tool_reproduces_and_minimizes_each_fault() {
         ),
     ] {
         let dir = std::env::temp_dir().join(format!("gputape-oe-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut args = vec!["run", "--fault", fault, "--fault-step", "29"];
-        if let Some(at) = graph_at {
-            args.extend(["--graph-at", at]);
-        }
-        let o = Command::new(&p)
-            .args(&args)
-            .env("GPUTAPE_FLIGHT", &dir)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(1), "{name}: the engine dies");
-        let dump = gtapes(&dir).pop().expect("a dump");
+        let dump = engine_dump(&p, &dir, fault, graph_at);
         let o = Command::new(&p).arg("replay").arg(&dump).output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(0), "{name}: {out}");
@@ -242,18 +253,7 @@ fn a_nan_in_the_outside_engine_is_traced_to_the_kernel_that_wrote_it() {
     let gputape = PathBuf::from(env!("CARGO_BIN_EXE_gputape"));
     for (name, graph_at, node) in [("eager", None, false), ("graph", Some("2"), true)] {
         let dir = std::env::temp_dir().join(format!("gputape-nan-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut args = vec!["run", "--fault", "nan", "--fault-step", "29"];
-        if let Some(at) = graph_at {
-            args.extend(["--graph-at", at]);
-        }
-        let o = Command::new(&p)
-            .args(&args)
-            .env("GPUTAPE_FLIGHT", &dir)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(1), "{name}: the engine stops");
-        let dump = gtapes(&dir).pop().expect("a dump");
+        let dump = engine_dump(&p, &dir, "nan", graph_at);
         let o = Command::new(&p).arg("replay").arg(&dump).output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(0), "{name}: {out}");
@@ -316,14 +316,7 @@ fn a_nan_in_the_outside_engine_is_traced_to_the_kernel_that_wrote_it() {
 fn inspect_shows_a_buffer_after_any_call_in_files_numpy_reads() {
     let p = example("outside_engine");
     let dir = std::env::temp_dir().join(format!("gputape-inspect-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let o = Command::new(&p)
-        .args(["run", "--fault", "nan", "--fault-step", "12"])
-        .env("GPUTAPE_FLIGHT", &dir)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let dump = gtapes(&dir).pop().expect("a dump");
+    let dump = engine_dump(&p, &dir, "nan", None);
     let o = Command::new(&p)
         .args(["replay", "--check-finite", "--json"])
         .arg(&dump)

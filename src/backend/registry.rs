@@ -102,6 +102,25 @@ impl ElemType {
         }
     }
 
+    /// The element in the first `size()` little-endian bytes of `b`, as f64 (exact for all
+    /// three types), and its bit pattern. `None` when `b` is shorter than one element.
+    pub fn decode(self, b: &[u8]) -> Option<(f64, u32)> {
+        Some(match self {
+            ElemType::F32 => {
+                let x = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
+                (f32::from_bits(x) as f64, x)
+            }
+            ElemType::Bf16 => {
+                let x = u16::from_le_bytes(b.get(..2)?.try_into().ok()?);
+                (f32::from_bits((x as u32) << 16) as f64, x as u32)
+            }
+            ElemType::F16 => {
+                let x = u16::from_le_bytes(b.get(..2)?.try_into().ok()?);
+                (half::f16::from_bits(x).to_f64(), x as u32)
+            }
+        })
+    }
+
     /// Parse `f32`/`float`, `f16`/`half`, `bf16`/`bfloat16`.
     pub fn parse(s: &str) -> Option<ElemType> {
         match s.to_ascii_lowercase().as_str() {

@@ -60,20 +60,10 @@ impl Array {
     fn values(&self) -> Vec<f64> {
         match self.elem {
             None => self.bytes.iter().map(|b| *b as f64).collect(),
-            Some(ElemType::F32) => self
+            Some(e) => self
                 .bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-                .collect(),
-            Some(ElemType::Bf16) => self
-                .bytes
-                .chunks_exact(2)
-                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
-                .collect(),
-            Some(ElemType::F16) => self
-                .bytes
-                .chunks_exact(2)
-                .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+                .chunks_exact(e.size() as usize)
+                .filter_map(|c| e.decode(c).map(|(v, _)| v))
                 .collect(),
         }
     }

@@ -137,20 +137,6 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         };
         return chaos(ctx, &a.trace, (a.on, seed), &opts, (a.json, a.max_memory));
     }
-    let nan_dump = || {
-        open_trace(ctx, &a.trace)
-            .ok()
-            .and_then(|t| t.dump)
-            .is_some_and(|d| d.names_nan())
-    };
-    let plain = !a.as_graph && a.perfetto.is_none() && a.loops == 1 && a.child_report.is_none();
-    let for_nan = !a.check_finite && plain && nan_dump();
-    if for_nan {
-        eprintln!(
-            "note: {} was dumped for a NaN; replaying it with --check-finite to find the launch that wrote it",
-            a.trace.display()
-        );
-    }
     if let Some(b) = a.against {
         let opts = crate::replayer::LockstepOptions {
             tolerance: a.tolerance,
@@ -179,13 +165,14 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             (a.json, a.max_memory),
         );
     }
-    if a.check_finite || for_nan {
+    if a.check_finite {
         let opts = crate::replayer::FiniteOptions {
             inf: a.inf,
             ignore: a.ignore,
             dtypes: a.dtypes,
         };
-        return check_finite(ctx, &a.trace, a.on, &opts, a.json, a.max_memory);
+        let t = open_trace(ctx, &a.trace)?;
+        return check_finite(ctx, (&t, &a.trace), a.on, &opts, a.json, a.max_memory);
     }
     anyhow::ensure!(
         a.perfetto.as_deref() != Some(Path::new("-")),
@@ -253,17 +240,16 @@ fn known_buffers(
 /// `replay --check-finite`: the first launch that wrote a NaN (see `replayer::finite`).
 fn check_finite(
     ctx: &Ctx,
-    path: &Path,
+    (t, path): (&crate::trace::Trace, &Path),
     on: Backend,
     opts: &crate::replayer::FiniteOptions,
     json: bool,
     max_memory: u64,
 ) -> Result<Exit> {
-    let t = open_trace(ctx, path)?;
-    known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
+    known_buffers(t, path, &opts.ignore, &opts.dtypes)?;
     let opened = backends::open(ctx, on, Want::replay())?;
     let load_cuda = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
-    let mut r = crate::replayer::Replayer::new(&t).with_max_memory(max_memory);
+    let mut r = crate::replayer::Replayer::new(t).with_max_memory(max_memory);
     if on.runs_cpu_twins() {
         r = r.with_opaque_kernels();
     }
@@ -434,6 +420,16 @@ fn replay(
     } = flags;
     use crate::replayer::Replayer;
     let t = open_trace(ctx, path)?;
+    // A dump taken for a NaN: the NaN is what to reproduce, so the values are checked.
+    let plain = !as_graph && perfetto.is_none() && opts.loops == 1 && child_report.is_none();
+    if plain && t.dump.as_ref().is_some_and(|d| d.names_nan()) {
+        eprintln!(
+            "note: {} was dumped for a NaN; replaying it with --check-finite to find the launch that wrote it",
+            path.display()
+        );
+        let finite = crate::replayer::FiniteOptions::default();
+        return check_finite(ctx, (&t, path), on, &finite, json, max_memory);
+    }
     let stepped;
     let opts = match steps {
         Some(s) => {

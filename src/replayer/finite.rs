@@ -833,10 +833,5 @@ fn alloc_sites(t: &Trace) -> HashMap<BufferId, String> {
 
 /// The bytes call `c` read back when recorded.
 fn recorded_bytes<'t>(t: &'t Trace, c: &CallRecord) -> Option<&'t [u8]> {
-    let blob = match (&c.call, &c.ret) {
-        (Call::CopyD2HAsync { .. }, _) => *t.d2h_async.get(&c.seq)?,
-        (_, Some(Ok(Value::Bytes(b)))) => *b,
-        _ => return None,
-    };
-    t.try_blob(blob).ok().flatten()
+    t.try_blob(t.readback_blob(c)?).ok().flatten()
 }

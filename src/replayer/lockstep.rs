@@ -536,21 +536,9 @@ impl Replayer<'_> {
 /// An element's value and an integer on which ulps are counted (sign-magnitude made
 /// monotonic).
 fn decode(b: &[u8], e: ElemType) -> (f64, i64) {
-    let (v, bits, width) = match e {
-        ElemType::F32 => {
-            let x = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            (f32::from_bits(x) as f64, x as u64, 32)
-        }
-        ElemType::Bf16 => {
-            let x = u16::from_le_bytes([b[0], b[1]]);
-            (f32::from_bits((x as u32) << 16) as f64, x as u64, 16)
-        }
-        ElemType::F16 => {
-            let x = u16::from_le_bytes([b[0], b[1]]);
-            (half::f16::from_bits(x).to_f64(), x as u64, 16)
-        }
-    };
-    let sign = 1u64 << (width - 1);
+    let (v, bits) = e.decode(b).unwrap_or((f64::NAN, 0));
+    let bits = bits as u64;
+    let sign = 1u64 << (e.size() * 8 - 1);
     let ord = if bits & sign != 0 {
         -((bits & !sign) as i64)
     } else {

@@ -186,16 +186,9 @@ fn bytes_detail(a: &Trace, c: &CallRecord, x: &[u8], y: &[u8]) -> String {
     };
     let val = |b: &[u8], i: usize| -> f64 {
         let w = e.size() as usize;
-        let c = &b[i * w..i * w + w];
-        match e {
-            crate::backend::ElemType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            crate::backend::ElemType::Bf16 => {
-                f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64
-            }
-            crate::backend::ElemType::F16 => {
-                half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()
-            }
-        }
+        b.get(i * w..)
+            .and_then(|c| e.decode(c))
+            .map_or(f64::NAN, |(v, _)| v)
     };
     let n = x.len().min(y.len()) / e.size() as usize;
     let mut worst: Option<(usize, f64, f64)> = None;
@@ -267,12 +260,10 @@ pub fn result_diff(a: &Trace, b: &Trace, same: usize) -> ResultDiff {
         let detail = match (&ca.ret, &cb.ret) {
             (Some(Ok(_)), Some(Ok(_))) => {
                 let bytes = |t: &Trace, c: &CallRecord| -> Option<Vec<u8>> {
-                    let id = match (&c.call, &c.ret) {
-                        (Call::CopyD2HAsync { .. }, _) => *t.d2h_async.get(&c.seq)?,
-                        (_, Some(Ok(Value::Bytes(b)))) => *b,
-                        _ => return None,
-                    };
-                    t.try_blob(id).ok().flatten().map(|b| b.to_vec())
+                    t.try_blob(t.readback_blob(c)?)
+                        .ok()
+                        .flatten()
+                        .map(|b| b.to_vec())
                 };
                 match (bytes(a, ca), bytes(b, cb)) {
                     (Some(x), Some(y)) => Some(bytes_detail(a, ca, &x, &y)),

@@ -138,6 +138,16 @@ pub struct Trace {
 const LAZY_BLOB: usize = 1 << 20;
 
 impl Trace {
+    /// The blob of bytes call `c` read back when recorded: its result, or for an async copy
+    /// the bytes its sync made visible. `None` for any other call.
+    pub fn readback_blob(&self, c: &CallRecord) -> Option<BlobId> {
+        match (&c.call, &c.ret) {
+            (Call::CopyD2HAsync { .. }, _) => self.d2h_async.get(&c.seq).copied(),
+            (_, Some(Ok(Value::Bytes(b)))) => Some(*b),
+            _ => None,
+        }
+    }
+
     /// Whether this trace is a flight dump taken for a hang.
     pub fn is_hang_dump(&self) -> bool {
         self.dump.as_ref().is_some_and(DumpInfo::is_hang)
