@@ -207,6 +207,11 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
         assert_eq!(code, Some(0), "{out}");
         assert!(out.contains("hang REPRODUCED"), "step {step}: {out}");
         assert!(out.contains(blocked), "step {step}: {out}");
+        // Killed once stuck where the recording hung, not at the 3 s deadline.
+        assert!(
+            out.contains("made no progress for") && out.contains("where the recording hung"),
+            "step {step}: {out}"
+        );
         // The spinning kernel is among the launches not known to have completed.
         let launches = out
             .split("launches not known to have completed")

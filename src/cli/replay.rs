@@ -643,6 +643,32 @@ fn deadline(t: &crate::trace::Trace) -> std::time::Duration {
         + std::time::Duration::from_secs(slack)
 }
 
+/// For a hang's dump: how long the replay may sit without progress, once it is blocked where
+/// the recording was, before it counts as the same hang: as long as the recording had waited
+/// when it was dumped (at least a second). `None` for other traces, and for a dump that does
+/// not say (a `SIGUSR1` dump): those run to the deadline.
+fn stall_limit(t: &crate::trace::Trace) -> Option<std::time::Duration> {
+    let waited = t.dump.as_ref()?.hang_waited_s()?;
+    Some(std::time::Duration::from_secs_f64(waited.clamp(1.0, 1e9)))
+}
+
+/// Where a hang's dump hung: the first call of the last fault window (the launches since the
+/// last sync that returned, through the call that never did). A replay syncs after each
+/// launch there, so it stops right after the launch that spins.
+fn hang_window_start(t: &crate::trace::Trace) -> u64 {
+    crate::analysis::window::fault_windows(t)
+        .last()
+        .map_or(0, |w| w.start)
+}
+
+/// Whether a replay whose last finished call is `finished` waits inside the hang's window
+/// (from `from`) or past the last call.
+fn blocked_where_recorded(t: &crate::trace::Trace, from: u64, finished: Option<u64>) -> bool {
+    crate::analysis::window::stuck_at(t, finished)
+        .0
+        .is_none_or(|c| c.seq >= from)
+}
+
 /// Replay in a child process, so a fault that kills the CUDA context (or a hang) leaves this
 /// one to report it. The child's stderr is passed on, and CUDA's device-side assert lines
 /// (one per failing thread) are counted and the first quoted. A child still running at the
@@ -680,29 +706,47 @@ fn replay_in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exi
         (asserts, first)
     });
     let limit = deadline(t);
+    let stall = stall_limit(t).map(|s| (s, hang_window_start(t)));
+    let read_progress = || {
+        std::fs::read(&progress)
+            .ok()
+            .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
+    };
     let t0 = std::time::Instant::now();
+    let (mut seen, mut still_since) = (None, t0);
     let status = loop {
         if let Some(s) = child.try_wait()? {
-            break Some(s);
+            break Ok(s);
         }
-        if t0.elapsed() >= limit {
+        let now = read_progress();
+        if now != seen {
+            (seen, still_since) = (now, std::time::Instant::now());
+        }
+        let stuck_as_recorded = stall.is_some_and(|(s, from)| {
+            seen.is_some() && still_since.elapsed() >= s && blocked_where_recorded(t, from, seen)
+        });
+        let killed = if stuck_as_recorded {
+            stall.map(|(s, _)| Killed::Stalled(s))
+        } else {
+            (t0.elapsed() >= limit).then_some(Killed::Deadline(limit))
+        };
+        if let Some(k) = killed {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            break Err(k);
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let (asserts, first_assert) = reader.join().unwrap_or((0, None));
     let text = std::fs::read_to_string(&report).ok();
-    let finished = std::fs::read(&progress)
-        .ok()
-        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)));
+    let finished = read_progress();
     std::fs::remove_dir_all(&dir).ok();
     let assert_line = first_assert.map(|l| {
         format!("device-side assert: {asserts} failing thread(s) reported by CUDA; first: {l}")
     });
-    let Some(status) = status else {
-        return Ok(hang_verdict(t, limit, finished, json));
+    let status = match status {
+        Ok(s) => s,
+        Err(killed) => return Ok(hang_verdict(t, killed, finished, json)),
     };
     match text {
         Some(text) => {
@@ -727,12 +771,21 @@ fn replay_in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exi
     }
 }
 
-/// The child replay was killed at its deadline. A trace dumped for a hang expects exactly
+/// Why a child replay was killed.
+#[derive(Clone, Copy)]
+enum Killed {
+    /// It ran past the deadline.
+    Deadline(std::time::Duration),
+    /// A hang's dump: it made no progress for this long, blocked where the recording hung.
+    Stalled(std::time::Duration),
+}
+
+/// The child replay was killed as hung. A trace dumped for a hang expects exactly
 /// that: the hang reproduced (exit 0), naming the calls that had not returned when it was
 /// dumped; any other trace hung where its recording did not (exit 1).
 fn hang_verdict(
     t: &crate::trace::Trace,
-    limit: std::time::Duration,
+    killed: Killed,
     finished: Option<u64>,
     json: bool,
 ) -> Exit {
@@ -758,7 +811,8 @@ fn hang_verdict(
             "schema": crate::replayer::REPLAY_SCHEMA,
             "passed": reproduced,
             "hang": {
-                "deadline_s": limit.as_secs_f64(),
+                "deadline_s": match killed { Killed::Deadline(d) => Some(d.as_secs_f64()), Killed::Stalled(_) => None },
+                "stalled_s": match killed { Killed::Stalled(d) => Some(d.as_secs_f64()), Killed::Deadline(_) => None },
                 "reproduced": reproduced,
                 "recorded_in_flight": stuck,
                 "replay_blocked_in": blocked,
@@ -767,10 +821,16 @@ fn hang_verdict(
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!(
-            "HANG: the replay did not finish within {:.0} s and was killed",
-            limit.as_secs_f64()
-        );
+        match killed {
+            Killed::Deadline(d) => println!(
+                "HANG: the replay did not finish within {:.0} s and was killed",
+                d.as_secs_f64()
+            ),
+            Killed::Stalled(d) => println!(
+                "HANG: the replay made no progress for {:.1} s where the recording hung (as long as the recording had waited) and was killed",
+                d.as_secs_f64()
+            ),
+        }
         if let Some(b) = &blocked {
             println!("  the replay was blocked in: {b}");
         }

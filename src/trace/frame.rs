@@ -364,6 +364,18 @@ impl DumpInfo {
         self.reason.starts_with(HANG_REASON)
     }
 
+    /// For a hang's dump, how long the blocked call had waited when the watcher gave up (its
+    /// reason says "has not returned after X s"): a replay stuck at the same place for longer
+    /// has shown the same hang, without waiting out a deadline sized for the whole trace.
+    pub fn hang_waited_s(&self) -> Option<f64> {
+        if !self.is_hang() {
+            return None;
+        }
+        let rest = self.reason.split("has not returned after ").nth(1)?;
+        let secs: f64 = rest.split(' ').next()?.parse().ok()?;
+        (secs.is_finite() && secs > 0.0).then_some(secs)
+    }
+
     /// Whether call `seq` was in flight when the dump was taken.
     pub fn was_in_flight(&self, seq: u64) -> bool {
         self.in_flight.iter().any(|(s, _)| *s == seq)
