@@ -177,9 +177,7 @@ pub fn tma(g: &dyn GpuBackend) -> Result<Vec<u8>> {
     Ok(back)
 }
 
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|f| f.to_le_bytes()).collect()
-}
+pub use crate::backend::f32_bytes;
 
 pub fn saxpy(
     g: &dyn GpuBackend,

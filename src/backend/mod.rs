@@ -26,7 +26,7 @@ mod types;
 
 pub use capture::*;
 pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
-pub use module::{HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
+pub use module::{f32_bytes, HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
 pub use op_cache::OpCache;
 pub use registry::{
     ElemType, KernelAudit, KernelInfo, KernelLookup, KernelRegistry, ModuleCode, ParamAccess,

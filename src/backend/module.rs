@@ -82,9 +82,38 @@ pub trait HostCtx {
 /// A kernel's CPU body.
 pub type HostBody = Arc<dyn Fn(&mut dyn HostCtx) -> Result<(), HostFault> + Send + Sync>;
 
-fn words<const N: usize>(b: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+/// Little-endian words from bytes. On a little-endian host this is one copy: every weight a
+/// mock kernel reads comes through here, and converting element by element was most of a
+/// debug-build (CI's) model step.
+fn from_le<T: bytemuck::Pod, const N: usize>(b: &[u8], conv: fn([u8; N]) -> T) -> Vec<T> {
+    let n = b.len() / N;
+    if cfg!(target_endian = "little") {
+        let mut out = vec![T::zeroed(); n];
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&b[..n * N]);
+        return out;
+    }
     b.chunks_exact(N)
-        .map(|c| c.try_into().expect("chunks_exact gives N bytes"))
+        .map(|c| conv(c.try_into().expect("chunks_exact gives N bytes")))
+        .collect()
+}
+
+/// f32 values as the little-endian bytes a device buffer holds (one copy on a little-endian
+/// host): weights and inputs on their way to an upload.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; v.len() * 4];
+    into_le(&mut out, v, f32::to_le_bytes);
+    out
+}
+
+/// Values into their little-endian bytes (`dst` is exactly as long): the inverse of `from_le`.
+fn into_le<T: bytemuck::Pod, const N: usize>(dst: &mut [u8], vals: &[T], conv: fn(T) -> [u8; N]) {
+    if cfg!(target_endian = "little") {
+        dst.copy_from_slice(bytemuck::cast_slice(vals));
+        return;
+    }
+    for (d, v) in dst.chunks_exact_mut(N).zip(vals) {
+        d.copy_from_slice(&conv(*v));
+    }
 }
 
 /// The typed helpers CPU bodies are written with, over the primitives.
@@ -162,45 +191,39 @@ impl dyn HostCtx + '_ {
     /// `n` f32 values at `ptr`, bounds-checked.
     pub fn read_f32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<f32>, HostFault> {
         let b = self.read(ptr, n.saturating_mul(4))?;
-        Ok(words(b).map(f32::from_le_bytes).collect())
+        Ok(from_le(b, f32::from_le_bytes))
     }
 
     /// `n` u32 values at `ptr`, bounds-checked.
     pub fn read_u32(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u32>, HostFault> {
         let b = self.read(ptr, n.saturating_mul(4))?;
-        Ok(words(b).map(u32::from_le_bytes).collect())
+        Ok(from_le(b, u32::from_le_bytes))
     }
 
     /// 16-bit words (bf16 weights and caches, held as their bits).
     pub fn read_u16(&self, ptr: DevicePtr, n: usize) -> Result<Vec<u16>, HostFault> {
         let b = self.read(ptr, n.saturating_mul(2))?;
-        Ok(words(b).map(u16::from_le_bytes).collect())
+        Ok(from_le(b, u16::from_le_bytes))
     }
 
     /// Write `vals` as 16-bit words at `ptr` (bf16 or f16 bits), bounds-checked first.
     pub fn write_u16(&mut self, ptr: DevicePtr, vals: &[u16]) -> Result<(), HostFault> {
         let dst = self.write_slice(ptr, vals.len().saturating_mul(2))?;
-        for (d, v) in dst.chunks_exact_mut(2).zip(vals) {
-            d.copy_from_slice(&v.to_le_bytes());
-        }
+        into_le(dst, vals, u16::to_le_bytes);
         Ok(())
     }
 
     /// Write `vals` as f32 at `ptr`, bounds-checked first.
     pub fn write_f32(&mut self, ptr: DevicePtr, vals: &[f32]) -> Result<(), HostFault> {
         let dst = self.write_slice(ptr, vals.len() * 4)?;
-        for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
-            d.copy_from_slice(&v.to_le_bytes());
-        }
+        into_le(dst, vals, f32::to_le_bytes);
         Ok(())
     }
 
     /// Write `vals` as u32 at `ptr`, bounds-checked first.
     pub fn write_u32(&mut self, ptr: DevicePtr, vals: &[u32]) -> Result<(), HostFault> {
         let dst = self.write_slice(ptr, vals.len() * 4)?;
-        for (d, v) in dst.chunks_exact_mut(4).zip(vals) {
-            d.copy_from_slice(&v.to_le_bytes());
-        }
+        into_le(dst, vals, u32::to_le_bytes);
         Ok(())
     }
 

@@ -127,9 +127,7 @@ pub struct Model {
 // self` (or `&self` reads during `step`, which takes `&mut self`).
 unsafe impl Send for Model {}
 
-fn f32s(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
+use crate::backend::f32_bytes as f32s;
 
 /// A splitmix64 stream: deterministic, seedable, no dependency.
 pub(crate) struct Rng(u64);
