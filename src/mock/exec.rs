@@ -186,7 +186,7 @@ impl MockGpuBackend {
     ) -> R<()> {
         let (info, body) = {
             let mk = &st.kernels[k];
-            (mk.info.clone(), mk.body.clone())
+            (mk.info.clone(), mk.body.clone().filter(|_| !st.skip_bodies))
         };
         let kname = || format!("{}::{}", info.module, info.name);
         for (i, p) in info.params.iter().enumerate() {

@@ -37,6 +37,11 @@ pub struct MockConfig {
     /// recorded dependencies allow, and fresh device memory holds `POISON` until written
     /// (see `mock/chaos.rs`). The same seed and calls give the same schedule.
     pub chaos: Option<u64>,
+    /// Launches are checked (arguments, pointers) but their CPU bodies are not run, so a
+    /// launch costs what a driver's enqueue does rather than the kernel's arithmetic: the
+    /// recorder's own cost per step (`benches/flight_steps.rs`'s floor) is measured over it.
+    /// Results are whatever memory held.
+    pub skip_kernel_bodies: bool,
 }
 
 impl Default for MockConfig {
@@ -48,6 +53,7 @@ impl Default for MockConfig {
             stream_kind: StreamKind::Blocking,
             debug_sync_kernels: false,
             chaos: None,
+            skip_kernel_bodies: false,
         }
     }
 }
@@ -75,6 +81,8 @@ pub(crate) struct State {
     /// Kernel faults are raised at the launch and observed at the next call that waits, as on
     /// CUDA without a sync after each launch (`MockConfig::debug_sync_kernels` off).
     pub async_faults: bool,
+    /// `MockConfig::skip_kernel_bodies`.
+    pub skip_bodies: bool,
     /// A kernel fault raised and not yet observed: the device stopped there, so later work does
     /// not run, and the next call that waits reports it.
     pub raised: Option<MockError>,
@@ -135,6 +143,7 @@ impl MockGpuBackend {
                 last_sweep: Vec::new(),
                 last_sweep_line: None,
                 async_faults: !cfg.debug_sync_kernels,
+                skip_bodies: cfg.skip_kernel_bodies,
                 raised: None,
                 dead: None,
                 chaos: cfg.chaos.map(Chaos::new),
