@@ -203,8 +203,9 @@ pub(crate) struct FlightStore {
     span_no: u64,
     /// The calls the kept spans name, each once.
     templates: Templates,
-    /// The seq and slot of the call interned last, for the fast path to learn.
-    last_interned: Option<(u64, u32)>,
+    /// The seq and slot of the call interned last (with its patch, if it was kept as a
+    /// delta of that slot), for the fast path to learn.
+    last_interned: Option<(u64, u32, Option<ring::Patch>)>,
     /// The template of the last call logged: a new call's base is guessed from it.
     prev_slot: Option<u32>,
     pub dumps: usize,
@@ -473,9 +474,15 @@ impl FlightStore {
                 self.prev_slot = Some(slot);
                 true
             }
-            Some(Fast::Delta { base, at, bytes, n }) => {
+            Some(Fast::Delta {
+                base,
+                at,
+                bytes,
+                n,
+                scalar,
+            }) => {
                 span.log
-                    .push_delta(base, (seq, t_ns, true), (at, &bytes[..n], true));
+                    .push_delta(base, (seq, t_ns, true), (at, &bytes[..n], scalar));
                 self.prev_slot = Some(base);
                 true
             }
@@ -486,9 +493,9 @@ impl FlightStore {
     /// After the slow path recorded call `seq`: calls with raw inputs `key` are its template
     /// from now on.
     pub fn learn(&mut self, key: &RawKey, gen: u64, seq: u64) {
-        if let Some((s, slot)) = self.last_interned {
+        if let Some((s, slot, patch)) = self.last_interned {
             if s == seq {
-                self.templates.learn(key, gen, slot);
+                self.templates.learn(key, gen, slot, patch);
             }
         }
     }
@@ -527,14 +534,15 @@ impl FlightStore {
             {
                 Interned::Slot(slot) => {
                     span.log.push_call(slot, seq, t_ns, false);
-                    self.last_interned = Some((seq, slot));
+                    self.last_interned = Some((seq, slot, None));
                     self.prev_slot = Some(slot);
                 }
                 Interned::Delta { base, at, bytes } => {
                     span.log
                         .push_delta(base, (seq, t_ns, false), (at, bytes, false));
-                    // Its raw inputs name no template: nothing for the fast path to learn.
-                    self.last_interned = None;
+                    // The fast path learns it as this delta of its base (a later layer's
+                    // launch, as a patch of the first layer's).
+                    self.last_interned = ring::Patch::new(at, bytes).map(|p| (seq, base, Some(p)));
                     self.prev_slot = Some(base);
                 }
             }

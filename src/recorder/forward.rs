@@ -23,6 +23,7 @@ const FAST_LAUNCH: u64 = 1;
 const FAST_LAUNCH_TYPED: u64 = 2;
 const FAST_RECORD_EVENT: u64 = 3;
 const FAST_WAIT_EVENT: u64 = 4;
+const FAST_OP_CACHE: u64 = 5;
 
 fn unit<T>(_: &T) -> Value {
     Value::Unit
@@ -330,7 +331,14 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn op_cache(&self) -> &OpCache {
-        let tok = self.begin(Location::caller(), |_| Call::OpCache);
+        // An engine asks for it before each cached launch (a layer's worth a step): the fast
+        // path keeps it, as its call has no arguments to encode.
+        let tok = self.begin_fast(
+            Location::caller(),
+            FAST_OP_CACHE,
+            |_, _| true,
+            |st, head| st.emit_call(&head, &Call::OpCache),
+        );
         self.finish_plain(tok, &Ok(()), unit);
         &self.op_cache
     }

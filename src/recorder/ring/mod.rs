@@ -90,12 +90,42 @@ fn small_diff<'a>(old: &[u8], new: &'a [u8]) -> Option<(usize, &'a [u8])> {
 struct RawEntry {
     key: Box<[u64]>,
     slot: u32,
+    /// Calls with these raw inputs were kept as a delta of `slot`, not as a template of their
+    /// own: an engine's layers repeat one launch on other weights, so the call after layer
+    /// 0's becomes a delta of it. Learned as such, the fast path keeps them too; without it,
+    /// every layer but the first took the slow path on every step.
+    patch: Option<Patch>,
     /// A launch learned but for its scalars: those words are not compared, and a call whose
     /// values differ becomes a delta.
     shape: Option<Shape>,
     /// The entry the call after this one was found by last time: tried first, before any
     /// hashing, as engines repeat their calls in the same order.
     next: u32,
+}
+
+/// A delta learned with its raw key: `bytes[..n]` at offset `at` of the template's call.
+#[derive(Clone, Copy)]
+pub(crate) struct Patch {
+    at: u16,
+    n: u8,
+    bytes: [u8; DELTA_MAX],
+}
+
+impl Patch {
+    /// `bytes` at `at`, if they fit a delta.
+    pub fn new(at: usize, bytes: &[u8]) -> Option<Patch> {
+        let mut p = Patch {
+            at: u16::try_from(at).ok()?,
+            n: u8::try_from(bytes.len()).ok()?,
+            bytes: [0; DELTA_MAX],
+        };
+        p.bytes.get_mut(..bytes.len())?.copy_from_slice(bytes);
+        Some(p)
+    }
+
+    fn range(&self) -> std::ops::Range<usize> {
+        usize::from(self.at)..usize::from(self.at) + usize::from(self.n)
+    }
 }
 
 /// Where a launch's scalar values lie in its template's call.
@@ -119,12 +149,15 @@ fn same_words(a: &[u64], b: &[u64]) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Fast {
     Slot(u32),
-    /// Template `base` with `bytes[..n]` at offset `at` of its call.
+    /// Template `base` with `bytes[..n]` at offset `at` of its call; `scalar`: only scalar
+    /// arguments differ from the template's (a learned patch may name other buffers, so
+    /// what it writes is read again).
     Delta {
         base: u32,
         at: usize,
         bytes: [u8; DELTA_MAX],
         n: usize,
+        scalar: bool,
     },
 }
 
@@ -255,9 +288,16 @@ impl Templates {
         }
         self.last_hit = i;
         let e = &self.entries[i as usize];
-        let kept = match &e.shape {
-            None => Fast::Slot(e.slot),
-            Some(shape) => self.scalar_delta(e, shape, key.words())?,
+        let kept = match (&e.shape, &e.patch) {
+            (None, None) => Fast::Slot(e.slot),
+            (None, Some(p)) => Fast::Delta {
+                base: e.slot,
+                at: usize::from(p.at),
+                bytes: p.bytes,
+                n: usize::from(p.n),
+                scalar: false,
+            },
+            (Some(shape), _) => self.scalar_delta(e, shape, key.words())?,
         };
         let slot = match kept {
             Fast::Slot(s) | Fast::Delta { base: s, .. } => s,
@@ -311,12 +351,16 @@ impl Templates {
                 .iter()
                 .filter(|(w, ..)| e.key[*w as usize] != words[*w as usize])
         };
-        let Some(first) = changed().map(|v| usize::from(v.1)).min() else {
-            return Some(Fast::Slot(e.slot));
+        let scalars = changed()
+            .map(|v| usize::from(v.1)..usize::from(v.1) + usize::from(v.2))
+            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end));
+        // The bytes to replace: the changed values' and a learned patch's, as one range.
+        let range = match (scalars.clone(), e.patch.map(|p| p.range())) {
+            (None, None) => return Some(Fast::Slot(e.slot)),
+            (Some(r), None) | (None, Some(r)) => r,
+            (Some(a), Some(b)) => a.start.min(b.start)..a.end.max(b.end),
         };
-        let end = changed()
-            .map(|v| usize::from(v.1) + usize::from(v.2))
-            .max()?;
+        let (first, end) = (range.start, range.end);
         if end - first > DELTA_MAX {
             return None;
         }
@@ -324,6 +368,10 @@ impl Templates {
         let call = &t.content[t.head_len..];
         let mut bytes = [0u8; DELTA_MAX];
         bytes[..end - first].copy_from_slice(call.get(first..end)?);
+        if let Some(p) = &e.patch {
+            let r = p.range();
+            bytes[r.start - first..r.end - first].copy_from_slice(&p.bytes[..usize::from(p.n)]);
+        }
         for &(w, at, len) in changed() {
             let at = usize::from(at) - first;
             let new = words[w as usize].to_le_bytes();
@@ -334,11 +382,13 @@ impl Templates {
             at: first,
             bytes,
             n: end - first,
+            scalar: e.patch.is_none(),
         })
     }
 
-    /// Calls with raw inputs `key` are `slot` while the maps stay at generation `gen`.
-    pub fn learn(&mut self, key: &RawKey, gen: u64, slot: u32) {
+    /// Calls with raw inputs `key` are `slot` (patched by `patch`, if given) while the maps
+    /// stay at generation `gen`.
+    pub fn learn(&mut self, key: &RawKey, gen: u64, slot: u32, patch: Option<Patch>) {
         if !key.fits() {
             return;
         }
@@ -353,6 +403,7 @@ impl Templates {
         self.entries.push(RawEntry {
             key: key.words().into(),
             slot,
+            patch,
             shape: None,
             next: NONE,
         });
@@ -367,6 +418,7 @@ impl Templates {
                 self.entries.push(RawEntry {
                     key: key.words().into(),
                     slot,
+                    patch,
                     shape: Some(shape),
                     next: NONE,
                 });
@@ -603,11 +655,16 @@ mod tests {
     /// A typed launch with one buffer and scalars `pos` (4 bytes) and `scale` (8 bytes), as
     /// the recorder encodes it, split into head and call; and its raw key.
     fn launch(pos: u32, scale: u64) -> (Vec<u8>, RawKey) {
+        launch_on(7, pos, scale)
+    }
+
+    /// `launch` on buffer `buf` (raw address `0x1000 * buf`): another layer's weights.
+    fn launch_on(buf: u32, pos: u32, scale: u64) -> (Vec<u8>, RawKey) {
         use crate::trace::{ArgRef, BeginRef, DevAddr, KernelId, LaunchRef, SiteId, StreamRef};
         let (p, s) = (pos.to_le_bytes(), scale.to_le_bytes());
         let args = [
             ArgRef::Buf(DevAddr::Buf {
-                buf: BufferId(7),
+                buf: BufferId(buf),
                 off: 0,
             }),
             ArgRef::Val(&p),
@@ -634,10 +691,56 @@ mod tests {
         crate::trace::codec::append_launch_begin(&head, &view, &mut out);
         let mut k = RawKey::new(1, 0x99, 0);
         k.word(1);
-        k.word(0x7000);
+        k.word(0x1000 * u64::from(buf));
         k.bytes(&p);
         k.bytes(&s);
         (out, k)
+    }
+
+    /// An engine's layers: layer 1's launch is layer 0's on other weights, so it is kept as a
+    /// delta of layer 0's template. The fast path learns it as that delta (patched to the
+    /// call as encoded, and not marked as a scalar change, as it names another buffer), and
+    /// with a new scalar value too.
+    #[test]
+    fn a_later_layers_launch_kept_as_a_delta_takes_the_fast_path() {
+        let mut t = Templates::default();
+        // The call before each layer's launch (a norm, say): after it came layer 0's launch.
+        let Interned::Slot(norm) = t.intern_or_delta(&[0, 1], b"norm", 1, None) else {
+            panic!("new")
+        };
+        let (rec0, k0) = launch_on(7, 5, 1);
+        let (_, _, head, call) = split(&rec0).expect("a Begin");
+        let Interned::Slot(base) = t.intern_or_delta(head, call, 1, Some(norm)) else {
+            panic!("new")
+        };
+        t.learn(&k0, 0, base, None);
+        let (rec1, k1) = launch_on(8, 5, 1);
+        let (_, _, head, call) = split(&rec1).expect("a Begin");
+        let Interned::Delta { base: b, at, bytes } = t.intern_or_delta(head, call, 1, Some(norm))
+        else {
+            panic!("a delta of layer 0's")
+        };
+        assert_eq!(b, base);
+        t.learn(&k1, 0, base, Patch::new(at, bytes));
+        for (pos, want_scalar_only) in [(5, false), (6, false)] {
+            let (want, k) = launch_on(8, pos, 1);
+            let Some(Fast::Delta {
+                base: got_base,
+                at,
+                bytes,
+                n,
+                scalar,
+            }) = t.fast(&k, 0, 2)
+            else {
+                panic!("layer 1 at {pos}: a delta on the fast path")
+            };
+            assert_eq!((got_base, scalar), (base, want_scalar_only));
+            let mut got = Vec::new();
+            assert!(t.append_begin_patched((got_base, at, &bytes[..n]), 0, 0, &mut got));
+            assert_eq!(split(&got).map(|p| p.3), split(&want).map(|p| p.3), "{pos}");
+        }
+        // Layer 0's call is still its template.
+        assert_eq!(t.fast(&k0, 0, 2), Some(Fast::Slot(base)));
     }
 
     #[test]
@@ -648,12 +751,15 @@ mod tests {
         let Interned::Slot(slot) = t.intern_or_delta(head, call, 1, None) else {
             panic!("new")
         };
-        t.learn(&k0, 0, slot);
+        t.learn(&k0, 0, slot, None);
         assert_eq!(t.fast(&k0, 0, 1), Some(Fast::Slot(slot)));
         // Each changed scalar, and both: the patched template is the call as encoded.
         for (pos, scale) in [(6, 1), (5, 2), (70_000, 1 << 40)] {
             let (want, k) = launch(pos, scale);
-            let Some(Fast::Delta { base, at, bytes, n }) = t.fast(&k, 0, 2) else {
+            let Some(Fast::Delta {
+                base, at, bytes, n, ..
+            }) = t.fast(&k, 0, 2)
+            else {
                 panic!("a delta for {pos} {scale}")
             };
             assert_eq!(base, slot);
@@ -686,7 +792,7 @@ mod tests {
             };
             let mut k = RawKey::new(1, 0x10 + i, 0);
             k.word(i as u64);
-            t.learn(&k, 0, s);
+            t.learn(&k, 0, s, None);
             keys.push(k);
             slots.push(s);
         }
@@ -707,7 +813,7 @@ mod tests {
         let Interned::Slot(s) = t.intern_or_delta(head, call, 2, None) else {
             panic!("new")
         };
-        t.learn(&k5, 0, s);
+        t.learn(&k5, 0, s, None);
         for _ in 0..3 {
             assert_eq!(t.fast(&k5, 0, 2), Some(Fast::Slot(s)));
             assert!(
@@ -739,7 +845,7 @@ mod tests {
         let mut k = RawKey::new(1, 0x1234, 0);
         k.word(42);
         assert_eq!(t.fast(&k, 0, 1), None);
-        t.learn(&k, 0, b);
+        t.learn(&k, 0, b, None);
         assert_eq!(t.fast(&k, 0, 2), Some(Fast::Slot(b)));
         assert_eq!(t.fast(&k, 1, 2), None, "the maps changed");
         // Span 2 named only b: a goes, its slot is reused.
