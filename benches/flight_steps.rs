@@ -6,7 +6,8 @@
 //!   2 event waits a step), eager and launched as a CUDA graph, with a 4 MiB table;
 //! - the built-in default decode step (`model`);
 //! - with `GPUTAPE_FS_PRESETS=llama-3.2-1b,llama-3-8b`, the bf16 step of those shapes at
-//!   batch 1 (`model::llama`, weights generated on the device). Its first full checkpoint
+//!   batch 1, or at each of `GPUTAPE_FS_BATCHES=1,16` (`model::llama`, weights generated on
+//!   the device). Its first full checkpoint
 //!   (every weight read back) falls in the warm-up, as it does once in an engine's life.
 //!
 //! A median hides what a checkpoint costs: it stalls a few steps in hundreds, which the mean
@@ -81,15 +82,16 @@ fn outside(graph: bool) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec
 
 fn llama(
     cfg: gputape::model::hf::HfConfig,
+    batch: usize,
 ) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> {
     move |gpu, steps| {
         use gputape::model::llama::{Llama, LlamaOptions};
-        // The sequence starts 200 positions in (a quarter of a short context), and must have
-        // room for every step.
+        // The sequences start up to 200 positions in (a quarter of a short context), and
+        // must have room for every step.
         let max = cfg.max_position_embeddings.min(1024);
-        let opts = LlamaOptions::staggered(1, max, (max / 4).min(200));
+        let opts = LlamaOptions::staggered(batch, max, (max / 4).min(200));
         let mut m = Llama::load(gpu, &cfg, opts)?;
-        let mut tokens = vec![1u32];
+        let mut tokens = vec![1u32; batch];
         let mut out = Vec::with_capacity(steps);
         for i in 0..WARM + steps {
             let t = Instant::now();
@@ -212,7 +214,16 @@ fn main() -> anyhow::Result<()> {
         }
         let cfg = gputape::model::hf::HfConfig::preset(p)
             .ok_or_else(|| anyhow::anyhow!("no preset {p}"))?;
-        workloads.push((format!("{p} bf16 step, batch 1"), Box::new(llama(cfg))));
+        for b in std::env::var("GPUTAPE_FS_BATCHES")
+            .unwrap_or_else(|_| "1".into())
+            .split(',')
+            .filter_map(|b| b.trim().parse::<usize>().ok())
+        {
+            workloads.push((
+                format!("{p} bf16 step, batch {b}"),
+                Box::new(llama(cfg.clone(), b)),
+            ));
+        }
     }
     // The recorder's floor: the same steps over a mock that runs no kernel bodies, where a
     // launch costs about what a driver's enqueue does. Flight minus plain there is what the
