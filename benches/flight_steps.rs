@@ -54,9 +54,9 @@ fn stats(v: &[f64]) -> Stats {
 }
 
 /// One engine's per-step times (ms), after `WARM` untimed steps.
-type Run<'a> = dyn Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> + 'a;
+type Run<'a> = dyn Fn(&(dyn GpuBackend + 'static), usize) -> anyhow::Result<Vec<f64>> + 'a;
 
-fn outside(graph: bool) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> {
+fn outside(graph: bool) -> impl Fn(&(dyn GpuBackend + 'static), usize) -> anyhow::Result<Vec<f64>> {
     move |gpu, steps| {
         let cfg = engine::Config {
             rows: 8192,
@@ -83,7 +83,7 @@ fn outside(graph: bool) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec
 fn llama(
     cfg: gputape::model::hf::HfConfig,
     batch: usize,
-) -> impl Fn(&dyn GpuBackend, usize) -> anyhow::Result<Vec<f64>> {
+) -> impl Fn(&(dyn GpuBackend + 'static), usize) -> anyhow::Result<Vec<f64>> {
     move |gpu, steps| {
         use gputape::model::llama::{Llama, LlamaOptions};
         // The sequences start up to 200 positions in (a quarter of a short context), and
@@ -100,11 +100,13 @@ fn llama(
                 out.push(t.elapsed().as_secs_f64() * 1e3);
             }
         }
+        // Ten loads of the 8B shape's 16 GB would not fit the device together.
+        m.release(gpu)?;
         Ok(out)
     }
 }
 
-fn decode(gpu: &dyn GpuBackend, steps: usize) -> anyhow::Result<Vec<f64>> {
+fn decode(gpu: &(dyn GpuBackend + 'static), steps: usize) -> anyhow::Result<Vec<f64>> {
     gputape::model::kernels::load(gpu)?;
     let cfg = gputape::model::ModelConfig::default_config();
     let per_run = 240usize.min(cfg.max_seq);
@@ -116,6 +118,7 @@ fn decode(gpu: &dyn GpuBackend, steps: usize) -> anyhow::Result<Vec<f64>> {
                 out.push(d.as_secs_f64() * 1e3);
             }
         })?;
+        m.teardown(gpu)?;
     }
     Ok(out)
 }
