@@ -429,11 +429,44 @@ fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
     assert_eq!(every.checkpoints, 30, "{every:?}");
     assert!(took_every >= std::time::Duration::from_millis(600));
     let (budgeted, took) = run(Some(0.02));
-    // The first due checkpoint is taken; each later one needs 49 times its cost of steps
-    // first, so no more than one per 0.98 s of this run can follow.
+    // The first due checkpoint is taken (nothing was allocated: its estimate is nothing);
+    // each later one waits until all of them fit 2% of the time since arming, so no more
+    // than one per second of this run can follow.
     let allowed = 1 + (took.as_secs_f64() / 0.98) as u64;
     assert!(budgeted.checkpoints <= allowed, "{budgeted:?} in {took:?}");
     assert!(budgeted.budget_deferrals > 0, "{budgeted:?}");
+}
+
+/// The budget counts the first checkpoint too: an engine that fills 256 MiB after arming (its
+/// weights) would have them all read back at its first due checkpoint, about 0.13 s at the
+/// estimate's 2 GB/s, which 2% allows only 6.4 s after arming. Without a budget the
+/// checkpoints come every 2 steps and read those bytes.
+#[test]
+fn the_first_checkpoint_waits_until_the_bytes_it_would_read_fit_the_budget() {
+    let run = |budget: Option<f64>| {
+        let dir = temp_dir(&format!("first-{budget:?}"));
+        let mut cfg = FlightConfig::new(&dir);
+        cfg.checkpoint_every = 2;
+        cfg.budget = budget;
+        let gpu =
+            RecordingBackend::flight(mock(CaptureMode::Global), cfg, BackendDesc::new("mock"))
+                .unwrap();
+        let weights = gpu.alloc(256 << 20).unwrap();
+        for n in 0..8 {
+            gpu.step_boundary(n);
+        }
+        gpu.free(weights).unwrap();
+        let h = gpu.flight_held().unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        h
+    };
+    let every = run(None);
+    assert_eq!(every.checkpoints, 4, "{every:?}");
+    assert!(every.checkpoint_read_bytes >= 256 << 20, "{every:?}");
+    let budgeted = run(Some(0.02));
+    assert_eq!(budgeted.checkpoints, 0, "{budgeted:?}");
+    assert_eq!(budgeted.checkpoint_read_bytes, 0, "{budgeted:?}");
+    assert!(budgeted.budget_deferrals >= 3, "{budgeted:?}");
 }
 
 /// A graph launch writes what its captured calls write: the flight recorder's checkpoints of a

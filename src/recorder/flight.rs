@@ -98,12 +98,14 @@ pub struct FlightConfig {
     pub hang_after: Option<std::time::Duration>,
     /// The share of wall time checkpoints may take (`GPUTAPE_FLIGHT_BUDGET`, default 0.02): a
     /// checkpoint syncs the engine's streams and reads back what was written, which stalled
-    /// an 8B-shaped step 0.1 s every 8 steps on the H200 (mean step 3.5x). One that falls due
-    /// sooner than its predecessor's cost allows is put off to the first step boundary where
-    /// it fits, so the mean step pays at most this share; the kept spans then reach further
-    /// back. `None`: every `checkpoint_every` steps, whatever it costs. `new` has none, so a
-    /// configuration built in code keeps its exact interval; `from_env`, which engines use
-    /// in production, sets 2%.
+    /// an 8B-shaped step 0.1 s every 8 steps on the H200 (mean step 3.5x). Checkpoints are
+    /// accounted from arming on: one that falls due before what checkpoints have cost, plus
+    /// its own estimate, fits this share of the time since arming is put off to the first
+    /// step boundary where it does, so the mean step pays at most this share over any
+    /// stretch from arming, the first checkpoint included; the kept spans then reach
+    /// further back (`FlightHeld::budget_deferrals` counts the put-offs). `None`: every
+    /// `checkpoint_every` steps, whatever it costs. `new` has none, so a configuration built
+    /// in code keeps its exact interval; `from_env`, which engines use in production, sets 2%.
     pub budget: Option<f64>,
     /// A checkpoint is taken regardless of the budget once the span being recorded holds this
     /// many calls, which bounds the memory the kept calls take (a few bytes each).
@@ -222,8 +224,13 @@ pub(crate) struct FlightStore {
     pub deferred_checkpoints: u64,
     /// Step boundaries at which a checkpoint was owed but put off by the budget.
     pub budget_deferrals: u64,
-    /// When the last checkpoint ended, and what it cost (the budget's measure).
-    pub last_checkpoint: Option<(std::time::Instant, std::time::Duration)>,
+    /// When the recorder was armed: the budget is a share of the time since.
+    armed_at: std::time::Instant,
+    /// What the checkpoints taken since arming cost, in all.
+    spent: std::time::Duration,
+    /// What the last checkpoint cost, and its read rate (bytes a second) when it read
+    /// enough to measure one: the budget's estimate of the next.
+    last_cost: Option<(std::time::Duration, Option<f64>)>,
     /// Checkpoints taken since the recorder was armed, the first (at arming) not counted.
     pub checkpoints: u64,
     /// Bytes those checkpoints read back.
@@ -251,6 +258,10 @@ struct GraphKept {
     blobs: Vec<BlobId>,
 }
 
+/// The read rate a first checkpoint is estimated at (bytes a second): a device-to-host copy
+/// into pageable memory, hashed, is about this on the H200's host (runs 45-46).
+const DEFAULT_READ_RATE: f64 = 2e9;
+
 /// Failures of the recorder's own work named in a dump; more are counted.
 const MAX_FAILURES: usize = 8;
 
@@ -276,7 +287,9 @@ impl FlightStore {
             checkpoint_owed: false,
             deferred_checkpoints: 0,
             budget_deferrals: 0,
-            last_checkpoint: None,
+            armed_at: std::time::Instant::now(),
+            spent: std::time::Duration::ZERO,
+            last_cost: None,
             checkpoints: 0,
             checkpoint_read_bytes: 0,
             failure_log: VecDeque::new(),
@@ -298,11 +311,15 @@ impl FlightStore {
         set
     }
 
-    /// Whether a checkpoint owed now fits the budget: the time since the last one ended is at
-    /// least its cost times (1 - budget) / budget. A span grown past `max_span_calls` takes
-    /// one regardless.
-    pub fn checkpoint_fits(&self) -> bool {
-        let (Some(b), Some((ended, cost))) = (self.cfg.budget, self.last_checkpoint) else {
+    /// Whether a checkpoint owed now fits the budget: what checkpoints have cost since arming,
+    /// plus this one's estimate, is at most the budget's share of the time since arming. So
+    /// over any stretch from arming on, checkpoints take at most that share, the first one
+    /// included (it reads every buffer the engine filled since arming: a 16 GB model's
+    /// weights take seconds). The estimate is the last checkpoint's cost, or the bytes no
+    /// checkpoint has read yet (`unread`) at the last measured read rate (at first, 2 GB/s),
+    /// whichever is larger. A span grown past `max_span_calls` takes one regardless.
+    pub fn checkpoint_fits(&self, unread: u64) -> bool {
+        let Some(b) = self.cfg.budget else {
             return true;
         };
         if self
@@ -312,7 +329,20 @@ impl FlightStore {
         {
             return true;
         }
-        ended.elapsed().as_secs_f64() >= cost.as_secs_f64() * (1.0 - b) / b
+        let (last, rate) = self.last_cost.unwrap_or_default();
+        let by_bytes = unread as f64 / rate.unwrap_or(DEFAULT_READ_RATE);
+        let estimate = last.as_secs_f64().max(by_bytes);
+        self.spent.as_secs_f64() + estimate <= b * self.armed_at.elapsed().as_secs_f64()
+    }
+
+    /// A checkpoint was taken: it cost `cost` and read `read` bytes.
+    pub fn checkpoint_taken(&mut self, cost: std::time::Duration, read: u64) {
+        self.checkpoints += 1;
+        self.spent += cost;
+        // Below a mebibyte the time is the checkpoint's fixed cost, not a read rate.
+        let rate = (read >= 1 << 20 && !cost.is_zero()).then(|| read as f64 / cost.as_secs_f64());
+        let known = self.last_cost.and_then(|(_, r)| r);
+        self.last_cost = Some((cost, rate.or(known)));
     }
 
     /// A capture begins: its calls' frames are kept with the graph it makes.

@@ -494,6 +494,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     fn flight_step(&self, marked: bool) {
         {
             let mut st = self.st.lock();
+            let unread = st.unread_bytes;
             let Some(f) = st.flight.as_deref_mut() else {
                 return;
             };
@@ -509,7 +510,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             }
             // The budget first: it costs a clock read, where asking each stream whether it
             // captures is a driver call per stream, at every boundary a checkpoint is put off.
-            if !f.checkpoint_fits() {
+            if !f.checkpoint_fits(unread) {
                 f.budget_deferrals += 1;
                 return;
             }
@@ -524,10 +525,16 @@ impl<B: GpuBackend> RecordingBackend<B> {
             f.checkpoint_owed = false;
         }
         let t0 = std::time::Instant::now();
+        let read_before = self
+            .st
+            .lock()
+            .flight
+            .as_deref()
+            .map_or(0, |f| f.checkpoint_read_bytes);
         let taken = self.checkpoint();
         if let Some(f) = self.st.lock().flight.as_deref_mut() {
-            f.last_checkpoint = Some((std::time::Instant::now(), t0.elapsed()));
-            f.checkpoints += 1;
+            let read = f.checkpoint_read_bytes.saturating_sub(read_before);
+            f.checkpoint_taken(t0.elapsed(), read);
         }
         if let Err(e) = taken {
             self.own_failure(format!("a checkpoint failed: {e}"));
@@ -581,6 +588,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if taken.is_err() {
             // Nothing of this checkpoint can be trusted by the next: read everything again.
             st.checkpointed.clear();
+            st.unread_bytes = st.live_bytes();
         }
         taken
     }
@@ -643,6 +651,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         st.checkpointed = seen;
         st.dirty.clear();
+        st.unread_bytes = 0;
         Ok(())
     }
 

@@ -142,6 +142,9 @@ pub(crate) struct RecState {
     pub dirty: HashSet<BufferId>,
     /// Each buffer's contents at the last checkpoint.
     pub checkpointed: HashMap<BufferId, BlobId>,
+    /// Bytes of live buffers no checkpoint has read (allocated since the last one): what the
+    /// flight recorder's budget expects the next checkpoint to read at least.
+    pub unread_bytes: u64,
     /// Hashes at syncs are on: writes are tracked so a sync hashes only settled buffers.
     pub hash_writes: bool,
     /// Buffers with device work writing them on a stream not synchronised since (by stream).
@@ -197,6 +200,7 @@ impl RecState {
             open_calls: Vec::new(),
             dirty: HashSet::default(),
             checkpointed: HashMap::default(),
+            unread_bytes: 0,
             hash_writes: false,
             unsettled: HashMap::default(),
             in_flight_writes: HashMap::default(),
@@ -695,10 +699,22 @@ impl RecState {
         .addr(p)
     }
 
+    /// Bytes of the live buffers (aliases not counted twice).
+    pub fn live_bytes(&self) -> u64 {
+        self.bufs
+            .values()
+            .filter(|b| b.alias_of.is_none())
+            .map(|b| b.size)
+            .sum()
+    }
+
     /// Move a freed buffer out of the live ledger.
     pub fn remove_buf(&mut self, p: u64) {
         self.gen += 1;
         if let Some(b) = self.bufs.remove(&p) {
+            if b.alias_of.is_none() && !self.checkpointed.contains_key(&b.id) {
+                self.unread_bytes = self.unread_bytes.saturating_sub(b.size);
+            }
             self.freed.insert(p, (b.id, b.size));
             // Maps into it are stale: a later map of the same bytes describes new memory.
             if !self.tensor_maps.is_empty() {
@@ -716,6 +732,9 @@ impl RecState {
         let id = BufferId(self.next_buf);
         self.next_buf += 1;
         self.freed.remove(&p);
+        if alias_of.is_none() {
+            self.unread_bytes = self.unread_bytes.saturating_add(size);
+        }
         self.emit(&Frame::Address { buf: id, addr: p });
         self.bufs.insert(
             p,
