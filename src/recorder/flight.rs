@@ -600,7 +600,14 @@ impl FlightStore {
         self.templates.writes_in(span_no, &mut compute, &mut each);
         let mut record = Vec::new();
         let logs = self.spans.back().into_iter();
+        // A later layer's launch is the same patch of its template on every step: its
+        // writes are worked out once.
+        let mut seen =
+            rustc_hash::FxHashSet::<(u32, usize, smallvec::SmallVec<[u8; 16]>)>::default();
         for patch in logs.flat_map(|s| s.log.rewrite_patches()) {
+            if !seen.insert((patch.0, patch.1, patch.2.into())) {
+                continue;
+            }
             record.clear();
             if self
                 .templates
