@@ -234,7 +234,10 @@ pub enum Frame {
         len: u64,
         /// `data` is zstd-compressed.
         zstd: bool,
-        /// The bytes as stored.
+        /// The bytes as stored. As serde bytes: the same encoding as a sequence of `u8`,
+        /// written in one copy rather than an element at a time (a step's new bytes, or a
+        /// copied-in weight, pass through here on the recorder's thread).
+        #[serde(with = "super::args::byte_vec")]
         data: Vec<u8>,
     },
     /// A module's code, written when a kernel of it is first named: a replay compiles exactly
