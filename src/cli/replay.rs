@@ -807,12 +807,16 @@ fn hang_verdict(
         .unwrap_or_default();
     let reproduced = recorded.is_some();
     if json {
+        let (deadline_s, stalled_s) = match killed {
+            Killed::Deadline(d) => (Some(d.as_secs_f64()), None),
+            Killed::Stalled(d) => (None, Some(d.as_secs_f64())),
+        };
         let v = serde_json::json!({
             "schema": crate::replayer::REPLAY_SCHEMA,
             "passed": reproduced,
             "hang": {
-                "deadline_s": match killed { Killed::Deadline(d) => Some(d.as_secs_f64()), Killed::Stalled(_) => None },
-                "stalled_s": match killed { Killed::Stalled(d) => Some(d.as_secs_f64()), Killed::Deadline(_) => None },
+                "deadline_s": deadline_s,
+                "stalled_s": stalled_s,
                 "reproduced": reproduced,
                 "recorded_in_flight": stuck,
                 "replay_blocked_in": blocked,
