@@ -10,6 +10,10 @@ use crate::trace::*;
 use anyhow::Result;
 use std::sync::atomic::Ordering;
 
+/// The most host bytes a copy may carry to take the flight recorder's fast path: a step's
+/// tokens, positions and flags; larger uploads (weights) are rare and take the slow path.
+const FAST_BLOB_MAX: usize = 64 << 10;
+
 /// A call in flight: its seq and when it began.
 pub(super) struct Tok {
     pub(super) seq: u64,
@@ -96,6 +100,34 @@ impl<B: GpuBackend> RecordingBackend<B> {
         key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
+        self.begin_fast_inner(site, kind, key, None, emit)
+    }
+
+    /// `begin_fast` for a copy of host bytes `src` (at most `FAST_BLOB_MAX` of them): the raw
+    /// key says where and how much, and the bytes' blob id is put into the template, so an
+    /// engine's per-step upload of new tokens is kept without encoding its call.
+    #[inline]
+    pub(super) fn begin_fast_blob(
+        &self,
+        site: Site,
+        kind: u64,
+        key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
+        src: &[u8],
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Option<Tok> {
+        let blob = (src.len() <= FAST_BLOB_MAX).then_some(src);
+        self.begin_fast_inner(site, kind, key, blob, emit)
+    }
+
+    #[inline]
+    fn begin_fast_inner(
+        &self,
+        site: Site,
+        kind: u64,
+        key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
+        blob: Option<&[u8]>,
+        emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
+    ) -> Option<Tok> {
         let mut st = self.lock_recording()?;
         // While a stream captures, every call takes the slow path, so the capture's frames
         // exist to be kept with its graph (`FlightStore::capture_open`).
@@ -114,8 +146,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let (seq, gen) = (st.seq, st.gen);
         let t0 = self.clock.raw();
         let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
+        // The bytes are kept whichever path the call takes (the slow one names them too).
+        let id = blob.map(|b| st.blob(b));
         let f = st.flight.as_deref_mut().expect("checked");
-        if f.fast_call(&k, gen, seq, t_ns) {
+        let hit = match &id {
+            None => f.fast_call(&k, gen, seq, t_ns),
+            Some(id) => f.fast_blob_call(&k, gen, seq, t_ns, id),
+        };
+        if hit {
             flight::set_open(&self.st, seq);
             st.seq += 1;
             return Some(Tok {
@@ -127,7 +165,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         let tok = self.begin_locked(&mut st, site, emit);
         if let Some(f) = st.flight.as_deref_mut() {
-            f.learn(&k, gen, seq);
+            match &id {
+                None => f.learn(&k, gen, seq),
+                Some(id) => f.learn_blob(&k, gen, seq, id),
+            }
         }
         Some(tok)
     }

@@ -520,6 +520,40 @@ impl FlightStore {
         }
     }
 
+    /// `fast_call` for a copy of host bytes whose blob id is `id` (already noted).
+    #[inline]
+    pub fn fast_blob_call(
+        &mut self,
+        key: &RawKey,
+        gen: u64,
+        seq: u64,
+        t_ns: u64,
+        id: &BlobId,
+    ) -> bool {
+        let Some(span) = self.spans.back_mut() else {
+            return false;
+        };
+        let Some(Fast::Delta {
+            base, at, bytes, n, ..
+        }) = self.templates.fast_blob(key, gen, self.span_no, &id.0)
+        else {
+            return false;
+        };
+        span.log
+            .push_delta(base, (seq, t_ns, true), (at, &bytes[..n], true));
+        self.prev_slot = Some(base);
+        true
+    }
+
+    /// `learn` for a copy of host bytes that the slow path recorded with blob id `id`.
+    pub fn learn_blob(&mut self, key: &RawKey, gen: u64, seq: u64, id: &BlobId) {
+        if let Some((s, slot, patch)) = self.last_interned {
+            if s == seq {
+                self.templates.learn_blob(key, gen, (slot, patch), &id.0);
+            }
+        }
+    }
+
     /// After the slow path recorded call `seq`: calls with raw inputs `key` are its template
     /// from now on.
     pub fn learn(&mut self, key: &RawKey, gen: u64, seq: u64) {

@@ -24,6 +24,7 @@ const FAST_LAUNCH_TYPED: u64 = 2;
 const FAST_RECORD_EVENT: u64 = 3;
 const FAST_WAIT_EVENT: u64 = 4;
 const FAST_OP_CACHE: u64 = 5;
+const FAST_COPY_H2D_ASYNC: u64 = 6;
 
 fn unit<T>(_: &T) -> Value {
     Value::Unit
@@ -549,12 +550,27 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| Call::CopyH2DAsync {
-            dst: st.addr(dst.0),
-            data: st.blob(src),
-            len: src.len() as u64,
-            stream: st.stream(stream),
-        });
+        let key = |_: &mut RecState, k: &mut ring::RawKey| {
+            k.word(dst.0);
+            k.word(src.len() as u64);
+            k.word(stream);
+            true
+        };
+        let tok = self.begin_fast_blob(
+            Location::caller(),
+            FAST_COPY_H2D_ASYNC,
+            key,
+            src,
+            |st, head| {
+                let call = Call::CopyH2DAsync {
+                    dst: st.addr(dst.0),
+                    data: st.blob(src),
+                    len: src.len() as u64,
+                    stream: st.stream(stream),
+                };
+                st.emit_call(&head, &call);
+            },
+        );
         let r = self.inner.copy_h2d_async(src, dst, stream);
         self.finish_plain(tok, &r, unit);
         r

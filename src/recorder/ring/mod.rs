@@ -98,6 +98,9 @@ struct RawEntry {
     /// A launch learned but for its scalars: those words are not compared, and a call whose
     /// values differ becomes a delta.
     shape: Option<Shape>,
+    /// A copy of host bytes: where its call holds the bytes' blob id, which is all that
+    /// differs between the steps of an engine that uploads new tokens to the same place.
+    blob_at: Option<u16>,
     /// The entry the call after this one was found by last time: tried first, before any
     /// hashing, as engines repeat their calls in the same order.
     next: u32,
@@ -386,6 +389,62 @@ impl Templates {
         })
     }
 
+    /// `fast` for a copy of host bytes whose blob id is `id`: its template with the new id in
+    /// place (the raw key holds where and how much, not the bytes). `None` unless the key was
+    /// learned with `learn_blob`.
+    pub fn fast_blob(&mut self, key: &RawKey, gen: u64, span: u64, id: &[u8; 16]) -> Option<Fast> {
+        let base = match self.fast(key, gen, span)? {
+            Fast::Slot(s) | Fast::Delta { base: s, .. } => s,
+        };
+        let at = self.entries.get(self.last_hit as usize)?.blob_at?;
+        let mut bytes = [0u8; DELTA_MAX];
+        bytes[..16].copy_from_slice(id);
+        Some(Fast::Delta {
+            base,
+            at: usize::from(at),
+            bytes,
+            n: 16,
+            // The destination and length are the key's: what the copy writes is the same.
+            scalar: true,
+        })
+    }
+
+    /// `learn` for a copy of host bytes with blob id `id`: where the id lies in the call as
+    /// kept (`slot` with `patch`) is found and kept with the key. Not learned when the id is
+    /// not there once, or the patch changes anything but the id.
+    pub fn learn_blob(
+        &mut self,
+        key: &RawKey,
+        gen: u64,
+        (slot, patch): (u32, Option<Patch>),
+        id: &[u8; 16],
+    ) {
+        let Some(Some(t)) = self.slab.get(slot as usize) else {
+            return;
+        };
+        let mut call = t.content[t.head_len..].to_vec();
+        if let Some(p) = &patch {
+            let Some(dst) = call.get_mut(p.range()) else {
+                return;
+            };
+            dst.copy_from_slice(&p.bytes[..usize::from(p.n)]);
+        }
+        let mut found = call.windows(16).enumerate().filter(|(_, w)| w == id);
+        let (Some((at, _)), None) = (found.next(), found.next()) else {
+            return;
+        };
+        if patch.is_some_and(|p| p.range().start < at || p.range().end > at + 16) {
+            return;
+        }
+        let Ok(at) = u16::try_from(at) else {
+            return;
+        };
+        self.learn(key, gen, slot, patch);
+        if let Some(e) = self.entries.get_mut(self.last_hit as usize) {
+            e.blob_at = Some(at);
+        }
+    }
+
     /// Calls with raw inputs `key` are `slot` (patched by `patch`, if given) while the maps
     /// stay at generation `gen`.
     pub fn learn(&mut self, key: &RawKey, gen: u64, slot: u32, patch: Option<Patch>) {
@@ -405,6 +464,7 @@ impl Templates {
             slot,
             patch,
             shape: None,
+            blob_at: None,
             next: NONE,
         });
         self.raw.insert(key.hash(), at);
@@ -420,6 +480,7 @@ impl Templates {
                     slot,
                     patch,
                     shape: Some(shape),
+                    blob_at: None,
                     next: NONE,
                 });
             }
@@ -695,6 +756,65 @@ mod tests {
         k.bytes(&p);
         k.bytes(&s);
         (out, k)
+    }
+
+    /// An engine's per-step upload: the same destination, length and stream, new bytes. The
+    /// raw key holds no bytes; the fast path puts the new blob id where the learned call
+    /// holds its own, and the result is the call as encoded.
+    #[test]
+    fn a_copy_of_new_bytes_to_the_same_place_is_its_template_with_the_new_blob_id() {
+        use crate::trace::{BeginRef, BlobId, Call, DevAddr, SiteId, StreamId};
+        let copy = |bytes: &[u8]| {
+            let call = Call::CopyH2DAsync {
+                dst: DevAddr::Buf {
+                    buf: BufferId(3),
+                    off: 0,
+                },
+                data: BlobId::of(bytes),
+                len: bytes.len() as u64,
+                stream: crate::trace::StreamRef::Id(StreamId(1)),
+            };
+            let begin = BeginRef {
+                seq: 0,
+                thread: 0,
+                site: SiteId(2),
+                t_ns: 0,
+                call: &call,
+            };
+            crate::trace::codec::encode_to_vec(&begin).unwrap()
+        };
+        let mut key = RawKey::new(6, 0x55, 0);
+        key.word(0x7000);
+        key.word(4);
+        key.word(1);
+        let mut t = Templates::default();
+        let first = copy(b"tok0");
+        let (_, _, head, call) = split(&first).expect("a Begin");
+        let Interned::Slot(slot) = t.intern_or_delta(head, call, 1, None) else {
+            panic!("new")
+        };
+        t.learn_blob(&key, 0, (slot, None), &BlobId::of(b"tok0").0);
+        for step in [b"tok1", b"tok2"] {
+            let Some(Fast::Delta {
+                base,
+                at,
+                bytes,
+                n,
+                scalar,
+            }) = t.fast_blob(&key, 0, 2, &BlobId::of(step).0)
+            else {
+                panic!("a delta")
+            };
+            assert!(scalar, "the same destination: the same writes");
+            let mut got = Vec::new();
+            assert!(t.append_begin_patched((base, at, &bytes[..n]), 0, 0, &mut got));
+            assert_eq!(split(&got).map(|p| p.3), split(&copy(step)).map(|p| p.3));
+        }
+        // Learned without its blob (an ordinary `learn`), the key gives no blob delta.
+        let mut other = RawKey::new(6, 0x56, 0);
+        other.word(1);
+        t.learn(&other, 0, slot, None);
+        assert_eq!(t.fast_blob(&other, 0, 2, &BlobId::of(b"x").0), None);
     }
 
     /// An engine's layers: layer 1's launch is layer 0's on other weights, so it is kept as a
