@@ -12,7 +12,8 @@
 #      and cuGetProcAddress hands out for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM; only
 #      those whose base name is in the list from 1 and 2;
 #   4. the graphics interop and profiler entry points (cudaGL.h, cudaEGL.h, cudaVDPAU.h,
-#      cudaProfiler.h) that cudarc does not bind.
+#      cudaProfiler.h) that cudarc does not bind, and cuda.h's NvSciSync query (the CUDA 13
+#      runtime asks cuGetProcAddress for it at start: run 61 saw it unmapped).
 # A name the real driver lacks costs nothing: its forwarder returns CUDA_ERROR_NOT_FOUND (500).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,7 @@ cuVDPAUGetDevice
 cuProfilerInitialize
 cuProfilerStart
 cuProfilerStop
+cuDeviceGetNvSciSyncAttributes
 EOF
 sort -u "$tmp/cudarc" "$tmp/legacy" "$tmp/interop" >"$tmp/base"
 
