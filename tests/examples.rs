@@ -72,6 +72,23 @@ fn with_deadline(tool: &std::path::Path, args: &[&std::ffi::OsStr]) -> (Option<i
     (o.status.code(), text)
 }
 
+/// `tool minimize DUMP -o SMALL EXTRA...`, its output.
+fn minimize_to(
+    tool: &std::path::Path,
+    dump: &std::path::Path,
+    small: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Output {
+    Command::new(tool)
+        .arg("minimize")
+        .arg(dump)
+        .arg("-o")
+        .arg(small)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 fn gtapes(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|rd| {
@@ -148,13 +165,7 @@ fn the_outside_engine_dies_and_its_tool_reproduces_and_minimizes_each_fault() {
             "{out}"
         );
         let small = dir.join("small.gtape");
-        let o = Command::new(&p)
-            .arg("minimize")
-            .arg(&dump)
-            .arg("-o")
-            .arg(&small)
-            .output()
-            .unwrap();
+        let o = minimize_to(&p, &dump, &small, &[]);
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(0), "{name}: {out}");
         let kept: usize = out
@@ -291,14 +302,7 @@ fn a_nan_in_the_outside_engine_is_traced_to_the_kernel_that_wrote_it() {
         // The dump minimizes to the writer and what feeds it; the small trace still
         // reproduces the NaN, written by the same kernel.
         let small = dir.join("small.gtape");
-        let o = Command::new(&p)
-            .arg("minimize")
-            .arg(&dump)
-            .arg("-o")
-            .arg(&small)
-            .arg("--json")
-            .output()
-            .unwrap();
+        let o = minimize_to(&p, &dump, &small, &["--json"]);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(o.status.code(), Some(0), "{name}: {v}");
         assert_eq!(

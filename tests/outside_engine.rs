@@ -401,16 +401,23 @@ fn an_invalid_address_is_one_fault_whichever_code_cuda_picks() {
     }
 }
 
+/// A flight recorder's directory and settings for the budget tests: a checkpoint due every 2
+/// steps, within `budget`.
+fn every_two_steps(tag: &str, budget: Option<f64>) -> (PathBuf, FlightConfig) {
+    let dir = temp_dir(&format!("{tag}-{budget:?}"));
+    let mut cfg = FlightConfig::new(&dir);
+    cfg.checkpoint_every = 2;
+    cfg.budget = budget;
+    (dir, cfg)
+}
+
 /// Checkpoints cost what they cost; the budget (a share of wall time) decides how often they
 /// may be taken. With syncs of 20 ms and steps that cost nothing, a 2% budget allows one
 /// checkpoint a second, where "every 2 steps" would stall every other step.
 #[test]
 fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
     let run = |budget: Option<f64>| {
-        let dir = temp_dir(&format!("budget-{budget:?}"));
-        let mut cfg = FlightConfig::new(&dir);
-        cfg.checkpoint_every = 2;
-        cfg.budget = budget;
+        let (dir, cfg) = every_two_steps("budget", budget);
         let backend = Stuck {
             sync_cost: std::time::Duration::from_millis(20),
             ..Stuck::default()
@@ -444,10 +451,7 @@ fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
 #[test]
 fn the_first_checkpoint_waits_until_the_bytes_it_would_read_fit_the_budget() {
     let run = |budget: Option<f64>| {
-        let dir = temp_dir(&format!("first-{budget:?}"));
-        let mut cfg = FlightConfig::new(&dir);
-        cfg.checkpoint_every = 2;
-        cfg.budget = budget;
+        let (dir, cfg) = every_two_steps("first", budget);
         let gpu =
             RecordingBackend::flight(mock(CaptureMode::Global), cfg, BackendDesc::new("mock"))
                 .unwrap();

@@ -121,15 +121,9 @@ pub fn fault_windows(trace: &Trace) -> Vec<FaultWindow> {
     }
     // A hang's dump whose every call returned: the recorder's own wait (a checkpoint draining
     // the streams) is what hung, after the last call, on work queued since the last sync.
-    let hung_after_the_calls = trace.dump.as_ref().is_some_and(|d| d.is_hang())
-        && !out.iter().any(|w| {
-            trace
-                .dump
-                .as_ref()
-                .is_some_and(|d| d.was_in_flight(w.observed))
-        });
-    if let (true, Some(last)) = (hung_after_the_calls, trace.calls.last()) {
-        if since_sync <= last.seq {
+    let hang = trace.dump.as_ref().filter(|d| d.is_hang());
+    if let (Some(d), Some(last)) = (hang, trace.calls.last()) {
+        if since_sync <= last.seq && !out.iter().any(|w| d.was_in_flight(w.observed)) {
             out.push(FaultWindow {
                 start: since_sync,
                 observed: last.seq,

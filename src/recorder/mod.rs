@@ -11,6 +11,7 @@
 
 mod call;
 mod flight;
+mod flight_config;
 mod forward;
 mod ring;
 mod snapshot;
@@ -525,16 +526,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
             f.checkpoint_owed = false;
         }
         let t0 = std::time::Instant::now();
-        let read_before = self
-            .st
-            .lock()
-            .flight
-            .as_deref()
-            .map_or(0, |f| f.checkpoint_read_bytes);
         let taken = self.checkpoint();
         if let Some(f) = self.st.lock().flight.as_deref_mut() {
-            let read = f.checkpoint_read_bytes.saturating_sub(read_before);
-            f.checkpoint_taken(t0.elapsed(), read);
+            f.checkpoint_taken(t0.elapsed());
         }
         if let Err(e) = taken {
             self.own_failure(format!("a checkpoint failed: {e}"));
@@ -588,7 +582,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if taken.is_err() {
             // Nothing of this checkpoint can be trusted by the next: read everything again.
             st.checkpointed.clear();
-            st.unread_bytes = st.live_bytes();
+            st.unread_bytes = st
+                .bufs
+                .values()
+                .filter(|b| b.alias_of.is_none())
+                .map(|b| b.size)
+                .sum();
         }
         taken
     }

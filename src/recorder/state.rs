@@ -699,15 +699,6 @@ impl RecState {
         .addr(p)
     }
 
-    /// Bytes of the live buffers (aliases not counted twice).
-    pub fn live_bytes(&self) -> u64 {
-        self.bufs
-            .values()
-            .filter(|b| b.alias_of.is_none())
-            .map(|b| b.size)
-            .sum()
-    }
-
     /// Move a freed buffer out of the live ledger.
     pub fn remove_buf(&mut self, p: u64) {
         self.gen += 1;
