@@ -57,7 +57,7 @@ pub enum HarnessError {
 /// A backend under a recorder whose trace stays in memory. Calls made through [`Harness::gpu`]
 /// before [`Harness::record`] are set-up: not recorded, but their buffers are known, and the
 /// recording starts with their contents.
-pub struct Harness<B> {
+pub struct Harness<B: GpuBackend> {
     rec: RecordingBackend<B>,
     buf: Arc<parking_lot::Mutex<Vec<u8>>>,
 }

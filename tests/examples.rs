@@ -183,14 +183,15 @@ fn the_outside_engine_dies_and_its_tool_reproduces_and_minimizes_each_fault() {
 }
 
 /// A hang: the engine's kernel spins on a flag nobody sets and its next wait never returns,
-/// whether that wait is the engine's (step 11) or the flight recorder's own checkpoint
-/// draining the streams (step 7: the 8th step boundary). The recorder's own thread dumps after
+/// whether that wait is the engine's (step 11, checkpoints on the device, which never wait)
+/// or the flight recorder's own host checkpoint draining the streams (step 7: the 8th step
+/// boundary, with `GPUTAPE_FLIGHT_DEVICE=0`). The recorder's own thread dumps after
 /// GPUTAPE_FLIGHT_HANG_S; the tool's replay of the dump hangs again, is killed at its
 /// deadline, and reports the hang reproduced (exit 0), naming the call that was blocked.
 #[test]
 fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
     let p = example("outside_engine");
-    for (step, blocked) in [("11", "copy_d2h_on_stream"), ("7", "checkpoint")] {
+    for (step, blocked, device) in [("11", "copy_d2h_on_stream", "1"), ("7", "checkpoint", "0")] {
         let dir =
             std::env::temp_dir().join(format!("gputape-oe-{}-hang{step}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -198,6 +199,7 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
             .args(["run", "--fault", "hang", "--fault-step", step])
             .env("GPUTAPE_FLIGHT", &dir)
             .env("GPUTAPE_FLIGHT_HANG_S", "0.5")
+            .env("GPUTAPE_FLIGHT_DEVICE", device)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -28,10 +28,22 @@ fn mock(mode: CaptureMode) -> MockGpuBackend {
 }
 
 fn flight(dir: &Path, every: u64, mode: CaptureMode) -> RecordingBackend<MockGpuBackend> {
+    flight_with(dir, every, mode, true)
+}
+
+/// `flight`, with checkpoints on the device (the default) or by the host (`device: false`),
+/// which drain the streams and read whole buffers back at the boundary itself.
+fn flight_with(
+    dir: &Path,
+    every: u64,
+    mode: CaptureMode,
+    device: bool,
+) -> RecordingBackend<MockGpuBackend> {
     let mut cfg = FlightConfig::new(dir);
     cfg.checkpoint_every = every;
     // Every due checkpoint is taken, so captures meet them at every phase.
     cfg.budget = None;
+    cfg.device_checkpoints = device;
     RecordingBackend::flight(mock(mode), cfg, BackendDesc::new("mock")).expect("flight recorder")
 }
 
@@ -408,6 +420,8 @@ fn every_two_steps(tag: &str, budget: Option<f64>) -> (PathBuf, FlightConfig) {
     let mut cfg = FlightConfig::new(&dir);
     cfg.checkpoint_every = 2;
     cfg.budget = budget;
+    // The budget is for checkpoints the host takes, which stop the engine while they read.
+    cfg.device_checkpoints = false;
     (dir, cfg)
 }
 
@@ -479,7 +493,8 @@ fn the_first_checkpoint_waits_until_the_bytes_it_would_read_fit_the_budget() {
 #[test]
 fn checkpoints_of_a_graph_launched_step_read_back_what_the_graph_writes() {
     let dir = temp_dir("graph-writes");
-    let gpu = flight(&dir, 8, CaptureMode::Global);
+    // What a host checkpoint reads is every buffer the step may write, whole.
+    let gpu = flight_with(&dir, 8, CaptureMode::Global, false);
     let cfg = Config {
         graph_at: Some(2),
         ..Config::default()
@@ -495,5 +510,144 @@ fn checkpoints_of_a_graph_launched_step_read_back_what_the_graph_writes() {
         "each checkpoint read {per} bytes, as much as the {table}-byte table: {h:?}"
     );
     assert!(per > 0, "the graph's outputs are read: {h:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The kinds of call that stop or grow what an engine runs on: a recorder must add none of
+/// them to an engine's steps.
+const STALLS: [gputape::backend::CallKind; 6] = {
+    use gputape::backend::CallKind::*;
+    [
+        Synchronize,
+        CopyD2H,
+        CopyD2HOnStream,
+        EventSynchronize,
+        Alloc,
+        AllocHostPinned,
+    ]
+};
+
+fn stalls(m: &MockGpuBackend) -> [usize; 6] {
+    STALLS.map(|k| m.calls_of(k))
+}
+
+/// The syncs, readbacks and allocations `m` saw over `steps` steps of `cfg` on `gpu` (over
+/// `m`), counted from now; `between` runs after each step.
+fn engine_stalls(
+    gpu: &dyn GpuBackend,
+    m: &MockGpuBackend,
+    cfg: &Config,
+    steps: u64,
+    between: impl Fn(),
+) -> [usize; 6] {
+    let before = stalls(m);
+    let mut e = Engine::new(gpu, cfg.clone()).expect("engine");
+    for n in 0..steps {
+        e.step(n).map_err(|e| e.context(n)).unwrap();
+        between();
+    }
+    let after = stalls(m);
+    std::array::from_fn(|i| after[i] - before[i])
+}
+
+/// Device checkpoints stop nothing: over 40 steps with a checkpoint due every 4, eager and
+/// graph-launched, the engine's mock sees exactly the syncs, readbacks and allocations the
+/// engine makes without a recorder, while checkpoints are taken and read what changed. The
+/// host's checkpoints, on the same run, add syncs and readbacks: the count can tell.
+#[test]
+fn device_checkpoints_add_no_sync_readback_or_allocation_to_the_engines() {
+    for graph_at in [None, Some(2)] {
+        let cfg = Config {
+            graph_at,
+            ..Config::default()
+        };
+        let plain = mock(CaptureMode::Global);
+        let want = engine_stalls(&plain, &plain, &cfg, 40, || {});
+        for device in [true, false] {
+            let dir = temp_dir(&format!("stalls-{graph_at:?}-{device}"));
+            let gpu = flight_with(&dir, 4, CaptureMode::Global, device);
+            // The mock's steps take microseconds: each checkpoint is let finish before the
+            // next step (a wait of the test's on the recorder's thread, not on the device).
+            let settle = || assert!(gpu.flight_settle(std::time::Duration::from_secs(10)));
+            let got = engine_stalls(&gpu, gpu.inner(), &cfg, 40, settle);
+            let h = gpu.flight_held().unwrap();
+            assert_eq!(h.device_checkpoints, device, "{h:?}");
+            assert!(h.checkpoints >= 2, "{graph_at:?} {device}: {h:?}");
+            assert!(h.checkpoint_read_bytes > 0, "{graph_at:?} {device}: {h:?}");
+            let names = STALLS.map(|k| k.name());
+            if device {
+                assert_eq!(got, want, "{graph_at:?}: {names:?}; {h:?}");
+            } else {
+                assert_ne!(
+                    got, want,
+                    "{graph_at:?}: host checkpoints sync and read back"
+                );
+            }
+            drop(gpu);
+            std::fs::remove_dir_all(&dir).ok();
+        }
+    }
+}
+
+/// A ring far smaller than what a checkpoint would take: each takes what fits (incomplete
+/// ones are counted and never dumped from), the rest follows at later ones, and the ring
+/// is reused hundreds of times over. A fault planted late is dumped from the newest complete
+/// checkpoint and the dump replays, reproducing it, with every readback matching.
+#[test]
+fn a_dump_after_the_ring_wrapped_many_times_replays_and_reproduces_the_fault() {
+    let dir = temp_dir("ring-wrapped");
+    let mut fc = FlightConfig::new(&dir);
+    fc.checkpoint_every = 2;
+    fc.budget = None;
+    fc.ring_mb = 1;
+    let gpu =
+        RecordingBackend::flight(mock(CaptureMode::Global), fc, BackendDesc::new("mock")).unwrap();
+    // 3 MiB of table (written once, at load) against a 1 MiB ring, of which half is for
+    // taking what was not taken yet.
+    let cfg = Config {
+        rows: 24 * 1024,
+        ..Config::default()
+    };
+    let bad_step = 61;
+    let mut e = Engine::new(
+        &gpu,
+        Config {
+            bad_id: Some((bad_step, 1 << 24)),
+            ..cfg
+        },
+    )
+    .unwrap();
+    for n in 0..bad_step {
+        e.step(n).unwrap();
+        // Each checkpoint done before the next boundary, so every due one is taken.
+        assert!(gpu.flight_settle(std::time::Duration::from_secs(10)));
+    }
+    let h = gpu.flight_held().unwrap();
+    assert!(h.incomplete_checkpoints >= 3, "{h:?}");
+    assert!(h.checkpoints >= 25, "{h:?}");
+    assert!(
+        h.checkpoint_read_bytes > 2 << 20,
+        "the ring went round: {h:?}"
+    );
+    let err = e.step(bad_step).expect_err("the bad id faults");
+    let d = dumps(&dir);
+    assert_eq!(d.len(), 1, "one dump: {d:?} ({err:#})");
+    let t = Trace::open(&d[0]).expect("dump opens");
+    let steps: Vec<u64> = t
+        .calls
+        .iter()
+        .filter_map(|c| match c.call {
+            gputape::trace::Call::StepBoundary { step } => Some(step),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        steps.first().is_some_and(|s| *s >= bad_step - 6),
+        "from a recent checkpoint: {steps:?}"
+    );
+    let r = replay(&t);
+    assert!(r.passed(), "{}", r.summary());
+    assert!(!r.faults.is_empty(), "{}", r.summary());
+    drop(gpu);
     std::fs::remove_dir_all(&dir).ok();
 }

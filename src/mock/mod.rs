@@ -135,6 +135,12 @@ impl MockGpuBackend {
         self.state.lock().beside_captures.clone()
     }
 
+    /// Calls of `kind` made so far, the failed ones included: a layer between an engine and
+    /// its GPU (a recorder) can be checked to add none of a kind to what the engine makes.
+    pub fn calls_of(&self, kind: CallKind) -> usize {
+        self.state.lock().calls.get(&kind).copied().unwrap_or(0)
+    }
+
     /// Make the `n`-th call (1-based, counted from now) of `kind` fail before it changes
     /// anything.
     pub fn fail_nth(&self, kind: CallKind, n: usize) {

@@ -42,6 +42,9 @@ struct Span {
     first_step: u64,
     /// Its checkpoint could not be completed: a dump cannot start from it.
     failed: bool,
+    /// Its checkpoint is still being taken on the device (`device_ckpt.rs`): a dump cannot
+    /// start from it until it is complete.
+    pending: bool,
 }
 
 impl Span {
@@ -52,9 +55,18 @@ impl Span {
             log: Log::after(seq, t),
             first_step,
             failed: false,
+            pending: false,
         }
     }
+
+    /// Whether a dump can start from its checkpoint.
+    fn usable(&self) -> bool {
+        !self.failed && !self.pending
+    }
 }
+
+/// A blob's `last` while something outside the spans holds it (`FlightStore::pin`).
+const PINNED: u64 = u64::MAX;
 
 /// A blob's encoded frame, or how long it is in its spill file.
 enum Held {
@@ -67,8 +79,15 @@ enum Held {
 pub(crate) struct FlightStore {
     pub cfg: FlightConfig,
     definitions: Vec<Vec<u8>>,
-    /// Blob payloads (encoded frames) by id, with the span counter that last named each.
+    /// Blob payloads (encoded frames) by id, with the span counter that last named each
+    /// (`PINNED` while pinned).
     blobs: HashMap<BlobId, (Held, u64)>,
+    /// The blobs each span named, so dropping a span looks only at those (a device
+    /// checkpoint holds a blob per 64 KiB chunk: hundreds of thousands for an 8B model's
+    /// weights, too many to walk at every checkpoint). A blob named again is listed again.
+    named_in: std::collections::BTreeMap<u64, Vec<BlobId>>,
+    /// How many holders pin each pinned blob (`pin`).
+    pins: HashMap<BlobId, u32>,
     spill: Spill,
     /// The parts of each chunked blob in `blobs`, named again whenever it is.
     parts: HashMap<BlobId, Vec<BlobId>>,
@@ -107,6 +126,12 @@ pub(crate) struct FlightStore {
     pub checkpoints: u64,
     /// Bytes those checkpoints read back.
     pub checkpoint_read_bytes: u64,
+    /// Device checkpoints that could not take every changed chunk.
+    pub incomplete_checkpoints: u64,
+    /// Boundaries at which a due checkpoint waited for the one before it.
+    pub busy_deferrals: u64,
+    /// Checkpoints are taken on the device.
+    pub device_checkpoints: bool,
     /// `checkpoint_read_bytes` when the last checkpoint was taken.
     read_when_taken: u64,
     /// What the recorder's own work got wrong (checkpoints, dumps), newest last, at most
@@ -147,6 +172,8 @@ impl FlightStore {
             cfg,
             definitions: Vec::new(),
             blobs: HashMap::default(),
+            named_in: Default::default(),
+            pins: HashMap::default(),
             spill,
             parts: HashMap::default(),
             spans: VecDeque::from([Span::after(None, 0)]),
@@ -166,6 +193,9 @@ impl FlightStore {
             last_cost: None,
             checkpoints: 0,
             checkpoint_read_bytes: 0,
+            incomplete_checkpoints: 0,
+            busy_deferrals: 0,
+            device_checkpoints: false,
             read_when_taken: 0,
             failure_log: VecDeque::new(),
             failures: 0,
@@ -273,30 +303,135 @@ impl FlightStore {
         )
     }
 
-    /// A new checkpoint begins (its frames follow): the span before the previous one goes,
-    /// with the blobs only it named.
+    /// A new checkpoint begins (its frames follow). Older spans go, with the blobs only they
+    /// named, as long as a usable checkpoint is left before the new span: a dump needs one
+    /// whole checkpoint and the calls after it, and the newest may still be on the device
+    /// (`pending`) or have failed.
     pub fn begin_checkpoint(&mut self) {
         self.in_checkpoint = true;
         self.span_no += 1;
         let span = Span::after(self.spans.back(), self.steps);
         self.spans.push_back(span);
-        if self.spans.len() > 2 {
-            self.spans.pop_front();
-            let oldest = self.span_no - 1;
-            let pinned = self.graph_blobs();
-            let spill = &mut self.spill;
-            self.blobs.retain(|id, (held, last)| {
-                let keep = *last >= oldest || pinned.contains(id);
-                if let (false, Held::Disk(_)) = (keep, &held) {
-                    spill.remove(*id);
-                }
-                keep
-            });
-            let blobs = &self.blobs;
-            self.parts.retain(|id, _| blobs.contains_key(id));
-            self.templates.evict_before(oldest);
-            self.last_interned = None;
+        let last_before_new = self.spans.len() - 1;
+        let Some(keep_from) = (0..last_before_new).rev().find(|i| self.spans[*i].usable()) else {
+            return;
+        };
+        if keep_from == 0 {
+            return;
         }
+        self.spans.drain(..keep_from);
+        let oldest = self.span_no + 1 - self.spans.len() as u64;
+        self.evict_before(oldest);
+        self.templates.evict_before(oldest);
+        self.last_interned = None;
+    }
+
+    /// Blobs no span from `oldest` on names, and nothing pins, go (from the spill file too).
+    fn evict_before(&mut self, oldest: u64) {
+        let keep = self.named_in.split_off(&oldest);
+        let old = std::mem::replace(&mut self.named_in, keep);
+        let graphs = self.graph_blobs();
+        for id in old.into_values().flatten() {
+            let stale = self
+                .blobs
+                .get(&id)
+                .is_some_and(|(_, last)| *last < oldest && !graphs.contains(&id));
+            if !stale {
+                continue;
+            }
+            if let Some((Held::Disk(_), _)) = self.blobs.remove(&id) {
+                self.spill.remove(id);
+            }
+            self.parts.remove(&id);
+        }
+    }
+
+    /// Name blob `id` (held already) in span `no`, unless it is pinned.
+    fn rename(&mut self, id: BlobId, no: u64) {
+        if let Some(e) = self.blobs.get_mut(&id) {
+            if e.1 != PINNED && e.1 != no {
+                e.1 = no;
+                self.named_in.entry(no).or_default().push(id);
+            }
+        }
+    }
+
+    /// Hold blob `id` (`payload`, its encoded frame, if it is not held yet) for as long as
+    /// an unpin has not matched this pin: the device checkpoint's chunks are held so,
+    /// however many checkpoints name them.
+    pub fn pin(&mut self, id: BlobId, payload: impl FnOnce() -> Option<Vec<u8>>) {
+        if !self.blobs.contains_key(&id) {
+            let Some(p) = payload() else { return };
+            self.hold(id, p, PINNED);
+        }
+        if let Some(e) = self.blobs.get_mut(&id) {
+            e.1 = PINNED;
+        }
+        *self.pins.entry(id).or_default() += 1;
+    }
+
+    /// `pin` for a chunked blob of `parts` (each pinned by its holder).
+    pub fn pin_chunked(&mut self, id: BlobId, len: u64, parts: &[BlobId]) {
+        if !self.blobs.contains_key(&id) {
+            let frame = crate::trace::Frame::Chunked {
+                id,
+                len,
+                parts: parts.to_vec(),
+            };
+            self.parts.insert(id, parts.to_vec());
+            let mut payload = Vec::new();
+            if crate::trace::codec::append(&frame, &mut payload).is_err() {
+                return;
+            }
+            self.pin(id, || Some(payload));
+            return;
+        }
+        self.pin(id, || None);
+    }
+
+    /// One holder of blob `id` lets go: with the last, the blob is named by the current span
+    /// (older checkpoints still name it) and goes with it.
+    pub fn unpin(&mut self, id: BlobId) {
+        let Some(n) = self.pins.get_mut(&id) else {
+            return;
+        };
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        self.pins.remove(&id);
+        let no = self.span_no;
+        if let Some(e) = self.blobs.get_mut(&id) {
+            e.1 = no;
+            self.named_in.entry(no).or_default().push(id);
+        }
+    }
+
+    /// The newest span's checkpoint is being taken on the device: no dump starts from it
+    /// until `device_checkpoint_done`.
+    pub fn checkpoint_pending(&mut self) {
+        if let Some(s) = self.spans.back_mut() {
+            s.pending = true;
+        }
+    }
+
+    /// Span `no`'s device checkpoint is complete (`ok`), its frames written; or it could not
+    /// be (the ring was full, the device failed) and no dump starts from it.
+    pub fn device_checkpoint_done(&mut self, no: u64, ok: bool) {
+        let first = self.span_no + 1 - self.spans.len() as u64;
+        let Some(s) = no
+            .checked_sub(first)
+            .and_then(|i| self.spans.get_mut(i as usize))
+        else {
+            return;
+        };
+        s.pending = false;
+        s.failed |= !ok;
+    }
+
+    /// The number of the newest span (the one calls are logged into).
+    pub fn span_no(&self) -> u64 {
+        self.span_no
     }
 
     /// The checkpoint being written is complete (`ok`) or was abandoned half-way, in which
@@ -315,16 +450,15 @@ impl FlightStore {
             c.blobs.push(id);
         }
         let no = self.span_no;
-        match self.blobs.get_mut(&id) {
-            Some(e) => {
-                e.1 = no;
-                for p in self.parts.get(&id).into_iter().flatten() {
-                    if let Some(e) = self.blobs.get_mut(p) {
-                        e.1 = no;
-                    }
+        match self.blobs.contains_key(&id) {
+            true => {
+                self.rename(id, no);
+                let parts = self.parts.get(&id).cloned().unwrap_or_default();
+                for p in parts {
+                    self.rename(p, no);
                 }
             }
-            None => {
+            false => {
                 let mut payload = Vec::new();
                 if crate::trace::codec::append(&frame(), &mut payload).is_ok() {
                     self.hold(id, payload, no);
@@ -336,6 +470,9 @@ impl FlightStore {
     /// Keep new blob `id`, on disk if it is large enough and the write succeeds; gives the
     /// payload back when it went to disk.
     fn hold(&mut self, id: BlobId, payload: Vec<u8>, no: u64) -> Option<Vec<u8>> {
+        if no != PINNED {
+            self.named_in.entry(no).or_default().push(id);
+        }
         if self.spill.put(id, &payload) {
             self.blobs.insert(id, (Held::Disk(payload.len()), no));
             return Some(payload);
@@ -348,12 +485,12 @@ impl FlightStore {
     /// holds the blob in memory.
     pub fn note_blob_payload(&mut self, id: BlobId, payload: Vec<u8>) -> Option<Vec<u8>> {
         let no = self.span_no;
-        match self.blobs.get_mut(&id) {
-            Some(e) => {
-                e.1 = no;
+        match self.blobs.contains_key(&id) {
+            true => {
+                self.rename(id, no);
                 Some(payload)
             }
-            None => self.hold(id, payload, no),
+            false => self.hold(id, payload, no),
         }
     }
 
@@ -548,6 +685,9 @@ impl FlightStore {
             checkpoints: self.checkpoints,
             checkpoint_read_bytes: self.checkpoint_read_bytes,
             own_failures: self.failures,
+            device_checkpoints: self.device_checkpoints,
+            incomplete_checkpoints: self.incomplete_checkpoints,
+            busy_deferrals: self.busy_deferrals,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory
                 + self
@@ -612,7 +752,7 @@ impl FlightStore {
             }
         }
         // From the oldest span whose checkpoint is whole.
-        let first = self.spans.iter().position(|s| !s.failed).unwrap_or(0);
+        let first = self.spans.iter().position(Span::usable).unwrap_or(0);
         if let Some(s) = self.spans.get(first) {
             for c in &s.checkpoint {
                 w.write_payload(FrameClass::Checkpoint, c)?;

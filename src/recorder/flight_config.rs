@@ -31,6 +31,15 @@ pub struct FlightHeld {
     /// Times the recorder's own work (a checkpoint, a dump) failed. Not 0: see stderr, or the
     /// next dump's reason.
     pub own_failures: u64,
+    /// Checkpoints are taken on the device, without a host sync (`FlightConfig::device_checkpoints`
+    /// and a backend that can): false where they fell back to the host's.
+    pub device_checkpoints: bool,
+    /// Device checkpoints that could not take every changed chunk (the ring was full): no
+    /// dump starts from them; the chunks left out are taken at the next.
+    pub incomplete_checkpoints: u64,
+    /// Step boundaries at which a due checkpoint waited for the one before it to be
+    /// consumed.
+    pub busy_deferrals: u64,
 }
 
 impl FlightHeld {
@@ -80,6 +89,14 @@ pub struct FlightConfig {
     /// A checkpoint is taken regardless of the budget once the span being recorded holds this
     /// many calls, which bounds the memory the kept calls take (a few bytes each).
     pub max_span_calls: usize,
+    /// Take checkpoints on the device, with no host sync (`GPUTAPE_FLIGHT_DEVICE`, default on;
+    /// 0 turns it off): see `recorder/device_ckpt.rs`. A backend that cannot (no module
+    /// loading, events or pinned memory) falls back to checkpoints that drain the streams.
+    pub device_checkpoints: bool,
+    /// The ring's size in MiB (`GPUTAPE_FLIGHT_RING_MB`, default 256): pinned host memory, and
+    /// as much device memory for staging where it can be had at arming. Changed chunks that
+    /// do not fit wait for a later checkpoint.
+    pub ring_mb: u64,
 }
 
 impl FlightConfig {
@@ -95,6 +112,8 @@ impl FlightConfig {
             hang_after: None,
             budget: None,
             max_span_calls: 4 << 20,
+            device_checkpoints: true,
+            ring_mb: super::device_ckpt::DEFAULT_RING_MB,
         }
     }
 
@@ -102,7 +121,8 @@ impl FlightConfig {
     /// (blobs of this many MiB or more spill to disk; 0 keeps them in memory),
     /// `GPUTAPE_FLIGHT_HANG_S` (dump when a call has not returned after this many seconds,
     /// fractions allowed; unset or 0: off) and `GPUTAPE_FLIGHT_BUDGET` (the share of wall
-    /// time checkpoints may take, default 0.02; 0: no budget) over the defaults.
+    /// time checkpoints may take, default 0.02; 0: no budget), `GPUTAPE_FLIGHT_DEVICE` (0:
+    /// checkpoints by the host) and `GPUTAPE_FLIGHT_RING_MB` over the defaults.
     pub fn from_env(dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(dir);
         c.budget = Some(0.02);
@@ -112,6 +132,12 @@ impl FlightConfig {
         }
         if let Some(n) = num("GPUTAPE_FLIGHT_MAX_DUMPS") {
             c.max_dumps = n as usize;
+        }
+        if let Some(n) = num("GPUTAPE_FLIGHT_DEVICE") {
+            c.device_checkpoints = n != 0;
+        }
+        if let Some(n) = num("GPUTAPE_FLIGHT_RING_MB").filter(|n| *n > 0) {
+            c.ring_mb = n.min(1 << 20);
         }
         if let Some(n) = num("GPUTAPE_FLIGHT_SPILL_MB") {
             c.spill_blobs_over = (n > 0).then(|| (n as usize).saturating_mul(1 << 20));

@@ -10,6 +10,8 @@
 #![warn(missing_docs)]
 
 mod call;
+mod ckpt_kernel;
+mod device_ckpt;
 mod flight;
 mod flight_config;
 mod forward;
@@ -87,6 +89,10 @@ pub enum RecordError {
         /// The wrapped backend's handle of the capturing stream.
         stream: u64,
     },
+    /// A checkpoint on the device could not be set going (a launch, an event): that
+    /// checkpoint is not used; a dump starts from the one before.
+    #[error("could not take a checkpoint on the device: {0}")]
+    DeviceCheckpoint(anyhow::Error),
     /// The trace could not be created or written.
     #[error(transparent)]
     Trace(#[from] TraceError),
@@ -135,7 +141,7 @@ pub struct RecordStats {
 
 /// Wraps a backend: forwards every call to it unchanged and, while recording, writes each call and
 /// its result into a trace.
-pub struct RecordingBackend<B> {
+pub struct RecordingBackend<B: GpuBackend> {
     inner: B,
     on: AtomicBool,
     /// Shared with the panic hook (a flight recorder dumps from it).
@@ -156,6 +162,8 @@ pub struct RecordingBackend<B> {
     segments: std::sync::atomic::AtomicU32,
     /// Made by `from_env` with neither variable set: nothing may be recorded.
     no_destination: AtomicBool,
+    /// A flight recorder's checkpoints on the device, when the backend can take them.
+    device_ckpt: Mutex<Option<device_ckpt::DeviceCkpt>>,
 }
 
 /// Makes the sink of segment `n` (0 for the first) of a recorder that records more than once.
@@ -207,6 +215,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             sinks: Mutex::new(None),
             segments: std::sync::atomic::AtomicU32::new(0),
             no_destination: AtomicBool::new(false),
+            device_ckpt: Mutex::new(None),
         })
     }
 
@@ -240,6 +249,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// written, the process panics, SIGUSR1 arrives, or `flight_dump` is called.
     pub fn flight(inner: B, mut cfg: FlightConfig, desc: BackendDesc) -> Result<Self, RecordError> {
         cfg.checkpoint_every = cfg.checkpoint_every.max(1);
+        let device = cfg.device_checkpoints.then_some(cfg.ring_mb);
         let rec = Self::new(inner, Box::new(flight::Discard), desc)?;
         {
             let mut st = rec.st.lock();
@@ -254,7 +264,44 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if let Some(f) = rec.st.lock().flight.as_deref_mut() {
             f.end_checkpoint(true);
         }
+        if let Some(ring_mb) = device {
+            rec.arm_device_checkpoints(ring_mb);
+        }
         Ok(rec)
+    }
+
+    /// Set up checkpoints on the device (`device_ckpt.rs`), now, before the engine reserves
+    /// the device and before any capture; where the backend cannot, checkpoints stay the
+    /// host's, and `flight_held` says so.
+    fn arm_device_checkpoints(&self, ring_mb: u64) {
+        match device_ckpt::DeviceCkpt::new(&self.inner, &self.st, ring_mb) {
+            Ok(d) => {
+                *self.device_ckpt.lock() = Some(d);
+                if let Some(f) = self.st.lock().flight.as_deref_mut() {
+                    f.device_checkpoints = true;
+                }
+            }
+            Err(e) => tracing::info!(
+                "gputape: flight recorder: checkpoints drain the streams on this backend ({e})"
+            ),
+        }
+    }
+
+    /// Wait (up to `timeout`) until no checkpoint is on the device or being consumed, so a
+    /// dump requested now starts from the newest. True if none is. Never calls the device:
+    /// after a fault the device will not finish one, and this returns false.
+    pub fn flight_settle(&self, timeout: std::time::Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        loop {
+            let busy = self.device_ckpt.lock().as_ref().is_some_and(|d| d.busy());
+            if !busy {
+                return true;
+            }
+            if t0.elapsed() >= timeout {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
     }
 
     /// The one line an engine adds: wrap its backend, with what to do read from the
@@ -509,12 +556,20 @@ impl<B: GpuBackend> RecordingBackend<B> {
             if !f.checkpoint_owed {
                 return;
             }
+            // A device checkpoint costs the host its launches, not its bytes.
+            let unread = if f.device_checkpoints { 0 } else { unread };
             // The budget first: it costs a clock read, where asking each stream whether it
             // captures is a driver call per stream, at every boundary a checkpoint is put off.
             if !f.checkpoint_fits(unread) {
                 f.budget_deferrals += 1;
                 return;
             }
+        }
+        if self.device_ckpt.lock().as_ref().is_some_and(|d| d.busy()) {
+            if let Some(f) = self.st.lock().flight.as_deref_mut() {
+                f.busy_deferrals += 1;
+            }
+            return;
         }
         if self.capturing_stream().is_some() {
             if let Some(f) = self.st.lock().flight.as_deref_mut() {
@@ -569,6 +624,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// live buffer written since the last checkpoint read back (the others keep their blob),
     /// and a new span of calls begun.
     fn checkpoint(&self) -> Result<(), RecordError> {
+        if let Some(d) = self.device_ckpt.lock().as_mut() {
+            return self.checkpoint_on_device(d);
+        }
         self.drain()?;
         let mut st = self.st.lock();
         // What the span's calls wrote, read off their frames now rather than on every call.
@@ -590,6 +648,37 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 .sum();
         }
         taken
+    }
+
+    /// A checkpoint on the device (`device_ckpt.rs`): the new span begins now, pending until
+    /// the recorder's thread has consumed what the device copied.
+    fn checkpoint_on_device(&self, d: &mut device_ckpt::DeviceCkpt) -> Result<(), RecordError> {
+        let mut st = self.st.lock();
+        let mut streams: Vec<u64> = st.streams.keys().copied().collect();
+        streams.push(0);
+        streams.sort();
+        streams.dedup();
+        if !st.begin_checkpoint() {
+            return Ok(());
+        }
+        // Resources first, in the span's checkpoint, as a host checkpoint writes them.
+        self.emit_resources(&mut st);
+        let Some(f) = st.flight.as_deref_mut() else {
+            return Ok(());
+        };
+        f.in_checkpoint = false;
+        f.checkpoint_pending();
+        let span_no = f.span_no();
+        let written = std::mem::take(&mut st.dirty);
+        st.unread_bytes = 0;
+        st.checkpointed.clear();
+        let taken = d.take(&self.inner, &mut st, &streams, &written);
+        if let Some(f) = st.flight.as_deref_mut() {
+            if taken.is_err() {
+                f.device_checkpoint_done(span_no, false);
+            }
+        }
+        taken.map_err(RecordError::DeviceCheckpoint)
     }
 
     /// The frames of a checkpoint already begun: resources, then every live buffer.
@@ -788,6 +877,16 @@ fn region(st: &RecState, p: usize) -> usize {
     match st.hosts.range(..=p).next_back() {
         Some((&base, &(_, len))) if p < base + len.max(1) => base,
         _ => p,
+    }
+}
+
+/// The device checkpoints' memory and events go back to the backend with the recorder (or
+/// are left to the process's end while the device may still write them).
+impl<B: GpuBackend> Drop for RecordingBackend<B> {
+    fn drop(&mut self) {
+        if let Some(d) = self.device_ckpt.get_mut().take() {
+            d.release(&self.inner);
+        }
     }
 }
 

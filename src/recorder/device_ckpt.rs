@@ -1,0 +1,620 @@
+//! Flight checkpoints taken on the device, without stopping the engine.
+//!
+//! A checkpoint taken by the host (`RecordingBackend::checkpoint`) drains every stream and
+//! reads whole buffers back: 0.1-0.76 s on an 8B step, paid by the engine. Here nothing on
+//! the host waits for the device. At a step boundary outside any capture, on a stream of its
+//! own, the recorder:
+//!
+//! 1. waits (on the device) for each engine stream's work so far: an event recorded on
+//!    each, waited for by its stream;
+//! 2. launches `gather` (`ckpt_kernel.rs`) over the 64 KiB chunks of the buffers written
+//!    since the last checkpoint: the chunks whose hash changed are copied into a staging
+//!    ring (device memory when it could be had, else the pinned host ring itself);
+//! 3. makes every engine stream wait for that (`stream_wait_event`): nothing the engine
+//!    enqueues after the boundary can overwrite a chunk before it is copied; the engine's
+//!    device work waits for one pass over the written buffers, its host thread for nothing;
+//! 4. launches `drain`, which moves the used part of the staging ring into pinned host memory
+//!    and then writes the checkpoint's number into a host word.
+//!
+//! The recorder's thread (`worker`) watches that word, names the copied chunks by BLAKE3 and
+//! writes the checkpoint's frames into its span, which no dump starts from until then
+//! (`FlightStore::checkpoint_pending`). One checkpoint is on the device at a time: one that
+//! falls due before the last is done waits for the next boundary. The host ring is consumed
+//! into the store at each checkpoint, so a dump never reads the device, and after a sticky
+//! fault it starts from the newest checkpoint that completed.
+//!
+//! A chunk that changed and does not fit in the ring (`GPUTAPE_FLIGHT_RING_MB`) is not taken:
+//! that checkpoint is incomplete, and its chunk is taken at a later one. A buffer no one
+//! wrote since it was taken is not read at all; one not yet taken whole (a model's weights,
+//! just loaded) is taken a part of the ring at a time, so the first complete checkpoint
+//! comes once they all went through, and until then a dump reaches back to the last one
+//! that did.
+
+use super::ckpt_kernel::{self as k, CHUNK, ENTRY_WORDS, FULL, SAME};
+use super::flight::Shared;
+use super::snapshot::compressed_if_it_pays;
+use crate::backend::{DevicePtr, GpuBackend, KernelArg, KernelHandle};
+use crate::trace::{codec, BlobId, BufferId, Frame, SiteId};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Weak};
+
+/// The ring's size when `GPUTAPE_FLIGHT_RING_MB` does not say: a decode step of an 8B model
+/// at batch 16 changes about this many 64 KiB chunks in 8 steps (its KV pages and
+/// activations), and it is small beside what an engine leaves free.
+pub const DEFAULT_RING_MB: u64 = 256;
+
+/// Table entries the first table holds; it doubles as needed.
+const FIRST_TABLE: usize = 4096;
+
+/// Host memory the driver pinned, with its device alias.
+struct Region {
+    host: *mut u8,
+    len: usize,
+    dev: DevicePtr,
+}
+
+// SAFETY: the region is plain bytes owned by the recorder; the engine thread writes the
+// table and control words only while no checkpoint is on the device, and the worker reads
+// them only while one is done and not yet consumed (`Watch::busy` hands them over).
+unsafe impl Send for Region {}
+// SAFETY: as above; every access goes through the hand-over.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn new(gpu: &dyn GpuBackend, len: usize) -> anyhow::Result<Self> {
+        let host = gpu.alloc_host_pinned(len)?;
+        match gpu.host_ptr_to_device(host) {
+            Ok(dev) => Ok(Region { host, len, dev }),
+            Err(e) => {
+                let _ = gpu.free_host_pinned(host, len);
+                Err(e)
+            }
+        }
+    }
+
+    /// The `i`-th 8-byte word, as an atomic: the device writes these words.
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(
+            (i + 1) * 8 <= self.len,
+            "word {i} of a {}-byte region",
+            self.len
+        );
+        // SAFETY: in bounds (checked), 8-aligned (the driver's pinned memory is page-aligned),
+        // and the region lives as long as `self`.
+        unsafe { &*(self.host.add(i * 8) as *const AtomicU64) }
+    }
+
+    /// `len` bytes at `off`.
+    fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        assert!(
+            off + len <= self.len,
+            "{off}+{len} of a {}-byte region",
+            self.len
+        );
+        // SAFETY: in bounds (checked); the device wrote these bytes before the checkpoint's
+        // done word, which the caller has seen (acquire).
+        unsafe { std::slice::from_raw_parts(self.host.add(off), len) }
+    }
+}
+
+/// One chunk as the last checkpoint that took it saw it.
+#[derive(Clone, Copy, Default)]
+struct Chunk {
+    hash: [u64; 2],
+    /// Its bytes' blob (pinned in the store); `None`: not taken yet, or changed and not
+    /// taken since.
+    blob: Option<BlobId>,
+}
+
+/// A buffer's chunks, and the blob of the whole (pinned) while all are taken.
+struct BufChunks {
+    size: u64,
+    chunks: Vec<Chunk>,
+    whole: Option<BlobId>,
+}
+
+/// What the worker and the engine thread share.
+struct Watch {
+    /// A checkpoint is on the device or being consumed: the next waits.
+    busy: AtomicBool,
+    /// The recorder is gone: the worker ends.
+    gone: AtomicBool,
+    chunks: parking_lot::Mutex<HashMap<BufferId, BufChunks>>,
+}
+
+/// A checkpoint on the device, as the worker consumes it.
+struct Job {
+    no: u64,
+    span_no: u64,
+    /// Each table entry's buffer and chunk index.
+    entries: Vec<(BufferId, u32)>,
+    /// Every live buffer: id, address, size, site.
+    bufs: Vec<(BufferId, u64, u64, SiteId)>,
+    /// Buffers freed since the last checkpoint: their blobs are let go.
+    gone: Vec<BufChunks>,
+    table: Arc<Region>,
+    host: Arc<Region>,
+    cap: u64,
+}
+
+/// The device side of a flight recorder's checkpoints: its stream, events, kernels and
+/// memory, and the worker that consumes what they leave.
+pub(crate) struct DeviceCkpt {
+    stream: u64,
+    ev_engine: u64,
+    ev_done: u64,
+    gather: KernelHandle,
+    drain: KernelHandle,
+    cap: u64,
+    /// Control words, then the host ring.
+    host: Arc<Region>,
+    table: Arc<Region>,
+    /// Device counters (`ctr`), then the device staging ring if there is one.
+    dev: DevicePtr,
+    staging: DevicePtr,
+    watch: Arc<Watch>,
+    to_worker: mpsc::Sender<Job>,
+    /// Joined at `release`: the worker reads memory the backend owns.
+    worker: Option<std::thread::JoinHandle<()>>,
+    next_no: u64,
+}
+
+/// Where the ring starts in the host region: after the control words.
+const RING_AT: usize = 256;
+
+/// Why the device checkpoints could not be set up (the host checkpoints are used instead).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A call of the backend failed: `what` it was for.
+    #[error("device checkpoints: could not {what}: {source}")]
+    Backend {
+        /// What the call was for.
+        what: &'static str,
+        /// The backend's error.
+        #[source]
+        source: anyhow::Error,
+    },
+}
+
+fn step<T>(what: &'static str, r: anyhow::Result<T>) -> Result<T, SetupError> {
+    r.map_err(|source| SetupError::Backend { what, source })
+}
+
+impl DeviceCkpt {
+    /// Set up on `gpu` (its module loaded, a stream, two events, a ring of `ring_mb` MiB in
+    /// pinned host memory and, where it can be had, as much device memory for staging),
+    /// with the worker consuming into `st`. At arming, before the engine has reserved the
+    /// device, and before any capture.
+    pub fn new(gpu: &dyn GpuBackend, st: &Shared, ring_mb: u64) -> Result<Self, SetupError> {
+        let cap = ring_mb.max(1) << 20;
+        step("load the checkpoint kernels", gpu.load_module(&k::module()))?;
+        let gather = step("find the gather kernel", gpu.kernel(k::MODULE, k::GATHER))?;
+        let drain = step("find the drain kernel", gpu.kernel(k::MODULE, k::DRAIN))?;
+        let stream = step("create the checkpoint stream", gpu.create_stream())?;
+        let ev_engine = step("create an event", gpu.create_event())?;
+        let ev_done = step("create an event", gpu.create_event())?;
+        let host = Arc::new(step(
+            "pin the host ring",
+            Region::new(gpu, RING_AT + cap as usize),
+        )?);
+        let table = Arc::new(step(
+            "pin the chunk table",
+            Region::new(gpu, FIRST_TABLE * ENTRY_WORDS * 8),
+        )?);
+        // Staging on the device lets the engine go on once chunks are copied at device
+        // speed; without it the gather copies straight into the host ring, over the link.
+        let (dev, staging) = match gpu.alloc(256 + cap as usize) {
+            Ok(d) => (d, d.offset(256)),
+            Err(_) => (
+                step("allocate the device counters", gpu.alloc(256))?,
+                host.dev.offset(RING_AT),
+            ),
+        };
+        step("zero the device counters", gpu.memset(dev, 0, 256))?;
+        let watch = Arc::new(Watch {
+            busy: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            chunks: Default::default(),
+        });
+        let (to_worker, jobs) = mpsc::channel();
+        let (w, s) = (watch.clone(), Arc::downgrade(st));
+        let worker = step(
+            "start its thread",
+            std::thread::Builder::new()
+                .name("gputape-checkpoints".into())
+                .spawn(move || worker(jobs, w, s))
+                .map_err(anyhow::Error::from),
+        )?;
+        Ok(DeviceCkpt {
+            stream,
+            ev_engine,
+            ev_done,
+            gather,
+            drain,
+            cap,
+            host,
+            table,
+            dev,
+            staging,
+            watch,
+            to_worker,
+            worker: Some(worker),
+            next_no: 1,
+        })
+    }
+
+    /// Whether the last checkpoint is still on the device or being consumed.
+    pub fn busy(&self) -> bool {
+        self.watch.busy.load(Ordering::Acquire)
+    }
+
+    /// Take a checkpoint: `st` is locked by the caller, its new span begun (`pending`).
+    /// `streams`: every engine stream, the legacy one included; `written`: the buffers the
+    /// span just ended may have written.
+    pub fn take(
+        &mut self,
+        gpu: &dyn GpuBackend,
+        st: &mut super::state::RecState,
+        streams: &[u64],
+        written: &HashSet<BufferId>,
+    ) -> anyhow::Result<()> {
+        let span_no = st.flight.as_deref().map_or(0, |f| f.span_no());
+        let mut live: Vec<(BufferId, u64, u64, crate::backend::Site)> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none())
+            .map(|(p, b)| (b.id, *p, b.size, b.site))
+            .collect();
+        live.sort();
+        let bufs: Vec<(BufferId, u64, u64, SiteId)> = live
+            .iter()
+            .map(|&(id, p, size, site)| (id, p, size, st.site(site)))
+            .collect();
+        // The table: every chunk of a written buffer (a hash tells which changed), and the
+        // chunks not yet taken of the others, up to half the ring.
+        let mut entries: Vec<(BufferId, u32)> = Vec::new();
+        let mut words: Vec<u64> = Vec::new();
+        let mut rolling = 0u64;
+        let mut map = self.watch.chunks.lock();
+        let live_ids: HashSet<BufferId> = bufs.iter().map(|b| b.0).collect();
+        let gone_ids: Vec<BufferId> = map
+            .keys()
+            .filter(|b| !live_ids.contains(b))
+            .copied()
+            .collect();
+        let gone: Vec<BufChunks> = gone_ids.iter().filter_map(|b| map.remove(b)).collect();
+        for &(id, addr, size, _) in &bufs {
+            let e = map.entry(id).or_insert_with(|| BufChunks {
+                size,
+                chunks: vec![Chunk::default(); size.div_ceil(CHUNK).max(1) as usize],
+                whole: None,
+            });
+            let all = written.contains(&id);
+            for (i, c) in e.chunks.iter().enumerate() {
+                let force = c.blob.is_none();
+                if !all && !force {
+                    continue;
+                }
+                let off = i as u64 * CHUNK;
+                let len = (size - off.min(size)).min(CHUNK);
+                if !all {
+                    if rolling + len > self.cap / 2 {
+                        continue;
+                    }
+                    rolling += len;
+                }
+                entries.push((id, i as u32));
+                words.extend([addr + off, len, c.hash[0], c.hash[1], 0, 0, 0, force as u64]);
+            }
+        }
+        drop(map);
+        if words.len() * 8 > self.table.len {
+            let want = (words.len() * 8).next_power_of_two();
+            let t = Region::new(gpu, want)?;
+            let old = std::mem::replace(&mut self.table, Arc::new(t));
+            // No checkpoint is on the device (the caller checked `busy`): nothing reads it.
+            if let Ok(r) = Arc::try_unwrap(old) {
+                let _ = gpu.free_host_pinned(r.host, r.len);
+            }
+        }
+        for (i, w) in words.iter().enumerate() {
+            self.table.word(i).store(*w, Ordering::Relaxed);
+        }
+        let no = self.next_no;
+        self.next_no += 1;
+        self.host.word(1).store(no, Ordering::Relaxed);
+        self.host.word(3).store(self.cap, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        let n = entries.len() as u64;
+        anyhow::ensure!(
+            n <= i32::MAX as u64,
+            "{n} chunks are more than one launch of the gather kernel can take"
+        );
+        for s in streams {
+            gpu.record_event(self.ev_engine, *s)?;
+            gpu.stream_wait_event(self.stream, self.ev_engine)?;
+        }
+        if n > 0 {
+            gpu.launch_typed(
+                self.gather,
+                [n as u32, 1, 1],
+                [k::BLOCK, 1, 1],
+                0,
+                self.stream,
+                &[
+                    KernelArg::Buffer(self.table.dev),
+                    KernelArg::Bytes(&n.to_le_bytes()),
+                    KernelArg::Buffer(self.staging),
+                    KernelArg::Bytes(&self.cap.to_le_bytes()),
+                    KernelArg::Buffer(self.dev),
+                ],
+            )?;
+        }
+        gpu.record_event(self.ev_done, self.stream)?;
+        for s in streams {
+            gpu.stream_wait_event(*s, self.ev_done)?;
+        }
+        gpu.launch_typed(
+            self.drain,
+            [k::DRAIN_BLOCKS, 1, 1],
+            [k::BLOCK, 1, 1],
+            0,
+            self.stream,
+            &[
+                KernelArg::Buffer(self.staging),
+                KernelArg::Buffer(self.host.dev.offset(RING_AT)),
+                KernelArg::Buffer(self.dev),
+                KernelArg::Buffer(self.host.dev),
+            ],
+        )?;
+        self.watch.busy.store(true, Ordering::Release);
+        let job = Job {
+            no,
+            span_no,
+            entries,
+            bufs,
+            gone,
+            table: self.table.clone(),
+            host: self.host.clone(),
+            cap: self.cap,
+        };
+        if self.to_worker.send(job).is_err() {
+            self.watch.busy.store(false, Ordering::Release);
+            anyhow::bail!("the checkpoint thread has stopped");
+        }
+        Ok(())
+    }
+
+    /// Let go of what can be let go: the worker ends; the device memory and pinned regions
+    /// are freed unless a checkpoint may still be writing them (then they are left to the
+    /// process's end rather than freed under the device's feet).
+    pub fn release(mut self, gpu: &dyn GpuBackend) {
+        self.watch.gone.store(true, Ordering::Release);
+        // The worker may be reading the pinned memory, which goes with the backend: it ends
+        // first (it naps at most a millisecond between looks).
+        let (tx, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.to_worker, tx));
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        if self.busy() {
+            return;
+        }
+        let _ = gpu.free(self.dev);
+        let _ = gpu.destroy_event(self.ev_engine);
+        let _ = gpu.destroy_event(self.ev_done);
+        for r in [self.host, self.table] {
+            if let Ok(r) = Arc::try_unwrap(r) {
+                let _ = gpu.free_host_pinned(r.host, r.len);
+            }
+        }
+    }
+}
+
+/// The worker: for each checkpoint sent, wait for the device to say it is done (a word in
+/// host memory: no driver call, so no capture of the engine's is disturbed), then consume
+/// it into the flight store.
+fn worker(
+    jobs: mpsc::Receiver<Job>,
+    watch: Arc<Watch>,
+    st: Weak<parking_lot::Mutex<super::state::RecState>>,
+) {
+    while let Ok(job) = jobs.recv() {
+        let mut nap = std::time::Duration::from_micros(20);
+        loop {
+            if watch.gone.load(Ordering::Acquire) || st.strong_count() == 0 {
+                return;
+            }
+            if job.host.word(0).load(Ordering::Acquire) == job.no {
+                break;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(std::time::Duration::from_millis(1));
+        }
+        let Some(st) = st.upgrade() else { return };
+        consume(&job, &watch, &st);
+        // The job holds the table and ring: let go of them before the next checkpoint may
+        // replace the table.
+        drop(job);
+        drop(st);
+        watch.busy.store(false, Ordering::Release);
+    }
+}
+
+/// A new chunk's blob: its id and encoded frame.
+struct Taken {
+    entry: usize,
+    id: BlobId,
+    payload: Vec<u8>,
+}
+
+/// A done checkpoint into the store: copied chunks named, the chunk map updated, each live
+/// buffer's Address and Initial frames written into the checkpoint's span.
+fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecState>) {
+    let out = |i: usize| job.table.word(i * ENTRY_WORDS + 6).load(Ordering::Relaxed);
+    let hash = |i: usize| {
+        [
+            job.table.word(i * ENTRY_WORDS + 4).load(Ordering::Relaxed),
+            job.table.word(i * ENTRY_WORDS + 5).load(Ordering::Relaxed),
+        ]
+    };
+    // Named outside any lock: hashing is the checkpoint's real work.
+    let mut taken: Vec<Taken> = Vec::new();
+    let mut copied = 0u64;
+    for i in 0..job.entries.len() {
+        let at = out(i);
+        if at >= FULL {
+            continue;
+        }
+        let len = job.table.word(i * ENTRY_WORDS + 1).load(Ordering::Relaxed);
+        if at + len > job.cap {
+            continue;
+        }
+        let bytes = job.host.bytes(RING_AT + at as usize, len as usize);
+        copied += len;
+        let id = BlobId::of(bytes);
+        let mut payload = Vec::new();
+        match compressed_if_it_pays(bytes) {
+            Some(z) => codec::append_blob(id, len, true, &z, &mut payload),
+            None => codec::append_blob(id, len, false, bytes, &mut payload),
+        }
+        taken.push(Taken {
+            entry: i,
+            id,
+            payload,
+        });
+    }
+    let mut pins: Vec<(BlobId, Option<Vec<u8>>)> = Vec::new();
+    let mut unpins: Vec<BlobId> = Vec::new();
+    let mut wholes: Vec<(BlobId, u64, Vec<BlobId>)> = Vec::new();
+    let mut ok = true;
+    let mut data: HashMap<BufferId, BlobId> = HashMap::default();
+    {
+        let mut map = watch.chunks.lock();
+        for g in &job.gone {
+            unpins.extend(g.chunks.iter().filter_map(|c| c.blob));
+            unpins.extend(g.whole);
+        }
+        let mut changed: HashSet<BufferId> = HashSet::default();
+        let mut t = taken.into_iter().peekable();
+        for (i, &(buf, ci)) in job.entries.iter().enumerate() {
+            let Some(b) = map.get_mut(&buf) else { continue };
+            let Some(c) = b.chunks.get_mut(ci as usize) else {
+                continue;
+            };
+            let at = out(i);
+            if at == SAME {
+                continue;
+            }
+            changed.insert(buf);
+            unpins.extend(c.blob.take());
+            if at == FULL || t.peek().map(|x| x.entry) != Some(i) {
+                continue;
+            }
+            let x = t.next().expect("peeked");
+            c.hash = hash(i);
+            c.blob = Some(x.id);
+            pins.push((x.id, Some(x.payload)));
+        }
+        for &(buf, _, size, _) in &job.bufs {
+            let Some(b) = map.get_mut(&buf) else { continue };
+            if changed.contains(&buf) {
+                unpins.extend(b.whole.take());
+            }
+            let parts: Option<Vec<BlobId>> = b.chunks.iter().map(|c| c.blob).collect();
+            let Some(parts) = parts else {
+                ok = false;
+                continue;
+            };
+            let id = match parts.as_slice() {
+                [one] => *one,
+                _ => match b.whole {
+                    Some(w) => w,
+                    None => {
+                        let w = BlobId::chunked(size, &parts);
+                        b.whole = Some(w);
+                        wholes.push((w, size, parts));
+                        w
+                    }
+                },
+            };
+            debug_assert_eq!(b.size, size);
+            data.insert(buf, id);
+        }
+    }
+    let mut st = st.lock();
+    let Some(f) = st.flight.as_deref_mut() else {
+        return;
+    };
+    for (id, payload) in pins {
+        f.pin(id, move || payload);
+    }
+    for (id, len, parts) in &wholes {
+        f.pin_chunked(*id, *len, parts);
+    }
+    for id in unpins {
+        f.unpin(id);
+    }
+    f.checkpoint_read_bytes += copied;
+    if ok {
+        f.in_checkpoint = true;
+        for &(buf, addr, size, site) in &job.bufs {
+            st.emit(&Frame::Address { buf, addr });
+            st.emit(&Frame::Initial {
+                buf,
+                bytes: size,
+                data: data[&buf],
+                site,
+            });
+        }
+    }
+    if let Some(f) = st.flight.as_deref_mut() {
+        f.in_checkpoint = false;
+        f.device_checkpoint_done(job.span_no, ok);
+        if !ok {
+            f.incomplete_checkpoints += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::GpuBackend;
+    use crate::mock::MockGpuBackend;
+    use crate::recorder::{BackendDesc, FlightConfig, RecordingBackend};
+
+    /// The first checkpoint takes a written buffer whole; later ones only the 64 KiB chunk
+    /// each step rewrites, and a buffer nobody writes is not read again.
+    #[test]
+    fn a_checkpoint_takes_only_the_chunks_that_changed() {
+        let dir = std::env::temp_dir().join(format!("gputape-dc-{}", std::process::id()));
+        let mut cfg = FlightConfig::new(&dir);
+        cfg.checkpoint_every = 1;
+        cfg.ring_mb = 4;
+        let rec =
+            RecordingBackend::flight(MockGpuBackend::default(), cfg, BackendDesc::new("mock"))
+                .unwrap();
+        let hot = rec.alloc(1 << 20).unwrap();
+        let cold = rec.alloc(1 << 20).unwrap();
+        rec.memset(cold, 7, 1 << 20).unwrap();
+        let mut read = Vec::new();
+        for s in 0..4u64 {
+            rec.memset(hot, s as u8 + 1, 4096).unwrap();
+            rec.step_boundary(s);
+            assert!(rec.flight_settle(std::time::Duration::from_secs(10)));
+            read.push(rec.flight_held().unwrap().checkpoint_read_bytes);
+        }
+        let h = rec.flight_held().unwrap();
+        assert!(
+            h.device_checkpoints && h.incomplete_checkpoints == 0,
+            "{h:?}"
+        );
+        assert_eq!(read[0], 2 << 20, "both buffers, whole, at first: {read:?}");
+        for w in read.windows(2) {
+            assert_eq!(w[1] - w[0], 64 << 10, "one chunk a step: {read:?}");
+        }
+        drop(rec);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
