@@ -129,6 +129,12 @@ struct Measured {
     flight: Vec<f64>,
     checkpoints: u64,
     deferrals: u64,
+    /// Device checkpoints that could not take every changed chunk.
+    incomplete: u64,
+    /// Boundaries at which a due checkpoint waited for the one before.
+    busy: u64,
+    /// What checkpoints cost the engine's thread, in all.
+    host: std::time::Duration,
 }
 
 impl Measured {
@@ -150,6 +156,9 @@ fn measure(
         flight: Vec::new(),
         checkpoints: 0,
         deferrals: 0,
+        incomplete: 0,
+        busy: 0,
+        host: std::time::Duration::ZERO,
     };
     for _ in 0..rounds {
         m.plain.extend(run(gpu.as_ref(), steps)?);
@@ -158,6 +167,9 @@ fn measure(
         let h = rec.flight_held().unwrap_or_default();
         m.checkpoints += h.checkpoints;
         m.deferrals += h.budget_deferrals;
+        m.incomplete += h.incomplete_checkpoints;
+        m.busy += h.busy_deferrals;
+        m.host += h.checkpoint_time;
     }
     Ok(m)
 }
@@ -197,7 +209,7 @@ fn main() -> anyhow::Result<()> {
         cfg.budget
     );
     println!(
-        "| workload | plain mean / median / p99 / max (ms) | flight mean / median / p99 / max (ms) | ratio mean / median / p99 | checkpoints, budget deferrals | flight - plain, mean (us) | floor (us) | goal |"
+        "| workload | plain mean / median / p99 / max (ms) | flight mean / median / p99 / max (ms) | ratio mean / median / p99 | checkpoints (incomplete), budget / busy deferrals, host us per checkpoint | flight - plain, mean (us) | floor (us) | goal |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     let eager = outside(false);
@@ -257,10 +269,11 @@ fn main() -> anyhow::Result<()> {
         let extra = m.extra_us();
         let allowed = (0.03 * p.mean * 1e3).max(floor.map_or(0.0, |f| 1.5 * f));
         println!(
-            "| {name} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3}x / {:.3}x / {:.3}x | {}, {} | {extra:.1} | {} | {} |",
+            "| {name} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3}x / {:.3}x / {:.3}x | {} ({}), {} / {}, {:.0} | {extra:.1} | {} | {} |",
             p.mean, p.median, p.p99, p.max, f.mean, f.median, f.p99, f.max,
             f.mean / p.mean, f.median / p.median, f.p99 / p.p99,
-            m.checkpoints, m.deferrals,
+            m.checkpoints, m.incomplete, m.deferrals, m.busy,
+            m.host.as_secs_f64() * 1e6 / m.checkpoints.max(1) as f64,
             floor.map_or("-".into(), |f| format!("{f:.1}")),
             if extra <= allowed && (f.median - p.median) * 1e3 <= allowed && f.p99 <= 1.10 * p.p99 {
                 "within"

@@ -32,6 +32,7 @@ fault_row() { # name, engine args...
     dump=$(ls "$dir"/*.gtape 2>/dev/null | head -1)
     if [ -z "$dump" ]; then row "$name" "exit $ec" "none" "-" "-" "-"; return; fi
     "$B/gputape" show "$dump" --summary | head -4
+    grep -Eo "checkpoints: [0-9]+|incomplete_checkpoints: [0-9]+|device_checkpoints: [a-z]+" "$OUT/$name-engine.log" | tr "\n" " "; echo
     GPUTAPE_REPLAY_DEADLINE_S=${DEADLINE:-} "$B/gputape" replay "$dump" --on cuda >"$OUT/$name-replay.log" 2>&1
     local rc=$?
     head -40 "$OUT/$name-replay.log"
@@ -56,6 +57,11 @@ fault_row oob --fault oob --fault-step 23
 fault_row assert --fault assert --fault-step 23
 fault_row graph-oob --fault oob --fault-step 23 --graph-at 0
 DEADLINE=10 fault_row hang --fault hang --fault-step 23
+# A sticky fault after the ring went round: a 1 MiB ring against 3 MiB that the device
+# rewrites every 10 steps (each rewrite takes several checkpoints to go through the ring:
+# incomplete ones), a checkpoint due every 2 steps, the fault at step 155.
+GPUTAPE_FLIGHT_RING_MB=1 GPUTAPE_FLIGHT_STEPS=2 GPUTAPE_FLIGHT_BUDGET=0 \
+    fault_row ring-oob --fault oob --fault-step 155 --steps 200 --churn-mb 3
 
 # Captures on checkpoint steps (GPUTAPE_FLIGHT_STEPS=8: step 7 is the 8th boundary), the step
 # hook inside the capture, no fault: the engine must run to the end with the recorder on.

@@ -602,22 +602,23 @@ fn a_dump_after_the_ring_wrapped_many_times_replays_and_reproduces_the_fault() {
     fc.ring_mb = 1;
     let gpu =
         RecordingBackend::flight(mock(CaptureMode::Global), fc, BackendDesc::new("mock")).unwrap();
-    // 3 MiB of table (written once, at load) against a 1 MiB ring, of which half is for
-    // taking what was not taken yet.
-    let cfg = Config {
-        rows: 24 * 1024,
-        ..Config::default()
-    };
+    // Besides the engine's own buffers, 3 MiB that the device rewrites every 10 steps (a
+    // memset, whose bytes the recorder does not know) against a 1 MiB ring, of which half is
+    // for taking what was not taken yet.
+    let scratch = gpu.alloc(3 << 20).unwrap();
     let bad_step = 61;
     let mut e = Engine::new(
         &gpu,
         Config {
             bad_id: Some((bad_step, 1 << 24)),
-            ..cfg
+            ..Config::default()
         },
     )
     .unwrap();
     for n in 0..bad_step {
+        if n % 10 == 0 {
+            gpu.memset(scratch, n as u8 + 1, 3 << 20).unwrap();
+        }
         e.step(n).unwrap();
         // Each checkpoint done before the next boundary, so every due one is taken.
         assert!(gpu.flight_settle(std::time::Duration::from_secs(10)));

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! outside_engine run [--backend mock|cuda] [--steps N] [--fault oob|assert|hang|nan] [--fault-step K]
-//!                    [--graph-at K] [--capture-mode global|thread-local|relaxed]
+//!                    [--graph-at K] [--capture-mode global|thread-local|relaxed] [--rows N]
+//!                    [--churn-mb N]
 //! outside_engine VERB ...     # gputape's command line with this engine's kernels
 //! ```
 //!
@@ -35,6 +36,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     let mut cfg = engine::Config::default();
     let (mut backend, mut steps, mut fault, mut fault_step) = ("mock", 40u64, None, 23u64);
     let mut mode = gputape::backend::CaptureMode::Global;
+    let mut churn_mb = 0usize;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -48,6 +50,8 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "--fault" => fault = Some(val()?),
             "--fault-step" => fault_step = val()?.parse()?,
             "--graph-at" => cfg.graph_at = Some(val()?.parse()?),
+            "--rows" => cfg.rows = val()?.parse()?,
+            "--churn-mb" => churn_mb = val()?.parse()?,
             "--capture-mode" => {
                 use gputape::backend::CaptureMode as M;
                 mode = match val()?.as_str() {
@@ -89,6 +93,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
                 RecordingBackend::from_env(gpu, BackendDesc::new("cuda"))?,
                 cfg,
                 steps,
+                churn_mb,
             )
         }
         _ => drive(
@@ -101,20 +106,36 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             )?,
             cfg,
             steps,
+            churn_mb,
         ),
     }
 }
 
+/// Run the engine for `steps`; with `churn_mb`, a buffer of that many MiB beside it is
+/// rewritten on the device every 10 steps (as a KV cache's pages are), which a flight
+/// recorder's checkpoints must take from the device.
 fn drive<B: GpuBackend>(
     gpu: RecordingBackend<B>,
     cfg: engine::Config,
     steps: u64,
+    churn_mb: usize,
 ) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let mut e = engine::Engine::new(&gpu, cfg)?;
+    let churn = (churn_mb > 0)
+        .then(|| gpu.alloc(churn_mb << 20))
+        .transpose()?;
     let mut out = Vec::new();
     for n in 0..steps {
-        out = e.step(n).map_err(|err| err.context(format!("step {n}")))?;
+        if let (Some(c), 0) = (churn, n % 10) {
+            gpu.memset(c, n as u8 + 1, churn_mb << 20)?;
+        }
+        out = e.step(n).map_err(|err| {
+            if let Some(h) = gpu.flight_held() {
+                eprintln!("flight recorder at the failure: {h:?}");
+            }
+            err.context(format!("step {n}"))
+        })?;
         // What a careful engine does with a NaN in its output: keep the evidence, stop.
         if let Some(i) = out.iter().position(|v| v.is_nan()) {
             let why = format!("NaN in the step's output at step {n} (element {i})");
@@ -132,8 +153,8 @@ fn drive<B: GpuBackend>(
     );
     if let Some(h) = gpu.flight_held() {
         println!(
-            "flight recorder: {} calls held, {} checkpoint(s) put off by a capture, {} failure(s) of its own",
-            h.calls, h.deferred_checkpoints, h.own_failures
+            "flight recorder: {} calls held, {} checkpoint(s) put off by a capture, {} failure(s) of its own; {} checkpoints ({} incomplete, on the device: {})",
+            h.calls, h.deferred_checkpoints, h.own_failures, h.checkpoints, h.incomplete_checkpoints, h.device_checkpoints
         );
     }
     Ok(())

@@ -35,8 +35,14 @@ pub const BLOCK: u32 = 256;
 /// Blocks of a drain.
 pub const DRAIN_BLOCKS: u32 = 64;
 /// Words per table entry: source address, length, old hash (2), new hash (2), where the
-/// chunk went, force (1: taken whatever its hash).
+/// chunk went, mode.
 pub const ENTRY_WORDS: usize = 8;
+/// Mode: copied if its hash differs from the old one.
+pub const COMPARE: u64 = 0;
+/// Mode: copied whatever its hash (never taken, or changed and not taken since).
+pub const FORCE: u64 = 1;
+/// Mode: only hashed (a buffer whose bytes are known whole already).
+pub const HASH_ONLY: u64 = 2;
 /// An entry's `out` when its chunk had not changed.
 pub const SAME: u64 = u64::MAX;
 /// An entry's `out` when its chunk changed but the ring was full.
@@ -91,7 +97,7 @@ extern "C" __global__ void gputape_checkpoint_gather(u64* tab, u64 n, unsigned c
         u64 h0 = gt_mix(len), h1 = gt_mix(len ^ 0x9e3779b97f4a7c15ull);
         for (unsigned int w = 0u; w < (blockDim.x + 31u) / 32u; w++) { h0 += s0[w]; h1 += s1[w]; }
         u64 o = 0xffffffffffffffffull;
-        if (e[7] != 0ull || h0 != e[2] || h1 != e[3]) {
+        if (e[7] == 1ull || (e[7] == 0ull && (h0 != e[2] || h1 != e[3]))) {
             u64 want = (len + 15ull) & ~15ull;
             u64 at = atomicAdd(&ctr[0], want);
             o = at + want <= cap ? at : 0xfffffffffffffffeull;
@@ -198,7 +204,7 @@ fn gather_twin(c: &mut dyn HostCtx) -> Result<(), HostFault> {
         let src = c.read(DevicePtr(e[0]), len)?.to_vec();
         let h = chunk_hash(&src);
         let mut out = SAME;
-        if e[7] != 0 || h != [e[2], e[3]] {
+        if e[7] == FORCE || (e[7] == COMPARE && h != [e[2], e[3]]) {
             let want = (len as u64).next_multiple_of(16);
             out = if cursor + want <= cap { cursor } else { FULL };
             cursor += want;

@@ -30,7 +30,7 @@
 //! comes once they all went through, and until then a dump reaches back to the last one
 //! that did.
 
-use super::ckpt_kernel::{self as k, CHUNK, ENTRY_WORDS, FULL, SAME};
+use super::ckpt_kernel::{self as k, CHUNK, COMPARE, ENTRY_WORDS, FORCE, FULL, HASH_ONLY, SAME};
 use super::flight::Shared;
 use super::snapshot::compressed_if_it_pays;
 use crate::backend::{DevicePtr, GpuBackend, KernelArg, KernelHandle};
@@ -85,6 +85,22 @@ impl Region {
         unsafe { &*(self.host.add(i * 8) as *const AtomicU64) }
     }
 
+    /// Write `words` from the region's start (the device reads them once launched).
+    fn fill(&self, words: &[u64]) {
+        assert!(
+            words.len() * 8 <= self.len,
+            "{} words into {} bytes",
+            words.len(),
+            self.len
+        );
+        // SAFETY: in bounds (checked); no checkpoint is on the device, so nothing else
+        // reads or writes the region now; the launch that follows orders these writes
+        // before the kernel's reads.
+        unsafe {
+            std::ptr::copy_nonoverlapping(words.as_ptr(), self.host as *mut u64, words.len());
+        }
+    }
+
     /// `len` bytes at `off`.
     fn bytes(&self, off: usize, len: usize) -> &[u8] {
         assert!(
@@ -107,11 +123,16 @@ struct Chunk {
     blob: Option<BlobId>,
 }
 
-/// A buffer's chunks, and the blob of the whole (pinned) while all are taken.
+/// A buffer's chunks, and the blob of the whole (pinned) while it is known: assembled from
+/// the chunks once all are taken, or taken over from the snapshot at arming (or a host
+/// checkpoint) for a buffer nobody wrote since, whose chunks are then hashed on the device
+/// without being copied: a model's weights are never read again.
 struct BufChunks {
     size: u64,
     chunks: Vec<Chunk>,
     whole: Option<BlobId>,
+    /// Its chunks' hashes are known (set by any checkpoint that ran over them).
+    hashed: bool,
 }
 
 /// What the worker and the engine thread share.
@@ -258,6 +279,7 @@ impl DeviceCkpt {
         st: &mut super::state::RecState,
         streams: &[u64],
         written: &HashSet<BufferId>,
+        filled: &HashMap<BufferId, Option<BlobId>>,
     ) -> anyhow::Result<()> {
         let span_no = st.flight.as_deref().map_or(0, |f| f.span_no());
         let mut live: Vec<(BufferId, u64, u64, crate::backend::Site)> = st
@@ -276,6 +298,7 @@ impl DeviceCkpt {
         let mut entries: Vec<(BufferId, u32)> = Vec::new();
         let mut words: Vec<u64> = Vec::new();
         let mut rolling = 0u64;
+        let known = std::mem::take(&mut st.checkpointed);
         let mut map = self.watch.chunks.lock();
         let live_ids: HashSet<BufferId> = bufs.iter().map(|b| b.0).collect();
         let gone_ids: Vec<BufferId> = map
@@ -285,27 +308,70 @@ impl DeviceCkpt {
             .collect();
         let gone: Vec<BufChunks> = gone_ids.iter().filter_map(|b| map.remove(b)).collect();
         for &(id, addr, size, _) in &bufs {
-            let e = map.entry(id).or_insert_with(|| BufChunks {
-                size,
-                chunks: vec![Chunk::default(); size.div_ceil(CHUNK).max(1) as usize],
-                whole: None,
-            });
-            let all = written.contains(&id);
-            for (i, c) in e.chunks.iter().enumerate() {
-                let force = c.blob.is_none();
-                if !all && !force {
-                    continue;
+            // Filled whole by a copy and written by nothing else: its bytes are the copy's.
+            let fill = filled
+                .get(&id)
+                .copied()
+                .flatten()
+                .filter(|_| !written.contains(&id));
+            let mut all = written.contains(&id) || (filled.contains_key(&id) && fill.is_none());
+            let e = map.entry(id).or_insert_with(|| {
+                // Known whole since the last host snapshot and not written since: its blob
+                // stands (pinned while the map holds it), and its chunks are only hashed.
+                let whole = known
+                    .get(&id)
+                    .copied()
+                    .filter(|_| !all)
+                    .filter(|w| st.flight.as_deref_mut().is_some_and(|f| f.pin(*w, || None)));
+                BufChunks {
+                    size,
+                    chunks: vec![Chunk::default(); size.div_ceil(CHUNK).max(1) as usize],
+                    whole,
+                    hashed: false,
                 }
+            });
+            if let (Some(x), Some(f)) = (fill, st.flight.as_deref_mut()) {
+                if e.whole != Some(x) {
+                    if f.pin(x, || None) {
+                        if let Some(old) = e.whole.replace(x) {
+                            f.unpin(old);
+                        }
+                        for c in e.chunks.iter_mut() {
+                            if let Some(b) = c.blob.take() {
+                                f.unpin(b);
+                            }
+                        }
+                        e.hashed = false;
+                    } else {
+                        // The copy's blob is gone from the store: read the buffer instead.
+                        all = true;
+                    }
+                }
+            }
+            let seeding = !all && e.whole.is_some() && !e.hashed;
+            if !all && !seeding && e.whole.is_some() {
+                continue;
+            }
+            for (i, c) in e.chunks.iter().enumerate() {
+                let mode = if seeding {
+                    HASH_ONLY
+                } else if c.blob.is_none() {
+                    FORCE
+                } else if all {
+                    COMPARE
+                } else {
+                    continue;
+                };
                 let off = i as u64 * CHUNK;
                 let len = (size - off.min(size)).min(CHUNK);
-                if !all {
+                if mode == FORCE && !all {
                     if rolling + len > self.cap / 2 {
                         continue;
                     }
                     rolling += len;
                 }
                 entries.push((id, i as u32));
-                words.extend([addr + off, len, c.hash[0], c.hash[1], 0, 0, 0, force as u64]);
+                words.extend([addr + off, len, c.hash[0], c.hash[1], 0, 0, 0, mode]);
             }
         }
         drop(map);
@@ -318,9 +384,7 @@ impl DeviceCkpt {
                 let _ = gpu.free_host_pinned(r.host, r.len);
             }
         }
-        for (i, w) in words.iter().enumerate() {
-            self.table.word(i).store(*w, Ordering::Relaxed);
-        }
+        self.table.fill(&words);
         let no = self.next_no;
         self.next_no += 1;
         self.host.word(1).store(no, Ordering::Relaxed);
@@ -421,7 +485,9 @@ fn worker(
     st: Weak<parking_lot::Mutex<super::state::RecState>>,
 ) {
     while let Ok(job) = jobs.recv() {
-        let mut nap = std::time::Duration::from_micros(20);
+        // Short naps: a short step's checkpoint is done in tens of microseconds, and the next
+        // waits for this one to be consumed. Only while a checkpoint is out.
+        let mut nap = std::time::Duration::from_micros(5);
         loop {
             if watch.gone.load(Ordering::Acquire) || st.strong_count() == 0 {
                 return;
@@ -430,7 +496,7 @@ fn worker(
                 break;
             }
             std::thread::sleep(nap);
-            nap = (nap * 2).min(std::time::Duration::from_millis(1));
+            nap = (nap * 2).min(std::time::Duration::from_micros(100));
         }
         let Some(st) = st.upgrade() else { return };
         consume(&job, &watch, &st);
@@ -500,10 +566,12 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
         let mut t = taken.into_iter().peekable();
         for (i, &(buf, ci)) in job.entries.iter().enumerate() {
             let Some(b) = map.get_mut(&buf) else { continue };
+            b.hashed = true;
             let Some(c) = b.chunks.get_mut(ci as usize) else {
                 continue;
             };
             let at = out(i);
+            c.hash = hash(i);
             if at == SAME {
                 continue;
             }
@@ -513,14 +581,18 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
                 continue;
             }
             let x = t.next().expect("peeked");
-            c.hash = hash(i);
             c.blob = Some(x.id);
             pins.push((x.id, Some(x.payload)));
         }
         for &(buf, _, size, _) in &job.bufs {
             let Some(b) = map.get_mut(&buf) else { continue };
+            debug_assert_eq!(b.size, size);
             if changed.contains(&buf) {
                 unpins.extend(b.whole.take());
+            }
+            if let Some(w) = b.whole {
+                data.insert(buf, w);
+                continue;
             }
             let parts: Option<Vec<BlobId>> = b.chunks.iter().map(|c| c.blob).collect();
             let Some(parts) = parts else {
@@ -529,18 +601,36 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
             };
             let id = match parts.as_slice() {
                 [one] => *one,
-                _ => match b.whole {
-                    Some(w) => w,
-                    None => {
-                        let w = BlobId::chunked(size, &parts);
-                        b.whole = Some(w);
-                        wholes.push((w, size, parts));
-                        w
-                    }
-                },
+                _ => {
+                    let w = BlobId::chunked(size, &parts);
+                    b.whole = Some(w);
+                    wholes.push((w, size, parts));
+                    w
+                }
             };
-            debug_assert_eq!(b.size, size);
             data.insert(buf, id);
+        }
+    }
+    // The checkpoint's frames, encoded before the lock is taken: the engine's calls wait
+    // for that lock.
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    if ok {
+        for &(buf, addr, size, site) in &job.bufs {
+            for f in [
+                Frame::Address { buf, addr },
+                Frame::Initial {
+                    buf,
+                    bytes: size,
+                    data: data[&buf],
+                    site,
+                },
+            ] {
+                let mut p = Vec::new();
+                if codec::append(&f, &mut p).is_err() {
+                    ok = false;
+                }
+                frames.push(p);
+            }
         }
     }
     let mut st = st.lock();
@@ -557,24 +647,9 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
         f.unpin(id);
     }
     f.checkpoint_read_bytes += copied;
-    if ok {
-        f.in_checkpoint = true;
-        for &(buf, addr, size, site) in &job.bufs {
-            st.emit(&Frame::Address { buf, addr });
-            st.emit(&Frame::Initial {
-                buf,
-                bytes: size,
-                data: data[&buf],
-                site,
-            });
-        }
-    }
-    if let Some(f) = st.flight.as_deref_mut() {
-        f.in_checkpoint = false;
-        f.device_checkpoint_done(job.span_no, ok);
-        if !ok {
-            f.incomplete_checkpoints += 1;
-        }
+    f.checkpoint_frames(job.span_no, frames, ok);
+    if !ok {
+        f.incomplete_checkpoints += 1;
     }
 }
 
@@ -585,7 +660,8 @@ mod tests {
     use crate::recorder::{BackendDesc, FlightConfig, RecordingBackend};
 
     /// The first checkpoint takes a written buffer whole; later ones only the 64 KiB chunk
-    /// each step rewrites, and a buffer nobody writes is not read again.
+    /// each step rewrites; a buffer filled by a copy (weights) is only hashed, never read,
+    /// and one nobody writes is not looked at. The dump replays with every readback matching.
     #[test]
     fn a_checkpoint_takes_only_the_chunks_that_changed() {
         let dir = std::env::temp_dir().join(format!("gputape-dc-{}", std::process::id()));
@@ -597,7 +673,8 @@ mod tests {
                 .unwrap();
         let hot = rec.alloc(1 << 20).unwrap();
         let cold = rec.alloc(1 << 20).unwrap();
-        rec.memset(cold, 7, 1 << 20).unwrap();
+        let weights: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+        rec.copy_h2d(&weights, cold).unwrap();
         let mut read = Vec::new();
         for s in 0..4u64 {
             rec.memset(hot, s as u8 + 1, 4096).unwrap();
@@ -610,10 +687,29 @@ mod tests {
             h.device_checkpoints && h.incomplete_checkpoints == 0,
             "{h:?}"
         );
-        assert_eq!(read[0], 2 << 20, "both buffers, whole, at first: {read:?}");
+        assert_eq!(
+            read[0],
+            1 << 20,
+            "the written buffer whole, not the copied one: {read:?}"
+        );
         for w in read.windows(2) {
             assert_eq!(w[1] - w[0], 64 << 10, "one chunk a step: {read:?}");
         }
+        let mut back = vec![0u8; 1 << 20];
+        rec.copy_d2h(cold, &mut back).unwrap();
+        rec.copy_d2h(hot, &mut back).unwrap();
+        let path = rec.flight_dump("asked").unwrap();
+        let t = crate::trace::Trace::open(&path).unwrap();
+        assert_eq!(t.initial.len(), 2, "both buffers in the checkpoint");
+        let r = crate::replayer::Replayer::new(&t)
+            .run(
+                &MockGpuBackend::default(),
+                &Default::default(),
+                None,
+                |_| {},
+            )
+            .unwrap();
+        assert!(r.passed(), "{}", r.summary());
         drop(rec);
         std::fs::remove_dir_all(&dir).ok();
     }

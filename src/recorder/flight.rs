@@ -359,15 +359,25 @@ impl FlightStore {
     /// Hold blob `id` (`payload`, its encoded frame, if it is not held yet) for as long as
     /// an unpin has not matched this pin: the device checkpoint's chunks are held so,
     /// however many checkpoints name them.
-    pub fn pin(&mut self, id: BlobId, payload: impl FnOnce() -> Option<Vec<u8>>) {
+    /// A chunked blob's parts are pinned with it. False: not held, and no payload given.
+    pub fn pin(&mut self, id: BlobId, payload: impl FnOnce() -> Option<Vec<u8>>) -> bool {
         if !self.blobs.contains_key(&id) {
-            let Some(p) = payload() else { return };
+            let Some(p) = payload() else { return false };
             self.hold(id, p, PINNED);
         }
+        self.pin_held(id);
+        true
+    }
+
+    /// `pin` of a blob held already (a missing part is left alone: the dump names it).
+    fn pin_held(&mut self, id: BlobId) {
         if let Some(e) = self.blobs.get_mut(&id) {
             e.1 = PINNED;
         }
         *self.pins.entry(id).or_default() += 1;
+        for p in self.parts.get(&id).cloned().unwrap_or_default() {
+            self.pin_held(p);
+        }
     }
 
     /// `pin` for a chunked blob of `parts` (each pinned by its holder).
@@ -389,9 +399,27 @@ impl FlightStore {
         self.pin(id, || None);
     }
 
+    /// Span `no`'s device checkpoint is done: its frames (`ok`), or it could not be (the
+    /// ring was full, a frame would not encode) and no dump starts from it.
+    pub fn checkpoint_frames(&mut self, no: u64, frames: Vec<Vec<u8>>, ok: bool) {
+        let first = self.span_no + 1 - self.spans.len() as u64;
+        if let Some(s) = no
+            .checked_sub(first)
+            .and_then(|i| self.spans.get_mut(i as usize))
+        {
+            if ok {
+                s.checkpoint.extend(frames);
+            }
+        }
+        self.device_checkpoint_done(no, ok);
+    }
+
     /// One holder of blob `id` lets go: with the last, the blob is named by the current span
     /// (older checkpoints still name it) and goes with it.
     pub fn unpin(&mut self, id: BlobId) {
+        for p in self.parts.get(&id).cloned().unwrap_or_default() {
+            self.unpin(p);
+        }
         let Some(n) = self.pins.get_mut(&id) else {
             return;
         };
@@ -688,6 +716,7 @@ impl FlightStore {
             device_checkpoints: self.device_checkpoints,
             incomplete_checkpoints: self.incomplete_checkpoints,
             busy_deferrals: self.busy_deferrals,
+            checkpoint_time: self.spent,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory
                 + self

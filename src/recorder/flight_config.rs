@@ -37,6 +37,9 @@ pub struct FlightHeld {
     /// Device checkpoints that could not take every changed chunk (the ring was full): no
     /// dump starts from them; the chunks left out are taken at the next.
     pub incomplete_checkpoints: u64,
+    /// What checkpoints cost the thread that took them, in all: for device checkpoints their
+    /// launches and table, for the host's the whole sync and readback.
+    pub checkpoint_time: std::time::Duration,
     /// Step boundaries at which a due checkpoint waited for the one before it to be
     /// consumed.
     pub busy_deferrals: u64,

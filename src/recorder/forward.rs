@@ -72,10 +72,10 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| Call::CopyH2D {
-            dst: st.addr(dst.0),
-            data: st.blob(src),
-            len: src.len() as u64,
+        let tok = self.begin(Location::caller(), |st| {
+            let (to, data, len) = (st.addr(dst.0), st.blob(src), src.len() as u64);
+            st.note_fill(dst.0, &to, data, len);
+            Call::CopyH2D { dst: to, data, len }
         });
         let r = self.inner.copy_h2d(src, dst);
         self.finish(tok, &r, SyncScope::Stream(0), |_, _| Value::Unit);

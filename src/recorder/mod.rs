@@ -658,6 +658,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         streams.push(0);
         streams.sort();
         streams.dedup();
+        let filled = std::mem::take(&mut st.filled);
         if !st.begin_checkpoint() {
             return Ok(());
         }
@@ -672,7 +673,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let written = std::mem::take(&mut st.dirty);
         st.unread_bytes = 0;
         st.checkpointed.clear();
-        let taken = d.take(&self.inner, &mut st, &streams, &written);
+        let taken = d.take(&self.inner, &mut st, &streams, &written, &filled);
         if let Some(f) = st.flight.as_deref_mut() {
             if taken.is_err() {
                 f.device_checkpoint_done(span_no, false);

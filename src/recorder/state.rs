@@ -145,6 +145,11 @@ pub(crate) struct RecState {
     /// Bytes of live buffers no checkpoint has read (allocated since the last one): what the
     /// flight recorder's budget expects the next checkpoint to read at least.
     pub unread_bytes: u64,
+    /// Flight recorder: buffers a blocking `copy_h2d` wrote since the last checkpoint, with
+    /// the blob it left in the whole buffer (`None`: it wrote a part). The copy's bytes are
+    /// in the trace already, so a device checkpoint need not read such a buffer back (a
+    /// model's weights, loaded after arming).
+    pub filled: HashMap<BufferId, Option<BlobId>>,
     /// Hashes at syncs are on: writes are tracked so a sync hashes only settled buffers.
     pub hash_writes: bool,
     /// Buffers with device work writing them on a stream not synchronised since (by stream).
@@ -201,6 +206,7 @@ impl RecState {
             dirty: HashSet::default(),
             checkpointed: HashMap::default(),
             unread_bytes: 0,
+            filled: HashMap::default(),
             hash_writes: false,
             unsettled: HashMap::default(),
             in_flight_writes: HashMap::default(),
@@ -401,6 +407,10 @@ impl RecState {
         let dirty = &mut self.dirty;
         f.span_writes(
             |record| match crate::trace::codec::decode(record) {
+                // Noted as each was made (`note_fill`), in order.
+                Ok(Frame::Begin(b)) if matches!(b.call, Call::CopyH2D { .. }) => {
+                    Writes::Bufs(Default::default())
+                }
                 Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts, &graphs),
                 _ => Writes::Bufs(Default::default()),
             },
@@ -412,8 +422,23 @@ impl RecState {
         if all {
             self.dirty.extend(self.bufs.values().map(|x| x.id));
         }
+        // Filled by copies: written too, for a checkpoint that reads back (a device
+        // checkpoint takes `filled` first and knows their bytes).
+        self.dirty.extend(self.filled.drain().map(|(b, _)| b));
         f.begin_checkpoint();
         true
+    }
+
+    /// A blocking `copy_h2d` of `data` (`len` bytes) to `dst` at `p`, as the flight recorder
+    /// notes it (`filled`). Such copies are not among a span's writes (`begin_checkpoint`).
+    pub fn note_fill(&mut self, p: u64, dst: &DevAddr, data: BlobId, len: u64) {
+        if self.flight.is_none() {
+            return;
+        }
+        if let DevAddr::Buf { buf, off } = *dst {
+            let whole = off == 0 && self.bufs.get(&p).is_some_and(|b| b.size == len);
+            self.filled.insert(buf, whole.then_some(data));
+        }
     }
 
     /// Stream `s` was synchronised: its writes have landed.
