@@ -32,7 +32,6 @@
 
 use super::ckpt_kernel::{self as k, CHUNK, COMPARE, ENTRY_WORDS, FORCE, FULL, HASH_ONLY, SAME};
 use super::flight::Shared;
-use super::snapshot::compressed_if_it_pays;
 use crate::backend::{DevicePtr, GpuBackend, KernelArg, KernelHandle};
 use crate::trace::{codec, BlobId, BufferId, Frame, SiteId};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -271,13 +270,15 @@ impl DeviceCkpt {
     }
 
     /// Take a checkpoint: `st` is locked by the caller, its new span begun (`pending`).
-    /// `streams`: every engine stream, the legacy one included; `written`: the buffers the
-    /// span just ended may have written.
+    /// `streams`: every engine stream, the legacy one included; `pending`: those the span
+    /// just ended queued device work on; `written`: the buffers it may have written;
+    /// `filled`: those blocking copies filled (`RecState::filled`).
     pub fn take(
         &mut self,
         gpu: &dyn GpuBackend,
         st: &mut super::state::RecState,
         streams: &[u64],
+        pending: &[u64],
         written: &HashSet<BufferId>,
         filled: &HashMap<BufferId, Option<BlobId>>,
     ) -> anyhow::Result<()> {
@@ -395,9 +396,13 @@ impl DeviceCkpt {
             n <= i32::MAX as u64,
             "{n} chunks are more than one launch of the gather kernel can take"
         );
-        for s in streams {
+        // The gather goes on a stream with work pending (no hop between streams there: the
+        // engine's next kernel on it waits for the gather alone); the other such streams'
+        // work is waited for; every stream the engine may use next waits for the gather.
+        let main = pending.first().copied().unwrap_or(self.stream);
+        for s in pending.iter().skip(1) {
             gpu.record_event(self.ev_engine, *s)?;
-            gpu.stream_wait_event(self.stream, self.ev_engine)?;
+            gpu.stream_wait_event(main, self.ev_engine)?;
         }
         if n > 0 {
             gpu.launch_typed(
@@ -405,7 +410,7 @@ impl DeviceCkpt {
                 [n as u32, 1, 1],
                 [k::BLOCK, 1, 1],
                 0,
-                self.stream,
+                main,
                 &[
                     KernelArg::Buffer(self.table.dev),
                     KernelArg::Bytes(&n.to_le_bytes()),
@@ -415,9 +420,11 @@ impl DeviceCkpt {
                 ],
             )?;
         }
-        gpu.record_event(self.ev_done, self.stream)?;
-        for s in streams {
-            gpu.stream_wait_event(*s, self.ev_done)?;
+        gpu.record_event(self.ev_done, main)?;
+        for s in streams.iter().chain([&self.stream]) {
+            if *s != main {
+                gpu.stream_wait_event(*s, self.ev_done)?;
+            }
         }
         gpu.launch_typed(
             self.drain,
@@ -540,11 +547,10 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
         let bytes = job.host.bytes(RING_AT + at as usize, len as usize);
         copied += len;
         let id = BlobId::of(bytes);
+        // Not compressed: a chunk of zeros (most of a KV pool) is one blob for all of them,
+        // and zstd on every chunk took longer than the steps between checkpoints.
         let mut payload = Vec::new();
-        match compressed_if_it_pays(bytes) {
-            Some(z) => codec::append_blob(id, len, true, &z, &mut payload),
-            None => codec::append_blob(id, len, false, bytes, &mut payload),
-        }
+        codec::append_blob(id, len, false, bytes, &mut payload);
         taken.push(Taken {
             entry: i,
             id,

@@ -671,9 +671,18 @@ impl<B: GpuBackend> RecordingBackend<B> {
         f.checkpoint_pending();
         let span_no = f.span_no();
         let written = std::mem::take(&mut st.dirty);
+        let mut pending: Vec<u64> = std::mem::take(&mut st.span_streams)
+            .into_iter()
+            .filter_map(|s| match s {
+                StreamRef::Legacy => Some(0),
+                StreamRef::Id(id) => st.streams.iter().find(|(_, i)| **i == id).map(|(r, _)| *r),
+            })
+            .collect();
+        // The legacy stream last: the gather goes on the first.
+        pending.sort_by_key(|s| (*s == 0, *s));
         st.unread_bytes = 0;
         st.checkpointed.clear();
-        let taken = d.take(&self.inner, &mut st, &streams, &written, &filled);
+        let taken = d.take(&self.inner, &mut st, &streams, &pending, &written, &filled);
         if let Some(f) = st.flight.as_deref_mut() {
             if taken.is_err() {
                 f.device_checkpoint_done(span_no, false);

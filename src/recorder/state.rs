@@ -150,6 +150,9 @@ pub(crate) struct RecState {
     /// in the trace already, so a device checkpoint need not read such a buffer back (a
     /// model's weights, loaded after arming).
     pub filled: HashMap<BufferId, Option<BlobId>>,
+    /// Flight recorder: the streams the span before the last checkpoint queued device work on
+    /// (`begin_checkpoint`), which a device checkpoint orders itself after.
+    pub span_streams: HashSet<StreamRef>,
     /// Hashes at syncs are on: writes are tracked so a sync hashes only settled buffers.
     pub hash_writes: bool,
     /// Buffers with device work writing them on a stream not synchronised since (by stream).
@@ -207,6 +210,7 @@ impl RecState {
             checkpointed: HashMap::default(),
             unread_bytes: 0,
             filled: HashMap::default(),
+            span_streams: HashSet::default(),
             hash_writes: false,
             unsettled: HashMap::default(),
             in_flight_writes: HashMap::default(),
@@ -405,18 +409,19 @@ impl RecState {
         let graphs = graph_writes(f, &layouts);
         let mut all = false;
         let dirty = &mut self.dirty;
+        let streams = &mut self.span_streams;
+        streams.clear();
         f.span_writes(
             |record| match crate::trace::codec::decode(record) {
                 // Noted as each was made (`note_fill`), in order.
-                Ok(Frame::Begin(b)) if matches!(b.call, Call::CopyH2D { .. }) => {
-                    Writes::Bufs(Default::default())
-                }
+                Ok(Frame::Begin(b)) if matches!(b.call, Call::CopyH2D { .. }) => Writes::default(),
                 Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts, &graphs),
-                _ => Writes::Bufs(Default::default()),
+                _ => Writes::default(),
             },
-            |w| match w {
-                Writes::All => all = true,
-                Writes::Bufs(v) => dirty.extend(v.iter().copied()),
+            |w| {
+                all |= w.all;
+                dirty.extend(w.bufs.iter().copied());
+                streams.extend(w.stream);
             },
         );
         if all {

@@ -16,14 +16,12 @@ pub(super) fn graph_writes(
 ) -> HashMap<GraphId, Writes> {
     let mut graphs: HashMap<GraphId, Writes> = HashMap::default();
     for (g, frames) in f.graph_frames() {
-        let mut acc = Writes::Bufs(Default::default());
+        let mut acc = Writes::default();
         for rec in frames {
             if let Ok(Frame::Begin(b)) = crate::trace::codec::decode(rec) {
-                match (&mut acc, call_writes(&b.call, layouts, &HashMap::default())) {
-                    (Writes::Bufs(a), Writes::Bufs(w)) => a.extend(w),
-                    (acc, Writes::All) => *acc = Writes::All,
-                    (Writes::All, _) => {}
-                }
+                let w = call_writes(&b.call, layouts, &HashMap::default());
+                acc.bufs.extend(w.bufs);
+                acc.all |= w.all;
             }
         }
         graphs.insert(g, acc);
@@ -38,14 +36,27 @@ pub(super) fn call_writes(
     layouts: &HashMap<KernelId, &[ParamInfo]>,
     graphs: &HashMap<GraphId, Writes>,
 ) -> Writes {
+    // Device work that may outlast the call: not a blocking copy from or to the host.
+    let stream = match call {
+        Call::CopyH2D { .. } | Call::CopyD2H { .. } => None,
+        other => other.work_stream(),
+    };
+    let anything = || Writes {
+        all: true,
+        stream,
+        ..Writes::default()
+    };
     match call {
-        Call::LaunchGraph { graph, .. } => graphs.get(graph).cloned().unwrap_or(Writes::All),
+        Call::LaunchGraph { graph, .. } => graphs.get(graph).map_or_else(anything, |w| Writes {
+            stream,
+            ..w.clone()
+        }),
         // A raw launch of a kernel without a layout records no arguments: it may have
         // written anything.
-        Call::Launch { args, .. } if args.is_empty() => Writes::All,
+        Call::Launch { args, .. } if args.is_empty() => anything(),
         Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
             let layout = layouts.get(kernel).copied().unwrap_or(&[]);
-            let mut v = smallvec::SmallVec::new();
+            let mut bufs = smallvec::SmallVec::new();
             for (i, a) in args.iter().enumerate() {
                 // TMA may store through a tensor map: its buffer counts as written.
                 let read_only = !matches!(a, Arg::TensorMap(_))
@@ -54,11 +65,19 @@ pub(super) fn call_writes(
                         Some(ParamAccess::Read | ParamAccess::Value)
                     );
                 if let (Some(DevAddr::Buf { buf, .. }), false) = (a.device_addr(), read_only) {
-                    v.push(*buf);
+                    bufs.push(*buf);
                 }
             }
-            Writes::Bufs(v)
+            Writes {
+                bufs,
+                all: false,
+                stream,
+            }
         }
-        other => Writes::Bufs(crate::trace::written_by(other).into_iter().collect()),
+        other => Writes {
+            bufs: crate::trace::written_by(other).into_iter().collect(),
+            all: false,
+            stream,
+        },
     }
 }

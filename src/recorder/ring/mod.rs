@@ -34,11 +34,16 @@ use std::hash::Hasher;
 
 /// What a kept call may have written, worked out once per template for incremental
 /// checkpoints.
-#[derive(Clone, Debug)]
-pub(crate) enum Writes {
-    Bufs(SmallVec<[BufferId; 4]>),
-    /// A graph launch, or a raw launch whose kernel has no layout: anything.
-    All,
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Writes {
+    /// The buffers it may have written.
+    pub bufs: SmallVec<[BufferId; 4]>,
+    /// A graph launch whose capture is not kept, or a raw launch whose kernel has no
+    /// layout: anything.
+    pub all: bool,
+    /// The stream its device work went on, where that work may still be running when the
+    /// call returns: a device checkpoint orders itself after such streams only.
+    pub stream: Option<crate::trace::StreamRef>,
 }
 
 struct Template {
