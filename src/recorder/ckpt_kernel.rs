@@ -6,10 +6,10 @@
 //! last checkpoint: it hashes the chunk where it lies, and only a chunk whose hash differs from
 //! the one the table holds (or one the table marks as never taken) is copied into the staging
 //! ring, at an offset reserved with one atomic. A KV cache that gained a position per step so
-//! costs a few chunks, not the pool. `drain` then moves the used part of the staging ring into
-//! host memory (nothing when the ring is host memory already) and, last, writes the
-//! checkpoint's number into a host word that the recorder's thread watches: no host call on
-//! any stream ever waits for it.
+//! costs a few chunks, not the pool. The recorder then copies the staging ring into host
+//! memory on its own stream (a copy engine's work, not the SMs': the engine's kernels keep
+//! them), and `done`, one thread, writes the checkpoint's number into a host word that the
+//! recorder's thread watches: no host call on any stream ever waits for it.
 //!
 //! The hash is two 64-bit lanes, each a sum over the chunk's 8-byte words of a strong mix of
 //! the word and its index: order-independent, so threads add their parts in any order. It
@@ -26,14 +26,12 @@ use std::sync::Arc;
 pub const MODULE: &str = "gputape_checkpoint";
 /// The hashing and copying kernel.
 pub const GATHER: &str = "gputape_checkpoint_gather";
-/// The kernel that moves the staging ring to the host and says the checkpoint is done.
-pub const DRAIN: &str = "gputape_checkpoint_drain";
+/// The kernel that says the checkpoint is done.
+pub const DONE: &str = "gputape_checkpoint_done";
 /// The size of a chunk: the unit a checkpoint hashes and copies.
 pub const CHUNK: u64 = 64 << 10;
-/// Threads per block of either kernel.
+/// Threads per block of a gather.
 pub const BLOCK: u32 = 256;
-/// Blocks of a drain.
-pub const DRAIN_BLOCKS: u32 = 64;
 /// Words per table entry: source address, length, old hash (2), new hash (2), where the
 /// chunk went, mode.
 pub const ENTRY_WORDS: usize = 8;
@@ -130,34 +128,11 @@ extern "C" __global__ void gputape_checkpoint_gather(u64* tab, u64 n, unsigned c
         }
     }
 }
-extern "C" __global__ void gputape_checkpoint_drain(const unsigned char* staging, unsigned char* host, u64* ctr, u64* ctl) {
-    __shared__ int last;
-    u64 used = ctr[2];
-    if (used > ctl[3]) used = ctl[3];
-    if (staging != host) {
-        u64 stride = (u64)gridDim.x * blockDim.x;
-        u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-        if (((((u64)staging) | ((u64)host) | used) & 15ull) == 0ull) {
-            const uint4* s = (const uint4*)staging;
-            uint4* d = (uint4*)host;
-            for (u64 i = tid; i < used / 16ull; i += stride) d[i] = s[i];
-        } else {
-            for (u64 i = tid; i < used; i += stride) host[i] = staging[i];
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0u) {
-        __threadfence_system();
-        last = atomicAdd(&ctr[1], 1ull) == (u64)gridDim.x - 1ull;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0u && last) {
-        ctr[1] = 0ull;
-        ctl[2] = ctr[2];
-        __threadfence_system();
-        *((volatile u64*)&ctl[0]) = ctl[1];
-        __threadfence_system();
-    }
+extern "C" __global__ void gputape_checkpoint_done(const u64* ctr, u64* ctl) {
+    ctl[2] = ctr[2];
+    __threadfence_system();
+    *((volatile u64*)&ctl[0]) = ctl[1];
+    __threadfence_system();
 }
 "#;
 
@@ -218,17 +193,12 @@ fn gather_twin(c: &mut dyn HostCtx) -> Result<(), HostFault> {
     put_words(c, ctr, &[0, 0, cursor])
 }
 
-/// `drain`'s twin.
-fn drain_twin(c: &mut dyn HostCtx) -> Result<(), HostFault> {
-    let (staging, host, ctr, ctl) = (c.ptr(0)?, c.ptr(1)?, c.ptr(2)?, c.ptr(3)?);
+/// `done`'s twin.
+fn done_twin(c: &mut dyn HostCtx) -> Result<(), HostFault> {
+    let (ctr, ctl) = (c.ptr(0)?, c.ptr(1)?);
     let used = words(c.read(ctr, CTR_WORDS * 8)?)[2];
     let mut k = words(c.read(ctl, CTL_WORDS * 8)?);
-    let used = used.min(k[3]) as usize;
-    if staging != host && used > 0 {
-        let b = c.read(staging, used)?.to_vec();
-        c.write(host, &b)?;
-    }
-    k[2] = words(c.read(ctr, CTR_WORDS * 8)?)[2];
+    k[2] = used;
     k[0] = k[1];
     put_words(c, ctl, &k)
 }
@@ -237,7 +207,7 @@ fn drain_twin(c: &mut dyn HostCtx) -> Result<(), HostFault> {
 pub fn module() -> ModuleDesc {
     use ParamAccess::{Read, ReadWrite, Value, Write};
     let gather: HostBody = Arc::new(gather_twin);
-    let drain: HostBody = Arc::new(drain_twin);
+    let done: HostBody = Arc::new(done_twin);
     ModuleDesc {
         name: MODULE.into(),
         source: Some(SOURCE.into()),
@@ -254,9 +224,9 @@ pub fn module() -> ModuleDesc {
                 Some(gather),
             ),
             KernelDesc::new(
-                DRAIN,
-                ParamInfo::packed(&[(8, Read), (8, Write), (8, ReadWrite), (8, ReadWrite)]),
-                Some(drain),
+                DONE,
+                ParamInfo::packed(&[(8, Read), (8, ReadWrite)]),
+                Some(done),
             ),
         ],
     }

@@ -13,8 +13,9 @@
 //! 3. makes every engine stream wait for that (`stream_wait_event`): nothing the engine
 //!    enqueues after the boundary can overwrite a chunk before it is copied; the engine's
 //!    device work waits for one pass over the written buffers, its host thread for nothing;
-//! 4. launches `drain`, which moves the used part of the staging ring into pinned host memory
-//!    and then writes the checkpoint's number into a host word.
+//! 4. copies the staging ring into pinned host memory on its own stream (a copy engine's
+//!    work: the SMs stay the engine's), then launches `done`, which writes the checkpoint's
+//!    number into a host word.
 //!
 //! The recorder's thread (`worker`) watches that word, names the copied chunks by BLAKE3 and
 //! writes the checkpoint's frames into its span, which no dump starts from until then
@@ -134,6 +135,58 @@ struct BufChunks {
     hashed: bool,
 }
 
+/// What a table entry is of its buffer.
+#[derive(Clone, Copy)]
+enum Slot {
+    /// Chunk `i`: hashed, and copied if it changed.
+    Chunk(u32),
+    /// A range between copies of a filled buffer: copied, named as a part of its whole.
+    Gap,
+}
+
+/// A part of a buffer filled by copies, in order.
+#[derive(Clone, Copy)]
+enum Seg {
+    /// A copy's bytes, in the store already.
+    Known(BlobId),
+    /// Bytes between copies: table entry `i`'s.
+    Gap(usize),
+}
+
+/// A part of a filled buffer as `segments` finds it: a copy's blob, or a gap (offset,
+/// length) the device must give.
+enum Range {
+    Known(BlobId),
+    Gap(u64, u64),
+}
+
+/// The parts of a buffer of `size` bytes that copies filled at `ranges`: copies and the gaps
+/// between them, each gap in pieces of at most a chunk. `None` where the ranges run past
+/// its end.
+fn segments(
+    ranges: &std::collections::BTreeMap<u64, (u64, BlobId)>,
+    size: u64,
+) -> Option<Vec<Range>> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    let gap = |from: u64, to: u64, out: &mut Vec<Range>| {
+        let mut o = from;
+        while o < to {
+            let l = (to - o).min(CHUNK);
+            out.push(Range::Gap(o, l));
+            o += l;
+        }
+    };
+    for (&off, &(len, blob)) in ranges {
+        let end = off.checked_add(len).filter(|e| *e <= size)?;
+        gap(at, off, &mut out);
+        out.push(Range::Known(blob));
+        at = end;
+    }
+    gap(at, size, &mut out);
+    Some(out)
+}
+
 /// What the worker and the engine thread share.
 struct Watch {
     /// A checkpoint is on the device or being consumed: the next waits.
@@ -147,8 +200,10 @@ struct Watch {
 struct Job {
     no: u64,
     span_no: u64,
-    /// Each table entry's buffer and chunk index.
-    entries: Vec<(BufferId, u32)>,
+    /// Each table entry's buffer, and what it is of it.
+    entries: Vec<(BufferId, Slot)>,
+    /// Buffers filled by copies since the last checkpoint: what makes each up, in order.
+    fills: Vec<(BufferId, Vec<Seg>)>,
     /// Every live buffer: id, address, size, site.
     bufs: Vec<(BufferId, u64, u64, SiteId)>,
     /// Buffers freed since the last checkpoint: their blobs are let go.
@@ -165,7 +220,7 @@ pub(crate) struct DeviceCkpt {
     ev_engine: u64,
     ev_done: u64,
     gather: KernelHandle,
-    drain: KernelHandle,
+    done: KernelHandle,
     cap: u64,
     /// Control words, then the host ring.
     host: Arc<Region>,
@@ -210,7 +265,7 @@ impl DeviceCkpt {
         let cap = ring_mb.max(1) << 20;
         step("load the checkpoint kernels", gpu.load_module(&k::module()))?;
         let gather = step("find the gather kernel", gpu.kernel(k::MODULE, k::GATHER))?;
-        let drain = step("find the drain kernel", gpu.kernel(k::MODULE, k::DRAIN))?;
+        let done = step("find the done kernel", gpu.kernel(k::MODULE, k::DONE))?;
         let stream = step("create the checkpoint stream", gpu.create_stream())?;
         let ev_engine = step("create an event", gpu.create_event())?;
         let ev_done = step("create an event", gpu.create_event())?;
@@ -251,7 +306,7 @@ impl DeviceCkpt {
             ev_engine,
             ev_done,
             gather,
-            drain,
+            done,
             cap,
             host,
             table,
@@ -280,7 +335,7 @@ impl DeviceCkpt {
         streams: &[u64],
         pending: &[u64],
         written: &HashSet<BufferId>,
-        filled: &HashMap<BufferId, Option<BlobId>>,
+        filled: &HashMap<BufferId, std::collections::BTreeMap<u64, (u64, BlobId)>>,
     ) -> anyhow::Result<()> {
         let span_no = st.flight.as_deref().map_or(0, |f| f.span_no());
         let mut live: Vec<(BufferId, u64, u64, crate::backend::Site)> = st
@@ -296,7 +351,7 @@ impl DeviceCkpt {
             .collect();
         // The table: every chunk of a written buffer (a hash tells which changed), and the
         // chunks not yet taken of the others, up to half the ring.
-        let mut entries: Vec<(BufferId, u32)> = Vec::new();
+        let mut entries: Vec<(BufferId, Slot)> = Vec::new();
         let mut words: Vec<u64> = Vec::new();
         let mut rolling = 0u64;
         let known = std::mem::take(&mut st.checkpointed);
@@ -308,14 +363,15 @@ impl DeviceCkpt {
             .copied()
             .collect();
         let gone: Vec<BufChunks> = gone_ids.iter().filter_map(|b| map.remove(b)).collect();
+        let mut fills: Vec<(BufferId, Vec<Seg>)> = Vec::new();
         for &(id, addr, size, _) in &bufs {
-            // Filled whole by a copy and written by nothing else: its bytes are the copy's.
+            // Filled by copies and written by nothing else: its bytes are the copies' and,
+            // between them, what the device holds (an arena's alignment gaps).
             let fill = filled
                 .get(&id)
-                .copied()
-                .flatten()
-                .filter(|_| !written.contains(&id));
-            let mut all = written.contains(&id) || (filled.contains_key(&id) && fill.is_none());
+                .filter(|_| !written.contains(&id))
+                .and_then(|r| segments(r, size));
+            let all = written.contains(&id) || (filled.contains_key(&id) && fill.is_none());
             let e = map.entry(id).or_insert_with(|| {
                 // Known whole since the last host snapshot and not written since: its blob
                 // stands (pinned while the map holds it), and its chunks are only hashed.
@@ -331,23 +387,39 @@ impl DeviceCkpt {
                     hashed: false,
                 }
             });
-            if let (Some(x), Some(f)) = (fill, st.flight.as_deref_mut()) {
-                if e.whole != Some(x) {
-                    if f.pin(x, || None) {
-                        if let Some(old) = e.whole.replace(x) {
-                            f.unpin(old);
-                        }
-                        for c in e.chunks.iter_mut() {
-                            if let Some(b) = c.blob.take() {
-                                f.unpin(b);
-                            }
-                        }
-                        e.hashed = false;
-                    } else {
-                        // The copy's blob is gone from the store: read the buffer instead.
-                        all = true;
+            if let Some(segs) = fill {
+                // What was known of it goes; the copies and gaps make it whole again once
+                // this checkpoint is consumed, and its chunks are hashed meanwhile.
+                if let Some(f) = st.flight.as_deref_mut() {
+                    for b in e
+                        .whole
+                        .take()
+                        .into_iter()
+                        .chain(e.chunks.iter_mut().filter_map(|c| c.blob.take()))
+                    {
+                        f.unpin(b);
                     }
                 }
+                e.hashed = false;
+                let mut out = Vec::with_capacity(segs.len());
+                for seg in segs {
+                    match seg {
+                        Range::Known(b) => out.push(Seg::Known(b)),
+                        Range::Gap(off, len) => {
+                            out.push(Seg::Gap(entries.len()));
+                            entries.push((id, Slot::Gap));
+                            words.extend([addr + off, len, 0, 0, 0, 0, 0, FORCE]);
+                        }
+                    }
+                }
+                for (i, c) in e.chunks.iter().enumerate() {
+                    let off = i as u64 * CHUNK;
+                    let len = (size - off.min(size)).min(CHUNK);
+                    entries.push((id, Slot::Chunk(i as u32)));
+                    words.extend([addr + off, len, c.hash[0], c.hash[1], 0, 0, 0, HASH_ONLY]);
+                }
+                fills.push((id, out));
+                continue;
             }
             let seeding = !all && e.whole.is_some() && !e.hashed;
             if !all && !seeding && e.whole.is_some() {
@@ -371,7 +443,7 @@ impl DeviceCkpt {
                     }
                     rolling += len;
                 }
-                entries.push((id, i as u32));
+                entries.push((id, Slot::Chunk(i as u32)));
                 words.extend([addr + off, len, c.hash[0], c.hash[1], 0, 0, 0, mode]);
             }
         }
@@ -426,15 +498,24 @@ impl DeviceCkpt {
                 gpu.stream_wait_event(*s, self.ev_done)?;
             }
         }
+        // What the gather can have used: every chunk it may copy, rounded as it reserves.
+        let bound = entries_bound(&words).min(self.cap) as usize;
+        if self.staging != self.host.dev.offset(RING_AT) && bound > 0 {
+            // SAFETY: the ring lies inside the pinned region (`RING_AT + cap` bytes), no
+            // checkpoint is on the device and the worker reads the ring only after `done`,
+            // which runs after this copy on the same stream; the region outlives the copy
+            // (freed only when no checkpoint is out).
+            let ring =
+                unsafe { std::slice::from_raw_parts_mut(self.host.host.add(RING_AT), bound) };
+            gpu.copy_d2h_async(self.staging, ring, self.stream)?;
+        }
         gpu.launch_typed(
-            self.drain,
-            [k::DRAIN_BLOCKS, 1, 1],
-            [k::BLOCK, 1, 1],
+            self.done,
+            [1, 1, 1],
+            [1, 1, 1],
             0,
             self.stream,
             &[
-                KernelArg::Buffer(self.staging),
-                KernelArg::Buffer(self.host.dev.offset(RING_AT)),
                 KernelArg::Buffer(self.dev),
                 KernelArg::Buffer(self.host.dev),
             ],
@@ -444,6 +525,7 @@ impl DeviceCkpt {
             no,
             span_no,
             entries,
+            fills,
             bufs,
             gone,
             table: self.table.clone(),
@@ -481,6 +563,16 @@ impl DeviceCkpt {
             }
         }
     }
+}
+
+/// The ring bytes a gather over table `words` can reserve at most: its chunks that may be
+/// copied, each rounded up to 16 bytes.
+fn entries_bound(words: &[u64]) -> u64 {
+    words
+        .chunks_exact(ENTRY_WORDS)
+        .filter(|e| e[7] != HASH_ONLY)
+        .map(|e| e[1].next_multiple_of(16))
+        .sum()
 }
 
 /// The worker: for each checkpoint sent, wait for the device to say it is done (a word in
@@ -562,6 +654,20 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
     let mut wholes: Vec<(BlobId, u64, Vec<BlobId>)> = Vec::new();
     let mut ok = true;
     let mut data: HashMap<BufferId, BlobId> = HashMap::default();
+    // A filled buffer's whole is made of its copies' parts (a part cannot itself be
+    // chunked), which only the store knows.
+    let flat: HashMap<BlobId, Vec<BlobId>> = {
+        let st = st.lock();
+        let f = st.flight.as_deref();
+        job.fills
+            .iter()
+            .flat_map(|(_, segs)| segs.iter())
+            .filter_map(|s| match s {
+                Seg::Known(b) => Some((*b, f?.parts_of(b)?.to_vec())),
+                Seg::Gap(_) => None,
+            })
+            .collect()
+    };
     {
         let mut map = watch.chunks.lock();
         for g in &job.gone {
@@ -570,8 +676,22 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
         }
         let mut changed: HashSet<BufferId> = HashSet::default();
         let mut t = taken.into_iter().peekable();
-        for (i, &(buf, ci)) in job.entries.iter().enumerate() {
+        let mut gaps: HashMap<usize, BlobId> = HashMap::default();
+        for (i, &(buf, slot)) in job.entries.iter().enumerate() {
             let Some(b) = map.get_mut(&buf) else { continue };
+            let ci = match slot {
+                Slot::Chunk(ci) => ci,
+                Slot::Gap => {
+                    if t.peek().map(|x| x.entry) == Some(i) {
+                        let x = t.next().expect("peeked");
+                        gaps.insert(i, x.id);
+                        // Held by the whole it is a part of, once that is pinned.
+                        pins.push((x.id, Some(x.payload)));
+                        unpins.push(x.id);
+                    }
+                    continue;
+                }
+            };
             b.hashed = true;
             let Some(c) = b.chunks.get_mut(ci as usize) else {
                 continue;
@@ -589,6 +709,31 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
             let x = t.next().expect("peeked");
             c.blob = Some(x.id);
             pins.push((x.id, Some(x.payload)));
+        }
+        for (buf, segs) in &job.fills {
+            let Some(b) = map.get_mut(buf) else { continue };
+            let parts: Option<Vec<BlobId>> = segs
+                .iter()
+                .map(|s| match s {
+                    Seg::Known(k) => Some(flat.get(k).cloned().unwrap_or_else(|| vec![*k])),
+                    Seg::Gap(i) => gaps.get(i).map(|g| vec![*g]),
+                })
+                .collect::<Option<Vec<_>>>()
+                .map(|v| v.concat());
+            // A gap the ring had no room for: the buffer is read at a later checkpoint.
+            let Some(parts) = parts else { continue };
+            let w = match parts.as_slice() {
+                [one] => {
+                    pins.push((*one, None));
+                    *one
+                }
+                _ => {
+                    let w = BlobId::chunked(b.size, &parts);
+                    wholes.push((w, b.size, parts));
+                    w
+                }
+            };
+            b.whole = Some(w);
         }
         for &(buf, _, size, _) in &job.bufs {
             let Some(b) = map.get_mut(&buf) else { continue };
@@ -707,6 +852,73 @@ mod tests {
         let path = rec.flight_dump("asked").unwrap();
         let t = crate::trace::Trace::open(&path).unwrap();
         assert_eq!(t.initial.len(), 2, "both buffers in the checkpoint");
+        let r = crate::replayer::Replayer::new(&t)
+            .run(
+                &MockGpuBackend::default(),
+                &Default::default(),
+                None,
+                |_| {},
+            )
+            .unwrap();
+        assert!(r.passed(), "{}", r.summary());
+        drop(rec);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// An arena filled by copies at offsets, with gaps between them: a checkpoint reads the
+    /// gaps alone, and the dump gives back the arena's bytes, copies and gaps.
+    #[test]
+    fn an_arena_filled_by_copies_is_read_only_between_them() {
+        let dir = std::env::temp_dir().join(format!("gputape-dca-{}", std::process::id()));
+        let mut cfg = FlightConfig::new(&dir);
+        cfg.checkpoint_every = 1;
+        let rec =
+            RecordingBackend::flight(MockGpuBackend::default(), cfg, BackendDesc::new("mock"))
+                .unwrap();
+        let arena = rec.alloc(1 << 20).unwrap();
+        rec.memset(arena, 9, 1 << 20).unwrap();
+        rec.step_boundary(0);
+        assert!(rec.flight_settle(std::time::Duration::from_secs(10)));
+        let before = rec.flight_held().unwrap().checkpoint_read_bytes;
+        // Three tensors, 4 KiB of alignment between them and 16 bytes at the end; the
+        // second copied twice (the later one counts).
+        let tensors = [
+            (0usize, 300 << 10),
+            (304 << 10, 400 << 10),
+            (708 << 10, (316 << 10) - 16),
+        ];
+        for (k, &(off, len)) in tensors.iter().enumerate() {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * (k + 3) % 253) as u8).collect();
+            rec.copy_h2d(&bytes, arena.offset(off)).unwrap();
+        }
+        let again: Vec<u8> = vec![5; 400 << 10];
+        rec.copy_h2d(&again, arena.offset(304 << 10)).unwrap();
+        rec.step_boundary(1);
+        assert!(rec.flight_settle(std::time::Duration::from_secs(10)));
+        let h = rec.flight_held().unwrap();
+        assert_eq!(h.incomplete_checkpoints, 0, "{h:?}");
+        assert_eq!(
+            h.checkpoint_read_bytes - before,
+            8 << 10 | 16,
+            "the gaps alone: {h:?}"
+        );
+        // Two more checkpoints: the dump starts after the copies, from the arena as the
+        // checkpoint made it up.
+        for s in 2..4 {
+            rec.step_boundary(s);
+            assert!(rec.flight_settle(std::time::Duration::from_secs(10)));
+        }
+        let mut back = vec![0u8; 1 << 20];
+        rec.copy_d2h(arena, &mut back).unwrap();
+        assert_eq!(&back[300 << 10..304 << 10], &[9u8; 4 << 10][..]);
+        let path = rec.flight_dump("asked").unwrap();
+        let t = crate::trace::Trace::open(&path).unwrap();
+        assert!(
+            !t.calls
+                .iter()
+                .any(|c| matches!(c.call, crate::trace::Call::CopyH2D { .. })),
+            "the copies are before the dump's checkpoint"
+        );
         let r = crate::replayer::Replayer::new(&t)
             .run(
                 &MockGpuBackend::default(),

@@ -457,6 +457,11 @@ impl FlightStore {
         s.failed |= !ok;
     }
 
+    /// The parts of chunked blob `id`, if it is one held here.
+    pub fn parts_of(&self, id: &BlobId) -> Option<&[BlobId]> {
+        self.parts.get(id).map(Vec::as_slice)
+    }
+
     /// The number of the newest span (the one calls are logged into).
     pub fn span_no(&self) -> u64 {
         self.span_no

@@ -74,7 +74,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
         let tok = self.begin(Location::caller(), |st| {
             let (to, data, len) = (st.addr(dst.0), st.blob(src), src.len() as u64);
-            st.note_fill(dst.0, &to, data, len);
+            st.note_fill(&to, data, len);
             Call::CopyH2D { dst: to, data, len }
         });
         let r = self.inner.copy_h2d(src, dst);

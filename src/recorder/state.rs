@@ -145,11 +145,12 @@ pub(crate) struct RecState {
     /// Bytes of live buffers no checkpoint has read (allocated since the last one): what the
     /// flight recorder's budget expects the next checkpoint to read at least.
     pub unread_bytes: u64,
-    /// Flight recorder: buffers a blocking `copy_h2d` wrote since the last checkpoint, with
-    /// the blob it left in the whole buffer (`None`: it wrote a part). The copy's bytes are
-    /// in the trace already, so a device checkpoint need not read such a buffer back (a
-    /// model's weights, loaded after arming).
-    pub filled: HashMap<BufferId, Option<BlobId>>,
+    /// Flight recorder: buffers blocking `copy_h2d`s wrote since the last checkpoint, with
+    /// the ranges they left known (offset -> length and blob; a later copy over part of a
+    /// range makes all of that range unknown). The copies' bytes are in the trace already,
+    /// so a device checkpoint reads only the rest (a model's weights, loaded after arming,
+    /// into an arena: its alignment gaps).
+    pub filled: HashMap<BufferId, BTreeMap<u64, (u64, BlobId)>>,
     /// Flight recorder: the streams the span before the last checkpoint queued device work on
     /// (`begin_checkpoint`), which a device checkpoint orders itself after.
     pub span_streams: HashSet<StreamRef>,
@@ -434,15 +435,29 @@ impl RecState {
         true
     }
 
-    /// A blocking `copy_h2d` of `data` (`len` bytes) to `dst` at `p`, as the flight recorder
-    /// notes it (`filled`). Such copies are not among a span's writes (`begin_checkpoint`).
-    pub fn note_fill(&mut self, p: u64, dst: &DevAddr, data: BlobId, len: u64) {
+    /// A blocking `copy_h2d` of `data` (`len` bytes) to `dst`, as the flight recorder notes
+    /// it (`filled`). Such copies are not among a span's writes (`begin_checkpoint`).
+    pub fn note_fill(&mut self, dst: &DevAddr, data: BlobId, len: u64) {
         if self.flight.is_none() {
             return;
         }
         if let DevAddr::Buf { buf, off } = *dst {
-            let whole = off == 0 && self.bufs.get(&p).is_some_and(|b| b.size == len);
-            self.filled.insert(buf, whole.then_some(data));
+            let ranges = self.filled.entry(buf).or_default();
+            let end = off.saturating_add(len);
+            // Ranges that overlap [off, end): the one starting before it, and those inside.
+            let over: Vec<u64> = ranges
+                .range(..end)
+                .rev()
+                .take_while(|(o, (l, _))| o.saturating_add(*l) > off || **o >= off)
+                .filter(|(o, (l, _))| o.saturating_add(*l) > off)
+                .map(|(o, _)| *o)
+                .collect();
+            for o in over {
+                ranges.remove(&o);
+            }
+            if len > 0 {
+                ranges.insert(off, (len, data));
+            }
         }
     }
 
