@@ -377,6 +377,15 @@ pub trait GpuBackend: Send + Sync {
         Ok(())
     }
 
+    /// A stream for a tool's own work beside the engine's (the flight recorder's
+    /// checkpoints): one that never waits for, nor holds up, the legacy stream's work, so an
+    /// engine's blocking copies do not queue behind it. Not recorded by a recorder (the tool
+    /// calls the backend it wraps). Default: `create_stream`.
+    #[track_caller]
+    fn create_private_stream(&self) -> Result<u64> {
+        self.create_stream()
+    }
+
     /// A new event, for ordering streams (`record_event`, `stream_wait_event`) and for host
     /// waits. Timing is off: it is never used to measure.
     #[track_caller]

@@ -588,6 +588,13 @@ impl GpuBackend for CudaBackend {
     }
 
     #[track_caller]
+    fn create_private_stream(&self) -> Result<u64> {
+        let s = driver::stream_create(sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)?;
+        self.streams.lock().push(s as u64);
+        Ok(s as u64)
+    }
+
+    #[track_caller]
     fn bind_to_thread(&self) -> Result<()> {
         // SAFETY: `self.ctx` is this backend's primary context, retained until drop.
         Ok(unsafe { driver::ctx_set_current(self.ctx as sys::CUcontext) }?)

@@ -273,6 +273,11 @@ impl GpuBackend for MockGpuBackend {
     }
 
     #[track_caller]
+    fn create_private_stream(&self) -> anyhow::Result<u64> {
+        self.create_stream_of(crate::backend::StreamKind::NonBlocking)
+    }
+
+    #[track_caller]
     fn create_event(&self) -> anyhow::Result<u64> {
         self.create_event_impl()
     }

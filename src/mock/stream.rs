@@ -25,6 +25,12 @@ impl MockGpuBackend {
 
     #[track_caller]
     pub(super) fn create_stream_impl(&self) -> anyhow::Result<u64> {
+        self.create_stream_of(self.cfg.stream_kind)
+    }
+
+    /// A new stream of `kind`.
+    #[track_caller]
+    pub(super) fn create_stream_of(&self, kind: crate::backend::StreamKind) -> anyhow::Result<u64> {
         let site = here();
         let mut st = self.state.lock();
         mock_try!(Self::tick(&mut st, CallKind::CreateStream, site))?;
@@ -37,7 +43,7 @@ impl MockGpuBackend {
         ))?;
         let s = st.next_stream;
         st.next_stream += 1;
-        st.streams.insert(s, self.cfg.stream_kind);
+        st.streams.insert(s, kind);
         Ok(s)
     }
 

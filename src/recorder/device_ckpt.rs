@@ -266,7 +266,9 @@ impl DeviceCkpt {
         step("load the checkpoint kernels", gpu.load_module(&k::module()))?;
         let gather = step("find the gather kernel", gpu.kernel(k::MODULE, k::GATHER))?;
         let done = step("find the done kernel", gpu.kernel(k::MODULE, k::DONE))?;
-        let stream = step("create the checkpoint stream", gpu.create_stream())?;
+        // Its own stream must not be one the engine's blocking copies wait for (a blocking
+        // stream does: the legacy stream waits for them all).
+        let stream = step("create the checkpoint stream", gpu.create_private_stream())?;
         let ev_engine = step("create an event", gpu.create_event())?;
         let ev_done = step("create an event", gpu.create_event())?;
         let host = Arc::new(step(
