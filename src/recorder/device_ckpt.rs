@@ -133,6 +133,8 @@ struct BufChunks {
     whole: Option<BlobId>,
     /// Its chunks' hashes are known (set by any checkpoint that ran over them).
     hashed: bool,
+    /// Chunks before this one were all taken when last looked at (`take`'s rolling).
+    hint: usize,
 }
 
 /// What a table entry is of its buffer.
@@ -387,6 +389,7 @@ impl DeviceCkpt {
                     chunks: vec![Chunk::default(); size.div_ceil(CHUNK).max(1) as usize],
                     whole,
                     hashed: false,
+                    hint: 0,
                 }
             });
             if let Some(segs) = fill {
@@ -403,6 +406,7 @@ impl DeviceCkpt {
                     }
                 }
                 e.hashed = false;
+                e.hint = 0;
                 let mut out = Vec::with_capacity(segs.len());
                 for seg in segs {
                     match seg {
@@ -427,7 +431,30 @@ impl DeviceCkpt {
             if !all && !seeding && e.whole.is_some() {
                 continue;
             }
-            for (i, c) in e.chunks.iter().enumerate() {
+            // Taking what was not taken yet, a part of the ring at a time, from where the
+            // last checkpoint stopped: an 8B model's weights are 262,144 chunks, too many to
+            // walk at every checkpoint while they go through.
+            let rolling_only = !all && !seeding;
+            if rolling_only && rolling + CHUNK > self.cap / 2 {
+                continue;
+            }
+            let from = if rolling_only {
+                e.hint.min(e.chunks.len())
+            } else {
+                0
+            };
+            if rolling_only {
+                e.hint = from
+                    + e.chunks[from..]
+                        .iter()
+                        .take_while(|c| c.blob.is_some())
+                        .count();
+            }
+            let from = if rolling_only { e.hint } else { from };
+            for (i, c) in e.chunks.iter().enumerate().skip(from) {
+                if rolling_only && rolling + CHUNK > self.cap / 2 {
+                    break;
+                }
                 let mode = if seeding {
                     HASH_ONLY
                 } else if c.blob.is_none() {
@@ -706,6 +733,8 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
             changed.insert(buf);
             unpins.extend(c.blob.take());
             if at == FULL || t.peek().map(|x| x.entry) != Some(i) {
+                // Not taken: the rolling takes it again from here.
+                b.hint = b.hint.min(ci as usize);
                 continue;
             }
             let x = t.next().expect("peeked");
