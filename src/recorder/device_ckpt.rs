@@ -44,6 +44,14 @@ use std::sync::{mpsc, Arc, Weak};
 /// activations), and it is small beside what an engine leaves free.
 pub const DEFAULT_RING_MB: u64 = 256;
 
+/// Whether each device checkpoint's cost to the engine's thread is said on stderr, and
+/// what the recorder's thread then spent on it (`GPUTAPE_FLIGHT_CKPT_TIMES=1`): for finding
+/// where a checkpoint's time goes on a machine without a profiler.
+pub(crate) fn say_times() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPUTAPE_FLIGHT_CKPT_TIMES").is_some_and(|v| v != "0"))
+}
+
 /// Table entries the first table holds; it doubles as needed.
 const FIRST_TABLE: usize = 4096;
 
@@ -646,6 +654,7 @@ struct Taken {
 /// A done checkpoint into the store: copied chunks named, the chunk map updated, each live
 /// buffer's Address and Initial frames written into the checkpoint's span.
 fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecState>) {
+    let t0 = std::time::Instant::now();
     let out = |i: usize| job.table.word(i * ENTRY_WORDS + 6).load(Ordering::Relaxed);
     let hash = |i: usize| {
         [
@@ -793,6 +802,7 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
             data.insert(buf, id);
         }
     }
+    let named = t0.elapsed();
     // The checkpoint's frames, encoded before the lock is taken: the engine's calls wait
     // for that lock.
     let mut frames: Vec<Vec<u8>> = Vec::new();
@@ -816,6 +826,7 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
         }
     }
     let mut st = st.lock();
+    let locked_at = std::time::Instant::now();
     let Some(f) = st.flight.as_deref_mut() else {
         return;
     };
@@ -832,6 +843,16 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<super::state::RecSt
     f.checkpoint_frames(job.span_no, frames, ok);
     if !ok {
         f.incomplete_checkpoints += 1;
+    }
+    drop(st);
+    if say_times() {
+        eprintln!(
+            "gputape: device checkpoint {} consumed: {} entries, {copied} bytes named in {named:?}, held the lock {:?}, all {:?}",
+            job.no,
+            job.entries.len(),
+            locked_at.elapsed(),
+            t0.elapsed()
+        );
     }
 }
 

@@ -653,7 +653,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// A checkpoint on the device (`device_ckpt.rs`): the new span begins now, pending until
     /// the recorder's thread has consumed what the device copied.
     fn checkpoint_on_device(&self, d: &mut device_ckpt::DeviceCkpt) -> Result<(), RecordError> {
+        let t0 = std::time::Instant::now();
         let mut st = self.st.lock();
+        let locked = t0.elapsed();
         let mut streams: Vec<u64> = st.streams.keys().copied().collect();
         streams.push(0);
         streams.sort();
@@ -681,8 +683,19 @@ impl<B: GpuBackend> RecordingBackend<B> {
         // The legacy stream last: the gather goes on the first.
         pending.sort_by_key(|s| (*s == 0, *s));
         st.unread_bytes = 0;
-        st.checkpointed.clear();
+        let begun = t0.elapsed();
         let taken = d.take(&self.inner, &mut st, &streams, &pending, &written, &filled);
+        if device_ckpt::say_times() {
+            eprintln!(
+                "gputape: device checkpoint: lock {:?}, span {:?}, take {:?}; {} written, {} filled, {} streams pending",
+                locked,
+                begun - locked,
+                t0.elapsed() - begun,
+                written.len(),
+                filled.len(),
+                pending.len()
+            );
+        }
         if let Some(f) = st.flight.as_deref_mut() {
             if taken.is_err() {
                 f.device_checkpoint_done(span_no, false);
