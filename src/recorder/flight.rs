@@ -117,11 +117,19 @@ pub(crate) struct FlightStore {
     pub budget_deferrals: u64,
     /// When the recorder was armed: the budget is a share of the time since.
     armed_at: std::time::Instant,
-    /// What the checkpoints taken since arming cost, in all.
+    /// What the checkpoints taken since arming cost, in all, as the budget counts it.
     spent: std::time::Duration,
+    /// What they cost the threads that took them.
+    host_time: std::time::Duration,
     /// What the last checkpoint cost, and its read rate (bytes a second) when it read
     /// enough to measure one: the budget's estimate of the next.
     last_cost: Option<(std::time::Duration, Option<f64>)>,
+    /// The step clock (`step_ended`): the last step's end, the typical step (a moving
+    /// average of those no checkpoint followed), and whether a device checkpoint followed
+    /// the last one, to be priced by the next.
+    last_step_end: Option<std::time::Instant>,
+    typical_step: Option<f64>,
+    device_checkpoint_to_price: bool,
     /// Checkpoints taken since the recorder was armed, the first (at arming) not counted.
     pub checkpoints: u64,
     /// Bytes those checkpoints read back.
@@ -190,7 +198,11 @@ impl FlightStore {
             budget_deferrals: 0,
             armed_at: std::time::Instant::now(),
             spent: std::time::Duration::ZERO,
+            host_time: std::time::Duration::ZERO,
             last_cost: None,
+            last_step_end: None,
+            typical_step: None,
+            device_checkpoint_to_price: false,
             checkpoints: 0,
             checkpoint_read_bytes: 0,
             incomplete_checkpoints: 0,
@@ -243,6 +255,7 @@ impl FlightStore {
     /// A checkpoint was taken: it cost `cost`, and read what `checkpoint_read_bytes` grew by
     /// since the last one was taken.
     pub fn checkpoint_taken(&mut self, cost: std::time::Duration) {
+        self.host_time += cost;
         let read = self.checkpoint_read_bytes - self.read_when_taken;
         self.read_when_taken = self.checkpoint_read_bytes;
         self.checkpoints += 1;
@@ -251,6 +264,36 @@ impl FlightStore {
         let rate = (read >= 1 << 20 && !cost.is_zero()).then(|| read as f64 / cost.as_secs_f64());
         let known = self.last_cost.and_then(|(_, r)| r);
         self.last_cost = Some((cost, rate.or(known)));
+    }
+
+    /// A device checkpoint was taken: what it cost the engine's thread (`host`) is only part
+    /// of it (its launches; the engine's streams wait for its gather, the recorder's thread
+    /// takes the lock), so it is priced by the step it falls in (`step_ended`).
+    pub fn device_checkpoint_taken(&mut self, host: std::time::Duration) {
+        self.checkpoints += 1;
+        self.host_time += host;
+        self.device_checkpoint_to_price = true;
+    }
+
+    /// A step ended now. A step a device checkpoint fell in is priced at what it took beyond
+    /// the typical step (a moving average of the others): that is what the checkpoint cost
+    /// the engine, whatever part of it was the host's, the device's or the lock's, and the
+    /// budget counts it. On an 80 us step the launches alone were a fifth of it.
+    pub fn step_ended(&mut self, now: std::time::Instant) {
+        if let Some(prev) = self.last_step_end {
+            let dt = now.saturating_duration_since(prev).as_secs_f64();
+            match (self.device_checkpoint_to_price, self.typical_step) {
+                (true, Some(t)) => {
+                    let extra = std::time::Duration::from_secs_f64((dt - t).max(0.0));
+                    self.spent += extra;
+                    self.last_cost = Some((extra, None));
+                }
+                (true, None) => {}
+                (false, t) => self.typical_step = Some(t.map_or(dt, |t| 0.9 * t + 0.1 * dt)),
+            }
+        }
+        self.device_checkpoint_to_price = false;
+        self.last_step_end = Some(now);
     }
 
     /// A capture begins: its calls' frames are kept with the graph it makes.
@@ -721,7 +764,7 @@ impl FlightStore {
             device_checkpoints: self.device_checkpoints,
             incomplete_checkpoints: self.incomplete_checkpoints,
             busy_deferrals: self.busy_deferrals,
-            checkpoint_time: self.spent,
+            checkpoint_time: self.host_time,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory
                 + self
@@ -1008,4 +1051,37 @@ pub(crate) fn trigger(st: &mut RecState, reason: &str, open: Option<u64>) {
 /// Every armed flight recorder still alive, for the watcher thread.
 pub(crate) fn armed() -> Vec<Shared> {
     ARMED.lock().iter().filter_map(Weak::upgrade).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A step a device checkpoint fell in is priced at what it took beyond the typical
+    /// step, and the budget then holds the next checkpoint back for as long as that takes
+    /// to be 2% of the time since arming.
+    #[test]
+    fn a_device_checkpoint_is_priced_by_the_step_it_fell_in() {
+        let mut cfg = FlightConfig::new(std::env::temp_dir());
+        cfg.budget = Some(0.02);
+        let mut f = FlightStore::new(cfg);
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        for k in 0..10 {
+            f.step_ended(ms(k));
+        }
+        assert_eq!(f.spent, Duration::ZERO);
+        f.device_checkpoint_taken(Duration::from_micros(40));
+        // The step it fell in took 4 ms against a typical 1 ms.
+        f.step_ended(ms(13));
+        let extra = f.spent.as_secs_f64();
+        assert!((extra - 0.003).abs() < 1e-6, "{extra}");
+        assert_eq!(f.held().checkpoint_time, Duration::from_micros(40));
+        // Priced once; the next steps are typical again.
+        f.step_ended(ms(14));
+        assert!((f.spent.as_secs_f64() - extra).abs() < 1e-9);
+        // 3 ms spent and 3 ms expected of the next: not before 300 ms after arming.
+        assert!(!f.checkpoint_fits(0));
+    }
 }

@@ -78,9 +78,12 @@ pub struct FlightConfig {
     /// this long: a hang. The dump is written by a thread of the recorder's own, so a stuck
     /// engine thread does not stop it. `None` (the default): off.
     pub hang_after: Option<std::time::Duration>,
-    /// The share of wall time checkpoints may take (`GPUTAPE_FLIGHT_BUDGET`, default 0.02): a
-    /// checkpoint syncs the engine's streams and reads back what was written, which stalled
-    /// an 8B-shaped step 0.1 s every 8 steps on the H200 (mean step 3.5x). Checkpoints are
+    /// The share of wall time checkpoints may take (`GPUTAPE_FLIGHT_BUDGET`, default 0.02). A
+    /// host checkpoint syncs the engine's streams and reads back what was written, which
+    /// stalled an 8B-shaped step 0.1 s every 8 steps on the H200 (mean step 3.5x), and is
+    /// priced at its own time; a device checkpoint stops nothing, and is priced at what the
+    /// step it fell in took beyond the typical step (on steps of tens of microseconds its
+    /// launches and the engine's wait for its gather still show). Checkpoints are
     /// accounted from arming on: one that falls due before what checkpoints have cost, plus
     /// its own estimate, fits this share of the time since arming is put off to the first
     /// step boundary where it does, so the mean step pays at most this share over any

@@ -552,6 +552,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 f.steps = 0;
             }
             f.steps += 1;
+            f.step_ended(std::time::Instant::now());
             f.checkpoint_owed |= f.steps % f.cfg.checkpoint_every == 0;
             if !f.checkpoint_owed {
                 return;
@@ -583,7 +584,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let t0 = std::time::Instant::now();
         let taken = self.checkpoint();
         if let Some(f) = self.st.lock().flight.as_deref_mut() {
-            f.checkpoint_taken(t0.elapsed());
+            if f.device_checkpoints {
+                f.device_checkpoint_taken(t0.elapsed());
+            } else {
+                f.checkpoint_taken(t0.elapsed());
+            }
         }
         if let Err(e) = taken {
             self.own_failure(format!("a checkpoint failed: {e}"));
