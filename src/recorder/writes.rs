@@ -3,6 +3,7 @@
 
 use super::flight::FlightStore;
 use super::ring::Writes;
+use super::state::RecState;
 use crate::backend::{ParamAccess, ParamInfo};
 use crate::trace::*;
 use rustc_hash::FxHashMap as HashMap;
@@ -79,5 +80,76 @@ pub(super) fn call_writes(
             all: false,
             stream,
         },
+    }
+}
+
+/// What a flight recorder's span wrote, as its checkpoints need it.
+impl RecState {
+    /// The buffers the calls of the flight recorder's current span may have written, read off
+    /// their Begin records once per distinct call: copy and memset destinations, a launch's
+    /// pointer arguments its layout does not call read-only, everything for a graph launch.
+    ///
+    /// Then the store's next span begins. `false`: not a flight recorder.
+    pub fn begin_checkpoint(&mut self) -> bool {
+        let Some(f) = self.flight.as_deref_mut() else {
+            return false;
+        };
+        let layouts: HashMap<KernelId, &[ParamInfo]> = self
+            .kernels
+            .values()
+            .filter_map(|k| Some((k.id, k.params.as_deref()?)))
+            .collect();
+        let graphs = graph_writes(f, &layouts);
+        let mut all = false;
+        let dirty = &mut self.dirty;
+        let streams = &mut self.span_streams;
+        streams.clear();
+        f.span_writes(
+            |record| match crate::trace::codec::decode(record) {
+                // Noted as each was made (`note_fill`), in order.
+                Ok(Frame::Begin(b)) if matches!(b.call, Call::CopyH2D { .. }) => Writes::default(),
+                Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts, &graphs),
+                _ => Writes::default(),
+            },
+            |w| {
+                all |= w.all;
+                dirty.extend(w.bufs.iter().copied());
+                streams.extend(w.stream);
+            },
+        );
+        if all {
+            self.dirty.extend(self.bufs.values().map(|x| x.id));
+        }
+        // Filled by copies: written too, for a checkpoint that reads back (a device
+        // checkpoint takes `filled` first and knows their bytes).
+        self.dirty.extend(self.filled.drain().map(|(b, _)| b));
+        f.begin_checkpoint();
+        true
+    }
+
+    /// A blocking `copy_h2d` of `data` (`len` bytes) to `dst`, as the flight recorder notes
+    /// it (`filled`). Such copies are not among a span's writes (`begin_checkpoint`).
+    pub fn note_fill(&mut self, dst: &DevAddr, data: BlobId, len: u64) {
+        if self.flight.is_none() {
+            return;
+        }
+        if let DevAddr::Buf { buf, off } = *dst {
+            let ranges = self.filled.entry(buf).or_default();
+            let end = off.saturating_add(len);
+            // Ranges that overlap [off, end): the one starting before it, and those inside.
+            let over: Vec<u64> = ranges
+                .range(..end)
+                .rev()
+                .take_while(|(o, (l, _))| o.saturating_add(*l) > off || **o >= off)
+                .filter(|(o, (l, _))| o.saturating_add(*l) > off)
+                .map(|(o, _)| *o)
+                .collect();
+            for o in over {
+                ranges.remove(&o);
+            }
+            if len > 0 {
+                ranges.insert(off, (len, data));
+            }
+        }
     }
 }

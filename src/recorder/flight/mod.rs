@@ -9,7 +9,8 @@
 //! `checkpoint_every` steps a checkpoint of device state is taken (the buffers written since
 //! the last checkpoint are read back, the others keep their blob: weights are read once) and a
 //! new span of calls begins. Two spans are kept, so a dump always holds between one and two
-//! checkpoint intervals of calls, from the older checkpoint on.
+//! checkpoint intervals of calls, from the older checkpoint on; more while the newest
+//! checkpoint is still on the device (`device_ckpt`) or could not be completed.
 //!
 //! A dump is an ordinary trace: the older checkpoint as its initial state, then the calls since.
 //! Triggers: an error returned by any call (the first one; a dead context fails every later
@@ -23,15 +24,18 @@
 //! another thread is inside while the dump is written reads as returned `Ok(())`, where a
 //! full recording would show no End yet; and such calls are not waited for by `stop()`.
 
+mod blobs;
+mod dump;
+
+use super::flight_budget::Budget;
 pub use super::flight_config::{FlightConfig, FlightHeld};
 use super::ring::{self, Fast, Interned, Log, RawKey, Record, Templates, Writes};
 use super::spill::Spill;
 use super::state::RecState;
-use crate::trace::{BlobId, FrameClass, GraphId, Sink, TraceError, TraceWriter};
+use crate::trace::{BlobId, FrameClass, GraphId, Sink};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -115,21 +119,8 @@ pub(crate) struct FlightStore {
     pub deferred_checkpoints: u64,
     /// Step boundaries at which a checkpoint was owed but put off by the budget.
     pub budget_deferrals: u64,
-    /// When the recorder was armed: the budget is a share of the time since.
-    armed_at: std::time::Instant,
-    /// What the checkpoints taken since arming cost, in all, as the budget counts it.
-    spent: std::time::Duration,
-    /// What they cost the threads that took them.
-    host_time: std::time::Duration,
-    /// What the last checkpoint cost, and its read rate (bytes a second) when it read
-    /// enough to measure one: the budget's estimate of the next.
-    last_cost: Option<(std::time::Duration, Option<f64>)>,
-    /// The step clock (`step_ended`): the last step's end, the typical step (a moving
-    /// average of those no checkpoint followed), and whether a device checkpoint followed
-    /// the last one, to be priced by the next.
-    last_step_end: Option<std::time::Instant>,
-    typical_step: Option<f64>,
-    device_checkpoint_to_price: bool,
+    /// What checkpoints may cost, and have.
+    pub budget: Budget,
     /// Checkpoints taken since the recorder was armed, the first (at arming) not counted.
     pub checkpoints: u64,
     /// Bytes those checkpoints read back.
@@ -140,8 +131,6 @@ pub(crate) struct FlightStore {
     pub busy_deferrals: u64,
     /// Checkpoints are taken on the device.
     pub device_checkpoints: bool,
-    /// `checkpoint_read_bytes` when the last checkpoint was taken.
-    read_when_taken: u64,
     /// What the recorder's own work got wrong (checkpoints, dumps), newest last, at most
     /// `MAX_FAILURES` kept; `failures` counts them all.
     failure_log: VecDeque<String>,
@@ -164,10 +153,6 @@ struct GraphKept {
     frames: Vec<Vec<u8>>,
     blobs: Vec<BlobId>,
 }
-
-/// The read rate a first checkpoint is estimated at (bytes a second): a device-to-host copy
-/// into pageable memory, hashed, is about this on the H200's host (runs 45-46).
-const DEFAULT_READ_RATE: f64 = 2e9;
 
 /// Failures of the recorder's own work named in a dump; more are counted.
 const MAX_FAILURES: usize = 8;
@@ -196,19 +181,12 @@ impl FlightStore {
             checkpoint_owed: false,
             deferred_checkpoints: 0,
             budget_deferrals: 0,
-            armed_at: std::time::Instant::now(),
-            spent: std::time::Duration::ZERO,
-            host_time: std::time::Duration::ZERO,
-            last_cost: None,
-            last_step_end: None,
-            typical_step: None,
-            device_checkpoint_to_price: false,
+            budget: Budget::new(),
             checkpoints: 0,
             checkpoint_read_bytes: 0,
             incomplete_checkpoints: 0,
             busy_deferrals: 0,
             device_checkpoints: false,
-            read_when_taken: 0,
             failure_log: VecDeque::new(),
             failures: 0,
             capture: None,
@@ -216,27 +194,10 @@ impl FlightStore {
         }
     }
 
-    /// Blobs a live graph's capture names (and their parts): kept while the graph lives.
-    fn graph_blobs(&self) -> rustc_hash::FxHashSet<BlobId> {
-        let mut set = rustc_hash::FxHashSet::default();
-        for g in self.graphs.values() {
-            for b in &g.blobs {
-                set.insert(*b);
-                set.extend(self.parts.get(b).into_iter().flatten().copied());
-            }
-        }
-        set
-    }
-
-    /// Whether a checkpoint owed now fits the budget: what checkpoints have cost since arming,
-    /// plus this one's estimate, is at most the budget's share of the time since arming. So
-    /// over any stretch from arming on, checkpoints take at most that share, the first one
-    /// included (it reads every buffer the engine filled since arming: a 16 GB model's
-    /// weights take seconds). The estimate is the last checkpoint's cost, or the bytes no
-    /// checkpoint has read yet (`unread`) at the last measured read rate (at first, 2 GB/s),
-    /// whichever is larger. A span grown past `max_span_calls` takes one regardless.
+    /// Whether a checkpoint owed now fits the budget (`Budget::fits`; `unread`: bytes no
+    /// checkpoint has read). A span grown past `max_span_calls` takes one regardless.
     pub fn checkpoint_fits(&self, unread: u64) -> bool {
-        let Some(b) = self.cfg.budget else {
+        let Some(share) = self.cfg.budget else {
             return true;
         };
         if self
@@ -246,54 +207,19 @@ impl FlightStore {
         {
             return true;
         }
-        let (last, rate) = self.last_cost.unwrap_or_default();
-        let by_bytes = unread as f64 / rate.unwrap_or(DEFAULT_READ_RATE);
-        let estimate = last.as_secs_f64().max(by_bytes);
-        self.spent.as_secs_f64() + estimate <= b * self.armed_at.elapsed().as_secs_f64()
+        self.budget.fits(share, unread)
     }
 
-    /// A checkpoint was taken: it cost `cost`, and read what `checkpoint_read_bytes` grew by
-    /// since the last one was taken.
+    /// A checkpoint was taken, costing the thread that took it `cost`: a host checkpoint is
+    /// priced at that, a device checkpoint by the step it fell in.
     pub fn checkpoint_taken(&mut self, cost: std::time::Duration) {
-        self.host_time += cost;
-        let read = self.checkpoint_read_bytes - self.read_when_taken;
-        self.read_when_taken = self.checkpoint_read_bytes;
         self.checkpoints += 1;
-        self.spent += cost;
-        // Below a mebibyte the time is the checkpoint's fixed cost, not a read rate.
-        let rate = (read >= 1 << 20 && !cost.is_zero()).then(|| read as f64 / cost.as_secs_f64());
-        let known = self.last_cost.and_then(|(_, r)| r);
-        self.last_cost = Some((cost, rate.or(known)));
-    }
-
-    /// A device checkpoint was taken: what it cost the engine's thread (`host`) is only part
-    /// of it (its launches; the engine's streams wait for its gather, the recorder's thread
-    /// takes the lock), so it is priced by the step it falls in (`step_ended`).
-    pub fn device_checkpoint_taken(&mut self, host: std::time::Duration) {
-        self.checkpoints += 1;
-        self.host_time += host;
-        self.device_checkpoint_to_price = true;
-    }
-
-    /// A step ended now. A step a device checkpoint fell in is priced at what it took beyond
-    /// the typical step (a moving average of the others): that is what the checkpoint cost
-    /// the engine, whatever part of it was the host's, the device's or the lock's, and the
-    /// budget counts it. On an 80 us step the launches alone were a fifth of it.
-    pub fn step_ended(&mut self, now: std::time::Instant) {
-        if let Some(prev) = self.last_step_end {
-            let dt = now.saturating_duration_since(prev).as_secs_f64();
-            match (self.device_checkpoint_to_price, self.typical_step) {
-                (true, Some(t)) => {
-                    let extra = std::time::Duration::from_secs_f64((dt - t).max(0.0));
-                    self.spent += extra;
-                    self.last_cost = Some((extra, None));
-                }
-                (true, None) => {}
-                (false, t) => self.typical_step = Some(t.map_or(dt, |t| 0.9 * t + 0.1 * dt)),
-            }
+        if self.device_checkpoints {
+            self.budget.device_checkpoint(cost);
+        } else {
+            self.budget
+                .host_checkpoint(cost, self.checkpoint_read_bytes);
         }
-        self.device_checkpoint_to_price = false;
-        self.last_step_end = Some(now);
     }
 
     /// A capture begins: its calls' frames are kept with the graph it makes.
@@ -369,79 +295,6 @@ impl FlightStore {
         self.last_interned = None;
     }
 
-    /// Blobs no span from `oldest` on names, and nothing pins, go (from the spill file too).
-    fn evict_before(&mut self, oldest: u64) {
-        let keep = self.named_in.split_off(&oldest);
-        let old = std::mem::replace(&mut self.named_in, keep);
-        let graphs = self.graph_blobs();
-        for id in old.into_values().flatten() {
-            let stale = self
-                .blobs
-                .get(&id)
-                .is_some_and(|(_, last)| *last < oldest && !graphs.contains(&id));
-            if !stale {
-                continue;
-            }
-            if let Some((Held::Disk(_), _)) = self.blobs.remove(&id) {
-                self.spill.remove(id);
-            }
-            self.parts.remove(&id);
-        }
-    }
-
-    /// Name blob `id` (held already) in span `no`, unless it is pinned.
-    fn rename(&mut self, id: BlobId, no: u64) {
-        if let Some(e) = self.blobs.get_mut(&id) {
-            if e.1 != PINNED && e.1 != no {
-                e.1 = no;
-                self.named_in.entry(no).or_default().push(id);
-            }
-        }
-    }
-
-    /// Hold blob `id` (`payload`, its encoded frame, if it is not held yet) for as long as
-    /// an unpin has not matched this pin: the device checkpoint's chunks are held so,
-    /// however many checkpoints name them.
-    /// A chunked blob's parts are pinned with it. False: not held, and no payload given.
-    pub fn pin(&mut self, id: BlobId, payload: impl FnOnce() -> Option<Vec<u8>>) -> bool {
-        if !self.blobs.contains_key(&id) {
-            let Some(p) = payload() else { return false };
-            self.hold(id, p, PINNED);
-        }
-        self.pin_held(id);
-        true
-    }
-
-    /// `pin` of a blob held already (a missing part is left alone: the dump names it).
-    fn pin_held(&mut self, id: BlobId) {
-        if let Some(e) = self.blobs.get_mut(&id) {
-            e.1 = PINNED;
-        }
-        *self.pins.entry(id).or_default() += 1;
-        for p in self.parts.get(&id).cloned().unwrap_or_default() {
-            self.pin_held(p);
-        }
-    }
-
-    /// `pin` for a chunked blob of `parts` (each pinned by its holder).
-    pub fn pin_chunked(&mut self, id: BlobId, len: u64, parts: &[BlobId]) {
-        if !self.blobs.contains_key(&id) {
-            let frame = crate::trace::Frame::Chunked {
-                id,
-                len,
-                parts: parts.to_vec(),
-            };
-            self.parts.insert(id, parts.to_vec());
-            let mut payload = Vec::new();
-            if crate::trace::codec::append(&frame, &mut payload).is_err() {
-                return;
-            }
-            self.pin(id, || Some(payload));
-            return;
-        }
-        self.pin(id, || None);
-    }
-
     /// Span `no`'s device checkpoint is done: its frames (`ok`), or it could not be (the
     /// ring was full, a frame would not encode) and no dump starts from it.
     pub fn checkpoint_frames(&mut self, no: u64, frames: Vec<Vec<u8>>, ok: bool) {
@@ -455,27 +308,6 @@ impl FlightStore {
             }
         }
         self.device_checkpoint_done(no, ok);
-    }
-
-    /// One holder of blob `id` lets go: with the last, the blob is named by the current span
-    /// (older checkpoints still name it) and goes with it.
-    pub fn unpin(&mut self, id: BlobId) {
-        for p in self.parts.get(&id).cloned().unwrap_or_default() {
-            self.unpin(p);
-        }
-        let Some(n) = self.pins.get_mut(&id) else {
-            return;
-        };
-        *n -= 1;
-        if *n > 0 {
-            return;
-        }
-        self.pins.remove(&id);
-        let no = self.span_no;
-        if let Some(e) = self.blobs.get_mut(&id) {
-            e.1 = no;
-            self.named_in.entry(no).or_default().push(id);
-        }
     }
 
     /// The newest span's checkpoint is being taken on the device: no dump starts from it
@@ -500,11 +332,6 @@ impl FlightStore {
         s.failed |= !ok;
     }
 
-    /// The parts of chunked blob `id`, if it is one held here.
-    pub fn parts_of(&self, id: &BlobId) -> Option<&[BlobId]> {
-        self.parts.get(id).map(Vec::as_slice)
-    }
-
     /// The number of the newest span (the one calls are logged into).
     pub fn span_no(&self) -> u64 {
         self.span_no
@@ -517,68 +344,6 @@ impl FlightStore {
         if let (false, Some(s)) = (ok, self.spans.back_mut()) {
             s.failed = true;
         }
-    }
-
-    /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new). A
-    /// chunked blob's parts are named with it.
-    pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
-        if let Some(c) = self.capture.as_mut() {
-            c.blobs.push(id);
-        }
-        let no = self.span_no;
-        match self.blobs.contains_key(&id) {
-            true => {
-                self.rename(id, no);
-                let parts = self.parts.get(&id).cloned().unwrap_or_default();
-                for p in parts {
-                    self.rename(p, no);
-                }
-            }
-            false => {
-                let mut payload = Vec::new();
-                if crate::trace::codec::append(&frame(), &mut payload).is_ok() {
-                    self.hold(id, payload, no);
-                }
-            }
-        }
-    }
-
-    /// Keep new blob `id`, on disk if it is large enough and the write succeeds; gives the
-    /// payload back when it went to disk.
-    fn hold(&mut self, id: BlobId, payload: Vec<u8>, no: u64) -> Option<Vec<u8>> {
-        if no != PINNED {
-            self.named_in.entry(no).or_default().push(id);
-        }
-        if self.spill.put(id, &payload) {
-            self.blobs.insert(id, (Held::Disk(payload.len()), no));
-            return Some(payload);
-        }
-        self.blobs.insert(id, (Held::Mem(payload), no));
-        None
-    }
-
-    /// `note_blob` for a part already encoded; gives the buffer back for reuse unless it now
-    /// holds the blob in memory.
-    pub fn note_blob_payload(&mut self, id: BlobId, payload: Vec<u8>) -> Option<Vec<u8>> {
-        let no = self.span_no;
-        match self.blobs.contains_key(&id) {
-            true => {
-                self.rename(id, no);
-                Some(payload)
-            }
-            false => self.hold(id, payload, no),
-        }
-    }
-
-    /// A chunked blob of `parts` (each noted already), named by the current span.
-    pub fn note_chunked(&mut self, id: BlobId, len: u64, parts: Vec<BlobId>) {
-        let frame = crate::trace::Frame::Chunked {
-            id,
-            len,
-            parts: parts.clone(),
-        };
-        self.parts.insert(id, parts);
-        self.note_blob(id, || frame);
     }
 
     /// The fast path: a call whose raw inputs `key` were seen since the recorder's maps last
@@ -764,7 +529,7 @@ impl FlightStore {
             device_checkpoints: self.device_checkpoints,
             incomplete_checkpoints: self.incomplete_checkpoints,
             busy_deferrals: self.busy_deferrals,
-            checkpoint_time: self.host_time,
+            checkpoint_time: self.budget.host_time,
             state_bytes: self.definitions.iter().map(Vec::len).sum::<usize>()
                 + in_memory
                 + self
@@ -778,160 +543,6 @@ impl FlightStore {
     /// Calls held in the kept spans.
     pub fn held_calls(&self) -> usize {
         self.spans.iter().map(|s| s.log.calls()).sum::<usize>()
-    }
-
-    /// Write the kept spans as a trace to a new file in the dump directory. `open`: a call
-    /// the dumping thread is inside (a panic in the wrapped backend), which gets no End;
-    /// `in_flight`: every call begun and not returned (by seq, with its thread), stored with
-    /// the reason.
-    pub fn dump(
-        &mut self,
-        reason: &str,
-        open: Option<u64>,
-        in_flight: Vec<(u64, u16)>,
-    ) -> Result<PathBuf, TraceError> {
-        let io = |what, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| TraceError::Io { what, path, source }
-        };
-        std::fs::create_dir_all(&self.cfg.dir)
-            .map_err(io("create the directory of", &self.cfg.dir))?;
-        self.dumps += 1;
-        let path = self.cfg.dir.join(format!(
-            "gputape-flight-{}-{}.gtape",
-            std::process::id(),
-            self.dumps
-        ));
-        let sink = crate::trace::MmapSink::create(&path)?;
-        let mut w = TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
-        for d in &self.definitions {
-            w.write_payload(FrameClass::Definition, d)?;
-        }
-        w.write(&crate::trace::Frame::Dumped(crate::trace::DumpInfo {
-            reason: reason.to_string(),
-            in_flight,
-        }))?;
-        let oldest = self.span_no + 1 - self.spans.len() as u64;
-        let pinned = self.graph_blobs();
-        for (id, (held, last)) in &self.blobs {
-            if *last < oldest && !pinned.contains(id) {
-                continue;
-            }
-            match held {
-                Held::Mem(p) => w.write_payload(FrameClass::Definition, p)?,
-                Held::Disk(_) => {
-                    let s = &self.spill;
-                    let p = s
-                        .get(*id)
-                        .map_err(io("read the spilled blob", &s.place()))?;
-                    w.write_payload(FrameClass::Definition, &p)?;
-                }
-            }
-        }
-        // From the oldest span whose checkpoint is whole.
-        let first = self.spans.iter().position(Span::usable).unwrap_or(0);
-        if let Some(s) = self.spans.get(first) {
-            for c in &s.checkpoint {
-                w.write_payload(FrameClass::Checkpoint, c)?;
-            }
-        }
-        let records = || self.spans.iter().skip(first).flat_map(|s| s.log.records());
-        // Graphs captured before the first kept call, still alive: their captures come
-        // first, so a launch of one replays (and a fault inside it is pinned to its node).
-        let first_seq = records()
-            .find_map(|r| match r {
-                Record::Call { seq, .. } | Record::Delta { seq, .. } => Some(seq),
-                Record::Frame(_) => None,
-            })
-            .unwrap_or(u64::MAX);
-        let mut old_graphs: Vec<&GraphKept> = self
-            .graphs
-            .values()
-            .filter(|g| g.first_seq < first_seq)
-            .collect();
-        old_graphs.sort_by_key(|g| g.first_seq);
-        for g in old_graphs {
-            for f in &g.frames {
-                w.write_payload(FrameClass::Call, f)?;
-            }
-        }
-        // Calls whose End was kept whole (a fast-path call that failed): no End is implied.
-        let ended: rustc_hash::FxHashSet<u64> = records()
-            .filter_map(|r| match r {
-                Record::Frame(p) => crate::trace::codec::end_seq(p).map(|(seq, _)| seq),
-                Record::Call { .. } | Record::Delta { .. } => None,
-            })
-            .collect();
-        // A call that began before the checkpoint the dump starts from may end after it: its
-        // End (and what its sync found) is left out with its Begin.
-        let mut begun = rustc_hash::FxHashSet::default();
-        let mut buf = Vec::with_capacity(256);
-        let mut lost = 0usize;
-        for r in records() {
-            buf.clear();
-            let (seq, ok, made) = match r {
-                Record::Call {
-                    slot,
-                    seq,
-                    t_ns,
-                    ok,
-                } => (
-                    seq,
-                    ok,
-                    self.templates.append_begin(slot, seq, t_ns, &mut buf),
-                ),
-                Record::Delta {
-                    slot,
-                    seq,
-                    t_ns,
-                    ok,
-                    at,
-                    bytes,
-                    ..
-                } => {
-                    let made =
-                        self.templates
-                            .append_begin_patched((slot, at, bytes), seq, t_ns, &mut buf);
-                    (seq, ok, made)
-                }
-                Record::Frame(c) => {
-                    let keep = match crate::trace::codec::decode(c) {
-                        Ok(crate::trace::Frame::End(e)) => begun.contains(&e.seq),
-                        Ok(crate::trace::Frame::D2HResult { seq, .. })
-                        | Ok(crate::trace::Frame::SyncHashes { seq, .. }) => begun.contains(&seq),
-                        _ => true,
-                    };
-                    if keep {
-                        w.write_payload(FrameClass::Call, c)?;
-                    }
-                    continue;
-                }
-            };
-            if !made {
-                lost += 1;
-                continue;
-            }
-            begun.insert(seq);
-            w.write_payload(FrameClass::Call, &buf)?;
-            if ok && !ended.contains(&seq) && open != Some(seq) {
-                buf.clear();
-                let unit = Ok(crate::trace::Value::Unit);
-                crate::trace::codec::append_end(seq, 0, &unit, &mut buf)?;
-                w.write_payload(FrameClass::Call, &buf)?;
-            }
-        }
-        if lost > 0 {
-            tracing::error!("gputape: flight recorder lost the template of {lost} kept calls");
-        }
-        w.write(&crate::trace::Frame::Stop)?;
-        w.finish().map_err(io("finish", &path))?;
-        tracing::warn!(
-            "gputape: flight recorder dumped {} calls (steps {}..) to {} ({reason})",
-            self.held_calls(),
-            self.spans.front().map_or(0, |s| s.first_step),
-            path.display()
-        );
-        Ok(path)
     }
 }
 
@@ -1051,37 +662,4 @@ pub(crate) fn trigger(st: &mut RecState, reason: &str, open: Option<u64>) {
 /// Every armed flight recorder still alive, for the watcher thread.
 pub(crate) fn armed() -> Vec<Shared> {
     ARMED.lock().iter().filter_map(Weak::upgrade).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, Instant};
-
-    /// A step a device checkpoint fell in is priced at what it took beyond the typical
-    /// step, and the budget then holds the next checkpoint back for as long as that takes
-    /// to be 2% of the time since arming.
-    #[test]
-    fn a_device_checkpoint_is_priced_by_the_step_it_fell_in() {
-        let mut cfg = FlightConfig::new(std::env::temp_dir());
-        cfg.budget = Some(0.02);
-        let mut f = FlightStore::new(cfg);
-        let t0 = Instant::now();
-        let ms = |n: u64| t0 + Duration::from_millis(n);
-        for k in 0..10 {
-            f.step_ended(ms(k));
-        }
-        assert_eq!(f.spent, Duration::ZERO);
-        f.device_checkpoint_taken(Duration::from_micros(40));
-        // The step it fell in took 4 ms against a typical 1 ms.
-        f.step_ended(ms(13));
-        let extra = f.spent.as_secs_f64();
-        assert!((extra - 0.003).abs() < 1e-6, "{extra}");
-        assert_eq!(f.held().checkpoint_time, Duration::from_micros(40));
-        // Priced once; the next steps are typical again.
-        f.step_ended(ms(14));
-        assert!((f.spent.as_secs_f64() - extra).abs() < 1e-9);
-        // 3 ms spent and 3 ms expected of the next: not before 300 ms after arming.
-        assert!(!f.checkpoint_fits(0));
-    }
 }

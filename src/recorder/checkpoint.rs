@@ -1,0 +1,287 @@
+//! The flight recorder's checkpoints, as the recorder takes them: at step boundaries,
+//! every `checkpoint_every` steps within the budget and never while a stream captures; on
+//! the device (`device_ckpt`) where the backend can, else by draining the streams and
+//! reading back what was written.
+
+use super::{
+    device_ckpt, snapshot, state, unreachable_blob, RecState, RecordError, RecordingBackend,
+};
+use crate::backend::{GpuBackend, Site};
+use crate::trace::*;
+
+impl<B: GpuBackend> RecordingBackend<B> {
+    /// A step boundary in flight mode (`marked`: the engine said so, rather than a host sync):
+    /// every `checkpoint_every` steps, a checkpoint. One that falls while a stream captures
+    /// (an engine whose step hooks run inside its captured forward) is owed, and taken at
+    /// the first boundary outside any capture: a checkpoint syncs and reads back, which
+    /// would invalidate the engine's capture.
+    pub(super) fn flight_step(&self, marked: bool) {
+        {
+            let mut st = self.st.lock();
+            let unread = st.unread_bytes;
+            let Some(f) = st.flight.as_deref_mut() else {
+                return;
+            };
+            if marked && !f.marked_steps {
+                // From the first marker on, only markers count.
+                f.marked_steps = true;
+                f.steps = 0;
+            }
+            f.steps += 1;
+            f.budget.step_ended(std::time::Instant::now());
+            f.checkpoint_owed |= f.steps % f.cfg.checkpoint_every == 0;
+            if !f.checkpoint_owed {
+                return;
+            }
+            // A device checkpoint costs the host its launches, not its bytes.
+            let unread = if f.device_checkpoints { 0 } else { unread };
+            // The budget first: it costs a clock read, where asking each stream whether it
+            // captures is a driver call per stream, at every boundary a checkpoint is put off.
+            if !f.checkpoint_fits(unread) {
+                f.budget_deferrals += 1;
+                return;
+            }
+        }
+        if self.device_ckpt.lock().as_ref().is_some_and(|d| d.busy()) {
+            if let Some(f) = self.st.lock().flight.as_deref_mut() {
+                f.busy_deferrals += 1;
+            }
+            return;
+        }
+        if self.capturing_stream().is_some() {
+            if let Some(f) = self.st.lock().flight.as_deref_mut() {
+                f.deferred_checkpoints += 1;
+            }
+            return;
+        }
+        if let Some(f) = self.st.lock().flight.as_deref_mut() {
+            f.checkpoint_owed = false;
+        }
+        let t0 = std::time::Instant::now();
+        let taken = self.checkpoint();
+        if let Some(f) = self.st.lock().flight.as_deref_mut() {
+            f.checkpoint_taken(t0.elapsed());
+        }
+        if let Err(e) = taken {
+            self.own_failure(format!("a checkpoint failed: {e}"));
+        }
+    }
+
+    /// A stream that is capturing a graph now, if any: one whose capture began through this
+    /// recorder and has not ended, or any stream the wrapped backend says captures (a capture
+    /// begun around the recorder). While one is, the recorder syncs, reads back and
+    /// allocates nothing of its own.
+    pub(crate) fn capturing_stream(&self) -> Option<u64> {
+        let streams: Vec<u64> = {
+            let st = self.st.lock();
+            if let Some(s) = st.capturing.iter().next() {
+                return Some(*s);
+            }
+            st.streams.keys().copied().collect()
+        };
+        streams
+            .into_iter()
+            .find(|s| *s != 0 && self.inner.stream_is_capturing(*s))
+    }
+
+    /// Something the recorder does for itself failed (a checkpoint, a dump): the engine must
+    /// be able to see it, so it is said once on stderr (an engine may have no `tracing`
+    /// subscriber), counted in `flight_held`, and written into the next dump's reason.
+    pub(crate) fn own_failure(&self, what: String) {
+        tracing::error!("gputape: flight recorder: {what}");
+        let mut st = self.st.lock();
+        if let Some(f) = st.flight.as_deref_mut() {
+            if f.note_failure(what.clone()) {
+                eprintln!("gputape: flight recorder: {what} (later failures are counted in flight_held and named in the next dump)");
+            }
+        }
+    }
+
+    /// A checkpoint of device state into the flight store: every stream drained, then each
+    /// live buffer written since the last checkpoint read back (the others keep their blob),
+    /// and a new span of calls begun.
+    fn checkpoint(&self) -> Result<(), RecordError> {
+        if let Some(d) = self.device_ckpt.lock().as_mut() {
+            return self.checkpoint_on_device(d);
+        }
+        self.drain()?;
+        let mut st = self.st.lock();
+        // What the span's calls wrote, read off their frames now rather than on every call.
+        if !st.begin_checkpoint() {
+            return Ok(());
+        }
+        let taken = self.checkpoint_into(&mut st);
+        if let Some(f) = st.flight.as_deref_mut() {
+            f.end_checkpoint(taken.is_ok());
+        }
+        if taken.is_err() {
+            // Nothing of this checkpoint can be trusted by the next: read everything again.
+            st.checkpointed.clear();
+            st.unread_bytes = st
+                .bufs
+                .values()
+                .filter(|b| b.alias_of.is_none())
+                .map(|b| b.size)
+                .sum();
+        }
+        taken
+    }
+
+    /// A checkpoint on the device (`device_ckpt.rs`): the new span begins now, pending until
+    /// the recorder's thread has consumed what the device copied.
+    fn checkpoint_on_device(&self, d: &mut device_ckpt::DeviceCkpt) -> Result<(), RecordError> {
+        let t0 = std::time::Instant::now();
+        let mut st = self.st.lock();
+        let locked = t0.elapsed();
+        let mut streams: Vec<u64> = st.streams.keys().copied().collect();
+        streams.push(0);
+        streams.sort();
+        streams.dedup();
+        let filled = std::mem::take(&mut st.filled);
+        if !st.begin_checkpoint() {
+            return Ok(());
+        }
+        // Resources first, in the span's checkpoint, as a host checkpoint writes them.
+        self.emit_resources(&mut st);
+        let Some(f) = st.flight.as_deref_mut() else {
+            return Ok(());
+        };
+        f.in_checkpoint = false;
+        f.checkpoint_pending();
+        let span_no = f.span_no();
+        let written = std::mem::take(&mut st.dirty);
+        let mut pending: Vec<u64> = std::mem::take(&mut st.span_streams)
+            .into_iter()
+            .filter_map(|s| match s {
+                StreamRef::Legacy => Some(0),
+                StreamRef::Id(id) => st.streams.iter().find(|(_, i)| **i == id).map(|(r, _)| *r),
+            })
+            .collect();
+        // The legacy stream last: the gather goes on the first.
+        pending.sort_by_key(|s| (*s == 0, *s));
+        st.unread_bytes = 0;
+        let begun = t0.elapsed();
+        let taken = d.take(&self.inner, &mut st, &streams, &pending, &written, &filled);
+        if device_ckpt::say_times() {
+            eprintln!(
+                "gputape: device checkpoint: lock {:?}, span {:?}, take {:?}; {} written, {} filled, {} streams pending",
+                locked,
+                begun - locked,
+                t0.elapsed() - begun,
+                written.len(),
+                filled.len(),
+                pending.len()
+            );
+        }
+        if let Some(f) = st.flight.as_deref_mut() {
+            if taken.is_err() {
+                f.device_checkpoint_done(span_no, false);
+            }
+        }
+        taken.map_err(RecordError::DeviceCheckpoint)
+    }
+
+    /// The frames of a checkpoint already begun: resources, then every live buffer.
+    fn checkpoint_into(&self, st: &mut RecState) -> Result<(), RecordError> {
+        self.emit_resources(st);
+        self.snapshot_buffers(st, true)
+    }
+
+    /// Initial frames (address and contents) for every live buffer, in creation order. A
+    /// `checkpoint` of the flight recorder keeps the blob of a buffer unwritten since the
+    /// last one instead of reading it again.
+    pub(super) fn snapshot_buffers(
+        &self,
+        st: &mut RecState,
+        checkpoint: bool,
+    ) -> Result<(), RecordError> {
+        let mut live: Vec<(BufferId, u64, u64, Site)> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none())
+            .map(|(p, b)| (b.id, *p, b.size, b.site))
+            .collect();
+        live.sort();
+        // Unwritten since the last checkpoint: the same blob, named again; every other buffer
+        // is read, all of them through one pipeline.
+        let kept: Vec<Option<BlobId>> = live
+            .iter()
+            .map(|(buf, ..)| {
+                checkpoint.then_some(())?;
+                let id = st.checkpointed.get(buf).copied()?;
+                (!st.dirty.contains(buf)).then_some(id)
+            })
+            .collect();
+        let jobs: Vec<snapshot::Job> = live
+            .iter()
+            .zip(&kept)
+            .filter(|(_, k)| k.is_none())
+            .map(|(&(buf, addr, size, _), _)| snapshot::Job { buf, addr, size })
+            .collect();
+        if let (true, Some(f)) = (checkpoint, st.flight.as_deref_mut()) {
+            f.checkpoint_read_bytes += jobs.iter().map(|j| j.size).sum::<u64>();
+        }
+        let mut read = snapshot::read_buffers(&self.inner, st, &jobs)?.into_iter();
+        let mut seen = rustc_hash::FxHashMap::default();
+        for ((buf, p, size, site), kept) in live.into_iter().zip(kept) {
+            let data = match (kept, st.flight.as_deref_mut()) {
+                (Some(id), Some(f)) => {
+                    f.note_blob(id, || unreachable_blob(id));
+                    id
+                }
+                _ => read.next().expect("one read per buffer not kept"),
+            };
+            seen.insert(buf, data);
+            let site = st.site(site);
+            st.emit(&Frame::Address { buf, addr: p });
+            st.emit(&Frame::Initial {
+                buf,
+                bytes: size,
+                data,
+                site,
+            });
+        }
+        st.checkpointed = seen;
+        st.dirty.clear();
+        st.unread_bytes = 0;
+        Ok(())
+    }
+
+    /// Wait for every stream this recorder knows (the legacy one too), so a snapshot of device
+    /// memory sees finished results.
+    pub(super) fn drain(&self) -> Result<(), RecordError> {
+        let streams: Vec<u64> = {
+            let st = self.st.lock();
+            let mut v: Vec<u64> = st.streams.keys().copied().collect();
+            v.sort();
+            v
+        };
+        // A device stuck on the engine's work stops this wait too: the hang watcher must see
+        // it, as it sees the engine's own calls.
+        let tracked = {
+            let mut st = self.st.lock();
+            if st.flight.is_some() {
+                let (seq, thread) = (st.seq.saturating_sub(1), st.thread());
+                st.open_calls.push(state::OpenCall {
+                    seq,
+                    thread,
+                    since: std::time::Instant::now(),
+                    own: Some("the flight recorder's checkpoint, waiting for the streams"),
+                });
+            }
+            st.flight.is_some()
+        };
+        let drained = std::iter::once(0).chain(streams).try_for_each(|s| {
+            self.inner
+                .synchronize(s)
+                .map_err(|source| RecordError::Drain { stream: s, source })
+        });
+        if tracked {
+            let mut st = self.st.lock();
+            if let Some(i) = st.open_calls.iter().rposition(|c| c.own.is_some()) {
+                st.open_calls.remove(i);
+            }
+        }
+        drained
+    }
+}

@@ -1,0 +1,132 @@
+//! What the flight recorder's checkpoints may cost (`FlightConfig::budget`): a share of the
+//! wall time since arming, counted over every checkpoint taken, the first included. A host
+//! checkpoint is priced at its own time; a device checkpoint, which stops nothing but still
+//! costs short steps its launches and the engine's wait for its kernel, at what the step it
+//! fell in took beyond the typical step.
+
+use std::time::{Duration, Instant};
+
+/// The read rate a first host checkpoint is estimated at (bytes a second): a device-to-host
+/// copy into pageable memory, hashed, is about this on the H200's host (runs 45-46).
+const DEFAULT_READ_RATE: f64 = 2e9;
+
+/// The budget's accounts.
+pub(crate) struct Budget {
+    /// When the recorder was armed: the budget is a share of the time since.
+    armed_at: Instant,
+    /// What the checkpoints taken since arming cost, in all, as the budget counts it.
+    pub(super) spent: Duration,
+    /// What they cost the threads that took them.
+    pub host_time: Duration,
+    /// What the last checkpoint cost, and its read rate (bytes a second) when it read
+    /// enough to measure one: the estimate of the next.
+    last_cost: Option<(Duration, Option<f64>)>,
+    /// Bytes read by checkpoints when the last one was taken.
+    read_when_taken: u64,
+    /// The step clock (`step_ended`): the last step's end, the typical step (a moving
+    /// average of those no checkpoint fell in), and whether a device checkpoint fell in the
+    /// step now running, to be priced at its end.
+    last_step_end: Option<Instant>,
+    typical_step: Option<f64>,
+    to_price: bool,
+}
+
+impl Budget {
+    /// Accounts opened now, at arming.
+    pub fn new() -> Self {
+        Budget {
+            armed_at: Instant::now(),
+            spent: Duration::ZERO,
+            host_time: Duration::ZERO,
+            last_cost: None,
+            read_when_taken: 0,
+            last_step_end: None,
+            typical_step: None,
+            to_price: false,
+        }
+    }
+
+    /// Whether a checkpoint owed now fits `share` of the time since arming: what checkpoints
+    /// have cost since, plus this one's estimate. So over any stretch from arming on,
+    /// checkpoints take at most that share, the first one included (a host checkpoint reads
+    /// every buffer the engine filled since arming: a 16 GB model's weights take seconds).
+    /// The estimate is the last checkpoint's cost, or the bytes no checkpoint has read yet
+    /// (`unread`) at the last measured read rate (at first, 2 GB/s), whichever is larger.
+    pub fn fits(&self, share: f64, unread: u64) -> bool {
+        let (last, rate) = self.last_cost.unwrap_or_default();
+        let by_bytes = unread as f64 / rate.unwrap_or(DEFAULT_READ_RATE);
+        let estimate = last.as_secs_f64().max(by_bytes);
+        self.spent.as_secs_f64() + estimate <= share * self.armed_at.elapsed().as_secs_f64()
+    }
+
+    /// A host checkpoint was taken: it cost `cost`, and checkpoints have read `read_total`
+    /// bytes so far.
+    pub fn host_checkpoint(&mut self, cost: Duration, read_total: u64) {
+        self.host_time += cost;
+        let read = read_total - self.read_when_taken;
+        self.read_when_taken = read_total;
+        self.spent += cost;
+        // Below a mebibyte the time is the checkpoint's fixed cost, not a read rate.
+        let rate = (read >= 1 << 20 && !cost.is_zero()).then(|| read as f64 / cost.as_secs_f64());
+        let known = self.last_cost.and_then(|(_, r)| r);
+        self.last_cost = Some((cost, rate.or(known)));
+    }
+
+    /// A device checkpoint was taken: what it cost the engine's thread (`host`) is only part
+    /// of it (its launches; the engine's streams wait for its gather, the recorder's thread
+    /// takes the lock), so it is priced by the step it fell in (`step_ended`).
+    pub fn device_checkpoint(&mut self, host: Duration) {
+        self.host_time += host;
+        self.to_price = true;
+    }
+
+    /// A step ended `now`. One a device checkpoint fell in is priced at what it took beyond
+    /// the typical step (a moving average of the others): what the checkpoint cost the
+    /// engine, whatever part of it was the host's, the device's or the lock's.
+    pub fn step_ended(&mut self, now: Instant) {
+        if let Some(prev) = self.last_step_end {
+            let dt = now.saturating_duration_since(prev).as_secs_f64();
+            match (self.to_price, self.typical_step) {
+                (true, Some(t)) => {
+                    let extra = Duration::from_secs_f64((dt - t).max(0.0));
+                    self.spent += extra;
+                    self.last_cost = Some((extra, None));
+                }
+                (true, None) => {}
+                (false, t) => self.typical_step = Some(t.map_or(dt, |t| 0.9 * t + 0.1 * dt)),
+            }
+        }
+        self.to_price = false;
+        self.last_step_end = Some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step a device checkpoint fell in is priced at what it took beyond the typical
+    /// step, and the budget then holds the next checkpoint back for as long as that takes
+    /// to be 2% of the time since arming.
+    #[test]
+    fn a_device_checkpoint_is_priced_by_the_step_it_fell_in() {
+        let mut b = Budget::new();
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        for k in 0..10 {
+            b.step_ended(ms(k));
+        }
+        assert_eq!(b.spent, Duration::ZERO);
+        b.device_checkpoint(Duration::from_micros(40));
+        // The step it fell in took 4 ms against a typical 1 ms.
+        b.step_ended(ms(13));
+        let extra = b.spent.as_secs_f64();
+        assert!((extra - 0.003).abs() < 1e-6, "{extra}");
+        assert_eq!(b.host_time, Duration::from_micros(40));
+        // Priced once; the next steps are typical again.
+        b.step_ended(ms(14));
+        assert!((b.spent.as_secs_f64() - extra).abs() < 1e-9);
+        // 3 ms spent and 3 ms expected of the next: not before 300 ms after arming.
+        assert!(!b.fits(0.02, 0));
+    }
+}
