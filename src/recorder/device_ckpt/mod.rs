@@ -368,6 +368,7 @@ impl DeviceCkpt {
         let mut entries: Vec<(BufferId, Slot)> = Vec::new();
         let mut words: Vec<u64> = Vec::new();
         let mut rolling = 0u64;
+        let mut forced = 0u64;
         let known = std::mem::take(&mut st.checkpointed);
         let mut map = self.watch.chunks.lock();
         let live_ids: HashSet<BufferId> = bufs.iter().map(|b| b.0).collect();
@@ -481,6 +482,15 @@ impl DeviceCkpt {
                         continue;
                     }
                     rolling += len;
+                }
+                if mode == FORCE && all {
+                    // More than the ring holds would not be taken anyway: such chunks wait
+                    // for a later checkpoint, and the table stays small (an 8B model's
+                    // weights, written on the device, are 262,144 chunks: 45 ms to list).
+                    if forced + len > self.cap {
+                        continue;
+                    }
+                    forced += len;
                 }
                 entries.push((id, Slot::Chunk(i as u32)));
                 words.extend([addr + off, len, c.hash[0], c.hash[1], 0, 0, 0, mode]);
