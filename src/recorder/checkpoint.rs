@@ -10,6 +10,16 @@ use crate::backend::{GpuBackend, Site};
 use crate::trace::*;
 
 impl<B: GpuBackend> RecordingBackend<B> {
+    /// Wait until the device checkpoint out, if one is, has read the engine's buffers: a
+    /// buffer freed before would be read after its memory went (CUDA's free waits for the
+    /// device anyway, so this costs a free nothing more there; a sticky fault or a failed
+    /// launch ends the wait at once).
+    pub(super) fn gather_read(&self) {
+        if let Some(d) = self.device_ckpt.lock().as_ref() {
+            d.wait_gather(&self.inner);
+        }
+    }
+
     /// A step boundary in flight mode (`marked`: the engine said so, rather than a host sync):
     /// every `checkpoint_every` steps, a checkpoint. One that falls while a stream captures
     /// (an engine whose step hooks run inside its captured forward) is owed, and taken at

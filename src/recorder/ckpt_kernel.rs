@@ -1,7 +1,7 @@
 //! The kernels of the flight recorder's device checkpoints: CUDA C for the GPU and CPU twins
 //! for the mock, loaded through the trait like any engine's module.
 //!
-//! A checkpoint must not stop the engine's streams (`device_ckpt.rs` says why and how it is
+//! A checkpoint must not stop the engine's streams (`device_ckpt/` says why and how it is
 //! ordered). `gather` runs with one block per 64 KiB chunk of the buffers written since the
 //! last checkpoint: it hashes the chunk where it lies, and only a chunk whose hash differs from
 //! the one the table holds (or one the table marks as never taken) is copied into the staging

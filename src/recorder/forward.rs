@@ -62,6 +62,8 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let tok = self.begin(Location::caller(), |st| Call::Free {
             ptr: st.addr(ptr.0),
         });
+        // A device checkpoint's gather may not have read the buffer yet.
+        self.gather_read();
         let r = self.inner.free(ptr);
         self.finish(tok, &r, SyncScope::None, |st, _| {
             st.remove_buf(ptr.0);

@@ -2,20 +2,24 @@
 //!
 //! A checkpoint taken by the host (`RecordingBackend::checkpoint`) drains every stream and
 //! reads whole buffers back: 0.1-0.76 s on an 8B step, paid by the engine. Here nothing on
-//! the host waits for the device. At a step boundary outside any capture, on a stream of its
-//! own, the recorder:
+//! the host waits for the device. At a step boundary outside any capture, the recorder:
 //!
-//! 1. waits (on the device) for each engine stream's work so far: an event recorded on
-//!    each, waited for by its stream;
-//! 2. launches `gather` (`ckpt_kernel.rs`) over the 64 KiB chunks of the buffers written
-//!    since the last checkpoint: the chunks whose hash changed are copied into a staging
-//!    ring (device memory when it could be had, else the pinned host ring itself);
-//! 3. makes every engine stream wait for that (`stream_wait_event`): nothing the engine
+//! 1. launches `gather` (`ckpt_kernel.rs`) on the first engine stream the ending span queued
+//!    work on, after an event from each other such stream: it hashes the 64 KiB chunks of
+//!    the buffers written since the last checkpoint, and copies the chunks whose hash
+//!    changed into a staging ring (device memory when it could be had at arming, else the
+//!    pinned host ring itself);
+//! 2. makes every other engine stream wait for that (`stream_wait_event`): nothing the engine
 //!    enqueues after the boundary can overwrite a chunk before it is copied; the engine's
 //!    device work waits for one pass over the written buffers, its host thread for nothing;
-//! 4. copies the staging ring into pinned host memory on its own stream (a copy engine's
-//!    work: the SMs stay the engine's), then launches `done`, which writes the checkpoint's
-//!    number into a host word.
+//! 3. on a stream of its own that the legacy stream does not wait for
+//!    (`GpuBackend::create_private_stream`), copies the staging ring into pinned host memory
+//!    (a copy engine's work: the SMs stay the engine's), then launches `done`, which writes
+//!    the checkpoint's number into a host word.
+//!
+//! Buffers that blocking copies filled since the last checkpoint (a model's weights, whole
+//! or an arena of tensors) are made of the copies' blobs, already recorded, and of the gaps
+//! between them, which alone are copied; their chunks are only hashed.
 //!
 //! The recorder's thread (`worker`) watches that word, names the copied chunks by BLAKE3 and
 //! writes the checkpoint's frames into its span, which no dump starts from until then
@@ -41,9 +45,10 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
-/// The ring's size when `GPUTAPE_FLIGHT_RING_MB` does not say: a decode step of an 8B model
-/// at batch 16 changes about this many 64 KiB chunks in 8 steps (its KV pages and
-/// activations), and it is small beside what an engine leaves free.
+/// The ring's size when `GPUTAPE_FLIGHT_RING_MB` does not say: by estimate (not measured),
+/// 8 decode steps of an 8B model at batch 16 touch a few hundred MB of 64 KiB chunks (a
+/// chunk per KV page per layer, and the activations); and it is small beside an H200's
+/// memory, taken at arming, before an engine reserves the rest.
 pub const DEFAULT_RING_MB: u64 = 256;
 
 /// Whether each device checkpoint's cost to the engine's thread is said on stderr, and
@@ -331,6 +336,14 @@ impl DeviceCkpt {
             worker: Some(worker),
             next_no: 1,
         })
+    }
+
+    /// Wait until the checkpoint out, if any, has read the engine's buffers (its gather is
+    /// done); an error (a dead context) ends the wait as well.
+    pub fn wait_gather(&self, gpu: &dyn GpuBackend) {
+        if self.busy() {
+            let _ = gpu.event_synchronize(self.ev_done);
+        }
     }
 
     /// Whether the last checkpoint is still on the device or being consumed.
