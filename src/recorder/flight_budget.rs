@@ -1,5 +1,7 @@
 //! What the flight recorder's checkpoints may cost (`FlightConfig::budget`): a share of the
-//! wall time since arming, counted over every checkpoint taken, the first included. A host
+//! wall time since the engine's first step (or arming, before it), counted over every
+//! checkpoint taken, the first included. Not from arming alone: an engine's load, seconds
+//! long, would let its first hundreds of short steps take a checkpoint at every interval. A host
 //! checkpoint is priced at its own time; a device checkpoint, which stops nothing but still
 //! costs short steps its launches and the engine's wait for its kernel, at what the step it
 //! fell in took beyond the typical step.
@@ -12,8 +14,10 @@ const DEFAULT_READ_RATE: f64 = 2e9;
 
 /// The budget's accounts.
 pub(crate) struct Budget {
-    /// When the recorder was armed: the budget is a share of the time since.
+    /// When the recorder was armed, and when the first step ended: the budget is a share of
+    /// the time since the latter (the former before it).
     armed_at: Instant,
+    first_step: Option<Instant>,
     /// What the checkpoints taken since arming cost, in all, as the budget counts it.
     pub(super) spent: Duration,
     /// What they cost the threads that took them.
@@ -36,6 +40,7 @@ impl Budget {
     pub fn new() -> Self {
         Budget {
             armed_at: Instant::now(),
+            first_step: None,
             spent: Duration::ZERO,
             host_time: Duration::ZERO,
             last_cost: None,
@@ -56,7 +61,8 @@ impl Budget {
         let (last, rate) = self.last_cost.unwrap_or_default();
         let by_bytes = unread as f64 / rate.unwrap_or(DEFAULT_READ_RATE);
         let estimate = last.as_secs_f64().max(by_bytes);
-        self.spent.as_secs_f64() + estimate <= share * self.armed_at.elapsed().as_secs_f64()
+        let since = self.first_step.unwrap_or(self.armed_at).elapsed();
+        self.spent.as_secs_f64() + estimate <= share * since.as_secs_f64()
     }
 
     /// A host checkpoint was taken: it cost `cost`, and checkpoints have read `read_total`
@@ -84,6 +90,7 @@ impl Budget {
     /// the typical step (a moving average of the others): what the checkpoint cost the
     /// engine, whatever part of it was the host's, the device's or the lock's.
     pub fn step_ended(&mut self, now: Instant) {
+        self.first_step.get_or_insert(now);
         if let Some(prev) = self.last_step_end {
             let dt = now.saturating_duration_since(prev).as_secs_f64();
             match (self.to_price, self.typical_step) {
@@ -126,7 +133,9 @@ mod tests {
         // Priced once; the next steps are typical again.
         b.step_ended(ms(14));
         assert!((b.spent.as_secs_f64() - extra).abs() < 1e-9);
-        // 3 ms spent and 3 ms expected of the next: not before 300 ms after arming.
+        // 3 ms spent and 3 ms expected of the next: not before 300 ms after the first step.
         assert!(!b.fits(0.02, 0));
+        b.first_step = Some(t0 - Duration::from_millis(310));
+        assert!(b.fits(0.02, 0));
     }
 }

@@ -84,10 +84,10 @@ pub struct FlightConfig {
     /// priced at its own time; a device checkpoint stops nothing, and is priced at what the
     /// step it fell in took beyond the typical step (on steps of tens of microseconds its
     /// launches and the engine's wait for its gather still show). Checkpoints are
-    /// accounted from arming on: one that falls due before what checkpoints have cost, plus
-    /// its own estimate, fits this share of the time since arming is put off to the first
-    /// step boundary where it does, so the mean step pays at most this share over any
-    /// stretch from arming, the first checkpoint included; the kept spans then reach
+    /// accounted from the engine's first step on: one that falls due before what checkpoints
+    /// have cost, plus its own estimate, fits this share of the time since is put off to the
+    /// first step boundary where it does, so the mean step pays at most this share over any
+    /// stretch from the first step, the first checkpoint included; the kept spans then reach
     /// further back (`FlightHeld::budget_deferrals` counts the put-offs). `None`: every
     /// `checkpoint_every` steps, whatever it costs. `new` has none, so a configuration built
     /// in code keeps its exact interval; `from_env`, which engines use in production, sets 2%.
