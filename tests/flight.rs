@@ -529,3 +529,38 @@ fn mock_with_t_k() -> MockGpuBackend {
     );
     m
 }
+
+/// An upload larger than the fast path's blob limit, of new bytes to the same place on the
+/// same stream each step, is recorded with each step's bytes: the dump replays its readback.
+#[test]
+fn a_large_async_upload_of_new_bytes_each_step_keeps_each_steps_bytes() {
+    let dir = std::env::temp_dir().join(format!("gputape-dcu-{}", std::process::id()));
+    let mut cfg = FlightConfig::new(&dir);
+    cfg.checkpoint_every = 1_000;
+    let rec =
+        RecordingBackend::flight(MockGpuBackend::default(), cfg, BackendDesc::new("mock")).unwrap();
+    let s = rec.create_stream().unwrap();
+    let buf = rec.alloc(128 << 10).unwrap();
+    let mut back = vec![0u8; 128 << 10];
+    for step in 0..4u8 {
+        rec.copy_h2d_async(&vec![step + 1; 128 << 10], buf, s)
+            .unwrap();
+        rec.synchronize(s).unwrap();
+        rec.copy_d2h(buf, &mut back).unwrap();
+        assert_eq!(back[0], step + 1);
+        rec.step_boundary(step as u64);
+    }
+    let path = rec.flight_dump("asked").unwrap();
+    let t = Trace::open(&path).unwrap();
+    let r = Replayer::new(&t)
+        .run(
+            &MockGpuBackend::default(),
+            &Default::default(),
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+    drop(rec);
+    std::fs::remove_dir_all(&dir).ok();
+}

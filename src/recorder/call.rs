@@ -105,7 +105,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     /// `begin_fast` for a copy of host bytes `src` (at most `FAST_BLOB_MAX` of them): the raw
     /// key says where and how much, and the bytes' blob id is put into the template, so an
-    /// engine's per-step upload of new tokens is kept without encoding its call.
+    /// engine's per-step upload of new tokens is kept without encoding its call. A larger
+    /// copy takes the slow path: its raw key does not say which bytes it carried (before,
+    /// one learned from a first copy logged every later copy to the same place with the
+    /// first one's bytes, and a dump replayed stale data).
     #[inline]
     pub(super) fn begin_fast_blob(
         &self,
@@ -115,8 +118,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
         src: &[u8],
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
-        let blob = (src.len() <= FAST_BLOB_MAX).then_some(src);
-        self.begin_fast_inner(site, kind, key, blob, emit)
+        if src.len() > FAST_BLOB_MAX {
+            let mut st = self.lock_recording()?;
+            return Some(self.begin_locked(&mut st, site, emit));
+        }
+        self.begin_fast_inner(site, kind, key, Some(src), emit)
     }
 
     #[inline]
