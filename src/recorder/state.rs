@@ -2,7 +2,6 @@
 //! the raw-handle-to-id maps, and the writer.
 
 use super::flight::FlightStore;
-
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
