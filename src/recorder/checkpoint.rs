@@ -6,7 +6,7 @@
 use super::{
     device_ckpt, snapshot, state, unreachable_blob, RecState, RecordError, RecordingBackend,
 };
-use crate::backend::{GpuBackend, Site};
+use crate::backend::GpuBackend;
 use crate::trace::*;
 
 impl<B: GpuBackend> RecordingBackend<B> {
@@ -185,7 +185,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         if let Some(f) = st.flight.as_deref_mut() {
             if taken.is_err() {
-                f.device_checkpoint_done(span_no, false);
+                f.checkpoint_frames(span_no, Vec::new(), false);
             }
         }
         taken.map_err(RecordError::DeviceCheckpoint)
@@ -205,13 +205,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         st: &mut RecState,
         checkpoint: bool,
     ) -> Result<(), RecordError> {
-        let mut live: Vec<(BufferId, u64, u64, Site)> = st
-            .bufs
-            .iter()
-            .filter(|(_, b)| b.alias_of.is_none())
-            .map(|(p, b)| (b.id, *p, b.size, b.site))
-            .collect();
-        live.sort();
+        let live = st.live_buffers();
         // Unwritten since the last checkpoint: the same blob, named again; every other buffer
         // is read, all of them through one pipeline.
         let kept: Vec<Option<BlobId>> = live

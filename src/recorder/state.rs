@@ -691,6 +691,19 @@ impl RecState {
         }
     }
 
+    /// Every live buffer a snapshot or checkpoint holds (not pinned host memory's device
+    /// aliases): id, address, size and site, in creation order.
+    pub fn live_buffers(&self) -> Vec<(BufferId, u64, u64, Site)> {
+        let mut live: Vec<(BufferId, u64, u64, Site)> = self
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.alias_of.is_none())
+            .map(|(p, b)| (b.id, *p, b.size, b.site))
+            .collect();
+        live.sort();
+        live
+    }
+
     pub fn add_buf(&mut self, p: u64, size: u64, site: Site, alias_of: Option<usize>) -> BufferId {
         // The address, and the ones near it, now mean this buffer: raw keys learned when they
         // meant a freed one or nothing go.

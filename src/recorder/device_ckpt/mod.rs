@@ -365,16 +365,10 @@ impl DeviceCkpt {
         filled: &HashMap<BufferId, std::collections::BTreeMap<u64, (u64, BlobId)>>,
     ) -> anyhow::Result<()> {
         let span_no = st.flight.as_deref().map_or(0, |f| f.span_no());
-        let mut live: Vec<(BufferId, u64, u64, crate::backend::Site)> = st
-            .bufs
-            .iter()
-            .filter(|(_, b)| b.alias_of.is_none())
-            .map(|(p, b)| (b.id, *p, b.size, b.site))
-            .collect();
-        live.sort();
-        let bufs: Vec<(BufferId, u64, u64, SiteId)> = live
-            .iter()
-            .map(|&(id, p, size, site)| (id, p, size, st.site(site)))
+        let bufs: Vec<(BufferId, u64, u64, SiteId)> = st
+            .live_buffers()
+            .into_iter()
+            .map(|(id, p, size, site)| (id, p, size, st.site(site)))
             .collect();
         // The table: every chunk of a written buffer (a hash tells which changed), and the
         // chunks not yet taken of the others, up to half the ring.

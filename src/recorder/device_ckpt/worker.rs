@@ -110,15 +110,15 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<crate::recorder::st
             unpins.extend(g.whole);
         }
         let mut changed: HashSet<BufferId> = HashSet::default();
-        let mut t = taken.into_iter().peekable();
+        // By entry: an entry skipped below (its buffer gone) cannot shift the others'.
+        let mut taken: HashMap<usize, Taken> = taken.into_iter().map(|x| (x.entry, x)).collect();
         let mut gaps: HashMap<usize, BlobId> = HashMap::default();
         for (i, &(buf, slot)) in job.entries.iter().enumerate() {
             let Some(b) = map.get_mut(&buf) else { continue };
             let ci = match slot {
                 Slot::Chunk(ci) => ci,
                 Slot::Gap => {
-                    if t.peek().map(|x| x.entry) == Some(i) {
-                        let x = t.next().expect("peeked");
+                    if let Some(x) = taken.remove(&i) {
                         gaps.insert(i, x.id);
                         // Held by the whole it is a part of, once that is pinned.
                         pins.push((x.id, Some(x.payload)));
@@ -138,12 +138,11 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<crate::recorder::st
             }
             changed.insert(buf);
             unpins.extend(c.blob.take());
-            if at == FULL || t.peek().map(|x| x.entry) != Some(i) {
-                // Not taken: the rolling takes it again from here.
+            let Some(x) = taken.remove(&i) else {
+                // Not taken (the ring was full): the rolling takes it again from here.
                 b.hint = b.hint.min(ci as usize);
                 continue;
-            }
-            let x = t.next().expect("peeked");
+            };
             c.blob = Some(x.id);
             pins.push((x.id, Some(x.payload)));
         }

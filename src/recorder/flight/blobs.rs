@@ -67,8 +67,17 @@ impl FlightStore {
             e.1 = PINNED;
         }
         *self.pins.entry(id).or_default() += 1;
-        for p in self.parts.get(&id).cloned().unwrap_or_default() {
-            self.pin_held(p);
+        self.each_part(id, Self::pin_held);
+    }
+
+    /// `f` on each part of blob `id`, if it is chunked (parts are never chunked themselves,
+    /// so `f` never needs `id`'s own list, which is lent out meanwhile).
+    fn each_part(&mut self, id: BlobId, mut f: impl FnMut(&mut Self, BlobId)) {
+        if let Some(parts) = self.parts.remove(&id) {
+            for p in &parts {
+                f(self, *p);
+            }
+            self.parts.insert(id, parts);
         }
     }
 
@@ -94,9 +103,7 @@ impl FlightStore {
     /// One holder of blob `id` lets go: with the last, the blob is named by the current span
     /// (older checkpoints still name it) and goes with it.
     pub fn unpin(&mut self, id: BlobId) {
-        for p in self.parts.get(&id).cloned().unwrap_or_default() {
-            self.unpin(p);
-        }
+        self.each_part(id, Self::unpin);
         let Some(n) = self.pins.get_mut(&id) else {
             return;
         };
@@ -127,10 +134,7 @@ impl FlightStore {
         match self.blobs.contains_key(&id) {
             true => {
                 self.rename(id, no);
-                let parts = self.parts.get(&id).cloned().unwrap_or_default();
-                for p in parts {
-                    self.rename(p, no);
-                }
+                self.each_part(id, |f, p| f.rename(p, no));
             }
             false => {
                 let mut payload = Vec::new();

@@ -296,31 +296,8 @@ impl FlightStore {
     }
 
     /// Span `no`'s device checkpoint is done: its frames (`ok`), or it could not be (the
-    /// ring was full, a frame would not encode) and no dump starts from it.
+    /// ring was full, a frame would not encode, a launch failed) and no dump starts from it.
     pub fn checkpoint_frames(&mut self, no: u64, frames: Vec<Vec<u8>>, ok: bool) {
-        let first = self.span_no + 1 - self.spans.len() as u64;
-        if let Some(s) = no
-            .checked_sub(first)
-            .and_then(|i| self.spans.get_mut(i as usize))
-        {
-            if ok {
-                s.checkpoint.extend(frames);
-            }
-        }
-        self.device_checkpoint_done(no, ok);
-    }
-
-    /// The newest span's checkpoint is being taken on the device: no dump starts from it
-    /// until `device_checkpoint_done`.
-    pub fn checkpoint_pending(&mut self) {
-        if let Some(s) = self.spans.back_mut() {
-            s.pending = true;
-        }
-    }
-
-    /// Span `no`'s device checkpoint is complete (`ok`), its frames written; or it could not
-    /// be (the ring was full, the device failed) and no dump starts from it.
-    pub fn device_checkpoint_done(&mut self, no: u64, ok: bool) {
         let first = self.span_no + 1 - self.spans.len() as u64;
         let Some(s) = no
             .checked_sub(first)
@@ -328,8 +305,19 @@ impl FlightStore {
         else {
             return;
         };
+        if ok {
+            s.checkpoint.extend(frames);
+        }
         s.pending = false;
         s.failed |= !ok;
+    }
+
+    /// The newest span's checkpoint is being taken on the device: no dump starts from it
+    /// until `checkpoint_frames`.
+    pub fn checkpoint_pending(&mut self) {
+        if let Some(s) = self.spans.back_mut() {
+            s.pending = true;
+        }
     }
 
     /// The number of the newest span (the one calls are logged into).
