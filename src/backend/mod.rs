@@ -379,8 +379,9 @@ pub trait GpuBackend: Send + Sync {
 
     /// A stream for a tool's own work beside the engine's (the flight recorder's
     /// checkpoints): one that never waits for, nor holds up, the legacy stream's work, so an
-    /// engine's blocking copies do not queue behind it. Not recorded by a recorder (the tool
-    /// calls the backend it wraps). Default: `create_stream`.
+    /// engine's blocking copies do not queue behind it. A tool inside a recorder calls the
+    /// backend the recorder wraps, and nothing is recorded; called through a recorder, it is
+    /// the default, a recorded `create_stream`. Default: `create_stream`.
     #[track_caller]
     fn create_private_stream(&self) -> Result<u64> {
         self.create_stream()

@@ -1,11 +1,12 @@
 //! `RecordingBackend` as a `GpuBackend`: every trait method forwarded to the wrapped backend,
 //! with its Begin frame written before the call and its End frame after. Every trait method is
-//! implemented here; one left to the trait's default would go unrecorded, which
+//! implemented here but `create_private_stream`, whose default is a recorded
+//! `create_stream`; any other left to the trait's default would go unrecorded, which
 //! tests/every_call.rs catches.
 //!
 //! One room, over 900 lines: it is the one `impl GpuBackend` block, a method per trait method,
 //! and a trait impl cannot be split across files. What a method needs beyond forwarding and
-//! framing lives in `call.rs`, `state.rs` and `flight.rs`.
+//! framing lives in `call.rs`, `state.rs`, `checkpoint.rs` and `flight/`.
 
 use super::*;
 
