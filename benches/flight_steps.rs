@@ -22,7 +22,9 @@
 //!
 //! GPUTAPE_FS_STEPS: timed steps per round (default 500), GPUTAPE_FS_ROUNDS (default 5),
 //! GPUTAPE_FS_ONLY: the workloads whose names contain this, GPUTAPE_FS_NULL: only the floor
-//! (the table over a mock that runs no kernel bodies; for profiling the recorder).
+//! (the table over a mock that runs no kernel bodies; for profiling the recorder),
+//! GPUTAPE_FS_PHASES: after the table, each workload's median flight step by steps since the
+//! last checkpoint, and how much of it the engine's thread spent issuing work.
 
 #[path = "../examples/outside_engine/engine.rs"]
 mod engine;
@@ -53,11 +55,35 @@ fn stats(v: &[f64]) -> Stats {
     }
 }
 
-/// One engine's per-step times (ms), after `WARM` untimed steps.
-type Run<'a> = dyn Fn(&(dyn GpuBackend + 'static), usize) -> anyhow::Result<Vec<f64>> + 'a;
+/// One timed step: its time and the part of it spent handing work to the backend (ms; 0
+/// where the engine does not say), and the checkpoints the recorder had taken after it (with
+/// `GPUTAPE_FS_PHASES`).
+#[derive(Clone, Copy)]
+struct Sample {
+    ms: f64,
+    issue_ms: f64,
+    checkpoints: u64,
+}
 
-fn outside(graph: bool) -> impl Fn(&(dyn GpuBackend + 'static), usize) -> anyhow::Result<Vec<f64>> {
-    move |gpu, steps| {
+/// How many checkpoints the recorder under a run has taken (0 for a plain run).
+type Probe<'a> = Option<&'a dyn Fn() -> u64>;
+
+/// One engine's timed steps, after `WARM` untimed steps.
+type Run<'a> =
+    dyn Fn(&(dyn GpuBackend + 'static), usize, Probe) -> anyhow::Result<Vec<Sample>> + 'a;
+
+fn sample(t: Instant, issue: std::time::Duration, probe: Probe) -> Sample {
+    Sample {
+        ms: t.elapsed().as_secs_f64() * 1e3,
+        issue_ms: issue.as_secs_f64() * 1e3,
+        checkpoints: probe.map_or(0, |p| p()),
+    }
+}
+
+fn outside(
+    graph: bool,
+) -> impl Fn(&(dyn GpuBackend + 'static), usize, Probe) -> anyhow::Result<Vec<Sample>> {
+    move |gpu, steps, probe| {
         let cfg = engine::Config {
             rows: 8192,
             dim: 128,
@@ -73,7 +99,7 @@ fn outside(graph: bool) -> impl Fn(&(dyn GpuBackend + 'static), usize) -> anyhow
             let t = Instant::now();
             e.step(n)?;
             if n as usize >= WARM {
-                out.push(t.elapsed().as_secs_f64() * 1e3);
+                out.push(sample(t, e.last_issue, probe));
             }
         }
         Ok(out)
@@ -83,8 +109,8 @@ fn outside(graph: bool) -> impl Fn(&(dyn GpuBackend + 'static), usize) -> anyhow
 fn llama(
     cfg: gputape::model::hf::HfConfig,
     batch: usize,
-) -> impl Fn(&(dyn GpuBackend + 'static), usize) -> anyhow::Result<Vec<f64>> {
-    move |gpu, steps| {
+) -> impl Fn(&(dyn GpuBackend + 'static), usize, Probe) -> anyhow::Result<Vec<Sample>> {
+    move |gpu, steps, probe| {
         use gputape::model::llama::{Llama, LlamaOptions};
         // The sequences start up to 200 positions in (a quarter of a short context), and
         // must have room for every step.
@@ -97,7 +123,7 @@ fn llama(
             let t = Instant::now();
             tokens = m.step(gpu, &tokens)?;
             if i >= WARM {
-                out.push(t.elapsed().as_secs_f64() * 1e3);
+                out.push(sample(t, std::time::Duration::ZERO, probe));
             }
         }
         // Ten loads of the 8B shape's 16 GB would not fit the device together.
@@ -106,7 +132,11 @@ fn llama(
     }
 }
 
-fn decode(gpu: &(dyn GpuBackend + 'static), steps: usize) -> anyhow::Result<Vec<f64>> {
+fn decode(
+    gpu: &(dyn GpuBackend + 'static),
+    steps: usize,
+    probe: Probe,
+) -> anyhow::Result<Vec<Sample>> {
     gputape::model::kernels::load(gpu)?;
     let cfg = gputape::model::ModelConfig::default_config();
     let per_run = 240usize.min(cfg.max_seq);
@@ -115,7 +145,11 @@ fn decode(gpu: &(dyn GpuBackend + 'static), steps: usize) -> anyhow::Result<Vec<
         let mut m = gputape::model::Model::load(gpu, cfg.clone())?;
         gputape::model::generate(gpu, &mut m, per_run, |pos, _, d| {
             if pos >= WARM && out.len() < steps {
-                out.push(d.as_secs_f64() * 1e3);
+                out.push(Sample {
+                    ms: d.as_secs_f64() * 1e3,
+                    issue_ms: 0.0,
+                    checkpoints: probe.map_or(0, |p| p()),
+                });
             }
         })?;
         m.teardown(gpu)?;
@@ -127,6 +161,9 @@ fn decode(gpu: &(dyn GpuBackend + 'static), steps: usize) -> anyhow::Result<Vec<
 struct Measured {
     plain: Vec<f64>,
     flight: Vec<f64>,
+    /// The flight run's steps, for `GPUTAPE_FS_PHASES`.
+    flight_samples: Vec<Sample>,
+    plain_samples: Vec<Sample>,
     checkpoints: u64,
     deferrals: u64,
     /// Device checkpoints that could not take every changed chunk.
@@ -154,16 +191,26 @@ fn measure(
     let mut m = Measured {
         plain: Vec::new(),
         flight: Vec::new(),
+        flight_samples: Vec::new(),
+        plain_samples: Vec::new(),
         checkpoints: 0,
         deferrals: 0,
         incomplete: 0,
         busy: 0,
         host: std::time::Duration::ZERO,
     };
+    let phases = std::env::var_os("GPUTAPE_FS_PHASES").is_some();
     for _ in 0..rounds {
-        m.plain.extend(run(gpu.as_ref(), steps)?);
+        let plain = run(gpu.as_ref(), steps, None)?;
+        m.plain.extend(plain.iter().map(|s| s.ms));
+        m.plain_samples.extend(plain);
         let rec = RecordingBackend::flight(gpu.clone(), cfg.clone(), BackendDesc::new("bench"))?;
-        m.flight.extend(run(&rec, steps)?);
+        let probe = || rec.flight_held().map_or(0, |h| h.checkpoints);
+        let flight = run(&rec, steps, phases.then_some(&probe as &dyn Fn() -> u64))?;
+        m.flight.extend(flight.iter().map(|s| s.ms));
+        // Each round's count starts again at 0: a round's first step is never "after" the
+        // last round's checkpoint.
+        m.flight_samples.extend(flight);
         let h = rec.flight_held().unwrap_or_default();
         m.checkpoints += h.checkpoints;
         m.deferrals += h.budget_deferrals;
@@ -172,6 +219,48 @@ fn measure(
         m.host += h.checkpoint_time;
     }
     Ok(m)
+}
+
+/// With `GPUTAPE_FS_PHASES`: the flight run's median step and issue time by steps since the
+/// last checkpoint (0: the step that took it), against the plain run's: where a checkpoint's
+/// cost lands, on the engine's thread or on the device, and how long it lasts.
+fn phases(name: &str, m: &Measured) -> String {
+    let med = |v: Vec<f64>| {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        stats(&v).median
+    };
+    let mut since: Vec<(usize, Sample)> = Vec::new();
+    let (mut last, mut n) = (0u64, usize::MAX / 2);
+    for s in &m.flight_samples {
+        n = if s.checkpoints > last { 0 } else { n + 1 };
+        if s.checkpoints < last {
+            n = usize::MAX / 2;
+        }
+        last = s.checkpoints;
+        since.push((n, *s));
+    }
+    let mut line = format!(
+        "phases {name}: plain {:.1} us (issue {:.1})",
+        med(m.plain_samples.iter().map(|s| s.ms * 1e3).collect()),
+        med(m.plain_samples.iter().map(|s| s.issue_ms * 1e3).collect()),
+    );
+    for (lo, hi) in [(0, 0), (1, 1), (2, 2), (3, 3), (4, 7), (8, usize::MAX)] {
+        let pick: Vec<&Sample> = since
+            .iter()
+            .filter(|(n, _)| (lo..=hi).contains(n))
+            .map(|(_, s)| s)
+            .collect();
+        line += &format!(
+            "; +{lo}{}: {} steps {:.1} us (issue {:.1})",
+            if hi > lo { "..." } else { "" },
+            pick.len(),
+            med(pick.iter().map(|s| s.ms * 1e3).collect()),
+            med(pick.iter().map(|s| s.issue_ms * 1e3).collect()),
+        );
+    }
+    line
 }
 
 fn main() -> anyhow::Result<()> {
@@ -262,10 +351,14 @@ fn main() -> anyhow::Result<()> {
         let m = measure(&null, run.as_ref(), steps, rounds, &cfg)?;
         floors.push((name.clone(), m.extra_us()));
     }
+    let mut phase_lines = Vec::new();
     for (name, run) in &workloads {
         let m = measure(&gpu, run.as_ref(), steps, rounds, &cfg)?;
         let (p, f) = (stats(&m.plain), stats(&m.flight));
         let floor = floors.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
+        if std::env::var_os("GPUTAPE_FS_PHASES").is_some() {
+            phase_lines.push(phases(name, &m));
+        }
         let extra = m.extra_us();
         let allowed = (0.03 * p.mean * 1e3).max(floor.map_or(0.0, |f| 1.5 * f));
         println!(
@@ -281,6 +374,9 @@ fn main() -> anyhow::Result<()> {
                 "OVER"
             },
         );
+    }
+    for l in phase_lines {
+        println!("{l}");
     }
     std::fs::remove_dir_all(&dir).ok();
     Ok(())

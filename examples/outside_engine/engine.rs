@@ -206,6 +206,9 @@ pub struct Engine<'g> {
     /// A few constants the forward uploads each step (into a graph, when it is captured).
     consts: DevicePtr,
     graph: Option<GraphHandle>,
+    /// How long the last step took to hand its work to the backend (up to its readback): a
+    /// benchmark tells host time from device time with it.
+    pub last_issue: std::time::Duration,
 }
 
 impl<'g> Engine<'g> {
@@ -261,6 +264,7 @@ impl<'g> Engine<'g> {
             flag,
             consts,
             graph: None,
+            last_issue: std::time::Duration::ZERO,
         })
     }
 
@@ -323,6 +327,7 @@ impl<'g> Engine<'g> {
 
     /// Step `n`: ids in, the forward (eager, captured, or the graph launched), the result out.
     pub fn step(&mut self, n: u64) -> anyhow::Result<Vec<f32>> {
+        let t0 = std::time::Instant::now();
         let g = self.gpu;
         let pad = self.cfg.pad_at == Some(n);
         let ids: Vec<u8> = (0..self.cfg.tokens)
@@ -372,6 +377,7 @@ impl<'g> Engine<'g> {
             }
         }
         let mut bytes = vec![0u8; (self.cfg.tokens * self.cfg.dim * 4) as usize];
+        self.last_issue = t0.elapsed();
         g.copy_d2h_on_stream(self.out, &mut bytes, self.s0)?;
         Ok(bytes
             .chunks_exact(4)

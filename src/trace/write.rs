@@ -6,10 +6,24 @@ use super::frame::{Begin, End, Frame};
 use super::{BlobId, Trace};
 
 /// A blob's frame: compressed with zstd where that saves at least a tenth (small blobs and
-/// incompressible ones are stored as they are).
+/// incompressible ones are stored as they are). The compressor is kept per thread: making a
+/// zstd context costs more than compressing a 4 KiB readback with it, and a recorder calls
+/// this on the engine's thread.
 pub fn blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
+    thread_local! {
+        static ZSTD: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
     let packed = (bytes.len() >= 4096)
-        .then(|| zstd::bulk::compress(bytes, 1).ok())
+        .then(|| {
+            ZSTD.with(|z| {
+                let mut z = z.try_borrow_mut().ok()?;
+                if z.is_none() {
+                    *z = zstd::bulk::Compressor::new(1).ok();
+                }
+                z.as_mut()?.compress(bytes).ok()
+            })
+        })
         .flatten()
         .filter(|c| c.len() < bytes.len() * 9 / 10);
     match packed {
@@ -19,12 +33,18 @@ pub fn blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
             zstd: true,
             data,
         },
-        None => Frame::Blob {
-            id,
-            len: bytes.len() as u64,
-            zstd: false,
-            data: bytes.to_vec(),
-        },
+        None => raw_blob_frame(id, bytes),
+    }
+}
+
+/// A blob's frame, its bytes as they are: what the flight recorder holds, which compresses
+/// nothing on the engine's thread (its ring bounds what it holds; a dump is written as held).
+pub fn raw_blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
+    Frame::Blob {
+        id,
+        len: bytes.len() as u64,
+        zstd: false,
+        data: bytes.to_vec(),
     }
 }
 
