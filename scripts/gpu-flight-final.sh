@@ -4,6 +4,8 @@
 # checkpoint's cost to both threads on the 1B step (GPUTAPE_FLIGHT_CKPT_TIMES), and the
 # outside engine's sticky fault after its ring went round plus captures on checkpoint steps.
 # Builds nothing: gpu-bin/ holds flight-steps, gputape and outside_engine. Logs under $OUT.
+# PART=1: the first table only (outside engine, decode, 1B); PART=2: the rest (8B and on),
+# so that each half fits one device call.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 B=${B:-gpu-bin}
@@ -11,17 +13,21 @@ mkdir -p "$OUT"
 chmod +x "$B"/* 2>/dev/null
 STEPS=${STEPS:-500}
 ROUNDS=${ROUNDS:-5}
+PART=${PART:-all}
 {
+if [ "$PART" != 2 ]; then
   echo "== host cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cores"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   echo "== flight_steps: outside engine, default decode, llama-3.2-1b batch 1 and 16; $STEPS steps x $ROUNDS rounds"
   GPUTAPE_STEP_CUDA=1 GPUTAPE_FS_STEPS=$STEPS GPUTAPE_FS_ROUNDS=$ROUNDS \
     GPUTAPE_FS_PRESETS=llama-3.2-1b GPUTAPE_FS_BATCHES=1,16 \
-    timeout 150 "$B/flight-steps" --bench 2>&1 | grep -v '^ '
-  echo "== flight_steps: llama-3-8b batch 1 and 16; ${STEPS8:-300} steps x ${ROUNDS8:-3} rounds"
-  GPUTAPE_STEP_CUDA=1 GPUTAPE_FS_STEPS=${STEPS8:-300} GPUTAPE_FS_ROUNDS=${ROUNDS8:-3} \
+    GPUTAPE_FS_PHASES=1 timeout 400 "$B/flight-steps" --bench 2>&1 | grep -v '^ '
+fi
+if [ "$PART" != 1 ]; then
+  echo "== flight_steps: llama-3-8b batch 1 and 16; ${STEPS8:-$STEPS} steps x ${ROUNDS8:-$ROUNDS} rounds"
+  GPUTAPE_STEP_CUDA=1 GPUTAPE_FS_STEPS=${STEPS8:-$STEPS} GPUTAPE_FS_ROUNDS=${ROUNDS8:-$ROUNDS} GPUTAPE_FS_PHASES=1 \
     GPUTAPE_FS_ONLY=llama-3-8b GPUTAPE_FS_PRESETS=llama-3-8b GPUTAPE_FS_BATCHES=1,16 \
-    timeout 240 "$B/flight-steps" --bench 2>&1 | grep -v '^ '
+    timeout 420 "$B/flight-steps" --bench 2>&1 | grep -v '^ '
   echo "== each device checkpoint's cost, llama-3.2-1b batch 1, 200 steps (every 4th line)"
   GPUTAPE_FLIGHT_CKPT_TIMES=1 GPUTAPE_STEP_CUDA=1 GPUTAPE_FS_STEPS=200 GPUTAPE_FS_ROUNDS=1 \
     GPUTAPE_FS_ONLY=llama GPUTAPE_FS_PRESETS=llama-3.2-1b GPUTAPE_FS_BATCHES=1 \
@@ -40,4 +46,5 @@ ROUNDS=${ROUNDS:-5}
     echo "capture at step $at ($mode), flight on: exit $?"
   done; done
   rm -rf "$d"
-} 2>&1 | tee "$OUT/gpu-flight-final.log"
+fi
+} 2>&1 | tee "$OUT/gpu-flight-final-$PART.log"
