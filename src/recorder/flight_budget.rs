@@ -9,14 +9,16 @@
 //! A share of wall time bounds the mean, not the tail: a checkpoint that costs a short step
 //! half its time, taken every 30 steps, is within 2% and yet is the 99th-percentile step. So
 //! one that costs more than a tenth of the typical step falls in at most one step of
-//! `TAIL_STEPS`: fewer than 1% of steps pay for it.
+//! `TAIL_STEPS`: one step in 256, so the 99th percentile is still an ordinary step.
 
 use std::time::{Duration, Instant};
 
 /// A checkpoint dearer than `TAIL_SHARE` of the typical step is taken at most once in this
 /// many steps.
-pub(crate) const TAIL_STEPS: u64 = 128;
+pub(crate) const TAIL_STEPS: u64 = 256;
 const TAIL_SHARE: f64 = 0.1;
+/// Steps the typical step is the median of.
+const WINDOW: usize = 31;
 
 /// The read rate a first host checkpoint is estimated at (bytes a second): a device-to-host
 /// copy into pageable memory, hashed, is about this on the H200's host (runs 45-46).
@@ -37,15 +39,23 @@ pub(crate) struct Budget {
     last_cost: Option<(Duration, Option<f64>)>,
     /// Bytes read by checkpoints when the last one was taken.
     read_when_taken: u64,
-    /// The step clock (`step_ended`): the last step's end, the typical step (a moving
-    /// average of those no checkpoint fell in), and whether a device checkpoint fell in the
-    /// step now running, to be priced at its end.
+    /// The step clock (`step_ended`): the last step's end, the typical step (the median of
+    /// the last `WINDOW` steps no checkpoint fell in: an engine's first steps after its load,
+    /// ten times the later ones, would hold a moving average up for a hundred steps, and a
+    /// checkpoint priced against it would look free), and whether a device checkpoint fell
+    /// in the step now running, to be priced at its end.
     last_step_end: Option<Instant>,
+    window: [f64; WINDOW],
+    window_n: usize,
     typical_step: Option<f64>,
     to_price: bool,
     /// Steps ended since arming, and that count when the last checkpoint was taken.
     steps: u64,
     last_taken_at: Option<u64>,
+    /// What the last few checkpoints cost: the tail rule goes by the dearest of them, so
+    /// one that happened to cost a step little does not let the next in early.
+    recent: [Duration; 4],
+    recent_at: usize,
 }
 
 impl Budget {
@@ -59,10 +69,14 @@ impl Budget {
             last_cost: None,
             read_when_taken: 0,
             last_step_end: None,
+            window: [0.0; WINDOW],
+            window_n: 0,
             typical_step: None,
             to_price: false,
             steps: 0,
             last_taken_at: None,
+            recent: [Duration::ZERO; 4],
+            recent_at: 0,
         }
     }
 
@@ -72,14 +86,17 @@ impl Budget {
     /// every buffer the engine filled since arming: a 16 GB model's weights take seconds).
     /// The estimate is the last checkpoint's cost, or the bytes no checkpoint has read yet
     /// (`unread`) at the last measured read rate (at first, 2 GB/s), whichever is larger.
-    /// One estimated dearer than a tenth of the typical step waits, besides, for
-    /// `TAIL_STEPS` steps since the last.
+    /// Where the dearest of the last few checkpoints cost more than a tenth of the typical
+    /// step, one waits, besides, for `TAIL_STEPS` steps since the last.
     pub fn fits(&self, share: f64, unread: u64) -> bool {
         let (last, rate) = self.last_cost.unwrap_or_default();
         let by_bytes = unread as f64 / rate.unwrap_or(DEFAULT_READ_RATE);
         let estimate = last.as_secs_f64().max(by_bytes);
         let since = self.first_step.unwrap_or(self.armed_at).elapsed();
-        let dear = self.typical_step.is_some_and(|t| estimate > TAIL_SHARE * t);
+        let dearest = self.recent.iter().max().copied().unwrap_or_default();
+        let dear = self
+            .typical_step
+            .is_some_and(|t| estimate.max(dearest.as_secs_f64()) > TAIL_SHARE * t);
         let recent = self
             .last_taken_at
             .is_some_and(|at| self.steps - at < TAIL_STEPS);
@@ -90,7 +107,7 @@ impl Budget {
     /// bytes so far.
     pub fn host_checkpoint(&mut self, cost: Duration, read_total: u64) {
         self.host_time += cost;
-        self.last_taken_at = Some(self.steps);
+        self.taken_now();
         let read = read_total - self.read_when_taken;
         self.read_when_taken = read_total;
         self.spent += cost;
@@ -98,6 +115,7 @@ impl Budget {
         let rate = (read >= 1 << 20 && !cost.is_zero()).then(|| read as f64 / cost.as_secs_f64());
         let known = self.last_cost.and_then(|(_, r)| r);
         self.last_cost = Some((cost, rate.or(known)));
+        self.note_recent(cost);
     }
 
     /// A device checkpoint was taken: what it cost the engine's thread (`host`) is only part
@@ -105,12 +123,25 @@ impl Budget {
     /// takes the lock), so it is priced by the step it fell in (`step_ended`).
     pub fn device_checkpoint(&mut self, host: Duration) {
         self.host_time += host;
-        self.last_taken_at = Some(self.steps);
+        self.taken_now();
         self.to_price = true;
     }
 
+    /// For the tail rule: a checkpoint was taken after `steps` steps. The one a recorder
+    /// takes when armed, before the engine's first step, falls in no step.
+    fn taken_now(&mut self) {
+        if self.first_step.is_some() {
+            self.last_taken_at = Some(self.steps);
+        }
+    }
+
+    fn note_recent(&mut self, cost: Duration) {
+        self.recent[self.recent_at % self.recent.len()] = cost;
+        self.recent_at += 1;
+    }
+
     /// A step ended `now`. One a device checkpoint fell in is priced at what it took beyond
-    /// the typical step (a moving average of the others): what the checkpoint cost the
+    /// the typical step (the median of the others'): what the checkpoint cost the
     /// engine, whatever part of it was the host's, the device's or the lock's.
     pub fn step_ended(&mut self, now: Instant) {
         self.steps += 1;
@@ -122,9 +153,19 @@ impl Budget {
                     let extra = Duration::from_secs_f64((dt - t).max(0.0));
                     self.spent += extra;
                     self.last_cost = Some((extra, None));
+                    self.note_recent(extra);
                 }
                 (true, None) => {}
-                (false, t) => self.typical_step = Some(t.map_or(dt, |t| 0.9 * t + 0.1 * dt)),
+                (false, _) => {
+                    self.window[self.window_n % WINDOW] = dt;
+                    self.window_n += 1;
+                    let mut w = self.window;
+                    let w = &mut w[..self.window_n.min(WINDOW)];
+                    let mid = w.len() / 2;
+                    // No sort: this runs at every step boundary.
+                    let (_, m, _) = w.select_nth_unstable_by(mid, f64::total_cmp);
+                    self.typical_step = Some(*m);
+                }
             }
         }
         self.to_price = false;
@@ -160,12 +201,66 @@ mod tests {
         // 3 ms spent and 3 ms expected of the next: not before 300 ms after the first step.
         assert!(!b.fits(0.02, 0));
         b.first_step = Some(t0 - Duration::from_millis(310));
-        // Within the share, but 3 ms is three typical steps: not within 128 steps of the last.
+        // Within the share, but 3 ms is three typical steps: not within TAIL_STEPS steps of the last.
         assert!(!b.fits(0.02, 0));
         for k in 0..TAIL_STEPS {
             b.step_ended(ms(15 + k));
         }
         assert!(b.fits(0.02, 0));
+    }
+
+    /// One checkpoint that happened to cost its step little does not let the next in before
+    /// `TAIL_STEPS`: the dearest of the last few counts.
+    #[test]
+    fn the_tail_rule_goes_by_the_dearest_recent_checkpoint() {
+        let mut b = Budget::new();
+        let t0 = Instant::now();
+        let us = |n: u64| t0 + Duration::from_micros(n);
+        let mut t = 0;
+        let mut step = |b: &mut Budget, dt: u64| {
+            t += dt;
+            b.step_ended(us(t));
+        };
+        for _ in 0..10 {
+            step(&mut b, 100);
+        }
+        // A dear one (+60 us on a 100 us step), then a cheap one (+2 us).
+        b.device_checkpoint(Duration::from_micros(30));
+        step(&mut b, 160);
+        for _ in 0..TAIL_STEPS {
+            step(&mut b, 100);
+        }
+        b.device_checkpoint(Duration::from_micros(30));
+        step(&mut b, 102);
+        b.first_step = Some(t0 - Duration::from_secs(10));
+        assert!(!b.fits(0.02, 0), "in early after a cheap one");
+        for _ in 0..TAIL_STEPS {
+            step(&mut b, 100);
+        }
+        assert!(b.fits(0.02, 0));
+    }
+
+    /// An engine's first steps after its load, a hundred times the later ones, do not make a
+    /// checkpoint's step look typical.
+    #[test]
+    fn slow_first_steps_do_not_hide_a_checkpoints_cost() {
+        let mut b = Budget::new();
+        let t0 = Instant::now();
+        let mut t = 0;
+        let mut step = |b: &mut Budget, us: u64| {
+            t += us;
+            b.step_ended(t0 + Duration::from_micros(t));
+        };
+        for _ in 0..5 {
+            step(&mut b, 10_000);
+        }
+        for _ in 0..20 {
+            step(&mut b, 100);
+        }
+        b.device_checkpoint(Duration::from_micros(30));
+        step(&mut b, 150);
+        let (cost, _) = b.last_cost.expect("priced");
+        assert_eq!(cost, Duration::from_micros(50));
     }
 
     /// A checkpoint that costs a step little is held back by the share alone: short steps
