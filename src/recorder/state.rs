@@ -649,7 +649,7 @@ impl RecState {
         if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
             // Kept by the flight store for as long as a kept span names it; not compressed:
             // zstd on a step's readback cost a short step a fifth of its time.
-            f.note_blob(id, || crate::trace::raw_blob_frame(id, bytes));
+            f.note_blob_raw(id, bytes);
             return id;
         }
         if self.recording && self.blobs.insert(id) {

@@ -32,7 +32,7 @@ pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
 pub use render::{call_text, render, render_call, ret_text, summary};
 pub use signature::ParamType;
-pub use write::{blob_frame, raw_blob_frame};
+pub use write::blob_frame;
 
 use crate::backend::{KernelInfo, ModuleCode};
 use std::collections::{BTreeMap, HashMap};

@@ -37,9 +37,8 @@ pub fn blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
     }
 }
 
-/// A blob's frame, its bytes as they are: what the flight recorder holds, which compresses
-/// nothing on the engine's thread (its ring bounds what it holds; a dump is written as held).
-pub fn raw_blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
+/// A blob's frame, its bytes as they are.
+fn raw_blob_frame(id: BlobId, bytes: &[u8]) -> Frame {
     Frame::Blob {
         id,
         len: bytes.len() as u64,

@@ -127,6 +127,21 @@ impl FlightStore {
     /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new). A
     /// chunked blob's parts are named with it.
     pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
+        self.note_encoded(id, |p| crate::trace::codec::append(&frame(), p).is_ok());
+    }
+
+    /// `note_blob` for bytes held as they are, encoded straight from the caller's slice: a
+    /// readback's bytes are copied once, not into a frame and again into its record.
+    pub fn note_blob_raw(&mut self, id: BlobId, bytes: &[u8]) {
+        self.note_encoded(id, |p| {
+            crate::trace::codec::append_blob(id, bytes.len() as u64, false, bytes, p);
+            true
+        });
+    }
+
+    /// A blob the span names: renamed into it if held, else encoded by `encode` (`false`:
+    /// it could not be) and held.
+    fn note_encoded(&mut self, id: BlobId, encode: impl FnOnce(&mut Vec<u8>) -> bool) {
         if let Some(c) = self.capture.as_mut() {
             c.blobs.push(id);
         }
@@ -138,7 +153,7 @@ impl FlightStore {
             }
             false => {
                 let mut payload = Vec::new();
-                if crate::trace::codec::append(&frame(), &mut payload).is_ok() {
+                if encode(&mut payload) {
                     self.hold(id, payload, no);
                 }
             }
