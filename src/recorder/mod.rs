@@ -336,6 +336,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
 
     /// Write what the flight recorder holds now, as a trace; returns its path.
     pub fn flight_dump(&self, reason: &str) -> Result<std::path::PathBuf, RecordError> {
+        // Asked for, not forced by a fault: a checkpoint still being consumed is let finish
+        // (briefly; a dead device never finishes one), so the dump starts from the newest.
+        self.flight_settle(std::time::Duration::from_millis(100));
         let open = flight::open_call(&self.st);
         let mut st = self.st.lock();
         st.flight_dump(reason, open)

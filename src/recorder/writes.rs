@@ -71,14 +71,14 @@ pub(super) fn call_writes(
             }
             Writes {
                 bufs,
-                all: false,
                 stream,
+                ..Writes::default()
             }
         }
         other => Writes {
             bufs: crate::trace::written_by(other).into_iter().collect(),
-            all: false,
             stream,
+            ..Writes::default()
         },
     }
 }
@@ -107,7 +107,14 @@ impl RecState {
         f.span_writes(
             |record| match crate::trace::codec::decode(record) {
                 // Noted as each was made (`note_fill`), in order.
-                Ok(Frame::Begin(b)) if matches!(b.call, Call::CopyH2D { .. }) => Writes::default(),
+                Ok(Frame::Begin(b))
+                    if matches!(b.call, Call::CopyH2D { .. } | Call::StepBoundary { .. }) =>
+                {
+                    Writes {
+                        deltas_write_nothing: true,
+                        ..Writes::default()
+                    }
+                }
                 Ok(Frame::Begin(b)) => call_writes(&b.call, &layouts, &graphs),
                 _ => Writes::default(),
             },

@@ -483,6 +483,11 @@ impl FlightStore {
         let mut seen =
             rustc_hash::FxHashSet::<(u32, usize, smallvec::SmallVec<[u8; 16]>)>::default();
         for patch in logs.flat_map(|s| s.log.rewrite_patches()) {
+            // An upload's delta is its new data (the fill was noted as it was made), a step
+            // marker's its number: neither need be read.
+            if self.templates.deltas_write_nothing(patch.0) {
+                continue;
+            }
             if !seen.insert((patch.0, patch.1, patch.2.into())) {
                 continue;
             }

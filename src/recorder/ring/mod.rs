@@ -44,6 +44,10 @@ pub(crate) struct Writes {
     /// The stream its device work went on, where that work may still be running when the
     /// call returns: a device checkpoint orders itself after such streams only.
     pub stream: Option<crate::trace::StreamRef>,
+    /// No delta of this call writes anything a checkpoint must learn from it: a blocking
+    /// host-to-device copy (what it writes is noted as made, `note_fill`: a step's token
+    /// ids) or a step marker (its number). Such deltas are not read at a checkpoint.
+    pub deltas_write_nothing: bool,
 }
 
 struct Template {
@@ -527,6 +531,21 @@ impl Templates {
 
     /// `append_begin` for a delta: the template's call with `bytes` at `at`; `false` if the
     /// slot is empty or the bytes do not fit.
+    /// Whether template `slot`'s deltas write nothing (`Writes::deltas_write_nothing`), as
+    /// its writes were worked out by `writes_in`; `false` when they were not.
+    pub fn deltas_write_nothing(&self, slot: u32) -> bool {
+        matches!(
+            self.slab.get(slot as usize),
+            Some(Some(Template {
+                writes: Some(Writes {
+                    deltas_write_nothing: true,
+                    ..
+                }),
+                ..
+            }))
+        )
+    }
+
     pub fn append_begin_patched(
         &self,
         (slot, at, bytes): (u32, usize, &[u8]),
