@@ -529,8 +529,6 @@ impl Templates {
         }
     }
 
-    /// `append_begin` for a delta: the template's call with `bytes` at `at`; `false` if the
-    /// slot is empty or the bytes do not fit.
     /// Whether template `slot`'s deltas write nothing (`Writes::deltas_write_nothing`), as
     /// its writes were worked out by `writes_in`; `false` when they were not.
     pub fn deltas_write_nothing(&self, slot: u32) -> bool {
@@ -546,6 +544,8 @@ impl Templates {
         )
     }
 
+    /// `append_begin` for a delta: the template's call with `bytes` at `at`; `false` if the
+    /// slot is empty or the bytes do not fit.
     pub fn append_begin_patched(
         &self,
         (slot, at, bytes): (u32, usize, &[u8]),
