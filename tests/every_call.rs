@@ -339,6 +339,36 @@ impl GpuBackend for Counting {
         self.inner.create_event()
     }
 
+    fn comm_unique_id(&self) -> Result<CommUniqueId> {
+        self.saw(CallKind::CommUniqueId);
+        self.inner.comm_unique_id()
+    }
+
+    fn comm_init(&self, id: CommUniqueId, nranks: u32, rank: u32) -> Result<CommHandle> {
+        self.saw(CallKind::CommInit);
+        self.inner.comm_init(id, nranks, rank)
+    }
+
+    fn collective(
+        &self,
+        comm: CommHandle,
+        op: Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: u64,
+        dtype: CollDtype,
+        stream: u64,
+    ) -> Result<()> {
+        self.saw(CallKind::Collective);
+        self.inner
+            .collective(comm, op, send, recv, count, dtype, stream)
+    }
+
+    fn comm_destroy(&self, comm: CommHandle) -> Result<()> {
+        self.saw(CallKind::CommDestroy);
+        self.inner.comm_destroy(comm)
+    }
+
     #[track_caller]
     fn record_event(&self, event: u64, stream: u64) -> Result<()> {
         self.saw(CallKind::RecordEvent);
@@ -382,7 +412,7 @@ impl GpuBackend for Counting {
     }
 }
 
-const ALL: [CallKind; 51] = [
+const ALL: [CallKind; 55] = [
     CallKind::Alloc,
     CallKind::AllocManaged,
     CallKind::Free,
@@ -434,6 +464,10 @@ const ALL: [CallKind; 51] = [
     CallKind::AllocHostPinned,
     CallKind::FreeHostPinned,
     CallKind::EncodeTensorMap,
+    CallKind::CommUniqueId,
+    CallKind::CommInit,
+    CallKind::Collective,
+    CallKind::CommDestroy,
 ];
 
 /// Fails to compile when a `CallKind` is added: then add it to `ALL` and to the scenario.
@@ -491,6 +525,10 @@ fn every_kind_is_listed(k: CallKind) {
         CallKind::AllocHostPinned => (),
         CallKind::FreeHostPinned => (),
         CallKind::EncodeTensorMap => (),
+        CallKind::CommUniqueId => (),
+        CallKind::CommInit => (),
+        CallKind::Collective => (),
+        CallKind::CommDestroy => (),
     }
 }
 
@@ -591,6 +629,20 @@ fn every_method(g: &dyn GpuBackend) {
     let _ = g.device_free_memory();
     let _ = g.live_alloc_count();
     g.bind_to_thread().unwrap();
+    // A communicator of one rank: its collectives replay alone.
+    let id = g.comm_unique_id().unwrap();
+    let comm = g.comm_init(id, 1, 0).unwrap();
+    g.collective(
+        comm,
+        Collective::AllReduce(ReduceOp::Sum),
+        x,
+        z,
+        n as u64,
+        CollDtype::F32,
+        s,
+    )
+    .unwrap();
+    g.comm_destroy(comm).unwrap();
     g.destroy_event(e).unwrap();
     g.free_host_pinned(pinned, bytes).unwrap();
     g.free(x).unwrap();

@@ -140,7 +140,46 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
         | FreeHostPinned { .. }
         | RedzoneHits
         | StepBoundary { .. }
-        | EncodeTensorMap { .. } => {}
+        | EncodeTensorMap { .. }
+        | CommUniqueId
+        | CommInit { .. }
+        | CommDestroy { .. } => {}
+        Collective {
+            comm,
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+            ..
+        } => {
+            let n = comm_ranks(t, *comm);
+            let (sb, rb) = (
+                op.send_bytes(*count, *dtype, n),
+                op.recv_bytes(*count, *dtype, n),
+            );
+            if sb > 0 {
+                range(send, sb, false, &mut v);
+            }
+            if rb > 0 {
+                range(recv, rb, true, &mut v);
+            }
+        }
     }
     v
+}
+
+/// Ranks in communicator `comm`, as its `comm_init` said (1 if the trace does not hold it).
+fn comm_ranks(t: &Trace, comm: crate::trace::CommId) -> u32 {
+    t.calls
+        .iter()
+        .find_map(|c| match (&c.call, &c.ret) {
+            (Call::CommInit { nranks, .. }, Some(Ok(crate::trace::Value::Comm(id))))
+                if *id == comm =>
+            {
+                Some(*nranks)
+            }
+            _ => None,
+        })
+        .unwrap_or(1)
 }

@@ -8,6 +8,7 @@ mod access;
 pub mod export;
 mod idle;
 mod plan;
+pub mod ranks;
 pub mod report;
 pub mod window;
 

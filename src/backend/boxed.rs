@@ -296,6 +296,40 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn create_private_stream(&self) -> Result<u64> {
+                (**self).create_private_stream()
+            }
+
+            #[track_caller]
+            fn comm_unique_id(&self) -> Result<CommUniqueId> {
+                (**self).comm_unique_id()
+            }
+
+            #[track_caller]
+            fn comm_init(&self, id: CommUniqueId, nranks: u32, rank: u32) -> Result<CommHandle> {
+                (**self).comm_init(id, nranks, rank)
+            }
+
+            #[track_caller]
+            fn collective(
+                &self,
+                comm: CommHandle,
+                op: Collective,
+                send: DevicePtr,
+                recv: DevicePtr,
+                count: u64,
+                dtype: CollDtype,
+                stream: u64,
+            ) -> Result<()> {
+                (**self).collective(comm, op, send, recv, count, dtype, stream)
+            }
+
+            #[track_caller]
+            fn comm_destroy(&self, comm: CommHandle) -> Result<()> {
+                (**self).comm_destroy(comm)
+            }
+
+            #[track_caller]
             fn create_event(&self) -> Result<u64> {
                 (**self).create_event()
             }

@@ -13,6 +13,7 @@
 
 mod boxed;
 mod capture;
+mod collective;
 mod error;
 pub mod ledger;
 mod module;
@@ -25,6 +26,7 @@ pub mod tensormap;
 mod types;
 
 pub use capture::*;
+pub use collective::{reduce_into, CollDtype, Collective, CommHandle, CommUniqueId, ReduceOp};
 pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
 pub use module::{f32_bytes, HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
 pub use op_cache::OpCache;
@@ -387,6 +389,45 @@ pub trait GpuBackend: Send + Sync {
         self.create_stream()
     }
 
+    /// A new unique id for a communicator: rank 0 asks for one and hands it to every rank,
+    /// which passes it to `comm_init`.
+    #[track_caller]
+    fn comm_unique_id(&self) -> Result<CommUniqueId> {
+        anyhow::bail!("collectives are not supported by this backend")
+    }
+
+    /// Join communicator `id` as `rank` of `nranks`. Returns once every rank has joined (or
+    /// fails, naming the ranks that did not, after the backend's deadline).
+    #[track_caller]
+    fn comm_init(&self, _id: CommUniqueId, _nranks: u32, _rank: u32) -> Result<CommHandle> {
+        anyhow::bail!("collectives are not supported by this backend")
+    }
+
+    /// Collective `op` of `count` elements of `dtype` on `stream`, from `send` into `recv`
+    /// (sizes by `Collective::send_bytes` and `recv_bytes`; a `Recv` has no send buffer and
+    /// a `Send` no receive buffer: pass any pointer there). Every rank of `comm` must make the
+    /// same collectives in the same order.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &self,
+        _comm: CommHandle,
+        _op: Collective,
+        _send: DevicePtr,
+        _recv: DevicePtr,
+        _count: u64,
+        _dtype: CollDtype,
+        _stream: u64,
+    ) -> Result<()> {
+        anyhow::bail!("collectives are not supported by this backend")
+    }
+
+    /// Leave communicator `comm`.
+    #[track_caller]
+    fn comm_destroy(&self, _comm: CommHandle) -> Result<()> {
+        anyhow::bail!("collectives are not supported by this backend")
+    }
+
     /// A new event, for ordering streams (`record_event`, `stream_wait_event`) and for host
     /// waits. Timing is off: it is never used to measure.
     #[track_caller]
@@ -565,6 +606,14 @@ pub enum CallKind {
     StepBoundary,
     /// [`GpuBackend::encode_tensor_map`].
     EncodeTensorMap,
+    /// [`GpuBackend::comm_unique_id`].
+    CommUniqueId,
+    /// [`GpuBackend::comm_init`].
+    CommInit,
+    /// [`GpuBackend::collective`].
+    Collective,
+    /// [`GpuBackend::comm_destroy`].
+    CommDestroy,
 }
 
 impl CallKind {
@@ -623,6 +672,10 @@ impl CallKind {
             RedzoneHits => "redzone_hits",
             StepBoundary => "step_boundary",
             EncodeTensorMap => "encode_tensor_map",
+            CommUniqueId => "comm_unique_id",
+            CommInit => "comm_init",
+            Collective => "collective",
+            CommDestroy => "comm_destroy",
         }
     }
 }

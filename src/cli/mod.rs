@@ -30,6 +30,7 @@ mod export;
 mod info;
 mod inspect;
 mod minimize;
+mod ranks;
 mod record;
 mod replay;
 mod report;
@@ -118,6 +119,11 @@ enum Cmd {
     Report(report::Args),
     /// Print a trace: its calls in canonical form, then a summary.
     Show(show::Args),
+    /// Lay a rank set's traces side by side: each communicator's collectives matched by
+    /// number across the ranks, and the first where they parted (a rank that never made a
+    /// collective, with what it did instead; a different collective, count or type) named
+    /// with ranks and sites. Exit 1 where they parted.
+    Ranks(ranks::Args),
     /// Run an unmodified CUDA program (PyTorch, vLLM, anything that loads libcuda.so.1) with
     /// gputape's driver shim in front of the real driver: every driver call is counted and
     /// forwarded, and a table of the entry points called is printed when it exits. This stage
@@ -311,6 +317,7 @@ fn exec(cmd: Cmd, ctx: &Ctx) -> Result<Exit> {
         Cmd::Trim(a) => trim::exec(a, ctx),
         Cmd::Report(a) => report::exec(a, ctx),
         Cmd::Show(a) => show::exec(a, ctx),
+        Cmd::Ranks(a) => ranks::exec(a, ctx),
         Cmd::Run(a) => run::exec(a, ctx),
     }
 }

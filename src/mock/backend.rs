@@ -7,6 +7,7 @@
 //! (streams, events, capture and graphs).
 
 use super::*;
+use crate::backend::{CollDtype, Collective, CommHandle, CommUniqueId};
 
 impl GpuBackend for MockGpuBackend {
     #[track_caller]
@@ -275,6 +276,34 @@ impl GpuBackend for MockGpuBackend {
     #[track_caller]
     fn create_private_stream(&self) -> anyhow::Result<u64> {
         self.create_stream_of(crate::backend::StreamKind::NonBlocking)
+    }
+
+    fn comm_unique_id(&self) -> anyhow::Result<CommUniqueId> {
+        self.comm_unique_id_impl()
+    }
+
+    #[track_caller]
+    fn comm_init(&self, id: CommUniqueId, nranks: u32, rank: u32) -> anyhow::Result<CommHandle> {
+        self.comm_init_impl(id, nranks, rank)
+    }
+
+    #[track_caller]
+    fn collective(
+        &self,
+        comm: CommHandle,
+        op: Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: u64,
+        dtype: CollDtype,
+        stream: u64,
+    ) -> anyhow::Result<()> {
+        self.collective_impl(comm, op, send, recv, count, dtype, stream)
+    }
+
+    #[track_caller]
+    fn comm_destroy(&self, comm: CommHandle) -> anyhow::Result<()> {
+        self.comm_destroy_impl(comm)
     }
 
     #[track_caller]

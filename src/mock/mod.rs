@@ -21,6 +21,7 @@ mod alloc;
 mod backend;
 mod capture;
 mod chaos;
+mod comm;
 mod copy;
 mod error;
 mod exec;
@@ -62,6 +63,8 @@ pub struct MockGpuBackend {
     registry: Arc<KernelRegistry>,
     op_cache: OpCache,
     default_stream: u64,
+    /// Communicators this rank has joined (`comm.rs`).
+    comms: Mutex<comm::Comms>,
 }
 
 #[track_caller]

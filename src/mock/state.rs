@@ -42,6 +42,9 @@ pub struct MockConfig {
     /// recorder's own cost per step (`benches/flight_steps.rs`'s floor) is measured over it.
     /// Results are whatever memory held.
     pub skip_kernel_bodies: bool,
+    /// How long a collective waits for the other ranks before it fails naming those that
+    /// never came (`mock/comm.rs`; `GPUTAPE_MOCK_COMM_TIMEOUT_S` over the default, 10 s).
+    pub comm_timeout: std::time::Duration,
 }
 
 impl Default for MockConfig {
@@ -54,6 +57,14 @@ impl Default for MockConfig {
             debug_sync_kernels: false,
             chaos: None,
             skip_kernel_bodies: false,
+            comm_timeout: std::env::var("GPUTAPE_MOCK_COMM_TIMEOUT_S")
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|s| *s > 0.0 && s.is_finite())
+                .map_or(
+                    std::time::Duration::from_secs(10),
+                    std::time::Duration::from_secs_f64,
+                ),
         }
     }
 }
@@ -151,6 +162,7 @@ impl MockGpuBackend {
             registry: Arc::new(KernelRegistry::new()),
             op_cache: OpCache::new(),
             default_stream: 1,
+            comms: Mutex::new(Default::default()),
             cfg,
         }
     }

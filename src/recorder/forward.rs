@@ -794,6 +794,41 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn comm_unique_id(&self) -> Result<crate::backend::CommUniqueId> {
+        self.rec_comm_unique_id(Location::caller())
+    }
+
+    #[track_caller]
+    fn comm_init(
+        &self,
+        id: crate::backend::CommUniqueId,
+        nranks: u32,
+        rank: u32,
+    ) -> Result<crate::backend::CommHandle> {
+        self.rec_comm_init(Location::caller(), id, nranks, rank)
+    }
+
+    #[track_caller]
+    fn collective(
+        &self,
+        comm: crate::backend::CommHandle,
+        op: crate::backend::Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: u64,
+        dtype: crate::backend::CollDtype,
+        stream: u64,
+    ) -> Result<()> {
+        let site = Location::caller();
+        self.rec_collective(site, comm, op, send, recv, count, dtype, stream)
+    }
+
+    #[track_caller]
+    fn comm_destroy(&self, comm: crate::backend::CommHandle) -> Result<()> {
+        self.rec_comm_destroy(Location::caller(), comm)
+    }
+
+    #[track_caller]
     fn create_event(&self) -> Result<u64> {
         let tok = self.begin(Location::caller(), |_| Call::CreateEvent);
         let r = self.inner.create_event();

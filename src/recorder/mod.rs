@@ -12,6 +12,7 @@
 mod call;
 mod checkpoint;
 mod ckpt_kernel;
+mod comm;
 mod device_ckpt;
 mod flight;
 mod flight_budget;

@@ -100,6 +100,9 @@ pub(crate) struct RecState {
     pub streams: HashMap<u64, StreamId>,
     pub next_stream: u32,
     pub events: HashMap<u64, EventId>,
+    /// Communicators joined, by the backend's handle: their ids, and the number of the next
+    /// collective on each (`recorder/comm.rs`).
+    pub comms: HashMap<u64, (CommId, u64)>,
     pub event_stream: HashMap<u64, u64>,
     pub next_event: u32,
     pub graphs: HashMap<u64, GraphId>,
@@ -181,6 +184,7 @@ impl RecState {
             streams: HashMap::default(),
             next_stream: 0,
             events: HashMap::default(),
+            comms: HashMap::default(),
             event_stream: HashMap::default(),
             next_event: 0,
             graphs: HashMap::default(),

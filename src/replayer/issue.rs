@@ -199,6 +199,69 @@ impl Replayer<'_> {
             Call::EncodeTensorMap { base, desc } => gpu
                 .encode_tensor_map(self.addr(st, base, c)?, desc)
                 .map(|_| ()),
+            Call::CommUniqueId => gpu.comm_unique_id().map(|_| ()),
+            Call::CommInit {
+                unique,
+                nranks,
+                rank,
+            } => match (ret_value, *nranks) {
+                // A communicator of one: its collectives are local, and replay alone.
+                (Some(Value::Comm(id)), 1) => {
+                    let h = gpu.comm_unique_id().and_then(|u| gpu.comm_init(u, 1, 0));
+                    if let Ok(h) = &h {
+                        st.comms.insert(*id, *h);
+                    }
+                    h.map(|_| ())
+                }
+                (_, 1) => gpu
+                    .comm_unique_id()
+                    .and_then(|u| gpu.comm_init(u, 1, 0))
+                    .map(|_| ()),
+                _ => Err(anyhow::anyhow!(
+                    "comm_init: rank {rank} of {nranks} in communicator {unique}: a rank's \
+                     trace replays only together with the other ranks' (not supported yet)"
+                )),
+            },
+            Call::Collective {
+                comm,
+                op,
+                send,
+                recv,
+                count,
+                dtype,
+                stream: s,
+                ..
+            } => {
+                use crate::backend::Collective as C;
+                let h = *st
+                    .comms
+                    .get(comm)
+                    .ok_or_else(|| dangling(comm.to_string()))?;
+                let send = match op {
+                    C::Recv { .. } => DevicePtr(0),
+                    _ => self.addr(st, send, c)?,
+                };
+                let recv = match op {
+                    C::Send { .. } => DevicePtr(0),
+                    _ => self.addr(st, recv, c)?,
+                };
+                gpu.collective(
+                    h,
+                    *op,
+                    send,
+                    recv,
+                    *count,
+                    *dtype,
+                    resolve_stream(st, *s, c)?,
+                )
+            }
+            Call::CommDestroy { comm } => {
+                let h = st
+                    .comms
+                    .remove(comm)
+                    .ok_or_else(|| dangling(comm.to_string()))?;
+                gpu.comm_destroy(h)
+            }
             Call::MemsetAsync {
                 dst,
                 value,

@@ -32,6 +32,7 @@ impl State {
             bufs: HashMap::default(),
             streams: HashMap::default(),
             events: HashMap::default(),
+            comms: HashMap::default(),
             graphs: HashMap::default(),
             kernels: kernels.clone(),
             hosts: HashMap::default(),
@@ -50,6 +51,8 @@ pub(crate) struct State {
     pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
     pub streams: HashMap<StreamId, u64>,
     pub events: HashMap<EventId, u64>,
+    /// Communicators joined by the replay (single-rank ones: a rank set replays together).
+    pub comms: HashMap<crate::trace::CommId, crate::backend::CommHandle>,
     pub graphs: HashMap<GraphId, GraphHandle>,
     pub kernels: HashMap<KernelId, KernelHandle>,
     pub hosts: HashMap<HostId, (*mut u8, usize)>,

@@ -56,6 +56,11 @@ id_type!(
     "host"
 );
 id_type!(
+    /// A communicator this rank joined, numbered as joined; `comm0`.
+    CommId,
+    "comm"
+);
+id_type!(
     /// A call site (`Frame::Site`: file, line, column), numbered as first seen; `site4`.
     SiteId,
     "site"
@@ -431,6 +436,42 @@ pub enum Call {
         /// What the map describes, less its address.
         desc: crate::backend::TensorMapDesc,
     },
+    /// `comm_unique_id`: returns the id's 16 bytes (`Value::Bytes`).
+    CommUniqueId,
+    /// `comm_init`: this rank joins a communicator; returns its id (`Value::Comm`).
+    CommInit {
+        /// The unique id every rank of it joined with: what ties the rank set's traces.
+        unique: crate::backend::CommUniqueId,
+        /// Ranks in it.
+        nranks: u32,
+        /// This rank.
+        rank: u32,
+    },
+    /// `collective`: the `seq`-th on its communicator (every rank's `seq`-th is the same
+    /// collective, or the run was wrong).
+    Collective {
+        /// The communicator.
+        comm: CommId,
+        /// Its place among the communicator's collectives on this rank, from 0.
+        seq: u64,
+        /// Which collective.
+        op: crate::backend::Collective,
+        /// What it sends (nothing for a `Recv`).
+        send: DevAddr,
+        /// Where it receives (nothing for a `Send`).
+        recv: DevAddr,
+        /// Elements per rank.
+        count: u64,
+        /// Their type.
+        dtype: crate::backend::CollDtype,
+        /// The stream it runs on.
+        stream: StreamRef,
+    },
+    /// `comm_destroy`.
+    CommDestroy {
+        /// The communicator left.
+        comm: CommId,
+    },
 }
 
 impl Call {
@@ -489,6 +530,10 @@ impl Call {
             Call::RedzoneHits => K::RedzoneHits,
             Call::StepBoundary { .. } => K::StepBoundary,
             Call::EncodeTensorMap { .. } => K::EncodeTensorMap,
+            Call::CommUniqueId => K::CommUniqueId,
+            Call::CommInit { .. } => K::CommInit,
+            Call::Collective { .. } => K::Collective,
+            Call::CommDestroy { .. } => K::CommDestroy,
         }
     }
 
@@ -583,7 +628,8 @@ impl Call {
             | CopyD2HOnStream { stream, .. }
             | LaunchGraph { stream, .. }
             | RecordEvent { stream, .. }
-            | StreamWaitEvent { stream, .. } => Some(*stream),
+            | StreamWaitEvent { stream, .. }
+            | Collective { stream, .. } => Some(*stream),
             CopyH2D { .. } | CopyD2H { .. } | CopyD2D { .. } | Memset { .. } => {
                 Some(StreamRef::Legacy)
             }
@@ -623,7 +669,10 @@ impl Call {
             | FreeHostPinned { .. }
             | RedzoneHits
             | StepBoundary { .. }
-            | EncodeTensorMap { .. } => None,
+            | EncodeTensorMap { .. }
+            | CommUniqueId
+            | CommInit { .. }
+            | CommDestroy { .. } => None,
         }
     }
 
@@ -642,7 +691,8 @@ impl Call {
             | CopyD2DAsync { stream, .. }
             | CopyD2D2DAsync { stream, .. }
             | CopyD2HAsync { stream, .. }
-            | LaunchGraph { stream, .. } => (O::StreamWork, Some(*stream)),
+            | LaunchGraph { stream, .. }
+            | Collective { stream, .. } => (O::StreamWork, Some(*stream)),
             CopyH2DAsync { stream, .. } | CopyH2DAsyncRetained { stream, .. } => {
                 (O::AsyncH2D, Some(*stream))
             }
@@ -702,6 +752,9 @@ impl Call {
             | RedzoneHits
             | StepBoundary { .. }
             | EncodeTensorMap { .. } => (O::HostOnly, None),
+            // Joining and leaving wait for the other ranks (NCCL's init is collective): not
+            // something to do while capturing.
+            CommUniqueId | CommInit { .. } | CommDestroy { .. } => (O::DeviceAlloc, None),
         }
     }
 
@@ -748,6 +801,8 @@ pub enum Value {
     Bytes(BlobId),
     /// `alloc_report`'s text, `None` for a backend without a ledger.
     Text(Option<String>),
+    /// `comm_init`.
+    Comm(CommId),
 }
 
 /// A failed call.

@@ -11,11 +11,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// parts of `CHUNK_BYTES`, each its own checksummed frame) and the shared blob store
 /// (`Frame::BlobStore`, `Frame::Stored`). 5 added `Frame::Dumped` (why a flight dump was
 /// taken, and the calls in flight then). 6 added `Frame::KernelElems` (what a kernel's
-/// pointers point at). A format-2 to 5 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 6;
-/// The oldest reader that can read what this build writes: a format-5 reader does not know
-/// `Frame::KernelElems` and would call the trace corrupt.
-pub const MIN_READER_VERSION: u16 = 6;
+/// pointers point at). 7 added collectives (`Call::CommUniqueId`, `CommInit`, `Collective`,
+/// `CommDestroy`, `Value::Comm`). A format-2 to 6 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 7;
+/// The oldest reader that can read what this build writes: a format-6 reader does not know
+/// the collective calls and would call the trace corrupt.
+pub const MIN_READER_VERSION: u16 = 7;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 

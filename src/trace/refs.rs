@@ -152,6 +152,14 @@ pub fn refs(call: &Call) -> Refs {
         | Call::RedzoneHits
         | Call::StepBoundary { .. } => {}
         Call::EncodeTensorMap { base, .. } => r.dev(base),
+        Call::Collective {
+            send, recv, stream, ..
+        } => {
+            r.dev(send);
+            r.dev(recv);
+            r.stream(stream);
+        }
+        Call::CommUniqueId | Call::CommInit { .. } | Call::CommDestroy { .. } => {}
     }
     r
 }
@@ -176,6 +184,12 @@ pub fn written_by(call: &Call) -> Vec<BufferId> {
                 r.dev(d);
             }
         }
+        Call::Collective { recv, op, .. } => {
+            if !matches!(op, crate::backend::Collective::Send { .. }) {
+                r.dev(recv);
+            }
+        }
+        Call::CommUniqueId | Call::CommInit { .. } | Call::CommDestroy { .. } => {}
         Call::Alloc { .. }
         | Call::AllocManaged { .. }
         | Call::Free { .. }

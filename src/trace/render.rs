@@ -196,6 +196,38 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
         Call::FreeHostPinned { host: h, bytes } => {
             format!("free_host_pinned({}, {bytes})", host(h))
         }
+        Call::CommUniqueId => "comm_unique_id()".into(),
+        Call::CommInit {
+            unique,
+            nranks,
+            rank,
+        } => format!("comm_init({unique}, rank {rank} of {nranks})"),
+        Call::Collective {
+            comm,
+            seq,
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+            stream,
+        } => {
+            use crate::backend::Collective as C;
+            let what = match op {
+                C::AllReduce(r) | C::ReduceScatter(r) => format!("{}<{r:?}>", op.name()),
+                C::Broadcast { root } => format!("broadcast<root {root}>"),
+                C::Send { peer } => format!("send<to {peer}>"),
+                C::Recv { peer } => format!("recv<from {peer}>"),
+                C::AllGather => "all_gather".into(),
+            };
+            let bufs = match op {
+                C::Send { .. } => format!("{send}"),
+                C::Recv { .. } => format!("-> {recv}"),
+                _ => format!("{send} -> {recv}"),
+            };
+            format!("{what}({comm} #{seq}, {bufs}, {count} {dtype:?}, {stream})")
+        }
+        Call::CommDestroy { comm } => format!("comm_destroy({comm})"),
     }
 }
 
@@ -218,6 +250,7 @@ pub fn ret_text(r: &Option<Ret>) -> String {
             Value::Bytes(b) => format!("#{b}"),
             Value::Text(Some(_)) => "<report>".into(),
             Value::Text(None) => "None".into(),
+            Value::Comm(c) => c.to_string(),
             Value::Unit => unreachable!(),
         },
         Some(Err(e)) => match e.code {

@@ -1,0 +1,94 @@
+//! Collectives as the recorder keeps them: each communicator a `CommId` (its unique id in
+//! the `comm_init` call ties the rank set's traces together), each collective numbered on
+//! its communicator, so the ranks' `seq`-th collectives can be laid side by side.
+
+use super::{RecordingBackend, SyncScope};
+use crate::backend::{CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr, GpuBackend};
+use crate::trace::{Call, CommId, Value};
+use anyhow::Result;
+use std::panic::Location;
+
+impl<B: GpuBackend> RecordingBackend<B> {
+    pub(super) fn rec_comm_unique_id(
+        &self,
+        site: &'static Location<'static>,
+    ) -> Result<CommUniqueId> {
+        let tok = self.begin(site, |_| Call::CommUniqueId);
+        let r = self.inner.comm_unique_id();
+        self.finish(tok, &r, SyncScope::None, |st, id| {
+            Value::Bytes(st.blob(&id.0))
+        });
+        r
+    }
+
+    pub(super) fn rec_comm_init(
+        &self,
+        site: &'static Location<'static>,
+        unique: CommUniqueId,
+        nranks: u32,
+        rank: u32,
+    ) -> Result<CommHandle> {
+        let tok = self.begin(site, |_| Call::CommInit {
+            unique,
+            nranks,
+            rank,
+        });
+        let r = self.inner.comm_init(unique, nranks, rank);
+        self.finish(tok, &r, SyncScope::None, |st, h| {
+            let id = CommId(st.comms.len() as u32);
+            st.comms.insert(h.0, (id, 0));
+            Value::Comm(id)
+        });
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rec_collective(
+        &self,
+        site: &'static Location<'static>,
+        comm: CommHandle,
+        op: Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: u64,
+        dtype: CollDtype,
+        stream: u64,
+    ) -> Result<()> {
+        let tok = self.begin(site, |st| {
+            // A handle this recorder did not see made (a communicator joined before it
+            // started) is numbered now, its collectives from here on.
+            let next = st.comms.len() as u32;
+            let (id, seq) = st.comms.entry(comm.0).or_insert((CommId(next), 0));
+            let (id, at) = (*id, *seq);
+            *seq += 1;
+            Call::Collective {
+                comm: id,
+                seq: at,
+                op,
+                send: st.addr(send.0),
+                recv: st.addr(recv.0),
+                count,
+                dtype,
+                stream: st.stream(stream),
+            }
+        });
+        let r = self
+            .inner
+            .collective(comm, op, send, recv, count, dtype, stream);
+        self.finish(tok, &r, SyncScope::None, |_, _| Value::Unit);
+        r
+    }
+
+    pub(super) fn rec_comm_destroy(
+        &self,
+        site: &'static Location<'static>,
+        comm: CommHandle,
+    ) -> Result<()> {
+        let tok = self.begin(site, |st| Call::CommDestroy {
+            comm: st.comms.get(&comm.0).map_or(CommId(u32::MAX), |c| c.0),
+        });
+        let r = self.inner.comm_destroy(comm);
+        self.finish(tok, &r, SyncScope::None, |_, _| Value::Unit);
+        r
+    }
+}

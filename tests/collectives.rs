@@ -1,0 +1,406 @@
+//! Collectives over mock ranks: one `MockGpuBackend` per rank, each on its own thread as a
+//! tensor-parallel engine runs one process per GPU, really exchanging bytes; recorded, one
+//! trace per rank tied by the communicator's unique id; a rank that skips a collective
+//! fails the others' calls by name instead of hanging them.
+
+use gputape::analysis::{self, ranks::RankFinding};
+use gputape::backend::{CollDtype, Collective, CommUniqueId, DevicePtr, GpuBackend, ReduceOp};
+use gputape::mock::{MockConfig, MockGpuBackend};
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::replayer::{ReplayOptions, Replayer};
+use gputape::trace::{self, Call, Trace};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn read_f32(gpu: &dyn GpuBackend, p: DevicePtr, n: usize) -> Vec<f32> {
+    let mut b = vec![0u8; n * 4];
+    gpu.copy_d2h(p, &mut b).unwrap();
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn mock(timeout: Duration) -> MockGpuBackend {
+    MockGpuBackend::new(MockConfig {
+        comm_timeout: timeout,
+        ..Default::default()
+    })
+}
+
+/// One rank's step: all-reduce of 4 values, all-gather of 2, reduce-scatter of 2 per rank,
+/// broadcast from rank 0. Returns what it received, for the caller to check; `skip`: this
+/// rank leaves out the all-reduce, as a rank that took another branch would.
+fn rank_step(
+    gpu: &dyn GpuBackend,
+    id: CommUniqueId,
+    n: u32,
+    rank: u32,
+    skip: bool,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let comm = gpu.comm_init(id, n, rank)?;
+    let s = gpu.default_stream();
+    let r = rank as f32;
+    let (send, recv) = (gpu.alloc(64)?, gpu.alloc(64)?);
+    gpu.copy_h2d(&f32s(&[r, r + 1.0, 2.0 * r, 1.0]), send)?;
+    let mut out = Vec::new();
+    if !skip {
+        gpu.collective(
+            comm,
+            Collective::AllReduce(ReduceOp::Sum),
+            send,
+            recv,
+            4,
+            CollDtype::F32,
+            s,
+        )?;
+        out.push(read_f32(gpu, recv, 4));
+    }
+    gpu.collective(
+        comm,
+        Collective::AllGather,
+        send,
+        recv,
+        2,
+        CollDtype::F32,
+        s,
+    )?;
+    out.push(read_f32(gpu, recv, 2 * n as usize));
+    let scatter: Vec<f32> = (0..2 * n).map(|i| r * 10.0 + i as f32).collect();
+    gpu.copy_h2d(&f32s(&scatter), send)?;
+    gpu.collective(
+        comm,
+        Collective::ReduceScatter(ReduceOp::Max),
+        send,
+        recv,
+        2,
+        CollDtype::F32,
+        s,
+    )?;
+    out.push(read_f32(gpu, recv, 2));
+    gpu.collective(
+        comm,
+        Collective::Broadcast { root: 0 },
+        send,
+        recv,
+        1,
+        CollDtype::F32,
+        s,
+    )?;
+    out.push(read_f32(gpu, recv, 1));
+    gpu.comm_destroy(comm)?;
+    Ok(out)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gputape-coll-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn four_recorded_ranks_exchange_bytes_and_their_traces_line_up() {
+    let n = 4u32;
+    let dir = scratch("four");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let path = dir.join(format!("rank{rank}.gtape"));
+                sc.spawn(move || {
+                    let rec = RecordingBackend::to_file(
+                        mock(Duration::from_secs(20)),
+                        &path,
+                        BackendDesc::new("mock"),
+                    )
+                    .unwrap();
+                    rec.start().unwrap();
+                    let out = rank_step(&rec, id, n, rank, false).unwrap();
+                    rec.stop().unwrap();
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, out) in results.iter().enumerate() {
+        // Sum over ranks r of [r, r + 1, 2r, 1].
+        assert_eq!(out[0], vec![6.0, 10.0, 12.0, 4.0], "rank {rank}");
+        // Every rank's first two values, in rank order.
+        assert_eq!(out[1], vec![0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0]);
+        // Block `rank` of the max over ranks: rank 3's (30 + i).
+        let r = rank as f32;
+        assert_eq!(out[2], vec![30.0 + 2.0 * r, 31.0 + 2.0 * r]);
+        // Rank 0's first value after the scatter upload: 0.
+        assert_eq!(out[3], vec![0.0]);
+    }
+    // Each trace: its rank, the same unique id, and collectives 0..4 in the same order.
+    let mut lines = Vec::new();
+    for rank in 0..n {
+        let t = Trace::open(&dir.join(format!("rank{rank}.gtape"))).unwrap();
+        let init = t
+            .calls
+            .iter()
+            .find_map(|c| match &c.call {
+                Call::CommInit {
+                    unique,
+                    nranks,
+                    rank,
+                } => Some((*unique, *nranks, *rank)),
+                _ => None,
+            })
+            .expect("comm_init recorded");
+        assert_eq!(init, (id, n, rank));
+        let colls: Vec<String> = t
+            .calls
+            .iter()
+            .filter(|c| matches!(c.call, Call::Collective { .. }))
+            .map(|c| trace::call_text(&t, &c.call))
+            .collect();
+        assert_eq!(colls.len(), 4, "{colls:?}");
+        assert!(
+            colls[0].starts_with("all_reduce<Sum>(comm0 #0, "),
+            "{colls:?}"
+        );
+        assert!(
+            colls[3].starts_with("broadcast<root 0>(comm0 #3, "),
+            "{colls:?}"
+        );
+        lines.push(colls);
+    }
+    assert!(lines.windows(2).all(|w| w[0] == w[1]), "{lines:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_rank_that_skips_a_collective_fails_the_others_naming_it() {
+    let n = 2u32;
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let errs: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                sc.spawn(move || {
+                    let m = mock(Duration::from_millis(300));
+                    rank_step(&m, id, n, rank, rank == 1)
+                        .err()
+                        .map(|e| format!("{e:#}"))
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Rank 1's all-gather met rank 0's all-reduce: both see the mismatch, with each
+    // rank's ask.
+    for e in &errs {
+        assert!(e.contains("collective #0"), "{errs:?}");
+        assert!(
+            e.contains("rank 0: all_reduce of 4 F32") && e.contains("rank 1: all_gather of 2 F32"),
+            "{errs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_comes_is_named_after_the_deadline() {
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let m = mock(Duration::from_millis(200));
+    let e = m.comm_init(id, 3, 0).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(e.contains("ranks [1, 2], which never joined"), "{e}");
+}
+
+/// A communicator of one rank: its collectives are local, so its trace replays alone and
+/// the readbacks after them match.
+#[test]
+fn a_single_rank_trace_replays_its_collectives() {
+    let m = mock(Duration::from_secs(5));
+    let sink = gputape::trace::VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.start().unwrap();
+    let id = rec.comm_unique_id().unwrap();
+    let out = rank_step(&rec, id, 1, 0, false).unwrap();
+    assert_eq!(out[0], vec![0.0, 1.0, 0.0, 1.0]);
+    rec.stop().unwrap();
+    let bytes = buf.lock().clone();
+    let t = Trace::from_bytes(std::path::Path::new("mem"), &bytes).unwrap();
+    let r = Replayer::new(&t)
+        .run(
+            &mock(Duration::from_secs(5)),
+            &ReplayOptions::default(),
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+    assert!(
+        r.d2h_checked >= 4 && r.d2h_checked == r.d2h_matched,
+        "{}",
+        r.summary()
+    );
+}
+
+/// Record `n` ranks, each running `f(rank's recorder, rank)` on its own thread, into
+/// `dir/rank{r}.gtape`; returns the traces' paths.
+fn record_ranks(
+    dir: &std::path::Path,
+    n: u32,
+    timeout: Duration,
+    f: impl Fn(&dyn GpuBackend, u32) + Sync,
+) -> Vec<PathBuf> {
+    std::thread::scope(|sc| {
+        let f = &f;
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let path = dir.join(format!("rank{rank}.gtape"));
+                sc.spawn(move || {
+                    let rec =
+                        RecordingBackend::to_file(mock(timeout), &path, BackendDesc::new("mock"))
+                            .unwrap();
+                    rec.start().unwrap();
+                    f(&rec, rank);
+                    rec.stop().unwrap();
+                    path
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn open_all(paths: &[PathBuf]) -> Vec<Trace> {
+    paths.iter().map(|p| Trace::open(p).unwrap()).collect()
+}
+
+/// Rank 1 leaves out the step's all-reduce: its all-gather meets rank 0's all-reduce. The
+/// rank set's traces, laid side by side, name collective #0 with each rank's ask and site;
+/// `gputape ranks` exits 1 saying so, and 0 on a rank set that agrees.
+#[test]
+fn the_rank_set_analysis_names_a_skipped_all_reduce_with_its_ranks_and_sites() {
+    let dir = scratch("skip");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let paths = record_ranks(&dir, 2, Duration::from_millis(300), |g, rank| {
+        let _ = rank_step(g, id, 2, rank, rank == 1);
+    });
+    let found = analysis::ranks::match_ranks(&open_all(&paths));
+    assert_eq!(found.len(), 1, "{found:?}");
+    let RankFinding::Mismatch { seq, calls, .. } = &found[0] else {
+        panic!("{found:?}")
+    };
+    assert_eq!(*seq, 0);
+    assert!(
+        calls[0].text.starts_with("all_reduce<Sum>(comm0 #0"),
+        "{calls:?}"
+    );
+    assert!(
+        calls[1].text.starts_with("all_gather(comm0 #0"),
+        "{calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.site.contains("tests/collectives.rs")),
+        "{calls:?}"
+    );
+    let text = analysis::ranks::render_findings(&found);
+    assert!(
+        text.contains("collective #0: the ranks asked for different collectives"),
+        "{text}"
+    );
+
+    let bin = env!("CARGO_BIN_EXE_gputape");
+    let out = std::process::Command::new(bin)
+        .arg("ranks")
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rank 1: #"));
+
+    let good = scratch("good");
+    let paths = record_ranks(&good, 2, Duration::from_secs(20), |g, rank| {
+        rank_step(g, id_for_good(), 2, rank, false).unwrap();
+    });
+    assert!(analysis::ranks::match_ranks(&open_all(&paths)).is_empty());
+    let out = std::process::Command::new(bin)
+        .arg("ranks")
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(&good).ok();
+}
+
+/// A unique id for the agreeing rank set, the same for both of its threads.
+fn id_for_good() -> CommUniqueId {
+    static ID: std::sync::OnceLock<CommUniqueId> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| MockGpuBackend::default().comm_unique_id().unwrap())
+}
+
+/// Rank 1 stops after joining (an early return on its side): rank 0's all-reduce waits out
+/// the deadline. The analysis names rank 1 as the one that never made collective #0, with
+/// its last calls.
+#[test]
+fn the_rank_set_analysis_names_the_rank_that_never_came_and_what_it_did_last() {
+    let dir = scratch("late");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let paths = record_ranks(&dir, 2, Duration::from_millis(300), |g, rank| {
+        let comm = g.comm_init(id, 2, rank).unwrap();
+        let buf = g.alloc(16).unwrap();
+        if rank == 0 {
+            let e = g
+                .collective(
+                    comm,
+                    Collective::AllReduce(ReduceOp::Sum),
+                    buf,
+                    buf,
+                    4,
+                    CollDtype::F32,
+                    g.default_stream(),
+                )
+                .unwrap_err();
+            assert!(
+                format!("{e:#}").contains("ranks [1], which never made it"),
+                "{e:#}"
+            );
+        } else {
+            g.synchronize(g.default_stream()).unwrap();
+        }
+    });
+    let found = analysis::ranks::match_ranks(&open_all(&paths));
+    assert_eq!(found.len(), 1, "{found:?}");
+    let RankFinding::Missing {
+        seq, made, missing, ..
+    } = &found[0]
+    else {
+        panic!("{found:?}")
+    };
+    assert_eq!(*seq, 0);
+    assert_eq!(made[0].rank, 0);
+    assert!(made[0].ret.starts_with("ERR"), "{made:?}");
+    assert_eq!(missing[0].0, 1);
+    assert!(
+        missing[0]
+            .1
+            .iter()
+            .any(|c| c.text.starts_with("synchronize")),
+        "{missing:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
