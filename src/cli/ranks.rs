@@ -1,6 +1,8 @@
 //! `gputape ranks`: a rank set's traces side by side (one trace per rank, as each rank's
 //! recorder wrote it): their communicators' collectives matched by number, and the first
 //! place each communicator's ranks parted named with the ranks, the calls and their sites.
+//! With `--replay`, the rank set is then replayed together on mock ranks (one thread and one
+//! mock each, the engine's modules loaded), every rank's readbacks checked.
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -13,9 +15,14 @@ pub struct Args {
     /// One trace per rank, in any order (their `comm_init` calls say which rank each is).
     #[arg(required = true)]
     traces: Vec<PathBuf>,
+    /// Replay the rank set together on mock ranks after matching it, and check every rank's
+    /// readbacks against its recording.
+    #[arg(long)]
+    replay: bool,
 }
 
-/// Exit 0 when every communicator's ranks made the same collectives, 1 where they parted.
+/// Exit 0 when every communicator's ranks made the same collectives (and, with `--replay`,
+/// every rank's replay matched its recording), 1 where they parted or a replay did not.
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     let traces = a
         .traces
@@ -32,13 +39,52 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         })
         .sum();
     let found = crate::analysis::ranks::match_ranks(&traces);
-    if found.is_empty() {
-        println!(
-            "{} trace(s), {comms} communicator join(s): every rank made the same collectives",
-            traces.len()
-        );
+    if !found.is_empty() {
+        print!("{}", crate::analysis::ranks::render_findings(&found));
+        return Ok(Exit::Findings);
+    }
+    println!(
+        "{} trace(s), {comms} communicator join(s): every rank made the same collectives",
+        traces.len()
+    );
+    if !a.replay {
         return Ok(Exit::Pass);
     }
-    print!("{}", crate::analysis::ranks::render_findings(&found));
-    Ok(Exit::Findings)
+    let backends = traces
+        .iter()
+        .map(|_| {
+            super::backends::open(
+                ctx,
+                super::backends::Backend::Mock,
+                super::backends::Want::replay(),
+            )
+            .map(|o| o.gpu)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let reports = crate::replayer::replay_ranks(
+        &traces,
+        &backends,
+        &crate::replayer::ReplayOptions::default(),
+    )?;
+    let mut all = true;
+    for (p, r) in a.traces.iter().zip(reports) {
+        match r {
+            Ok(r) => {
+                all &= r.passed();
+                println!(
+                    "{}: {}",
+                    p.display(),
+                    r.summary().lines().next().unwrap_or("")
+                );
+                if !r.passed() {
+                    println!("{}", r.summary());
+                }
+            }
+            Err(e) => {
+                all = false;
+                println!("{}: the replay could not run: {e}", p.display());
+            }
+        }
+    }
+    Ok(if all { Exit::Pass } else { Exit::Findings })
 }

@@ -186,6 +186,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         scan_redzones_each: a.scan_redzones,
         verify: !a.no_verify,
         per_call_timing: a.timing || a.perfetto.is_some(),
+        ..Default::default()
     };
     let flags = ReplayFlags {
         as_graph: a.as_graph,

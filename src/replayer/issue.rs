@@ -217,9 +217,17 @@ impl Replayer<'_> {
                     .comm_unique_id()
                     .and_then(|u| gpu.comm_init(u, 1, 0))
                     .map(|_| ()),
+                // One rank of a rank set replayed together: the others join the same id.
+                (ret, _) if st.comm_ids.contains_key(unique) => {
+                    let h = gpu.comm_init(st.comm_ids[unique], *nranks, *rank);
+                    if let (Ok(h), Some(Value::Comm(id))) = (&h, ret) {
+                        st.comms.insert(*id, *h);
+                    }
+                    h.map(|_| ())
+                }
                 _ => Err(anyhow::anyhow!(
                     "comm_init: rank {rank} of {nranks} in communicator {unique}: a rank's \
-                     trace replays only together with the other ranks' (not supported yet)"
+                     trace replays only together with the other ranks' (`replay_ranks`, `gputape replay --ranks`)"
                 )),
             },
             Call::Collective {

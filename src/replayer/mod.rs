@@ -20,6 +20,7 @@ mod lockstep;
 mod minimize;
 mod pointers;
 mod policy;
+mod ranks;
 mod report;
 mod restore;
 mod state;
@@ -40,6 +41,7 @@ pub use minimize::{
 };
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use policy::ReplayPolicy;
+pub use ranks::replay_ranks;
 pub use report::{
     replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
 };
@@ -164,6 +166,11 @@ pub struct ReplayOptions {
     pub verify: bool,
     /// Keep each call's wall time (to the end of the sync after it, with `sync_each`).
     pub per_call_timing: bool,
+    /// For a trace of one rank of a rank set replayed together (`replay_ranks`): the unique
+    /// id each recorded communicator is joined under now, the same for every rank's replay.
+    /// Without it only a one-rank communicator replays.
+    pub comms:
+        std::collections::HashMap<crate::backend::CommUniqueId, crate::backend::CommUniqueId>,
 }
 
 /// A replay checks its results against the recording unless told not to, as the CLI does.
@@ -177,6 +184,7 @@ impl Default for ReplayOptions {
             scan_redzones_each: false,
             verify: true,
             per_call_timing: false,
+            comms: Default::default(),
         }
     }
 }
@@ -309,6 +317,7 @@ impl<'t> Replayer<'t> {
             gpu,
             st: State::new(&kernels),
         };
+        guard.st.comm_ids = opts.comms.iter().map(|(k, v)| (*k, *v)).collect();
         for lp in 0..report.loops {
             let tr = Instant::now();
             if lp == 0 {

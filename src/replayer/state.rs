@@ -33,6 +33,7 @@ impl State {
             streams: HashMap::default(),
             events: HashMap::default(),
             comms: HashMap::default(),
+            comm_ids: HashMap::default(),
             graphs: HashMap::default(),
             kernels: kernels.clone(),
             hosts: HashMap::default(),
@@ -53,6 +54,8 @@ pub(crate) struct State {
     pub events: HashMap<EventId, u64>,
     /// Communicators joined by the replay (single-rank ones: a rank set replays together).
     pub comms: HashMap<crate::trace::CommId, crate::backend::CommHandle>,
+    /// `ReplayOptions::comms`: the unique id each recorded communicator is joined under.
+    pub comm_ids: HashMap<crate::backend::CommUniqueId, crate::backend::CommUniqueId>,
     pub graphs: HashMap<GraphId, GraphHandle>,
     pub kernels: HashMap<KernelId, KernelHandle>,
     pub hosts: HashMap<HostId, (*mut u8, usize)>,
