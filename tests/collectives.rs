@@ -507,3 +507,101 @@ fn tp2_and_tp4_steps_are_recorded_and_replayed_together() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// The flight recorder on every rank: rank 1 leaves out the all-reduce of step 13 (a branch
+/// the others did not take). Every rank's call fails there, every rank dumps its last steps,
+/// and the dumps laid side by side name the collective, each rank's ask and its site, though
+/// the communicators were joined long before the dumps begin.
+#[test]
+fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
+    let n = 2u32;
+    let dir = scratch("flight");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    std::thread::scope(|sc| {
+        for rank in 0..n {
+            let dir = dir.join(format!("rank{rank}"));
+            sc.spawn(move || {
+                let mut cfg = gputape::recorder::FlightConfig::new(&dir);
+                cfg.checkpoint_every = 4;
+                let rec = RecordingBackend::flight(
+                    with_kernels(Duration::from_millis(500)),
+                    cfg,
+                    BackendDesc::new("mock"),
+                )
+                .unwrap();
+                let g: &dyn GpuBackend = &rec;
+                let comm = g.comm_init(id, n, rank).unwrap();
+                let s = g.default_stream();
+                let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
+                g.memset(x, 0, 256).unwrap();
+                for step in 0..20u64 {
+                    g.step_boundary(step);
+                    gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+                    let r = if step == 13 && rank == 1 {
+                        g.collective(comm, Collective::AllGather, y, x, 32, CollDtype::F32, s)
+                    } else {
+                        g.collective(
+                            comm,
+                            Collective::AllReduce(ReduceOp::Sum),
+                            y,
+                            x,
+                            64,
+                            CollDtype::F32,
+                            s,
+                        )
+                    };
+                    if r.is_err() {
+                        return;
+                    }
+                    let _ = read_f32(g, x, 4);
+                }
+                panic!("rank {rank}: the skipped all-reduce went unnoticed");
+            });
+        }
+    });
+    let dumps: Vec<PathBuf> = (0..n)
+        .map(|rank| {
+            let d = dir.join(format!("rank{rank}"));
+            let mut v: Vec<PathBuf> = std::fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+                .collect();
+            assert_eq!(v.len(), 1, "rank {rank} dumped once: {v:?}");
+            v.pop().unwrap()
+        })
+        .collect();
+    let traces = open_all(&dumps);
+    for t in &traces {
+        // The dump begins after comm_init: its checkpoint says which rank set it is.
+        assert!(!t
+            .calls
+            .iter()
+            .any(|c| matches!(c.call, Call::CommInit { .. })));
+        assert!(t
+            .adopted
+            .iter()
+            .any(|a| matches!(a, gputape::trace::Adopted::Comm { unique, .. } if *unique == id)));
+    }
+    let found = analysis::ranks::match_ranks(&traces);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let RankFinding::Mismatch { seq, calls, .. } = &found[0] else {
+        panic!("{found:?}")
+    };
+    assert_eq!(*seq, 13);
+    assert!(
+        calls[0].text.starts_with("all_reduce<Sum>(comm0 #13"),
+        "{calls:?}"
+    );
+    assert!(
+        calls[1].text.starts_with("all_gather(comm0 #13"),
+        "{calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.site.contains("tests/collectives.rs")),
+        "{calls:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -3,7 +3,10 @@
 //! together), and where they part: collectives whose type, count or element type differ, and
 //! the first collective some ranks never made, with what those ranks did last instead and
 //! the failure, if any, that stopped them. The first parting is what broke the run; later
-//! ones follow from it, so only the first of each communicator is reported.
+//! ones follow from it, so only the first of each communicator is reported. Flight dumps
+//! work as well as whole recordings: a dump's checkpoint lists the communicators joined
+//! before it (`Adopted::Comm`), and the comparison starts at the first collective that every
+//! rank's dump holds.
 
 use crate::backend::CommUniqueId;
 use crate::trace::{call_text, ret_text, Call, CommId, Trace, Value};
@@ -52,7 +55,7 @@ pub enum RankFinding {
     NoTrace {
         /// The communicator.
         unique: CommUniqueId,
-        /// The ranks without a trace.
+        /// The ranks without a trace (the first 64).
         ranks: Vec<u32>,
     },
 }
@@ -60,15 +63,30 @@ pub enum RankFinding {
 /// One trace's part in the set.
 struct Member<'t> {
     trace: &'t Trace,
-    /// Per communicator it joined: its rank, the ranks in all, and its collectives' call
-    /// numbers by collective number.
-    comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, u64>)>,
+    /// Per communicator it joined: its rank, the ranks in all, and where its collectives
+    /// are in the trace's call list (a flight dump's calls keep the recording's numbers, so
+    /// a number is not a place), by collective number.
+    comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)>,
 }
 
 fn member(trace: &Trace) -> Member<'_> {
     let mut ids: BTreeMap<CommId, CommUniqueId> = BTreeMap::new();
-    let mut comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, u64>)> = BTreeMap::new();
-    for c in &trace.calls {
+    let mut comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)> = BTreeMap::new();
+    // A flight dump starts at a checkpoint, which lists the communicators joined before it.
+    for a in &trace.adopted {
+        if let crate::trace::Adopted::Comm {
+            id,
+            unique,
+            nranks,
+            rank,
+            ..
+        } = a
+        {
+            ids.insert(*id, *unique);
+            comms.insert(*unique, (*rank, *nranks, BTreeMap::new()));
+        }
+    }
+    for (at, c) in trace.calls.iter().enumerate() {
         match (&c.call, &c.ret) {
             (
                 Call::CommInit {
@@ -83,7 +101,7 @@ fn member(trace: &Trace) -> Member<'_> {
             }
             (Call::Collective { comm, seq, .. }, _) => {
                 if let Some(e) = ids.get(comm).and_then(|u| comms.get_mut(u)) {
-                    e.2.insert(*seq, c.seq);
+                    e.2.insert(*seq, at);
                 }
             }
             _ => {}
@@ -92,11 +110,12 @@ fn member(trace: &Trace) -> Member<'_> {
     Member { trace, comms }
 }
 
-fn rank_call(t: &Trace, rank: u32, seq: u64) -> RankCall {
-    let c = &t.calls[seq as usize];
+/// The call at place `at` of `t`'s call list, as the report shows it.
+fn rank_call(t: &Trace, rank: u32, at: usize) -> RankCall {
+    let c = &t.calls[at];
     RankCall {
         rank,
-        call: seq,
+        call: c.seq,
         text: call_text(t, &c.call),
         site: t.site(c.site),
         ret: ret_text(&c.ret),
@@ -129,7 +148,10 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
     }
     let mut out = Vec::new();
     for (unique, (nranks, ranks)) in by_comm {
-        let absent: Vec<u32> = (0..nranks).filter(|r| !ranks.contains_key(r)).collect();
+        // At most 64 named: a hostile trace may claim 4 billion ranks.
+        let absent: Vec<u32> = (0..nranks.min(ranks.len() as u32 + 64))
+            .filter(|r| !ranks.contains_key(r))
+            .collect();
         if !absent.is_empty() {
             out.push(RankFinding::NoTrace {
                 unique,
@@ -142,7 +164,14 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
             .map(|r| colls(*r).keys().next_back().map_or(0, |s| s + 1))
             .max()
             .unwrap_or(0);
-        for seq in 0..last {
+        // Flight dumps of the ranks start at their own checkpoints: compare from the first
+        // collective every trace can hold.
+        let first = ranks
+            .keys()
+            .filter_map(|r| colls(*r).keys().next().copied())
+            .max()
+            .unwrap_or(0);
+        for seq in first..last {
             let made: Vec<RankCall> = ranks
                 .iter()
                 .filter_map(|(r, i)| {
@@ -163,13 +192,13 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
                         let t = members[ranks[&r]].trace;
                         let tail = t.calls.len().saturating_sub(3);
                         let last: Vec<RankCall> = (tail..t.calls.len())
-                            .map(|s| rank_call(t, r, s as u64))
+                            .map(|at| rank_call(t, r, at))
                             .collect();
                         let failed = t
                             .calls
                             .iter()
-                            .find(|c| matches!(c.ret, Some(Err(_))))
-                            .map(|c| rank_call(t, r, c.seq));
+                            .position(|c| matches!(c.ret, Some(Err(_))))
+                            .map(|at| rank_call(t, r, at));
                         (r, last, failed)
                     })
                     .collect();
@@ -181,19 +210,22 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
                 });
                 break;
             }
-            let shapes: Vec<_> = made
+            let shapes: Vec<_> = ranks
                 .iter()
-                .map(|m| shape(&members[ranks[&m.rank]].trace.calls[m.call as usize].call))
+                .filter_map(|(r, i)| {
+                    let at = *colls(*r).get(&seq)?;
+                    shape(&members[*i].trace.calls[at].call)
+                })
                 .collect();
             // Point to point: a send and its peer's receive are one exchange.
             let p2p = shapes.iter().all(|s| {
                 matches!(
                     s,
-                    Some((
+                    (
                         crate::backend::Collective::Send { .. }
                             | crate::backend::Collective::Recv { .. },
                         ..
-                    ))
+                    )
                 )
             });
             if !p2p && shapes.windows(2).any(|w| w[0] != w[1]) {

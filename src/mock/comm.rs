@@ -113,7 +113,10 @@ impl MockGpuBackend {
             while m.joined.len() < nranks as usize {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    let missing: Vec<u32> = (0..nranks).filter(|r| !m.joined.contains(r)).collect();
+                    let missing: Vec<u32> = (0..nranks)
+                        .filter(|r| !m.joined.contains(r))
+                        .take(64)
+                        .collect();
                     anyhow::bail!(
                         "comm_init: rank {rank} of communicator {id} waited {wait:?} for ranks {missing:?}, which never joined"
                     );
@@ -226,7 +229,10 @@ fn meet(
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            let missing: Vec<u32> = (0..n).filter(|q| !r.brought.contains_key(q)).collect();
+            let missing: Vec<u32> = (0..n)
+                .filter(|q| !r.brought.contains_key(q))
+                .take(64)
+                .collect();
             let (op, count, dtype, _) = &r.brought[&rank];
             anyhow::bail!(
                 "collective #{seq} ({} of {count} {dtype:?}): rank {rank} waited {wait:?} for ranks {missing:?}, which never made it",

@@ -4,9 +4,40 @@
 
 use super::{RecordingBackend, SyncScope};
 use crate::backend::{CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr, GpuBackend};
+use crate::trace::{Adopted, Frame};
 use crate::trace::{Call, CommId, Value};
 use anyhow::Result;
 use std::panic::Location;
+
+/// A communicator as the recorder keeps it: what its `comm_init` said (a checkpoint lists it
+/// as `Adopted::Comm`, so a flight dump can say which rank set it belongs to), and the number
+/// of its next collective.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CommRec {
+    pub id: CommId,
+    /// `None` for a communicator joined before the recorder started (its handle first seen
+    /// at a collective).
+    pub joined: Option<(CommUniqueId, u32, u32)>,
+    pub next_seq: u64,
+}
+
+/// The `Adopt` frames a checkpoint writes for the communicators joined so far.
+pub(super) fn comm_frames(st: &super::RecState) -> Vec<Frame> {
+    let mut v: Vec<&CommRec> = st.comms.values().collect();
+    v.sort_by_key(|c| c.id);
+    v.into_iter()
+        .filter_map(|c| {
+            let (unique, nranks, rank) = c.joined?;
+            Some(Frame::Adopt(Adopted::Comm {
+                id: c.id,
+                unique,
+                nranks,
+                rank,
+                next_seq: c.next_seq,
+            }))
+        })
+        .collect()
+}
 
 impl<B: GpuBackend> RecordingBackend<B> {
     pub(super) fn rec_comm_unique_id(
@@ -36,7 +67,14 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let r = self.inner.comm_init(unique, nranks, rank);
         self.finish(tok, &r, SyncScope::None, |st, h| {
             let id = CommId(st.comms.len() as u32);
-            st.comms.insert(h.0, (id, 0));
+            st.comms.insert(
+                h.0,
+                CommRec {
+                    id,
+                    joined: Some((unique, nranks, rank)),
+                    next_seq: 0,
+                },
+            );
             Value::Comm(id)
         });
         r
@@ -58,9 +96,13 @@ impl<B: GpuBackend> RecordingBackend<B> {
             // A handle this recorder did not see made (a communicator joined before it
             // started) is numbered now, its collectives from here on.
             let next = st.comms.len() as u32;
-            let (id, seq) = st.comms.entry(comm.0).or_insert((CommId(next), 0));
-            let (id, at) = (*id, *seq);
-            *seq += 1;
+            let c = st.comms.entry(comm.0).or_insert(CommRec {
+                id: CommId(next),
+                joined: None,
+                next_seq: 0,
+            });
+            let (id, at) = (c.id, c.next_seq);
+            c.next_seq += 1;
             Call::Collective {
                 comm: id,
                 seq: at,
@@ -85,7 +127,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         comm: CommHandle,
     ) -> Result<()> {
         let tok = self.begin(site, |st| Call::CommDestroy {
-            comm: st.comms.get(&comm.0).map_or(CommId(u32::MAX), |c| c.0),
+            comm: st.comms.get(&comm.0).map_or(CommId(u32::MAX), |c| c.id),
         });
         let r = self.inner.comm_destroy(comm);
         self.finish(tok, &r, SyncScope::None, |_, _| Value::Unit);

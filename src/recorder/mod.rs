@@ -560,6 +560,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 bytes: len as u64,
             }));
         }
+        for f in comm::comm_frames(st) {
+            st.emit(&f);
+        }
     }
 
     /// Start now, stop when the guard drops.

@@ -100,9 +100,8 @@ pub(crate) struct RecState {
     pub streams: HashMap<u64, StreamId>,
     pub next_stream: u32,
     pub events: HashMap<u64, EventId>,
-    /// Communicators joined, by the backend's handle: their ids, and the number of the next
-    /// collective on each (`recorder/comm.rs`).
-    pub comms: HashMap<u64, (CommId, u64)>,
+    /// Communicators joined, by the backend's handle (`recorder/comm.rs`).
+    pub comms: HashMap<u64, super::comm::CommRec>,
     pub event_stream: HashMap<u64, u64>,
     pub next_event: u32,
     pub graphs: HashMap<u64, GraphId>,

@@ -468,6 +468,8 @@ impl<'t> Shrink<'t> {
                 Adopted::Event { id } => events.contains(id),
                 Adopted::Graph { .. } => false,
                 Adopted::Host { id, .. } => hosts.contains(id),
+                // Kept: a kept collective needs its communicator joined.
+                Adopted::Comm { .. } => true,
             })
             .cloned()
             .collect();

@@ -247,6 +247,27 @@ impl<'t> Replayer<'t> {
                         .map_err(setup(format!("allocating {id}")))?;
                     st.hosts.insert(*id, (p, *bytes as usize));
                 }
+                // Joined again where it can be: a communicator of one, or one whose rank set
+                // replays together (`replay_ranks`). Otherwise its collectives fail, named.
+                Adopted::Comm {
+                    id,
+                    unique,
+                    nranks,
+                    rank,
+                    ..
+                } if !st.comms.contains_key(id) => {
+                    let join = match (st.comm_ids.get(unique), *nranks) {
+                        (Some(u), _) => Some(gpu.comm_init(*u, *nranks, *rank)),
+                        (None, 1) => {
+                            Some(gpu.comm_unique_id().and_then(|u| gpu.comm_init(u, 1, 0)))
+                        }
+                        (None, _) => None,
+                    };
+                    if let Some(h) = join {
+                        let h = h.map_err(setup(format!("joining {id}")))?;
+                        st.comms.insert(*id, h);
+                    }
+                }
                 _ => {}
             }
         }

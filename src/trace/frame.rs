@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize, Serializer};
 /// (`Frame::BlobStore`, `Frame::Stored`). 5 added `Frame::Dumped` (why a flight dump was
 /// taken, and the calls in flight then). 6 added `Frame::KernelElems` (what a kernel's
 /// pointers point at). 7 added collectives (`Call::CommUniqueId`, `CommInit`, `Collective`,
-/// `CommDestroy`, `Value::Comm`). A format-2 to 6 file reads the same as before.
+/// `CommDestroy`, `Value::Comm`, `Adopted::Comm`). A format-2 to 6 file reads the same as before.
 pub const FORMAT_VERSION: u16 = 7;
 /// The oldest reader that can read what this build writes: a format-6 reader does not know
 /// the collective calls and would call the trace corrupt.
@@ -203,6 +203,20 @@ pub enum Adopted {
         id: HostId,
         /// Its size.
         bytes: u64,
+    },
+    /// A communicator joined before recording started (a flight dump's checkpoint lists
+    /// them): what its `comm_init` said, and the number of its next collective.
+    Comm {
+        /// The id it gets from now on.
+        id: CommId,
+        /// The unique id the rank set joined with.
+        unique: crate::backend::CommUniqueId,
+        /// Ranks in it.
+        nranks: u32,
+        /// This rank.
+        rank: u32,
+        /// The number its next collective has.
+        next_seq: u64,
     },
 }
 

@@ -334,6 +334,16 @@ pub fn render(t: &Trace) -> String {
             Adopted::Host { id, bytes } => {
                 writeln!(s, "adopted {id} ({bytes} bytes of pinned host memory)")
             }
+            Adopted::Comm {
+                id,
+                unique,
+                nranks,
+                rank,
+                next_seq,
+            } => writeln!(
+                s,
+                "adopted {id} (communicator {unique}, rank {rank} of {nranks}, next collective #{next_seq})"
+            ),
         };
     }
     for i in &t.initial {
