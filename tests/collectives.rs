@@ -512,7 +512,8 @@ fn tp2_and_tp4_steps_are_recorded_and_replayed_together() {
 /// The flight recorder on every rank: rank 1 leaves out the all-reduce of step 13 (a branch
 /// the others did not take). Every rank's call fails there, every rank dumps its last steps,
 /// and the dumps laid side by side name the collective, each rank's ask and its site, though
-/// the communicators were joined long before the dumps begin.
+/// the communicators were joined long before the dumps begin; replayed together, the dumps
+/// match every readback and part at the same collective again.
 #[test]
 fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
     let n = 2u32;
@@ -608,5 +609,25 @@ fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
             .all(|c| c.site.contains("tests/collectives.rs")),
         "{calls:?}"
     );
+    // The dumps, replayed together, meet at the same collective and part there again.
+    let backends: Vec<MockGpuBackend> = (0..n)
+        .map(|_| with_kernels(Duration::from_secs(10)))
+        .collect();
+    let reports =
+        gputape::replayer::replay_ranks(&traces, &backends, &ReplayOptions::default()).unwrap();
+    for (rank, r) in reports.into_iter().enumerate() {
+        let r = r.unwrap();
+        assert!(r.passed(), "rank {rank}: {}", r.summary());
+        assert!(
+            r.d2h_checked > 0 && r.d2h_checked == r.d2h_matched,
+            "rank {rank}: {}",
+            r.summary()
+        );
+        assert!(
+            r.faults.first().is_some_and(|f| f.reproduced),
+            "rank {rank}: {}",
+            r.summary()
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

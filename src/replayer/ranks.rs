@@ -5,7 +5,7 @@
 
 use super::{ReplayError, ReplayOptions, ReplayReport, Replayer};
 use crate::backend::{CommUniqueId, GpuBackend};
-use crate::trace::{Call, Trace};
+use crate::trace::{Adopted, Call, Trace};
 use std::collections::HashMap;
 
 /// Replay `traces` (one per rank, any order) together, `backends[i]` running `traces[i]`.
@@ -24,11 +24,18 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
     );
     let mut ids: HashMap<CommUniqueId, CommUniqueId> = HashMap::new();
     for t in traces {
-        for c in &t.calls {
-            if let Call::CommInit { unique, .. } = &c.call {
-                if !ids.contains_key(unique) {
-                    ids.insert(*unique, backends[0].comm_unique_id()?);
-                }
+        // Joined in the trace, or before it began (a flight dump's checkpoint lists those).
+        let joined = t.calls.iter().filter_map(|c| match &c.call {
+            Call::CommInit { unique, .. } => Some(*unique),
+            _ => None,
+        });
+        let adopted = t.adopted.iter().filter_map(|a| match a {
+            Adopted::Comm { unique, .. } => Some(*unique),
+            _ => None,
+        });
+        for unique in joined.chain(adopted) {
+            if !ids.contains_key(&unique) {
+                ids.insert(unique, backends[0].comm_unique_id()?);
             }
         }
     }
