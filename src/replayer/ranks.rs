@@ -34,8 +34,8 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
             _ => None,
         });
         for unique in joined.chain(adopted) {
-            if !ids.contains_key(&unique) {
-                ids.insert(unique, backends[0].comm_unique_id()?);
+            if let std::collections::hash_map::Entry::Vacant(e) = ids.entry(unique) {
+                e.insert(backends[0].comm_unique_id()?);
             }
         }
     }
