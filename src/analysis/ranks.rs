@@ -149,7 +149,7 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
     let mut out = Vec::new();
     for (unique, (nranks, ranks)) in by_comm {
         // At most 64 named: a hostile trace may claim 4 billion ranks.
-        let absent: Vec<u32> = (0..nranks.min(ranks.len() as u32 + 64))
+        let absent: Vec<u32> = (0..nranks.min((ranks.len() as u32).saturating_add(64)))
             .filter(|r| !ranks.contains_key(r))
             .collect();
         if !absent.is_empty() {
@@ -159,19 +159,19 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
             });
         }
         let colls = |r: u32| &members[ranks[&r]].comms[&unique].2;
-        let last = ranks
-            .keys()
-            .map(|r| colls(*r).keys().next_back().map_or(0, |s| s + 1))
-            .max()
-            .unwrap_or(0);
         // Flight dumps of the ranks start at their own checkpoints: compare from the first
-        // collective every trace can hold.
+        // collective every trace can hold, over the numbers some rank made (a hostile trace
+        // may number one 2^64 - 1: no walk over the numbers between).
         let first = ranks
             .keys()
             .filter_map(|r| colls(*r).keys().next().copied())
             .max()
             .unwrap_or(0);
-        for seq in first..last {
+        let seqs: std::collections::BTreeSet<u64> = ranks
+            .keys()
+            .flat_map(|r| colls(*r).range(first..).map(|(s, _)| *s))
+            .collect();
+        for seq in seqs {
             let made: Vec<RankCall> = ranks
                 .iter()
                 .filter_map(|(r, i)| {
