@@ -107,26 +107,13 @@ fn four_recorded_ranks_exchange_bytes_and_their_traces_line_up() {
     let n = 4u32;
     let dir = scratch("four");
     let id = MockGpuBackend::default().comm_unique_id().unwrap();
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..n)
-            .map(|rank| {
-                let path = dir.join(format!("rank{rank}.gtape"));
-                sc.spawn(move || {
-                    let rec = RecordingBackend::to_file(
-                        mock(Duration::from_secs(20)),
-                        &path,
-                        BackendDesc::new("mock"),
-                    )
-                    .unwrap();
-                    rec.start().unwrap();
-                    let out = rank_step(&rec, id, n, rank, false).unwrap();
-                    rec.stop().unwrap();
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let recorded = record_ranks(
+        &dir,
+        n,
+        || mock(Duration::from_secs(20)),
+        |g, rank| rank_step(g, id, n, rank, false).unwrap(),
+    );
+    let results: Vec<_> = recorded.iter().map(|(_, out)| out).collect();
     for (rank, out) in results.iter().enumerate() {
         // Sum over ranks r of [r, r + 1, 2r, 1].
         assert_eq!(out[0], vec![6.0, 10.0, 12.0, 4.0], "rank {rank}");
@@ -246,32 +233,65 @@ fn a_single_rank_trace_replays_its_collectives() {
     );
 }
 
-/// Record `n` ranks, each running `f(rank's recorder, rank)` on its own thread, into
-/// `dir/rank{r}.gtape`; returns the traces' paths.
-fn record_ranks(
+/// Record `n` ranks, each on its own thread over its own backend from `make`, running
+/// `f(rank's recorder, rank)`, into `dir/rank{r}.gtape`; returns each trace's path and what
+/// `f` returned, by rank.
+fn record_ranks<T: Send>(
     dir: &std::path::Path,
     n: u32,
-    timeout: Duration,
-    f: impl Fn(&dyn GpuBackend, u32) + Sync,
-) -> Vec<PathBuf> {
+    make: impl Fn() -> MockGpuBackend + Sync,
+    f: impl Fn(&dyn GpuBackend, u32) -> T + Sync,
+) -> Vec<(PathBuf, T)> {
     std::thread::scope(|sc| {
-        let f = &f;
+        let (make, f) = (&make, &f);
         let hs: Vec<_> = (0..n)
             .map(|rank| {
                 let path = dir.join(format!("rank{rank}.gtape"));
                 sc.spawn(move || {
                     let rec =
-                        RecordingBackend::to_file(mock(timeout), &path, BackendDesc::new("mock"))
-                            .unwrap();
+                        RecordingBackend::to_file(make(), &path, BackendDesc::new("mock")).unwrap();
                     rec.start().unwrap();
-                    f(&rec, rank);
+                    let out = f(&rec, rank);
                     rec.stop().unwrap();
-                    path
+                    (path, out)
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// The paths of `record_ranks`' traces.
+fn paths_of<T>(recorded: Vec<(PathBuf, T)>) -> Vec<PathBuf> {
+    recorded.into_iter().map(|(p, _)| p).collect()
+}
+
+/// The one finding of a rank set whose ranks parted at collective `seq`, rank 0 asking for
+/// an all-reduce and rank 1 for an all-gather, both made in this file.
+fn assert_all_reduce_met_all_gather(found: &[RankFinding], seq: u64) {
+    assert_eq!(found.len(), 1, "{found:?}");
+    let RankFinding::Mismatch { seq: at, calls, .. } = &found[0] else {
+        panic!("{found:?}")
+    };
+    assert_eq!(*at, seq);
+    assert!(
+        calls[0]
+            .text
+            .starts_with(&format!("all_reduce<Sum>(comm0 #{seq}")),
+        "{calls:?}"
+    );
+    assert!(
+        calls[1]
+            .text
+            .starts_with(&format!("all_gather(comm0 #{seq}")),
+        "{calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.site.contains("tests/collectives.rs")),
+        "{calls:?}"
+    );
 }
 
 fn open_all(paths: &[PathBuf]) -> Vec<Trace> {
@@ -285,29 +305,16 @@ fn open_all(paths: &[PathBuf]) -> Vec<Trace> {
 fn the_rank_set_analysis_names_a_skipped_all_reduce_with_its_ranks_and_sites() {
     let dir = scratch("skip");
     let id = MockGpuBackend::default().comm_unique_id().unwrap();
-    let paths = record_ranks(&dir, 2, Duration::from_secs(10), |g, rank| {
-        let _ = rank_step(g, id, 2, rank, rank == 1);
-    });
+    let paths = paths_of(record_ranks(
+        &dir,
+        2,
+        || mock(Duration::from_secs(10)),
+        |g, rank| {
+            let _ = rank_step(g, id, 2, rank, rank == 1);
+        },
+    ));
     let found = analysis::ranks::match_ranks(&open_all(&paths));
-    assert_eq!(found.len(), 1, "{found:?}");
-    let RankFinding::Mismatch { seq, calls, .. } = &found[0] else {
-        panic!("{found:?}")
-    };
-    assert_eq!(*seq, 0);
-    assert!(
-        calls[0].text.starts_with("all_reduce<Sum>(comm0 #0"),
-        "{calls:?}"
-    );
-    assert!(
-        calls[1].text.starts_with("all_gather(comm0 #0"),
-        "{calls:?}"
-    );
-    assert!(
-        calls
-            .iter()
-            .all(|c| c.site.contains("tests/collectives.rs")),
-        "{calls:?}"
-    );
+    assert_all_reduce_met_all_gather(&found, 0);
     let text = analysis::ranks::render_findings(&found);
     assert!(
         text.contains("collective #0: the ranks asked for different collectives"),
@@ -329,9 +336,14 @@ fn the_rank_set_analysis_names_a_skipped_all_reduce_with_its_ranks_and_sites() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("rank 1: #"));
 
     let good = scratch("good");
-    let paths = record_ranks(&good, 2, Duration::from_secs(20), |g, rank| {
-        rank_step(g, id_for_good(), 2, rank, false).unwrap();
-    });
+    let paths = paths_of(record_ranks(
+        &good,
+        2,
+        || mock(Duration::from_secs(20)),
+        |g, rank| {
+            rank_step(g, id_for_good(), 2, rank, false).unwrap();
+        },
+    ));
     assert!(analysis::ranks::match_ranks(&open_all(&paths)).is_empty());
     let out = std::process::Command::new(bin)
         .arg("ranks")
@@ -361,29 +373,34 @@ fn id_for_good() -> CommUniqueId {
 fn the_rank_set_analysis_names_the_rank_that_never_came_and_what_it_did_last() {
     let dir = scratch("late");
     let id = MockGpuBackend::default().comm_unique_id().unwrap();
-    let paths = record_ranks(&dir, 2, Duration::from_millis(300), |g, rank| {
-        let comm = g.comm_init(id, 2, rank).unwrap();
-        let buf = g.alloc(16).unwrap();
-        if rank == 0 {
-            let e = g
-                .collective(
-                    comm,
-                    Collective::AllReduce(ReduceOp::Sum),
-                    buf,
-                    buf,
-                    4,
-                    CollDtype::F32,
-                    g.default_stream(),
-                )
-                .unwrap_err();
-            assert!(
-                format!("{e:#}").contains("ranks [1], which never made it"),
-                "{e:#}"
-            );
-        } else {
-            g.synchronize(g.default_stream()).unwrap();
-        }
-    });
+    let paths = paths_of(record_ranks(
+        &dir,
+        2,
+        || mock(Duration::from_millis(300)),
+        |g, rank| {
+            let comm = g.comm_init(id, 2, rank).unwrap();
+            let buf = g.alloc(16).unwrap();
+            if rank == 0 {
+                let e = g
+                    .collective(
+                        comm,
+                        Collective::AllReduce(ReduceOp::Sum),
+                        buf,
+                        buf,
+                        4,
+                        CollDtype::F32,
+                        g.default_stream(),
+                    )
+                    .unwrap_err();
+                assert!(
+                    format!("{e:#}").contains("ranks [1], which never made it"),
+                    "{e:#}"
+                );
+            } else {
+                g.synchronize(g.default_stream()).unwrap();
+            }
+        },
+    ));
     let found = analysis::ranks::match_ranks(&open_all(&paths));
     assert_eq!(found.len(), 1, "{found:?}");
     let RankFinding::Missing {
@@ -451,28 +468,12 @@ fn tp2_and_tp4_steps_are_recorded_and_replayed_together() {
     for n in [2u32, 4] {
         let dir = scratch(&format!("tp{n}"));
         let id = MockGpuBackend::default().comm_unique_id().unwrap();
-        let paths = std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..n)
-                .map(|rank| {
-                    let path = dir.join(format!("rank{rank}.gtape"));
-                    sc.spawn(move || {
-                        let rec = RecordingBackend::to_file(
-                            with_kernels(Duration::from_secs(20)),
-                            &path,
-                            BackendDesc::new("mock"),
-                        )
-                        .unwrap();
-                        rec.start().unwrap();
-                        tp_steps(&rec, id, n, rank);
-                        rec.stop().unwrap();
-                        path
-                    })
-                })
-                .collect::<Vec<_>>();
-            hs.into_iter()
-                .map(|h| h.join().unwrap())
-                .collect::<Vec<_>>()
-        });
+        let paths = paths_of(record_ranks(
+            &dir,
+            n,
+            || with_kernels(Duration::from_secs(20)),
+            |g, rank| tp_steps(g, id, n, rank),
+        ));
         let traces = open_all(&paths);
         assert!(analysis::ranks::match_ranks(&traces).is_empty());
         // Replayed alone, a rank cannot meet the others: said so, not hung.
@@ -590,25 +591,7 @@ fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
             .any(|a| matches!(a, gputape::trace::Adopted::Comm { unique, .. } if *unique == id)));
     }
     let found = analysis::ranks::match_ranks(&traces);
-    assert_eq!(found.len(), 1, "{found:?}");
-    let RankFinding::Mismatch { seq, calls, .. } = &found[0] else {
-        panic!("{found:?}")
-    };
-    assert_eq!(*seq, 13);
-    assert!(
-        calls[0].text.starts_with("all_reduce<Sum>(comm0 #13"),
-        "{calls:?}"
-    );
-    assert!(
-        calls[1].text.starts_with("all_gather(comm0 #13"),
-        "{calls:?}"
-    );
-    assert!(
-        calls
-            .iter()
-            .all(|c| c.site.contains("tests/collectives.rs")),
-        "{calls:?}"
-    );
+    assert_all_reduce_met_all_gather(&found, 13);
     // The dumps, replayed together, meet at the same collective and part there again.
     let backends: Vec<MockGpuBackend> = (0..n)
         .map(|_| with_kernels(Duration::from_secs(10)))

@@ -47,7 +47,6 @@ pub(crate) struct Budget {
     last_step_end: Option<Instant>,
     window: [f64; WINDOW],
     window_n: usize,
-    typical_step: Option<f64>,
     to_price: bool,
     /// Steps ended since arming, and that count when the last checkpoint was taken.
     steps: u64,
@@ -71,7 +70,6 @@ impl Budget {
             last_step_end: None,
             window: [0.0; WINDOW],
             window_n: 0,
-            typical_step: None,
             to_price: false,
             steps: 0,
             last_taken_at: None,
@@ -95,7 +93,7 @@ impl Budget {
         let since = self.first_step.unwrap_or(self.armed_at).elapsed();
         let dearest = self.recent.iter().max().copied().unwrap_or_default();
         let dear = self
-            .typical_step
+            .typical_step()
             .is_some_and(|t| estimate.max(dearest.as_secs_f64()) > TAIL_SHARE * t);
         let recent = self
             .last_taken_at
@@ -140,6 +138,19 @@ impl Budget {
         self.recent_at += 1;
     }
 
+    /// The typical step (seconds): the median of the window, worked out only where a
+    /// checkpoint is priced or due, not at every step boundary.
+    fn typical_step(&self) -> Option<f64> {
+        let n = self.window_n.min(WINDOW);
+        if n == 0 {
+            return None;
+        }
+        let mut w = self.window;
+        let w = &mut w[..n];
+        let (_, m, _) = w.select_nth_unstable_by(n / 2, f64::total_cmp);
+        Some(*m)
+    }
+
     /// A step ended `now`. One a device checkpoint fell in is priced at what it took beyond
     /// the typical step (the median of the others'): what the checkpoint cost the
     /// engine, whatever part of it was the host's, the device's or the lock's.
@@ -148,24 +159,14 @@ impl Budget {
         self.first_step.get_or_insert(now);
         if let Some(prev) = self.last_step_end {
             let dt = now.saturating_duration_since(prev).as_secs_f64();
-            match (self.to_price, self.typical_step) {
-                (true, Some(t)) => {
-                    let extra = Duration::from_secs_f64((dt - t).max(0.0));
-                    self.spent += extra;
-                    self.last_cost = Some((extra, None));
-                    self.note_recent(extra);
-                }
-                (true, None) => {}
-                (false, _) => {
-                    self.window[self.window_n % WINDOW] = dt;
-                    self.window_n += 1;
-                    let mut w = self.window;
-                    let w = &mut w[..self.window_n.min(WINDOW)];
-                    let mid = w.len() / 2;
-                    // No sort: this runs at every step boundary.
-                    let (_, m, _) = w.select_nth_unstable_by(mid, f64::total_cmp);
-                    self.typical_step = Some(*m);
-                }
+            if !self.to_price {
+                self.window[self.window_n % WINDOW] = dt;
+                self.window_n += 1;
+            } else if let Some(t) = self.typical_step() {
+                let extra = Duration::from_secs_f64((dt - t).max(0.0));
+                self.spent += extra;
+                self.last_cost = Some((extra, None));
+                self.note_recent(extra);
             }
         }
         self.to_price = false;
