@@ -45,6 +45,12 @@ fn main() {
         writeln!(out, "    c{n:?},").unwrap();
     }
     writeln!(out, "];").unwrap();
+    writeln!(out, "/// The names again, for `entry` at compile time.").unwrap();
+    writeln!(out, "const NAME_LIST: [&str; N] = [").unwrap();
+    for n in &names {
+        writeln!(out, "    {n:?},").unwrap();
+    }
+    writeln!(out, "];").unwrap();
     writeln!(out, "trampolines! {{").unwrap();
     for (i, n) in names.iter().enumerate() {
         writeln!(out, "    {i} {n},").unwrap();

@@ -3,6 +3,8 @@
 
 mod counts;
 mod hooks;
+mod log;
+mod record;
 mod resolve;
 mod table;
 

@@ -11,8 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Once, OnceLock};
 
-use super::table::{CNAMES, DISPATCH, N, REAL};
-use super::{counts, hooks};
+use super::table::{CNAMES, DISPATCH, N, REAL, opaque_entry};
+use super::{counts, hooks, record};
 use crate::locate;
 
 /// `CUDA_ERROR_NOT_FOUND`: what an entry point the driver lacks returns.
@@ -88,7 +88,9 @@ fn resolve() {
         let _ = DRIVER.set(path);
     }
     for (i, slot) in DISPATCH.iter().enumerate() {
-        let to = hooks::hook_for(i).unwrap_or_else(|| REAL[i].load(Ordering::Acquire));
+        let to = hooks::hook_for(i)
+            .or_else(|| record::hook_for(i, opaque_entry as *mut ()))
+            .unwrap_or_else(|| REAL[i].load(Ordering::Acquire));
         slot.store(to, Ordering::Release);
     }
     counts::arm();

@@ -56,6 +56,34 @@ pub static DISPATCH: [AtomicPtr<()>; N] = [const { AtomicPtr::new(lazy_entry as 
 /// `resolve_all` has run.
 pub static REAL: [AtomicPtr<()>; N] = [const { AtomicPtr::new(core::ptr::null_mut()) }; N];
 
+/// The index of entry point `name`, at compile time: a hook names the entry point whose
+/// driver function it calls as `REAL[entry("cuMemAlloc_v2")]` in a const, so a name missing
+/// from the list fails the build rather than a lookup at run time.
+pub const fn entry(name: &str) -> usize {
+    let mut i = 0;
+    while i < N {
+        if same(NAME_LIST[i].as_bytes(), name.as_bytes()) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("not an entry point of the shim's list")
+}
+
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The index of an entry point by name.
 pub fn index(name: &str) -> Option<usize> {
     NAMES.binary_search(&name).ok()
@@ -64,6 +92,59 @@ pub fn index(name: &str) -> Option<usize> {
 /// The driver's function for entry point `i`, once resolved.
 pub fn real(i: usize) -> *mut () {
     REAL[i].load(Ordering::Acquire)
+}
+
+/// In a recording process, a call of an entry point the hooks do not understand but which
+/// changes the device lands here (r11 = its index): save the argument registers as
+/// `lazy_entry` does, log the call by name (`record::note_opaque`), restore them and jump to
+/// the driver's function.
+#[unsafe(naked)]
+pub unsafe extern "C" fn opaque_entry() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "push rcx",
+        "push r8",
+        "push r9",
+        "push rax",
+        "push r11",
+        "sub rsp, 128",
+        "movdqu [rsp], xmm0",
+        "movdqu [rsp + 16], xmm1",
+        "movdqu [rsp + 32], xmm2",
+        "movdqu [rsp + 48], xmm3",
+        "movdqu [rsp + 64], xmm4",
+        "movdqu [rsp + 80], xmm5",
+        "movdqu [rsp + 96], xmm6",
+        "movdqu [rsp + 112], xmm7",
+        "mov rdi, r11",
+        "call {note}",
+        "movdqu xmm0, [rsp]",
+        "movdqu xmm1, [rsp + 16]",
+        "movdqu xmm2, [rsp + 32]",
+        "movdqu xmm3, [rsp + 48]",
+        "movdqu xmm4, [rsp + 64]",
+        "movdqu xmm5, [rsp + 80]",
+        "movdqu xmm6, [rsp + 96]",
+        "movdqu xmm7, [rsp + 112]",
+        "add rsp, 128",
+        "pop r11",
+        "pop rax",
+        "pop r9",
+        "pop r8",
+        "pop rcx",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "pop rbp",
+        "lea r10, [rip + {real}]",
+        "jmp qword ptr [r10 + r11 * 8]",
+        note = sym super::record::note_opaque,
+        real = sym REAL,
+    )
 }
 
 /// The first call into any forwarder lands here (r11 = its index): save every register a C

@@ -99,14 +99,25 @@ pub fn dlopen_program(dir: &Path) -> PathBuf {
     out
 }
 
+/// `c/records.c` compiled into `dir` and linked with `-lcuda` against the shim, as
+/// `linked_program` is: a program that allocates, uploads, launches, reads back and frees.
+pub fn records_program(dir: &Path) -> PathBuf {
+    link_program(dir, "records", include_str!("c/records.c"))
+}
+
 /// `c/linked.c` compiled into `dir` and linked with `-lcuda` against the shim (through a
 /// `libcuda.so` link in `dir`): it needs `libcuda.so.1` to start at all.
 pub fn linked_program(dir: &Path) -> PathBuf {
-    let src = source(dir, "linked.c", include_str!("c/linked.c"));
+    link_program(dir, "linked", include_str!("c/linked.c"))
+}
+
+/// A C program `name` compiled into `dir` and linked with `-lcuda` against the shim.
+fn link_program(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let src = source(dir, &format!("{name}.c"), text);
     let lib = dir.join("libcuda.so");
     let _ = std::fs::remove_file(&lib);
     std::os::unix::fs::symlink(shim(), &lib).unwrap();
-    let out = dir.join("linked");
+    let out = dir.join(name);
     let l = format!("-L{}", dir.display());
     cc(&[&"-O1", &"-o", &out, &src, &l, &"-lcuda"]);
     std::fs::remove_file(&lib).unwrap();

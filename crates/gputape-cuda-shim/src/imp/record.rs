@@ -1,0 +1,1164 @@
+//! The recording hooks (`gputape run -o`): with the call log wanted (`log::wanted`), the entry
+//! points below get a hook of their real signature in `DISPATCH`, which calls the driver's
+//! function and then logs the call with its result. Hooks are generic over the entry point's
+//! index, so one hook serves every variant of a call (`_v2`, `_ptsz`, `_ptds`) and calls that
+//! same variant's driver function.
+//!
+//! Every other entry point that changes what the device holds or runs (`changes_device`) is
+//! logged by name, as opaque, through `opaque_entry`, before it is forwarded: a replay says
+//! exactly what it could not do. Queries (attributes, versions, occupancy) are not logged.
+//!
+//! What the hooks keep between calls: the bytes of an async device-to-host copy are read at
+//! the first successful host sync that must have completed it (its stream's, the context's,
+//! an event recorded after it on its stream), and logged then as `D2HBytes`; parameter
+//! layouts are asked of the driver once per function.
+
+use core::ffi::{CStr, c_char, c_int, c_void};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gputape_shimlog::{On, Rec};
+
+use super::log;
+use super::table::{NAMES, entry, real};
+
+type R = c_int;
+
+/// The driver's function of entry point `I`, as the signature `F`.
+///
+/// # Safety
+/// `F` is the C signature of entry point `I` (a stub that ignores its arguments also fits).
+unsafe fn real_at<F: Copy>(i: usize) -> F {
+    let p = real(i);
+    debug_assert_eq!(size_of::<F>(), size_of::<*mut ()>());
+    // SAFETY: `F` is a function pointer type of entry point `i`'s signature (the contract);
+    // `p` is the driver's function for it, or a stub.
+    unsafe { core::mem::transmute_copy::<*mut (), F>(&p) }
+}
+
+/// `cuDriverGetVersion`, for the log's header (0 when it fails).
+pub fn driver_version() -> i32 {
+    type F = unsafe extern "C" fn(*mut c_int) -> R;
+    let mut v: c_int = 0;
+    // SAFETY: cuDriverGetVersion's signature; a valid out-pointer.
+    let r = unsafe { real_at::<F>(entry("cuDriverGetVersion"))(&mut v) };
+    if r == 0 { v } else { 0 }
+}
+
+/// What the hooks remember between calls.
+#[derive(Default)]
+struct Pending {
+    /// Async device-to-host copies not yet read: (log index, host destination, bytes, stream).
+    copies: Vec<(u64, usize, usize, u64)>,
+    /// Each event's last record: (its stream, the log index of that record).
+    events: HashMap<u64, (u64, u64)>,
+}
+
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+
+fn with_pending<T>(f: impl FnOnce(&mut Pending) -> T) -> T {
+    let mut g = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    f(g.get_or_insert_with(Pending::default))
+}
+
+/// Which async copies a successful sync has completed.
+enum Done {
+    /// Everything (a context sync).
+    All,
+    /// Those on this stream.
+    Stream(u64),
+    /// Those on `stream` logged before `before`.
+    Before { stream: u64, before: u64 },
+}
+
+/// Reads and logs the bytes of the async copies `done` completed, then writes the log out.
+fn settle(done: Done) {
+    let ready: Vec<(u64, usize, usize, u64)> = with_pending(|p| {
+        let (now, later) = p.copies.drain(..).partition(|&(i, _, _, s)| match done {
+            Done::All => true,
+            Done::Stream(st) => same_stream(s, st),
+            Done::Before { stream, before } => same_stream(s, stream) && i < before,
+        });
+        p.copies = later;
+        now
+    });
+    for (copy, dst, len, _) in ready {
+        // SAFETY: the program handed the driver `len` writable bytes at `dst` for this copy,
+        // which the sync just completed; the program has not had them back to free yet.
+        let data = unsafe { core::slice::from_raw_parts(dst as *const u8, len) };
+        log::write(0, Rec::D2HBytes { copy, data });
+    }
+    log::flush();
+}
+
+/// The legacy stream (0 and `CU_STREAM_LEGACY`, 1) and the per-thread one (2) are told apart
+/// from created streams only; a sync of any of them settles copies on any of them.
+fn same_stream(a: u64, b: u64) -> bool {
+    a == b || (a <= 2 && b <= 2)
+}
+
+// ---- memory ----
+
+unsafe extern "C" fn mem_alloc<const I: usize>(dptr: *mut u64, bytes: usize) -> R {
+    // SAFETY: entry point I is cuMemAlloc(_v2): (CUdeviceptr*, size_t).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, usize) -> R>(I)(dptr, bytes) };
+    let ptr = if r == 0 { read_out(dptr) } else { 0 };
+    log::write(
+        r,
+        Rec::Alloc {
+            ptr,
+            bytes: bytes as u64,
+            managed: false,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn mem_alloc_managed<const I: usize>(
+    dptr: *mut u64,
+    bytes: usize,
+    flags: u32,
+) -> R {
+    // SAFETY: entry point I is cuMemAllocManaged: (CUdeviceptr*, size_t, unsigned).
+    let r = unsafe {
+        real_at::<unsafe extern "C" fn(*mut u64, usize, u32) -> R>(I)(dptr, bytes, flags)
+    };
+    let ptr = if r == 0 { read_out(dptr) } else { 0 };
+    log::write(
+        r,
+        Rec::Alloc {
+            ptr,
+            bytes: bytes as u64,
+            managed: true,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn mem_alloc_pitch<const I: usize>(
+    dptr: *mut u64,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: u32,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> R;
+    // SAFETY: entry point I is cuMemAllocPitch(_v2), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dptr, pitch, width, height, elem) };
+    let (ptr, bytes) = if r == 0 && !pitch.is_null() {
+        // SAFETY: the driver succeeded, so it wrote the pitch through this pointer.
+        (read_out(dptr), unsafe { *pitch } as u64 * height as u64)
+    } else {
+        (0, 0)
+    };
+    log::write(
+        r,
+        Rec::Alloc {
+            ptr,
+            bytes,
+            managed: false,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn mem_free<const I: usize>(ptr: u64) -> R {
+    // SAFETY: entry point I is cuMemFree(_v2): (CUdeviceptr).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ptr) };
+    log::write(r, Rec::Free { ptr });
+    r
+}
+
+unsafe extern "C" fn host_alloc<const I: usize>(pp: *mut u64, bytes: usize) -> R {
+    // SAFETY: entry point I is cuMemAllocHost(_v2): (void**, size_t).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, usize) -> R>(I)(pp, bytes) };
+    let ptr = if r == 0 { read_out(pp) } else { 0 };
+    log::write(
+        r,
+        Rec::HostAlloc {
+            ptr,
+            bytes: bytes as u64,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn host_alloc_flags<const I: usize>(pp: *mut u64, bytes: usize, flags: u32) -> R {
+    // SAFETY: entry point I is cuMemHostAlloc: (void**, size_t, unsigned).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(*mut u64, usize, u32) -> R>(I)(pp, bytes, flags) };
+    let ptr = if r == 0 { read_out(pp) } else { 0 };
+    log::write(
+        r,
+        Rec::HostAlloc {
+            ptr,
+            bytes: bytes as u64,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn host_free<const I: usize>(p: u64) -> R {
+    // SAFETY: entry point I is cuMemFreeHost: (void*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(p) };
+    log::write(r, Rec::HostFree { ptr: p });
+    r
+}
+
+/// An out-parameter the driver wrote on success (0 for a null pointer).
+fn read_out(p: *mut u64) -> u64 {
+    if p.is_null() {
+        0
+    } else {
+        // SAFETY: non-null, and the driver just wrote it (the caller checked success).
+        unsafe { *p }
+    }
+}
+
+// ---- copies and memsets ----
+
+/// `n` bytes at `src` (empty for a null pointer).
+///
+/// # Safety
+/// `src` is null or valid for `n` bytes of reads.
+unsafe fn host_bytes<'a>(src: *const c_void, n: usize) -> &'a [u8] {
+    if src.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: the contract.
+        unsafe { core::slice::from_raw_parts(src.cast::<u8>(), n) }
+    }
+}
+
+unsafe extern "C" fn h2d<const I: usize>(dst: u64, src: *const c_void, n: usize) -> R {
+    type F = unsafe extern "C" fn(u64, *const c_void, usize) -> R;
+    // SAFETY: entry point I is cuMemcpyHtoD(_v2[_ptds]), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dst, src, n) };
+    let on = On {
+        stream: 0,
+        sync: true,
+    };
+    // SAFETY: the program passed `n` readable bytes at `src` to the driver.
+    let data = unsafe { host_bytes(src, n) };
+    log::write(r, Rec::CopyH2D { dst, on, data });
+    r
+}
+
+unsafe extern "C" fn h2d_async<const I: usize>(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(u64, *const c_void, usize, u64) -> R;
+    // SAFETY: entry point I is cuMemcpyHtoDAsync(_v2[_ptsz]), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
+    let on = On {
+        stream,
+        sync: false,
+    };
+    // SAFETY: as in h2d; the bytes are taken as they are when the call is made.
+    let data = unsafe { host_bytes(src, n) };
+    log::write(r, Rec::CopyH2D { dst, on, data });
+    r
+}
+
+unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -> R {
+    type F = unsafe extern "C" fn(*mut c_void, u64, usize) -> R;
+    // SAFETY: entry point I is cuMemcpyDtoH(_v2[_ptds]), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dst, src, n) };
+    // SAFETY: the driver wrote `n` bytes at `dst` (on success; else they are not logged).
+    let data = if r == 0 {
+        unsafe { host_bytes(dst, n) }
+    } else {
+        &[]
+    };
+    let on = On {
+        stream: 0,
+        sync: true,
+    };
+    log::write(
+        r,
+        Rec::CopyD2H {
+            src,
+            dst_host: dst as u64,
+            len: n as u64,
+            on,
+            data,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn d2h_async<const I: usize>(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(*mut c_void, u64, usize, u64) -> R;
+    // SAFETY: entry point I is cuMemcpyDtoHAsync(_v2[_ptsz]), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
+    let on = On {
+        stream,
+        sync: false,
+    };
+    let rec = Rec::CopyD2H {
+        src,
+        dst_host: dst as u64,
+        len: n as u64,
+        on,
+        data: &[],
+    };
+    if let Some(i) = log::write(r, rec)
+        && r == 0
+        && !dst.is_null()
+        && n > 0
+    {
+        with_pending(|p| p.copies.push((i, dst as usize, n, stream)));
+    }
+    r
+}
+
+unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
+    // SAFETY: entry point I is cuMemcpyDtoD(_v2[_ptds]): (CUdeviceptr, CUdeviceptr, size_t).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n) };
+    let on = On {
+        stream: 0,
+        sync: true,
+    };
+    log::write(
+        r,
+        Rec::CopyD2D {
+            src,
+            dst,
+            len: n as u64,
+            on,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, stream: u64) -> R {
+    type F = unsafe extern "C" fn(u64, u64, usize, u64) -> R;
+    // SAFETY: entry point I is cuMemcpyDtoDAsync(_v2[_ptsz]), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
+    let on = On {
+        stream,
+        sync: false,
+    };
+    log::write(
+        r,
+        Rec::CopyD2D {
+            src,
+            dst,
+            len: n as u64,
+            on,
+        },
+    );
+    r
+}
+
+/// A memset of `ELEM`-byte elements. The value is declared `u32` whatever the element: the C
+/// `unsigned char`/`unsigned short` arrives in the same register, its upper bits unspecified,
+/// and is masked here; the driver gets the register as the caller left it.
+unsafe extern "C" fn memset<const I: usize, const ELEM: u8>(dst: u64, value: u32, n: usize) -> R {
+    // SAFETY: entry point I is cuMemsetD8/D16/D32(_v2[_ptds]): (CUdeviceptr, value, size_t).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32, usize) -> R>(I)(dst, value, n) };
+    let on = On {
+        stream: 0,
+        sync: true,
+    };
+    log::write(r, memset_rec::<ELEM>(dst, value, n, on));
+    r
+}
+
+unsafe extern "C" fn memset_async<const I: usize, const ELEM: u8>(
+    dst: u64,
+    value: u32,
+    n: usize,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(u64, u32, usize, u64) -> R;
+    // SAFETY: entry point I is cuMemsetD8/D16/D32Async([_ptsz]), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dst, value, n, stream) };
+    let on = On {
+        stream,
+        sync: false,
+    };
+    log::write(r, memset_rec::<ELEM>(dst, value, n, on));
+    r
+}
+
+fn memset_rec<const ELEM: u8>(dst: u64, value: u32, n: usize, on: On) -> Rec<'static> {
+    let value = match ELEM {
+        1 => value & 0xff,
+        2 => value & 0xffff,
+        _ => value,
+    };
+    Rec::Memset {
+        dst,
+        value,
+        elem: ELEM,
+        count: n as u64,
+        on,
+    }
+}
+
+// ---- modules, libraries, functions ----
+
+/// The image a module load was given, whole: a fatbin (or the runtime's wrapper around one),
+/// an ELF cubin, or NUL-terminated PTX. The driver takes no size; each format says its own.
+/// `None` for something else (logged with an empty image: a replay says it cannot load it).
+///
+/// # Safety
+/// `p` is what the driver just accepted as an image.
+unsafe fn image<'a>(p: *const c_void) -> &'a [u8] {
+    // SAFETY: the contract; `image_len` reads only headers each format guarantees.
+    match unsafe { image_len(p.cast::<u8>()) } {
+        // SAFETY: the driver read this image; `len` is what its own headers span.
+        Some((start, len)) => unsafe { core::slice::from_raw_parts(start, len) },
+        None => &[],
+    }
+}
+
+/// Largest image believed (a size past it is a misread header, not an image).
+const IMAGE_MAX: u64 = 4 << 30;
+
+unsafe fn image_len(p: *const u8) -> Option<(*const u8, usize)> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY (every read below): `p` is an image the driver accepted; each read is within the
+    // header its format begins with, or within the extent that header gives.
+    let u32_at = |q: *const u8, off: usize| unsafe { q.add(off).cast::<u32>().read_unaligned() };
+    let u16_at = |q: *const u8, off: usize| unsafe { q.add(off).cast::<u16>().read_unaligned() };
+    let u64_at = |q: *const u8, off: usize| unsafe { q.add(off).cast::<u64>().read_unaligned() };
+    let magic = u32_at(p, 0);
+    // The runtime's wrapper: { magic, version, const void *fatbin, ... }.
+    if magic == 0x466243b1 {
+        let inner = u64_at(p, 8) as *const u8;
+        // SAFETY: the wrapper's data pointer is the fatbin it wraps.
+        return unsafe { image_len(inner) };
+    }
+    // A fatbin: { magic, u16 version, u16 header size, u64 size after the header }.
+    if magic == 0xBA55ED50 {
+        let total = u16_at(p, 6) as u64 + u64_at(p, 8);
+        return (total <= IMAGE_MAX).then_some((p, total as usize));
+    }
+    // An ELF64 cubin: as far as its section and program header tables and its sections reach.
+    if magic == u32::from_le_bytes(*b"\x7fELF") {
+        // SAFETY: e_ident is 16 bytes.
+        if unsafe { *p.add(4) } != 2 {
+            return None;
+        }
+        let (phoff, shoff) = (u64_at(p, 0x20), u64_at(p, 0x28));
+        let (phent, phnum) = (u16_at(p, 0x36) as u64, u16_at(p, 0x38) as u64);
+        let (shent, shnum) = (u16_at(p, 0x3A) as u64, u16_at(p, 0x3C) as u64);
+        let mut end = (phoff + phent * phnum).max(shoff + shent * shnum).max(64);
+        if end > IMAGE_MAX || shent < 0x28 {
+            return None;
+        }
+        for k in 0..shnum {
+            // SAFETY: inside the section header table, which is inside the image.
+            let sh = unsafe { p.add((shoff + k * shent) as usize) };
+            let (ty, off, size) = (u32_at(sh, 4), u64_at(sh, 0x18), u64_at(sh, 0x20));
+            // SHT_NOBITS takes no bytes of the file.
+            if ty != 8 {
+                end = end.max(off.saturating_add(size));
+            }
+        }
+        return (end <= IMAGE_MAX).then_some((p, end as usize));
+    }
+    // PTX: text up to and with its NUL.
+    // SAFETY: anything else the driver accepted is NUL-terminated text.
+    let text = unsafe { CStr::from_ptr(p.cast::<c_char>()) };
+    let n = text.to_bytes_with_nul().len();
+    (n > 1 && (n as u64) <= IMAGE_MAX).then_some((p, n))
+}
+
+fn log_load(r: R, out: *mut u64, library: bool, image: &[u8]) {
+    let handle = if r == 0 { read_out(out) } else { 0 };
+    log::write(
+        r,
+        Rec::ModuleLoad {
+            handle,
+            library,
+            image,
+        },
+    );
+}
+
+unsafe extern "C" fn module_load_data<const I: usize>(m: *mut u64, img: *const c_void) -> R {
+    // SAFETY: entry point I is cuModuleLoadData or cuModuleLoadFatBinary: (CUmodule*, void*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, *const c_void) -> R>(I)(m, img) };
+    // SAFETY: the driver accepted `img` as an image (only read on success).
+    let bytes = if r == 0 { unsafe { image(img) } } else { &[] };
+    log_load(r, m, false, bytes);
+    r
+}
+
+unsafe extern "C" fn module_load_data_ex<const I: usize>(
+    m: *mut u64,
+    img: *const c_void,
+    n: u32,
+    opts: *mut c_void,
+    vals: *mut *mut c_void,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, *const c_void, u32, *mut c_void, *mut *mut c_void) -> R;
+    // SAFETY: entry point I is cuModuleLoadDataEx, whose signature F is.
+    let r = unsafe { real_at::<F>(I)(m, img, n, opts, vals) };
+    // SAFETY: as in module_load_data.
+    let bytes = if r == 0 { unsafe { image(img) } } else { &[] };
+    log_load(r, m, false, bytes);
+    r
+}
+
+unsafe extern "C" fn module_load_file<const I: usize>(m: *mut u64, path: *const c_char) -> R {
+    // SAFETY: entry point I is cuModuleLoad: (CUmodule*, const char*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, *const c_char) -> R>(I)(m, path) };
+    // SAFETY: the driver read `path` as a NUL-terminated file name.
+    let file = if r == 0 {
+        unsafe { read_file(path) }
+    } else {
+        Vec::new()
+    };
+    log_load(r, m, false, &file);
+    r
+}
+
+/// The file a module or library was loaded from (empty when it cannot be read again).
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn read_file(path: *const c_char) -> Vec<u8> {
+    if path.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the contract.
+    let p = unsafe { CStr::from_ptr(path) };
+    let p = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(p.to_bytes());
+    std::fs::read(p).unwrap_or_default()
+}
+
+type LibLoad = unsafe extern "C" fn(
+    *mut u64,
+    *const c_void,
+    *mut c_void,
+    *mut *mut c_void,
+    u32,
+    *mut c_void,
+    *mut *mut c_void,
+    u32,
+) -> R;
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn library_load_data<const I: usize>(
+    lib: *mut u64,
+    code: *const c_void,
+    jo: *mut c_void,
+    jv: *mut *mut c_void,
+    njo: u32,
+    lo: *mut c_void,
+    lv: *mut *mut c_void,
+    nlo: u32,
+) -> R {
+    // SAFETY: entry point I is cuLibraryLoadData, whose signature LibLoad is.
+    let r = unsafe { real_at::<LibLoad>(I)(lib, code, jo, jv, njo, lo, lv, nlo) };
+    // SAFETY: as in module_load_data.
+    let bytes = if r == 0 { unsafe { image(code) } } else { &[] };
+    log_load(r, lib, true, bytes);
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn library_load_file<const I: usize>(
+    lib: *mut u64,
+    path: *const c_void,
+    jo: *mut c_void,
+    jv: *mut *mut c_void,
+    njo: u32,
+    lo: *mut c_void,
+    lv: *mut *mut c_void,
+    nlo: u32,
+) -> R {
+    // SAFETY: entry point I is cuLibraryLoadFromFile, of LibLoad's shape (a path for the code).
+    let r = unsafe { real_at::<LibLoad>(I)(lib, path, jo, jv, njo, lo, lv, nlo) };
+    // SAFETY: the driver read `path` as a NUL-terminated file name.
+    let file = if r == 0 {
+        unsafe { read_file(path.cast::<c_char>()) }
+    } else {
+        Vec::new()
+    };
+    log_load(r, lib, true, &file);
+    r
+}
+
+unsafe extern "C" fn module_unload<const I: usize, const LIB: bool>(h: u64) -> R {
+    // SAFETY: entry point I is cuModuleUnload or cuLibraryUnload: (handle).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(h) };
+    log::write(
+        r,
+        Rec::ModuleUnload {
+            handle: h,
+            library: LIB,
+        },
+    );
+    r
+}
+
+/// `cuModuleGetFunction` (LIB false) and `cuLibraryGetKernel` (LIB true).
+unsafe extern "C" fn get_function<const I: usize, const LIB: bool>(
+    out: *mut u64,
+    owner: u64,
+    name: *const c_char,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, u64, *const c_char) -> R;
+    // SAFETY: entry point I is cuModuleGetFunction or cuLibraryGetKernel, of signature F.
+    let r = unsafe { real_at::<F>(I)(out, owner, name) };
+    let handle = if r == 0 { read_out(out) } else { 0 };
+    let name = if name.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the driver read `name` as a NUL-terminated symbol.
+        unsafe { CStr::from_ptr(name) }.to_bytes()
+    };
+    log::write(
+        r,
+        Rec::Function {
+            owner,
+            library: LIB,
+            handle,
+            name,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn kernel_get_function<const I: usize>(out: *mut u64, kernel: u64) -> R {
+    // SAFETY: entry point I is cuKernelGetFunction: (CUfunction*, CUkernel).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u64) -> R>(I)(out, kernel) };
+    let func = if r == 0 { read_out(out) } else { 0 };
+    log::write(r, Rec::KernelFunction { kernel, func });
+    r
+}
+
+// ---- launches ----
+
+/// Parameter layouts by function (or kernel) handle, asked of the driver once each.
+static LAYOUTS: Mutex<Option<HashMap<u64, Layout>>> = Mutex::new(None);
+
+/// A function's parameters as (offset, size); `None` where the driver would not say.
+type Layout = Option<Arc<Vec<(u32, u32)>>>;
+
+/// `func`'s parameters as (offset, size): `cuFuncGetParamInfo`, or `cuKernelGetParamInfo` for a
+/// `CUkernel` passed where a function is expected; `None` when the driver answers neither.
+fn layout(func: u64) -> Layout {
+    {
+        let g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = g.as_ref().and_then(|m| m.get(&func)) {
+            return l.clone();
+        }
+    }
+    // A `CUkernel` may be refused by the function form, or look parameterless to it.
+    let as_func = ask_layout(func, entry("cuFuncGetParamInfo"));
+    let l = match as_func {
+        Some(l) if !l.is_empty() => Some(l),
+        other => ask_layout(func, entry("cuKernelGetParamInfo"))
+            .filter(|k| !k.is_empty())
+            .or(other),
+    }
+    .map(Arc::new);
+    let mut g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
+    g.get_or_insert_with(HashMap::new).insert(func, l.clone());
+    l
+}
+
+/// Asks `cu*GetParamInfo` (entry point `i`) for each parameter in turn until it answers
+/// `CUDA_ERROR_INVALID_VALUE` (1: past the last). `None` when the first answer is another error.
+fn ask_layout(func: u64, i: usize) -> Option<Vec<(u32, u32)>> {
+    type F = unsafe extern "C" fn(u64, usize, *mut usize, *mut usize) -> R;
+    let mut out = Vec::new();
+    for k in 0..4096usize {
+        let (mut off, mut size) = (0usize, 0usize);
+        // SAFETY: cuFuncGetParamInfo / cuKernelGetParamInfo: (handle, size_t, size_t*, size_t*).
+        let r = unsafe { real_at::<F>(i)(func, k, &mut off, &mut size) };
+        match r {
+            0 => out.push((off as u32, size as u32)),
+            1 => break,
+            _ if k == 0 => return None,
+            _ => break,
+        }
+    }
+    Some(out)
+}
+
+/// The parameter bytes of a launch, laid out by `layout`, from `kernelParams` or from
+/// `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER`.
+///
+/// # Safety
+/// `params` and `extra` are what the driver just accepted for a launch of a function with
+/// this layout.
+unsafe fn param_bytes(
+    layout: Option<&[(u32, u32)]>,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> Vec<u8> {
+    if !params.is_null() {
+        let Some(layout) = layout else {
+            return Vec::new();
+        };
+        let total = layout
+            .iter()
+            .map(|&(o, s)| o as usize + s as usize)
+            .max()
+            .unwrap_or(0);
+        let mut out = vec![0u8; total];
+        for (k, &(o, s)) in layout.iter().enumerate() {
+            // SAFETY: the driver read parameter k's `s` bytes through params[k].
+            let p = unsafe { *params.add(k) };
+            if !p.is_null() {
+                // SAFETY: as above; the destination lies inside `out` by construction.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        p.cast::<u8>(),
+                        out.as_mut_ptr().add(o as usize),
+                        s as usize,
+                    )
+                };
+            }
+        }
+        return out;
+    }
+    if extra.is_null() {
+        return Vec::new();
+    }
+    // extra: key, value pairs up to CU_LAUNCH_PARAM_END (0); BUFFER_POINTER is 1, BUFFER_SIZE 2.
+    let (mut buf, mut size): (*const u8, usize) = (core::ptr::null(), 0);
+    for k in (0..64).step_by(2) {
+        // SAFETY: the driver walked this list to its end marker.
+        let key = unsafe { *extra.add(k) } as usize;
+        if key == 0 {
+            break;
+        }
+        // SAFETY: every key but the end marker is followed by its value.
+        let val = unsafe { *extra.add(k + 1) };
+        match key {
+            1 => buf = val.cast::<u8>(),
+            // SAFETY: BUFFER_SIZE's value points at a size_t.
+            2 if !val.is_null() => size = unsafe { *val.cast::<usize>() },
+            _ => {}
+        }
+    }
+    if buf.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the driver read `size` bytes of parameters at `buf`.
+    unsafe { core::slice::from_raw_parts(buf, size) }.to_vec()
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn launch<const I: usize>(
+    f: u64,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    smem: u32,
+    stream: u64,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> R {
+    type F = unsafe extern "C" fn(
+        u64,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u64,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> R;
+    // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
+    log_launch(
+        r,
+        f,
+        [gx, gy, gz],
+        [bx, by, bz],
+        smem,
+        stream,
+        params,
+        extra,
+    );
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_launch(
+    r: R,
+    func: u64,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    stream: u64,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) {
+    if !log::wanted() {
+        return;
+    }
+    let l = layout(func);
+    // SAFETY: the launch's own arguments, which the driver read (or refused: then `r` says so
+    // and the bytes are still the caller's valid arguments).
+    let bytes = unsafe { param_bytes(l.as_deref().map(Vec::as_slice), params, extra) };
+    log::write(
+        r,
+        Rec::Launch {
+            func,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            layout: l.map(|l| l.to_vec()),
+            params: &bytes,
+        },
+    );
+}
+
+/// `CUlaunchConfig`, as `cuLaunchKernelEx` takes it.
+#[repr(C)]
+struct LaunchConfig {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    stream: u64,
+    attrs: *mut c_void,
+    num_attrs: u32,
+}
+
+unsafe extern "C" fn launch_ex<const I: usize>(
+    cfg: *const LaunchConfig,
+    f: u64,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> R {
+    type F =
+        unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> R;
+    // SAFETY: entry point I is cuLaunchKernelEx(_ptsz), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(cfg, f, params, extra) };
+    if !cfg.is_null() {
+        // SAFETY: the driver read the config through this pointer.
+        let c = unsafe { &*cfg };
+        log_launch(r, f, c.grid, c.block, c.shared_mem, c.stream, params, extra);
+    }
+    r
+}
+
+// ---- streams, events, syncs ----
+
+unsafe extern "C" fn stream_create<const I: usize>(s: *mut u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuStreamCreate: (CUstream*, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u32) -> R>(I)(s, flags) };
+    let stream = if r == 0 { read_out(s) } else { 0 };
+    log::write(r, Rec::StreamCreate { stream, flags });
+    r
+}
+
+unsafe extern "C" fn stream_create_prio<const I: usize>(s: *mut u64, flags: u32, prio: c_int) -> R {
+    // SAFETY: entry point I is cuStreamCreateWithPriority: (CUstream*, unsigned, int).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(*mut u64, u32, c_int) -> R>(I)(s, flags, prio) };
+    let stream = if r == 0 { read_out(s) } else { 0 };
+    log::write(r, Rec::StreamCreate { stream, flags });
+    r
+}
+
+unsafe extern "C" fn stream_destroy<const I: usize>(s: u64) -> R {
+    // SAFETY: entry point I is cuStreamDestroy(_v2): (CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    log::write(r, Rec::StreamDestroy { stream: s });
+    r
+}
+
+unsafe extern "C" fn event_create<const I: usize>(e: *mut u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuEventCreate: (CUevent*, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u32) -> R>(I)(e, flags) };
+    let event = if r == 0 { read_out(e) } else { 0 };
+    log::write(r, Rec::EventCreate { event, flags });
+    r
+}
+
+unsafe extern "C" fn event_destroy<const I: usize>(e: u64) -> R {
+    // SAFETY: entry point I is cuEventDestroy(_v2): (CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    log::write(r, Rec::EventDestroy { event: e });
+    with_pending(|p| p.events.remove(&e));
+    r
+}
+
+fn log_event_record(r: R, event: u64, stream: u64) {
+    if let Some(i) = log::write(r, Rec::EventRecord { event, stream })
+        && r == 0
+    {
+        with_pending(|p| p.events.insert(event, (stream, i)));
+    }
+}
+
+unsafe extern "C" fn event_record<const I: usize>(e: u64, s: u64) -> R {
+    // SAFETY: entry point I is cuEventRecord(_ptsz): (CUevent, CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(e, s) };
+    log_event_record(r, e, s);
+    r
+}
+
+unsafe extern "C" fn event_record_flags<const I: usize>(e: u64, s: u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuEventRecordWithFlags(_ptsz): (CUevent, CUstream, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32) -> R>(I)(e, s, flags) };
+    log_event_record(r, e, s);
+    r
+}
+
+unsafe extern "C" fn stream_wait_event<const I: usize>(s: u64, e: u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuStreamWaitEvent(_ptsz): (CUstream, CUevent, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32) -> R>(I)(s, e, flags) };
+    log::write(
+        r,
+        Rec::StreamWaitEvent {
+            stream: s,
+            event: e,
+        },
+    );
+    r
+}
+
+/// What an event's completion completes: copies on its stream logged before its record.
+fn event_done(e: u64) -> Option<Done> {
+    with_pending(|p| p.events.get(&e).copied())
+        .map(|(stream, before)| Done::Before { stream, before })
+}
+
+unsafe extern "C" fn event_sync<const I: usize>(e: u64) -> R {
+    // SAFETY: entry point I is cuEventSynchronize: (CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    log::write(r, Rec::EventSync { event: e });
+    if r == 0
+        && let Some(d) = event_done(e)
+    {
+        settle(d);
+    }
+    log::flush();
+    r
+}
+
+unsafe extern "C" fn event_query<const I: usize>(e: u64) -> R {
+    // SAFETY: entry point I is cuEventQuery: (CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    // A query that finds the event done is a sync the program may rely on; one that finds
+    // it pending (or fails) changes nothing and is not logged.
+    if r == 0
+        && let Some(d) = event_done(e)
+    {
+        log::write(r, Rec::EventSync { event: e });
+        settle(d);
+    }
+    r
+}
+
+unsafe extern "C" fn stream_sync<const I: usize>(s: u64) -> R {
+    // SAFETY: entry point I is cuStreamSynchronize(_ptsz): (CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    log::write(r, Rec::StreamSync { stream: s });
+    if r == 0 {
+        settle(Done::Stream(s));
+    }
+    log::flush();
+    r
+}
+
+unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
+    // SAFETY: entry point I is cuStreamQuery(_ptsz): (CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    let pending = r == 0 && with_pending(|p| p.copies.iter().any(|c| same_stream(c.3, s)));
+    if pending {
+        log::write(r, Rec::StreamSync { stream: s });
+        settle(Done::Stream(s));
+    }
+    r
+}
+
+unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
+    // SAFETY: entry point I is cuCtxSynchronize: ().
+    let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
+    log::write(r, Rec::CtxSync);
+    if r == 0 {
+        settle(Done::All);
+    }
+    log::flush();
+    r
+}
+
+// ---- opaque calls ----
+
+/// Logs entry point `i` by name, as opaque; `opaque_entry` calls it before forwarding.
+pub extern "C" fn note_opaque(i: usize) {
+    if let Some(name) = NAMES.get(i) {
+        log::write(
+            i32::MIN,
+            Rec::Opaque {
+                name: name.as_bytes(),
+            },
+        );
+    }
+}
+
+/// Whether a call of `name` (one the hooks do not take) changes what the device holds or
+/// runs, and so is logged as opaque.
+fn changes_device(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "cuMemcpy",
+        "cuMemset",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuMemCreate",
+        "cuMemMap",
+        "cuMemUnmap",
+        "cuMemRelease",
+        "cuMemAddressReserve",
+        "cuMemSetAccess",
+        "cuMemPool",
+        "cuMemPrefetch",
+        "cuMemAdvise",
+        "cuMemHostRegister",
+        "cuMemHostUnregister",
+        "cuMemDiscard",
+        "cuLaunch",
+        "cuGraphLaunch",
+        "cuGraphInstantiate",
+        "cuGraphExec",
+        "cuGraphUpload",
+        "cuStreamBeginCapture",
+        "cuStreamEndCapture",
+        "cuStreamWriteValue",
+        "cuStreamWaitValue",
+        "cuStreamBatchMemOp",
+        "cuStreamAttach",
+        "cuStreamCopyAttributes",
+        "cuStreamSetAttribute",
+        "cuTensorMapEncode",
+        "cuTensorMapReplace",
+        "cuModuleLoad",
+        "cuLibraryLoad",
+        "cuModuleGetGlobal",
+        "cuLibraryGetGlobal",
+        "cuLibraryGetManaged",
+        "cuImportExternal",
+        "cuSignalExternal",
+        "cuWaitExternal",
+        "cuIpc",
+        "cuCtxSetCurrent",
+        "cuCtxPushCurrent",
+        "cuCtxPopCurrent",
+        "cuCtxCreate",
+        "cuCtxDestroy",
+        "cuFuncSetAttribute",
+        "cuKernelSetAttribute",
+        "cuFuncSetCache",
+        "cuFuncSetShared",
+        "cuCtxSetLimit",
+        "cuCtxResetPersistingL2Cache",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+// ---- the table ----
+
+macro_rules! hooks {
+    ($($name:literal => $f:ident $(<$($g:literal),*>)?,)*) => {
+        /// The recording hook of entry point `i`, when the call log is wanted: a hook of its
+        /// own for the calls understood, `opaque` for the other calls that change the device.
+        pub fn hook_for(i: usize, opaque: *mut ()) -> Option<*mut ()> {
+            if !log::wanted() {
+                return None;
+            }
+            $(
+                if i == const { entry($name) } {
+                    return Some($f::<{ entry($name) } $($(, $g)*)?> as *mut ());
+                }
+            )*
+            NAMES.get(i).filter(|n| changes_device(n)).map(|_| opaque)
+        }
+    };
+}
+
+hooks! {
+    "cuMemAlloc_v2" => mem_alloc,
+    "cuMemAllocManaged" => mem_alloc_managed,
+    "cuMemAllocPitch_v2" => mem_alloc_pitch,
+    "cuMemFree_v2" => mem_free,
+    "cuMemAllocHost_v2" => host_alloc,
+    "cuMemHostAlloc" => host_alloc_flags,
+    "cuMemFreeHost" => host_free,
+    "cuMemcpyHtoD_v2" => h2d,
+    "cuMemcpyHtoD_v2_ptds" => h2d,
+    "cuMemcpyHtoDAsync_v2" => h2d_async,
+    "cuMemcpyHtoDAsync_v2_ptsz" => h2d_async,
+    "cuMemcpyDtoH_v2" => d2h,
+    "cuMemcpyDtoH_v2_ptds" => d2h,
+    "cuMemcpyDtoHAsync_v2" => d2h_async,
+    "cuMemcpyDtoHAsync_v2_ptsz" => d2h_async,
+    "cuMemcpyDtoD_v2" => d2d,
+    "cuMemcpyDtoD_v2_ptds" => d2d,
+    "cuMemcpyDtoDAsync_v2" => d2d_async,
+    "cuMemcpyDtoDAsync_v2_ptsz" => d2d_async,
+    "cuMemsetD8_v2" => memset<1>,
+    "cuMemsetD8_v2_ptds" => memset<1>,
+    "cuMemsetD16_v2" => memset<2>,
+    "cuMemsetD16_v2_ptds" => memset<2>,
+    "cuMemsetD32_v2" => memset<4>,
+    "cuMemsetD32_v2_ptds" => memset<4>,
+    "cuMemsetD8Async" => memset_async<1>,
+    "cuMemsetD8Async_ptsz" => memset_async<1>,
+    "cuMemsetD16Async" => memset_async<2>,
+    "cuMemsetD16Async_ptsz" => memset_async<2>,
+    "cuMemsetD32Async" => memset_async<4>,
+    "cuMemsetD32Async_ptsz" => memset_async<4>,
+    "cuModuleLoadData" => module_load_data,
+    "cuModuleLoadFatBinary" => module_load_data,
+    "cuModuleLoadDataEx" => module_load_data_ex,
+    "cuModuleLoad" => module_load_file,
+    "cuLibraryLoadData" => library_load_data,
+    "cuLibraryLoadFromFile" => library_load_file,
+    "cuModuleUnload" => module_unload<false>,
+    "cuLibraryUnload" => module_unload<true>,
+    "cuModuleGetFunction" => get_function<false>,
+    "cuLibraryGetKernel" => get_function<true>,
+    "cuKernelGetFunction" => kernel_get_function,
+    "cuLaunchKernel" => launch,
+    "cuLaunchKernel_ptsz" => launch,
+    "cuLaunchKernelEx" => launch_ex,
+    "cuLaunchKernelEx_ptsz" => launch_ex,
+    "cuStreamCreate" => stream_create,
+    "cuStreamCreateWithPriority" => stream_create_prio,
+    "cuStreamDestroy_v2" => stream_destroy,
+    "cuEventCreate" => event_create,
+    "cuEventDestroy_v2" => event_destroy,
+    "cuEventRecord" => event_record,
+    "cuEventRecord_ptsz" => event_record,
+    "cuEventRecordWithFlags" => event_record_flags,
+    "cuEventRecordWithFlags_ptsz" => event_record_flags,
+    "cuStreamWaitEvent" => stream_wait_event,
+    "cuStreamWaitEvent_ptsz" => stream_wait_event,
+    "cuEventSynchronize" => event_sync,
+    "cuEventQuery" => event_query,
+    "cuStreamSynchronize" => stream_sync,
+    "cuStreamSynchronize_ptsz" => stream_sync,
+    "cuStreamQuery" => stream_query,
+    "cuStreamQuery_ptsz" => stream_query,
+    "cuCtxSynchronize" => ctx_sync,
+}
