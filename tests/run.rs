@@ -1,6 +1,7 @@
 //! `gputape run`: unmodified programs (C, compiled at test time) run with gputape's driver shim
 //! in front of a fake driver (`crates/gputape-cuda-shim/tests/support/c/`): the table of the
-//! calls they made, every process summed, and the command's exit status relayed.
+//! calls they made, every process summed, and the command's exit status relayed; with `-o`,
+//! their calls recorded into a trace that `show`, `analyze` and `replay` read.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 #[path = "../crates/gputape-cuda-shim/tests/support/mod.rs"]
@@ -53,7 +54,7 @@ fn run_counts_the_driver_calls_of_a_program_that_loads_libcuda_by_name() {
         "{err}"
     );
     assert!(err.contains("exited with status 7"), "{err}");
-    assert!(err.contains("no trace was recorded"), "{err}");
+    assert!(err.contains("No trace was recorded"), "{err}");
     let v = counts(&json);
     assert_eq!(v["schema"], "gputape.shim-counts.v1");
     assert_eq!(v["calls"]["cuDriverGetVersion"], 1);
@@ -96,7 +97,7 @@ fn run_sums_every_process_and_covers_programs_linked_against_libcuda() {
 }
 
 #[test]
-fn run_refuses_a_missing_shim_or_command_and_says_it_does_not_record_yet() {
+fn run_refuses_a_missing_shim_or_command_and_its_help_says_what_it_records() {
     let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
         .args(["run", "--", "true"])
         .env("GPUTAPE_SHIM_DIR", "/nonexistent/gputape-shim")
@@ -120,8 +121,105 @@ fn run_refuses_a_missing_shim_or_command_and_says_it_does_not_record_yet() {
     let o = run(&["--help".as_ref()]);
     assert_eq!(o.status.code(), Some(0));
     assert!(
-        text(&o.stdout).contains("No trace is recorded"),
+        text(&o.stdout).contains("With -o, the calls are also recorded into a trace"),
         "{}",
         text(&o.stdout)
     );
+}
+
+/// `gputape VERB ARGS` (no shim involved).
+fn gputape(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
+    let d = support::scratch("run-record");
+    let prog = support::records_program(&d);
+    let trace = d.join("records.gtape");
+    let json = d.join("counts.json");
+    let o = run(&[
+        "-o".as_ref(),
+        trace.as_ref(),
+        "--counts".as_ref(),
+        json.as_ref(),
+        "--".as_ref(),
+        prog.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    // The program ran as it would without the recorder.
+    assert!(out.contains("out[5] = 15, errors 0"), "{out}{err}");
+    assert!(
+        err.contains(
+            "15 driver calls -> 13 trace calls (1 launches of 1 kernels from 1 module images)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("kept by name only (a replay skips them): cuMemcpy2D_v2 x1, cuMemsetD32 x1"),
+        "{err}"
+    );
+    let v = counts(&json);
+    assert_eq!(v["recorded"], true);
+    assert_eq!(v["traces"][0], trace.to_str().unwrap());
+
+    // The trace reads like any other: the calls in order, the kernel by its symbol and layout,
+    // the module by its image, the launch's pointer as a buffer. Provenance lines (time, pid,
+    // path) are left out of the snapshot.
+    let o = gputape(&["show".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let shown: String = text(&o.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("recorded at"))
+        .map(|l| format!("{}\n", l.trim_end()))
+        .collect();
+    insta::assert_snapshot!("run_o_records_show", shown);
+
+    // On the mock the compiled kernel has no body: skipped, and the read back that depends on
+    // it unchecked, which the replay says rather than passing; the opaque calls are named.
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        trace.as_ref(),
+    ]);
+    let rout = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{rout}{}", text(&o.stderr));
+    assert!(
+        rout.contains("1 kernel(s) this backend cannot run were skipped: ptx-"),
+        "{rout}"
+    );
+    assert!(
+        rout.contains("not replayed (what they did is missing here): cuMemcpy2D_v2 x1 (first #9), cuMemsetD32 x1 (first #6)"),
+        "{rout}"
+    );
+    assert!(rout.contains("NOTHING CHECKED"), "{rout}");
+    let o = gputape(&["analyze".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("no leaks or use-after-free found"));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn run_o_without_any_driver_call_says_no_trace_was_written() {
+    let d = support::scratch("run-record-none");
+    let trace = d.join("none.gtape");
+    let o = run(&[
+        "-o".as_ref(),
+        trace.as_ref(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no process of the command recorded a driver call"),
+        "{err}"
+    );
+    assert!(!trace.exists());
+    let _ = std::fs::remove_dir_all(d);
 }

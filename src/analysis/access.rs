@@ -71,13 +71,14 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
             let layout: &[crate::backend::ParamInfo] =
                 t.kernels.get(kernel).map_or(&[], |k| &k.params);
             for (i, a) in args.iter().enumerate() {
-                if let Some(DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) =
-                    a.device_addr()
-                {
+                for d in a.device_addrs() {
+                    let (DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) = d else {
+                        continue;
+                    };
                     // A tensor map's parameter is a by-value blob, but TMA may load or store
-                    // through it: both.
+                    // through it: both. So may a kernel through an address in a struct.
                     let access = match a {
-                        Arg::TensorMap(_) => ParamAccess::Unknown,
+                        Arg::TensorMap(_) | Arg::Words(_) => ParamAccess::Unknown,
                         _ => layout.get(i).map_or(ParamAccess::Unknown, |p| p.access),
                     };
                     let (r, w) = match access {
@@ -94,7 +95,7 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
                                 start: *off,
                                 end: size.max(off.saturating_add(1)),
                                 write,
-                                freed: matches!(a.device_addr(), Some(DevAddr::Freed { .. })),
+                                freed: matches!(d, DevAddr::Freed { .. }),
                             });
                         }
                     }
@@ -143,7 +144,9 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
         | EncodeTensorMap { .. }
         | CommUniqueId
         | CommInit { .. }
-        | CommDestroy { .. } => {}
+        | CommDestroy { .. }
+        // Not understood: what it touched is not known (its replay is skipped, and said so).
+        | Opaque { .. } => {}
         Collective {
             comm,
             op,

@@ -198,6 +198,11 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn load_module_image(&self, name: &str, image: &[u8]) -> Result<()> {
+                (**self).load_module_image(name, image)
+            }
+
+            #[track_caller]
             fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
                 (**self).copy_h2d_async(src, dst, stream)
             }

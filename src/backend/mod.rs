@@ -15,6 +15,7 @@ mod boxed;
 mod capture;
 mod collective;
 mod error;
+pub mod image;
 pub mod ledger;
 mod module;
 mod op_cache;
@@ -263,6 +264,19 @@ pub trait GpuBackend: Send + Sync {
         anyhow::bail!(
             "this backend cannot load module {} from a description; load its kernels through the backend's own API",
             module.name
+        )
+    }
+
+    /// Load a binary module image (a fatbin, cubin or PTX, as a program handed it to the
+    /// driver; `image::image_kind` says which) under `name`, so that `kernel(name, symbol)`
+    /// finds its kernels by their (mangled) symbols. What replays a driver-level recording
+    /// (`gputape run -o`) needs. Not a recorded call. Default: refused (the mock has no CPU
+    /// body for compiled code: such kernels are opaque there).
+    #[track_caller]
+    fn load_module_image(&self, name: &str, image: &[u8]) -> Result<()> {
+        anyhow::bail!(
+            "this backend cannot run compiled GPU code: module image {name} ({} bytes) is not loaded",
+            image.len()
         )
     }
 
@@ -614,6 +628,9 @@ pub enum CallKind {
     Collective,
     /// [`GpuBackend::comm_destroy`].
     CommDestroy,
+    /// No method: a driver call of a program recorded through the driver shim that gputape
+    /// does not understand (`Call::Opaque`).
+    Opaque,
 }
 
 impl CallKind {
@@ -676,6 +693,7 @@ impl CallKind {
             CommInit => "comm_init",
             Collective => "collective",
             CommDestroy => "comm_destroy",
+            Opaque => "driver_call",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `gputape run [--counts FILE] -- COMMAND ARGS...`: an unmodified CUDA program run with
+//! `gputape run [-o TRACE] [--counts FILE] -- COMMAND ARGS...`: an unmodified CUDA program run with
 //! gputape's driver shim (`crates/gputape-cuda-shim`, a `libcuda.so.1` of gputape's) in front of
 //! the real driver. The shim is found beside this binary (`gputape-shim/libcuda.so.1`), or as
 //! cargo built it (`target/<profile>/libgputape_cuda_shim.so`), or in `GPUTAPE_SHIM_DIR`; a
@@ -11,8 +11,10 @@
 //! `GPUTAPE_SHIM_COUNTS`; they are summed, printed as a table on stderr, and written to
 //! `--counts` as one JSON document. The command's exit status is relayed.
 //!
-//! This stage counts and forwards. Recording the calls into a trace (`-o`, `--flight`) is the
-//! next one.
+//! With `-o TRACE` the shim also logs each process's driver calls (`GPUTAPE_SHIM_LOG_DIR`, one
+//! log per process), and when the command is over each log becomes a trace (`shimtrace`): the
+//! process that made the most calls is `TRACE`, any other `TRACE` with `.PID` before its
+//! extension. `--flight` (a ring of recent calls, dumped on a fault) is not built yet.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
@@ -32,18 +34,26 @@ mod locate;
 const ENV_SHIM_DIR: &str = "GPUTAPE_SHIM_DIR";
 /// Where the shim appends each process's counts.
 const ENV_COUNTS: &str = "GPUTAPE_SHIM_COUNTS";
+/// Where the shim writes each process's call log (with `-o`).
+const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
 
 #[derive(clap::Args)]
 #[command(
     after_help = "The shim counts every CUDA driver entry point called (directly, or through \
                   pointers from cuGetProcAddress, as the CUDA runtime calls them) and forwards each \
                   call to the real driver unchanged; the table goes to stderr when the command \
-                  exits, and gputape exits with the command's status. No trace is recorded at this \
-                  stage: `-o` and `--flight` come next.\n\n\
+                  exits, and gputape exits with the command's status. With -o, the calls are also \
+                  recorded into a trace, which show, analyze, replay --on cuda, minimize and report \
+                  read like any other (what is recorded and what is kept by name only: \
+                  ARCHITECTURE.md, \"The driver shim\").\n\n\
                   Environment: GPUTAPE_REAL_LIBCUDA (the real driver; found by search when unset), \
                   GPUTAPE_SHIM_DIR (a directory holding the shim as libcuda.so.1)."
 )]
 pub struct Args {
+    /// Record the command's driver calls into TRACE (one trace per process that called the
+    /// driver: the busiest is TRACE, others TRACE with .PID before the extension).
+    #[arg(short = 'o', long = "output", value_name = "TRACE")]
+    output: Option<PathBuf>,
     /// Also write the counts, summed over every process of the command, to FILE as JSON
     /// (schema gputape.shim-counts.v1; `-` for stdout).
     #[arg(long, value_name = "FILE")]
@@ -88,6 +98,14 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
             prepend(&dir.path.join("libcuda.so.1"), "LD_PRELOAD"),
         )
         .env(ENV_COUNTS, &counts);
+    let logs = dir.path.join("logs");
+    if args.output.is_some() {
+        std::fs::create_dir_all(&logs)
+            .with_context(|| format!("cannot create {}", logs.display()))?;
+        cmd.env(ENV_LOG_DIR, &logs);
+    } else {
+        cmd.env_remove(ENV_LOG_DIR);
+    }
     if let (None, Some(r)) = (&user_real, &real) {
         cmd.env(locate::ENV_REAL, r);
     }
@@ -103,15 +121,77 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
     let code = exit_code(status);
 
     let merged = Merged::read(&counts)?;
-    eprint!("{}", merged.table(args.top, code));
+    eprint!("{}", merged.table(args.top, code, args.output.is_some()));
+    let recorded = match &args.output {
+        Some(out) => Some(record_traces(&logs, out, &args.command)?),
+        None => None,
+    };
     if let Some(out) = &args.counts {
-        let doc = merged.json(&args.command, code);
+        let doc = merged.json(&args.command, code, recorded.as_deref());
         write_out(
             out,
             format!("{}\n", serde_json::to_string_pretty(&doc)?).as_bytes(),
         )?;
     }
     Ok(Exit::Relayed(code))
+}
+
+/// Each process's call log in `logs` as a trace: the one with the most records is `out`, any
+/// other `out` with `.PID` before its extension. Every trace is written, or the error says
+/// which was not.
+fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<PathBuf>> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(logs)
+        .with_context(|| format!("cannot read {}", logs.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gtshm"))
+        .map(|p| (std::fs::metadata(&p).map_or(0, |m| m.len()), p))
+        .collect();
+    if found.is_empty() {
+        bail!(
+            "no trace written to {}: no process of the command recorded a driver call through \
+             gputape's shim",
+            out.display()
+        );
+    }
+    // The busiest first (the largest log), then by name for a stable order.
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let argv: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut written = Vec::new();
+    for (i, (_, log)) in found.iter().enumerate() {
+        let bytes = crate::shimtrace::read_log(log)?;
+        let (trace, summary) =
+            crate::shimtrace::convert(&log.display().to_string(), &bytes, argv.clone())?;
+        let dst = if i == 0 {
+            out.to_path_buf()
+        } else {
+            with_pid(out, summary.pid)
+        };
+        let n = super::common::write_trace_atomically(&trace, &dst)?;
+        eprintln!(
+            "recorded {} -> {} ({n} bytes)",
+            summary.text(),
+            dst.display()
+        );
+        written.push(dst);
+    }
+    Ok(written)
+}
+
+/// `dir/name.PID.ext` for `dir/name.ext`.
+fn with_pid(p: &Path, pid: u32) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map_or_else(Default::default, |s| s.to_os_string());
+    let mut name = stem;
+    name.push(format!(".{pid}"));
+    if let Some(ext) = p.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    p.with_file_name(name)
 }
 
 /// The shim: `GPUTAPE_SHIM_DIR`'s, else `gputape-shim/libcuda.so.1` beside this binary, else
@@ -289,7 +369,7 @@ impl Merged {
     }
 
     /// What `gputape run` prints when the command is over.
-    fn table(&self, top: usize, code: u8) -> String {
+    fn table(&self, top: usize, code: u8, recording: bool) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
         let total: u64 = self.calls.values().sum();
@@ -316,11 +396,12 @@ impl Merged {
             plural(self.calls.len(), "entry point", "s"),
             plural(self.pids.len(), "process", "es"),
         );
-        let _ = writeln!(
-            s,
-            "This stage counts and forwards; no trace was recorded (`-o` / `--flight` are the \
-             next stage)."
-        );
+        if !recording {
+            let _ = writeln!(
+                s,
+                "No trace was recorded (`-o TRACE` records one; `--flight` is not built yet)."
+            );
+        }
         let mut rows: Vec<(&String, &u64)> = self.calls.iter().collect();
         rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let _ = writeln!(s, "\n{:>12}  entry point", "calls");
@@ -357,12 +438,18 @@ impl Merged {
     }
 
     /// `--counts`' document.
-    fn json(&self, command: &[OsString], code: u8) -> serde_json::Value {
+    fn json(
+        &self,
+        command: &[OsString],
+        code: u8,
+        traces: Option<&[PathBuf]>,
+    ) -> serde_json::Value {
         serde_json::json!({
             "schema": "gputape.shim-counts.v1",
             "command": command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
             "exit_status": code,
-            "recorded": false,
+            "recorded": traces.is_some(),
+            "traces": traces.unwrap_or(&[]),
             "processes": self.pids,
             "drivers": self.drivers,
             "calls": self.calls,

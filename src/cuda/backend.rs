@@ -503,6 +503,11 @@ impl GpuBackend for CudaBackend {
     }
 
     #[track_caller]
+    fn load_module_image(&self, name: &str, image: &[u8]) -> Result<()> {
+        self.load_image(name, image)
+    }
+
+    #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         Some(self.registry.clone())
     }

@@ -693,6 +693,21 @@ pub(super) unsafe fn module_load_data(image: &CStr) -> R<sys::CUmodule> {
     Ok(m)
 }
 
+/// `cuModuleLoadData` of a binary image (fatbin, cubin) or PTX held in 8-byte words.
+///
+/// # Safety
+/// `image` holds a whole image whose headers name no byte past its end (or PTX text ending in
+/// a NUL inside it): the driver takes no length and reads as far as they say.
+pub(super) unsafe fn module_load_image(image: &[u64]) -> R<sys::CUmodule> {
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `image` is live for the whole call and whole (the caller's obligation); the
+    // out-pointer is a local that outlives the call.
+    check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut m, image.as_ptr().cast())
+    })?;
+    Ok(m)
+}
+
 /// `cuModuleUnload`.
 ///
 /// # Safety

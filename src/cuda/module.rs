@@ -67,6 +67,35 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// `GpuBackend::load_module_image`: a fatbin, cubin or PTX image as a program gave it to
+    /// the driver, checked first (`image_kind`: every extent its headers name lies inside it)
+    /// and copied to 8-byte alignment, as the driver reads its headers in place. Names are
+    /// content-derived where the driver-level recorder makes them, so a name already loaded
+    /// holds this image and is kept.
+    pub fn load_image(&self, name: &str, image: &[u8]) -> Result<()> {
+        if self.modules.lock().contains_key(name) {
+            return Ok(());
+        }
+        let kind = crate::backend::image::image_kind(image)
+            .map_err(|e| anyhow::anyhow!("module image {name}: {e}"))?;
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+        // SAFETY: `aligned` holds the image, whose kind and extents `image_kind` checked: a
+        // fatbin or cubin whose headers reach no further than these bytes, or PTX text ending
+        // in a NUL inside them; it lives for the whole call.
+        let m = unsafe { driver::module_load_image(&aligned) }
+            .map_err(|e| e.with(format!("module image {name} ({})", kind.name())))?;
+        if let Some(old) = self.modules.lock().insert(name.to_string(), m as u64) {
+            self.retired_modules.lock().push(old);
+        }
+        self.registry.add_module(ModuleCode {
+            name: name.to_string(),
+            source: None,
+            ptx: None,
+        });
+        Ok(())
+    }
+
     /// Compile CUDA C with NVRTC for this device and load it. FMA contraction is off, so the
     /// kernels do the same roundings as their CPU twins on the mock.
     pub fn load_source(&self, name: &str, source: &str) -> Result<()> {

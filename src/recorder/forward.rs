@@ -544,6 +544,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn load_module_image(&self, name: &str, image: &[u8]) -> anyhow::Result<()> {
+        self.inner.load_module_image(name, image)
+    }
+
+    #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         let tok = self.begin(Location::caller(), |_| Call::KernelRegistry);
         let v = self.inner.kernel_registry();

@@ -486,6 +486,13 @@ impl<'t> Shrink<'t> {
             .filter(|m| modules.contains(m.name.as_str()))
             .cloned()
             .collect();
+        out.module_images = t
+            .module_images
+            .iter()
+            .filter(|(m, _)| modules.contains(m.as_str()))
+            .map(|(m, b)| (m.clone(), *b))
+            .collect();
+        blobs.extend(out.module_images.values().copied());
         out.addresses = t
             .addresses
             .iter()

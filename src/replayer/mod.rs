@@ -296,6 +296,7 @@ impl<'t> Replayer<'t> {
                 v.sort();
                 v
             },
+            opaque_calls: opaque_calls(self.trace, a, stop),
             ..Default::default()
         };
         let in_range: Vec<&CallRecord> = self
@@ -425,8 +426,8 @@ impl<'t> Replayer<'t> {
                     progress(c.seq);
                 }
                 if let Some((kid, args)) = c.call.launch() {
-                    for arg in args {
-                        if let Some(DevAddr::Buf { buf, .. }) = arg.device_addr() {
+                    for d in args.iter().flat_map(Arg::device_addrs) {
+                        if let DevAddr::Buf { buf, .. } = d {
                             last_writer.insert(*buf, kid);
                         }
                     }
@@ -712,4 +713,19 @@ pub(crate) enum Outcome {
     },
     Failed(anyhow::Error),
     SucceededButRecordedError,
+}
+
+/// The driver calls of calls `a..stop` that were not understood when recorded
+/// (`Call::Opaque`): each name, how many, and the first.
+fn opaque_calls(t: &Trace, a: u64, stop: u64) -> Vec<String> {
+    let mut by_name: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for c in t.calls.iter().filter(|c| (a..stop).contains(&c.seq)) {
+        if let Call::Opaque { name } = &c.call {
+            by_name.entry(name).or_insert((0, c.seq)).0 += 1;
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(n, (k, first))| format!("{n} x{k} (first #{first})"))
+        .collect()
 }

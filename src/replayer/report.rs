@@ -160,6 +160,9 @@ pub struct ReplayReport {
     /// Kernels the backend could not run (no CPU body on the mock): skipped (`module::name`).
     #[serde(default)]
     pub opaque_kernels: Vec<String>,
+    /// Driver calls recorded by name only (`Call::Opaque`), skipped: "name xN (first #S)".
+    #[serde(default)]
+    pub opaque_calls: Vec<String>,
     /// Device-to-host results not compared because they depend on a skipped kernel (first
     /// loop): "call #N: bufK depends on module::name".
     #[serde(default)]
@@ -269,6 +272,12 @@ impl ReplayReport {
                 self.opaque_kernels.join(", ")
             ));
         }
+        if !self.opaque_calls.is_empty() {
+            s.push_str(&format!(
+                "driver calls recorded by name only, not replayed (what they did is missing here): {}\n",
+                self.opaque_calls.join(", ")
+            ));
+        }
         if let Some(first) = self.unchecked.first() {
             s.push_str(&format!(
                 "{} device-to-host result(s) not checked, as they depend on a skipped kernel (first: {first})\n",
@@ -344,6 +353,7 @@ pub fn replay_json(
         "stopped_at": e.stopped_at,
         "redzone_hits": e.redzone_hits.iter().map(|(seq, n)| json!({"seq": seq, "hits": n})).collect::<Vec<_>>(),
         "opaque_kernels": e.opaque_kernels,
+        "opaque_calls": e.opaque_calls,
         "unchecked": e.unchecked,
         "not_checked": e.not_checked,
         "dump_reason": e.dump_reason,

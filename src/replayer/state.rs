@@ -123,11 +123,35 @@ impl<'t> Replayer<'t> {
         loader: Option<ModuleLoader<'_>>,
     ) -> Result<(HashMap<KernelId, KernelHandle>, HashSet<KernelId>), ReplayError> {
         if let Some(load) = loader {
-            for m in &self.trace.modules {
+            // Image modules are loaded below, as images.
+            for m in self
+                .trace
+                .modules
+                .iter()
+                .filter(|m| !self.trace.module_images.contains_key(&m.name))
+            {
                 load(m).map_err(|e| ReplayError::Setup {
                     what: format!("loading module {}", m.name),
                     cause: format!("{e:#}"),
                 })?;
+            }
+        }
+        // A driver-level recording's modules are binary images, loaded as they are; where the
+        // backend cannot (the mock), their kernels are opaque when that is allowed.
+        for (name, image) in &self.trace.module_images {
+            let loaded = match self.trace.try_blob(*image)? {
+                Some(bytes) => gpu.load_module_image(name, bytes),
+                None => Err(anyhow::anyhow!(
+                    "its image (blob {image}) is not in the trace"
+                )),
+            };
+            if let Err(e) = loaded {
+                if !self.opaque_ok {
+                    return Err(ReplayError::Setup {
+                        what: format!("loading module image {name}"),
+                        cause: format!("{e:#}"),
+                    });
+                }
             }
         }
         let mut out = HashMap::default();

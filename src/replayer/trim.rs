@@ -102,10 +102,14 @@ impl Replayer<'_> {
             dump: t.dump.clone(),
             sites: t.sites.clone(),
             modules: t.modules.clone(),
+            module_images: t.module_images.clone(),
             kernels: t.kernels.clone(),
             stopped: true,
             ..Default::default()
         };
+        for image in t.module_images.values() {
+            t.blobs.copy_to(image, &mut out.blobs)?;
+        }
         // Where each buffer was made, for the snapshot's sites.
         let mut made_at: HashMap<BufferId, SiteId> =
             t.initial.iter().map(|i| (i.buf, i.site)).collect();

@@ -40,7 +40,8 @@ impl Replayer<'_> {
                 .filter(|x| {
                     x.call.launch().is_some_and(|(_, args)| {
                         args.iter()
-                            .any(|a| matches!(a.device_addr(), Some(DevAddr::Buf { buf, .. }) if buf == id))
+                            .flat_map(Arg::device_addrs)
+                            .any(|d| matches!(d, DevAddr::Buf { buf, .. } if buf == id))
                     })
                 })
                 .map(|x| {

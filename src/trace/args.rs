@@ -90,16 +90,63 @@ pub enum Arg {
     /// A tensor map built by `encode_tensor_map`: what it describes and the buffer its
     /// address points into, so a replay encodes it anew for that buffer (format 3).
     TensorMap(Box<TensorMapArg>),
+    /// A by-value parameter with device addresses inside it (a struct of pointers, as a
+    /// driver-level recording finds them: format 8): its bytes, and each 8-byte aligned word
+    /// that pointed into a live buffer, which a replay rewrites for where that buffer is now.
+    Words(Box<WordsArg>),
 }
 
 impl Arg {
-    /// The device address this argument carries: a pointer's, or the one inside a tensor map.
+    /// Every device address this argument carries: a pointer's, a tensor map's, each word of
+    /// a parameter with addresses inside.
+    pub fn device_addrs(&self) -> impl Iterator<Item = &DevAddr> {
+        let words = match self {
+            Arg::Words(w) => &w.ptrs[..],
+            _ => &[],
+        };
+        let single = match self {
+            Arg::Words(_) => None,
+            other => other.device_addr(),
+        };
+        single.into_iter().chain(words.iter().map(|(_, d)| d))
+    }
+
+    /// The device address this argument carries: a pointer's, or the one inside a tensor map
+    /// (the first, for a parameter with several).
     pub fn device_addr(&self) -> Option<&DevAddr> {
         match self {
             Arg::Buf(d) => Some(d),
             Arg::TensorMap(m) => Some(&m.base),
+            Arg::Words(w) => w.ptrs.first().map(|(_, d)| d),
             Arg::Val(_) => None,
         }
+    }
+}
+
+/// A by-value parameter with device addresses inside it, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WordsArg {
+    /// The parameter's bytes as the program passed them.
+    #[serde(with = "byte_vec")]
+    pub bytes: Vec<u8>,
+    /// The byte offset of each word that held a device address, and where it pointed.
+    pub ptrs: Vec<(u32, DevAddr)>,
+}
+
+impl WordsArg {
+    /// The bytes with each address word rewritten by `addr` (where that buffer is now).
+    pub fn relocated<E>(
+        &self,
+        mut addr: impl FnMut(&DevAddr) -> Result<u64, E>,
+    ) -> Result<Vec<u8>, E> {
+        let mut out = self.bytes.clone();
+        for (off, d) in &self.ptrs {
+            let at = *off as usize;
+            if let Some(w) = out.get_mut(at..at + 8) {
+                w.copy_from_slice(&addr(d)?.to_le_bytes());
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -472,6 +472,13 @@ pub enum Call {
         /// The communicator left.
         comm: CommId,
     },
+    /// A CUDA driver call of a program recorded through the driver shim (`gputape run -o`)
+    /// that changes the device but that gputape does not understand (format 8): kept by name,
+    /// in its place, so a replay says exactly what it could not do.
+    Opaque {
+        /// The driver entry point, as the program called it (`cuMemcpy2DAsync_v2`).
+        name: String,
+    },
 }
 
 impl Call {
@@ -534,6 +541,7 @@ impl Call {
             Call::CommInit { .. } => K::CommInit,
             Call::Collective { .. } => K::Collective,
             Call::CommDestroy { .. } => K::CommDestroy,
+            Call::Opaque { .. } => K::Opaque,
         }
     }
 
@@ -672,7 +680,10 @@ impl Call {
             | EncodeTensorMap { .. }
             | CommUniqueId
             | CommInit { .. }
-            | CommDestroy { .. } => None,
+            | CommDestroy { .. }
+            // Unknown work on an unknown stream: no analysis may take it for nothing, nor
+            // place it on a stream it cannot name.
+            | Opaque { .. } => None,
         }
     }
 
@@ -751,7 +762,8 @@ impl Call {
             | HostPtrToDevice { .. }
             | RedzoneHits
             | StepBoundary { .. }
-            | EncodeTensorMap { .. } => (O::HostOnly, None),
+            | EncodeTensorMap { .. }
+            | Opaque { .. } => (O::HostOnly, None),
             // Joining and leaving wait for the other ranks (NCCL's init is collective): not
             // something to do while capturing.
             CommUniqueId | CommInit { .. } | CommDestroy { .. } => (O::DeviceAlloc, None),

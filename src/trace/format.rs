@@ -159,7 +159,8 @@ impl FrameClass {
             | Frame::Dumped(_)
             | Frame::Module(_)
             | Frame::Kernel { .. }
-            | Frame::KernelElems { .. } => FrameClass::Definition,
+            | Frame::KernelElems { .. }
+            | Frame::ModuleImage { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint
             }

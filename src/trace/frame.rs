@@ -12,11 +12,14 @@ use serde::{Deserialize, Serialize, Serializer};
 /// (`Frame::BlobStore`, `Frame::Stored`). 5 added `Frame::Dumped` (why a flight dump was
 /// taken, and the calls in flight then). 6 added `Frame::KernelElems` (what a kernel's
 /// pointers point at). 7 added collectives (`Call::CommUniqueId`, `CommInit`, `Collective`,
-/// `CommDestroy`, `Value::Comm`, `Adopted::Comm`). A format-2 to 6 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 7;
-/// The oldest reader that can read what this build writes: a format-6 reader does not know
-/// the collective calls and would call the trace corrupt.
-pub const MIN_READER_VERSION: u16 = 7;
+/// `CommDestroy`, `Value::Comm`, `Adopted::Comm`). 8 added what a driver-level recording
+/// (`gputape run -o`) needs: `Frame::ModuleImage` (a module's binary image), `Arg::Words`
+/// (addresses inside a by-value parameter) and `Call::Opaque` (a driver call not understood).
+/// A format-2 to 7 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 8;
+/// The oldest reader that can read what this build writes: a format-7 reader does not know
+/// the driver-level frames, arguments and calls and would call the trace corrupt.
+pub const MIN_READER_VERSION: u16 = 8;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -352,6 +355,14 @@ pub enum Frame {
         /// One per parameter; `None` for values and pointers of no declared float type.
         elems: Vec<Option<crate::backend::ElemType>>,
     },
+    /// Module `name`'s binary image (a fatbin, cubin or PTX, as a program handed it to the
+    /// driver: format 8), in blob `image`. A replay loads it as it is, under that name.
+    ModuleImage {
+        /// The module, as `Frame::Kernel`s name it.
+        name: String,
+        /// Its image.
+        image: BlobId,
+    },
 }
 
 /// Why a flight dump was taken: a failed call, a signal, a hang's deadline, the engine's own
@@ -519,8 +530,12 @@ impl Begin {
         else {
             return None;
         };
-        // The hand-written launch encoding has no tensor maps: such launches take serde's path.
-        if args.iter().any(|a| matches!(a, Arg::TensorMap(_))) {
+        // The hand-written launch encoding has no tensor maps or address words: such launches
+        // take serde's path.
+        if args
+            .iter()
+            .any(|a| matches!(a, Arg::TensorMap(_) | Arg::Words(_)))
+        {
             return None;
         }
         let typed = matches!(self.call, Call::LaunchTyped { .. });
@@ -543,7 +558,7 @@ impl Begin {
                 Arg::Buf(a) => ArgRef::Buf(*a),
                 Arg::Val(v) => ArgRef::Val(v),
                 // Refused above.
-                Arg::TensorMap(_) => ArgRef::Val(&[]),
+                Arg::TensorMap(_) | Arg::Words(_) => ArgRef::Val(&[]),
             },
         };
         Some((head, view))

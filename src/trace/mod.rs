@@ -8,6 +8,7 @@ mod blobs;
 mod call;
 pub mod codec;
 pub mod crc;
+mod demangle;
 mod diff;
 mod elems;
 mod format;
@@ -104,6 +105,8 @@ pub struct Trace {
     pub blobs: BlobStore,
     /// The code of every module a recorded kernel came from, in the order written.
     pub modules: Vec<ModuleCode>,
+    /// Binary images of modules, by module name (a driver-level recording's: `Frame::ModuleImage`).
+    pub module_images: BTreeMap<String, BlobId>,
     /// Every kernel the calls name: module, name, layout.
     pub kernels: BTreeMap<KernelId, KernelInfo>,
     /// Buffers live when recording started, with their contents then.
@@ -282,6 +285,9 @@ impl Trace {
                         k.elems = elems;
                     }
                 }
+                Frame::ModuleImage { name, image } => {
+                    t.module_images.insert(name, image);
+                }
                 Frame::Initial {
                     buf,
                     bytes,
@@ -388,7 +394,7 @@ impl Trace {
     pub fn kernel_name(&self, k: KernelId) -> String {
         self.kernels
             .get(&k)
-            .map(|i| format!("{}::{}", i.module, i.name))
+            .map(|i| format!("{}::{}", i.module, demangle::readable(&i.name)))
             .unwrap_or_else(|| k.to_string())
     }
 

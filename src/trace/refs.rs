@@ -159,7 +159,10 @@ pub fn refs(call: &Call) -> Refs {
             r.dev(recv);
             r.stream(stream);
         }
-        Call::CommUniqueId | Call::CommInit { .. } | Call::CommDestroy { .. } => {}
+        Call::CommUniqueId
+        | Call::CommInit { .. }
+        | Call::CommDestroy { .. }
+        | Call::Opaque { .. } => {}
     }
     r
 }
@@ -189,7 +192,10 @@ pub fn written_by(call: &Call) -> Vec<BufferId> {
                 r.dev(recv);
             }
         }
-        Call::CommUniqueId | Call::CommInit { .. } | Call::CommDestroy { .. } => {}
+        Call::CommUniqueId
+        | Call::CommInit { .. }
+        | Call::CommDestroy { .. }
+        | Call::Opaque { .. } => {}
         Call::Alloc { .. }
         | Call::AllocManaged { .. }
         | Call::Free { .. }

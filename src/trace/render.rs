@@ -14,6 +14,10 @@ fn args(t: &Trace, k: KernelId, a: &Args) -> String {
         .map(|(i, x)| match x {
             Arg::Buf(d) => d.to_string(),
             Arg::TensorMap(m) => format!("tensor_map({}, {})", m.base, tensor_map(&m.desc)),
+            Arg::Words(w) => {
+                let ptrs: Vec<String> = w.ptrs.iter().map(|(o, d)| format!("@{o}={d}")).collect();
+                format!("{{{} bytes: {}}}", w.bytes.len(), ptrs.join(" "))
+            }
             Arg::Val(v) => {
                 if let Some(s) = t.param_type(k, i).and_then(|ty| ty.render(v)) {
                     return s;
@@ -228,6 +232,7 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
             format!("{what}({comm} #{seq}, {bufs}, {count} {dtype:?}, {stream})")
         }
         Call::CommDestroy { comm } => format!("comm_destroy({comm})"),
+        Call::Opaque { name } => format!("{name}(...) (not understood: not replayed)"),
     }
 }
 
@@ -289,15 +294,21 @@ pub fn render(t: &Trace) -> String {
             .collect();
         // A kernel whose module's code the trace does not hold is opaque to a replay: the
         // mock skips it, CUDA can launch it only if the module is loaded some other way.
-        let has_code = t
-            .modules
-            .iter()
-            .any(|m| m.name == k.module && (m.source.is_some() || m.ptx.is_some()));
+        let has_code = t.module_images.contains_key(&k.module)
+            || t.modules
+                .iter()
+                .any(|m| m.name == k.module && (m.source.is_some() || m.ptx.is_some()));
+        let readable = demangle::readable(&k.name);
         let _ = writeln!(
             s,
-            "kernel {id} = {}::{} ({}){}",
+            "kernel {id} = {}::{}{} ({}){}",
             k.module,
             k.name,
+            if readable != k.name.as_str() {
+                format!(" ({readable})")
+            } else {
+                String::new()
+            },
             layout.join(" "),
             if has_code {
                 String::new()
@@ -310,6 +321,10 @@ pub fn render(t: &Trace) -> String {
     // does.
     for m in &t.modules {
         let has = |x: &Option<String>| if x.is_some() { "embedded" } else { "none" };
+        if let Some(image) = t.module_images.get(&m.name) {
+            let _ = writeln!(s, "module {} (image: blob {image})", m.name);
+            continue;
+        }
         let _ = writeln!(
             s,
             "module {} (source: {}, ptx: {})",

@@ -81,6 +81,12 @@ impl Trace {
         for m in &self.modules {
             w.write(&Frame::Module(m.clone()))?;
         }
+        for (name, image) in &self.module_images {
+            w.write(&Frame::ModuleImage {
+                name: name.clone(),
+                image: *image,
+            })?;
+        }
         for (id, info) in &self.kernels {
             w.write(&Frame::Kernel {
                 id: *id,

@@ -1,0 +1,129 @@
+//! A driver-level recording into a trace: the call log the driver shim wrote for one process
+//! (`gputape run -o`; `gputape_shimlog`'s layout) becomes an ordinary trace, which every verb
+//! reads.
+//!
+//! The shim logs what it saw (raw handles, addresses, parameter bytes) and nothing it would
+//! have to work out inside the recorded program; this does the rest, afterwards:
+//!
+//! | driver call | trace call |
+//! |---|---|
+//! | `cuMemAlloc*` / `cuMemFree*` | `Alloc` (`AllocManaged`) / `Free`, buffers by id, `Address` frames |
+//! | `cuMemcpyHtoD*` | `CopyH2D` / `CopyH2DAsync`, the bytes as a blob |
+//! | `cuMemcpyDtoH*` | `CopyD2H` with its bytes / `CopyD2HAsync`, bytes at the sync that completed it |
+//! | `cuMemcpyDtoD*` | `CopyD2D` / `CopyD2DAsync` |
+//! | `cuMemsetD8/16/32*` | `Memset` / `MemsetAsync` when every byte is the same; else opaque |
+//! | module and library loads | a module named by the image's kind and hash, its image a blob (`Frame::ModuleImage`) |
+//! | `cuModuleGetFunction`, `cuLibraryGetKernel` | `Kernel` (module, symbol) |
+//! | `cuLaunchKernel*`, `cuLaunchKernelEx*` | `Launch`: each parameter by the driver's layout; an 8-byte one holding an address inside a live buffer is that buffer plus offset, a larger one with such words is `Arg::Words` |
+//! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
+//! | anything else that changes the device | `Opaque` by name |
+//!
+//! Approximations, said here so nobody relies on them: the legacy and per-thread default
+//! streams are one (`legacy`); `cuCtxSynchronize` is a sync of the legacy stream; pinned host
+//! allocations are not calls (copies through them are recorded with their bytes); an 8-byte
+//! value that equals an address inside a live buffer is taken for a pointer.
+
+mod convert;
+
+use std::collections::BTreeMap;
+
+pub use convert::convert;
+
+/// Why a call log could not be turned into a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimTraceError {
+    /// The file is no call log, or one of a layout this build does not read.
+    #[error("{path}: {source}")]
+    Log {
+        /// The log.
+        path: String,
+        /// What the reader said.
+        source: gputape_shimlog::LogError,
+    },
+    /// The log could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The log.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The trace could not be written.
+    #[error("writing the trace: {0}")]
+    Trace(#[from] crate::trace::TraceError),
+}
+
+/// What a conversion found, for the line `gputape run` prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// The recorded process.
+    pub pid: u32,
+    /// Driver calls read from the log.
+    pub records: u64,
+    /// Calls in the trace.
+    pub calls: u64,
+    /// Of them, launches.
+    pub launches: u64,
+    /// Distinct kernels launched or looked up.
+    pub kernels: usize,
+    /// Module images kept.
+    pub modules: usize,
+    /// Calls the driver failed (recorded with their error).
+    pub failed: u64,
+    /// Opaque calls, by entry point.
+    pub opaque: BTreeMap<String, u64>,
+    /// Launches of a function no logged lookup named (their kernel is unknown).
+    pub unnamed_launches: u64,
+    /// Launches whose parameter layout the driver would not give (their arguments are lost).
+    pub no_layout: u64,
+    /// Where the log stopped short, if it did (the process died writing it).
+    pub cut: Option<String>,
+}
+
+impl Summary {
+    /// One paragraph for a person.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "process {}: {} driver calls -> {} trace calls ({} launches of {} kernels from {} module images)",
+            self.pid, self.records, self.calls, self.launches, self.kernels, self.modules
+        );
+        if self.failed > 0 {
+            s.push_str(&format!("; {} failed in the driver", self.failed));
+        }
+        if !self.opaque.is_empty() {
+            let list: Vec<String> = self
+                .opaque
+                .iter()
+                .map(|(n, k)| format!("{n} x{k}"))
+                .collect();
+            s.push_str(&format!(
+                "; not understood, kept by name only (a replay skips them): {}",
+                list.join(", ")
+            ));
+        }
+        if self.unnamed_launches > 0 {
+            s.push_str(&format!(
+                "; {} launches of functions no logged lookup named",
+                self.unnamed_launches
+            ));
+        }
+        if self.no_layout > 0 {
+            s.push_str(&format!(
+                "; {} launches without a parameter layout (arguments not recorded)",
+                self.no_layout
+            ));
+        }
+        if let Some(c) = &self.cut {
+            s.push_str(&format!("; the log stops short: {c}"));
+        }
+        s
+    }
+}
+
+/// Reads the call log at `path`.
+pub fn read_log(path: &std::path::Path) -> Result<Vec<u8>, ShimTraceError> {
+    std::fs::read(path).map_err(|source| ShimTraceError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
