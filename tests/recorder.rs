@@ -316,19 +316,19 @@ fn bad_headers_are_typed_errors() {
         Err(TraceError::BadMagic { .. })
     ));
     let mut newer = sample();
-    newer[8..10].copy_from_slice(&9u16.to_le_bytes());
-    newer[10..12].copy_from_slice(&8u16.to_le_bytes());
+    newer[8..10].copy_from_slice(&10u16.to_le_bytes());
+    newer[10..12].copy_from_slice(&9u16.to_le_bytes());
     let e = Trace::from_bytes(p, &newer).unwrap_err();
     assert!(matches!(
         e,
         TraceError::TooNew {
-            format: 9,
-            min_reader: 8,
-            ours: 7,
+            format: 10,
+            min_reader: 9,
+            ours: 8,
             ..
         }
     ));
-    assert!(e.to_string().contains("format 9"), "{e}");
+    assert!(e.to_string().contains("format 10"), "{e}");
     // A newer format that old readers may still read opens.
     let mut compatible = sample();
     compatible[8..10].copy_from_slice(&3u16.to_le_bytes());
