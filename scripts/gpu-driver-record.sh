@@ -8,6 +8,7 @@
 #   3. scripts/gpu-embedding-oob.py (an out-of-range embedding index: device-side assert).
 # Each is also run plainly and under `gputape run` without -o, so the output and the time of the
 # decode's timed generate can be compared: plain, shim only, recorded.
+# Then the out-of-range embedding's trace is minimized on CUDA.
 # Builds nothing: run scripts/gpu-bin.sh first. OUT (default /tmp/gt-drv) gets the traces and
 # logs; everything is printed on stdout, a table last.
 set -uo pipefail
@@ -24,7 +25,22 @@ row() { rows+=("$(printf '| %s | %s | %s | %s |' "$@")"); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 $PY -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
 
-result() { grep -h -E '^GPUTAPE_(SHIM_RESULT|DECODE|OOB)' "$1" | tr '\n' ' ' | cut -c1-400; }
+# What must not change under the recorder: the result and the output's hash, the tokens and the
+# logits' hash, the OOB lines (not the libcuda files mapped, nor times).
+result() {
+    $PY - "$1" <<'PYEOF'
+import json, sys
+out = []
+for line in open(sys.argv[1]):
+    tag, _, rest = line.partition(" ")
+    if tag in ("GPUTAPE_SHIM_RESULT", "GPUTAPE_DECODE"):
+        d = json.loads(rest)
+        out.append(json.dumps({k: d.get(k) for k in ("result", "sha256", "tokens", "logits_sha256")}))
+    elif tag == "GPUTAPE_OOB":
+        out.append(line.strip())
+print(" ".join(out))
+PYEOF
+}
 
 # run NAME ENVSPEC SCRIPT: plain, counted, recorded; then show and replay the recording.
 run_case() {
@@ -37,11 +53,13 @@ run_case() {
     env $envspec "$G" run -- $PY "$script" >"$OUT/$name.shim.out" 2>"$OUT/$name.shim.err"
     local sc=$?
     echo "--- shim only: exit $sc"; cat "$OUT/$name.shim.out"
-    env $envspec "$G" run -o "$OUT/$name.gtape" -- $PY "$script" \
+    env $envspec "$G" run -o "$OUT/$name.gtape" --counts "$OUT/$name.counts.json" -- $PY "$script" \
         >"$OUT/$name.rec.out" 2>"$OUT/$name.rec.err"
     local rc=$?
     echo "--- recorded: exit $rc"; cat "$OUT/$name.rec.out"
     grep -E '^recorded |driver calls ->|^gputape run' "$OUT/$name.rec.err"
+    echo "--- the entry points called, and how the recording took them"
+    sed -n '/^ *calls  recorded/,/^$/p' "$OUT/$name.rec.err"
     tail -4 "$OUT/$name.rec.err" | grep -v '^recorded ' 
     ls -l "$OUT/$name.gtape" 2>/dev/null
     if [ -f "$OUT/$name.gtape" ]; then
@@ -68,12 +86,55 @@ run_case torch "" scripts/gpu-shim.py
 run_case decode "" scripts/gpu-llama-decode.py
 run_case decode-expandable "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" scripts/gpu-llama-decode.py
 run_case embedding-oob "" scripts/gpu-embedding-oob.py
+if [ -f "$OUT/embedding-oob.gtape" ]; then
+    echo "--- minimize --on cuda embedding-oob"
+    timeout 300 "$G" minimize --on cuda --max-attempts 60 -o "$OUT/embedding-oob.min.gtape" \
+        "$OUT/embedding-oob.gtape" >"$OUT/embedding-oob.min" 2>&1
+    mc=$?
+    cut -c1-250 "$OUT/embedding-oob.min" | tail -30
+    echo "minimize exit $mc"
+    row "embedding-oob minimized" "minimize exit $mc" \
+        "$(grep -h -o -E '[0-9]+ calls? -> [0-9]+|shrunk.*|from [0-9]+ to [0-9]+.*' "$OUT/embedding-oob.min" | head -1)" "-"
+fi
 
 echo
-echo "decode's timed generate (4 tokens), ms: plain / shim only / recorded"
+echo "decode's timed generate (4 new tokens, GPUTAPE_DECODE_REPS of them), ms:"
+echo "| run | plain mean / median / slowest | shim only | recorded (-o) | recorded / plain (mean, median) |"
+echo "|---|---|---|---|---|"
 for n in decode decode-expandable; do
-    ms() { grep -h -o '"generate_ms": [0-9.]*' "$1" | cut -d' ' -f2; }
-    echo "$n: $(ms "$OUT/$n.plain.out") / $(ms "$OUT/$n.shim.out") / $(ms "$OUT/$n.rec.out")"
+    $PY - "$n" "$OUT/$n.plain.out" "$OUT/$n.shim.out" "$OUT/$n.rec.out" <<'PYEOF'
+import json, sys
+def ms(p):
+    for line in open(p):
+        if line.startswith("GPUTAPE_DECODE "):
+            return json.loads(line.split(" ", 1)[1])["generate_ms"]
+name, *paths = sys.argv[1:]
+try:
+    p, s, r = (ms(x) for x in paths)
+    f = lambda d: f"{d['mean']} / {d['median']} / {d['slowest']}"
+    print(f"| {name} | {f(p)} | {f(s)} | {f(r)} | {r['mean']/p['mean']:.3f}x / {r['median']/p['median']:.3f}x |")
+except Exception as e:
+    print(f"| {name} | missing: {e} | | | |")
+PYEOF
+done
+echo
+echo "entry points called, by how a recording takes them (from --counts):"
+for n in torch decode decode-expandable embedding-oob; do
+    $PY - "$n" "$OUT/$n.counts.json" <<'PYEOF'
+import json, sys
+name, p = sys.argv[1:]
+try:
+    c = json.load(open(p))
+except Exception as e:
+    print(f"{name}: no counts ({e})"); sys.exit()
+calls = c["calls"]; rec = set(c.get("entry_points_recorded", [])); opq = set(c.get("entry_points_by_name", []))
+def part(names):
+    return f"{len(names)} entry points, {sum(calls[n] for n in names)} calls"
+fwd = [n for n in calls if n not in rec and n not in opq]
+print(f"{name}: recorded {part(rec)}; by name {part(opq)} ({', '.join(sorted(opq))}); forwarded only {part(fwd)}; "
+      f"export tables {sum(c['export_tables'].values())} fetches of {len(c['export_tables'])} UUIDs; "
+      f"unmapped cuGetProcAddress answers {sum(c['unmapped_proc_addresses'].values())}")
+PYEOF
 done
 
 echo

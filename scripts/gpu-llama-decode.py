@@ -1,12 +1,14 @@
 """A transformers Llama-shaped decode for gputape's driver-level recorder (scripts/gpu-driver-record.sh):
 a LlamaForCausalLM built from a config with random weights (seeded; nothing downloaded), greedy
-generation of 4 new tokens from an 8-token prompt, once to warm up and once timed. Prints one line
-`GPUTAPE_DECODE {json}`: the tokens, a hash of the logits' bytes, the timed generate's wall time
-and the allocator setting (PYTORCH_CUDA_ALLOC_CONF)."""
+generation of 4 new tokens from an 8-token prompt, twice to warm up and then GPUTAPE_DECODE_REPS
+times (default 20) timed. Prints one line `GPUTAPE_DECODE {json}`: the tokens, a hash of the
+logits' bytes (of the last generate), the timed generates' wall times (mean, median, slowest, in
+ms) and the allocator setting (PYTORCH_CUDA_ALLOC_CONF)."""
 
 import hashlib
 import json
 import os
+import statistics
 import time
 
 import torch
@@ -27,13 +29,17 @@ def main():
     model = LlamaForCausalLM(cfg).to("cuda").eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 8), device="cuda")
     kw = dict(max_new_tokens=4, do_sample=False, return_dict_in_generate=True, output_logits=True)
+    reps = int(os.environ.get("GPUTAPE_DECODE_REPS", "20"))
+    times = []
     with torch.no_grad():
-        model.generate(ids, **kw)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = model.generate(ids, **kw)
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
+        for _ in range(2):
+            model.generate(ids, **kw)
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = model.generate(ids, **kw)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
     logits = torch.stack(out.logits).float().cpu()
     print(
         "GPUTAPE_DECODE "
@@ -41,7 +47,12 @@ def main():
             {
                 "tokens": out.sequences[0].tolist(),
                 "logits_sha256": hashlib.sha256(logits.numpy().tobytes()).hexdigest(),
-                "generate_ms": round(ms, 2),
+                "generate_ms": {
+                    "mean": round(statistics.mean(times), 3),
+                    "median": round(statistics.median(times), 3),
+                    "slowest": round(max(times), 3),
+                    "n": reps,
+                },
                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"),
             }
         ),

@@ -163,8 +163,31 @@ fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
         err.contains("kept by name only (a replay skips them): cuMemcpy2D_v2 x1, cuMemsetD32 x1"),
         "{err}"
     );
+    // The table says how the recording took each entry point.
+    let how = |name: &str| {
+        err.lines()
+            .find(|l| l.trim_end().ends_with(&format!(" {name}")))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+    };
+    assert_eq!(
+        how("cuLaunchKernel").as_deref(),
+        Some("yes cuLaunchKernel"),
+        "{err}"
+    );
+    assert_eq!(
+        how("cuMemcpy2D_v2").as_deref(),
+        Some("by name cuMemcpy2D_v2"),
+        "{err}"
+    );
+    assert_eq!(how("cuInit").as_deref(), Some("no cuInit"), "{err}");
     let v = counts(&json);
     assert_eq!(v["recorded"], true);
+    assert!(v["entry_points_recorded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n == "cuStreamSynchronize"));
+    assert_eq!(v["entry_points_by_name"][0], "cuMemcpy2D_v2");
     assert_eq!(v["traces"][0], trace.to_str().unwrap());
 
     // The trace reads like any other: the calls in order, the kernel by its symbol and layout,

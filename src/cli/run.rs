@@ -333,6 +333,10 @@ struct Merged {
     calls: BTreeMap<String, u64>,
     export_tables: BTreeMap<String, u64>,
     unmapped: BTreeMap<String, u64>,
+    /// Entry points a recording logs with their arguments (the shim's own hooks).
+    recorded: std::collections::BTreeSet<String>,
+    /// Entry points a recording logs by name only.
+    opaque: std::collections::BTreeSet<String>,
 }
 
 impl Merged {
@@ -353,6 +357,11 @@ impl Merged {
             if let Some(d) = v["driver"].as_str() {
                 if !m.drivers.iter().any(|x| x == d) {
                     m.drivers.push(d.to_string());
+                }
+            }
+            for (key, into) in [("recorded", &mut m.recorded), ("opaque", &mut m.opaque)] {
+                for n in v[key].as_array().into_iter().flatten() {
+                    into.extend(n.as_str().map(str::to_string));
                 }
             }
             for (key, into) in [
@@ -404,9 +413,17 @@ impl Merged {
         }
         let mut rows: Vec<(&String, &u64)> = self.calls.iter().collect();
         rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let _ = writeln!(s, "\n{:>12}  entry point", "calls");
+        if recording {
+            let _ = writeln!(s, "\n{:>12}  {:<10} entry point", "calls", "recorded");
+        } else {
+            let _ = writeln!(s, "\n{:>12}  entry point", "calls");
+        }
         for (name, n) in rows.iter().take(top) {
-            let _ = writeln!(s, "{n:>12}  {name}");
+            if recording {
+                let _ = writeln!(s, "{n:>12}  {:<10} {name}", self.kind(name));
+            } else {
+                let _ = writeln!(s, "{n:>12}  {name}");
+            }
         }
         if rows.len() > top {
             let rest: u64 = rows[top..].iter().map(|r| *r.1).sum();
@@ -437,6 +454,18 @@ impl Merged {
         s
     }
 
+    /// How a recording took an entry point's calls: `yes` (with arguments), `by name`
+    /// (opaque), `no` (forwarded and counted only).
+    fn kind(&self, name: &str) -> &'static str {
+        if self.recorded.contains(name) {
+            "yes"
+        } else if self.opaque.contains(name) {
+            "by name"
+        } else {
+            "no"
+        }
+    }
+
     /// `--counts`' document.
     fn json(
         &self,
@@ -455,6 +484,8 @@ impl Merged {
             "calls": self.calls,
             "export_tables": self.export_tables,
             "unmapped_proc_addresses": self.unmapped,
+            "entry_points_recorded": self.recorded,
+            "entry_points_by_name": self.opaque,
         })
     }
 }

@@ -82,6 +82,10 @@ pub struct CudaBackend {
     /// Which parameters of each kernel are pointer-sized (from the driver's layout), so a launch
     /// keeps those words for the probe without reading past a smaller parameter.
     pub(super) word_params: RwLock<HashMap<u64, SmallVec<[bool; 16]>>>,
+    /// The dynamic shared memory each function was allowed past the 48 KiB default, so a
+    /// launch that asks for more (a driver-level recording's cuBLAS kernels did, through a
+    /// `cuFuncSetAttribute` of their own) raises it first.
+    pub(super) smem_allowed: RwLock<HashMap<u64, u32>>,
 }
 
 // SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
@@ -182,6 +186,7 @@ impl CudaBackend {
             probed: Mutex::new(None),
             captures: AtomicUsize::new(0),
             word_params: RwLock::new(HashMap::new()),
+            smem_allowed: RwLock::new(HashMap::new()),
             cfg,
         };
         b.default_stream = b.new_stream()?;

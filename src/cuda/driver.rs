@@ -750,6 +750,23 @@ pub(super) unsafe fn func_get_param_info(f: sys::CUfunction, index: usize) -> R<
     Ok((off, size))
 }
 
+/// `cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)`: what a launch with
+/// more than 48 KiB of dynamic shared memory needs first.
+///
+/// # Safety
+/// `f` is a function of a loaded module.
+#[inline]
+pub(super) unsafe fn func_allow_dynamic_shared(f: sys::CUfunction, bytes: u32) -> R<()> {
+    // SAFETY: the function handle is the caller's obligation; the value is a plain int.
+    check("cuFuncSetAttribute", unsafe {
+        sys::cuFuncSetAttribute(
+            f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    })
+}
+
 /// `cuLaunchKernel` with `kernelParams` and no `extra`.
 ///
 /// # Safety

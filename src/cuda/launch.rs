@@ -26,6 +26,19 @@ impl CudaBackend {
         stream: u64,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        const DEFAULT_SHARED: u32 = 48 << 10;
+        if shared_mem > DEFAULT_SHARED
+            && self
+                .smem_allowed
+                .read()
+                .get(&func.0)
+                .is_none_or(|a| *a < shared_mem)
+        {
+            // SAFETY: `func` is a kernel of this backend (the trait's contract).
+            unsafe { driver::func_allow_dynamic_shared(func.0 as sys::CUfunction, shared_mem) }
+                .map_err(|e| self.probe(e))?;
+            self.smem_allowed.write().insert(func.0, shared_mem);
+        }
         if self.launches_programmatically(func) {
             // SAFETY: the trait's contract: `func` is a kernel of this backend, `stream` one of
             // its streams or 0, and `params[i]` points at the i-th argument's value.

@@ -25,9 +25,10 @@ pub fn convert(
         source,
     })?;
     let mut c = Converter::new(header.pid, header.driver_version, command_line);
+    let mut records = Vec::new();
     for rec in reader {
         match rec {
-            Ok(r) => c.record(r),
+            Ok(r) => records.push(r),
             Err(e @ LogError::Cut { .. }) => {
                 c.summary.cut = Some(e.to_string());
                 break;
@@ -40,7 +41,42 @@ pub fn convert(
             }
         }
     }
+    c.extents = reservation_extents(&records);
+    for r in records {
+        c.record(r);
+    }
     Ok(c.finish())
+}
+
+/// How far each reservation of virtual addresses (by the index of its `Reserve` record) was
+/// ever backed by maps, from its base: the one buffer it becomes in the trace. PyTorch's
+/// expandable segments reserve far more than they map, and a tensor may straddle two maps, so
+/// the reservation (up to its last mapped byte), not each map, is the allocation.
+fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
+    let mut open: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new(); // base -> (size, index, extent)
+    let mut out = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        match r.call {
+            Rec::Reserve { ptr, size } => {
+                open.insert(ptr, (size, i as u64, 0));
+            }
+            Rec::Map { ptr, size } => {
+                if let Some((base, (rsize, _, extent))) = open.range_mut(..=ptr).next_back() {
+                    if ptr - base < *rsize {
+                        *extent = (*extent).max((ptr - base).saturating_add(size).min(*rsize));
+                    }
+                }
+            }
+            Rec::Unreserve { ptr, .. } => {
+                if let Some((_, index, extent)) = open.remove(&ptr) {
+                    out.insert(index, extent);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(open.into_values().map(|(_, index, extent)| (index, extent)));
+    out
 }
 
 /// The one site every call of a driver-level recording has: the program's own lines are not
@@ -57,6 +93,9 @@ struct Converter {
     next_buf: u32,
     streams: HashMap<u64, StreamId>,
     events: HashMap<u64, EventId>,
+    /// Ids handed out so far (a destroyed handle's id is never reused).
+    next_stream: u32,
+    next_event: u32,
     /// Module and library handles: (handle, is a library) -> module name.
     modules: HashMap<(u64, bool), String>,
     /// Function and kernel handles -> (module, symbol).
@@ -66,6 +105,8 @@ struct Converter {
     copies: HashMap<u64, u64>,
     /// The recording thread ids (gettid) in order of first call.
     threads: HashMap<u32, u16>,
+    /// Each reservation's extent, by the index of its record (`reservation_extents`).
+    extents: HashMap<u64, u64>,
     /// Records read (the index the next one has).
     index: u64,
     seq: u64,
@@ -110,11 +151,14 @@ impl Converter {
             next_buf: 0,
             streams: HashMap::new(),
             events: HashMap::new(),
+            next_stream: 1,
+            next_event: 0,
             modules: HashMap::new(),
             functions: HashMap::new(),
             kernels: HashMap::new(),
             copies: HashMap::new(),
             threads: HashMap::new(),
+            extents: HashMap::new(),
             index: 0,
             seq: 0,
         }
@@ -317,8 +361,7 @@ impl Converter {
                 if !ok {
                     (Call::CreateStream, ret(Value::Unit))
                 } else {
-                    let id = StreamId(self.streams.len() as u32 + 1);
-                    self.streams.insert(stream, id);
+                    let id = self.new_stream(stream);
                     (Call::CreateStream, Ok(Value::Stream(StreamRef::Id(id))))
                 }
             }
@@ -333,8 +376,7 @@ impl Converter {
                 if !ok {
                     (Call::CreateEvent, ret(Value::Unit))
                 } else {
-                    let id = EventId(self.events.len() as u32);
-                    self.events.insert(event, id);
+                    let id = self.new_event(event);
                     (Call::CreateEvent, Ok(Value::Event(id)))
                 }
             }
@@ -377,6 +419,31 @@ impl Converter {
                 },
                 ret(Value::Unit),
             ),
+            Rec::Reserve { ptr, .. } => {
+                let extent = self.extents.get(&index).copied().unwrap_or(0);
+                if extent == 0 {
+                    return;
+                }
+                let id = BufferId(self.next_buf);
+                self.next_buf += 1;
+                self.live.insert(ptr, (id, extent));
+                self.t.addresses.insert(id, ptr);
+                (Call::Alloc { bytes: extent }, Ok(Value::Buffer(id)))
+            }
+            Rec::Unreserve { ptr, .. } => {
+                let Some(b) = self.live.remove(&ptr) else {
+                    return;
+                };
+                self.freed.insert(ptr, b);
+                (
+                    Call::Free {
+                        ptr: DevAddr::Buf { buf: b.0, off: 0 },
+                    },
+                    Ok(Value::Unit),
+                )
+            }
+            // The reservation is the buffer; what backs it when does not change its bytes.
+            Rec::Map { .. } | Rec::Unmap { .. } => return,
             Rec::Opaque { name } => {
                 let name = String::from_utf8_lossy(name).into_owned();
                 *self.summary.opaque.entry(name.clone()).or_default() += 1;
@@ -449,8 +516,7 @@ impl Converter {
         }
         // A stream the log never saw created (made before the shim was loaded, or by a call
         // it does not log): adopted.
-        let id = StreamId(self.streams.len() as u32 + 1);
-        self.streams.insert(h, id);
+        let id = self.new_stream(h);
         self.t.adopted.push(Adopted::Stream {
             id,
             is_default: false,
@@ -462,9 +528,22 @@ impl Converter {
         if let Some(id) = self.events.get(&h) {
             return *id;
         }
-        let id = EventId(self.events.len() as u32);
-        self.events.insert(h, id);
+        let id = self.new_event(h);
         self.t.adopted.push(Adopted::Event { id });
+        id
+    }
+
+    fn new_stream(&mut self, h: u64) -> StreamId {
+        let id = StreamId(self.next_stream);
+        self.next_stream += 1;
+        self.streams.insert(h, id);
+        id
+    }
+
+    fn new_event(&mut self, h: u64) -> EventId {
+        let id = EventId(self.next_event);
+        self.next_event += 1;
+        self.events.insert(h, id);
         id
     }
 
@@ -812,5 +891,86 @@ mod tests {
             convert("x", b"not a log", vec![]),
             Err(ShimTraceError::Log { .. })
         ));
+    }
+
+    #[test]
+    fn a_reservation_is_one_buffer_as_far_as_it_was_ever_mapped() {
+        const R: u64 = 0x8000_0000;
+        let chunk = 2u64 << 20;
+        let bytes = log(&[
+            (
+                0,
+                Rec::Reserve {
+                    ptr: R,
+                    size: 1 << 36,
+                },
+            ),
+            (
+                0,
+                Rec::Map {
+                    ptr: R,
+                    size: chunk,
+                },
+            ),
+            (
+                0,
+                Rec::Map {
+                    ptr: R + chunk,
+                    size: chunk,
+                },
+            ),
+            // A copy that straddles the two maps: one buffer, one offset.
+            (
+                0,
+                Rec::CopyD2D {
+                    src: R + chunk - 8,
+                    dst: R,
+                    len: 16,
+                    on: On {
+                        stream: 0,
+                        sync: true,
+                    },
+                },
+            ),
+            (
+                0,
+                Rec::Unmap {
+                    ptr: R,
+                    size: chunk,
+                },
+            ),
+            (
+                0,
+                Rec::Unreserve {
+                    ptr: R,
+                    size: 1 << 36,
+                },
+            ),
+            // Never mapped: no buffer at all.
+            (0, Rec::Reserve { ptr: R, size: 64 }),
+        ]);
+        let (t, _) = convert("vmm", &bytes, vec![]).unwrap();
+        let calls: Vec<&Call> = t.calls.iter().map(|c| &c.call).collect();
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert_eq!(calls[0], &Call::Alloc { bytes: 2 * chunk });
+        let buf = BufferId(0);
+        assert_eq!(
+            calls[1],
+            &Call::CopyD2D {
+                src: DevAddr::Buf {
+                    buf,
+                    off: chunk - 8
+                },
+                dst: DevAddr::Buf { buf, off: 0 },
+                len: 16
+            }
+        );
+        assert_eq!(
+            calls[2],
+            &Call::Free {
+                ptr: DevAddr::Buf { buf, off: 0 }
+            }
+        );
+        assert_eq!(t.addresses[&buf], R);
     }
 }

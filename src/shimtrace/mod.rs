@@ -7,7 +7,8 @@
 //!
 //! | driver call | trace call |
 //! |---|---|
-//! | `cuMemAlloc*` / `cuMemFree*` | `Alloc` (`AllocManaged`) / `Free`, buffers by id, `Address` frames |
+//! | `cuMemAlloc*` / `cuMemFree*` (the stream-ordered forms too) | `Alloc` (`AllocManaged`) / `Free`, buffers by id, `Address` frames |
+//! | `cuMemAddressReserve` / `cuMemMap` / `cuMemAddressFree` | one `Alloc` per reservation, as far as it was ever mapped (a first pass finds how far), and its `Free` |
 //! | `cuMemcpyHtoD*` | `CopyH2D` / `CopyH2DAsync`, the bytes as a blob |
 //! | `cuMemcpyDtoH*` | `CopyD2H` with its bytes / `CopyD2HAsync`, bytes at the sync that completed it |
 //! | `cuMemcpyDtoD*` | `CopyD2D` / `CopyD2DAsync` |

@@ -157,6 +157,15 @@ pub enum Rec<'a> {
     /// A call that changes what the device holds or runs, which the shim does not understand:
     /// its entry point's name. A replay cannot do it, and says so.
     Opaque { name: &'a [u8] },
+    /// `cuMemAddressReserve`: a range of virtual addresses (the allocator's expandable
+    /// segments), backed piecewise by `Map`s.
+    Reserve { ptr: u64, size: u64 },
+    /// `cuMemAddressFree`.
+    Unreserve { ptr: u64, size: u64 },
+    /// `cuMemMap`: `size` bytes at `ptr` now backed by physical memory.
+    Map { ptr: u64, size: u64 },
+    /// `cuMemUnmap`.
+    Unmap { ptr: u64, size: u64 },
 }
 
 impl Rec<'_> {
@@ -186,6 +195,10 @@ impl Rec<'_> {
             Rec::StreamSync { .. } => 22,
             Rec::CtxSync => 23,
             Rec::Opaque { .. } => 24,
+            Rec::Reserve { .. } => 25,
+            Rec::Unreserve { .. } => 26,
+            Rec::Map { .. } => 27,
+            Rec::Unmap { .. } => 28,
         }
     }
 }
@@ -346,6 +359,13 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         }
         Rec::CtxSync => {}
         Rec::Opaque { name } => put_str(out, name),
+        Rec::Reserve { ptr, size }
+        | Rec::Unreserve { ptr, size }
+        | Rec::Map { ptr, size }
+        | Rec::Unmap { ptr, size } => {
+            put64(out, *ptr);
+            put64(out, *size);
+        }
     }
     let body = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&body.to_le_bytes());
@@ -609,6 +629,15 @@ impl<'a> Reader<'a> {
             24 => Rec::Opaque {
                 name: f.str("name")?,
             },
+            25..=28 => {
+                let (ptr, size) = (f.u64("address")?, f.u64("size")?);
+                match tag {
+                    25 => Rec::Reserve { ptr, size },
+                    26 => Rec::Unreserve { ptr, size },
+                    27 => Rec::Map { ptr, size },
+                    _ => Rec::Unmap { ptr, size },
+                }
+            }
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -758,6 +787,22 @@ mod tests {
             Rec::CtxSync,
             Rec::Opaque {
                 name: b"cuMemcpy3D_v2",
+            },
+            Rec::Reserve {
+                ptr: 1 << 40,
+                size: 1 << 34,
+            },
+            Rec::Map {
+                ptr: 1 << 40,
+                size: 2 << 20,
+            },
+            Rec::Unmap {
+                ptr: 1 << 40,
+                size: 2 << 20,
+            },
+            Rec::Unreserve {
+                ptr: 1 << 40,
+                size: 1 << 34,
             },
         ]
     }

@@ -10,8 +10,9 @@ use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::io::Write as _;
 use std::sync::Once;
 
+use super::record::{Kind, kind_of};
 use super::resolve::driver;
-use super::table::{COUNTS, NAMES};
+use super::table::{COUNTS, NAMES, index};
 
 /// Where the counts go, one JSON line per process that called the driver.
 const ENV_COUNTS: &str = "GPUTAPE_SHIM_COUNTS";
@@ -211,6 +212,21 @@ fn counts_line() -> Option<String> {
     json_map(&mut s, tables.iter().map(|(k, n)| (k.as_str(), *n)));
     s.push_str(",\"unmapped_proc_addresses\":");
     json_map(&mut s, unmapped.iter().map(|(k, n)| (k.as_str(), *n)));
+    // How a recording treats each entry point called: its own hook, or by name only; the
+    // rest are forwarded and counted only.
+    for (key, kind) in [("recorded", Kind::Recorded), ("opaque", Kind::Opaque)] {
+        s.push_str(&format!(",\"{key}\":["));
+        let names = calls
+            .iter()
+            .filter(|(n, _)| index(n).is_some_and(|i| kind_of(i) == kind));
+        for (i, (n, _)) in names.enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            json_str(&mut s, n);
+        }
+        s.push(']');
+    }
     s.push_str("}\n");
     Some(s)
 }

@@ -205,6 +205,123 @@ unsafe extern "C" fn host_free<const I: usize>(p: u64) -> R {
     r
 }
 
+/// `cuMemAllocAsync` (STREAM_ARG false: no pool) and `cuMemAllocFromPoolAsync`: stream-ordered
+/// allocations, logged as allocations (a replay makes them at once).
+unsafe extern "C" fn mem_alloc_async<const I: usize>(
+    dptr: *mut u64,
+    bytes: usize,
+    stream: u64,
+) -> R {
+    // SAFETY: entry point I is cuMemAllocAsync(_ptsz): (CUdeviceptr*, size_t, CUstream).
+    let r = unsafe {
+        real_at::<unsafe extern "C" fn(*mut u64, usize, u64) -> R>(I)(dptr, bytes, stream)
+    };
+    let ptr = if r == 0 { read_out(dptr) } else { 0 };
+    log::write(
+        r,
+        Rec::Alloc {
+            ptr,
+            bytes: bytes as u64,
+            managed: false,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn mem_alloc_pool_async<const I: usize>(
+    dptr: *mut u64,
+    bytes: usize,
+    pool: u64,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, usize, u64, u64) -> R;
+    // SAFETY: entry point I is cuMemAllocFromPoolAsync(_ptsz), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dptr, bytes, pool, stream) };
+    let ptr = if r == 0 { read_out(dptr) } else { 0 };
+    log::write(
+        r,
+        Rec::Alloc {
+            ptr,
+            bytes: bytes as u64,
+            managed: false,
+        },
+    );
+    r
+}
+
+unsafe extern "C" fn mem_free_async<const I: usize>(ptr: u64, stream: u64) -> R {
+    // SAFETY: entry point I is cuMemFreeAsync(_ptsz): (CUdeviceptr, CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(ptr, stream) };
+    log::write(r, Rec::Free { ptr });
+    r
+}
+
+/// `cuMemAddressReserve`: (CUdeviceptr*, size_t size, size_t alignment, CUdeviceptr addr,
+/// unsigned long long flags).
+unsafe extern "C" fn address_reserve<const I: usize>(
+    ptr: *mut u64,
+    size: usize,
+    align: usize,
+    addr: u64,
+    flags: u64,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> R;
+    // SAFETY: entry point I is cuMemAddressReserve, whose signature F is.
+    let r = unsafe { real_at::<F>(I)(ptr, size, align, addr, flags) };
+    if r == 0 {
+        let ptr = read_out(ptr);
+        log::write(
+            r,
+            Rec::Reserve {
+                ptr,
+                size: size as u64,
+            },
+        );
+    }
+    r
+}
+
+/// `cuMemAddressFree` (UNMAP false) and `cuMemUnmap` (UNMAP true): (CUdeviceptr, size_t).
+unsafe extern "C" fn address_range<const I: usize, const UNMAP: bool>(ptr: u64, size: usize) -> R {
+    // SAFETY: entry point I is cuMemAddressFree or cuMemUnmap: (CUdeviceptr, size_t).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, usize) -> R>(I)(ptr, size) };
+    let size = size as u64;
+    if r == 0 {
+        log::write(
+            r,
+            if UNMAP {
+                Rec::Unmap { ptr, size }
+            } else {
+                Rec::Unreserve { ptr, size }
+            },
+        );
+    }
+    r
+}
+
+/// `cuMemMap`: (CUdeviceptr, size_t, size_t offset, CUmemGenericAllocationHandle, flags).
+unsafe extern "C" fn mem_map<const I: usize>(
+    ptr: u64,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> R {
+    type F = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> R;
+    // SAFETY: entry point I is cuMemMap, whose signature F is.
+    let r = unsafe { real_at::<F>(I)(ptr, size, offset, handle, flags) };
+    if r == 0 {
+        log::write(
+            r,
+            Rec::Map {
+                ptr,
+                size: size as u64,
+            },
+        );
+    }
+    r
+}
+
 /// An out-parameter the driver wrote on success (0 for a null pointer).
 fn read_out(p: *mut u64) -> u64 {
     if p.is_null() {
@@ -1003,6 +1120,19 @@ unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
     r
 }
 
+/// `cuCtxSynchronize_v2` (CUDA 12.9's, naming the context; the CUDA 13 runtime's
+/// `cudaDeviceSynchronize` calls it): the same sync, recorded the same way.
+unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
+    // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
+    log::write(r, Rec::CtxSync);
+    if r == 0 {
+        settle(Done::All);
+    }
+    log::flush();
+    r
+}
+
 // ---- opaque calls ----
 
 /// Logs entry point `i` by name, as opaque; `opaque_entry` calls it before forwarding.
@@ -1025,12 +1155,11 @@ fn changes_device(name: &str) -> bool {
         "cuMemset",
         "cuMemAlloc",
         "cuMemFree",
-        "cuMemCreate",
+        // cuMemCreate, cuMemRelease and cuMemSetAccess are not here: physical handles and
+        // access rights say nothing a replay needs beyond the reservations and maps logged.
         "cuMemMap",
         "cuMemUnmap",
-        "cuMemRelease",
         "cuMemAddressReserve",
-        "cuMemSetAccess",
         "cuMemPool",
         "cuMemPrefetch",
         "cuMemAdvise",
@@ -1078,20 +1207,51 @@ fn changes_device(name: &str) -> bool {
 
 // ---- the table ----
 
+/// How a recording process treats an entry point's calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A hook of its own logs each call with its arguments and result.
+    Recorded,
+    /// Logged by name only (it changes the device in a way not understood).
+    Opaque,
+    /// Forwarded and counted only (a query, or bookkeeping a replay does not need).
+    Forwarded,
+}
+
+/// How entry point `i`'s calls are treated when recording.
+pub fn kind_of(i: usize) -> Kind {
+    if own_hook(i).is_some() {
+        Kind::Recorded
+    } else if NAMES.get(i).is_some_and(|n| changes_device(n)) {
+        Kind::Opaque
+    } else {
+        Kind::Forwarded
+    }
+}
+
+/// The recording hook of entry point `i`, when the call log is wanted: a hook of its own for
+/// the calls understood, `opaque` for the other calls that change the device.
+pub fn hook_for(i: usize, opaque: *mut ()) -> Option<*mut ()> {
+    if !log::wanted() {
+        return None;
+    }
+    match kind_of(i) {
+        Kind::Recorded => own_hook(i),
+        Kind::Opaque => Some(opaque),
+        Kind::Forwarded => None,
+    }
+}
+
 macro_rules! hooks {
     ($($name:literal => $f:ident $(<$($g:literal),*>)?,)*) => {
-        /// The recording hook of entry point `i`, when the call log is wanted: a hook of its
-        /// own for the calls understood, `opaque` for the other calls that change the device.
-        pub fn hook_for(i: usize, opaque: *mut ()) -> Option<*mut ()> {
-            if !log::wanted() {
-                return None;
-            }
+        /// The hook of its own entry point `i` has, if the recording understands it.
+        fn own_hook(i: usize) -> Option<*mut ()> {
             $(
                 if i == const { entry($name) } {
                     return Some($f::<{ entry($name) } $($(, $g)*)?> as *mut ());
                 }
             )*
-            NAMES.get(i).filter(|n| changes_device(n)).map(|_| opaque)
+            None
         }
     };
 }
@@ -1101,6 +1261,16 @@ hooks! {
     "cuMemAllocManaged" => mem_alloc_managed,
     "cuMemAllocPitch_v2" => mem_alloc_pitch,
     "cuMemFree_v2" => mem_free,
+    "cuMemAllocAsync" => mem_alloc_async,
+    "cuMemAllocAsync_ptsz" => mem_alloc_async,
+    "cuMemAllocFromPoolAsync" => mem_alloc_pool_async,
+    "cuMemAllocFromPoolAsync_ptsz" => mem_alloc_pool_async,
+    "cuMemFreeAsync" => mem_free_async,
+    "cuMemFreeAsync_ptsz" => mem_free_async,
+    "cuMemAddressReserve" => address_reserve,
+    "cuMemAddressFree" => address_range<false>,
+    "cuMemMap" => mem_map,
+    "cuMemUnmap" => address_range<true>,
     "cuMemAllocHost_v2" => host_alloc,
     "cuMemHostAlloc" => host_alloc_flags,
     "cuMemFreeHost" => host_free,
@@ -1161,4 +1331,5 @@ hooks! {
     "cuStreamQuery" => stream_query,
     "cuStreamQuery_ptsz" => stream_query,
     "cuCtxSynchronize" => ctx_sync,
+    "cuCtxSynchronize_v2" => ctx_sync_v2,
 }
