@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The driver-level recorder on the H200 (issue 31, stage a): unmodified PyTorch programs recorded
 # with `gputape run -o`, shown, and replayed on CUDA with their read backs checked.
-#   1. scripts/gpu-shim.py (matmul through cuBLAS, elementwise, a reduction, .item(), .cpu());
+#   1. scripts/gpu-shim.py (matmul through cuBLAS, elementwise, a reduction, .item(), .cpu()),
+#      and scripts/gpu-bf16-matmul.py (bf16 products: cuBLAS's Hopper kernels, tensor maps);
 #   2. scripts/gpu-llama-decode.py (transformers Llama, random weights, 4 new tokens), with
 #      PyTorch's default allocator and with expandable_segments:True (the allocator's virtual
-#      memory: stage b, so expected to fall short here; the table says how);
+#      memory: reservations and maps);
 #   3. scripts/gpu-embedding-oob.py (an out-of-range embedding index: device-side assert).
 # Each is also run plainly and under `gputape run` without -o, so the output and the time of the
 # decode's timed generate can be compared: plain, shim only, recorded.
@@ -83,6 +84,7 @@ run_case() {
 }
 
 run_case torch "" scripts/gpu-shim.py
+run_case bf16-matmul "" scripts/gpu-bf16-matmul.py
 run_case decode "" scripts/gpu-llama-decode.py
 run_case decode-expandable "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" scripts/gpu-llama-decode.py
 run_case embedding-oob "" scripts/gpu-embedding-oob.py
@@ -119,7 +121,7 @@ PYEOF
 done
 echo
 echo "entry points called, by how a recording takes them (from --counts):"
-for n in torch decode decode-expandable embedding-oob; do
+for n in torch bf16-matmul decode decode-expandable embedding-oob; do
     $PY - "$n" "$OUT/$n.counts.json" <<'PYEOF'
 import json, sys
 name, p = sys.argv[1:]

@@ -43,6 +43,25 @@ pub enum TensorMapDtype {
 }
 
 impl TensorMapDtype {
+    /// The type of driver code `c` (`CUtensorMapDataType`); `None` for the codes this
+    /// description has no variant for (FTZ, TF32, packed 4- and 6-bit types).
+    pub fn from_driver(c: u32) -> Option<TensorMapDtype> {
+        use TensorMapDtype::*;
+        Some(match c {
+            0 => U8,
+            1 => U16,
+            2 => U32,
+            3 => I32,
+            4 => U64,
+            5 => I64,
+            6 => F16,
+            7 => F32,
+            8 => F64,
+            9 => Bf16,
+            _ => return None,
+        })
+    }
+
     /// Bytes per element.
     pub fn size(self) -> u64 {
         use TensorMapDtype::*;

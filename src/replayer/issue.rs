@@ -169,12 +169,40 @@ impl Replayer<'_> {
                         }
                     }
                 }
-                // Addresses inside by-value parameters, rewritten for where their buffers live.
+                // Addresses (and tensor maps) inside by-value parameters, rewritten for where
+                // their buffers live; a map the backend cannot encode fails this launch.
                 let mut words: smallvec::SmallVec<[Vec<u8>; 2]> = smallvec::SmallVec::new();
+                let mut encoded_err: Option<anyhow::Error> = None;
                 for a in args.iter() {
                     if let Arg::Words(w) = a {
-                        words.push(w.relocated(|d| self.addr(st, d, c).map(|p| p.0))?);
+                        let encoded = w.relocated(
+                            |d| self.addr(st, d, c).map(|p| p.0).map_err(anyhow::Error::from),
+                            |m| {
+                                let base = self.addr(st, &m.base, c)?;
+                                gpu.encode_tensor_map(base, &m.desc)
+                                    .map(|img| img.to_vec())
+                                    .map_err(|e| {
+                                        e.context(format!(
+                                            "encoding a tensor map inside a parameter of call #{} for {}",
+                                            c.seq, m.base
+                                        ))
+                                    })
+                            },
+                        );
+                        match encoded {
+                            Ok(b) => words.push(b),
+                            Err(e) => match e.downcast::<ReplayError>() {
+                                Ok(r) => return Err(r),
+                                Err(e) => {
+                                    encoded_err = Some(e);
+                                    break;
+                                }
+                            },
+                        }
                     }
+                }
+                if let Some(e) = encoded_err {
+                    encoded = Err(e);
                 }
                 let stream = resolve_stream(st, *s, c)?;
                 encoded.and_then(|()| {

@@ -6,11 +6,13 @@ use gputape_shimlog::{LogError, On, Reader, Rec, Record};
 
 use super::{ShimTraceError, Summary};
 use crate::backend::image::image_kind;
-use crate::backend::{KernelInfo, ModuleCode, ParamAccess, ParamInfo};
+use crate::backend::{
+    KernelInfo, ModuleCode, ParamAccess, ParamInfo, TensorMapDesc, TensorMapDtype,
+};
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, HostAddr,
-    KernelId, Provenance, SiteDef, SiteId, StreamId, StreamRef, Trace, TraceHeader, Value,
-    WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
+    KernelId, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace, TraceHeader,
+    Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -79,6 +81,9 @@ fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
     out
 }
 
+/// Bytes of a `CUtensorMap`.
+const TENSOR_MAP: usize = 128;
+
 /// The one site every call of a driver-level recording has: the program's own lines are not
 /// known to the shim.
 const SITE: SiteId = SiteId(0);
@@ -107,6 +112,9 @@ struct Converter {
     threads: HashMap<u32, u16>,
     /// Each reservation's extent, by the index of its record (`reservation_extents`).
     extents: HashMap<u64, u64>,
+    /// Tensor maps encoded so far, by their 128 bytes: what a launch parameter holding those
+    /// bytes describes.
+    tensor_maps: HashMap<Vec<u8>, TensorMapArg>,
     /// Records read (the index the next one has).
     index: u64,
     seq: u64,
@@ -159,6 +167,7 @@ impl Converter {
             copies: HashMap::new(),
             threads: HashMap::new(),
             extents: HashMap::new(),
+            tensor_maps: HashMap::new(),
             index: 0,
             seq: 0,
         }
@@ -444,6 +453,44 @@ impl Converter {
             }
             // The reservation is the buffer; what backs it when does not change its bytes.
             Rec::Map { .. } | Rec::Unmap { .. } => return,
+            Rec::TensorMap {
+                map,
+                dtype,
+                base,
+                dims,
+                strides,
+                box_dims,
+                element_strides,
+                modes,
+            } => match TensorMapDtype::from_driver(dtype) {
+                Some(dtype) => {
+                    let desc = TensorMapDesc {
+                        dtype,
+                        dims,
+                        strides,
+                        box_dims,
+                        element_strides,
+                        interleave: modes[0],
+                        swizzle: modes[1],
+                        l2_promotion: modes[2],
+                        oob_fill: modes[3],
+                    };
+                    let base = self.addr(base);
+                    self.tensor_maps.insert(
+                        map.to_vec(),
+                        TensorMapArg {
+                            base,
+                            desc: desc.clone(),
+                        },
+                    );
+                    (Call::EncodeTensorMap { base, desc }, ret(Value::Unit))
+                }
+                None => {
+                    let name = format!("cuTensorMapEncodeTiled (element type {dtype})");
+                    *self.summary.opaque.entry(name.clone()).or_default() += 1;
+                    (Call::Opaque { name }, Ok(Value::Unit))
+                }
+            },
             Rec::Opaque { name } => {
                 let name = String::from_utf8_lossy(name).into_owned();
                 *self.summary.opaque.entry(name.clone()).or_default() += 1;
@@ -650,17 +697,35 @@ impl Converter {
                 }
                 continue;
             }
+            if let Some(m) = (n == TENSOR_MAP).then(|| self.tensor_maps.get(p)).flatten() {
+                out.push(Arg::TensorMap(Box::new(m.clone())));
+                continue;
+            }
+            // Tensor maps inside a larger parameter (CUTLASS's Params hold them), 64-byte
+            // aligned as CUtensorMap is; then address words outside them.
+            let maps: Vec<(u32, TensorMapArg)> = (0..n.saturating_sub(TENSOR_MAP - 1))
+                .filter(|k| (o + k) % 64 == 0)
+                .filter_map(|k| {
+                    let m = self.tensor_maps.get(&p[k..k + TENSOR_MAP])?;
+                    Some((k as u32, m.clone()))
+                })
+                .collect();
+            let in_map = |k: usize| {
+                maps.iter()
+                    .any(|(m, _)| (*m as usize..*m as usize + TENSOR_MAP).contains(&k))
+            };
             let ptrs: Vec<(u32, DevAddr)> = (0..n / 8)
                 .map(|k| k * 8)
-                .filter(|k| (o + k) % 8 == 0)
+                .filter(|k| (o + k) % 8 == 0 && !in_map(*k))
                 .filter_map(|k| self.pointer(word(k)).map(|d| (k as u32, d)))
                 .collect();
-            if ptrs.is_empty() {
+            if ptrs.is_empty() && maps.is_empty() {
                 out.push(Arg::Val(p.into()));
             } else {
                 out.push(Arg::Words(Box::new(WordsArg {
                     bytes: p.to_vec(),
                     ptrs,
+                    maps,
                 })));
             }
         }
@@ -841,10 +906,13 @@ mod tests {
         assert!(matches!(&args[2], Arg::Val(v) if v[..] == 12345u64.to_le_bytes()));
         // Relocated for a replay where the buffers live elsewhere.
         let moved = w
-            .relocated(|d| match d {
-                DevAddr::Buf { buf, off } => Ok::<u64, ()>(0x9000 * (buf.0 as u64 + 1) + off),
-                _ => Err(()),
-            })
+            .relocated(
+                |d| match d {
+                    DevAddr::Buf { buf, off } => Ok::<u64, ()>(0x9000 * (buf.0 as u64 + 1) + off),
+                    _ => Err(()),
+                },
+                |_| Err(()),
+            )
             .unwrap();
         assert_eq!(moved[..8], (0x9000u64 * 2 + 4).to_le_bytes());
         assert_eq!(moved[8..16], 0x9000u64.to_le_bytes());
@@ -972,5 +1040,98 @@ mod tests {
             }
         );
         assert_eq!(t.addresses[&buf], R);
+    }
+
+    #[test]
+    fn tensor_maps_are_found_alone_and_inside_structs() {
+        let mut map = [0u8; 128];
+        map[..8].copy_from_slice(&(A + 64).to_le_bytes());
+        map[8..16].copy_from_slice(&0xfeed_u64.to_le_bytes());
+        // A struct: a pointer, padding to 64, the map, padding to 256.
+        let mut s = vec![0u8; 256];
+        s[..8].copy_from_slice(&A.to_le_bytes());
+        s[64..192].copy_from_slice(&map);
+        let mut params = map.to_vec();
+        params.extend_from_slice(&s);
+        let bytes = log(&[
+            (
+                0,
+                Rec::Alloc {
+                    ptr: A,
+                    bytes: 4096,
+                    managed: false,
+                },
+            ),
+            (
+                0,
+                Rec::TensorMap {
+                    map: &map,
+                    dtype: 9,
+                    base: A + 64,
+                    dims: vec![64, 16],
+                    strides: vec![128],
+                    box_dims: vec![64, 8],
+                    element_strides: vec![1, 1],
+                    modes: [0, 0, 0, 0],
+                },
+            ),
+            (
+                0,
+                Rec::TensorMap {
+                    map: &[1; 128],
+                    dtype: 11,
+                    base: A,
+                    dims: vec![8],
+                    strides: vec![],
+                    box_dims: vec![8],
+                    element_strides: vec![1],
+                    modes: [0, 0, 0, 0],
+                },
+            ),
+            (
+                0,
+                Rec::Launch {
+                    func: 1,
+                    grid: [1, 1, 1],
+                    block: [1, 1, 1],
+                    shared_mem: 0,
+                    stream: 0,
+                    layout: Some(vec![(0, 128), (128, 256)]),
+                    params: &params,
+                },
+            ),
+        ]);
+        let (t, s) = convert("maps", &bytes, vec![]).unwrap();
+        // The map of a type this description lacks (TF32) is kept by name.
+        assert_eq!(
+            s.opaque.keys().collect::<Vec<_>>(),
+            ["cuTensorMapEncodeTiled (element type 11)"]
+        );
+        let Call::EncodeTensorMap { base, desc } = &t.calls[1].call else {
+            panic!("{:?}", t.calls[1].call)
+        };
+        let a = BufferId(0);
+        assert_eq!(*base, DevAddr::Buf { buf: a, off: 64 });
+        assert_eq!(desc.dtype, TensorMapDtype::Bf16);
+        let Call::Launch { args, .. } = &t.calls[3].call else {
+            panic!("{:?}", t.calls[3].call)
+        };
+        let Arg::TensorMap(m) = &args[0] else {
+            panic!("{:?}", args[0])
+        };
+        assert_eq!(m.base, DevAddr::Buf { buf: a, off: 64 });
+        let Arg::Words(w) = &args[1] else {
+            panic!("{:?}", args[1])
+        };
+        // The map's own address word is the map's, not a pointer of the struct's.
+        assert_eq!(w.ptrs, vec![(0, DevAddr::Buf { buf: a, off: 0 })]);
+        assert_eq!(w.maps.len(), 1);
+        assert_eq!(w.maps[0].0, 64);
+        let moved = w
+            .relocated(|_| Ok::<u64, ()>(0x1111), |_| Ok(vec![0xab; 128]))
+            .unwrap();
+        assert_eq!(moved[..8], 0x1111u64.to_le_bytes());
+        assert!(moved[64..192].iter().all(|b| *b == 0xab));
+        assert!(moved[192..].iter().all(|b| *b == 0));
     }
 }

@@ -100,15 +100,18 @@ impl Arg {
     /// Every device address this argument carries: a pointer's, a tensor map's, each word of
     /// a parameter with addresses inside.
     pub fn device_addrs(&self) -> impl Iterator<Item = &DevAddr> {
-        let words = match self {
-            Arg::Words(w) => &w.ptrs[..],
-            _ => &[],
+        let (words, maps) = match self {
+            Arg::Words(w) => (&w.ptrs[..], &w.maps[..]),
+            _ => (&[][..], &[][..]),
         };
         let single = match self {
             Arg::Words(_) => None,
             other => other.device_addr(),
         };
-        single.into_iter().chain(words.iter().map(|(_, d)| d))
+        single
+            .into_iter()
+            .chain(words.iter().map(|(_, d)| d))
+            .chain(maps.iter().map(|(_, m)| &m.base))
     }
 
     /// The device address this argument carries: a pointer's, or the one inside a tensor map
@@ -131,19 +134,31 @@ pub struct WordsArg {
     pub bytes: Vec<u8>,
     /// The byte offset of each word that held a device address, and where it pointed.
     pub ptrs: Vec<(u32, DevAddr)>,
+    /// The byte offset of each tensor map inside it (128 bytes each, which a replay encodes
+    /// anew for where the map's buffer is now; `ptrs` has no word inside them).
+    pub maps: Vec<(u32, TensorMapArg)>,
 }
 
 impl WordsArg {
-    /// The bytes with each address word rewritten by `addr` (where that buffer is now).
+    /// The bytes with each address word rewritten by `addr` (where that buffer is now) and
+    /// each tensor map by `map` (its bytes encoded for there).
     pub fn relocated<E>(
         &self,
         mut addr: impl FnMut(&DevAddr) -> Result<u64, E>,
+        mut map: impl FnMut(&TensorMapArg) -> Result<Vec<u8>, E>,
     ) -> Result<Vec<u8>, E> {
         let mut out = self.bytes.clone();
         for (off, d) in &self.ptrs {
             let at = *off as usize;
             if let Some(w) = out.get_mut(at..at + 8) {
                 w.copy_from_slice(&addr(d)?.to_le_bytes());
+            }
+        }
+        for (off, m) in &self.maps {
+            let at = *off as usize;
+            let bytes = map(m)?;
+            if let Some(w) = out.get_mut(at..at + bytes.len()) {
+                w.copy_from_slice(&bytes);
             }
         }
         Ok(out)

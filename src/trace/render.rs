@@ -15,8 +15,13 @@ fn args(t: &Trace, k: KernelId, a: &Args) -> String {
             Arg::Buf(d) => d.to_string(),
             Arg::TensorMap(m) => format!("tensor_map({}, {})", m.base, tensor_map(&m.desc)),
             Arg::Words(w) => {
-                let ptrs: Vec<String> = w.ptrs.iter().map(|(o, d)| format!("@{o}={d}")).collect();
-                format!("{{{} bytes: {}}}", w.bytes.len(), ptrs.join(" "))
+                let ptrs = w.ptrs.iter().map(|(o, d)| format!("@{o}={d}"));
+                let maps = w
+                    .maps
+                    .iter()
+                    .map(|(o, m)| format!("@{o}=tensor_map({}, {})", m.base, tensor_map(&m.desc)));
+                let all: Vec<String> = ptrs.chain(maps).collect();
+                format!("{{{} bytes: {}}}", w.bytes.len(), all.join(" "))
             }
             Arg::Val(v) => {
                 if let Some(s) = t.param_type(k, i).and_then(|ty| ty.render(v)) {

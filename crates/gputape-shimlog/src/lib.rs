@@ -166,6 +166,20 @@ pub enum Rec<'a> {
     Map { ptr: u64, size: u64 },
     /// `cuMemUnmap`.
     Unmap { ptr: u64, size: u64 },
+    /// `cuTensorMapEncodeTiled`: the 128 bytes it wrote (`map`, which launches then pass by
+    /// value) and everything it was given: the element type (`CUtensorMapDataType`), the
+    /// global address, the dimensions, strides (`rank - 1`), box and element strides, and
+    /// interleave, swizzle, L2 promotion and out-of-bounds fill.
+    TensorMap {
+        map: &'a [u8],
+        dtype: u32,
+        base: u64,
+        dims: Vec<u64>,
+        strides: Vec<u64>,
+        box_dims: Vec<u32>,
+        element_strides: Vec<u32>,
+        modes: [u32; 4],
+    },
 }
 
 impl Rec<'_> {
@@ -199,6 +213,7 @@ impl Rec<'_> {
             Rec::Unreserve { .. } => 26,
             Rec::Map { .. } => 27,
             Rec::Unmap { .. } => 28,
+            Rec::TensorMap { .. } => 29,
         }
     }
 }
@@ -365,6 +380,38 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         | Rec::Unmap { ptr, size } => {
             put64(out, *ptr);
             put64(out, *size);
+        }
+        Rec::TensorMap {
+            map,
+            dtype,
+            base,
+            dims,
+            strides,
+            box_dims,
+            element_strides,
+            modes,
+        } => {
+            put_bytes(out, map);
+            out.extend_from_slice(&dtype.to_le_bytes());
+            put64(out, *base);
+            // The rank, then each list at its own length (strides has one fewer).
+            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+            for d in dims {
+                put64(out, *d);
+            }
+            out.extend_from_slice(&(strides.len() as u32).to_le_bytes());
+            for s in strides {
+                put64(out, *s);
+            }
+            for list in [box_dims, element_strides] {
+                out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+                for v in list {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            for m in modes {
+                out.extend_from_slice(&m.to_le_bytes());
+            }
         }
     }
     let body = (out.len() - start - 4) as u32;
@@ -629,6 +676,29 @@ impl<'a> Reader<'a> {
             24 => Rec::Opaque {
                 name: f.str("name")?,
             },
+            29 => {
+                let map = f.bytes("tensor map")?;
+                let dtype = f.u32("element type")?;
+                let base = f.u64("global address")?;
+                let dims = f.list64("dimensions")?;
+                let strides = f.list64("strides")?;
+                let box_dims = f.list32("box")?;
+                let element_strides = f.list32("element strides")?;
+                let mut modes = [0u32; 4];
+                for m in &mut modes {
+                    *m = f.u32("modes")?;
+                }
+                Rec::TensorMap {
+                    map,
+                    dtype,
+                    base,
+                    dims,
+                    strides,
+                    box_dims,
+                    element_strides,
+                    modes,
+                }
+            }
             25..=28 => {
                 let (ptr, size) = (f.u64("address")?, f.u64("size")?);
                 match tag {
@@ -709,6 +779,30 @@ impl<'a> Fields<'a> {
         let n = self.u64(what)?;
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         self.take(n, what)
+    }
+
+    /// A count then that many u64s; a count past what is left is refused before allocating.
+    fn list64(&mut self, what: &'static str) -> Result<Vec<u64>, LogError> {
+        let n = self.u32(what)? as usize;
+        if n.saturating_mul(8) > self.left() {
+            return Err(LogError::Field {
+                offset: self.offset,
+                what,
+            });
+        }
+        (0..n).map(|_| self.u64(what)).collect()
+    }
+
+    /// A count then that many u32s, refused as `list64` is.
+    fn list32(&mut self, what: &'static str) -> Result<Vec<u32>, LogError> {
+        let n = self.u32(what)? as usize;
+        if n.saturating_mul(4) > self.left() {
+            return Err(LogError::Field {
+                offset: self.offset,
+                what,
+            });
+        }
+        (0..n).map(|_| self.u32(what)).collect()
     }
 
     fn str(&mut self, what: &'static str) -> Result<&'a [u8], LogError> {
@@ -803,6 +897,16 @@ mod tests {
             Rec::Unreserve {
                 ptr: 1 << 40,
                 size: 1 << 34,
+            },
+            Rec::TensorMap {
+                map: &[7; 128],
+                dtype: 9,
+                base: 1 << 40,
+                dims: vec![64, 32],
+                strides: vec![128],
+                box_dims: vec![32, 8],
+                element_strides: vec![1, 1],
+                modes: [0, 3, 2, 0],
             },
         ]
     }
