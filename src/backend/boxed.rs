@@ -203,6 +203,11 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn set_kernel_cluster(&self, kernel: KernelHandle, dims: [u32; 3]) -> Result<()> {
+                (**self).set_kernel_cluster(kernel, dims)
+            }
+
+            #[track_caller]
             fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
                 (**self).copy_h2d_async(src, dst, stream)
             }

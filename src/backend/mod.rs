@@ -280,6 +280,15 @@ pub trait GpuBackend: Send + Sync {
         )
     }
 
+    /// Launch `kernel` from now on in thread-block clusters of `dims` blocks (what a
+    /// driver-level recording's `cuLaunchKernelEx` asked for; Hopper kernels built for
+    /// clusters fault without). Not a recorded call. Default: refused.
+    #[track_caller]
+    fn set_kernel_cluster(&self, kernel: KernelHandle, dims: [u32; 3]) -> Result<()> {
+        let _ = kernel;
+        anyhow::bail!("this backend cannot launch in thread-block clusters (asked for {dims:?})")
+    }
+
     /// Async host-to-device copy whose source may be dropped or reused as soon as this returns.
     /// Default: the synchronous copy, which trivially keeps that promise.
     #[track_caller]

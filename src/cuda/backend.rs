@@ -86,6 +86,8 @@ pub struct CudaBackend {
     /// launch that asks for more (a driver-level recording's cuBLAS kernels did, through a
     /// `cuFuncSetAttribute` of their own) raises it first.
     pub(super) smem_allowed: RwLock<HashMap<u64, u32>>,
+    /// Functions launched in thread-block clusters (`set_kernel_cluster`), and of what shape.
+    pub(super) clusters: RwLock<HashMap<u64, [u32; 3]>>,
 }
 
 // SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
@@ -187,6 +189,7 @@ impl CudaBackend {
             captures: AtomicUsize::new(0),
             word_params: RwLock::new(HashMap::new()),
             smem_allowed: RwLock::new(HashMap::new()),
+            clusters: RwLock::new(HashMap::new()),
             cfg,
         };
         b.default_stream = b.new_stream()?;
@@ -510,6 +513,16 @@ impl GpuBackend for CudaBackend {
     #[track_caller]
     fn load_module_image(&self, name: &str, image: &[u8]) -> Result<()> {
         self.load_image(name, image)
+    }
+
+    #[track_caller]
+    fn set_kernel_cluster(&self, kernel: KernelHandle, dims: [u32; 3]) -> Result<()> {
+        anyhow::ensure!(
+            dims.iter().all(|d| *d >= 1) && dims.iter().map(|d| *d as u64).product::<u64>() <= 16,
+            "a thread-block cluster of {dims:?} blocks is not one the device launches"
+        );
+        self.clusters.write().insert(kernel.0, dims);
+        Ok(())
     }
 
     #[track_caller]

@@ -211,8 +211,9 @@ impl CudaBackend {
         (pdl, looked_up)
     }
 
-    /// `cuLaunchKernelEx` with programmatic stream serialization allowed: the kernel may begin
-    /// while its predecessor in the stream runs, and waits for it in `griddepcontrol.wait`.
+    /// `cuLaunchKernelEx` with programmatic stream serialization allowed (PDL: the kernel may
+    /// begin while its predecessor in the stream runs, and waits for it in
+    /// `griddepcontrol.wait`) and/or in the thread-block clusters `set_kernel_cluster` gave.
     ///
     /// # Safety
     /// As `GpuBackend::launch`: `func` is a kernel of this backend, `stream` one of its streams
@@ -227,9 +228,21 @@ impl CudaBackend {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         // SAFETY: a plain C struct and union; all-zero is a valid value (id 0 is "ignore").
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        if self.launches_programmatically(func) {
+            attrs[n].id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if let Some([x, y, z]) = self.clusters.read().get(&func.0).copied() {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = x;
+            attrs[n].value.clusterDim.y = y;
+            attrs[n].value.clusterDim.z = z;
+            n += 1;
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: grid[0],
             gridDimY: grid[1],
@@ -239,11 +252,11 @@ impl CudaBackend {
             blockDimZ: block[2],
             sharedMemBytes: shared_mem,
             hStream: st(stream),
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
-        // SAFETY: `config.attrs` is the one live local `attr`, as `numAttrs` says; the kernel,
-        // stream and params are this function's caller's obligation.
+        // SAFETY: `config.attrs` is the live local `attrs`, of which `numAttrs` are set; the
+        // kernel, stream and params are this function's caller's obligation.
         unsafe { driver::launch_kernel_ex(&config, func.0 as sys::CUfunction, params) }?;
         Ok(())
     }

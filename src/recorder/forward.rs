@@ -549,6 +549,15 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn set_kernel_cluster(
+        &self,
+        kernel: crate::backend::KernelHandle,
+        dims: [u32; 3],
+    ) -> anyhow::Result<()> {
+        self.inner.set_kernel_cluster(kernel, dims)
+    }
+
+    #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         let tok = self.begin(Location::caller(), |_| Call::KernelRegistry);
         let v = self.inner.kernel_registry();

@@ -493,6 +493,12 @@ impl<'t> Shrink<'t> {
             .map(|(m, b)| (m.clone(), *b))
             .collect();
         blobs.extend(out.module_images.values().copied());
+        out.kernel_clusters = t
+            .kernel_clusters
+            .iter()
+            .filter(|(k, _)| out.kernels.contains_key(k))
+            .map(|(k, d)| (*k, *d))
+            .collect();
         out.addresses = t
             .addresses
             .iter()

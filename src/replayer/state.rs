@@ -181,6 +181,19 @@ impl<'t> Replayer<'t> {
                 }
             }
         }
+        // Cluster shapes a driver-level recording's launches asked for.
+        for (id, dims) in &self.trace.kernel_clusters {
+            let Some(h) = out.get(id) else { continue };
+            if let Err(e) = gpu.set_kernel_cluster(*h, *dims) {
+                return Err(ReplayError::Setup {
+                    what: format!(
+                        "launching {} in clusters of {dims:?}",
+                        self.trace.kernel_name(*id)
+                    ),
+                    cause: format!("{e:#}"),
+                });
+            }
+        }
         Ok((out, opaque))
     }
 

@@ -103,6 +103,7 @@ impl Replayer<'_> {
             sites: t.sites.clone(),
             modules: t.modules.clone(),
             module_images: t.module_images.clone(),
+            kernel_clusters: t.kernel_clusters.clone(),
             kernels: t.kernels.clone(),
             stopped: true,
             ..Default::default()

@@ -340,6 +340,7 @@ impl Converter {
                 block,
                 shared_mem,
                 stream,
+                cluster,
                 layout,
                 params,
             } => {
@@ -354,6 +355,14 @@ impl Converter {
                     self.summary.no_layout += 1;
                 }
                 let kernel = self.kernel_id(&module, &name, layout.as_deref());
+                if cluster != [0; 3] {
+                    // The trace keeps one cluster shape per kernel (Hopper kernels are built
+                    // for theirs): a launch asking for another is counted.
+                    let first = *self.t.kernel_clusters.entry(kernel).or_insert(cluster);
+                    if first != cluster {
+                        self.summary.other_clusters += 1;
+                    }
+                }
                 let args = self.args(layout.as_deref(), params);
                 self.summary.launches += 1;
                 let call = Call::Launch {
@@ -846,6 +855,7 @@ mod tests {
                     block: [32, 1, 1],
                     shared_mem: 0,
                     stream: 0,
+                    cluster: [0; 3],
                     layout: Some(vec![(0, 8), (8, 24), (32, 8)]),
                     params: &params,
                 },
@@ -1096,6 +1106,7 @@ mod tests {
                     block: [1, 1, 1],
                     shared_mem: 0,
                     stream: 0,
+                    cluster: [1, 2, 1],
                     layout: Some(vec![(0, 128), (128, 256)]),
                     params: &params,
                 },
@@ -1113,9 +1124,13 @@ mod tests {
         let a = BufferId(0);
         assert_eq!(*base, DevAddr::Buf { buf: a, off: 64 });
         assert_eq!(desc.dtype, TensorMapDtype::Bf16);
-        let Call::Launch { args, .. } = &t.calls[3].call else {
+        let Call::Launch { args, kernel, .. } = &t.calls[3].call else {
             panic!("{:?}", t.calls[3].call)
         };
+        // The cluster its cuLaunchKernelEx asked for is the kernel's, and written out.
+        assert_eq!(t.kernel_clusters[kernel], [1, 2, 1]);
+        let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
+        assert_eq!(back.kernel_clusters[kernel], [1, 2, 1]);
         let Arg::TensorMap(m) = &args[0] else {
             panic!("{:?}", args[0])
         };

@@ -15,7 +15,8 @@
 //! | `cuMemsetD8/16/32*` | `Memset` / `MemsetAsync` when every byte is the same; else opaque |
 //! | module and library loads | a module named by the image's kind and hash, its image a blob (`Frame::ModuleImage`) |
 //! | `cuModuleGetFunction`, `cuLibraryGetKernel` | `Kernel` (module, symbol) |
-//! | `cuLaunchKernel*`, `cuLaunchKernelEx*` | `Launch`: each parameter by the driver's layout; an 8-byte one holding an address inside a live buffer is that buffer plus offset, a larger one with such words is `Arg::Words` |
+//! | `cuLaunchKernel*`, `cuLaunchKernelEx*` | `Launch`: each parameter by the driver's layout; an 8-byte one holding an address inside a live buffer is that buffer plus offset, a larger one with such words is `Arg::Words`; a cluster shape asked for is the kernel's (`Frame::KernelCluster`) |
+//! | `cuTensorMapEncodeTiled` | `EncodeTensorMap`; a parameter holding the map's bytes is `Arg::TensorMap` (or a map inside `Arg::Words`) |
 //! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
 //! | anything else that changes the device | `Opaque` by name |
 //!
@@ -77,6 +78,9 @@ pub struct Summary {
     pub unnamed_launches: u64,
     /// Launches whose parameter layout the driver would not give (their arguments are lost).
     pub no_layout: u64,
+    /// Launches in a thread-block cluster other than the first their kernel was launched in
+    /// (the trace keeps one per kernel; these replay in the first).
+    pub other_clusters: u64,
     /// Where the log stopped short, if it did (the process died writing it).
     pub cut: Option<String>,
 }
@@ -112,6 +116,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} launches without a parameter layout (arguments not recorded)",
                 self.no_layout
+            ));
+        }
+        if self.other_clusters > 0 {
+            s.push_str(&format!(
+                "; {} launches in a cluster shape other than their kernel's first (replayed in the first)",
+                self.other_clusters
             ));
         }
         if let Some(c) = &self.cut {

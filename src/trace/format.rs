@@ -160,7 +160,8 @@ impl FrameClass {
             | Frame::Module(_)
             | Frame::Kernel { .. }
             | Frame::KernelElems { .. }
-            | Frame::ModuleImage { .. } => FrameClass::Definition,
+            | Frame::ModuleImage { .. }
+            | Frame::KernelCluster { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint
             }

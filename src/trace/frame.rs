@@ -355,6 +355,15 @@ pub enum Frame {
         /// One per parameter; `None` for values and pointers of no declared float type.
         elems: Vec<Option<crate::backend::ElemType>>,
     },
+    /// Kernel `id` is launched in thread-block clusters of `dims` (format 8: a driver-level
+    /// recording's `cuLaunchKernelEx` asked for them; Hopper kernels that use cluster
+    /// instructions fault without). Its own frame, as `KernelElems` is.
+    KernelCluster {
+        /// The kernel, named by an earlier `Frame::Kernel`.
+        id: KernelId,
+        /// Blocks per cluster, per dimension.
+        dims: [u32; 3],
+    },
     /// Module `name`'s binary image (a fatbin, cubin or PTX, as a program handed it to the
     /// driver: format 8), in blob `image`. A replay loads it as it is, under that name.
     ModuleImage {

@@ -107,6 +107,9 @@ pub struct Trace {
     pub modules: Vec<ModuleCode>,
     /// Binary images of modules, by module name (a driver-level recording's: `Frame::ModuleImage`).
     pub module_images: BTreeMap<String, BlobId>,
+    /// The thread-block cluster each kernel is launched in, where one was asked for
+    /// (`Frame::KernelCluster`).
+    pub kernel_clusters: BTreeMap<KernelId, [u32; 3]>,
     /// Every kernel the calls name: module, name, layout.
     pub kernels: BTreeMap<KernelId, KernelInfo>,
     /// Buffers live when recording started, with their contents then.
@@ -287,6 +290,9 @@ impl Trace {
                 }
                 Frame::ModuleImage { name, image } => {
                     t.module_images.insert(name, image);
+                }
+                Frame::KernelCluster { id, dims } => {
+                    t.kernel_clusters.insert(id, dims);
                 }
                 Frame::Initial {
                     buf,

@@ -306,7 +306,7 @@ pub fn render(t: &Trace) -> String {
         let readable = demangle::readable(&k.name);
         let _ = writeln!(
             s,
-            "kernel {id} = {}::{}{} ({}){}",
+            "kernel {id} = {}::{}{} ({}){}{}",
             k.module,
             k.name,
             if readable != k.name.as_str() {
@@ -315,6 +315,10 @@ pub fn render(t: &Trace) -> String {
                 String::new()
             },
             layout.join(" "),
+            t.kernel_clusters
+                .get(id)
+                .map(|d| format!(" cluster {d:?}"))
+                .unwrap_or_default(),
             if has_code {
                 String::new()
             } else {

@@ -98,6 +98,12 @@ impl Trace {
                     elems: info.elems.clone(),
                 })?;
             }
+            if let Some(dims) = self.kernel_clusters.get(id) {
+                w.write(&Frame::KernelCluster {
+                    id: *id,
+                    dims: *dims,
+                })?;
+            }
         }
         for a in &self.adopted {
             w.write(&Frame::Adopt(a.clone()))?;

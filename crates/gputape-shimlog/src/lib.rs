@@ -125,14 +125,16 @@ pub enum Rec<'a> {
     /// `cuKernelGetFunction`: the `CUfunction` of a `CUkernel` in the current context.
     KernelFunction { kernel: u64, func: u64 },
     /// `cuLaunchKernel*`, `cuLaunchKernelEx*`: `func` as passed (a `CUfunction` or a
-    /// `CUkernel`); `layout` the parameters' (offset, size) as the driver gave them (`None`
-    /// when it could not); `params` the parameter bytes laid out by it.
+    /// `CUkernel`); `cluster` the thread-block cluster `cuLaunchKernelEx` asked for (zeros:
+    /// none); `layout` the parameters' (offset, size) as the driver gave them (`None` when it
+    /// could not); `params` the parameter bytes laid out by it.
     Launch {
         func: u64,
         grid: [u32; 3],
         block: [u32; 3],
         shared_mem: u32,
         stream: u64,
+        cluster: [u32; 3],
         layout: Option<Vec<(u32, u32)>>,
         params: &'a [u8],
     },
@@ -335,11 +337,12 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             block,
             shared_mem,
             stream,
+            cluster,
             layout,
             params,
         } => {
             put64(out, *func);
-            for v in grid.iter().chain(block) {
+            for v in grid.iter().chain(block).chain(cluster) {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             out.extend_from_slice(&shared_mem.to_le_bytes());
@@ -610,7 +613,7 @@ impl<'a> Reader<'a> {
             },
             14 => {
                 let func = f.u64("function")?;
-                let mut dims = [0u32; 6];
+                let mut dims = [0u32; 9];
                 for d in &mut dims {
                     *d = f.u32("launch dimensions")?;
                 }
@@ -638,6 +641,7 @@ impl<'a> Reader<'a> {
                     func,
                     grid: [dims[0], dims[1], dims[2]],
                     block: [dims[3], dims[4], dims[5]],
+                    cluster: [dims[6], dims[7], dims[8]],
                     shared_mem,
                     stream,
                     layout,
@@ -866,6 +870,7 @@ mod tests {
                 block: [4, 5, 6],
                 shared_mem: 7,
                 stream: 0x55,
+                cluster: [1, 2, 1],
                 layout: Some(vec![(0, 8), (8, 4)]),
                 params: &[1; 12],
             },
@@ -875,6 +880,7 @@ mod tests {
                 block: [1, 1, 1],
                 shared_mem: 0,
                 stream: 0,
+                cluster: [0; 3],
                 layout: None,
                 params: b"",
             },

@@ -903,30 +903,27 @@ unsafe extern "C" fn launch<const I: usize>(
     ) -> R;
     // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
-    log_launch(
-        r,
-        f,
-        [gx, gy, gz],
-        [bx, by, bz],
-        smem,
+    let dims = LaunchDims {
+        grid: [gx, gy, gz],
+        block: [bx, by, bz],
+        shared_mem: smem,
         stream,
-        params,
-        extra,
-    );
+        cluster: [0; 3],
+    };
+    log_launch(r, f, dims, params, extra);
     r
 }
 
-#[allow(clippy::too_many_arguments)]
-fn log_launch(
-    r: R,
-    func: u64,
+/// What a launch ran on, and how wide.
+struct LaunchDims {
     grid: [u32; 3],
     block: [u32; 3],
     shared_mem: u32,
     stream: u64,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) {
+    cluster: [u32; 3],
+}
+
+fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *mut *mut c_void) {
     if !log::wanted() {
         return;
     }
@@ -938,10 +935,11 @@ fn log_launch(
         r,
         Rec::Launch {
             func,
-            grid,
-            block,
-            shared_mem,
-            stream,
+            grid: d.grid,
+            block: d.block,
+            shared_mem: d.shared_mem,
+            stream: d.stream,
+            cluster: d.cluster,
             layout: l.map(|l| l.to_vec()),
             params: &bytes,
         },
@@ -955,8 +953,35 @@ struct LaunchConfig {
     block: [u32; 3],
     shared_mem: u32,
     stream: u64,
-    attrs: *mut c_void,
+    attrs: *const LaunchAttribute,
     num_attrs: u32,
+}
+
+/// `CUlaunchAttribute`: an id, padding to 8, and a 64-byte union of values.
+#[repr(C)]
+struct LaunchAttribute {
+    id: u32,
+    pad: u32,
+    value: [u32; 16],
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`: the value is the cluster's x, y, z.
+const ATTR_CLUSTER_DIMENSION: u32 = 4;
+
+/// The cluster a launch configuration asks for (zeros: none).
+///
+/// # Safety
+/// `c` is a configuration the driver just read, its `attrs` valid for `num_attrs` entries.
+unsafe fn cluster_of(c: &LaunchConfig) -> [u32; 3] {
+    if c.attrs.is_null() {
+        return [0; 3];
+    }
+    // SAFETY: the contract.
+    let attrs = unsafe { core::slice::from_raw_parts(c.attrs, c.num_attrs as usize) };
+    attrs
+        .iter()
+        .find(|a| a.id == ATTR_CLUSTER_DIMENSION)
+        .map_or([0; 3], |a| [a.value[0], a.value[1], a.value[2]])
 }
 
 unsafe extern "C" fn launch_ex<const I: usize>(
@@ -972,7 +997,15 @@ unsafe extern "C" fn launch_ex<const I: usize>(
     if !cfg.is_null() {
         // SAFETY: the driver read the config through this pointer.
         let c = unsafe { &*cfg };
-        log_launch(r, f, c.grid, c.block, c.shared_mem, c.stream, params, extra);
+        let dims = LaunchDims {
+            grid: c.grid,
+            block: c.block,
+            shared_mem: c.shared_mem,
+            stream: c.stream,
+            // SAFETY: the driver read the attributes through this configuration.
+            cluster: unsafe { cluster_of(c) },
+        };
+        log_launch(r, f, dims, params, extra);
     }
     r
 }
