@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What the driver-level recorder costs a PyTorch decode on the H200: scripts/gpu-llama-decode.py
+# (GPUTAPE_DECODE_REPS timed generates of 4 tokens per process) run plain, under `gputape run`
+# (the shim counting and forwarding), and under `gputape run -o` (recording), interleaved, ROUNDS
+# times each: processes vary more between themselves than the recorder costs, so each mode gets
+# several processes and the table compares the medians of their medians. Builds nothing: run
+# scripts/gpu-bin.sh first. Prints each process's numbers, then the table.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${B:-gpu-bin}
+PY=${PYTHON:-python3}
+OUT=${OUT:-/tmp/gt-drv-cost}
+ROUNDS=${ROUNDS:-4}
+export GPUTAPE_DECODE_REPS=${GPUTAPE_DECODE_REPS:-30}
+mkdir -p "$OUT"
+G="$B/gputape"
+for r in $(seq 1 "$ROUNDS"); do
+    for mode in plain shim recorded; do
+        case $mode in
+            plain) cmd=($PY scripts/gpu-llama-decode.py) ;;
+            shim) cmd=("$G" run -- $PY scripts/gpu-llama-decode.py) ;;
+            recorded) cmd=("$G" run -o "$OUT/cost.gtape" -- $PY scripts/gpu-llama-decode.py) ;;
+        esac
+        "${cmd[@]}" >"$OUT/$mode.$r.out" 2>"$OUT/$mode.$r.err"
+        echo "round $r $mode exit $?: $(grep -h -o '"generate_ms": {[^}]*}' "$OUT/$mode.$r.out")"
+        rm -f "$OUT/cost.gtape"
+    done
+done
+$PY - "$OUT" "$ROUNDS" <<'PYEOF'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def ms(mode, r):
+    for line in open(f"{out}/{mode}.{r}.out"):
+        if line.startswith("GPUTAPE_DECODE "):
+            return json.loads(line.split(" ", 1)[1])["generate_ms"]
+rows = {}
+for mode in ("plain", "shim", "recorded"):
+    got = [m for m in (ms(mode, r) for r in range(1, rounds + 1)) if m]
+    rows[mode] = {
+        "median": statistics.median(g["median"] for g in got),
+        "mean": statistics.median(g["mean"] for g in got),
+        "slowest": max(g["slowest"] for g in got),
+        "n": len(got),
+    }
+p = rows["plain"]
+print("\n| mode | processes | median of medians, ms | median of means, ms | slowest, ms | / plain (median, mean) |")
+print("|---|---|---|---|---|---|")
+for mode, r in rows.items():
+    print(f"| {mode} | {r['n']} | {r['median']:.3f} | {r['mean']:.3f} | {r['slowest']:.3f} | "
+          f"{r['median']/p['median']:.3f}x, {r['mean']/p['mean']:.3f}x |")
+PYEOF
