@@ -43,8 +43,8 @@ const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
                   pointers from cuGetProcAddress, as the CUDA runtime calls them) and forwards each \
                   call to the real driver unchanged; the table goes to stderr when the command \
                   exits, and gputape exits with the command's status. With -o, the calls are also \
-                  recorded into a trace, which show, analyze, replay --on cuda, minimize and report \
-                  read like any other (what is recorded and what is kept by name only: \
+                  recorded into a trace, which show, analyze, replay --on cuda and minimize read \
+                  like any other (what is recorded and what is kept by name only: \
                   ARCHITECTURE.md, \"The driver shim\").\n\n\
                   Environment: GPUTAPE_REAL_LIBCUDA (the real driver; found by search when unset), \
                   GPUTAPE_SHIM_DIR (a directory holding the shim as libcuda.so.1)."
@@ -161,9 +161,29 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         .collect();
     let mut written = Vec::new();
     for (i, (_, log)) in found.iter().enumerate() {
-        let bytes = crate::shimtrace::read_log(log)?;
-        let (trace, summary) =
-            crate::shimtrace::convert(&log.display().to_string(), &bytes, argv.clone())?;
+        let converted = crate::shimtrace::read_log(log).and_then(|bytes| {
+            crate::shimtrace::convert(&log.display().to_string(), &bytes, argv.clone())
+        });
+        let (trace, summary) = match converted {
+            Ok(c) => c,
+            Err(e) => {
+                // What was recorded is not lost with the temporary directory: the raw log is
+                // kept beside where the trace would have gone.
+                let keep = out.with_extension(format!(
+                    "{}.gtshm",
+                    log.file_stem()
+                        .map_or_else(Default::default, |s| s.to_string_lossy())
+                ));
+                let kept = std::fs::copy(log, &keep).is_ok();
+                return Err(anyhow!(e)).with_context(|| {
+                    if kept {
+                        format!("the call log is kept as {}", keep.display())
+                    } else {
+                        format!("the call log {} could not be kept", log.display())
+                    }
+                });
+            }
+        };
         let dst = if i == 0 {
             out.to_path_buf()
         } else {
