@@ -1012,3 +1012,59 @@ fn reloading_a_module_keeps_handles_to_the_old_code_valid() {
     }
     g.free(out).unwrap();
 }
+
+/// One rank over NCCL (the H200 machine has one GPU): a communicator of one, an all-reduce, a
+/// broadcast and an all-gather of known values through the recorder, then the trace replayed
+/// on a fresh backend, which makes its own communicator and checks the read backs. NCCL is
+/// found on the loader's path or through `GPUTAPE_NCCL_LIB`; without it the test says so.
+#[test]
+#[ignore = "needs a GPU"]
+fn one_rank_collectives_over_nccl_record_and_replay() {
+    use gputape::backend::{CollDtype, Collective, ReduceOp};
+    use gputape::replayer::{ReplayOptions, Replayer};
+    let Some(g) = gpu() else { return };
+    if !gputape::cuda::nccl::available() {
+        eprintln!("skipped: NCCL not found (set GPUTAPE_NCCL_LIB)");
+        return;
+    }
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    r.start().unwrap();
+    let id = r.comm_unique_id().unwrap();
+    let comm = r.comm_init(id, 1, 0).unwrap();
+    let s = r.create_stream().unwrap();
+    let n = 1024usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let (a, b) = (r.alloc(n * 4).unwrap(), r.alloc(n * 4).unwrap());
+    r.copy_h2d(&f32_bytes(&x), a).unwrap();
+    let mut out = vec![0u8; n * 4];
+    for op in [
+        Collective::AllReduce(ReduceOp::Sum),
+        Collective::Broadcast { root: 0 },
+        Collective::AllGather,
+    ] {
+        r.memset(b, 0, n * 4).unwrap();
+        r.collective(comm, op, a, b, n as u64, CollDtype::F32, s)
+            .unwrap();
+        r.copy_d2h_on_stream(b, &mut out, s).unwrap();
+        // One rank: each of these hands the rank its own elements.
+        assert_eq!(out, f32_bytes(&x), "{}", op.name());
+    }
+    r.comm_destroy(comm).unwrap();
+    r.free(a).unwrap();
+    r.free(b).unwrap();
+    r.stop().unwrap();
+    drop(r);
+    let t = Trace::from_bytes(Path::new("nccl"), &buf.lock()).unwrap();
+    let g2 = gpu().unwrap();
+    let rep = Replayer::new(&t)
+        .run(&g2, &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert_eq!(
+        (rep.d2h_checked, rep.d2h_matched),
+        (3, 3),
+        "{}",
+        rep.summary()
+    );
+}

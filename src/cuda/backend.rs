@@ -16,6 +16,7 @@
 use super::config::CudaConfig;
 use super::driver;
 use super::fault_probe;
+use super::nccl;
 use super::redzone::{RedZone, RedzoneViolation};
 use super::staging::Staging;
 use super::watchdog;
@@ -615,6 +616,45 @@ impl GpuBackend for CudaBackend {
         let s = driver::stream_create(sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)?;
         self.streams.lock().push(s as u64);
         Ok(s as u64)
+    }
+
+    #[track_caller]
+    fn comm_unique_id(&self) -> Result<crate::backend::CommUniqueId> {
+        nccl::unique_id()
+    }
+
+    #[track_caller]
+    fn comm_init(
+        &self,
+        id: crate::backend::CommUniqueId,
+        nranks: u32,
+        rank: u32,
+    ) -> Result<crate::backend::CommHandle> {
+        // NCCL makes the communicator on the calling thread's current context: this one.
+        self.bind_to_thread()?;
+        nccl::init(id, nranks, rank)
+    }
+
+    #[track_caller]
+    fn collective(
+        &self,
+        comm: crate::backend::CommHandle,
+        op: crate::backend::Collective,
+        send: DevicePtr,
+        recv: DevicePtr,
+        count: u64,
+        dtype: crate::backend::CollDtype,
+        stream: u64,
+    ) -> Result<()> {
+        // SAFETY: the trait's contract: `comm` from this backend's `comm_init`, `stream` one of
+        // its streams, and buffers of the sizes the collective names.
+        unsafe { nccl::collective(comm, op, send, recv, count, dtype, stream) }
+    }
+
+    #[track_caller]
+    fn comm_destroy(&self, comm: crate::backend::CommHandle) -> Result<()> {
+        // SAFETY: the trait's contract: `comm` from `comm_init`, used no more.
+        unsafe { nccl::destroy(comm) }
     }
 
     #[track_caller]

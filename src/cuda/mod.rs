@@ -11,6 +11,7 @@ pub mod fault_probe;
 mod launch;
 mod memory;
 mod module;
+pub mod nccl;
 mod redzone;
 mod staging;
 mod stream;
