@@ -126,8 +126,8 @@ enum Cmd {
     Ranks(ranks::Args),
     /// Run an unmodified CUDA program (PyTorch, vLLM, anything that loads libcuda.so.1) with
     /// gputape's driver shim in front of the real driver: every driver call is counted and
-    /// forwarded, and a table of the entry points called is printed when it exits. This stage
-    /// counts and forwards; it does not record a trace yet (`-o` / `--flight` come next).
+    /// forwarded, and a table of the entry points called is printed when it exits; with `-o`
+    /// the calls are recorded into a trace (`--flight` is not built yet).
     Run(run::Args),
 }
 
