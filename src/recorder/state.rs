@@ -41,13 +41,44 @@ pub(crate) struct LaunchParts<'a> {
     pub writer: Option<&'a mut TraceWriter>,
 }
 
-/// The address ledger, read-only: device addresses to (buffer, offset).
-pub(crate) struct Addrs<'a> {
-    bufs: &'a BTreeMap<u64, LiveBuf>,
+/// What the address ledger needs of a live buffer: its id and size.
+pub(crate) trait Span {
+    fn id(&self) -> BufferId;
+    fn size(&self) -> u64;
+}
+
+impl Span for LiveBuf {
+    fn id(&self) -> BufferId {
+        self.id
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// A live buffer as a ledger that knows nothing else keeps it (`shimtrace`).
+impl Span for (BufferId, u64) {
+    fn id(&self) -> BufferId {
+        self.0
+    }
+    fn size(&self) -> u64 {
+        self.1
+    }
+}
+
+/// The address ledger, read-only: device addresses to (buffer, offset). The recorder's, and
+/// the driver-level recording's (`shimtrace`), so both spell an address the same way.
+pub(crate) struct Addrs<'a, L: Span = LiveBuf> {
+    bufs: &'a BTreeMap<u64, L>,
     freed: &'a BTreeMap<u64, (BufferId, u64)>,
 }
 
-impl Addrs<'_> {
+impl<'a, L: Span> Addrs<'a, L> {
+    /// The ledger of `bufs` (live, by base address) and `freed` (freed, last by base).
+    pub fn new(bufs: &'a BTreeMap<u64, L>, freed: &'a BTreeMap<u64, (BufferId, u64)>) -> Self {
+        Addrs { bufs, freed }
+    }
+
     pub fn addr(&self, p: u64) -> DevAddr {
         if p == 0 {
             return DevAddr::Null;
@@ -55,11 +86,14 @@ impl Addrs<'_> {
         // Most pointer arguments are a buffer's base: an exact lookup is a third of the cost
         // of the range search below.
         if let Some(b) = self.bufs.get(&p) {
-            return DevAddr::Buf { buf: b.id, off: 0 };
+            return DevAddr::Buf {
+                buf: b.id(),
+                off: 0,
+            };
         }
         match self.bufs.range(..=p).next_back() {
-            Some((&base, b)) if p <= base + b.size => DevAddr::Buf {
-                buf: b.id,
+            Some((&base, b)) if p <= base + b.size() => DevAddr::Buf {
+                buf: b.id(),
                 off: p - base,
             },
             _ if self.freed_at(p).is_some() => {
@@ -67,7 +101,7 @@ impl Addrs<'_> {
                 DevAddr::Freed { buf, off }
             }
             Some((&base, b)) => DevAddr::Unknown {
-                near: Some((b.id, p - base)),
+                near: Some((b.id(), p - base)),
             },
             None => DevAddr::Unknown { near: None },
         }

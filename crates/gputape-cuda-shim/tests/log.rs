@@ -110,7 +110,7 @@ fn a_program_s_calls_are_logged_in_order_with_their_bytes() {
             shared_mem: 0,
             stream,
             cluster: [0; 3],
-            layout: Some(vec![(0, 8), (8, 4), (12, 4)]),
+            layout: Some(vec![(0, 8), (8, 4), (12, 4)].into()),
             params: &params,
         }
     );

@@ -21,6 +21,7 @@
 //! every length is checked against the bytes that are left, so a damaged file can ask for no
 //! allocation larger than itself.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// The file's first 8 bytes.
@@ -135,7 +136,8 @@ pub enum Rec<'a> {
         shared_mem: u32,
         stream: u64,
         cluster: [u32; 3],
-        layout: Option<Vec<(u32, u32)>>,
+        /// Borrowed when written (the shim keeps one per function), owned when read.
+        layout: Option<Cow<'a, [(u32, u32)]>>,
         params: &'a [u8],
     },
     /// `cuStreamCreate*`.
@@ -351,7 +353,7 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
                 None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
                 Some(l) => {
                     out.extend_from_slice(&(l.len() as u32).to_le_bytes());
-                    for (o, s) in l {
+                    for (o, s) in l.iter() {
                         out.extend_from_slice(&o.to_le_bytes());
                         out.extend_from_slice(&s.to_le_bytes());
                     }
@@ -623,19 +625,10 @@ impl<'a> Reader<'a> {
                 let layout = if n == u32::MAX {
                     None
                 } else {
-                    // Each entry is 8 bytes of the record: a count past what is left is refused
-                    // before anything is allocated for it.
-                    if (n as usize).saturating_mul(8) > f.left() {
-                        return Err(LogError::Field {
-                            offset,
-                            what: "parameter layout",
-                        });
-                    }
-                    let mut l = Vec::with_capacity(n as usize);
-                    for _ in 0..n {
-                        l.push((f.u32("parameter offset")?, f.u32("parameter size")?));
-                    }
-                    Some(l)
+                    let l = f.entries(n, 8, "parameter layout", |f| {
+                        Ok((f.u32("parameter offset")?, f.u32("parameter size")?))
+                    })?;
+                    Some(Cow::Owned(l))
                 };
                 Rec::Launch {
                     func,
@@ -785,28 +778,34 @@ impl<'a> Fields<'a> {
         self.take(n, what)
     }
 
-    /// A count then that many u64s; a count past what is left is refused before allocating.
-    fn list64(&mut self, what: &'static str) -> Result<Vec<u64>, LogError> {
-        let n = self.u32(what)? as usize;
-        if n.saturating_mul(8) > self.left() {
+    /// `n` entries of `width` bytes each, read by `read`: a count past what is left is refused
+    /// before anything is allocated for it.
+    fn entries<T>(
+        &mut self,
+        n: u32,
+        width: usize,
+        what: &'static str,
+        mut read: impl FnMut(&mut Self) -> Result<T, LogError>,
+    ) -> Result<Vec<T>, LogError> {
+        if (n as usize).saturating_mul(width) > self.left() {
             return Err(LogError::Field {
                 offset: self.offset,
                 what,
             });
         }
-        (0..n).map(|_| self.u64(what)).collect()
+        (0..n).map(|_| read(self)).collect()
     }
 
-    /// A count then that many u32s, refused as `list64` is.
+    /// A count then that many u64s.
+    fn list64(&mut self, what: &'static str) -> Result<Vec<u64>, LogError> {
+        let n = self.u32(what)?;
+        self.entries(n, 8, what, |f| f.u64(what))
+    }
+
+    /// A count then that many u32s.
     fn list32(&mut self, what: &'static str) -> Result<Vec<u32>, LogError> {
-        let n = self.u32(what)? as usize;
-        if n.saturating_mul(4) > self.left() {
-            return Err(LogError::Field {
-                offset: self.offset,
-                what,
-            });
-        }
-        (0..n).map(|_| self.u32(what)).collect()
+        let n = self.u32(what)?;
+        self.entries(n, 4, what, |f| f.u32(what))
     }
 
     fn str(&mut self, what: &'static str) -> Result<&'a [u8], LogError> {
@@ -871,7 +870,7 @@ mod tests {
                 shared_mem: 7,
                 stream: 0x55,
                 cluster: [1, 2, 1],
-                layout: Some(vec![(0, 8), (8, 4)]),
+                layout: Some(vec![(0, 8), (8, 4)].into()),
                 params: &[1; 12],
             },
             Rec::Launch {

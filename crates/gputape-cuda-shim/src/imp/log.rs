@@ -26,7 +26,6 @@ static WANTED: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
 static HEALTHY: AtomicBool = AtomicBool::new(true);
 
 struct Log {
-    pid: u32,
     file: Option<std::fs::File>,
     buf: Vec<u8>,
     /// Records in the file so far (the index the next one gets).
@@ -43,13 +42,22 @@ pub fn wanted() -> bool {
         .is_some()
 }
 
+/// The calling thread's id, asked of the kernel once per thread (each record carries it, and
+/// a system call per record would be a cost on every logged call).
 fn gettid() -> u32 {
-    // SAFETY: gettid takes nothing and cannot fail.
-    unsafe { libc::gettid() as u32 }
+    thread_local! {
+        // SAFETY: gettid takes nothing and cannot fail.
+        static TID: u32 = unsafe { libc::gettid() as u32 };
+    }
+    TID.with(|t| *t)
 }
 
-fn pid() -> u32 {
-    std::process::id()
+/// Set in a forked child (a `pthread_atfork` handler), so the child starts a file of its own
+/// without asking for its pid at every record.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
 }
 
 /// Appends one record; returns its index in the file (what a later `D2HBytes` names), or
@@ -60,10 +68,9 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     }
     let thread = gettid();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
-    let me = pid();
     // A forked child starts a file of its own: what the parent had gathered is the parent's.
-    if g.as_ref().is_none_or(|l| l.pid != me) {
-        *g = Some(open(me)?);
+    if FORKED.swap(false, Ordering::Relaxed) || g.is_none() {
+        *g = Some(open(std::process::id())?);
     }
     let log = g.as_mut()?;
     let t_ns = log.start.elapsed().as_nanos() as u64;
@@ -105,8 +112,12 @@ fn open(pid: u32) -> Option<Log> {
         pid,
         driver_version: super::record::driver_version(),
     }));
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only stores to an atomic, safe in a forked child.
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(mark_forked));
+    });
     Some(Log {
-        pid,
         file: Some(file),
         buf,
         records: 0,
@@ -133,7 +144,11 @@ pub fn flush() {
         return;
     }
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(log) = g.as_mut().filter(|l| l.pid == pid()) {
+    // In a child that has logged nothing yet, what is gathered is the parent's to write.
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(log) = g.as_mut() {
         flush_locked(log);
     }
 }

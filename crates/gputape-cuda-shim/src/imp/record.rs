@@ -71,7 +71,8 @@ enum Done {
     Before { stream: u64, before: u64 },
 }
 
-/// Reads and logs the bytes of the async copies `done` completed, then writes the log out.
+/// Reads and logs the bytes of the async copies `done` completed (a blocking sync then writes
+/// the log out; a query leaves that to the next sync).
 fn settle(done: Done) {
     let ready: Vec<(u64, usize, usize, u64)> = with_pending(|p| {
         let (now, later) = p.copies.drain(..).partition(|&(i, _, _, s)| match done {
@@ -88,7 +89,6 @@ fn settle(done: Done) {
         let data = unsafe { core::slice::from_raw_parts(dst as *const u8, len) };
         log::write(0, Rec::D2HBytes { copy, data });
     }
-    log::flush();
 }
 
 /// The legacy stream (0 and `CU_STREAM_LEGACY`, 1) and the per-thread one (2) are told apart
@@ -102,16 +102,7 @@ fn same_stream(a: u64, b: u64) -> bool {
 unsafe extern "C" fn mem_alloc<const I: usize>(dptr: *mut u64, bytes: usize) -> R {
     // SAFETY: entry point I is cuMemAlloc(_v2): (CUdeviceptr*, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, usize) -> R>(I)(dptr, bytes) };
-    let ptr = if r == 0 { read_out(dptr) } else { 0 };
-    log::write(
-        r,
-        Rec::Alloc {
-            ptr,
-            bytes: bytes as u64,
-            managed: false,
-        },
-    );
-    r
+    log_alloc(r, dptr, bytes as u64, false)
 }
 
 unsafe extern "C" fn mem_alloc_managed<const I: usize>(
@@ -123,16 +114,7 @@ unsafe extern "C" fn mem_alloc_managed<const I: usize>(
     let r = unsafe {
         real_at::<unsafe extern "C" fn(*mut u64, usize, u32) -> R>(I)(dptr, bytes, flags)
     };
-    let ptr = if r == 0 { read_out(dptr) } else { 0 };
-    log::write(
-        r,
-        Rec::Alloc {
-            ptr,
-            bytes: bytes as u64,
-            managed: true,
-        },
-    );
-    r
+    log_alloc(r, dptr, bytes as u64, true)
 }
 
 unsafe extern "C" fn mem_alloc_pitch<const I: usize>(
@@ -145,21 +127,13 @@ unsafe extern "C" fn mem_alloc_pitch<const I: usize>(
     type F = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> R;
     // SAFETY: entry point I is cuMemAllocPitch(_v2), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dptr, pitch, width, height, elem) };
-    let (ptr, bytes) = if r == 0 && !pitch.is_null() {
+    let bytes = if r == 0 && !pitch.is_null() {
         // SAFETY: the driver succeeded, so it wrote the pitch through this pointer.
-        (read_out(dptr), unsafe { *pitch } as u64 * height as u64)
+        (unsafe { *pitch }) as u64 * height as u64
     } else {
-        (0, 0)
+        0
     };
-    log::write(
-        r,
-        Rec::Alloc {
-            ptr,
-            bytes,
-            managed: false,
-        },
-    );
-    r
+    log_alloc(r, dptr, bytes, false)
 }
 
 unsafe extern "C" fn mem_free<const I: usize>(ptr: u64) -> R {
@@ -173,13 +147,8 @@ unsafe extern "C" fn host_alloc<const I: usize>(pp: *mut u64, bytes: usize) -> R
     // SAFETY: entry point I is cuMemAllocHost(_v2): (void**, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, usize) -> R>(I)(pp, bytes) };
     let ptr = if r == 0 { read_out(pp) } else { 0 };
-    log::write(
-        r,
-        Rec::HostAlloc {
-            ptr,
-            bytes: bytes as u64,
-        },
-    );
+    let bytes = bytes as u64;
+    log::write(r, Rec::HostAlloc { ptr, bytes });
     r
 }
 
@@ -188,13 +157,8 @@ unsafe extern "C" fn host_alloc_flags<const I: usize>(pp: *mut u64, bytes: usize
     let r =
         unsafe { real_at::<unsafe extern "C" fn(*mut u64, usize, u32) -> R>(I)(pp, bytes, flags) };
     let ptr = if r == 0 { read_out(pp) } else { 0 };
-    log::write(
-        r,
-        Rec::HostAlloc {
-            ptr,
-            bytes: bytes as u64,
-        },
-    );
+    let bytes = bytes as u64;
+    log::write(r, Rec::HostAlloc { ptr, bytes });
     r
 }
 
@@ -216,16 +180,7 @@ unsafe extern "C" fn mem_alloc_async<const I: usize>(
     let r = unsafe {
         real_at::<unsafe extern "C" fn(*mut u64, usize, u64) -> R>(I)(dptr, bytes, stream)
     };
-    let ptr = if r == 0 { read_out(dptr) } else { 0 };
-    log::write(
-        r,
-        Rec::Alloc {
-            ptr,
-            bytes: bytes as u64,
-            managed: false,
-        },
-    );
-    r
+    log_alloc(r, dptr, bytes as u64, false)
 }
 
 unsafe extern "C" fn mem_alloc_pool_async<const I: usize>(
@@ -237,16 +192,7 @@ unsafe extern "C" fn mem_alloc_pool_async<const I: usize>(
     type F = unsafe extern "C" fn(*mut u64, usize, u64, u64) -> R;
     // SAFETY: entry point I is cuMemAllocFromPoolAsync(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dptr, bytes, pool, stream) };
-    let ptr = if r == 0 { read_out(dptr) } else { 0 };
-    log::write(
-        r,
-        Rec::Alloc {
-            ptr,
-            bytes: bytes as u64,
-            managed: false,
-        },
-    );
-    r
+    log_alloc(r, dptr, bytes as u64, false)
 }
 
 unsafe extern "C" fn mem_free_async<const I: usize>(ptr: u64, stream: u64) -> R {
@@ -322,6 +268,20 @@ unsafe extern "C" fn mem_map<const I: usize>(
     r
 }
 
+/// Logs an allocation whose address the driver wrote through `out` (on success); returns `r`.
+fn log_alloc(r: R, out: *mut u64, bytes: u64, managed: bool) -> R {
+    let ptr = if r == 0 { read_out(out) } else { 0 };
+    log::write(
+        r,
+        Rec::Alloc {
+            ptr,
+            bytes,
+            managed,
+        },
+    );
+    r
+}
+
 /// An out-parameter the driver wrote on success (0 for a null pointer).
 fn read_out(p: *mut u64) -> u64 {
     if p.is_null() {
@@ -333,6 +293,12 @@ fn read_out(p: *mut u64) -> u64 {
 }
 
 // ---- copies and memsets ----
+
+/// Where a blocking copy or memset runs: the legacy stream, the host waiting.
+const BLOCKING: On = On {
+    stream: 0,
+    sync: true,
+};
 
 /// `n` bytes at `src` (empty for a null pointer).
 ///
@@ -351,10 +317,7 @@ unsafe extern "C" fn h2d<const I: usize>(dst: u64, src: *const c_void, n: usize)
     type F = unsafe extern "C" fn(u64, *const c_void, usize) -> R;
     // SAFETY: entry point I is cuMemcpyHtoD(_v2[_ptds]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n) };
-    let on = On {
-        stream: 0,
-        sync: true,
-    };
+    let on = BLOCKING;
     // SAFETY: the program passed `n` readable bytes at `src` to the driver.
     let data = unsafe { host_bytes(src, n) };
     log::write(r, Rec::CopyH2D { dst, on, data });
@@ -390,10 +353,7 @@ unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -
     } else {
         &[]
     };
-    let on = On {
-        stream: 0,
-        sync: true,
-    };
+    let on = BLOCKING;
     log::write(
         r,
         Rec::CopyD2H {
@@ -440,10 +400,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
 unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
     // SAFETY: entry point I is cuMemcpyDtoD(_v2[_ptds]): (CUdeviceptr, CUdeviceptr, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n) };
-    let on = On {
-        stream: 0,
-        sync: true,
-    };
+    let on = BLOCKING;
     log::write(
         r,
         Rec::CopyD2D {
@@ -482,10 +439,7 @@ unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, str
 unsafe extern "C" fn memset<const I: usize, const ELEM: u8>(dst: u64, value: u32, n: usize) -> R {
     // SAFETY: entry point I is cuMemsetD8/D16/D32(_v2[_ptds]): (CUdeviceptr, value, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32, usize) -> R>(I)(dst, value, n) };
-    let on = On {
-        stream: 0,
-        sync: true,
-    };
+    let on = BLOCKING;
     log::write(r, memset_rec::<ELEM>(dst, value, n, on));
     r
 }
@@ -940,7 +894,9 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
             shared_mem: d.shared_mem,
             stream: d.stream,
             cluster: d.cluster,
-            layout: l.map(|l| l.to_vec()),
+            layout: l
+                .as_deref()
+                .map(|l| std::borrow::Cow::Borrowed(l.as_slice())),
             params: &bytes,
         },
     );

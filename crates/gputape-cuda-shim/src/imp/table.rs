@@ -94,110 +94,77 @@ pub fn real(i: usize) -> *mut () {
     REAL[i].load(Ordering::Acquire)
 }
 
-/// In a recording process, a call of an entry point the hooks do not understand but which
-/// changes the device lands here (r11 = its index): save the argument registers as
-/// `lazy_entry` does, log the call by name (`record::note_opaque`), restore them and jump to
-/// the driver's function.
-#[unsafe(naked)]
-pub unsafe extern "C" fn opaque_entry() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "push rcx",
-        "push r8",
-        "push r9",
-        "push rax",
-        "push r11",
-        "sub rsp, 128",
-        "movdqu [rsp], xmm0",
-        "movdqu [rsp + 16], xmm1",
-        "movdqu [rsp + 32], xmm2",
-        "movdqu [rsp + 48], xmm3",
-        "movdqu [rsp + 64], xmm4",
-        "movdqu [rsp + 80], xmm5",
-        "movdqu [rsp + 96], xmm6",
-        "movdqu [rsp + 112], xmm7",
-        "mov rdi, r11",
-        "call {note}",
-        "movdqu xmm0, [rsp]",
-        "movdqu xmm1, [rsp + 16]",
-        "movdqu xmm2, [rsp + 32]",
-        "movdqu xmm3, [rsp + 48]",
-        "movdqu xmm4, [rsp + 64]",
-        "movdqu xmm5, [rsp + 80]",
-        "movdqu xmm6, [rsp + 96]",
-        "movdqu xmm7, [rsp + 112]",
-        "add rsp, 128",
-        "pop r11",
-        "pop rax",
-        "pop r9",
-        "pop r8",
-        "pop rcx",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "pop rbp",
-        "lea r10, [rip + {real}]",
-        "jmp qword ptr [r10 + r11 * 8]",
-        note = sym super::record::note_opaque,
-        real = sym REAL,
-    )
+/// A naked function `$name` that saves every register a C call may take arguments in (rdi,
+/// rsi, rdx, rcx, r8, r9, rax for a variadic call's vector count, xmm0-7) and r11 (the entry
+/// point's index, which forwarders set), runs `$setup` then calls `$f`, restores them and
+/// jumps to `$table[r11]`. The stack is as the caller left it when that jump is taken, so
+/// stack-passed arguments are untouched.
+macro_rules! save_call_jump {
+    ($(#[$doc:meta])* $vis:vis $name:ident, $setup:literal, $f:path, $table:path) => {
+        $(#[$doc])*
+        #[unsafe(naked)]
+        $vis unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                // Entered by a jump from a forwarder that was called: rsp = 8 (mod 16). One
+                // push of rbp and eight more leave it at 0, as the call below needs.
+                "push rbp",
+                "mov rbp, rsp",
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "push r9",
+                "push rax",
+                "push r11",
+                "sub rsp, 128",
+                "movdqu [rsp], xmm0",
+                "movdqu [rsp + 16], xmm1",
+                "movdqu [rsp + 32], xmm2",
+                "movdqu [rsp + 48], xmm3",
+                "movdqu [rsp + 64], xmm4",
+                "movdqu [rsp + 80], xmm5",
+                "movdqu [rsp + 96], xmm6",
+                "movdqu [rsp + 112], xmm7",
+                $setup,
+                "call {f}",
+                "movdqu xmm0, [rsp]",
+                "movdqu xmm1, [rsp + 16]",
+                "movdqu xmm2, [rsp + 32]",
+                "movdqu xmm3, [rsp + 48]",
+                "movdqu xmm4, [rsp + 64]",
+                "movdqu xmm5, [rsp + 80]",
+                "movdqu xmm6, [rsp + 96]",
+                "movdqu xmm7, [rsp + 112]",
+                "add rsp, 128",
+                "pop r11",
+                "pop rax",
+                "pop r9",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "pop rbp",
+                "lea r10, [rip + {table}]",
+                "jmp qword ptr [r10 + r11 * 8]",
+                f = sym $f,
+                table = sym $table,
+            )
+        }
+    };
 }
 
-/// The first call into any forwarder lands here (r11 = its index): save every register a C
-/// call may take arguments in (rdi, rsi, rdx, rcx, r8, r9, rax for a variadic call's vector
-/// count, xmm0-7) and r11, load the driver (`resolve_all`, once per process; concurrent first
-/// callers wait for it), restore them and jump where `DISPATCH[r11]` now points. The stack is
-/// as the caller left it when that jump is taken, so stack-passed arguments are untouched.
-#[unsafe(naked)]
-unsafe extern "C" fn lazy_entry() {
-    core::arch::naked_asm!(
-        // Entered by a jump from a forwarder that was called: rsp = 8 (mod 16). One push of rbp
-        // and eight more leave it at 0, as the call below needs.
-        "push rbp",
-        "mov rbp, rsp",
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "push rcx",
-        "push r8",
-        "push r9",
-        "push rax",
-        "push r11",
-        "sub rsp, 128",
-        "movdqu [rsp], xmm0",
-        "movdqu [rsp + 16], xmm1",
-        "movdqu [rsp + 32], xmm2",
-        "movdqu [rsp + 48], xmm3",
-        "movdqu [rsp + 64], xmm4",
-        "movdqu [rsp + 80], xmm5",
-        "movdqu [rsp + 96], xmm6",
-        "movdqu [rsp + 112], xmm7",
-        "call {resolve}",
-        "movdqu xmm0, [rsp]",
-        "movdqu xmm1, [rsp + 16]",
-        "movdqu xmm2, [rsp + 32]",
-        "movdqu xmm3, [rsp + 48]",
-        "movdqu xmm4, [rsp + 64]",
-        "movdqu xmm5, [rsp + 80]",
-        "movdqu xmm6, [rsp + 96]",
-        "movdqu xmm7, [rsp + 112]",
-        "add rsp, 128",
-        "pop r11",
-        "pop rax",
-        "pop r9",
-        "pop r8",
-        "pop rcx",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "pop rbp",
-        "lea r10, [rip + {dispatch}]",
-        "jmp qword ptr [r10 + r11 * 8]",
-        resolve = sym resolve_all,
-        dispatch = sym DISPATCH,
-    )
+save_call_jump! {
+    /// In a recording process, a call of an entry point the hooks do not understand but which
+    /// changes the device lands here (r11 = its index): it is logged by name
+    /// (`record::note_opaque`, given r11) and forwarded to the driver's function.
+    pub opaque_entry, "mov rdi, r11", super::record::note_opaque, REAL
+}
+
+save_call_jump! {
+    /// The first call into any forwarder lands here (r11 = its index): the driver is loaded
+    /// (`resolve_all`, once per process; concurrent first callers wait for it), then the jump
+    /// goes where `DISPATCH[r11]` now points.
+    lazy_entry, "nop", resolve_all, DISPATCH
 }

@@ -1,0 +1,387 @@
+//! The converter on logs written here record by record: what each driver call becomes.
+use super::*;
+use gputape_shimlog::{encode, header, Header};
+
+fn log(recs: &[(i32, Rec<'_>)]) -> Vec<u8> {
+    let mut out = header(Header {
+        pid: 7,
+        driver_version: 13000,
+    })
+    .to_vec();
+    for (i, (status, call)) in recs.iter().enumerate() {
+        encode(
+            &Record {
+                t_ns: i as u64,
+                thread: 100 + (i as u32 % 2),
+                status: *status,
+                call: call.clone(),
+            },
+            &mut out,
+        );
+    }
+    out
+}
+
+const A: u64 = 0x7000_0000;
+const B: u64 = 0x7100_0000;
+
+fn program() -> Vec<u8> {
+    // A kernel taking (float *x, struct { float *p[2]; int n; } s, u64 k): x inside A, the
+    // struct's pointers inside B and A, k a number that is no address.
+    let mut params = (A + 16).to_le_bytes().to_vec();
+    params.extend_from_slice(&(B + 4).to_le_bytes());
+    params.extend_from_slice(&A.to_le_bytes());
+    params.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0]);
+    params.extend_from_slice(&12345u64.to_le_bytes());
+    let ptx = b".version 8.0\n.entry k()\0";
+    log(&[
+        (
+            0,
+            Rec::Alloc {
+                ptr: A,
+                bytes: 64,
+                managed: false,
+            },
+        ),
+        (
+            0,
+            Rec::Alloc {
+                ptr: B,
+                bytes: 64,
+                managed: false,
+            },
+        ),
+        (
+            2,
+            Rec::Alloc {
+                ptr: 0,
+                bytes: 1 << 40,
+                managed: false,
+            },
+        ),
+        (
+            0,
+            Rec::ModuleLoad {
+                handle: 5,
+                library: true,
+                image: ptx,
+            },
+        ),
+        (
+            0,
+            Rec::Function {
+                owner: 5,
+                library: true,
+                handle: 6,
+                name: b"_Z1kPf1Sy",
+            },
+        ),
+        (
+            0,
+            Rec::KernelFunction {
+                kernel: 6,
+                func: 66,
+            },
+        ),
+        (
+            0,
+            Rec::Launch {
+                func: 66,
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+                shared_mem: 0,
+                stream: 0,
+                cluster: [0; 3],
+                layout: Some(vec![(0, 8), (8, 24), (32, 8)].into()),
+                params: &params,
+            },
+        ),
+        (0, Rec::Free { ptr: B }),
+        (
+            0,
+            Rec::CopyD2D {
+                src: B + 8,
+                dst: A + 64,
+                len: 4,
+                on: On {
+                    stream: 0,
+                    sync: true,
+                },
+            },
+        ),
+    ])
+}
+
+#[test]
+fn launches_pointers_and_failures_map_onto_trace_calls() {
+    let (t, s) = convert("test", &program(), vec!["prog".into()]).unwrap();
+    assert_eq!(s.records, 9);
+    assert_eq!(
+        (s.calls, s.launches, s.kernels, s.modules, s.failed),
+        (7, 1, 1, 1, 1)
+    );
+    assert!(t.stopped);
+    // The failed allocation is recorded with its driver error and makes no buffer.
+    let failed = &t.calls[2];
+    assert_eq!(
+        failed.ret.as_ref().unwrap().as_ref().unwrap_err().code,
+        Some(2)
+    );
+    // The kernel is named by its library's image, found through cuKernelGetFunction.
+    let k = &t.kernels[&KernelId(0)];
+    assert!(k.module.starts_with("ptx-"), "{}", k.module);
+    assert_eq!(k.name, "_Z1kPf1Sy");
+    assert_eq!(k.params.len(), 3);
+    let Call::Launch { args, kernel, .. } = &t.calls[4].call else {
+        panic!("{:?}", t.calls[4].call)
+    };
+    assert_eq!(*kernel, KernelId(0));
+    let (a, b) = (BufferId(0), BufferId(1));
+    assert_eq!(args[0], Arg::Buf(DevAddr::Buf { buf: a, off: 16 }));
+    let Arg::Words(w) = &args[1] else {
+        panic!("{:?}", args[1])
+    };
+    assert_eq!(
+        w.ptrs,
+        vec![
+            (0, DevAddr::Buf { buf: b, off: 4 }),
+            (8, DevAddr::Buf { buf: a, off: 0 })
+        ]
+    );
+    assert_eq!(w.bytes.len(), 24);
+    assert!(matches!(&args[2], Arg::Val(v) if v[..] == 12345u64.to_le_bytes()));
+    // Relocated for a replay where the buffers live elsewhere.
+    let moved = w
+        .relocated(
+            |d| match d {
+                DevAddr::Buf { buf, off } => Ok::<u64, ()>(0x9000 * (buf.0 as u64 + 1) + off),
+                _ => Err(()),
+            },
+            |_| Err(()),
+        )
+        .unwrap();
+    assert_eq!(moved[..8], (0x9000u64 * 2 + 4).to_le_bytes());
+    assert_eq!(moved[8..16], 0x9000u64.to_le_bytes());
+    assert_eq!(moved[16..], w.bytes[16..]);
+    // After the free, B's addresses are named as freed; one past A's end stays A's.
+    let Call::CopyD2D { src, dst, .. } = &t.calls[6].call else {
+        panic!("{:?}", t.calls[6].call)
+    };
+    assert_eq!(*src, DevAddr::Freed { buf: b, off: 8 });
+    assert_eq!(*dst, DevAddr::Buf { buf: a, off: 64 });
+    // Two recording threads, numbered in order of first call.
+    assert_eq!(t.calls[1].thread, 1);
+    // The trace writes and reads back whole.
+    let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.calls.len(), 7);
+    assert_eq!(back.module_images.len(), 1);
+    assert_eq!(back.calls[4].call, t.calls[4].call);
+}
+
+#[test]
+fn a_damaged_log_converts_up_to_the_damage_or_is_refused_never_a_panic() {
+    let bytes = program();
+    // Where each record ends: a log cut there is whole, anywhere else says it was cut.
+    let (_, mut r) = Reader::new(&bytes).unwrap();
+    let mut ends = vec![r.offset() as usize];
+    while r.next().is_some() {
+        ends.push(r.offset() as usize);
+    }
+    for cut in gputape_shimlog::HEADER_LEN..bytes.len() {
+        let (_, s) = convert("cut", &bytes[..cut], vec![]).unwrap();
+        let whole = ends.iter().position(|e| *e == cut);
+        assert_eq!(s.cut.is_none(), whole.is_some(), "cut at {cut}");
+        assert_eq!(
+            s.records as usize,
+            ends.iter().filter(|e| **e <= cut).count() - 1
+        );
+    }
+    for i in 0..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0x5a;
+        let _ = convert("flipped", &b, vec![]);
+    }
+    assert!(matches!(
+        convert("x", b"not a log", vec![]),
+        Err(ShimTraceError::Log { .. })
+    ));
+}
+
+#[test]
+fn a_reservation_is_one_buffer_as_far_as_it_was_ever_mapped() {
+    const R: u64 = 0x8000_0000;
+    let chunk = 2u64 << 20;
+    let bytes = log(&[
+        (
+            0,
+            Rec::Reserve {
+                ptr: R,
+                size: 1 << 36,
+            },
+        ),
+        (
+            0,
+            Rec::Map {
+                ptr: R,
+                size: chunk,
+            },
+        ),
+        (
+            0,
+            Rec::Map {
+                ptr: R + chunk,
+                size: chunk,
+            },
+        ),
+        // A copy that straddles the two maps: one buffer, one offset.
+        (
+            0,
+            Rec::CopyD2D {
+                src: R + chunk - 8,
+                dst: R,
+                len: 16,
+                on: On {
+                    stream: 0,
+                    sync: true,
+                },
+            },
+        ),
+        (
+            0,
+            Rec::Unmap {
+                ptr: R,
+                size: chunk,
+            },
+        ),
+        (
+            0,
+            Rec::Unreserve {
+                ptr: R,
+                size: 1 << 36,
+            },
+        ),
+        // Never mapped: no buffer at all.
+        (0, Rec::Reserve { ptr: R, size: 64 }),
+    ]);
+    let (t, _) = convert("vmm", &bytes, vec![]).unwrap();
+    let calls: Vec<&Call> = t.calls.iter().map(|c| &c.call).collect();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(calls[0], &Call::Alloc { bytes: 2 * chunk });
+    let buf = BufferId(0);
+    assert_eq!(
+        calls[1],
+        &Call::CopyD2D {
+            src: DevAddr::Buf {
+                buf,
+                off: chunk - 8
+            },
+            dst: DevAddr::Buf { buf, off: 0 },
+            len: 16
+        }
+    );
+    assert_eq!(
+        calls[2],
+        &Call::Free {
+            ptr: DevAddr::Buf { buf, off: 0 }
+        }
+    );
+    assert_eq!(t.addresses[&buf], R);
+}
+
+#[test]
+fn tensor_maps_are_found_alone_and_inside_structs() {
+    let mut map = [0u8; 128];
+    map[..8].copy_from_slice(&(A + 64).to_le_bytes());
+    map[8..16].copy_from_slice(&0xfeed_u64.to_le_bytes());
+    // A struct: a pointer, padding to 64, the map, padding to 256.
+    let mut s = vec![0u8; 256];
+    s[..8].copy_from_slice(&A.to_le_bytes());
+    s[64..192].copy_from_slice(&map);
+    let mut params = map.to_vec();
+    params.extend_from_slice(&s);
+    let bytes = log(&[
+        (
+            0,
+            Rec::Alloc {
+                ptr: A,
+                bytes: 4096,
+                managed: false,
+            },
+        ),
+        (
+            0,
+            Rec::TensorMap {
+                map: &map,
+                dtype: 9,
+                base: A + 64,
+                dims: vec![64, 16],
+                strides: vec![128],
+                box_dims: vec![64, 8],
+                element_strides: vec![1, 1],
+                modes: [0, 0, 0, 0],
+            },
+        ),
+        (
+            0,
+            Rec::TensorMap {
+                map: &[1; 128],
+                dtype: 11,
+                base: A,
+                dims: vec![8],
+                strides: vec![],
+                box_dims: vec![8],
+                element_strides: vec![1],
+                modes: [0, 0, 0, 0],
+            },
+        ),
+        (
+            0,
+            Rec::Launch {
+                func: 1,
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_mem: 0,
+                stream: 0,
+                cluster: [1, 2, 1],
+                layout: Some(vec![(0, 128), (128, 256)].into()),
+                params: &params,
+            },
+        ),
+    ]);
+    let (t, s) = convert("maps", &bytes, vec![]).unwrap();
+    // The map of a type this description lacks (TF32) is kept by name.
+    assert_eq!(
+        s.opaque.keys().collect::<Vec<_>>(),
+        ["cuTensorMapEncodeTiled (element type 11)"]
+    );
+    let Call::EncodeTensorMap { base, desc } = &t.calls[1].call else {
+        panic!("{:?}", t.calls[1].call)
+    };
+    let a = BufferId(0);
+    assert_eq!(*base, DevAddr::Buf { buf: a, off: 64 });
+    assert_eq!(desc.dtype, TensorMapDtype::Bf16);
+    let Call::Launch { args, kernel, .. } = &t.calls[3].call else {
+        panic!("{:?}", t.calls[3].call)
+    };
+    // The cluster its cuLaunchKernelEx asked for is the kernel's, and written out.
+    assert_eq!(t.kernel_clusters[kernel], [1, 2, 1]);
+    let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.kernel_clusters[kernel], [1, 2, 1]);
+    let Arg::TensorMap(m) = &args[0] else {
+        panic!("{:?}", args[0])
+    };
+    assert_eq!(m.base, DevAddr::Buf { buf: a, off: 64 });
+    let Arg::Words(w) = &args[1] else {
+        panic!("{:?}", args[1])
+    };
+    // The map's own address word is the map's, not a pointer of the struct's.
+    assert_eq!(w.ptrs, vec![(0, DevAddr::Buf { buf: a, off: 0 })]);
+    assert_eq!(w.maps.len(), 1);
+    assert_eq!(w.maps[0].0, 64);
+    let moved = w
+        .relocated(|_| Ok::<u64, ()>(0x1111), |_| Ok(vec![0xab; 128]))
+        .unwrap();
+    assert_eq!(moved[..8], 0x1111u64.to_le_bytes());
+    assert!(moved[64..192].iter().all(|b| *b == 0xab));
+    assert!(moved[192..].iter().all(|b| *b == 0));
+}
