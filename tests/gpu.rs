@@ -1027,6 +1027,7 @@ fn one_rank_collectives_over_nccl_record_and_replay() {
         eprintln!("skipped: NCCL not found (set GPUTAPE_NCCL_LIB)");
         return;
     }
+    eprintln!("{}", gputape::cuda::nccl::describe().unwrap());
     let sink = VecSink::default();
     let buf = sink.0.clone();
     let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();

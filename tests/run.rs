@@ -246,3 +246,109 @@ fn run_o_without_any_driver_call_says_no_trace_was_written() {
     assert!(!trace.exists());
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `gputape run --flight DIR -- faults STEPS FAULT` with the ring at `ring_mb`.
+fn flight(
+    d: &std::path::Path,
+    prog: &std::path::Path,
+    steps: u32,
+    fault: u32,
+    ring_mb: u32,
+) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(["run", "--flight"])
+        .arg(d.join("flight"))
+        .arg("--")
+        .arg(prog)
+        .args([steps.to_string(), fault.to_string()])
+        .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
+        .env("GPUTAPE_FLIGHT_RING_MB", ring_mb.to_string())
+        .env_remove("GPUTAPE_SHIM_DIR")
+        .env_remove("GPUTAPE_SHIM_COUNTS")
+        .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap()
+}
+
+/// The one trace a flight run left in `d/flight`.
+fn flight_dump(d: &std::path::Path) -> std::path::PathBuf {
+    let found: Vec<_> = std::fs::read_dir(d.join("flight"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].extension().unwrap(), "gtape", "{found:?}");
+    found[0].clone()
+}
+
+#[test]
+fn run_flight_writes_nothing_until_a_fault_then_a_dump_that_names_it() {
+    let d = support::scratch("run-flight");
+    let prog = support::faults_program(&d);
+
+    // No fault: the program runs as without gputape, and nothing is written.
+    let o = flight(&d, &prog, 200, 1000, 256);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("faults: 200 steps, out[3] = 202"),
+        "{out}{err}"
+    );
+    assert!(
+        err.contains("no process of the command reported a driver fault"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(d.join("flight")).unwrap().count(), 0);
+
+    // A fault at step 40: the program's own exit status, and a dump of everything, since the
+    // ring never filled: the setup, 40 good steps and the faulting one.
+    let o = flight(&d, &prog, 100, 40, 256);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("faults: step 40 failed with 700"),
+        "{out}{err}"
+    );
+    assert!(
+        err.contains("CUDA_ERROR_ILLEGAL_ADDRESS (700) returned by cuStreamSynchronize"),
+        "{err}"
+    );
+    let trace = flight_dump(&d);
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reason = v["dump"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
+        "{reason}"
+    );
+    assert!(!reason.contains("dropped"), "{reason}");
+    // 5 setup calls (two allocations, the weights, the kernel's lookup, a stream; the module
+    // load is a frame of its own), then 4 per step: 41 steps.
+    assert_eq!(
+        v["calls_in_trace"].as_u64(),
+        Some(5 + 4 * 41),
+        "{}",
+        v["dump"]
+    );
+    std::fs::remove_file(&trace).unwrap();
+
+    // A ring of 1 MiB and a fault at step 20000 (about 4 MB of work records before it): the
+    // dump keeps the setup and the last steps, says what it dropped, and stays near the
+    // ring's size.
+    let o = flight(&d, &prog, 30000, 20000, 1);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let trace = flight_dump(&d);
+    let size = std::fs::metadata(&trace).unwrap().len();
+    assert!(size < 3 << 20, "{size} bytes");
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reason = v["dump"]["reason"].as_str().unwrap();
+    assert!(reason.contains("had dropped the"), "{reason}");
+    assert!(reason.contains("start without their contents"), "{reason}");
+    let calls = v["calls_in_trace"].as_u64().unwrap();
+    assert!((1000..4 * 20001).contains(&calls), "{calls} calls");
+    let _ = std::fs::remove_dir_all(d);
+}

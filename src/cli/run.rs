@@ -14,7 +14,9 @@
 //! With `-o TRACE` the shim also logs each process's driver calls (`GPUTAPE_SHIM_LOG_DIR`, one
 //! log per process), and when the command is over each log becomes a trace (`shimtrace`): the
 //! process that made the most calls is `TRACE`, any other `TRACE` with `.PID` before its
-//! extension. `--flight` (a ring of recent calls, dumped on a fault) is not built yet.
+//! extension. With `--flight DIR` the shim keeps the records in a ring in memory instead
+//! (`GPUTAPE_SHIM_FLIGHT_DIR`; the shim's `flight.rs` says what a dump holds) and a process
+//! whose driver reports a fault writes its dump to DIR; each becomes `DIR/PID.gtape`.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
@@ -36,6 +38,8 @@ const ENV_SHIM_DIR: &str = "GPUTAPE_SHIM_DIR";
 const ENV_COUNTS: &str = "GPUTAPE_SHIM_COUNTS";
 /// Where the shim writes each process's call log (with `-o`).
 const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
+/// Where the shim writes a faulting process's flight dump (with `--flight`).
+const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
 
 #[derive(clap::Args)]
 #[command(
@@ -52,8 +56,19 @@ const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
 pub struct Args {
     /// Record the command's driver calls into TRACE (one trace per process that called the
     /// driver: the busiest is TRACE, others TRACE with .PID before the extension).
-    #[arg(short = 'o', long = "output", value_name = "TRACE")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "TRACE",
+        conflicts_with = "flight"
+    )]
     output: Option<PathBuf>,
+    /// Keep each process's recent driver calls in memory (a ring of GPUTAPE_FLIGHT_RING_MB,
+    /// default 256, plus every allocation, module and kernel) and write nothing unless the
+    /// driver reports a fault (an illegal address, a device-side assert, a launch failure):
+    /// then that process's dump becomes DIR/PID.gtape, ready for replay and minimize.
+    #[arg(long, value_name = "DIR")]
+    flight: Option<PathBuf>,
     /// Also write the counts, summed over every process of the command, to FILE as JSON
     /// (schema gputape.shim-counts.v1; `-` for stdout).
     #[arg(long, value_name = "FILE")]
@@ -106,6 +121,15 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
     } else {
         cmd.env_remove(ENV_LOG_DIR);
     }
+    cmd.env_remove(ENV_FLIGHT_DIR);
+    if let Some(dir) = &args.flight {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the flight directory {}", dir.display()))?;
+        let abs = std::fs::canonicalize(dir)
+            .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        cmd.env(ENV_FLIGHT_DIR, abs);
+    }
+    let started = std::time::SystemTime::now();
     if let (None, Some(r)) = (&user_real, &real) {
         cmd.env(locate::ENV_REAL, r);
     }
@@ -121,10 +145,18 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
     let code = exit_code(status);
 
     let merged = Merged::read(&counts)?;
-    eprint!("{}", merged.table(args.top, code, args.output.is_some()));
-    let recorded = match &args.output {
-        Some(out) => Some(record_traces(&logs, out, &args.command)?),
-        None => None,
+    eprint!(
+        "{}",
+        merged.table(
+            args.top,
+            code,
+            args.output.is_some() || args.flight.is_some()
+        )
+    );
+    let recorded = match (&args.output, &args.flight) {
+        (Some(out), _) => Some(record_traces(&logs, out, &args.command)?),
+        (None, Some(dir)) => Some(flight_traces(dir, started, &args.command)?),
+        (None, None) => None,
     };
     if let Some(out) = &args.counts {
         let doc = merged.json(&args.command, code, recorded.as_deref());
@@ -193,6 +225,60 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         eprintln!(
             "recorded {} -> {} ({n} bytes)",
             summary.text(),
+            dst.display()
+        );
+        written.push(dst);
+    }
+    Ok(written)
+}
+
+/// The flight dumps the command's processes wrote to `dir` (since `started`), each made a
+/// trace `dir/PID.gtape` and its raw dump removed; a dump that will not convert is kept and
+/// named in the error.
+fn flight_traces(
+    dir: &Path,
+    started: std::time::SystemTime,
+    command: &[OsString],
+) -> Result<Vec<PathBuf>> {
+    let since = started - std::time::Duration::from_secs(1);
+    let mut dumps: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gtshm"))
+        .filter(|p| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= since)
+        })
+        .collect();
+    dumps.sort();
+    if dumps.is_empty() {
+        eprintln!(
+            "flight: no process of the command reported a driver fault; nothing was dumped to {}",
+            dir.display()
+        );
+        return Ok(Vec::new());
+    }
+    let argv: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut written = Vec::new();
+    for dump in dumps {
+        let (trace, summary) = crate::shimtrace::read_log(&dump)
+            .and_then(|bytes| {
+                crate::shimtrace::convert(&dump.display().to_string(), &bytes, argv.clone())
+            })
+            .map_err(|e| anyhow!(e))
+            .with_context(|| format!("the flight dump is kept as {}", dump.display()))?;
+        let dst = dump.with_extension("gtape");
+        let n = super::common::write_trace_atomically(&trace, &dst)?;
+        // The trace holds everything the dump did.
+        let _ = std::fs::remove_file(&dump);
+        eprintln!(
+            "flight: {} -> {} ({n} bytes); replay it with `gputape replay {} --on cuda`",
+            summary.text(),
+            dst.display(),
             dst.display()
         );
         written.push(dst);

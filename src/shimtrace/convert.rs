@@ -58,10 +58,17 @@ pub fn convert(
 fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
     let mut open: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new(); // base -> (size, index, extent)
     let mut out = HashMap::new();
-    for (i, r) in records.iter().enumerate() {
+    let mut i = 0u64;
+    for r in records {
+        // The index the converter gives this record (a flight dump's gaps skip indices).
+        let at = i;
+        i = i.saturating_add(match r.call {
+            Rec::Gap { dropped } => dropped,
+            _ => 1,
+        });
         match r.call {
             Rec::Reserve { ptr, size } => {
-                open.insert(ptr, (size, i as u64, 0));
+                open.insert(ptr, (size, at, 0));
             }
             Rec::Map { ptr, size } => {
                 if let Some((base, (rsize, _, extent))) = open.range_mut(..=ptr).next_back() {
@@ -174,6 +181,29 @@ impl Converter {
         }
     }
 
+    /// The flight recorder's reason for the dump this log is.
+    fn dumped(&mut self, reason: &[u8], blocked: &[u8]) {
+        let mut reason = String::from_utf8_lossy(reason).into_owned();
+        if self.summary.dropped > 0 {
+            reason.push_str(&format!(
+                "; buffers written before trace call {} start without their contents in a \
+                 replay",
+                self.summary.window_from.unwrap_or(0)
+            ));
+        }
+        if !blocked.is_empty() {
+            reason.push_str(&format!(
+                " (blocked in {})",
+                String::from_utf8_lossy(blocked)
+            ));
+        }
+        self.summary.dump = Some(reason.clone());
+        self.t.dump = Some(crate::trace::DumpInfo {
+            reason,
+            in_flight: Vec::new(),
+        });
+    }
+
     fn finish(mut self) -> (Trace, Summary) {
         self.t.stopped = self.summary.cut.is_none();
         self.summary.calls = self.t.calls.len() as u64;
@@ -226,6 +256,20 @@ impl Converter {
             }
             // Pinned host memory is not a device call here: copies through it carry their bytes.
             Rec::HostAlloc { .. } | Rec::HostFree { .. } => return,
+            // Markers of a flight dump, not calls: they take no index of their own.
+            Rec::Gap { dropped } => {
+                self.summary.records -= 1;
+                self.index = index.saturating_add(dropped);
+                self.summary.dropped = self.summary.dropped.saturating_add(dropped);
+                self.summary.window_from = Some(self.seq);
+                return;
+            }
+            Rec::Dump { reason, blocked } => {
+                self.summary.records -= 1;
+                self.index = index;
+                self.dumped(reason, blocked);
+                return;
+            }
             Rec::CopyH2D { dst, on, data } => {
                 let dst = self.addr(dst);
                 let len = data.len() as u64;

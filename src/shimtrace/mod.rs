@@ -83,6 +83,12 @@ pub struct Summary {
     pub other_clusters: u64,
     /// Where the log stopped short, if it did (the process died writing it).
     pub cut: Option<String>,
+    /// A flight dump's reason (the log is a dump, not a whole recording).
+    pub dump: Option<String>,
+    /// Driver calls a flight dump left out (its ring had wrapped).
+    pub dropped: u64,
+    /// The first trace call after the last gap: where the dump's window of work begins.
+    pub window_from: Option<u64>,
 }
 
 impl Summary {
@@ -123,6 +129,9 @@ impl Summary {
                 "; {} launches in a cluster shape other than their kernel's first (replayed in the first)",
                 self.other_clusters
             ));
+        }
+        if let Some(d) = &self.dump {
+            s.push_str(&format!("; flight dump: {d}"));
         }
         if let Some(c) = &self.cut {
             s.push_str(&format!("; the log stops short: {c}"));

@@ -184,9 +184,92 @@ pub enum Rec<'a> {
         element_strides: Vec<u32>,
         modes: [u32; 4],
     },
+    /// A flight dump (`GPUTAPE_SHIM_FLIGHT_DIR`) left out `dropped` records here: the ring of
+    /// recent calls had wrapped. Records keep their indices (the next one's is this many
+    /// higher), so a `D2HBytes` still names its copy.
+    Gap { dropped: u64 },
+    /// The flight recorder dumped here, and why (`reason`, words for a person: the fault and
+    /// the call that returned it, or a hang). The last record of a dump; `blocked` is the
+    /// entry point a thread was waiting in, for a hang (empty otherwise).
+    Dump { reason: &'a [u8], blocked: &'a [u8] },
 }
 
 impl Rec<'_> {
+    /// The driver entry points the record stands for, for a person (`cuStreamSynchronize`).
+    pub fn family(&self) -> &'static str {
+        match self {
+            Rec::Alloc { .. } => "cuMemAlloc",
+            Rec::Free { .. } => "cuMemFree",
+            Rec::HostAlloc { .. } => "cuMemHostAlloc",
+            Rec::HostFree { .. } => "cuMemFreeHost",
+            Rec::CopyH2D { .. } => "cuMemcpyHtoD",
+            Rec::CopyD2H { .. } | Rec::D2HBytes { .. } => "cuMemcpyDtoH",
+            Rec::CopyD2D { .. } => "cuMemcpyDtoD",
+            Rec::Memset { .. } => "cuMemset",
+            Rec::ModuleLoad { .. } => "cuModuleLoad",
+            Rec::ModuleUnload { .. } => "cuModuleUnload",
+            Rec::Function { .. } => "cuModuleGetFunction",
+            Rec::KernelFunction { .. } => "cuKernelGetFunction",
+            Rec::Launch { .. } => "cuLaunchKernel",
+            Rec::StreamCreate { .. } => "cuStreamCreate",
+            Rec::StreamDestroy { .. } => "cuStreamDestroy",
+            Rec::EventCreate { .. } => "cuEventCreate",
+            Rec::EventDestroy { .. } => "cuEventDestroy",
+            Rec::EventRecord { .. } => "cuEventRecord",
+            Rec::StreamWaitEvent { .. } => "cuStreamWaitEvent",
+            Rec::EventSync { .. } => "cuEventSynchronize",
+            Rec::StreamSync { .. } => "cuStreamSynchronize",
+            Rec::CtxSync => "cuCtxSynchronize",
+            Rec::Opaque { .. } => "an opaque call",
+            Rec::Reserve { .. } => "cuMemAddressReserve",
+            Rec::Unreserve { .. } => "cuMemAddressFree",
+            Rec::Map { .. } => "cuMemMap",
+            Rec::Unmap { .. } => "cuMemUnmap",
+            Rec::TensorMap { .. } => "cuTensorMapEncodeTiled",
+            Rec::Gap { .. } => "(dropped records)",
+            Rec::Dump { .. } => "(flight dump)",
+        }
+    }
+
+    /// Whether a flight ring keeps this record for as long as the process lives rather than
+    /// only while it is recent: what defines the state later calls run against (allocations,
+    /// modules, kernels, streams, events, tensor maps), not the work itself.
+    pub fn is_state(&self) -> bool {
+        match self {
+            Rec::Alloc { .. }
+            | Rec::Free { .. }
+            | Rec::HostAlloc { .. }
+            | Rec::HostFree { .. }
+            | Rec::ModuleLoad { .. }
+            | Rec::ModuleUnload { .. }
+            | Rec::Function { .. }
+            | Rec::KernelFunction { .. }
+            | Rec::StreamCreate { .. }
+            | Rec::StreamDestroy { .. }
+            | Rec::EventCreate { .. }
+            | Rec::EventDestroy { .. }
+            | Rec::Reserve { .. }
+            | Rec::Unreserve { .. }
+            | Rec::Map { .. }
+            | Rec::Unmap { .. }
+            | Rec::TensorMap { .. } => true,
+            Rec::CopyH2D { .. }
+            | Rec::CopyD2H { .. }
+            | Rec::D2HBytes { .. }
+            | Rec::CopyD2D { .. }
+            | Rec::Memset { .. }
+            | Rec::Launch { .. }
+            | Rec::EventRecord { .. }
+            | Rec::StreamWaitEvent { .. }
+            | Rec::EventSync { .. }
+            | Rec::StreamSync { .. }
+            | Rec::CtxSync
+            | Rec::Opaque { .. }
+            | Rec::Gap { .. }
+            | Rec::Dump { .. } => false,
+        }
+    }
+
     fn tag(&self) -> u8 {
         match self {
             Rec::Alloc { .. } => 1,
@@ -218,6 +301,8 @@ impl Rec<'_> {
             Rec::Map { .. } => 27,
             Rec::Unmap { .. } => 28,
             Rec::TensorMap { .. } => 29,
+            Rec::Gap { .. } => 30,
+            Rec::Dump { .. } => 31,
         }
     }
 }
@@ -417,6 +502,11 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             for m in modes {
                 out.extend_from_slice(&m.to_le_bytes());
             }
+        }
+        Rec::Gap { dropped } => put64(out, *dropped),
+        Rec::Dump { reason, blocked } => {
+            put_str(out, reason);
+            put_str(out, blocked);
         }
     }
     let body = (out.len() - start - 4) as u32;
@@ -705,6 +795,13 @@ impl<'a> Reader<'a> {
                     _ => Rec::Unmap { ptr, size },
                 }
             }
+            30 => Rec::Gap {
+                dropped: f.u64("dropped count")?,
+            },
+            31 => Rec::Dump {
+                reason: f.str("reason")?,
+                blocked: f.str("blocked entry point")?,
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -912,6 +1009,11 @@ mod tests {
                 box_dims: vec![32, 8],
                 element_strides: vec![1, 1],
                 modes: [0, 3, 2, 0],
+            },
+            Rec::Gap { dropped: 1 << 33 },
+            Rec::Dump {
+                reason: b"CUDA_ERROR_ASSERT (710) from cuStreamSynchronize",
+                blocked: b"",
             },
         ]
     }

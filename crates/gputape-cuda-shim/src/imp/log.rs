@@ -1,5 +1,7 @@
 //! The call log (`gputape_shimlog`'s layout): with `GPUTAPE_SHIM_LOG_DIR=DIR` set, each process
 //! that calls the driver writes `DIR/PID.gtshm`, one record per understood call as it returns.
+//! With `GPUTAPE_SHIM_FLIGHT_DIR=DIR` instead, the same records go into a ring in memory
+//! (`flight.rs`) and only a fault writes them out, as `DIR/PID.gtshm`.
 //!
 //! Records gather in a buffer that is written out when it passes `FLUSH_AT`, at every host
 //! sync the program makes (so what a program that later dies had synced is on disk), and at
@@ -13,21 +15,39 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use std::path::PathBuf;
+
 use gputape_shimlog::{Header, Rec, Record};
+
+use super::flight::{self, Ring};
 
 /// Where logs go: one file per process.
 pub const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
+/// Where flight dumps go: one file per process that faulted.
+pub const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
 /// Bytes gathered before a write.
 const FLUSH_AT: usize = 1 << 20;
 
-/// Set once the log is known wanted (the variable was set when the driver was loaded).
-static WANTED: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+/// What the process does with its records.
+enum Mode {
+    /// Writes them to `DIR/PID.gtshm` as it goes.
+    File(PathBuf),
+    /// Keeps them in a ring and writes `DIR/PID.gtshm` at a fault.
+    Flight(PathBuf),
+}
+
+/// Set once the log is known wanted (a variable was set when the driver was loaded).
+static WANTED: OnceLock<Option<Mode>> = OnceLock::new();
 /// Cleared for good after a failed write.
 static HEALTHY: AtomicBool = AtomicBool::new(true);
 
 struct Log {
     file: Option<std::fs::File>,
     buf: Vec<u8>,
+    /// The flight recorder's ring (flight mode), and whether its dump was written.
+    ring: Option<Ring>,
+    dumped: bool,
+    pid: u32,
     /// Records in the file so far (the index the next one gets).
     records: u64,
     start: Instant,
@@ -35,11 +55,25 @@ struct Log {
 
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
 
-/// Whether calls are logged in this process: `GPUTAPE_SHIM_LOG_DIR` was set at load.
-pub fn wanted() -> bool {
+fn mode() -> Option<&'static Mode> {
     WANTED
-        .get_or_init(|| std::env::var_os(ENV_LOG_DIR).map(Into::into))
-        .is_some()
+        .get_or_init(|| {
+            let dir = |v| {
+                std::env::var_os(v)
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from)
+            };
+            dir(ENV_LOG_DIR)
+                .map(Mode::File)
+                .or_else(|| dir(ENV_FLIGHT_DIR).map(Mode::Flight))
+        })
+        .as_ref()
+}
+
+/// Whether calls are logged in this process: `GPUTAPE_SHIM_LOG_DIR` or
+/// `GPUTAPE_SHIM_FLIGHT_DIR` was set at load.
+pub fn wanted() -> bool {
+    mode().is_some()
 }
 
 /// The calling thread's id, asked of the kernel once per thread (each record carries it, and
@@ -74,25 +108,102 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     }
     let log = g.as_mut()?;
     let t_ns = log.start.elapsed().as_nanos() as u64;
-    gputape_shimlog::encode(
-        &Record {
-            t_ns,
-            thread,
-            status,
-            call,
-        },
-        &mut log.buf,
-    );
+    let rec = Record {
+        t_ns,
+        thread,
+        status,
+        call,
+    };
     let index = log.records;
     log.records += 1;
+    if let Some(ring) = &mut log.ring {
+        ring.push(index, &rec);
+        if flight::is_fault(status) {
+            let reason = format!(
+                "{} ({status}) returned by {} (driver call {index} of process {})",
+                flight::status_name(status),
+                rec.call.family(),
+                log.pid
+            );
+            dump_locked(log, &reason, thread, status);
+        }
+        return Some(index);
+    }
+    gputape_shimlog::encode(&rec, &mut log.buf);
     if log.buf.len() >= FLUSH_AT {
         flush_locked(log);
     }
     Some(index)
 }
 
+/// Writes the flight recorder's dump (once per process): `DIR/PID.gtshm`, through a temporary
+/// name so a reader never sees half of one.
+fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32) {
+    let (Some(ring), false, Some(Mode::Flight(dir))) = (&log.ring, log.dumped, mode()) else {
+        return;
+    };
+    log.dumped = true;
+    let mut why = reason.to_string();
+    if ring.dropped > 0 {
+        why.push_str(&format!(
+            "; the ring ({} MiB) had dropped the {} oldest work records",
+            ring.cap_mb(),
+            ring.dropped
+        ));
+    }
+    let last = Record {
+        t_ns: log.start.elapsed().as_nanos() as u64,
+        thread,
+        status,
+        call: Rec::Dump {
+            reason: why.as_bytes(),
+            blocked: b"",
+        },
+    };
+    let bytes = ring.dump(&log.buf, &last);
+    let path = dir.join(format!("{}.gtshm", log.pid));
+    let tmp = dir.join(format!(".{}.gtshm.tmp", log.pid));
+    match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
+        Ok(()) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "gputape-shim: flight dump of process {}: {why} -> {}",
+                log.pid,
+                path.display()
+            );
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            fail(&format!("writing the flight dump {}: {e}", path.display()));
+        }
+    }
+}
+
 fn open(pid: u32) -> Option<Log> {
-    let dir = WANTED.get()?.as_ref()?;
+    let header = gputape_shimlog::header(Header {
+        pid,
+        driver_version: super::record::driver_version(),
+    });
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only stores to an atomic, safe in a forked child.
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(mark_forked));
+    });
+    let dir = match mode()? {
+        Mode::File(dir) => dir,
+        // Flight: nothing is written until a dump, whose header `buf` keeps.
+        Mode::Flight(_) => {
+            return Some(Log {
+                file: None,
+                buf: header.to_vec(),
+                ring: Some(Ring::from_env()),
+                dumped: false,
+                pid,
+                records: 0,
+                start: Instant::now(),
+            });
+        }
+    };
     let path = dir.join(format!("{pid}.gtshm"));
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -108,18 +219,13 @@ fn open(pid: u32) -> Option<Log> {
         }
     };
     let mut buf = Vec::with_capacity(FLUSH_AT * 2);
-    buf.extend_from_slice(&gputape_shimlog::header(Header {
-        pid,
-        driver_version: super::record::driver_version(),
-    }));
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registers a handler that only stores to an atomic, safe in a forked child.
-    ATFORK.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(mark_forked));
-    });
+    buf.extend_from_slice(&header);
     Some(Log {
         file: Some(file),
         buf,
+        ring: None,
+        dumped: false,
+        pid,
         records: 0,
         start: Instant::now(),
     })
@@ -148,7 +254,9 @@ pub fn flush() {
     if FORKED.load(Ordering::Relaxed) {
         return;
     }
-    if let Some(log) = g.as_mut() {
+    if let Some(log) = g.as_mut()
+        && log.ring.is_none()
+    {
         flush_locked(log);
     }
 }
@@ -169,4 +277,16 @@ static AT_EXIT: extern "C" fn() = at_exit;
 
 extern "C" fn at_exit() {
     flush();
+    if std::env::var_os(flight::ENV_AT_EXIT).is_some_and(|v| v == "1") {
+        let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(log) = g.as_mut() {
+            let reason = format!(
+                "at exit of process {} ({}=1), after {} driver calls",
+                log.pid,
+                flight::ENV_AT_EXIT,
+                log.records
+            );
+            dump_locked(log, &reason, gettid(), 0);
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! the counts. See the crate's docs for how they fit.
 
 mod counts;
+mod flight;
 mod hooks;
 mod log;
 mod record;

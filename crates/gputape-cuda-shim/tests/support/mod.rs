@@ -105,6 +105,12 @@ pub fn records_program(dir: &Path) -> PathBuf {
     link_program(dir, "records", include_str!("c/records.c"))
 }
 
+/// `c/faults.c` compiled into `dir` and linked like `records_program`: an engine-shaped loop
+/// whose step FAULT runs a kernel off the end of device memory.
+pub fn faults_program(dir: &Path) -> PathBuf {
+    link_program(dir, "faults", include_str!("c/faults.c"))
+}
+
 /// `c/linked.c` compiled into `dir` and linked with `-lcuda` against the shim (through a
 /// `libcuda.so` link in `dir`): it needs `libcuda.so.1` to start at all.
 pub fn linked_program(dir: &Path) -> PathBuf {

@@ -1,0 +1,179 @@
+//! The flight recorder of a driver-level program (`gputape run --flight DIR`, which sets
+//! `GPUTAPE_SHIM_FLIGHT_DIR`): the same records the call log has, kept in memory and written
+//! nowhere until the program faults. Then (once) the process's dump, `DIR/PID.gtshm`, is
+//! written, and `gputape run` turns it into a trace that replays like any other.
+//!
+//! What a dump holds: every record that defines state later calls run against (allocations,
+//! module images, kernel lookups, streams, events, tensor maps: `Rec::is_state`) for the
+//! process's whole life, and the most recent work (launches, copies with their bytes, memsets,
+//! syncs) up to `GPUTAPE_FLIGHT_RING_MB` (default 256). When the work outgrew the ring the
+//! oldest went first, a megabyte at a time; the dump says where (`Rec::Gap`), so a replay
+//! knows that buffers written before the window start without their contents.
+//!
+//! Why no checkpoints of device memory, as the trait-level flight recorder takes: inside an
+//! unmodified program the shim cannot know which bytes of the allocator's segments are live,
+//! and reading back segments of gigabytes would stall the program it must not harm. A program
+//! whose recent work fits the ring (the usual crash after a few steps, a short script) dumps a
+//! complete recording; one that ran longer dumps its window, said.
+
+use std::collections::VecDeque;
+
+use gputape_shimlog::{Rec, Record};
+
+/// The ring's size, in MiB.
+pub const ENV_RING_MB: &str = "GPUTAPE_FLIGHT_RING_MB";
+/// Dump at exit too, whether or not anything faulted (to keep a recording of a run that ended
+/// badly without a driver fault, and for tests).
+pub const ENV_AT_EXIT: &str = "GPUTAPE_SHIM_FLIGHT_AT_EXIT";
+const DEFAULT_RING_MB: usize = 256;
+/// Work records are kept in chunks of about this many bytes; the oldest chunk is dropped whole.
+const CHUNK: usize = 1 << 20;
+
+#[derive(Default)]
+struct Chunk {
+    buf: Vec<u8>,
+    /// (record index, offset of its bytes in `buf`).
+    at: Vec<(u64, usize)>,
+}
+
+/// Recent work and lifelong state, encoded.
+pub struct Ring {
+    state: Vec<u8>,
+    state_at: Vec<(u64, usize)>,
+    chunks: VecDeque<Chunk>,
+    spare: Option<Chunk>,
+    held: usize,
+    cap: usize,
+    /// Work records dropped so far.
+    pub dropped: u64,
+}
+
+impl Ring {
+    /// A ring of `GPUTAPE_FLIGHT_RING_MB` (or the default).
+    pub fn from_env() -> Ring {
+        let mb = std::env::var(ENV_RING_MB)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&m| m > 0)
+            .unwrap_or(DEFAULT_RING_MB);
+        Ring {
+            state: Vec::new(),
+            state_at: Vec::new(),
+            chunks: VecDeque::new(),
+            spare: None,
+            held: 0,
+            cap: mb.saturating_mul(1 << 20),
+            dropped: 0,
+        }
+    }
+
+    /// The ring's size in MiB.
+    pub fn cap_mb(&self) -> usize {
+        self.cap >> 20
+    }
+
+    /// Keeps record `index`.
+    pub fn push(&mut self, index: u64, r: &Record<'_>) {
+        if r.call.is_state() {
+            self.state_at.push((index, self.state.len()));
+            gputape_shimlog::encode(r, &mut self.state);
+            return;
+        }
+        if self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK) {
+            let mut c = self.spare.take().unwrap_or_else(|| Chunk {
+                buf: Vec::with_capacity(CHUNK + (CHUNK >> 2)),
+                at: Vec::new(),
+            });
+            c.buf.clear();
+            c.at.clear();
+            self.chunks.push_back(c);
+        }
+        let c = self.chunks.back_mut().expect("a chunk was just ensured");
+        let o = c.buf.len();
+        c.at.push((index, o));
+        gputape_shimlog::encode(r, &mut c.buf);
+        self.held += c.buf.len() - o;
+        // The newest chunk always stays, however large one record made it.
+        while self.held > self.cap && self.chunks.len() > 1 {
+            let old = self.chunks.pop_front().expect("more than one chunk");
+            self.held -= old.buf.len();
+            self.dropped += old.at.len() as u64;
+            self.spare = Some(old);
+        }
+    }
+
+    /// The dump: `header`, every kept record in index order with a `Gap` wherever records
+    /// were dropped, then `last` (the `Dump` record).
+    pub fn dump(&self, header: &[u8], last: &Record<'_>) -> Vec<u8> {
+        let state = self.state_at.iter().map(|&(i, o)| (i, &self.state[o..]));
+        let work = self
+            .chunks
+            .iter()
+            .flat_map(|c| c.at.iter().map(move |&(i, o)| (i, &c.buf[o..])));
+        let mut out = Vec::with_capacity(header.len() + self.state.len() + self.held + 256);
+        out.extend_from_slice(header);
+        let mut expect = 0u64;
+        let mut emit = |out: &mut Vec<u8>, i: u64, bytes: &[u8]| {
+            if i > expect {
+                gap(out, i - expect);
+            }
+            let body = u32::from_le_bytes(bytes[..4].try_into().expect("a record's length"));
+            out.extend_from_slice(&bytes[..4 + body as usize]);
+            expect = i + 1;
+        };
+        let (mut s, mut w) = (state.peekable(), work.peekable());
+        loop {
+            let next = match (s.peek(), w.peek()) {
+                (Some(a), Some(b)) => {
+                    if a.0 < b.0 {
+                        s.next()
+                    } else {
+                        w.next()
+                    }
+                }
+                (Some(_), None) => s.next(),
+                (None, Some(_)) => w.next(),
+                (None, None) => break,
+            };
+            let (i, bytes) = next.expect("peeked");
+            emit(&mut out, i, bytes);
+        }
+        gputape_shimlog::encode(last, &mut out);
+        out
+    }
+}
+
+fn gap(out: &mut Vec<u8>, dropped: u64) {
+    gputape_shimlog::encode(
+        &Record {
+            t_ns: 0,
+            thread: 0,
+            status: 0,
+            call: Rec::Gap { dropped },
+        },
+        out,
+    );
+}
+
+/// A driver status after which the context is unusable (a fault of a kernel, or the device
+/// lost): the moment a flight recorder exists for.
+pub fn is_fault(status: i32) -> bool {
+    matches!(status, 700 | 702 | 710 | 714..=719 | 999)
+}
+
+/// The name of a fault status, for the dump's reason.
+pub fn status_name(status: i32) -> &'static str {
+    match status {
+        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
+        702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
+        710 => "CUDA_ERROR_ASSERT",
+        714 => "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        715 => "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        716 => "CUDA_ERROR_MISALIGNED_ADDRESS",
+        717 => "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        718 => "CUDA_ERROR_INVALID_PC",
+        719 => "CUDA_ERROR_LAUNCH_FAILED",
+        999 => "CUDA_ERROR_UNKNOWN",
+        _ => "CUDA error",
+    }
+}

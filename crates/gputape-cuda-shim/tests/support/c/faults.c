@@ -1,0 +1,54 @@
+/* An engine-shaped loop for the flight recorder: weights uploaded once, then STEPS steps of
+ * an upload, a launch and an async read back settled by a stream sync; at step FAULT the
+ * launch is given a length that runs off the end of device memory, and that step's sync
+ * reports the fault (CUDA_ERROR_ILLEGAL_ADDRESS), which ends the program with status 1.
+ * Usage: faults STEPS FAULT (FAULT past STEPS: no fault). Linked with -lcuda. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned flags);
+int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+int cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream);
+int cuModuleLoadData(void **module, const void *image);
+int cuModuleGetFunction(void **f, void *module, const char *name);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
+int cuStreamCreate(void **stream, unsigned flags);
+int cuStreamSynchronize(void *stream);
+
+static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
+                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
+                          "{ ret; }\n";
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 10, fault = argc > 2 ? atoi(argv[2]) : 1 << 30;
+    CUdeviceptr w, x;
+    void *m, *f, *s;
+    float weights[64], in[16], out[16];
+    float k = 1.0f;
+    for (int i = 0; i < 64; i++) weights[i] = (float)i;
+    if (cuInit(0) || cuMemAlloc_v2(&w, sizeof weights) || cuMemAlloc_v2(&x, sizeof in) ||
+        cuMemcpyHtoD_v2(w, weights, sizeof weights) || cuModuleLoadData(&m, ptx) ||
+        cuModuleGetFunction(&f, m, "scale") || cuStreamCreate(&s, 1)) {
+        fprintf(stderr, "faults: setup failed\n");
+        return 2;
+    }
+    for (int step = 0; step < steps; step++) {
+        int n = step == fault ? 1 << 30 : 16;
+        for (int i = 0; i < 16; i++) in[i] = (float)(step + i);
+        void *params[] = {&x, &n, &k};
+        int r = cuMemcpyHtoD_v2(x, in, sizeof in);
+        r = r ? r : cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, params, NULL);
+        r = r ? r : cuMemcpyDtoHAsync_v2(out, x, sizeof out, s);
+        r = r ? r : cuStreamSynchronize(s);
+        if (r) {
+            printf("faults: step %d failed with %d\n", step, r);
+            return 1;
+        }
+    }
+    printf("faults: %d steps, out[3] = %g\n", steps, out[3]);
+    return 0;
+}
