@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # What the driver-level recorder costs a PyTorch decode on the H200: scripts/gpu-llama-decode.py
 # (GPUTAPE_DECODE_REPS timed generates of 4 tokens per process) run plain, under `gputape run`
-# (the shim counting and forwarding), and under `gputape run -o` (recording), interleaved, ROUNDS
+# (the shim counting and forwarding), under `gputape run --flight` (the flight recorder: records
+# kept in memory, nothing written without a fault) and under `gputape run -o` (recording to
+# disk), interleaved, ROUNDS
 # times each: processes vary more between themselves than the recorder costs, so each mode gets
-# several processes and the table compares the medians of their medians. Builds nothing: run
+# several processes and the table compares the medians of their medians. Every process runs on
+# the same CPUs (CPUS, default 2-5, through taskset when there is one): unpinned, one process's
+# median ranged 19 to 28 ms in run 81, more than any mode's cost. Builds nothing: run
 # scripts/gpu-bin.sh first. Prints each process's numbers, then the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +18,17 @@ ROUNDS=${ROUNDS:-4}
 export GPUTAPE_DECODE_REPS=${GPUTAPE_DECODE_REPS:-30}
 mkdir -p "$OUT"
 G="$B/gputape"
+PIN=()
+command -v taskset >/dev/null && PIN=(taskset -c "${CPUS:-2-5}")
 for r in $(seq 1 "$ROUNDS"); do
-    for mode in plain shim recorded; do
+    for mode in plain shim flight recorded; do
         case $mode in
             plain) cmd=($PY scripts/gpu-llama-decode.py) ;;
             shim) cmd=("$G" run -- $PY scripts/gpu-llama-decode.py) ;;
+            flight) cmd=("$G" run --flight "$OUT/flight" -- $PY scripts/gpu-llama-decode.py) ;;
             recorded) cmd=("$G" run -o "$OUT/cost.gtape" -- $PY scripts/gpu-llama-decode.py) ;;
         esac
-        "${cmd[@]}" >"$OUT/$mode.$r.out" 2>"$OUT/$mode.$r.err"
+        "${PIN[@]}" "${cmd[@]}" >"$OUT/$mode.$r.out" 2>"$OUT/$mode.$r.err"
         echo "round $r $mode exit $?: $(grep -h -o '"generate_ms": {[^}]*}' "$OUT/$mode.$r.out")"
         rm -f "$OUT/cost.gtape"
     done
@@ -34,7 +41,7 @@ def ms(mode, r):
         if line.startswith("GPUTAPE_DECODE "):
             return json.loads(line.split(" ", 1)[1])["generate_ms"]
 rows = {}
-for mode in ("plain", "shim", "recorded"):
+for mode in ("plain", "shim", "flight", "recorded"):
     got = [m for m in (ms(mode, r) for r in range(1, rounds + 1)) if m]
     rows[mode] = {
         "median": statistics.median(g["median"] for g in got),
