@@ -6,7 +6,9 @@
 #   2. scripts/gpu-llama-decode.py (transformers Llama, random weights, 4 new tokens), with
 #      PyTorch's default allocator and with expandable_segments:True (the allocator's virtual
 #      memory: reservations and maps);
-#   3. scripts/gpu-embedding-oob.py (an out-of-range embedding index: device-side assert).
+#   3. scripts/gpu-cuda-graph.py (a step captured with torch.cuda.graph and launched 4 times:
+#      stream capture and graph launches, stage c);
+#   4. scripts/gpu-embedding-oob.py (an out-of-range embedding index: device-side assert).
 # Each is also run plainly and under `gputape run` without -o, so the output and the time of the
 # decode's timed generate can be compared: plain, shim only, recorded.
 # Then the out-of-range embedding's trace is minimized on CUDA.
@@ -34,7 +36,9 @@ import json, sys
 out = []
 for line in open(sys.argv[1]):
     tag, _, rest = line.partition(" ")
-    if tag in ("GPUTAPE_SHIM_RESULT", "GPUTAPE_DECODE"):
+    if tag == "GPUTAPE_GRAPH":
+        out.append(rest.strip())
+    elif tag in ("GPUTAPE_SHIM_RESULT", "GPUTAPE_DECODE"):
         d = json.loads(rest)
         out.append(json.dumps({k: d.get(k) for k in ("result", "sha256", "tokens", "logits_sha256")}))
     elif tag == "GPUTAPE_OOB":
@@ -98,6 +102,7 @@ run_case torch "" scripts/gpu-shim.py
 run_case bf16-matmul "" scripts/gpu-bf16-matmul.py
 run_case decode "" scripts/gpu-llama-decode.py
 run_case decode-expandable "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" scripts/gpu-llama-decode.py
+run_case cuda-graph "" scripts/gpu-cuda-graph.py
 run_case embedding-oob "" scripts/gpu-embedding-oob.py
 if [ -f "$OUT/embedding-oob.gtape" ]; then
     echo "--- minimize --on cuda embedding-oob"
@@ -132,7 +137,7 @@ PYEOF
 done
 echo
 echo "entry points called, by how a recording takes them (from --counts):"
-for n in torch bf16-matmul decode decode-expandable embedding-oob; do
+for n in torch bf16-matmul decode decode-expandable cuda-graph embedding-oob; do
     $PY - "$n" "$OUT/$n.counts.json" <<'PYEOF'
 import json, sys
 name, p = sys.argv[1:]

@@ -247,22 +247,23 @@ fn run_o_without_any_driver_call_says_no_trace_was_written() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-/// `gputape run --flight DIR -- faults STEPS FAULT` with the ring at `ring_mb`.
+/// `gputape run --flight DIR -- PROGRAM ARGS...` with the ring at `ring_mb` and `envs` set.
 fn flight(
     d: &std::path::Path,
     prog: &std::path::Path,
-    steps: u32,
-    fault: u32,
+    args: &[&str],
     ring_mb: u32,
+    envs: &[(&str, &str)],
 ) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gputape"))
         .args(["run", "--flight"])
         .arg(d.join("flight"))
         .arg("--")
         .arg(prog)
-        .args([steps.to_string(), fault.to_string()])
+        .args(args)
         .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
         .env("GPUTAPE_FLIGHT_RING_MB", ring_mb.to_string())
+        .envs(envs.iter().copied())
         .env_remove("GPUTAPE_SHIM_DIR")
         .env_remove("GPUTAPE_SHIM_COUNTS")
         .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
@@ -288,7 +289,7 @@ fn run_flight_writes_nothing_until_a_fault_then_a_dump_that_names_it() {
     let prog = support::faults_program(&d);
 
     // No fault: the program runs as without gputape, and nothing is written.
-    let o = flight(&d, &prog, 200, 1000, 256);
+    let o = flight(&d, &prog, &["200", "1000"], 256, &[]);
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(
@@ -303,7 +304,7 @@ fn run_flight_writes_nothing_until_a_fault_then_a_dump_that_names_it() {
 
     // A fault at step 40: the program's own exit status, and a dump of everything, since the
     // ring never filled: the setup, 40 good steps and the faulting one.
-    let o = flight(&d, &prog, 100, 40, 256);
+    let o = flight(&d, &prog, &["100", "40"], 256, &[]);
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(
@@ -337,7 +338,7 @@ fn run_flight_writes_nothing_until_a_fault_then_a_dump_that_names_it() {
     // A ring of 1 MiB and a fault at step 20000 (about 4 MB of work records before it): the
     // dump keeps the setup and the last steps, says what it dropped, and stays near the
     // ring's size.
-    let o = flight(&d, &prog, 30000, 20000, 1);
+    let o = flight(&d, &prog, &["30000", "20000"], 1, &[]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     let trace = flight_dump(&d);
@@ -350,5 +351,119 @@ fn run_flight_writes_nothing_until_a_fault_then_a_dump_that_names_it() {
     assert!(reason.contains("start without their contents"), "{reason}");
     let calls = v["calls_in_trace"].as_u64().unwrap();
     assert!((1000..4 * 20001).contains(&calls), "{calls} calls");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn run_o_records_a_captured_graph_and_its_launches() {
+    let d = support::scratch("run-graphs");
+    let prog = support::graphs_program(&d);
+    let trace = d.join("graphs.gtape");
+    let o = run(&[
+        "-o".as_ref(),
+        trace.as_ref(),
+        "--".as_ref(),
+        prog.as_ref(),
+        "3".as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    // The graph ran its two captured launches at each of its launches: (2 + 1) * 2 * 3.
+    assert!(out.contains("graphs: 3 steps, out[1] = 18"), "{out}{err}");
+    assert!(!err.contains("kept by name only"), "{err}");
+    let o = gputape(&["show".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let shown: String = text(&o.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("recorded at"))
+        .map(|l| format!("{}\n", l.trim_end()))
+        .collect();
+    insta::assert_snapshot!("run_o_graphs_show", shown);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn a_flight_dump_keeps_a_graph_captured_long_before_its_window() {
+    let d = support::scratch("run-flight-graphs");
+    let prog = support::graphs_program(&d);
+    // The graph is captured at the start; 20000 steps later (about 3 MB of work records
+    // through a 1 MiB ring) an eager launch faults.
+    let o = flight(&d, &prog, &["30000", "20000"], 1, &[]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("graphs: step 20000 failed with 700"),
+        "{out}{err}"
+    );
+    let trace = flight_dump(&d);
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["dump"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("had dropped the"),
+        "{}",
+        v["dump"]
+    );
+    let kinds: Vec<&str> = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    // The capture and what it captured, kept whole though far older than the window.
+    let begin = kinds
+        .iter()
+        .position(|k| *k == "begin_capture")
+        .expect("begin_capture kept");
+    assert_eq!(
+        kinds[begin..begin + 4],
+        ["begin_capture", "launch", "launch", "end_capture"],
+        "{kinds:?}"
+    );
+    // Every graph launch in the window names that graph: none is opaque.
+    let graphs = kinds.iter().filter(|k| **k == "launch_graph").count();
+    assert!(graphs > 100, "{graphs} graph launches");
+    assert!(!kinds.contains(&"opaque"), "{kinds:?}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn a_flight_recording_dumps_a_sync_that_does_not_return_as_a_hang() {
+    let d = support::scratch("run-flight-hang");
+    let prog = support::faults_program(&d);
+    // Step 30's kernel spins; the fake driver's sync gives up after 4 s (a real one would
+    // not), long after the 0.5 s deadline.
+    let o = flight(
+        &d,
+        &prog,
+        &["100", "30", "hang"],
+        256,
+        &[("GPUTAPE_FLIGHT_HANG_S", "0.5")],
+    );
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains("hang: cuStreamSynchronize has not returned after"),
+        "{err}"
+    );
+    let trace = flight_dump(&d);
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let in_flight = v["dump"]["in_flight"].as_array().unwrap();
+    assert_eq!(in_flight.len(), 1, "{}", v["dump"]);
+    // The blocked sync is the last call, without a result; the spinning launch before it.
+    let calls = v["calls"].as_array().unwrap();
+    let last = calls.last().unwrap();
+    assert_eq!(in_flight[0]["seq"], last["seq"], "{last}");
+    assert_eq!(last["kind"], "synchronize", "{last}");
+    assert!(last["ok"].is_null(), "{last}");
+    let launch = &calls[calls.len() - 3];
+    assert_eq!(launch["kind"], "launch", "{launch}");
+    assert!(
+        launch["call"].as_str().unwrap().contains("0xffffffff"),
+        "{launch}"
+    );
     let _ = std::fs::remove_dir_all(d);
 }

@@ -11,9 +11,9 @@ use crate::backend::{
 };
 use crate::recorder::Addrs;
 use crate::trace::{
-    Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, HostAddr,
-    KernelId, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace, TraceHeader,
-    Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
+    Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
+    HostAddr, KernelId, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace,
+    TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -123,6 +123,16 @@ struct Converter {
     /// Tensor maps encoded so far, by their 128 bytes: what a launch parameter holding those
     /// bytes describes.
     tensor_maps: HashMap<Vec<u8>, TensorMapArg>,
+    /// Captured graphs by `CUgraph` handle.
+    graphs: HashMap<u64, GraphId>,
+    /// Executable graphs by `CUgraphExec` handle: the captured graph each was made from.
+    execs: HashMap<u64, GraphId>,
+    /// Executable graphs alive per captured graph: the trace's graph (instantiated when its
+    /// capture ends) is destroyed with the last.
+    exec_count: HashMap<GraphId, u32>,
+    next_graph: u32,
+    /// Calls a hang's dump says had not returned: (seq, thread).
+    in_flight: Vec<(u64, u16)>,
     /// Records read (the index the next one has).
     index: u64,
     seq: u64,
@@ -176,13 +186,18 @@ impl Converter {
             threads: HashMap::new(),
             extents: HashMap::new(),
             tensor_maps: HashMap::new(),
+            graphs: HashMap::new(),
+            execs: HashMap::new(),
+            exec_count: HashMap::new(),
+            next_graph: 0,
+            in_flight: Vec::new(),
             index: 0,
             seq: 0,
         }
     }
 
     /// The flight recorder's reason for the dump this log is.
-    fn dumped(&mut self, reason: &[u8], blocked: &[u8]) {
+    fn dumped(&mut self, reason: &[u8]) {
         let mut reason = String::from_utf8_lossy(reason).into_owned();
         if self.summary.dropped > 0 {
             reason.push_str(&format!(
@@ -191,16 +206,10 @@ impl Converter {
                 self.summary.window_from.unwrap_or(0)
             ));
         }
-        if !blocked.is_empty() {
-            reason.push_str(&format!(
-                " (blocked in {})",
-                String::from_utf8_lossy(blocked)
-            ));
-        }
         self.summary.dump = Some(reason.clone());
         self.t.dump = Some(crate::trace::DumpInfo {
             reason,
-            in_flight: Vec::new(),
+            in_flight: std::mem::take(&mut self.in_flight),
         });
     }
 
@@ -264,10 +273,10 @@ impl Converter {
                 self.summary.window_from = Some(self.seq);
                 return;
             }
-            Rec::Dump { reason, blocked } => {
+            Rec::Dump { reason } => {
                 self.summary.records -= 1;
                 self.index = index;
-                self.dumped(reason, blocked);
+                self.dumped(reason);
                 return;
             }
             Rec::CopyH2D { dst, on, data } => {
@@ -551,20 +560,82 @@ impl Converter {
                 // Logged before the call ran: its result is not known.
                 (Call::Opaque { name }, Ok(Value::Unit))
             }
+            Rec::CaptureBegin { stream, .. } => (
+                Call::BeginCapture {
+                    stream: self.stream(stream),
+                },
+                ret(Value::Unit),
+            ),
+            Rec::CaptureEnd { stream, graph } => {
+                let call = Call::EndCapture {
+                    stream: self.stream(stream),
+                };
+                if ok {
+                    let id = GraphId(self.next_graph);
+                    self.next_graph += 1;
+                    self.graphs.insert(graph, id);
+                    (call, Ok(Value::Graph(id)))
+                } else {
+                    (call, ret(Value::Unit))
+                }
+            }
+            // The trace's graph is instantiated when its capture ends: instantiating it again
+            // is no call, only another handle for the same graph.
+            Rec::GraphInstantiate { exec, graph } => {
+                if let Some(&id) = self.graphs.get(&graph) {
+                    self.execs.insert(exec, id);
+                    *self.exec_count.entry(id).or_default() += 1;
+                }
+                return;
+            }
+            Rec::GraphLaunch { exec, stream } => match self.execs.get(&exec) {
+                Some(&graph) => (
+                    Call::LaunchGraph {
+                        graph,
+                        stream: self.stream(stream),
+                    },
+                    ret(Value::Unit),
+                ),
+                // A graph made some other way (built node by node, or before a flight
+                // dump's window): not replayable, and said.
+                None => {
+                    let name = "cuGraphLaunch".to_string();
+                    *self.summary.opaque.entry(name.clone()).or_default() += 1;
+                    (Call::Opaque { name }, ret(Value::Unit))
+                }
+            },
+            Rec::GraphExecDestroy { exec } => {
+                let Some(graph) = self.execs.remove(&exec) else {
+                    return;
+                };
+                let left = self.exec_count.entry(graph).or_default();
+                *left = left.saturating_sub(1);
+                if *left > 0 {
+                    return;
+                }
+                (Call::DestroyGraph { graph }, ret(Value::Unit))
+            }
+            // The captured graph's template: the trace's graph lives as long as its executables.
+            Rec::GraphDestroy { .. } => return,
         };
-        if value.is_err() {
+        // A hang's dump writes the calls threads were blocked in as not returned.
+        let returned = r.status != gputape_shimlog::STATUS_NOT_RETURNED;
+        if value.is_err() && returned {
             self.summary.failed += 1;
         }
         let next = self.threads.len() as u16;
         let thread = *self.threads.entry(r.thread).or_insert(next);
+        if !returned {
+            self.in_flight.push((self.seq, thread));
+        }
         self.t.calls.push(CallRecord {
             seq: self.seq,
             thread,
             site: SITE,
             t_ns: r.t_ns,
-            dur_ns: Some(0),
+            dur_ns: returned.then_some(0),
             call,
-            ret: Some(value),
+            ret: returned.then_some(value),
         });
         self.seq += 1;
     }

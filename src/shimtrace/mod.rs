@@ -18,10 +18,13 @@
 //! | `cuLaunchKernel*`, `cuLaunchKernelEx*` | `Launch`: each parameter by the driver's layout; an 8-byte one holding an address inside a live buffer is that buffer plus offset, a larger one with such words is `Arg::Words`; a cluster shape asked for is the kernel's (`Frame::KernelCluster`) |
 //! | `cuTensorMapEncodeTiled` | `EncodeTensorMap`; a parameter holding the map's bytes is `Arg::TensorMap` (or a map inside `Arg::Words`) |
 //! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
+//! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |
+//! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy` | no call (the trace's graph is made when its capture ends) / `LaunchGraph` / `DestroyGraph` with the graph's last executable; a graph not captured (built node by node): its launches opaque |
 //! | anything else that changes the device | `Opaque` by name |
 //!
 //! Approximations, said here so nobody relies on them: the legacy and per-thread default
-//! streams are one (`legacy`); `cuCtxSynchronize` is a sync of the legacy stream; pinned host
+//! streams are one (`legacy`); `cuCtxSynchronize` is a sync of the legacy stream; a capture's
+//! mode (global, thread-local, relaxed) is not kept: a replay captures in its backend's; pinned host
 //! allocations are not calls (copies through them are recorded with their bytes); an 8-byte
 //! value that equals an address inside a live buffer is taken for a pointer.
 

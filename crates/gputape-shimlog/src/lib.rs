@@ -33,6 +33,16 @@ pub const HEADER_LEN: usize = 8 + 2 + 4 + 4;
 /// Bytes of a record's fixed part after `body_len`: tag, time, thread, status.
 const FIXED: usize = 1 + 8 + 4 + 4;
 
+/// A record's status when the call's result is not known: an opaque call, logged before it
+/// ran.
+pub const STATUS_UNKNOWN: i32 = i32::MIN;
+/// A record's status when the call had not returned: a flight dump taken for a hang writes the
+/// blocked calls so, just before its `Dump` record.
+pub const STATUS_NOT_RETURNED: i32 = i32::MIN + 1;
+
+/// How a hang's dump reason begins (the same words the trace's hang dumps begin with).
+pub const HANG_PREFIX: &str = "hang: ";
+
 /// What the file says about the process that wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -184,14 +194,27 @@ pub enum Rec<'a> {
         element_strides: Vec<u32>,
         modes: [u32; 4],
     },
+    /// `cuStreamBeginCapture*`: work on `stream` is captured from here (`mode` the driver's
+    /// `CUstreamCaptureMode`: 0 global, 1 thread-local, 2 relaxed).
+    CaptureBegin { stream: u64, mode: u32 },
+    /// `cuStreamEndCapture*`: the capture on `stream` ended, making `graph` (0 when it failed).
+    CaptureEnd { stream: u64, graph: u64 },
+    /// `cuGraphInstantiate*`: `exec` made from `graph`.
+    GraphInstantiate { exec: u64, graph: u64 },
+    /// `cuGraphLaunch*`.
+    GraphLaunch { exec: u64, stream: u64 },
+    /// `cuGraphExecDestroy`.
+    GraphExecDestroy { exec: u64 },
+    /// `cuGraphDestroy`.
+    GraphDestroy { graph: u64 },
     /// A flight dump (`GPUTAPE_SHIM_FLIGHT_DIR`) left out `dropped` records here: the ring of
     /// recent calls had wrapped. Records keep their indices (the next one's is this many
     /// higher), so a `D2HBytes` still names its copy.
     Gap { dropped: u64 },
     /// The flight recorder dumped here, and why (`reason`, words for a person: the fault and
-    /// the call that returned it, or a hang). The last record of a dump; `blocked` is the
-    /// entry point a thread was waiting in, for a hang (empty otherwise).
-    Dump { reason: &'a [u8], blocked: &'a [u8] },
+    /// the call that returned it, or a hang). The last record of a dump; a hang's blocked
+    /// calls come just before it, with `STATUS_NOT_RETURNED`.
+    Dump { reason: &'a [u8] },
 }
 
 impl Rec<'_> {
@@ -226,6 +249,12 @@ impl Rec<'_> {
             Rec::Map { .. } => "cuMemMap",
             Rec::Unmap { .. } => "cuMemUnmap",
             Rec::TensorMap { .. } => "cuTensorMapEncodeTiled",
+            Rec::CaptureBegin { .. } => "cuStreamBeginCapture",
+            Rec::CaptureEnd { .. } => "cuStreamEndCapture",
+            Rec::GraphInstantiate { .. } => "cuGraphInstantiate",
+            Rec::GraphLaunch { .. } => "cuGraphLaunch",
+            Rec::GraphExecDestroy { .. } => "cuGraphExecDestroy",
+            Rec::GraphDestroy { .. } => "cuGraphDestroy",
             Rec::Gap { .. } => "(dropped records)",
             Rec::Dump { .. } => "(flight dump)",
         }
@@ -252,7 +281,14 @@ impl Rec<'_> {
             | Rec::Unreserve { .. }
             | Rec::Map { .. }
             | Rec::Unmap { .. }
-            | Rec::TensorMap { .. } => true,
+            | Rec::TensorMap { .. }
+            // A graph is launched long after it was made: its capture and everything
+            // captured (the ring keeps what comes between a begin and its end) are state.
+            | Rec::CaptureBegin { .. }
+            | Rec::CaptureEnd { .. }
+            | Rec::GraphInstantiate { .. }
+            | Rec::GraphExecDestroy { .. }
+            | Rec::GraphDestroy { .. } => true,
             Rec::CopyH2D { .. }
             | Rec::CopyD2H { .. }
             | Rec::D2HBytes { .. }
@@ -265,6 +301,7 @@ impl Rec<'_> {
             | Rec::StreamSync { .. }
             | Rec::CtxSync
             | Rec::Opaque { .. }
+            | Rec::GraphLaunch { .. }
             | Rec::Gap { .. }
             | Rec::Dump { .. } => false,
         }
@@ -303,6 +340,12 @@ impl Rec<'_> {
             Rec::TensorMap { .. } => 29,
             Rec::Gap { .. } => 30,
             Rec::Dump { .. } => 31,
+            Rec::CaptureBegin { .. } => 32,
+            Rec::CaptureEnd { .. } => 33,
+            Rec::GraphInstantiate { .. } => 34,
+            Rec::GraphLaunch { .. } => 35,
+            Rec::GraphExecDestroy { .. } => 36,
+            Rec::GraphDestroy { .. } => 37,
         }
     }
 }
@@ -504,10 +547,21 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             }
         }
         Rec::Gap { dropped } => put64(out, *dropped),
-        Rec::Dump { reason, blocked } => {
-            put_str(out, reason);
-            put_str(out, blocked);
+        Rec::CaptureBegin { stream, mode } => {
+            put64(out, *stream);
+            out.extend_from_slice(&mode.to_le_bytes());
         }
+        Rec::CaptureEnd {
+            stream: a,
+            graph: b,
+        }
+        | Rec::GraphInstantiate { exec: a, graph: b }
+        | Rec::GraphLaunch { exec: a, stream: b } => {
+            put64(out, *a);
+            put64(out, *b);
+        }
+        Rec::GraphExecDestroy { exec: h } | Rec::GraphDestroy { graph: h } => put64(out, *h),
+        Rec::Dump { reason } => put_str(out, reason),
     }
     let body = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&body.to_le_bytes());
@@ -800,7 +854,28 @@ impl<'a> Reader<'a> {
             },
             31 => Rec::Dump {
                 reason: f.str("reason")?,
-                blocked: f.str("blocked entry point")?,
+            },
+            32 => Rec::CaptureBegin {
+                stream: f.u64("stream")?,
+                mode: f.u32("capture mode")?,
+            },
+            33 => Rec::CaptureEnd {
+                stream: f.u64("stream")?,
+                graph: f.u64("graph")?,
+            },
+            34 => Rec::GraphInstantiate {
+                exec: f.u64("executable graph")?,
+                graph: f.u64("graph")?,
+            },
+            35 => Rec::GraphLaunch {
+                exec: f.u64("executable graph")?,
+                stream: f.u64("stream")?,
+            },
+            36 => Rec::GraphExecDestroy {
+                exec: f.u64("executable graph")?,
+            },
+            37 => Rec::GraphDestroy {
+                graph: f.u64("graph")?,
             },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
@@ -1010,10 +1085,27 @@ mod tests {
                 element_strides: vec![1, 1],
                 modes: [0, 3, 2, 0],
             },
+            Rec::CaptureBegin {
+                stream: 0x5000,
+                mode: 2,
+            },
+            Rec::CaptureEnd {
+                stream: 0x5000,
+                graph: 0x6000,
+            },
+            Rec::GraphInstantiate {
+                exec: 0x7000,
+                graph: 0x6000,
+            },
+            Rec::GraphLaunch {
+                exec: 0x7000,
+                stream: 0x5000,
+            },
+            Rec::GraphExecDestroy { exec: 0x7000 },
+            Rec::GraphDestroy { graph: 0x6000 },
             Rec::Gap { dropped: 1 << 33 },
             Rec::Dump {
                 reason: b"CUDA_ERROR_ASSERT (710) from cuStreamSynchronize",
-                blocked: b"",
             },
         ]
     }

@@ -17,6 +17,8 @@
 //! complete recording; one that ran longer dumps its window, said.
 
 use std::collections::VecDeque;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use gputape_shimlog::{Rec, Record};
 
@@ -44,6 +46,8 @@ pub struct Ring {
     spare: Option<Chunk>,
     held: usize,
     cap: usize,
+    /// Captures begun and not yet ended.
+    capturing: u32,
     /// Work records dropped so far.
     pub dropped: u64,
 }
@@ -62,6 +66,7 @@ impl Ring {
             chunks: VecDeque::new(),
             spare: None,
             held: 0,
+            capturing: 0,
             cap: mb.saturating_mul(1 << 20),
             dropped: 0,
         }
@@ -74,7 +79,14 @@ impl Ring {
 
     /// Keeps record `index`.
     pub fn push(&mut self, index: u64, r: &Record<'_>) {
-        if r.call.is_state() {
+        // What a capture records runs at every launch of its graph, for the process's life.
+        let captured = self.capturing > 0;
+        match r.call {
+            Rec::CaptureBegin { .. } if r.status == 0 => self.capturing += 1,
+            Rec::CaptureEnd { .. } => self.capturing = self.capturing.saturating_sub(1),
+            _ => {}
+        }
+        if r.call.is_state() || captured {
             self.state_at.push((index, self.state.len()));
             gputape_shimlog::encode(r, &mut self.state);
             return;
@@ -103,8 +115,8 @@ impl Ring {
     }
 
     /// The dump: `header`, every kept record in index order with a `Gap` wherever records
-    /// were dropped, then `last` (the `Dump` record).
-    pub fn dump(&self, header: &[u8], last: &Record<'_>) -> Vec<u8> {
+    /// were dropped, then `tail` (the calls a hang left blocked, and the `Dump` record).
+    pub fn dump(&self, header: &[u8], tail: &[Record<'_>]) -> Vec<u8> {
         let state = self.state_at.iter().map(|&(i, o)| (i, &self.state[o..]));
         let work = self
             .chunks
@@ -138,7 +150,9 @@ impl Ring {
             let (i, bytes) = next.expect("peeked");
             emit(&mut out, i, bytes);
         }
-        gputape_shimlog::encode(last, &mut out);
+        for r in tail {
+            gputape_shimlog::encode(r, &mut out);
+        }
         out
     }
 }
@@ -175,5 +189,121 @@ pub fn status_name(status: i32) -> &'static str {
         719 => "CUDA_ERROR_LAUNCH_FAILED",
         999 => "CUDA_ERROR_UNKNOWN",
         _ => "CUDA error",
+    }
+}
+
+// ---- hangs ----
+
+/// Seconds a host sync may wait before the flight recorder dumps (fractions allowed; unset or
+/// 0: never), the same variable the trait-level flight recorder reads.
+pub const ENV_HANG_S: &str = "GPUTAPE_FLIGHT_HANG_S";
+
+/// The blocking call a thread waits in, as its record would say.
+#[derive(Clone, Copy)]
+pub enum Blocked {
+    /// `cuStreamSynchronize`.
+    Stream(u64),
+    /// `cuCtxSynchronize`.
+    Ctx,
+    /// `cuEventSynchronize`.
+    Event(u64),
+    /// A blocking `cuMemcpyDtoH`.
+    D2H { src: u64, dst: u64, len: u64 },
+}
+
+impl Blocked {
+    /// The record a hang's dump writes for it (with `STATUS_NOT_RETURNED`).
+    pub fn rec(self) -> Rec<'static> {
+        match self {
+            Blocked::Stream(stream) => Rec::StreamSync { stream },
+            Blocked::Ctx => Rec::CtxSync,
+            Blocked::Event(event) => Rec::EventSync { event },
+            Blocked::D2H { src, dst, len } => Rec::CopyD2H {
+                src,
+                dst_host: dst,
+                len,
+                on: gputape_shimlog::On {
+                    stream: 0,
+                    sync: true,
+                },
+                data: &[],
+            },
+        }
+    }
+}
+
+/// Threads waiting in a blocking call: (thread, since, what).
+static WAITING: Mutex<Vec<(u32, Instant, Blocked)>> = Mutex::new(Vec::new());
+
+/// The hang deadline, when a flight recording wants one.
+fn hang_after() -> Option<Duration> {
+    static AFTER: OnceLock<Option<Duration>> = OnceLock::new();
+    *AFTER.get_or_init(|| {
+        if !super::log::is_flight() {
+            return None;
+        }
+        let s = std::env::var(ENV_HANG_S).ok()?.trim().parse::<f64>().ok()?;
+        (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s.min(1e9)))
+    })
+}
+
+/// While alive, the calling thread is waiting in `what`.
+pub struct Waiting(u32);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut w = WAITING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = w.iter().rposition(|e| e.0 == self.0) {
+            w.swap_remove(i);
+        }
+    }
+}
+
+/// Notes that this thread waits in `what` until the guard drops (nothing, and no cost beyond
+/// one read, unless a flight recording has a hang deadline); starts the watcher once.
+pub fn waiting(what: Blocked) -> Option<Waiting> {
+    let after = hang_after()?;
+    static WATCHER: std::sync::Once = std::sync::Once::new();
+    WATCHER.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("gputape-hang".into())
+            .spawn(move || watch(after));
+    });
+    let tid = super::log::thread_id();
+    WAITING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((tid, Instant::now(), what));
+    Some(Waiting(tid))
+}
+
+/// The watcher: when some thread has waited longer than `after`, the process dumps (once), with
+/// every waiting call as not returned.
+fn watch(after: Duration) {
+    let tick = (after / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    loop {
+        std::thread::sleep(tick);
+        let now = Instant::now();
+        let mut w = WAITING.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        w.sort_by_key(|e| e.1);
+        let Some(oldest) = w.first() else {
+            continue;
+        };
+        let waited = now.duration_since(oldest.1);
+        if waited < after {
+            continue;
+        }
+        let blocked: Vec<(u32, Rec<'static>)> = w.iter().map(|e| (e.0, e.2.rec())).collect();
+        let name = oldest.2.rec().family();
+        super::log::dump_hang(
+            &format!(
+                "{}{name} has not returned after {:.1} s ({ENV_HANG_S}); {} thread(s) waiting",
+                gputape_shimlog::HANG_PREFIX,
+                waited.as_secs_f64(),
+                w.len()
+            ),
+            &blocked,
+        );
+        return;
     }
 }

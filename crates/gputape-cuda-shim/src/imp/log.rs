@@ -76,6 +76,16 @@ pub fn wanted() -> bool {
     mode().is_some()
 }
 
+/// Whether this process keeps a flight recorder's ring rather than a log.
+pub fn is_flight() -> bool {
+    matches!(mode(), Some(Mode::Flight(_)))
+}
+
+/// The calling thread's id, as records name it.
+pub fn thread_id() -> u32 {
+    gettid()
+}
+
 /// The calling thread's id, asked of the kernel once per thread (each record carries it, and
 /// a system call per record would be a cost on every logged call).
 fn gettid() -> u32 {
@@ -125,7 +135,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
                 rec.call.family(),
                 log.pid
             );
-            dump_locked(log, &reason, thread, status);
+            dump_locked(log, &reason, thread, status, &[]);
         }
         return Some(index);
     }
@@ -136,9 +146,30 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     Some(index)
 }
 
+/// The flight recorder's dump for a hang (the watcher calls it): `blocked` are the calls
+/// threads are waiting in, the longest waiting first, written as not returned.
+pub fn dump_hang(reason: &str, blocked: &[(u32, Rec<'_>)]) {
+    let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(log) = g.as_mut() else {
+        return;
+    };
+    let t_ns = log.start.elapsed().as_nanos() as u64;
+    let tail: Vec<Record<'_>> = blocked
+        .iter()
+        .map(|(thread, call)| Record {
+            t_ns,
+            thread: *thread,
+            status: gputape_shimlog::STATUS_NOT_RETURNED,
+            call: call.clone(),
+        })
+        .collect();
+    let reason = format!("{reason} (process {})", log.pid);
+    dump_locked(log, &reason, gettid(), 0, &tail);
+}
+
 /// Writes the flight recorder's dump (once per process): `DIR/PID.gtshm`, through a temporary
-/// name so a reader never sees half of one.
-fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32) {
+/// name so a reader never sees half of one. `blocked` (a hang's) go just before the `Dump`.
+fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32, blocked: &[Record<'_>]) {
     let (Some(ring), false, Some(Mode::Flight(dir))) = (&log.ring, log.dumped, mode()) else {
         return;
     };
@@ -151,16 +182,16 @@ fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32) {
             ring.dropped
         ));
     }
-    let last = Record {
+    let mut tail = blocked.to_vec();
+    tail.push(Record {
         t_ns: log.start.elapsed().as_nanos() as u64,
         thread,
         status,
         call: Rec::Dump {
             reason: why.as_bytes(),
-            blocked: b"",
         },
-    };
-    let bytes = ring.dump(&log.buf, &last);
+    });
+    let bytes = ring.dump(&log.buf, &tail);
     let path = dir.join(format!("{}.gtshm", log.pid));
     let tmp = dir.join(format!(".{}.gtshm.tmp", log.pid));
     match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
@@ -286,7 +317,7 @@ extern "C" fn at_exit() {
                 flight::ENV_AT_EXIT,
                 log.records
             );
-            dump_locked(log, &reason, gettid(), 0);
+            dump_locked(log, &reason, gettid(), 0, &[]);
         }
     }
 }

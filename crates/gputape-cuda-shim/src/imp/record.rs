@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use gputape_shimlog::{On, Rec};
 
+use super::flight::{self, Blocked};
 use super::log;
 use super::table::{NAMES, entry, real};
 
@@ -345,8 +346,15 @@ unsafe extern "C" fn h2d_async<const I: usize>(
 
 unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -> R {
     type F = unsafe extern "C" fn(*mut c_void, u64, usize) -> R;
-    // SAFETY: entry point I is cuMemcpyDtoH(_v2[_ptds]), whose signature F is.
-    let r = unsafe { real_at::<F>(I)(dst, src, n) };
+    let r = {
+        let _w = flight::waiting(Blocked::D2H {
+            src,
+            dst: dst as u64,
+            len: n as u64,
+        });
+        // SAFETY: entry point I is cuMemcpyDtoH(_v2[_ptds]), whose signature F is.
+        unsafe { real_at::<F>(I)(dst, src, n) }
+    };
     // SAFETY: the driver wrote `n` bytes at `dst` (on success; else they are not logged).
     let data = if r == 0 {
         unsafe { host_bytes(dst, n) }
@@ -1137,8 +1145,10 @@ fn event_done(e: u64) -> Option<Done> {
 }
 
 unsafe extern "C" fn event_sync<const I: usize>(e: u64) -> R {
+    let _w = flight::waiting(Blocked::Event(e));
     // SAFETY: entry point I is cuEventSynchronize: (CUevent).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    drop(_w);
     log::write(r, Rec::EventSync { event: e });
     if r == 0
         && let Some(d) = event_done(e)
@@ -1164,8 +1174,10 @@ unsafe extern "C" fn event_query<const I: usize>(e: u64) -> R {
 }
 
 unsafe extern "C" fn stream_sync<const I: usize>(s: u64) -> R {
+    let _w = flight::waiting(Blocked::Stream(s));
     // SAFETY: entry point I is cuStreamSynchronize(_ptsz): (CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    drop(_w);
     log::write(r, Rec::StreamSync { stream: s });
     if r == 0 {
         settle(Done::Stream(s));
@@ -1186,8 +1198,10 @@ unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
 }
 
 unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
+    let _w = flight::waiting(Blocked::Ctx);
     // SAFETY: entry point I is cuCtxSynchronize: ().
     let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
+    drop(_w);
     log::write(r, Rec::CtxSync);
     if r == 0 {
         settle(Done::All);
@@ -1199,13 +1213,100 @@ unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
 /// `cuCtxSynchronize_v2` (CUDA 12.9's, naming the context; the CUDA 13 runtime's
 /// `cudaDeviceSynchronize` calls it): the same sync, recorded the same way.
 unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
+    let _w = flight::waiting(Blocked::Ctx);
     // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
+    drop(_w);
     log::write(r, Rec::CtxSync);
     if r == 0 {
         settle(Done::All);
     }
     log::flush();
+    r
+}
+
+// ---- stream capture and graphs ----
+
+/// `cuStreamBeginCapture_v2` (`V2`: with a `CUstreamCaptureMode`) and CUDA 10.0's
+/// `cuStreamBeginCapture(CUstream)`, which captures in global mode (0). Both pass two
+/// arguments on: the old form ignores the second (SysV x86-64: registers, caller cleans up),
+/// and a `_v2` reached under the old name still gets its mode.
+unsafe extern "C" fn begin_capture<const I: usize, const V2: bool>(s: u64, mode: u32) -> R {
+    // SAFETY: entry point I is a cuStreamBeginCapture form: (CUstream[, CUstreamCaptureMode]),
+    // integer-class arguments passed on as they came.
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32) -> R>(I)(s, mode) };
+    let mode = if V2 { mode } else { 0 };
+    log::write(r, Rec::CaptureBegin { stream: s, mode });
+    r
+}
+
+unsafe extern "C" fn end_capture<const I: usize>(s: u64, graph: *mut u64) -> R {
+    // SAFETY: entry point I is cuStreamEndCapture(_ptsz): (CUstream, CUgraph*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, *mut u64) -> R>(I)(s, graph) };
+    // SAFETY: on success the driver wrote the graph through the caller's pointer.
+    let g = if r == 0 && !graph.is_null() {
+        unsafe { *graph }
+    } else {
+        0
+    };
+    log::write(
+        r,
+        Rec::CaptureEnd {
+            stream: s,
+            graph: g,
+        },
+    );
+    r
+}
+
+/// Every `cuGraphInstantiate*`: each takes the executable graph's out-pointer and the graph
+/// first, and the rest (flags, an error node and log buffer, or a parameter struct) differ.
+/// The hook passes on five integer-class arguments whatever the form: the SysV x86-64 ABI puts
+/// the first six in registers and the caller cleans up, so a form with fewer ignores the rest.
+unsafe extern "C" fn graph_instantiate<const I: usize>(
+    exec: *mut u64,
+    graph: u64,
+    a: u64,
+    b: u64,
+    c: u64,
+) -> R {
+    // SAFETY: entry point I is one of the cuGraphInstantiate forms, whose arguments are all
+    // integer-class and at most five (above); they are passed on as they came.
+    let r = unsafe {
+        real_at::<unsafe extern "C" fn(*mut u64, u64, u64, u64, u64) -> R>(I)(exec, graph, a, b, c)
+    };
+    if r == 0 && !exec.is_null() {
+        // SAFETY: on success the driver wrote the executable graph through the pointer.
+        let exec = unsafe { *exec };
+        log::write(r, Rec::GraphInstantiate { exec, graph });
+    }
+    r
+}
+
+unsafe extern "C" fn graph_launch<const I: usize>(exec: u64, s: u64) -> R {
+    // SAFETY: entry point I is cuGraphLaunch(_ptsz): (CUgraphExec, CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(exec, s) };
+    log::write(r, Rec::GraphLaunch { exec, stream: s });
+    r
+}
+
+/// `cuGraphUpload`: where a graph's resources are made changes nothing a replay does.
+unsafe extern "C" fn graph_upload<const I: usize>(exec: u64, s: u64) -> R {
+    // SAFETY: entry point I is cuGraphUpload(_ptsz): (CUgraphExec, CUstream).
+    unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(exec, s) }
+}
+
+unsafe extern "C" fn graph_exec_destroy<const I: usize>(exec: u64) -> R {
+    // SAFETY: entry point I is cuGraphExecDestroy: (CUgraphExec).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(exec) };
+    log::write(r, Rec::GraphExecDestroy { exec });
+    r
+}
+
+unsafe extern "C" fn graph_destroy<const I: usize>(graph: u64) -> R {
+    // SAFETY: entry point I is cuGraphDestroy: (CUgraph).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(graph) };
+    log::write(r, Rec::GraphDestroy { graph });
     r
 }
 
@@ -1215,7 +1316,7 @@ unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
 pub extern "C" fn note_opaque(i: usize) {
     if let Some(name) = NAMES.get(i) {
         log::write(
-            i32::MIN,
+            gputape_shimlog::STATUS_UNKNOWN,
             Rec::Opaque {
                 name: name.as_bytes(),
             },
@@ -1409,4 +1510,21 @@ hooks! {
     "cuStreamQuery_ptsz" => stream_query,
     "cuCtxSynchronize" => ctx_sync,
     "cuCtxSynchronize_v2" => ctx_sync_v2,
+    "cuStreamBeginCapture" => begin_capture<false>,
+    "cuStreamBeginCapture_ptsz" => begin_capture<false>,
+    "cuStreamBeginCapture_v2" => begin_capture<true>,
+    "cuStreamBeginCapture_v2_ptsz" => begin_capture<true>,
+    "cuStreamEndCapture" => end_capture,
+    "cuStreamEndCapture_ptsz" => end_capture,
+    "cuGraphInstantiate" => graph_instantiate,
+    "cuGraphInstantiate_v2" => graph_instantiate,
+    "cuGraphInstantiateWithFlags" => graph_instantiate,
+    "cuGraphInstantiateWithParams" => graph_instantiate,
+    "cuGraphInstantiateWithParams_ptsz" => graph_instantiate,
+    "cuGraphLaunch" => graph_launch,
+    "cuGraphLaunch_ptsz" => graph_launch,
+    "cuGraphUpload" => graph_upload,
+    "cuGraphUpload_ptsz" => graph_upload,
+    "cuGraphExecDestroy" => graph_exec_destroy,
+    "cuGraphDestroy" => graph_destroy,
 }

@@ -111,6 +111,12 @@ pub fn faults_program(dir: &Path) -> PathBuf {
     link_program(dir, "faults", include_str!("c/faults.c"))
 }
 
+/// `c/graphs.c` compiled into `dir` and linked like `records_program`: a step captured into a
+/// graph and launched each step; step FAULT adds an eager launch that faults.
+pub fn graphs_program(dir: &Path) -> PathBuf {
+    link_program(dir, "graphs", include_str!("c/graphs.c"))
+}
+
 /// `c/linked.c` compiled into `dir` and linked with `-lcuda` against the shim (through a
 /// `libcuda.so` link in `dir`): it needs `libcuda.so.1` to start at all.
 pub fn linked_program(dir: &Path) -> PathBuf {

@@ -5,6 +5,7 @@
  * own functions must not resolve to the shim's forwarders). */
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -68,9 +69,17 @@ API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *st
 
 /* A kernel's fault, sticky as on a device: every sync after it reports it. */
 static CUresult sticky;
+/* A kernel that spins (launched with n == -1): the next sync waits for it, up to 4 s, then
+ * reports CUDA_ERROR_LAUNCH_TIMEOUT, so a test that expects a hang cannot hang itself. */
+static int spinning;
 
 API CUresult cuStreamSynchronize(void *stream) {
     (void)stream;
+    if (spinning) {
+        for (int i = 0; i < 400; i++) usleep(10000);
+        spinning = 0;
+        sticky = 702;
+    }
     if (sticky) return sticky;
     for (int i = 0; i < npending; i++) memcpy(pending[i].dst, at(pending[i].src), pending[i].n);
     npending = 0;
@@ -124,23 +133,79 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
                       17 * (size_t)stream + 19 * (size_t)params + 23 * (size_t)extra);
 }
 
+/* Stream capture: launches of `scale` on the capturing stream are kept (by value) instead of
+ * run, and each launch of the one executable graph runs them in order. */
+static void *capturing;
+static struct { CUdeviceptr x; int n; float k; } captured[8];
+static int ncaptured, graph_made;
+#define GRAPH 0x6a0000ull
+#define GRAPH_EXEC 0x6e0000ull
+
+API CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
+    if (capturing || mode < 0 || mode > 2) return 1;
+    capturing = stream;
+    ncaptured = 0;
+    return 0;
+}
+
+API CUresult cuStreamEndCapture(void *stream, void **graph) {
+    if (!capturing || stream != capturing) return 1;
+    capturing = NULL;
+    graph_made = 1;
+    *graph = (void *)GRAPH;
+    return 0;
+}
+
+API CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    (void)flags;
+    if ((size_t)graph != GRAPH || !graph_made) return 1;
+    *exec = (void *)GRAPH_EXEC;
+    return 0;
+}
+
+static CUresult scale(CUdeviceptr p, int n, float k);
+
+API CUresult cuGraphLaunch(void *exec, void *stream) {
+    (void)stream;
+    if ((size_t)exec != GRAPH_EXEC) return 1;
+    for (int i = 0; i < ncaptured; i++) scale(captured[i].x, captured[i].n, captured[i].k);
+    return 0;
+}
+
+API CUresult cuGraphExecDestroy(void *exec) { return (size_t)exec == GRAPH_EXEC ? 0 : 1; }
+API CUresult cuGraphDestroy(void *graph) { return (size_t)graph == GRAPH ? 0 : 1; }
+
 API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shmem, void *stream, void **params,
                             void **extra) {
-    if ((size_t)f == SCALE) {
-        float *x = (float *)at(*(CUdeviceptr *)params[0]);
-        int n = *(int *)params[1];
-        float k = *(float *)params[2];
-        /* Past the arena's end: the device would fault (CUDA_ERROR_ILLEGAL_ADDRESS), and say
-         * so at the next sync. */
-        if ((size_t)((unsigned char *)x - arena) + (size_t)n * sizeof(float) > ARENA) {
-            sticky = 700;
-            return 0;
-        }
-        for (int i = 0; i < n; i++) x[i] *= k;
+    if ((size_t)f == SCALE && capturing && stream == capturing) {
+        if (ncaptured == 8) return 1;
+        captured[ncaptured].x = *(CUdeviceptr *)params[0];
+        captured[ncaptured].n = *(int *)params[1];
+        captured[ncaptured].k = *(float *)params[2];
+        ncaptured++;
         return 0;
     }
+    if ((size_t)f == SCALE) return scale(*(CUdeviceptr *)params[0], *(int *)params[1],
+                                         *(float *)params[2]);
     return launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+}
+
+/* The `scale` kernel: x[i] *= k for i < n. */
+static CUresult scale(CUdeviceptr p, int n, float k) {
+    float *x = (float *)at(p);
+    if (n == -1) {
+        spinning = 1;
+        return 0;
+    }
+    /* Past the arena's end: the device would fault (CUDA_ERROR_ILLEGAL_ADDRESS), and say so at
+     * the next sync. */
+    if ((size_t)((unsigned char *)x - arena) + (size_t)n * sizeof(float) > ARENA) {
+        sticky = 700;
+        return 0;
+    }
+    for (int i = 0; i < n; i++) x[i] *= k;
+    return 0;
 }
 
 API CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

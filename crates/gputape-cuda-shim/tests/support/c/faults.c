@@ -1,11 +1,13 @@
 /* An engine-shaped loop for the flight recorder: weights uploaded once, then STEPS steps of
  * an upload, a launch and an async read back settled by a stream sync; at step FAULT the
  * launch is given a length that runs off the end of device memory, and that step's sync
- * reports the fault (CUDA_ERROR_ILLEGAL_ADDRESS), which ends the program with status 1.
- * Usage: faults STEPS FAULT (FAULT past STEPS: no fault). Linked with -lcuda. */
+ * reports the fault (CUDA_ERROR_ILLEGAL_ADDRESS), which ends the program with status 1; with
+ * a third argument `hang` that launch spins instead, and the sync waits.
+ * Usage: faults STEPS FAULT [hang] (FAULT past STEPS: no fault). Linked with -lcuda. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
+#include <string.h>
 
 typedef unsigned long long CUdeviceptr;
 int cuInit(unsigned flags);
@@ -25,6 +27,7 @@ static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_s
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 10, fault = argc > 2 ? atoi(argv[2]) : 1 << 30;
+    int hang = argc > 3 && !strcmp(argv[3], "hang");
     CUdeviceptr w, x;
     void *m, *f, *s;
     float weights[64], in[16], out[16];
@@ -37,7 +40,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (int step = 0; step < steps; step++) {
-        int n = step == fault ? 1 << 30 : 16;
+        int n = step != fault ? 16 : hang ? -1 : 1 << 30;
         for (int i = 0; i < 16; i++) in[i] = (float)(step + i);
         void *params[] = {&x, &n, &k};
         int r = cuMemcpyHtoD_v2(x, in, sizeof in);
