@@ -6,7 +6,10 @@
 #      minimized on CUDA;
 #   2. the same after 3000 good steps with a 4 MiB ring (GPUTAPE_FLIGHT_RING_MB=4): the ring
 #      has wrapped, the dump holds the recent window; replayed on CUDA;
-#   3. the decode with --flight and no fault: nothing is written, the output is unchanged.
+#   3. scripts/gpu-hang.py (a kernel that spins some 10 s) with GPUTAPE_FLIGHT_HANG_S=2: the
+#      sync's wait dumped as a hang, and the dump replayed on CUDA (the same wait, a HANG);
+#   4. the decode with --flight and no fault: nothing is written, the output is unchanged.
+# SECTIONS (default "oob wrapped hang decode") picks some.
 # Builds nothing: run scripts/gpu-bin.sh first. OUT (default /tmp/gt-drv-flight) gets the dumps
 # and logs; everything is printed on stdout, a table last.
 set -uo pipefail
@@ -44,14 +47,16 @@ flight() {
         local pr=$?
         cut -c1-300 "$OUT/$name.replay" | head -30
         echo "replay exit $pr"
-        verdict="replay exit $pr: $(grep -h -E 'REPRODUCED|NOT REPRODUCED|match the recording|fault' "$OUT/$name.replay" | head -2 | tr '\n' ' ' | cut -c1-260)"
+        verdict="replay exit $pr: $(grep -h -E 'REPRODUCED|NOT REPRODUCED|match the recording|fault|HANG|hang' "$OUT/$name.replay" | head -3 | tr '\n' ' ' | cut -c1-300)"
     fi
     row "$name" "exit $rc" "$(grep -h -o 'driver calls -> .*' "$OUT/$name.err" | head -1 | cut -c1-260)" "$verdict"
 }
 
-flight oob "" scripts/gpu-embedding-oob.py
+SECTIONS=${SECTIONS:-oob wrapped hang decode}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
+want oob && flight oob "" scripts/gpu-embedding-oob.py
 dump=$(ls "$OUT/oob"/*.gtape 2>/dev/null | head -1)
-if [ -n "$dump" ]; then
+if want oob && [ -n "$dump" ]; then
     echo "--- minimize --on cuda oob"
     timeout 300 "$G" minimize --on cuda --max-attempts 60 -o "$OUT/oob.min.gtape" "$dump" \
         >"$OUT/oob.min" 2>&1
@@ -60,13 +65,16 @@ if [ -n "$dump" ]; then
     echo "minimize exit $mc"
     row "oob minimized" "exit $mc" "$(grep -h -o -E '[0-9]+ calls? -> [0-9]+.*' "$OUT/oob.min" | head -1 | cut -c1-200)" "-"
 fi
-flight oob-wrapped "GPUTAPE_OOB_WARMUP=3000 GPUTAPE_FLIGHT_RING_MB=4" scripts/gpu-embedding-oob.py
-flight decode-no-fault "" scripts/gpu-llama-decode.py
-same=differ
-$PY scripts/gpu-llama-decode.py >"$OUT/decode-plain.out" 2>/dev/null
-a=$(grep -h -o '"tokens": [^]]*]' "$OUT/decode-plain.out"); b=$(grep -h -o '"tokens": [^]]*]' "$OUT/decode-no-fault.out")
-[ -n "$a" ] && [ "$a" = "$b" ] && same=same
-row "decode tokens plain vs --flight" "$same" "$a" "-"
+want wrapped && flight oob-wrapped "GPUTAPE_OOB_WARMUP=3000 GPUTAPE_FLIGHT_RING_MB=4" scripts/gpu-embedding-oob.py
+want hang && flight hang "GPUTAPE_FLIGHT_HANG_S=2" scripts/gpu-hang.py
+if want decode; then
+    flight decode-no-fault "" scripts/gpu-llama-decode.py
+    same=differ
+    $PY scripts/gpu-llama-decode.py >"$OUT/decode-plain.out" 2>/dev/null
+    a=$(grep -h -o '"tokens": [^]]*]' "$OUT/decode-plain.out"); b=$(grep -h -o '"tokens": [^]]*]' "$OUT/decode-no-fault.out")
+    [ -n "$a" ] && [ "$a" = "$b" ] && same=same
+    row "decode tokens plain vs --flight" "$same" "$a" "-"
+fi
 
 echo
 echo "| case | exit | recorded | replay |"

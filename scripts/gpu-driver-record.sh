@@ -98,13 +98,16 @@ run_case() {
         "replay exit $pr: $(grep -h -E 'match the recording|REPRODUCED|NOT REPRODUCED|NOTHING CHECKED|first difference|fault' "$OUT/$name.replay" 2>/dev/null | head -3 | tr '\n' ' ' | cut -c1-250)"
 }
 
-run_case torch "" scripts/gpu-shim.py
-run_case bf16-matmul "" scripts/gpu-bf16-matmul.py
-run_case decode "" scripts/gpu-llama-decode.py
-run_case decode-expandable "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" scripts/gpu-llama-decode.py
-run_case cuda-graph "" scripts/gpu-cuda-graph.py
-run_case embedding-oob "" scripts/gpu-embedding-oob.py
-if [ -f "$OUT/embedding-oob.gtape" ]; then
+# CASES picks some (default: all).
+CASES=${CASES:-torch bf16-matmul decode decode-expandable cuda-graph embedding-oob}
+want() { [[ " $CASES " == *" $1 "* ]]; }
+want torch && run_case torch "" scripts/gpu-shim.py
+want bf16-matmul && run_case bf16-matmul "" scripts/gpu-bf16-matmul.py
+want decode && run_case decode "" scripts/gpu-llama-decode.py
+want decode-expandable && run_case decode-expandable "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" scripts/gpu-llama-decode.py
+want cuda-graph && run_case cuda-graph "" scripts/gpu-cuda-graph.py
+want embedding-oob && run_case embedding-oob "" scripts/gpu-embedding-oob.py
+if want embedding-oob && [ -f "$OUT/embedding-oob.gtape" ]; then
     echo "--- minimize --on cuda embedding-oob"
     timeout 300 "$G" minimize --on cuda --max-attempts 60 -o "$OUT/embedding-oob.min.gtape" \
         "$OUT/embedding-oob.gtape" >"$OUT/embedding-oob.min" 2>&1
