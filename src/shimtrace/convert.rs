@@ -131,6 +131,9 @@ struct Converter {
     /// capture ends) is destroyed with the last.
     exec_count: HashMap<GraphId, u32>,
     next_graph: u32,
+    /// Captures open, and the calls made while one is (numbered when it ends: `place`).
+    capture_depth: u32,
+    captured: Vec<CallRecord>,
     /// Calls a hang's dump says had not returned: (seq, thread).
     in_flight: Vec<(u64, u16)>,
     /// Records read (the index the next one has).
@@ -190,6 +193,8 @@ impl Converter {
             execs: HashMap::new(),
             exec_count: HashMap::new(),
             next_graph: 0,
+            capture_depth: 0,
+            captured: Vec::new(),
             in_flight: Vec::new(),
             index: 0,
             seq: 0,
@@ -214,6 +219,7 @@ impl Converter {
     }
 
     fn finish(mut self) -> (Trace, Summary) {
+        self.flush_captured();
         self.t.stopped = self.summary.cut.is_none();
         self.summary.calls = self.t.calls.len() as u64;
         self.summary.kernels = self.t.kernels.len();
@@ -307,7 +313,11 @@ impl Converter {
                     };
                     (Call::CopyD2H { src, len }, v)
                 } else {
-                    self.copies.insert(index, self.seq);
+                    // A copy captured into a graph delivers its bytes at each graph launch,
+                    // not at a sync now: none are matched to it.
+                    if self.capture_depth == 0 {
+                        self.copies.insert(index, self.seq);
+                    }
                     let call = Call::CopyD2HAsync {
                         src,
                         len,
@@ -625,18 +635,59 @@ impl Converter {
         }
         let next = self.threads.len() as u16;
         let thread = *self.threads.entry(r.thread).or_insert(next);
-        if !returned {
-            self.in_flight.push((self.seq, thread));
-        }
-        self.t.calls.push(CallRecord {
-            seq: self.seq,
+        let rec = CallRecord {
+            seq: 0,
             thread,
             site: SITE,
             t_ns: r.t_ns,
             dur_ns: returned.then_some(0),
             call,
             ret: returned.then_some(value),
-        });
+        };
+        self.place(rec);
+    }
+
+    /// Adds `rec` to the trace, numbered in order, with one exception: while a capture is open
+    /// its calls wait, and an allocation made meanwhile goes before the capture. A program
+    /// capturing in thread-local or relaxed mode may allocate mid-capture (PyTorch's graph
+    /// pool does); a replay captures in its backend's mode, where that would invalidate the
+    /// capture, and an allocation is no stream work: made earlier, it changes nothing else.
+    fn place(&mut self, rec: CallRecord) {
+        let opens = matches!(rec.call, Call::BeginCapture { .. })
+            && rec.ret.as_ref().is_some_and(|r| r.is_ok());
+        let alloc = matches!(rec.call, Call::Alloc { .. } | Call::AllocManaged { .. });
+        if opens {
+            self.capture_depth += 1;
+        }
+        if self.capture_depth > 0 && !alloc {
+            let ends = matches!(rec.call, Call::EndCapture { .. });
+            self.captured.push(rec);
+            if ends {
+                self.capture_depth -= 1;
+                if self.capture_depth == 0 {
+                    self.flush_captured();
+                }
+            }
+            return;
+        }
+        self.number(rec);
+    }
+
+    /// The calls of a capture, numbered now (at its end, or where the log ends).
+    fn flush_captured(&mut self) {
+        for rec in std::mem::take(&mut self.captured) {
+            self.number(rec);
+        }
+    }
+
+    /// Gives `rec` the next seq and adds it; a call without a result is one a hang's dump
+    /// says had not returned.
+    fn number(&mut self, mut rec: CallRecord) {
+        rec.seq = self.seq;
+        if rec.ret.is_none() {
+            self.in_flight.push((rec.seq, rec.thread));
+        }
+        self.t.calls.push(rec);
         self.seq += 1;
     }
 

@@ -11,11 +11,10 @@
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
-
-use std::path::PathBuf;
 
 use gputape_shimlog::{Header, Rec, Record};
 
@@ -130,7 +129,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
         ring.push(index, &rec);
         if flight::is_fault(status) {
             let reason = format!(
-                "{} ({status}) returned by {} (driver call {index} of process {})",
+                "{} ({status}) returned by {} (record {index} of process {}'s calls)",
                 flight::status_name(status),
                 rec.call.family(),
                 log.pid

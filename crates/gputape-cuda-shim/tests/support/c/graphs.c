@@ -1,5 +1,6 @@
 /* An engine that captures its step into a CUDA graph and launches the graph each step: the
- * step (two launches of `scale`) captured once in relaxed mode on a stream of its own, then
+ * step (two launches of `scale`) captured once in relaxed mode on a stream of its own (with an
+ * allocation between them, as PyTorch's graph pool makes one mid-capture), then
  * STEPS steps of an upload, a graph launch, an async read back and a stream sync; at step
  * FAULT an eager launch runs off the end of device memory and the sync reports it.
  * Usage: graphs STEPS FAULT (FAULT past STEPS: no fault). Linked with -lcuda. */
@@ -31,7 +32,7 @@ static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_s
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 3, fault = argc > 2 ? atoi(argv[2]) : 1 << 30;
-    CUdeviceptr x;
+    CUdeviceptr x, pool;
     void *m, *f, *s, *g, *e;
     float in[16], out[16];
     int n = 16, big = 1 << 30;
@@ -40,7 +41,7 @@ int main(int argc, char **argv) {
     if (cuInit(0) || cuMemAlloc_v2(&x, sizeof in) || cuModuleLoadData(&m, ptx) ||
         cuModuleGetFunction(&f, m, "scale") || cuStreamCreate(&s, 1) ||
         cuStreamBeginCapture_v2(s, 2) ||
-        cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, p2, NULL) ||
+        cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, p2, NULL) || cuMemAlloc_v2(&pool, 256) ||
         cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, s, p3, NULL) || cuStreamEndCapture(s, &g) ||
         cuGraphInstantiateWithFlags(&e, g, 0)) {
         fprintf(stderr, "graphs: setup failed\n");
