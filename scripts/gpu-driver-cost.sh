@@ -5,10 +5,12 @@
 # kept in memory, nothing written without a fault) and under `gputape run -o` (recording to
 # disk), interleaved, ROUNDS
 # times each: processes vary more between themselves than the recorder costs, so each mode gets
-# several processes and the table compares the medians of their medians. Every process runs on
-# the same CPUs (CPUS, default 2-5, through taskset when there is one): unpinned, one process's
-# median ranged 19 to 28 ms in run 81, more than any mode's cost. Builds nothing: run
-# scripts/gpu-bin.sh first. Prints each process's numbers, then the table.
+# several processes and the table compares the medians of their medians. Processes are bimodal
+# (a process's median generate is about 20 ms or about 30 ms, whatever the mode: runs 81 and 83,
+# pinned to CPUs or not), so these ratios resolve little; the in-process comparison after them
+# does: the same process's generates alternate between the recording paused and running.
+# CPUS pins every process to those CPUs (taskset). Builds nothing: run scripts/gpu-bin.sh
+# first. Prints each process's numbers, then the tables.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-gpu-bin}
@@ -19,7 +21,7 @@ export GPUTAPE_DECODE_REPS=${GPUTAPE_DECODE_REPS:-30}
 mkdir -p "$OUT"
 G="$B/gputape"
 PIN=()
-command -v taskset >/dev/null && PIN=(taskset -c "${CPUS:-2-5}")
+[ -n "${CPUS:-}" ] && command -v taskset >/dev/null && PIN=(taskset -c "$CPUS")
 for r in $(seq 1 "$ROUNDS"); do
     for mode in plain shim flight recorded; do
         case $mode in
@@ -33,7 +35,20 @@ for r in $(seq 1 "$ROUNDS"); do
         rm -f "$OUT/cost.gtape"
     done
 done
-$PY - "$OUT" "$ROUNDS" <<'PYEOF'
+# Inside one process: the timed generates alternate between the recording paused and running
+# (GPUTAPE_DECODE_TOGGLE=1), for --flight and for -o; INPROC processes each.
+for r in $(seq 1 "${INPROC:-3}"); do
+    for mode in flight recorded; do
+        case $mode in
+            flight) cmd=("$G" run --flight "$OUT/flight" -- $PY scripts/gpu-llama-decode.py) ;;
+            recorded) cmd=("$G" run -o "$OUT/cost.gtape" -- $PY scripts/gpu-llama-decode.py) ;;
+        esac
+        GPUTAPE_DECODE_TOGGLE=1 "${PIN[@]}" "${cmd[@]}" >"$OUT/toggle-$mode.$r.out" 2>"$OUT/toggle-$mode.$r.err"
+        echo "in-process round $r $mode exit $?: $(grep -h -o '"paused_ms": {[^}]*}, "recording_ms": {[^}]*}' "$OUT/toggle-$mode.$r.out")"
+        rm -f "$OUT/cost.gtape"
+    done
+done
+$PY - "$OUT" "$ROUNDS" "${INPROC:-3}" <<'PYEOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 def ms(mode, r):
@@ -55,4 +70,19 @@ print("|---|---|---|---|---|---|")
 for mode, r in rows.items():
     print(f"| {mode} | {r['n']} | {r['median']:.3f} | {r['mean']:.3f} | {r['slowest']:.3f} | "
           f"{r['median']/p['median']:.3f}x, {r['mean']/p['mean']:.3f}x |")
+inproc = int(sys.argv[3])
+print("\nInside one process (timed generates alternating paused / recording):")
+print("| mode | process | paused median / mean, ms | recording median / mean, ms | recording / paused (median, mean) |")
+print("|---|---|---|---|---|")
+for mode in ("flight", "recorded"):
+    for r in range(1, inproc + 1):
+        try:
+            for line in open(f"{out}/toggle-{mode}.{r}.out"):
+                if line.startswith("GPUTAPE_DECODE "):
+                    d = json.loads(line.split(" ", 1)[1])
+            p, q = d["paused_ms"], d["recording_ms"]
+            print(f"| {mode} | {r} | {p['median']:.3f} / {p['mean']:.3f} | {q['median']:.3f} / {q['mean']:.3f} | "
+                  f"{q['median']/p['median']:.3f}x, {q['mean']/p['mean']:.3f}x |")
+        except Exception as e:
+            print(f"| {mode} | {r} | missing: {e} | | |")
 PYEOF

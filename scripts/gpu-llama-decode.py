@@ -3,7 +3,13 @@ a LlamaForCausalLM built from a config with random weights (seeded; nothing down
 generation of 4 new tokens from an 8-token prompt, twice to warm up and then GPUTAPE_DECODE_REPS
 times (default 20) timed. Prints one line `GPUTAPE_DECODE {json}`: the tokens, a hash of the
 logits' bytes (of the last generate), the timed generates' wall times (mean, median, slowest, in
-ms) and the allocator setting (PYTORCH_CUDA_ALLOC_CONF)."""
+ms) and the allocator setting (PYTORCH_CUDA_ALLOC_CONF).
+
+GPUTAPE_DECODE_TOGGLE=1 under `gputape run --flight` or `-o`: the timed generates alternate
+between gputape's recording paused and running (gputape_shim_pause, exported by the shim), and
+the line also holds `paused_ms` and `recording_ms`: the recorder's cost inside one process,
+where a process's own speed, which varies more between processes than the recorder costs,
+is the same for both."""
 
 import hashlib
 import json
@@ -11,8 +17,29 @@ import os
 import statistics
 import time
 
+import ctypes
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def shim_pause():
+    """gputape_shim_pause from the libcuda.so.1 this process loaded, or None without the shim."""
+    if os.environ.get("GPUTAPE_DECODE_TOGGLE") != "1":
+        return None
+    try:
+        return ctypes.CDLL("libcuda.so.1").gputape_shim_pause
+    except (OSError, AttributeError):
+        return None
+
+
+def summary(times):
+    return {
+        "mean": round(statistics.mean(times), 3),
+        "median": round(statistics.median(times), 3),
+        "slowest": round(max(times), 3),
+        "n": len(times),
+    }
 
 
 def main():
@@ -30,16 +57,24 @@ def main():
     ids = torch.randint(0, cfg.vocab_size, (1, 8), device="cuda")
     kw = dict(max_new_tokens=4, do_sample=False, return_dict_in_generate=True, output_logits=True)
     reps = int(os.environ.get("GPUTAPE_DECODE_REPS", "20"))
-    times = []
+    pause = shim_pause()
+    times, by_mode = [], {"paused_ms": [], "recording_ms": []}
     with torch.no_grad():
         for _ in range(2):
             model.generate(ids, **kw)
-        for _ in range(reps):
+        for i in range(reps):
+            paused = pause is not None and i % 2 == 0
+            if pause is not None:
+                pause(1 if paused else 0)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             out = model.generate(ids, **kw)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
+            if pause is not None:
+                by_mode["paused_ms" if paused else "recording_ms"].append(times[-1])
+        if pause is not None:
+            pause(0)
     logits = torch.stack(out.logits).float().cpu()
     print(
         "GPUTAPE_DECODE "
@@ -47,13 +82,9 @@ def main():
             {
                 "tokens": out.sequences[0].tolist(),
                 "logits_sha256": hashlib.sha256(logits.numpy().tobytes()).hexdigest(),
-                "generate_ms": {
-                    "mean": round(statistics.mean(times), 3),
-                    "median": round(statistics.median(times), 3),
-                    "slowest": round(max(times), 3),
-                    "n": reps,
-                },
+                "generate_ms": summary(times),
                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"),
+                **{k: summary(v) for k, v in by_mode.items() if v},
             }
         ),
         flush=True,

@@ -468,3 +468,31 @@ fn a_flight_recording_dumps_a_sync_that_does_not_return_as_a_hang() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+#[test]
+fn a_program_can_pause_the_recording_of_its_work_and_keep_its_state() {
+    let d = support::scratch("run-pause");
+    let prog = support::faults_program(&d);
+    let trace = d.join("paused.gtape");
+    let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(["run", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&prog)
+        .args(["100", "1000"])
+        .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
+        .env("FAULTS_PAUSE", "10:90")
+        .env_remove("GPUTAPE_SHIM_DIR")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    // Steps 10 to 89 ran (the output is the last step's) and were not recorded: 5 setup calls
+    // and 4 per recorded step, 20 of them.
+    assert!(out.contains("faults: 100 steps, out[3] = 102"), "{out}");
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["calls_in_trace"].as_u64(), Some(5 + 4 * 20), "{err}");
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -39,6 +39,25 @@ enum Mode {
 static WANTED: OnceLock<Option<Mode>> = OnceLock::new();
 /// Cleared for good after a failed write.
 static HEALTHY: AtomicBool = AtomicBool::new(true);
+/// Set while the program has paused the recording of work (`gputape_shim_pause`).
+static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Pauses (`paused` nonzero) or resumes (0) the recording of work in this process: while
+/// paused, launches, copies, memsets and syncs are forwarded and not recorded; state
+/// (allocations, modules, streams, events, captures) and faults still are, so what is recorded
+/// stays consistent, a recording with gaps in its work. For benchmarks that compare steps
+/// with and without recording inside one process (through ctypes, say): between processes a
+/// program's own speed varies more than the recorder costs.
+#[unsafe(no_mangle)]
+pub extern "C" fn gputape_shim_pause(paused: core::ffi::c_int) {
+    PAUSED.store(paused != 0, Ordering::Relaxed);
+}
+
+/// Whether work is being recorded now (wanted, and not paused): hooks skip what they would
+/// only have gathered for a record.
+pub fn active() -> bool {
+    wanted() && !PAUSED.load(Ordering::Relaxed)
+}
 
 struct Log {
     file: Option<std::fs::File>,
@@ -107,6 +126,9 @@ extern "C" fn mark_forked() {
 /// `None` when nothing is logged.
 pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     if !wanted() || !HEALTHY.load(Ordering::Relaxed) {
+        return None;
+    }
+    if PAUSED.load(Ordering::Relaxed) && !call.is_state() && !flight::is_fault(status) {
         return None;
     }
     let thread = gettid();

@@ -886,7 +886,7 @@ struct LaunchDims {
 }
 
 fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    if !log::wanted() {
+    if !log::active() && !flight::is_fault(r) {
         return;
     }
     let l = layout(func);

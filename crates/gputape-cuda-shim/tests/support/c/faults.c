@@ -3,6 +3,8 @@
  * launch is given a length that runs off the end of device memory, and that step's sync
  * reports the fault (CUDA_ERROR_ILLEGAL_ADDRESS), which ends the program with status 1; with
  * a third argument `hang` that launch spins instead, and the sync waits.
+ * With FAULTS_PAUSE=FROM:TO in the environment, steps FROM to TO-1 run with gputape's recording
+ * paused (gputape_shim_pause, which only the shim exports).
  * Usage: faults STEPS FAULT [hang] (FAULT past STEPS: no fault). Linked with -lcuda. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamSynchronize(void *stream);
+extern void gputape_shim_pause(int paused) __attribute__((weak));
 
 static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
@@ -28,6 +31,9 @@ static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_s
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 10, fault = argc > 2 ? atoi(argv[2]) : 1 << 30;
     int hang = argc > 3 && !strcmp(argv[3], "hang");
+    int pause_from = -1, pause_to = -1;
+    const char *pause = getenv("FAULTS_PAUSE");
+    if (pause && sscanf(pause, "%d:%d", &pause_from, &pause_to) != 2) pause_from = pause_to = -1;
     CUdeviceptr w, x;
     void *m, *f, *s;
     float weights[64], in[16], out[16];
@@ -40,6 +46,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (int step = 0; step < steps; step++) {
+        if (gputape_shim_pause && (step == pause_from || step == pause_to))
+            gputape_shim_pause(step == pause_from);
         int n = step != fault ? 16 : hang ? -1 : 1 << 30;
         for (int i = 0; i < 16; i++) in[i] = (float)(step + i);
         void *params[] = {&x, &n, &k};
