@@ -38,10 +38,17 @@ struct Chunk {
     at: Vec<(u64, usize)>,
 }
 
-/// Recent work and lifelong state, encoded.
+impl Chunk {
+    /// Each record held, by index, with the bytes from its start on.
+    fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        self.at.iter().map(|&(i, o)| (i, &self.buf[o..]))
+    }
+}
+
+/// Recent work and lifelong state, encoded, each in chunks: a buffer that only grows would
+/// now and then copy everything it holds to grow (a stall of the program, at gigabytes).
 pub struct Ring {
-    state: Vec<u8>,
-    state_at: Vec<(u64, usize)>,
+    state: Vec<Chunk>,
     chunks: VecDeque<Chunk>,
     spare: Option<Chunk>,
     held: usize,
@@ -62,7 +69,6 @@ impl Ring {
             .unwrap_or(DEFAULT_RING_MB);
         Ring {
             state: Vec::new(),
-            state_at: Vec::new(),
             chunks: VecDeque::new(),
             spare: None,
             held: 0,
@@ -87,8 +93,15 @@ impl Ring {
             _ => {}
         }
         if r.call.is_state() || captured {
-            self.state_at.push((index, self.state.len()));
-            gputape_shimlog::encode(r, &mut self.state);
+            if self.state.last().is_none_or(|c| c.buf.len() >= CHUNK) {
+                self.state.push(Chunk {
+                    buf: Vec::with_capacity(CHUNK + (CHUNK >> 2)),
+                    at: Vec::new(),
+                });
+            }
+            let c = self.state.last_mut().expect("a chunk was just ensured");
+            c.at.push((index, c.buf.len()));
+            gputape_shimlog::encode(r, &mut c.buf);
             return;
         }
         if self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK) {
@@ -117,12 +130,10 @@ impl Ring {
     /// The dump: `header`, every kept record in index order with a `Gap` wherever records
     /// were dropped, then `tail` (the calls a hang left blocked, and the `Dump` record).
     pub fn dump(&self, header: &[u8], tail: &[Record<'_>]) -> Vec<u8> {
-        let state = self.state_at.iter().map(|&(i, o)| (i, &self.state[o..]));
-        let work = self
-            .chunks
-            .iter()
-            .flat_map(|c| c.at.iter().map(move |&(i, o)| (i, &c.buf[o..])));
-        let mut out = Vec::with_capacity(header.len() + self.state.len() + self.held + 256);
+        let state = self.state.iter().flat_map(Chunk::records);
+        let work = self.chunks.iter().flat_map(Chunk::records);
+        let kept: usize = self.state.iter().map(|c| c.buf.len()).sum();
+        let mut out = Vec::with_capacity(header.len() + kept + self.held + 256);
         out.extend_from_slice(header);
         let mut expect = 0u64;
         let mut emit = |out: &mut Vec<u8>, i: u64, bytes: &[u8]| {

@@ -730,9 +730,47 @@ static LAYOUTS: Mutex<Option<HashMap<u64, Layout>>> = Mutex::new(None);
 /// A function's parameters as (offset, size); `None` where the driver would not say.
 type Layout = Option<Arc<Vec<(u32, u32)>>>;
 
+/// A hasher for driver handles, which are addresses and already spread: SipHash on every
+/// launch is a cost the recorded program pays.
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl std::hash::Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ByHandle<V> = HashMap<u64, V, std::hash::BuildHasherDefault<HandleHasher>>;
+
+thread_local! {
+    /// Each thread's copy of the layouts it has launched with: no lock on a launch.
+    static LOCAL_LAYOUTS: std::cell::RefCell<ByHandle<Layout>> = Default::default();
+    /// The parameter bytes of the launch being logged, reused: no allocation per launch.
+    static PARAMS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `func`'s parameters as (offset, size), from this thread's cache or `shared_layout`.
+fn layout(func: u64) -> Layout {
+    if let Some(l) = LOCAL_LAYOUTS.with(|m| m.borrow().get(&func).cloned()) {
+        return l;
+    }
+    let l = shared_layout(func);
+    LOCAL_LAYOUTS.with(|m| m.borrow_mut().insert(func, l.clone()));
+    l
+}
+
 /// `func`'s parameters as (offset, size): `cuFuncGetParamInfo`, or `cuKernelGetParamInfo` for a
 /// `CUkernel` passed where a function is expected; `None` when the driver answers neither.
-fn layout(func: u64) -> Layout {
+fn shared_layout(func: u64) -> Layout {
     {
         let g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = g.as_ref().and_then(|m| m.get(&func)) {
@@ -782,17 +820,19 @@ unsafe fn param_bytes(
     layout: Option<&[(u32, u32)]>,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
-) -> Vec<u8> {
+    out: &mut Vec<u8>,
+) {
+    out.clear();
     if !params.is_null() {
         let Some(layout) = layout else {
-            return Vec::new();
+            return;
         };
         let total = layout
             .iter()
             .map(|&(o, s)| o as usize + s as usize)
             .max()
             .unwrap_or(0);
-        let mut out = vec![0u8; total];
+        out.resize(total, 0);
         for (k, &(o, s)) in layout.iter().enumerate() {
             // SAFETY: the driver read parameter k's `s` bytes through params[k].
             let p = unsafe { *params.add(k) };
@@ -807,10 +847,10 @@ unsafe fn param_bytes(
                 };
             }
         }
-        return out;
+        return;
     }
     if extra.is_null() {
-        return Vec::new();
+        return;
     }
     // extra: key, value pairs up to CU_LAUNCH_PARAM_END (0); BUFFER_POINTER is 1, BUFFER_SIZE 2.
     let (mut buf, mut size): (*const u8, usize) = (core::ptr::null(), 0);
@@ -830,10 +870,10 @@ unsafe fn param_bytes(
         }
     }
     if buf.is_null() {
-        return Vec::new();
+        return;
     }
     // SAFETY: the driver read `size` bytes of parameters at `buf`.
-    unsafe { core::slice::from_raw_parts(buf, size) }.to_vec()
+    out.extend_from_slice(unsafe { core::slice::from_raw_parts(buf, size) });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -890,24 +930,33 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
         return;
     }
     let l = layout(func);
-    // SAFETY: the launch's own arguments, which the driver read (or refused: then `r` says so
-    // and the bytes are still the caller's valid arguments).
-    let bytes = unsafe { param_bytes(l.as_deref().map(Vec::as_slice), params, extra) };
-    log::write(
-        r,
-        Rec::Launch {
-            func,
-            grid: d.grid,
-            block: d.block,
-            shared_mem: d.shared_mem,
-            stream: d.stream,
-            cluster: d.cluster,
-            layout: l
-                .as_deref()
-                .map(|l| std::borrow::Cow::Borrowed(l.as_slice())),
-            params: &bytes,
-        },
-    );
+    PARAMS.with(|b| {
+        // A hook re-entered on this thread (a driver that calls back) gets a buffer of its own.
+        let mut own = Vec::new();
+        let mut held = b.try_borrow_mut();
+        let bytes = match held.as_deref_mut() {
+            Ok(v) => v,
+            Err(_) => &mut own,
+        };
+        // SAFETY: the launch's own arguments, which the driver read (or refused: then `r`
+        // says so and the bytes are still the caller's valid arguments).
+        unsafe { param_bytes(l.as_deref().map(Vec::as_slice), params, extra, bytes) };
+        log::write(
+            r,
+            Rec::Launch {
+                func,
+                grid: d.grid,
+                block: d.block,
+                shared_mem: d.shared_mem,
+                stream: d.stream,
+                cluster: d.cluster,
+                layout: l
+                    .as_deref()
+                    .map(|l| std::borrow::Cow::Borrowed(l.as_slice())),
+                params: bytes,
+            },
+        );
+    });
 }
 
 /// `CUlaunchConfig`, as `cuLaunchKernelEx` takes it.
