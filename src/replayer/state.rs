@@ -375,8 +375,13 @@ impl<'t> Replayer<'t> {
         self.setup(gpu, st)
     }
 
-    /// Free what `setup` and the replayed calls left allocated.
+    /// Free what `setup` and the replayed calls left allocated. A replay that stopped inside a
+    /// capture first ends it: while a stream captures, the driver refuses the frees.
     pub(crate) fn teardown(&self, gpu: &dyn GpuBackend, st: &mut State) {
+        gpu.abort_capture_if_active(0);
+        for s in st.streams.values() {
+            gpu.abort_capture_if_active(*s);
+        }
         for (_, g) in st.graphs.drain() {
             let _ = gpu.destroy_graph(g);
         }
