@@ -1,11 +1,12 @@
 //! The flight recorder of a driver-level program (`gputape run --flight DIR`, which sets
 //! `GPUTAPE_SHIM_FLIGHT_DIR`): the same records the call log has, kept in memory and written
-//! nowhere until the program faults. Then (once) the process's dump, `DIR/PID.gtshm`, is
-//! written, and `gputape run` turns it into a trace that replays like any other.
+//! nowhere until the program faults, or (with `GPUTAPE_FLIGHT_HANG_S`) a host sync waits too
+//! long. Then (once) the process's dump, `DIR/PID.gtshm`, is written, and `gputape run` turns
+//! it into a trace that replays like any other.
 //!
 //! What a dump holds: every record that defines state later calls run against (allocations,
-//! module images, kernel lookups, streams, events, tensor maps: `Rec::is_state`) for the
-//! process's whole life, and the most recent work (launches, copies with their bytes, memsets,
+//! module images, kernel lookups, streams, events, tensor maps, graphs and everything their
+//! captures recorded: `Rec::is_state`) for the process's whole life, and the most recent work (launches, copies with their bytes, memsets,
 //! syncs) up to `GPUTAPE_FLIGHT_RING_MB` (default 256). When the work outgrew the ring the
 //! oldest went first, a megabyte at a time; the dump says where (`Rec::Gap`), so a replay
 //! knows that buffers written before the window start without their contents.
