@@ -713,3 +713,52 @@ fn box_and_arc_forward_every_call_kind() {
         "not forwarded through Box<Arc<dyn>>: {missing:?}"
     );
 }
+
+/// A replay that stops inside a capture (here: a captured call names a buffer the trace never
+/// made) leaves the backend as it found it: the capture is ended before the teardown frees,
+/// which the driver (and the mock, in global mode) refuses while a stream captures.
+#[test]
+fn a_replay_stopped_inside_a_capture_frees_what_it_made() {
+    use gputape::trace::{BufferId, Call, DevAddr};
+    let m = MockGpuBackend::default();
+    gputape::workloads::load_kernels(&m).unwrap();
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(m, Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.start().unwrap();
+    let s = rec.create_stream().unwrap();
+    let n = 256u32;
+    let (x, z) = (rec.alloc(1024).unwrap(), rec.alloc(1024).unwrap());
+    rec.begin_capture(s).unwrap();
+    gputape::workloads::saxpy(&rec, x, z, n, 1.0, s).unwrap();
+    let g = rec.end_capture(s).unwrap();
+    rec.destroy_graph(g).unwrap();
+    rec.free(x).unwrap();
+    rec.free(z).unwrap();
+    rec.stop().unwrap();
+    drop(rec);
+    let mut t = Trace::from_bytes(Path::new("capture"), &buf.lock()).unwrap();
+    let begin = t
+        .calls
+        .iter()
+        .position(|c| matches!(c.call, Call::BeginCapture { .. }))
+        .unwrap();
+    t.calls[begin + 1].call = Call::Free {
+        ptr: DevAddr::Buf {
+            buf: BufferId(9999),
+            off: 0,
+        },
+    };
+    let replay = MockGpuBackend::default();
+    gputape::workloads::load_kernels(&replay).unwrap();
+    let r = Replayer::new(&t).run(&replay, &ReplayOptions::default(), None, |_| {});
+    let stopped = match &r {
+        Err(e) => format!("{e:#}"),
+        Ok(rep) => rep.summary(),
+    };
+    assert!(
+        r.is_err() || r.as_ref().is_ok_and(|r| r.divergence.is_some()),
+        "{stopped}"
+    );
+    assert_eq!(replay.live_alloc_count(), 0, "{stopped}");
+}
