@@ -127,7 +127,8 @@ enum Cmd {
     /// Run an unmodified CUDA program (PyTorch, vLLM, anything that loads libcuda.so.1) with
     /// gputape's driver shim in front of the real driver: every driver call is counted and
     /// forwarded, and a table of the entry points called is printed when it exits; with `-o`
-    /// the calls are recorded into a trace (`--flight` is not built yet).
+    /// the calls are recorded into a trace; with `--flight` they are kept in memory and dumped
+    /// at a fault.
     Run(run::Args),
 }
 

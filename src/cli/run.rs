@@ -50,8 +50,13 @@ const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
                   recorded into a trace, which show, analyze, replay --on cuda and minimize read \
                   like any other (what is recorded and what is kept by name only: \
                   ARCHITECTURE.md, \"The driver shim\").\n\n\
+                  With --flight, nothing is written unless a process faults (or, with \
+                  GPUTAPE_FLIGHT_HANG_S=SECS, a host sync waits longer than SECS): that process's \
+                  dump becomes DIR/PID.gtape.\n\n\
                   Environment: GPUTAPE_REAL_LIBCUDA (the real driver; found by search when unset), \
-                  GPUTAPE_SHIM_DIR (a directory holding the shim as libcuda.so.1)."
+                  GPUTAPE_SHIM_DIR (a directory holding the shim as libcuda.so.1), \
+                  GPUTAPE_FLIGHT_RING_MB (the flight ring, default 256), GPUTAPE_FLIGHT_HANG_S \
+                  (the flight recorder's hang deadline, off when unset)."
 )]
 pub struct Args {
     /// Record the command's driver calls into TRACE (one trace per process that called the
@@ -514,7 +519,8 @@ impl Merged {
         if !recording {
             let _ = writeln!(
                 s,
-                "No trace was recorded (`-o TRACE` records one; `--flight` is not built yet)."
+                "No trace was recorded (`-o TRACE` records one; `--flight DIR` keeps recent calls \
+                 and writes a dump at a fault)."
             );
         }
         let mut rows: Vec<(&String, &u64)> = self.calls.iter().collect();
