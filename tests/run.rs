@@ -11,12 +11,19 @@ use std::process::{Command, Output};
 
 /// `gputape run ARGS` with the fake driver as the real one.
 fn run(args: &[&std::ffi::OsStr]) -> Output {
+    run_with(args, &[])
+}
+
+/// `run`, with `envs` set for gputape and the command.
+fn run_with(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gputape"))
         .arg("run")
         .args(args)
         .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
+        .envs(envs.iter().copied())
         .env_remove("GPUTAPE_SHIM_DIR")
         .env_remove("GPUTAPE_SHIM_COUNTS")
+        .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
         .env_remove("LD_PRELOAD")
         .output()
         .unwrap()
@@ -255,21 +262,14 @@ fn flight(
     ring_mb: u32,
     envs: &[(&str, &str)],
 ) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .args(["run", "--flight"])
-        .arg(d.join("flight"))
-        .arg("--")
-        .arg(prog)
-        .args(args)
-        .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
-        .env("GPUTAPE_FLIGHT_RING_MB", ring_mb.to_string())
-        .envs(envs.iter().copied())
-        .env_remove("GPUTAPE_SHIM_DIR")
-        .env_remove("GPUTAPE_SHIM_COUNTS")
-        .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap()
+    let dir = d.join("flight");
+    let mut argv: Vec<&std::ffi::OsStr> = vec!["--flight".as_ref(), dir.as_ref(), "--".as_ref()];
+    argv.push(prog.as_ref());
+    argv.extend(args.iter().map(std::ffi::OsStr::new));
+    let ring = ring_mb.to_string();
+    let mut all = vec![("GPUTAPE_FLIGHT_RING_MB", ring.as_str())];
+    all.extend_from_slice(envs);
+    run_with(&argv, &all)
 }
 
 /// The one trace a flight run left in `d/flight`.
@@ -474,18 +474,17 @@ fn a_program_can_pause_the_recording_of_its_work_and_keep_its_state() {
     let d = support::scratch("run-pause");
     let prog = support::faults_program(&d);
     let trace = d.join("paused.gtape");
-    let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .args(["run", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&prog)
-        .args(["100", "1000"])
-        .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
-        .env("FAULTS_PAUSE", "10:90")
-        .env_remove("GPUTAPE_SHIM_DIR")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap();
+    let o = run_with(
+        &[
+            "-o".as_ref(),
+            trace.as_ref(),
+            "--".as_ref(),
+            prog.as_ref(),
+            "100".as_ref(),
+            "1000".as_ref(),
+        ],
+        &[("FAULTS_PAUSE", "10:90")],
+    );
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     // Steps 10 to 89 ran (the output is the last step's) and were not recorded: 5 setup calls

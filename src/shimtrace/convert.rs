@@ -201,9 +201,14 @@ impl Converter {
         }
     }
 
-    /// The flight recorder's reason for the dump this log is.
-    fn dumped(&mut self, reason: &[u8]) {
+    /// The flight recorder's reason for the dump this log is, led by the fault's name when
+    /// `status` (the dump record's) is one.
+    fn dumped(&mut self, reason: &[u8], status: i32) {
         let mut reason = String::from_utf8_lossy(reason).into_owned();
+        if status != 0 {
+            let name = crate::backend::cuda_error_name(status as u32);
+            reason = format!("{name} ({status}) {reason}");
+        }
         if self.summary.dropped > 0 {
             reason.push_str(&format!(
                 "; buffers written before trace call {} start without their contents in a \
@@ -282,7 +287,7 @@ impl Converter {
             Rec::Dump { reason } => {
                 self.summary.records -= 1;
                 self.index = index;
-                self.dumped(reason);
+                self.dumped(reason, r.status);
                 return;
             }
             Rec::CopyH2D { dst, on, data } => {

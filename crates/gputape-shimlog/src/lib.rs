@@ -211,9 +211,10 @@ pub enum Rec<'a> {
     /// recent calls had wrapped. Records keep their indices (the next one's is this many
     /// higher), so a `D2HBytes` still names its copy.
     Gap { dropped: u64 },
-    /// The flight recorder dumped here, and why (`reason`, words for a person: the fault and
-    /// the call that returned it, or a hang). The last record of a dump; a hang's blocked
-    /// calls come just before it, with `STATUS_NOT_RETURNED`.
+    /// The flight recorder dumped here, and why (`reason`, words for a person: the call that
+    /// returned the fault, whose code is the record's status, or a hang, status 0). The last
+    /// record of a dump; a hang's blocked calls come just before it, with
+    /// `STATUS_NOT_RETURNED`.
     Dump { reason: &'a [u8] },
 }
 

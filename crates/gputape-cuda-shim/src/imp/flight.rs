@@ -187,23 +187,6 @@ pub fn is_fault(status: i32) -> bool {
     matches!(status, 700 | 702 | 710 | 714..=719 | 999)
 }
 
-/// The name of a fault status, for the dump's reason.
-pub fn status_name(status: i32) -> &'static str {
-    match status {
-        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
-        702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
-        710 => "CUDA_ERROR_ASSERT",
-        714 => "CUDA_ERROR_HARDWARE_STACK_ERROR",
-        715 => "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-        716 => "CUDA_ERROR_MISALIGNED_ADDRESS",
-        717 => "CUDA_ERROR_INVALID_ADDRESS_SPACE",
-        718 => "CUDA_ERROR_INVALID_PC",
-        719 => "CUDA_ERROR_LAUNCH_FAILED",
-        999 => "CUDA_ERROR_UNKNOWN",
-        _ => "CUDA error",
-    }
-}
-
 // ---- hangs ----
 
 /// Seconds a host sync may wait before the flight recorder dumps (fractions allowed; unset or

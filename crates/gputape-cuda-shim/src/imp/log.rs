@@ -99,14 +99,9 @@ pub fn is_flight() -> bool {
     matches!(mode(), Some(Mode::Flight(_)))
 }
 
-/// The calling thread's id, as records name it.
-pub fn thread_id() -> u32 {
-    gettid()
-}
-
 /// The calling thread's id, asked of the kernel once per thread (each record carries it, and
 /// a system call per record would be a cost on every logged call).
-fn gettid() -> u32 {
+pub fn thread_id() -> u32 {
     thread_local! {
         // SAFETY: gettid takes nothing and cannot fail.
         static TID: u32 = unsafe { libc::gettid() as u32 };
@@ -131,7 +126,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     if PAUSED.load(Ordering::Relaxed) && !call.is_state() && !flight::is_fault(status) {
         return None;
     }
-    let thread = gettid();
+    let thread = thread_id();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // A forked child starts a file of its own: what the parent had gathered is the parent's.
     if FORKED.swap(false, Ordering::Relaxed) || g.is_none() {
@@ -150,9 +145,9 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     if let Some(ring) = &mut log.ring {
         ring.push(index, &rec);
         if flight::is_fault(status) {
+            // The record's status names the fault; the reader spells it (`gputape run` does).
             let reason = format!(
-                "{} ({status}) returned by {} (record {index} of process {}'s calls)",
-                flight::status_name(status),
+                "returned by {} (record {index} of process {}'s calls)",
                 rec.call.family(),
                 log.pid
             );
@@ -185,7 +180,7 @@ pub fn dump_hang(reason: &str, blocked: &[(u32, Rec<'_>)]) {
         })
         .collect();
     let reason = format!("{reason} (process {})", log.pid);
-    dump_locked(log, &reason, gettid(), 0, &tail);
+    dump_locked(log, &reason, thread_id(), 0, &tail);
 }
 
 /// Writes the flight recorder's dump (once per process): `DIR/PID.gtshm`, through a temporary
@@ -217,9 +212,14 @@ fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32, blocked: &
     let tmp = dir.join(format!(".{}.gtshm.tmp", log.pid));
     match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
         Ok(()) => {
+            let fault = if status != 0 {
+                format!("driver status {status} ")
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 std::io::stderr(),
-                "gputape-shim: flight dump of process {}: {why} -> {}",
+                "gputape-shim: flight dump of process {}: {fault}{why} -> {}",
                 log.pid,
                 path.display()
             );
@@ -338,7 +338,7 @@ extern "C" fn at_exit() {
                 flight::ENV_AT_EXIT,
                 log.records
             );
-            dump_locked(log, &reason, gettid(), 0, &[]);
+            dump_locked(log, &reason, thread_id(), 0, &[]);
         }
     }
 }
