@@ -44,7 +44,7 @@ for r in $(seq 1 "${INPROC:-3}"); do
             recorded) cmd=("$G" run -o "$OUT/cost.gtape" -- $PY scripts/gpu-llama-decode.py) ;;
         esac
         GPUTAPE_DECODE_TOGGLE=1 "${PIN[@]}" "${cmd[@]}" >"$OUT/toggle-$mode.$r.out" 2>"$OUT/toggle-$mode.$r.err"
-        echo "in-process round $r $mode exit $?: $(grep -h -o '"paused_ms": {[^}]*}, "recording_ms": {[^}]*}' "$OUT/toggle-$mode.$r.out")"
+        echo "in-process round $r $mode exit $?: $(grep -h -o '"paused_ms": {[^}]*}, "recording_ms": {[^}]*}.*' "$OUT/toggle-$mode.$r.out")"
         rm -f "$OUT/cost.gtape"
     done
 done
@@ -56,7 +56,7 @@ def ms(mode, r):
         if line.startswith("GPUTAPE_DECODE "):
             return json.loads(line.split(" ", 1)[1])["generate_ms"]
 rows = {}
-for mode in ("plain", "shim", "flight", "recorded"):
+for mode in ("plain", "shim", "flight", "recorded") if rounds else ():
     got = [m for m in (ms(mode, r) for r in range(1, rounds + 1)) if m]
     rows[mode] = {
         "median": statistics.median(g["median"] for g in got),
@@ -64,16 +64,16 @@ for mode in ("plain", "shim", "flight", "recorded"):
         "slowest": max(g["slowest"] for g in got),
         "n": len(got),
     }
-p = rows["plain"]
-print("\n| mode | processes | median of medians, ms | median of means, ms | slowest, ms | / plain (median, mean) |")
-print("|---|---|---|---|---|---|")
+p = rows.get("plain")
+if p: print("\n| mode | processes | median of medians, ms | median of means, ms | slowest, ms | / plain (median, mean) |")
+if p: print("|---|---|---|---|---|---|")
 for mode, r in rows.items():
     print(f"| {mode} | {r['n']} | {r['median']:.3f} | {r['mean']:.3f} | {r['slowest']:.3f} | "
           f"{r['median']/p['median']:.3f}x, {r['mean']/p['mean']:.3f}x |")
 inproc = int(sys.argv[3])
 print("\nInside one process (timed generates alternating paused / recording):")
-print("| mode | process | paused median / mean, ms | recording median / mean, ms | recording / paused (median, mean) |")
-print("|---|---|---|---|---|")
+print("| mode | process | paused median / mean, ms | recording median / mean, ms | recording / paused (median, mean) | page faults per generate, paused / recording |")
+print("|---|---|---|---|---|---|")
 for mode in ("flight", "recorded"):
     for r in range(1, inproc + 1):
         try:
@@ -82,7 +82,8 @@ for mode in ("flight", "recorded"):
                     d = json.loads(line.split(" ", 1)[1])
             p, q = d["paused_ms"], d["recording_ms"]
             print(f"| {mode} | {r} | {p['median']:.3f} / {p['mean']:.3f} | {q['median']:.3f} / {q['mean']:.3f} | "
-                  f"{q['median']/p['median']:.3f}x, {q['mean']/p['mean']:.3f}x |")
+                  f"{q['median']/p['median']:.3f}x, {q['mean']/p['mean']:.3f}x | "
+                  f"{d.get('paused_minflt', '-')} / {d.get('recording_minflt', '-')} |")
         except Exception as e:
-            print(f"| {mode} | {r} | missing: {e} | | |")
+            print(f"| {mode} | {r} | missing: {e} | | | |")
 PYEOF

@@ -9,11 +9,13 @@ GPUTAPE_DECODE_TOGGLE=1 under `gputape run --flight` or `-o`: the timed generate
 between gputape's recording paused and running (gputape_shim_pause, exported by the shim), and
 the line also holds `paused_ms` and `recording_ms`: the recorder's cost inside one process,
 where a process's own speed, which varies more between processes than the recorder costs,
-is the same for both."""
+is the same for both. `paused_minflt` and `recording_minflt` are the median page faults the
+generating thread took per generate (the recorder's fresh memory shows there)."""
 
 import hashlib
 import json
 import os
+import resource
 import statistics
 import time
 
@@ -59,6 +61,7 @@ def main():
     reps = int(os.environ.get("GPUTAPE_DECODE_REPS", "20"))
     pause = shim_pause()
     times, by_mode = [], {"paused_ms": [], "recording_ms": []}
+    faults = {"paused_minflt": [], "recording_minflt": []}
     with torch.no_grad():
         for _ in range(2):
             model.generate(ids, **kw)
@@ -67,12 +70,15 @@ def main():
             if pause is not None:
                 pause(1 if paused else 0)
             torch.cuda.synchronize()
+            f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
             t0 = time.perf_counter()
             out = model.generate(ids, **kw)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
+            f1 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
             if pause is not None:
                 by_mode["paused_ms" if paused else "recording_ms"].append(times[-1])
+                faults["paused_minflt" if paused else "recording_minflt"].append(f1 - f0)
         if pause is not None:
             pause(0)
     logits = torch.stack(out.logits).float().cpu()
@@ -85,6 +91,7 @@ def main():
                 "generate_ms": summary(times),
                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"),
                 **{k: summary(v) for k, v in by_mode.items() if v},
+                **{k: statistics.median(v) for k, v in faults.items() if v},
             }
         ),
         flush=True,

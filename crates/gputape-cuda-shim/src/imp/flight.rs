@@ -23,29 +23,14 @@ use std::time::{Duration, Instant};
 
 use gputape_shimlog::{Rec, Record};
 
+use super::chunks::{self, CHUNK, Chunk};
+
 /// The ring's size, in MiB.
 pub const ENV_RING_MB: &str = "GPUTAPE_FLIGHT_RING_MB";
 /// Dump at exit too, whether or not anything faulted (to keep a recording of a run that ended
 /// badly without a driver fault, and for tests).
 pub const ENV_AT_EXIT: &str = "GPUTAPE_SHIM_FLIGHT_AT_EXIT";
 const DEFAULT_RING_MB: usize = 256;
-/// Work records are kept in chunks of about this many bytes; the oldest chunk is dropped whole.
-const CHUNK: usize = 1 << 20;
-
-#[derive(Default)]
-struct Chunk {
-    buf: Vec<u8>,
-    /// (record index, offset of its bytes in `buf`).
-    at: Vec<(u64, usize)>,
-}
-
-impl Chunk {
-    /// Each record held, by index, with the bytes from its start on.
-    fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
-        self.at.iter().map(|&(i, o)| (i, &self.buf[o..]))
-    }
-}
-
 /// Recent work and lifelong state, encoded, each in chunks: a buffer that only grows would
 /// now and then copy everything it holds to grow (a stall of the program, at gigabytes).
 pub struct Ring {
@@ -68,6 +53,7 @@ impl Ring {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|&m| m > 0)
             .unwrap_or(DEFAULT_RING_MB);
+        chunks::start();
         Ring {
             state: Vec::new(),
             chunks: VecDeque::new(),
@@ -95,10 +81,7 @@ impl Ring {
         }
         if r.call.is_state() || captured {
             if self.state.last().is_none_or(|c| c.buf.len() >= CHUNK) {
-                self.state.push(Chunk {
-                    buf: Vec::with_capacity(CHUNK + (CHUNK >> 2)),
-                    at: Vec::new(),
-                });
+                self.state.push(chunks::take());
             }
             let c = self.state.last_mut().expect("a chunk was just ensured");
             c.at.push((index, c.buf.len()));
@@ -106,10 +89,7 @@ impl Ring {
             return;
         }
         if self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK) {
-            let mut c = self.spare.take().unwrap_or_else(|| Chunk {
-                buf: Vec::with_capacity(CHUNK + (CHUNK >> 2)),
-                at: Vec::new(),
-            });
+            let mut c = self.spare.take().unwrap_or_else(chunks::take);
             c.buf.clear();
             c.at.clear();
             self.chunks.push_back(c);

@@ -1,0 +1,44 @@
+/* What the driver shim's recording adds to a launch, inside one process: ROUNDS rounds of N
+ * launches (a PARAM_BYTES parameter buffer passed through `extra`, as cuBLAS and PyTorch's
+ * large-struct kernels pass theirs) and a stream sync, alternating between gputape's recording
+ * paused (gputape_shim_pause, even rounds) and running; the first two rounds are warm-up.
+ * Prints the median ns per launch of each, and the page faults this thread took per launch
+ * (fresh memory the recorder fills shows there). Run under `gputape run --flight DIR` or
+ * `-o TRACE` against the fake driver: scripts/shim-cost.sh.
+ * Usage: launch_cost [ROUNDS [N [PARAM_BYTES]]] (40, 5000, 448). Linked with -lcuda. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned flags);
+int cuStreamCreate(void **stream, unsigned flags);
+int cuStreamSynchronize(void *stream);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
+extern void gputape_shim_pause(int paused) __attribute__((weak));
+static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
+static int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
+int main(int argc,char**argv){
+  int rounds=argc>1?atoi(argv[1]):40, n=argc>2?atoi(argv[2]):5000, psz=argc>3?atoi(argv[3]):448;
+  if(rounds<4||rounds>1000||n<1||psz<0||psz>4096){fprintf(stderr,"launch_cost: bad arguments\n");return 2;}
+  void*s; cuInit(0); cuStreamCreate(&s,1);
+  unsigned char buf[4096]; memset(buf,7,sizeof buf); size_t size=psz;
+  void*extra[]={(void*)1,buf,(void*)2,&size,(void*)0};
+  double t[2][1000]; int k[2]={0,0}; long flt[2]={0,0};
+  for(int r=0;r<rounds;r++){
+    int paused=r%2==0; if(gputape_shim_pause) gputape_shim_pause(paused);
+    struct rusage a,b; getrusage(RUSAGE_THREAD,&a);
+    double t0=now();
+    for(int i=0;i<n;i++){ buf[0]=i; cuLaunchKernel((void*)0x7000,1,1,1,32,1,1,0,s,0,extra); }
+    cuStreamSynchronize(s);
+    double dt=(now()-t0)/n; getrusage(RUSAGE_THREAD,&b);
+    if(r>=2){ t[paused][k[paused]++]=dt; flt[paused]+=b.ru_minflt-a.ru_minflt; }
+  }
+  for(int p=0;p<2;p++) qsort(t[p],k[p],sizeof(double),cmp);
+  printf("paused %.1f ns/launch, recording %.1f ns/launch, +%.1f ns; minflt per launch paused %.4f recording %.4f\n",
+    t[1][k[1]/2], t[0][k[0]/2], t[0][k[0]/2]-t[1][k[1]/2], (double)flt[1]/(k[1]*(double)n), (double)flt[0]/(k[0]*(double)n));
+  return 0;
+}
