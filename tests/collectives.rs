@@ -567,16 +567,7 @@ fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
         }
     });
     let dumps: Vec<PathBuf> = (0..n)
-        .map(|rank| {
-            let d = dir.join(format!("rank{rank}"));
-            let mut v: Vec<PathBuf> = std::fs::read_dir(&d)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
-                .collect();
-            assert_eq!(v.len(), 1, "rank {rank} dumped once: {v:?}");
-            v.pop().unwrap()
-        })
+        .map(|rank| only_dump(&dir.join(format!("rank{rank}"))))
         .collect();
     let traces = open_all(&dumps);
     for t in &traces {
@@ -612,5 +603,130 @@ fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
             r.summary()
         );
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The one dump a rank's flight recorder wrote into `dir`.
+fn only_dump(dir: &std::path::Path) -> PathBuf {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+        .collect();
+    assert_eq!(v.len(), 1, "{} holds one dump: {v:?}", dir.display());
+    v.pop().unwrap()
+}
+
+/// A rank that faults and stops (a process that died): its peer waits in the next
+/// all-reduce, where no call of its returns (NCCL spins; the mock gives up only at its
+/// deadline). With a peers directory, the faulting rank's dump tells the other, whose watcher
+/// dumps at once: the waiting all-reduce is in that dump as not returned, the reason names
+/// rank 1, and the two dumps laid side by side name rank 1 as the rank that never came, with
+/// its failed call.
+#[test]
+fn a_rank_that_faults_makes_its_waiting_peer_dump() {
+    let n = 2u32;
+    let dir = scratch("peers");
+    let peers = dir.join("peers");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    std::thread::scope(|sc| {
+        for rank in 0..n {
+            let (dir, peers) = (dir.join(format!("rank{rank}")), peers.clone());
+            sc.spawn(move || {
+                let mut cfg = gputape::recorder::FlightConfig::new(&dir);
+                cfg.checkpoint_every = 4;
+                cfg.device_checkpoints = false;
+                cfg.peers = Some(peers);
+                let rec = RecordingBackend::flight(
+                    with_kernels(Duration::from_secs(5)),
+                    cfg,
+                    BackendDesc::new("mock"),
+                )
+                .unwrap();
+                let g: &dyn GpuBackend = &rec;
+                let comm = g.comm_init(id, n, rank).unwrap();
+                let s = g.default_stream();
+                let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
+                g.memset(x, 0, 256).unwrap();
+                for step in 0..20u64 {
+                    g.step_boundary(step);
+                    if step == 9 && rank == 1 {
+                        // A launch on a freed buffer: the mock faults, the sync says so.
+                        g.free(x).unwrap();
+                        gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+                        assert!(g.synchronize(s).is_err(), "the planted fault");
+                        return;
+                    }
+                    gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+                    let r = g.collective(
+                        comm,
+                        Collective::AllReduce(ReduceOp::Sum),
+                        y,
+                        x,
+                        64,
+                        CollDtype::F32,
+                        s,
+                    );
+                    if r.is_err() {
+                        assert_eq!((rank, step), (0, 9), "only rank 0's step 9 waits in vain");
+                        return;
+                    }
+                    let _ = read_f32(g, x, 4);
+                }
+                panic!("rank {rank}: the missing rank went unnoticed");
+            });
+        }
+    });
+    let dumps: Vec<PathBuf> = (0..n)
+        .map(|rank| only_dump(&dir.join(format!("rank{rank}"))))
+        .collect();
+    let traces = open_all(&dumps);
+    let info = traces[0].dump.as_ref().expect("rank 0's dump says why");
+    assert!(
+        info.reason.starts_with("peer:") && info.reason.contains("rank 1 of communicator"),
+        "{}",
+        info.reason
+    );
+    // Written while the all-reduce waited: it is in the dump as not returned.
+    let waiting = traces[0]
+        .calls
+        .iter()
+        .find(|c| matches!(c.call, Call::Collective { seq: 9, .. }))
+        .expect("rank 0's dump holds the all-reduce it waits in");
+    assert!(
+        info.in_flight.iter().any(|&(seq, _)| seq == waiting.seq),
+        "{:?} in flight, the all-reduce is #{}",
+        info.in_flight,
+        waiting.seq
+    );
+    // Rank 1's own dump is its fault's, not a peer's.
+    let own = traces[1].dump.as_ref().expect("rank 1's dump says why");
+    assert!(!own.reason.starts_with("peer:"), "{}", own.reason);
+    let found = analysis::ranks::match_ranks(&traces);
+    let missing = found.iter().find_map(|f| match f {
+        RankFinding::Missing {
+            seq: 9, missing, ..
+        } => Some(missing),
+        _ => None,
+    });
+    let missing = missing.unwrap_or_else(|| panic!("collective #9's missing rank: {found:?}"));
+    assert_eq!(missing.len(), 1, "{found:?}");
+    let (rank, _, failed) = &missing[0];
+    assert_eq!(*rank, 1);
+    let failed = failed.as_ref().expect("rank 1's failed call is named");
+    assert!(failed.text.contains("synchronize"), "{failed:?}");
+    // The same from the command line: exit 1, rank 1 named with its failed call.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("ranks")
+        .args(&dumps)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("collective #9: rank(s) 1 never made it")
+            && text.contains("rank 1 failed first at"),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -17,8 +17,18 @@ pub(crate) struct CommRec {
     pub id: CommId,
     /// `None` for a communicator joined before the recorder started (its handle first seen
     /// at a collective).
-    pub joined: Option<(CommUniqueId, u32, u32)>,
+    pub joined: Option<Joined>,
     pub next_seq: u64,
+}
+
+/// What a `comm_init` the recorder saw said, and when it returned (a peer's announcement of a
+/// dump counts only from then on: `peers.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Joined {
+    pub unique: CommUniqueId,
+    pub nranks: u32,
+    pub rank: u32,
+    pub at: std::time::SystemTime,
 }
 
 /// The `Adopt` frames a checkpoint writes for the communicators joined so far.
@@ -27,12 +37,12 @@ pub(super) fn comm_frames(st: &super::RecState) -> Vec<Frame> {
     v.sort_by_key(|c| c.id);
     v.into_iter()
         .filter_map(|c| {
-            let (unique, nranks, rank) = c.joined?;
+            let j = c.joined?;
             Some(Frame::Adopt(Adopted::Comm {
                 id: c.id,
-                unique,
-                nranks,
-                rank,
+                unique: j.unique,
+                nranks: j.nranks,
+                rank: j.rank,
                 next_seq: c.next_seq,
             }))
         })
@@ -71,7 +81,12 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 h.0,
                 CommRec {
                     id,
-                    joined: Some((unique, nranks, rank)),
+                    joined: Some(Joined {
+                        unique,
+                        nranks,
+                        rank,
+                        at: std::time::SystemTime::now(),
+                    }),
                     next_seq: 0,
                 },
             );

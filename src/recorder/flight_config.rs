@@ -103,6 +103,11 @@ pub struct FlightConfig {
     /// as much device memory for staging where it can be had at arming. Changed chunks that
     /// do not fit wait for a later checkpoint.
     pub ring_mb: u64,
+    /// A directory every rank of a rank set can see (`GPUTAPE_FLIGHT_PEERS`): a dump of this
+    /// recorder tells its peers there, and this recorder dumps when a peer of a communicator
+    /// it joined says it dumped (`recorder/peers.rs`). `None` (the default): each rank dumps
+    /// at its own failures only.
+    pub peers: Option<PathBuf>,
 }
 
 impl FlightConfig {
@@ -116,6 +121,7 @@ impl FlightConfig {
             steps_from_syncs: true,
             spill_blobs_over: Some(1 << 20),
             hang_after: None,
+            peers: None,
             budget: None,
             max_span_calls: 4 << 20,
             device_checkpoints: true,
@@ -128,7 +134,8 @@ impl FlightConfig {
     /// `GPUTAPE_FLIGHT_HANG_S` (dump when a call has not returned after this many seconds,
     /// fractions allowed; unset or 0: off) and `GPUTAPE_FLIGHT_BUDGET` (the share of wall
     /// time checkpoints may take, default 0.02; 0: no budget), `GPUTAPE_FLIGHT_DEVICE` (0:
-    /// checkpoints by the host) and `GPUTAPE_FLIGHT_RING_MB` over the defaults.
+    /// checkpoints by the host), `GPUTAPE_FLIGHT_RING_MB` and `GPUTAPE_FLIGHT_PEERS` (the rank
+    /// set's shared directory) over the defaults.
     pub fn from_env(dir: impl Into<PathBuf>) -> Self {
         let mut c = Self::new(dir);
         c.budget = Some(0.02);
@@ -161,6 +168,9 @@ impl FlightConfig {
         if let Some(s) = secs.filter(|s| s.is_finite() && *s > 0.0) {
             c.hang_after = Some(std::time::Duration::from_secs_f64(s.min(1e9)));
         }
+        c.peers = std::env::var_os("GPUTAPE_FLIGHT_PEERS")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
         c
     }
 }

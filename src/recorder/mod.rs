@@ -18,6 +18,7 @@ mod flight;
 mod flight_budget;
 mod flight_config;
 mod forward;
+mod peers;
 mod ring;
 mod snapshot;
 mod spill;

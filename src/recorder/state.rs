@@ -521,7 +521,22 @@ impl RecState {
         }
         let f = self.flight.as_deref_mut()?;
         let reason = format!("{reason}{}", f.failure_note());
-        Some(f.dump(&reason, open, in_flight))
+        let dumped = f.dump(&reason, open, in_flight);
+        if let (Ok(path), Some(dir)) = (&dumped, f.cfg.peers.clone()) {
+            let comms = self.comms.values().copied();
+            if let Err(why) = super::peers::announce(&dir, comms, &reason, path) {
+                let what = format!("the dump {} was written, but {why}", path.display());
+                tracing::error!("gputape: flight recorder: {what}");
+                let first = self
+                    .flight
+                    .as_deref_mut()
+                    .is_some_and(|f| f.note_failure(what.clone()));
+                if first {
+                    eprintln!("gputape: flight recorder: {what}");
+                }
+            }
+        }
+        Some(dumped)
     }
 
     fn write_failed(&mut self, e: TraceError) {

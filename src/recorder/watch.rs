@@ -5,8 +5,10 @@
 //! only writes a byte into a pipe (an async-signal-safe act), and this thread, woken by it,
 //! dumps every armed flight recorder at once. A few times a second it also looks for a call
 //! that has been inside the wrapped backend for longer than its recorder's `hang_after`
-//! (`GPUTAPE_FLIGHT_HANG_S`), and dumps then, naming that call. It calls nothing on the
-//! device, so it cannot disturb a capture.
+//! (`GPUTAPE_FLIGHT_HANG_S`), and dumps then, naming that call; and, for a recorder with a
+//! peers directory (`GPUTAPE_FLIGHT_PEERS`), for a dump another rank of its communicators
+//! announced there (`peers.rs`). It calls nothing on the device, so it cannot disturb a
+//! capture.
 
 use super::flight::{self, Shared};
 use crate::trace::HANG_REASON;
@@ -83,24 +85,51 @@ extern "C" fn on_usr1(_: libc::c_int) {
 /// `hang_after` dumps that recorder, once per stuck call.
 fn watch(read: i32) {
     let mut dumped_for: Vec<(usize, u64)> = Vec::new();
-    let mut watching_hangs = false;
+    let mut announced: Vec<std::path::PathBuf> = Vec::new();
+    let mut watching = false;
     loop {
-        let timeout = if watching_hangs {
+        let timeout = if watching {
             HANG_TICK
         } else {
             Duration::from_secs(1)
         };
         let signalled = woken(read, timeout);
-        watching_hangs = false;
+        watching = false;
         for st in flight::armed() {
             if signalled {
                 if let Some(mut g) = st.try_lock_for(Duration::from_secs(1)) {
                     flight::trigger(&mut g, "SIGUSR1", None);
                 }
             }
-            watching_hangs |= check_hang(&st, &mut dumped_for);
+            watching |= check_hang(&st, &mut dumped_for);
+            watching |= check_peers(&st, &mut announced);
         }
     }
+}
+
+/// Dump `st` if a peer of one of its communicators announced a dump; whether `st` has a
+/// peers directory to watch.
+fn check_peers(st: &Shared, announced: &mut Vec<std::path::PathBuf>) -> bool {
+    let (dir, comms) = {
+        let Some(g) = st.try_lock_for(LOCK_WAIT) else {
+            return true;
+        };
+        let Some(dir) = g.flight.as_deref().and_then(|f| f.cfg.peers.clone()) else {
+            return false;
+        };
+        (dir, g.comms.values().copied().collect::<Vec<_>>())
+    };
+    // The directory is read without the recorder's lock: the engine's calls go on meanwhile.
+    let Some(reason) = super::peers::check(&dir, &comms, announced) else {
+        return true;
+    };
+    if announced.len() > 1024 {
+        announced.drain(..512);
+    }
+    if let Some(mut g) = st.try_lock_for(Duration::from_secs(1)) {
+        flight::trigger(&mut g, &reason, None);
+    }
+    true
 }
 
 /// Dump `st` if its oldest call in flight has been there longer than its `hang_after`.

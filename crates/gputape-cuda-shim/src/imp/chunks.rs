@@ -154,9 +154,6 @@ fn supply() {
             }
         }
         let c = Chunk::faulted();
-        POOL.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .ready
-            .push(c);
+        POOL.lock().unwrap_or_else(|p| p.into_inner()).ready.push(c);
     }
 }
