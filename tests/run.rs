@@ -469,6 +469,56 @@ fn a_flight_recording_dumps_a_sync_that_does_not_return_as_a_hang() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// Two processes of one `gputape run --flight` (as one per GPU would be): the second faults at
+/// step 20 and dumps; the first, stuck in a sync since step 5 (a peer waiting for it), dumps
+/// within a fraction of a second on the other's word, no hang deadline set: its waiting sync is
+/// in its dump as not returned, and its reason names the process that dumped first.
+#[test]
+fn a_faulting_process_makes_the_runs_other_processes_dump() {
+    let d = support::scratch("run-flight-peers");
+    let prog = support::faults_program(&d);
+    let p = prog.display();
+    let script = format!("{p} 100 5 hang & sleep 0.5; {p} 100 20; wait");
+    let dir = d.join("flight");
+    let o = run(&[
+        "--flight".as_ref(),
+        dir.as_ref(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        script.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    let mut found: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    found.sort();
+    // Two traces, and the run's announcements removed with their directory.
+    assert_eq!(found.len(), 2, "{found:?}\n{out}{err}");
+    let dumps: Vec<serde_json::Value> = found
+        .iter()
+        .map(|t| {
+            assert_eq!(t.extension().unwrap(), "gtape", "{found:?}");
+            let o = gputape(&["show".as_ref(), "--json".as_ref(), t.as_ref()]);
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["dump"].clone()
+        })
+        .collect();
+    let reason = |v: &serde_json::Value| v["reason"].as_str().unwrap().to_string();
+    let (peer, own): (Vec<_>, Vec<_>) = dumps
+        .iter()
+        .partition(|v| reason(v).starts_with("peer: process "));
+    assert_eq!((peer.len(), own.len()), (1, 1), "{dumps:?}");
+    assert!(
+        reason(own[0]).contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+        "{dumps:?}"
+    );
+    assert!(reason(peer[0]).contains("of this run dumped"), "{dumps:?}");
+    let waiting = peer[0]["in_flight"].as_array().unwrap();
+    assert_eq!(waiting.len(), 1, "the peer's blocked sync: {dumps:?}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn a_program_can_pause_the_recording_of_its_work_and_keep_its_state() {
     let d = support::scratch("run-pause");

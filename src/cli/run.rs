@@ -40,6 +40,8 @@ const ENV_COUNTS: &str = "GPUTAPE_SHIM_COUNTS";
 const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
 /// Where the shim writes a faulting process's flight dump (with `--flight`).
 const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
+/// This run's id, which ties the processes whose dumps wake each other (the shim's `peers.rs`).
+const ENV_RUN: &str = "GPUTAPE_SHIM_RUN";
 
 #[derive(clap::Args)]
 #[command(
@@ -52,7 +54,10 @@ const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
                   ARCHITECTURE.md, \"The driver shim\").\n\n\
                   With --flight, nothing is written unless a process faults (or, with \
                   GPUTAPE_FLIGHT_HANG_S=SECS, a host sync waits longer than SECS): that process's \
-                  dump becomes DIR/PID.gtape.\n\n\
+                  dump becomes DIR/PID.gtape, and every other process of the command that called \
+                  the driver dumps too within a fraction of a second (one process per GPU: the \
+                  others wait in a sync or a collective), its waiting calls written as not \
+                  returned and its reason beginning \"peer:\".\n\n\
                   Environment: GPUTAPE_REAL_LIBCUDA (the real driver; found by search when unset), \
                   GPUTAPE_SHIM_DIR (a directory holding the shim as libcuda.so.1), \
                   GPUTAPE_FLIGHT_RING_MB (the flight ring, default 256), GPUTAPE_FLIGHT_HANG_S \
@@ -127,6 +132,14 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
         cmd.env_remove(ENV_LOG_DIR);
     }
     cmd.env_remove(ENV_FLIGHT_DIR);
+    let run_id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    cmd.env(ENV_RUN, &run_id);
     if let Some(dir) = &args.flight {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the flight directory {}", dir.display()))?;
@@ -160,7 +173,10 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
     );
     let recorded = match (&args.output, &args.flight) {
         (Some(out), _) => Some(record_traces(&logs, out, &args.command)?),
-        (None, Some(dir)) => Some(flight_traces(dir, started, &args.command)?),
+        (None, Some(dir)) => {
+            remove_announcements(dir, &run_id);
+            Some(flight_traces(dir, started, &args.command)?)
+        }
         (None, None) => None,
     };
     if let Some(out) = &args.counts {
@@ -289,6 +305,26 @@ fn flight_traces(
         written.push(dst);
     }
     Ok(written)
+}
+
+/// The run's announcements of dumps (`DIR/.peers/RUN.PID`, the shim's `peers.rs`): read by
+/// its processes while they ran, of no use after.
+fn remove_announcements(dir: &Path, run_id: &str) {
+    let peers = dir.join(".peers");
+    let Ok(entries) = std::fs::read_dir(&peers) else {
+        return;
+    };
+    let prefix = format!("{run_id}.");
+    for e in entries.flatten() {
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    // Only when empty: another run may share the directory.
+    let _ = std::fs::remove_dir(&peers);
 }
 
 /// `dir/name.PID.ext` for `dir/name.ext`.

@@ -235,21 +235,39 @@ impl Drop for Waiting {
 }
 
 /// Notes that this thread waits in `what` until the guard drops (nothing, and no cost beyond
-/// one read, unless a flight recording has a hang deadline); starts the watcher once.
+/// one read, unless a flight recording has a hang deadline or peers: `peers.rs`); starts the
+/// hang watcher once.
 pub fn waiting(what: Blocked) -> Option<Waiting> {
-    let after = hang_after()?;
-    static WATCHER: std::sync::Once = std::sync::Once::new();
-    WATCHER.call_once(|| {
-        let _ = std::thread::Builder::new()
-            .name("gputape-hang".into())
-            .spawn(move || watch(after));
-    });
+    let after = hang_after();
+    if after.is_none() && !super::peers::enabled() {
+        return None;
+    }
+    if let Some(after) = after {
+        static WATCHER: std::sync::Once = std::sync::Once::new();
+        WATCHER.call_once(|| {
+            let _ = std::thread::Builder::new()
+                .name("gputape-hang".into())
+                .spawn(move || watch(after));
+        });
+    }
     let tid = super::log::thread_id();
     WAITING
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push((tid, Instant::now(), what));
     Some(Waiting(tid))
+}
+
+/// The calls threads wait in now, the longest waiting first: (thread, since, what).
+fn waiting_now() -> Vec<(u32, Instant, Blocked)> {
+    let mut w = WAITING.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    w.sort_by_key(|e| e.1);
+    w
+}
+
+/// The calls threads wait in now, the longest waiting first, as a dump writes them.
+pub fn blocked_now() -> Vec<(u32, Rec<'static>)> {
+    waiting_now().iter().map(|e| (e.0, e.2.rec())).collect()
 }
 
 /// The watcher: when some thread has waited longer than `after`, the process dumps (once), with
@@ -259,8 +277,7 @@ fn watch(after: Duration) {
     loop {
         std::thread::sleep(tick);
         let now = Instant::now();
-        let mut w = WAITING.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        w.sort_by_key(|e| e.1);
+        let w = waiting_now();
         let Some(oldest) = w.first() else {
             continue;
         };
@@ -270,7 +287,7 @@ fn watch(after: Duration) {
         }
         let blocked: Vec<(u32, Rec<'static>)> = w.iter().map(|e| (e.0, e.2.rec())).collect();
         let name = oldest.2.rec().family();
-        super::log::dump_hang(
+        super::log::dump_watched(
             &format!(
                 "{}{name} has not returned after {:.1} s ({ENV_HANG_S}); {} thread(s) waiting",
                 gputape_shimlog::HANG_PREFIX,
@@ -278,6 +295,7 @@ fn watch(after: Duration) {
                 w.len()
             ),
             &blocked,
+            true,
         );
         return;
     }

@@ -151,7 +151,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
                 rec.call.family(),
                 log.pid
             );
-            dump_locked(log, &reason, thread, status, &[]);
+            dump_locked(log, &reason, thread, status, &[], true);
         }
         return Some(index);
     }
@@ -162,9 +162,10 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     Some(index)
 }
 
-/// The flight recorder's dump for a hang (the watcher calls it): `blocked` are the calls
-/// threads are waiting in, the longest waiting first, written as not returned.
-pub fn dump_hang(reason: &str, blocked: &[(u32, Rec<'_>)]) {
+/// The flight recorder's dump written by a watcher thread (a hang's, a peer's): `blocked` are
+/// the calls threads are waiting in, the longest waiting first, written as not returned;
+/// `announce`: tell the run's other processes (`peers.rs`), which a peer's dump does not.
+pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) {
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     let Some(log) = g.as_mut() else {
         return;
@@ -180,12 +181,20 @@ pub fn dump_hang(reason: &str, blocked: &[(u32, Rec<'_>)]) {
         })
         .collect();
     let reason = format!("{reason} (process {})", log.pid);
-    dump_locked(log, &reason, thread_id(), 0, &tail);
+    dump_locked(log, &reason, thread_id(), 0, &tail, announce);
 }
 
 /// Writes the flight recorder's dump (once per process): `DIR/PID.gtshm`, through a temporary
-/// name so a reader never sees half of one. `blocked` (a hang's) go just before the `Dump`.
-fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32, blocked: &[Record<'_>]) {
+/// name so a reader never sees half of one. `blocked` (a hang's) go just before the `Dump`;
+/// `announce`: the run's other processes are told, and dump too (`peers.rs`).
+fn dump_locked(
+    log: &mut Log,
+    reason: &str,
+    thread: u32,
+    status: i32,
+    blocked: &[Record<'_>],
+    announce: bool,
+) {
     let (Some(ring), false, Some(Mode::Flight(dir))) = (&log.ring, log.dumped, mode()) else {
         return;
     };
@@ -223,6 +232,9 @@ fn dump_locked(log: &mut Log, reason: &str, thread: u32, status: i32, blocked: &
                 log.pid,
                 path.display()
             );
+            if announce && let Err(why) = super::peers::announce(dir, &why, &path) {
+                let _ = writeln!(std::io::stderr(), "gputape-shim: {why}");
+            }
         }
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
@@ -244,7 +256,8 @@ fn open(pid: u32) -> Option<Log> {
     let dir = match mode()? {
         Mode::File(dir) => dir,
         // Flight: nothing is written until a dump, whose header `buf` keeps.
-        Mode::Flight(_) => {
+        Mode::Flight(dir) => {
+            super::peers::start(dir);
             return Some(Log {
                 file: None,
                 buf: header.to_vec(),
@@ -338,7 +351,7 @@ extern "C" fn at_exit() {
                 flight::ENV_AT_EXIT,
                 log.records
             );
-            dump_locked(log, &reason, thread_id(), 0, &[]);
+            dump_locked(log, &reason, thread_id(), 0, &[], false);
         }
     }
 }

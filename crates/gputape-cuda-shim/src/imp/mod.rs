@@ -6,6 +6,7 @@ mod counts;
 mod flight;
 mod hooks;
 mod log;
+mod peers;
 mod record;
 mod resolve;
 mod table;
