@@ -16,7 +16,7 @@ pub mod kernels;
 pub mod numerics;
 mod weights;
 
-pub use weights::{LayerWeights, LlamaWeights};
+pub use weights::{LayerWeights, LlamaWeights, TpPart};
 
 use super::hf::HfConfig;
 use crate::backend::{DevicePtr, GpuBackend, KernelArg, ModelResource, Releases};
@@ -48,6 +48,17 @@ impl Shape {
             head_dim: hf.head_dim,
             ffn: hf.intermediate_size,
             tied: hf.tie_word_embeddings,
+        }
+    }
+
+    /// One rank's share of a model split over `n` ranks: its query heads, KV heads and MLP
+    /// width; hidden size and vocabulary stay whole.
+    pub fn part(&self, n: usize) -> Shape {
+        Shape {
+            heads: self.heads / n,
+            kv_heads: self.kv_heads / n,
+            ffn: self.ffn / n,
+            ..self.clone()
         }
     }
 
@@ -196,6 +207,9 @@ pub struct Llama {
     inputs_ready: u64,
     /// The planted fault: at this step, `silu_mul_bf16` writes this many floats past `act`.
     pub fault: Option<(usize, u32)>,
+    /// Tensor parallel: this rank's part, and the buffer its projections' partial sums meet
+    /// the other ranks' in.
+    tp: Option<(TpPart, DevicePtr)>,
     pub step_index: usize,
     released: bool,
 }
@@ -274,7 +288,50 @@ impl Llama {
         kernels::load(gpu)?;
         let weights = LlamaWeights::generate(gpu, &shape, opts.seed, gpu.default_stream())
             .context("generating the bf16 weights")?;
-        Self::with_weights(gpu, shape, opts, weights)
+        Self::with_weights(gpu, shape, opts, weights, None)
+    }
+
+    /// Load rank `part.rank` of the model split over `part.size` ranks (tensor parallel, one
+    /// GPU each): the weights generated whole from `opts.seed` and sliced
+    /// (`LlamaWeights::shard`), the KV cache's context likewise (each rank its KV heads), and
+    /// an all-reduce on `part.comm` after the attention and MLP output projections. Every rank
+    /// then holds the whole residual stream and samples the same tokens, which one GPU's
+    /// `load` samples too, its logits equal to rounding (the partial sums add in another
+    /// order).
+    pub fn load_tp(
+        gpu: &dyn GpuBackend,
+        hf: &HfConfig,
+        opts: LlamaOptions,
+        part: TpPart,
+    ) -> Result<Llama> {
+        let full = Shape::new(hf);
+        let n = part.size;
+        anyhow::ensure!(
+            n >= 1 && part.rank < n,
+            "rank {} of a group of {n}",
+            part.rank
+        );
+        for (what, v) in [
+            ("num_attention_heads", full.heads),
+            ("num_key_value_heads", full.kv_heads),
+            ("intermediate_size", full.ffn),
+        ] {
+            anyhow::ensure!(
+                v % n == 0,
+                "{}: {what} = {v} does not split over {n} ranks",
+                full.hf.name
+            );
+        }
+        let shape = full.part(n);
+        Self::check(&full, &opts)?;
+        Self::check(&shape, &opts)?;
+        kernels::load(gpu)?;
+        let stream = gpu.default_stream();
+        let weights = LlamaWeights::generate(gpu, &full, opts.seed, stream)
+            .context("generating the bf16 weights")?
+            .shard(gpu, &full, part, stream)
+            .with_context(|| format!("slicing rank {}'s part of the weights", part.rank))?;
+        Self::with_weights(gpu, shape, opts, weights, Some((&full, part)))
     }
 
     /// Load with the weights of a safetensors checkpoint (one file or its shards).
@@ -289,14 +346,16 @@ impl Llama {
         kernels::load(gpu)?;
         let weights = LlamaWeights::from_safetensors(gpu, &shape, shards)
             .context("loading the safetensors checkpoint")?;
-        Self::with_weights(gpu, shape, opts, weights)
+        Self::with_weights(gpu, shape, opts, weights, None)
     }
 
+    /// `tp`: the whole model's shape and this rank's part, for a tensor-parallel rank.
     fn with_weights(
         gpu: &dyn GpuBackend,
         shape: Shape,
         opts: LlamaOptions,
         weights: LlamaWeights,
+        tp: Option<(&Shape, TpPart)>,
     ) -> Result<Llama> {
         let s = &shape;
         let b = opts.batch;
@@ -321,15 +380,44 @@ impl Llama {
         let pool_bytes = num_blocks * opts.block_size * s.kv_dim() * 2;
         let (mut k_pools, mut v_pools) = (Vec::new(), Vec::new());
         let stream = gpu.default_stream();
+        let slots = num_blocks * opts.block_size;
         for l in 0..s.layers {
             for (pools, which) in [(&mut k_pools, 0u64), (&mut v_pools, 1)] {
-                let p = gpu.alloc(pool_bytes)?;
                 // The sequences' earlier context, as prefill would have left it.
                 let seed = opts.seed ^ 0x4b56 ^ ((2 * l as u64 + which) << 32);
-                launch_fill(gpu, p, pool_bytes / 2, seed, 1.0, 0.0, stream)?;
+                let p = match tp {
+                    None => {
+                        let p = gpu.alloc(pool_bytes)?;
+                        launch_fill(gpu, p, pool_bytes / 2, seed, 1.0, 0.0, stream)?;
+                        p
+                    }
+                    Some((full, part)) => {
+                        // The whole cache as one GPU holds it, and this rank's KV heads of it.
+                        let whole = slots * full.kv_dim() * 2;
+                        let w = gpu.alloc(whole)?;
+                        launch_fill(gpu, w, whole / 2, seed, 1.0, 0.0, stream)?;
+                        let first = part.rank * s.kv_dim();
+                        let (p, _) = weights::column_slice(
+                            gpu,
+                            w,
+                            slots,
+                            full.kv_dim(),
+                            first,
+                            s.kv_dim(),
+                            stream,
+                        )?;
+                        gpu.synchronize(stream)?;
+                        gpu.free(w)?;
+                        p
+                    }
+                };
                 pools.push(p);
             }
         }
+        let tp = match tp {
+            Some((_, part)) => Some((part, gpu.alloc(b * s.hidden * 4)?)),
+            None => None,
+        };
         let staging = gpu.alloc_host_pinned(inputs_len)?;
         let copy_stream = gpu.create_stream()?;
         let inputs_ready = gpu.create_event()?;
@@ -351,6 +439,7 @@ impl Llama {
             compute_stream: stream,
             inputs_ready,
             fault: None,
+            tp,
             step_index: 0,
             released: false,
         };
@@ -441,6 +530,46 @@ impl Llama {
                 KernelArg::Bytes(&u(accumulate as usize)),
             ],
         )
+    }
+
+    /// `x += W input` for an output projection (`W`: hidden x `cols`). Tensor parallel, each
+    /// rank's `W` holds its columns, so its product is a partial sum: rank 0 adds its partial
+    /// to the residual, the others start from zero, and an all-reduce on the compute stream
+    /// sums the ranks' results into every rank's `x`.
+    #[track_caller]
+    fn project_residual(
+        &self,
+        gpu: &dyn GpuBackend,
+        w: DevicePtr,
+        input: DevicePtr,
+        cols: usize,
+    ) -> Result<()> {
+        let (x, hidden) = (self.arena.x, self.shape.hidden);
+        let Some((part, partial)) = self.tp else {
+            return self.gemv(gpu, w, input, x, hidden, cols, true);
+        };
+        let (stream, count) = (self.compute_stream, self.opts.batch * hidden);
+        if part.rank == 0 {
+            gpu.copy_d2d_async(x, partial, count * 4, stream)?;
+        } else {
+            gpu.memset_async(partial, 0, count * 4, stream)?;
+        }
+        self.gemv(gpu, w, input, partial, hidden, cols, true)?;
+        gpu.collective(
+            part.comm,
+            crate::backend::Collective::AllReduce(crate::backend::ReduceOp::Sum),
+            partial,
+            x,
+            count as u64,
+            crate::backend::CollDtype::F32,
+            stream,
+        )
+        .with_context(|| {
+            format!(
+                "the all-reduce of rank {} at step {}",
+                part.rank, self.step_index
+            )
+        })
     }
 
     #[track_caller]
@@ -563,7 +692,7 @@ impl Llama {
                 kernels::WIDE_BLOCK,
                 &args,
             )?;
-            self.gemv(gpu, lw.o, a.attn, a.x, s.hidden, s.q_dim(), true)?;
+            self.project_residual(gpu, lw.o, a.attn, s.q_dim())?;
             self.rmsnorm(gpu, lw.ffn_norm)?;
             self.gemv(gpu, lw.gate_up, a.xn, a.gu, 2 * s.ffn, s.hidden, false)?;
             self.launch(
@@ -580,7 +709,7 @@ impl Llama {
                     KernelArg::Bytes(&overrun.to_le_bytes()),
                 ],
             )?;
-            self.gemv(gpu, lw.down, a.act, a.x, s.hidden, s.ffn, true)?;
+            self.project_residual(gpu, lw.down, a.act, s.ffn)?;
         }
         self.rmsnorm(gpu, self.weights.final_norm)?;
         self.gemv(
@@ -637,6 +766,9 @@ impl Llama {
         let mut releases = Releases::new();
         for (name, p) in self.arena.ptrs() {
             releases.attempt("llama arena", format_args!("buffer {name}"), gpu.free(p));
+        }
+        if let Some((_, partial)) = self.tp {
+            releases.attempt("llama", "tensor-parallel partial sums", gpu.free(partial));
         }
         for (kv, pools) in [("K", &mut self.k_pools), ("V", &mut self.v_pools)] {
             for (layer, p) in pools.drain(..).enumerate() {

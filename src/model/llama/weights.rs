@@ -213,3 +213,109 @@ impl ModelResource<dyn GpuBackend> for LlamaWeights {
         Ok(releases.finish()?)
     }
 }
+
+/// Which part of a tensor-parallel model one rank holds: rank `rank` of `size`, joined to
+/// the others by `comm` (the caller's communicator, which it destroys).
+#[derive(Clone, Copy, Debug)]
+pub struct TpPart {
+    pub rank: usize,
+    pub size: usize,
+    pub comm: crate::backend::CommHandle,
+}
+
+impl LlamaWeights {
+    /// This rank's shard of a model generated whole (`full`, as one GPU would hold it), in
+    /// the usual Megatron split: the q/k/v rows of its heads and KV heads and the gate/up
+    /// rows of its part of the MLP (row slices), the o and down projections' matching columns
+    /// (column slices, pitched copies); embedding, norms and head stay whole on every rank.
+    /// The whole tensors it replaces are freed. Generating whole and slicing keeps the seeded
+    /// values where one GPU has them, so a tensor-parallel step can be checked against one
+    /// GPU's.
+    pub(super) fn shard(
+        mut self,
+        gpu: &dyn GpuBackend,
+        full: &Shape,
+        part: TpPart,
+        stream: u64,
+    ) -> Result<Self> {
+        let (r, n, h) = (part.rank, part.size, full.hidden);
+        let (q, kv, f) = (full.q_dim(), full.kv_dim(), full.ffn);
+        let (ql, kvl, fl) = (q / n, kv / n, f / n);
+        let mut made = Vec::new();
+        let mut old = Vec::new();
+        for lw in &mut self.layers {
+            let qkv = row_slices(
+                gpu,
+                lw.qkv,
+                h,
+                &[(r * ql, ql), (q + r * kvl, kvl), (q + kv + r * kvl, kvl)],
+                stream,
+            )?;
+            let o = column_slice(gpu, lw.o, h, q, r * ql, ql, stream)?;
+            let gate_up = row_slices(
+                gpu,
+                lw.gate_up,
+                h,
+                &[(r * fl, fl), (f + r * fl, fl)],
+                stream,
+            )?;
+            let down = column_slice(gpu, lw.down, h, f, r * fl, fl, stream)?;
+            old.extend([lw.qkv, lw.o, lw.gate_up, lw.down]);
+            (lw.qkv, lw.o, lw.gate_up, lw.down) = (qkv.0, o.0, gate_up.0, down.0);
+            made.extend([qkv, o, gate_up, down]);
+        }
+        // The copies read the whole tensors: done before they are freed.
+        gpu.synchronize(stream)?;
+        for p in &old {
+            gpu.free(*p)?;
+        }
+        self.allocs.retain(|a| !old.contains(&a.0));
+        self.allocs.extend(made);
+        Ok(self)
+    }
+}
+
+/// A new tensor of the rows `ranges` (first, count) of a row-major bf16 matrix with `cols`
+/// columns, stacked in that order: (pointer, bytes).
+pub(super) fn row_slices(
+    gpu: &dyn GpuBackend,
+    src: DevicePtr,
+    cols: usize,
+    ranges: &[(usize, usize)],
+    stream: u64,
+) -> Result<(DevicePtr, usize)> {
+    let row = cols * 2;
+    let bytes = ranges.iter().map(|r| r.1).sum::<usize>() * row;
+    let p = gpu.alloc(bytes)?;
+    let mut at = 0;
+    for &(first, count) in ranges {
+        gpu.copy_d2d_async(src.offset(first * row), p.offset(at), count * row, stream)?;
+        at += count * row;
+    }
+    Ok((p, bytes))
+}
+
+/// A new tensor of columns `first..first + count` of a row-major bf16 matrix of `rows` x
+/// `cols`: (pointer, bytes).
+pub(super) fn column_slice(
+    gpu: &dyn GpuBackend,
+    src: DevicePtr,
+    rows: usize,
+    cols: usize,
+    first: usize,
+    count: usize,
+    stream: u64,
+) -> Result<(DevicePtr, usize)> {
+    let bytes = rows * count * 2;
+    let p = gpu.alloc(bytes)?;
+    gpu.copy_d2d_2d_async(
+        src.offset(first * 2),
+        cols * 2,
+        p,
+        count * 2,
+        count * 2,
+        rows,
+        stream,
+    )?;
+    Ok((p, bytes))
+}
