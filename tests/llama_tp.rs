@@ -150,3 +150,67 @@ fn tp2_and_tp4_steps_match_one_gpu_and_replay_together() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// The same from the command line: `record --hf tiny --tp 2` writes a trace per rank whose
+/// steps sample what one GPU's do, and `ranks --replay` replays them together; a model whose
+/// heads do not split over the ranks is refused with the reason.
+#[test]
+fn record_tp_writes_a_trace_per_rank_that_replay_together() {
+    let dir = scratch("cli");
+    let gputape = |args: &[&std::ffi::OsStr]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+            .args(args)
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code(), text)
+    };
+    let one = dir.join("one.gtape");
+    let tp = dir.join("tp.gtape");
+    let common = ["record", "--hf", "tiny", "--steps", "1..3", "-o"].map(std::ffi::OsStr::new);
+    let (code, single) = gputape(&[&common[..], &[one.as_os_str()]].concat());
+    assert_eq!(code, Some(0), "{single}");
+    let tp2 = [
+        &common[..],
+        &[tp.as_os_str()],
+        &["--tp", "2"].map(std::ffi::OsStr::new)[..],
+    ]
+    .concat();
+    let (code, ranks) = gputape(&tp2);
+    assert_eq!(code, Some(0), "{ranks}");
+    let steps: Vec<&str> = single.lines().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(steps.len(), 2, "{single}");
+    for line in steps {
+        for rank in 0..2 {
+            assert!(
+                ranks.contains(&format!("rank {rank}: {line}")),
+                "{line}\n{ranks}"
+            );
+        }
+    }
+    let paths: Vec<PathBuf> = (0..2)
+        .map(|r| dir.join(format!("tp.rank{r}.gtape")))
+        .collect();
+    let mut replay = vec![
+        std::ffi::OsStr::new("ranks"),
+        std::ffi::OsStr::new("--replay"),
+    ];
+    replay.extend(paths.iter().map(|p| p.as_os_str()));
+    let (code, text) = gputape(&replay);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.matches("2 of 2 match").count(), 2, "{text}");
+    let tp3 = [
+        &common[..],
+        &[tp.as_os_str()],
+        &["--tp", "3"].map(std::ffi::OsStr::new)[..],
+    ]
+    .concat();
+    let (code, text) = gputape(&tp3);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("num_attention_heads = 4 does not split over 3 ranks"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

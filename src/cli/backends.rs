@@ -85,6 +85,8 @@ pub struct Want {
     pub replay: bool,
     /// The mock's chaos mode with this seed (`replay --chaos`); other backends have none.
     pub chaos: Option<u64>,
+    /// The CUDA device (a tensor-parallel rank's own GPU); the mock has one of each.
+    pub device: usize,
 }
 
 impl Want {
@@ -178,7 +180,7 @@ fn open_cuda(want: Want) -> Result<Opened> {
     if !crate::cuda::driver_present() {
         return Err(crate::cuda::ProbeError::NoDriver.into());
     }
-    let mut cfg = crate::cuda::CudaConfig::from_env(0);
+    let mut cfg = crate::cuda::CudaConfig::from_env(want.device);
     cfg.pdl |= want.pdl;
     if let Some(bytes) = want.redzones {
         if cfg.redzone.bytes == 0 {

@@ -39,6 +39,12 @@ pub struct Args {
     /// Sequences in the --hf step's batch (1 to 16), of different context lengths.
     #[arg(long, default_value_t = 1, requires = "hf")]
     batch: usize,
+    /// Run the --hf step tensor parallel over N ranks (attention heads and MLP split, an
+    /// all-reduce after each), one thread and backend each (on CUDA, GPU r for rank r), and
+    /// record each rank into OUTPUT with `.rankR` before its extension; `gputape ranks
+    /// --replay` replays them together.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "hf")]
+    tp: usize,
     /// Hash every live buffer at each host sync, so a replay can name the first sync (and
     /// the kernels before it) where a buffer went wrong. Reads all device memory per sync.
     #[arg(long)]
@@ -184,7 +190,10 @@ fn record_as_asked(a: Args, ctx: &Ctx, said: &mut Said) -> Result<Exit> {
         );
     }
     if let (Some(hf), Some(range)) = (&a.hf, steps) {
-        record_llama(how, hf, a.batch, range, &a.output, said)?;
+        match a.tp {
+            1 => record_llama(how, hf, a.batch, range, &a.output, said)?,
+            n => record_llama_tp(how, hf, a.batch, range, n, &a.output, said)?,
+        }
         return Ok(Exit::Pass);
     }
     match (steps, a.workload) {
@@ -238,14 +247,14 @@ fn record_llama(
     out: &Path,
     said: &mut Said,
 ) -> Result<()> {
-    use crate::model::llama::{Llama, LlamaOptions};
+    use crate::model::llama::Llama;
     let cfg = hf_config(hf)?;
     said.doc.what = format!("{} steps {first}..{end}, batch {batch}", cfg.name);
     let o = backends::open(how.ctx, how.backend, Want::default())?;
     let rec = crate::recorder::RecordingBackend::to_file(o.gpu, out, o.desc)?;
     how.set_up(&rec);
     let gpu: &dyn GpuBackend = &rec;
-    let opts = LlamaOptions::staggered(batch, cfg.max_position_embeddings.min(1024), 200);
+    let opts = llama_options(&cfg, batch);
     let t = std::time::Instant::now();
     let mut m = Llama::load(gpu, &cfg, opts)?;
     eprintln!(
@@ -255,8 +264,81 @@ fn record_llama(
         m.device_bytes() as f64 / 1e9,
         t.elapsed().as_secs_f64()
     );
+    let r = llama_steps(&rec, gpu, &mut m, batch, (first, end))?;
+    r.tell(said, None, out);
+    match r.failed {
+        Some(e) => Err(e),
+        None => m.release(gpu),
+    }
+}
+
+/// The bf16 step's options for `record --hf`: contexts from 200 tokens on, under the config's
+/// longest.
+fn llama_options(
+    cfg: &crate::model::hf::HfConfig,
+    batch: usize,
+) -> crate::model::llama::LlamaOptions {
+    crate::model::llama::LlamaOptions::staggered(batch, cfg.max_position_embeddings.min(1024), 200)
+}
+
+/// What one recording of bf16 steps made.
+struct LlamaRecorded {
+    /// Each recorded step's tokens, or its failure.
+    steps: Vec<(usize, Result<Vec<u32>, String>)>,
+    /// The recorder's totals, when it was recording at the end.
+    stats: Option<crate::recorder::RecordStats>,
+    /// The failure that ended the steps (recorded when it came at a recorded step).
+    failed: Option<anyhow::Error>,
+    /// A failure before the recorded steps, said as it is.
+    early: Option<String>,
+}
+
+impl LlamaRecorded {
+    /// Says what was recorded (`rank`: whose, for a tensor-parallel rank).
+    fn tell(&self, said: &mut Said, rank: Option<usize>, out: &Path) {
+        let who = rank.map_or(String::new(), |r| format!("rank {r}: "));
+        for (step, r) in &self.steps {
+            match r {
+                Ok(next) => said.line(format_args!("{who}step {step} produced tokens {next:?}")),
+                Err(e) => said.line(format_args!("{who}step {step} failed (recorded): {e}")),
+            }
+            if rank.is_none_or(|r| r == 0) {
+                said.step(*step, r.clone());
+            }
+        }
+        if let Some(e) = &self.early {
+            said.line(format_args!("{who}{e}"));
+        }
+        if let Some(stats) = &self.stats {
+            if rank.is_none_or(|r| r == 0) {
+                said.stopped(stats);
+            }
+            said.line(format_args!(
+                "{who}recorded: {} calls, {} bytes -> {}",
+                stats.calls,
+                stats.bytes,
+                out.display()
+            ));
+        }
+    }
+}
+
+/// Steps `0..end` of `m` on `gpu` (which is `rec`), recording from `first` on. A step that
+/// fails ends them there, the recording kept.
+fn llama_steps<B: GpuBackend>(
+    rec: &crate::recorder::RecordingBackend<B>,
+    gpu: &dyn GpuBackend,
+    m: &mut crate::model::llama::Llama,
+    batch: usize,
+    (first, end): (usize, usize),
+) -> Result<LlamaRecorded> {
     let mut tokens: Vec<u32> = (0..batch as u32).map(|b| 1 + 7 * b).collect();
-    let mut failed = None;
+    let mut r = LlamaRecorded {
+        steps: Vec::new(),
+        stats: None,
+        failed: None,
+        early: None,
+    };
     for step in 0..end {
         if step == first {
             let t = std::time::Instant::now();
@@ -269,38 +351,144 @@ fn record_llama(
         match m.step(gpu, &tokens) {
             Ok(next) => {
                 if step >= first {
-                    said.line(format_args!("step {step} produced tokens {next:?}"));
-                    said.step(step, Ok(next.clone()));
+                    r.steps.push((step, Ok(next.clone())));
                 }
                 tokens = next;
             }
             Err(e) => {
-                said.line(format_args!(
-                    "step {step} failed{}: {e:#}",
-                    if step >= first { " (recorded)" } else { "" }
-                ));
                 if step >= first {
-                    said.step(step, Err(format!("{e:#}")));
+                    r.steps.push((step, Err(format!("{e:#}"))));
+                } else {
+                    r.early = Some(format!("step {step} failed: {e:#}"));
                 }
-                failed = Some(e);
+                r.failed = Some(e);
                 break;
             }
         }
     }
     if rec.is_recording() {
-        let stats = rec.stop()?;
-        said.stopped(&stats);
-        said.line(format_args!(
-            "recorded: {} calls, {} bytes -> {}",
-            stats.calls,
-            stats.bytes,
-            out.display()
-        ));
+        r.stats = Some(rec.stop()?);
     }
-    match failed {
+    Ok(r)
+}
+
+/// `record --hf --tp N`: `record_llama` tensor parallel, rank r of N on backend r (a thread
+/// each; ranks meet in one communicator), each rank into `out` with `.rankR` before its
+/// extension.
+fn record_llama_tp(
+    how: How,
+    hf: &str,
+    batch: usize,
+    range: (usize, usize),
+    n: usize,
+    out: &Path,
+    said: &mut Said,
+) -> Result<()> {
+    use crate::model::llama::{Llama, TpPart};
+    anyhow::ensure!((2..=64).contains(&n), "--tp {n}: from 2 to 64 ranks");
+    let cfg = hf_config(hf)?;
+    said.doc.what = format!(
+        "{} steps {}..{}, batch {batch}, tensor parallel over {n} ranks",
+        cfg.name, range.0, range.1
+    );
+    let mut gpus = Vec::with_capacity(n);
+    for rank in 0..n {
+        let want = Want {
+            device: rank,
+            ..Want::default()
+        };
+        let o = backends::open(how.ctx, how.backend, want)
+            .map_err(|e| e.context(format!("opening rank {rank}'s backend")))?;
+        gpus.push((o.gpu, o.desc));
+    }
+    let id = gpus[0].0.comm_unique_id()?;
+    let (hash_syncs, blobs) = (how.hash_syncs, how.ctx.blob_dir().map(Path::to_path_buf));
+    let cfg = &cfg;
+    let results: Vec<Result<(PathBuf, LlamaRecorded)>> = std::thread::scope(|sc| {
+        let ranks: Vec<_> = gpus
+            .into_iter()
+            .enumerate()
+            .map(|(rank, (g, desc))| {
+                let path = with_rank(out, rank);
+                let blobs = blobs.clone();
+                sc.spawn(move || -> Result<(PathBuf, LlamaRecorded)> {
+                    let rec = crate::recorder::RecordingBackend::to_file(g, &path, desc)?;
+                    rec.hash_at_syncs(hash_syncs);
+                    if let Some(dir) = &blobs {
+                        rec.blob_store(dir);
+                    }
+                    let gpu: &dyn GpuBackend = &rec;
+                    let comm = gpu.comm_init(id, n as u32, rank as u32)?;
+                    let part = TpPart {
+                        rank,
+                        size: n,
+                        comm,
+                    };
+                    let mut m = Llama::load_tp(gpu, cfg, llama_options(cfg, batch), part)?;
+                    let r = llama_steps(&rec, gpu, &mut m, batch, range)?;
+                    if r.failed.is_none() {
+                        m.release(gpu)?;
+                        gpu.comm_destroy(comm)?;
+                    }
+                    Ok((path, r))
+                })
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a rank's thread panicked")))
+            })
+            .collect()
+    });
+    let mut first_failure = None;
+    let mut tokens: Option<Vec<Vec<u32>>> = None;
+    for (rank, r) in results.into_iter().enumerate() {
+        match r {
+            Ok((path, rec)) => {
+                rec.tell(said, Some(rank), &path);
+                let mine: Vec<Vec<u32>> = rec
+                    .steps
+                    .iter()
+                    .filter_map(|(_, t)| t.as_ref().ok().cloned())
+                    .collect();
+                if let Some(t) = &tokens {
+                    if *t != mine && first_failure.is_none() {
+                        first_failure = Some(anyhow::anyhow!(
+                            "rank {rank} sampled other tokens than rank 0: {mine:?} against {t:?}"
+                        ));
+                    }
+                } else {
+                    tokens = Some(mine);
+                }
+                if let (Some(e), None) = (rec.failed, &first_failure) {
+                    first_failure = Some(e.context(format!("rank {rank}")));
+                }
+            }
+            Err(e) => {
+                said.line(format_args!("rank {rank}: {e:#}"));
+                if first_failure.is_none() {
+                    first_failure = Some(e.context(format!("rank {rank}")));
+                }
+            }
+        }
+    }
+    match first_failure {
         Some(e) => Err(e),
-        None => m.release(gpu),
+        None => Ok(()),
     }
+}
+
+/// `dir/name.rankR.ext` for `dir/name.ext`.
+fn with_rank(p: &Path, rank: usize) -> PathBuf {
+    let mut name = p.file_stem().unwrap_or_default().to_os_string();
+    name.push(format!(".rank{rank}"));
+    if let Some(ext) = p.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    p.with_file_name(name)
 }
 
 fn record_on<B: GpuBackend>(
