@@ -1069,3 +1069,75 @@ fn one_rank_collectives_over_nccl_record_and_replay() {
         rep.summary()
     );
 }
+
+/// One rank's all-reduce captured into a CUDA graph with the kernel before it (as vLLM
+/// captures its decode): NCCL's kernel is a node of the graph, so each launch reduces again.
+/// Recorded through the recorder, then replayed on a fresh backend, which captures the
+/// collective again on its own communicator; every launch's read back matches.
+#[test]
+#[ignore = "needs a GPU"]
+fn one_rank_all_reduce_captured_into_a_graph_records_and_replays() {
+    use gputape::backend::{CollDtype, Collective, ReduceOp};
+    use gputape::replayer::{ReplayOptions, Replayer};
+    let Some(g) = gpu() else { return };
+    if !gputape::cuda::nccl::available() {
+        eprintln!("skipped: NCCL not found (set GPUTAPE_NCCL_LIB)");
+        return;
+    }
+    gputape::workloads::load_kernels(&g).unwrap();
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    r.start().unwrap();
+    let id = r.comm_unique_id().unwrap();
+    let comm = r.comm_init(id, 1, 0).unwrap();
+    let s = r.create_stream().unwrap();
+    let n = 1024u32;
+    let bytes = n as usize * 4;
+    let (x, y, sum) = (
+        r.alloc(bytes).unwrap(),
+        r.alloc(bytes).unwrap(),
+        r.alloc(bytes).unwrap(),
+    );
+    let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.25).collect();
+    r.copy_h2d(&f32_bytes(&xs), x).unwrap();
+    r.memset(y, 0, bytes).unwrap();
+    r.begin_capture(s).unwrap();
+    gputape::workloads::saxpy(&r, x, y, n, 1.0, s).unwrap();
+    r.collective(
+        comm,
+        Collective::AllReduce(ReduceOp::Sum),
+        y,
+        sum,
+        n as u64,
+        CollDtype::F32,
+        s,
+    )
+    .unwrap();
+    let graph = r.end_capture(s).unwrap();
+    let mut out = vec![0u8; bytes];
+    for k in 1..=3u32 {
+        r.launch_graph(graph, s).unwrap();
+        r.copy_d2h_on_stream(sum, &mut out, s).unwrap();
+        // One rank: the sum is its own y, k times x after k launches.
+        let want: Vec<f32> = xs.iter().map(|v| v * k as f32).collect();
+        assert_eq!(out, f32_bytes(&want), "launch {k}");
+    }
+    r.destroy_graph(graph).unwrap();
+    r.comm_destroy(comm).unwrap();
+    r.stop().unwrap();
+    drop(r);
+    let t = Trace::from_bytes(Path::new("nccl-graph"), &buf.lock()).unwrap();
+    let g2 = gpu().unwrap();
+    gputape::workloads::load_kernels(&g2).unwrap();
+    let rep = Replayer::new(&t)
+        .run(&g2, &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(rep.passed(), "{}", rep.summary());
+    assert_eq!(
+        (rep.d2h_checked, rep.d2h_matched),
+        (3, 3),
+        "{}",
+        rep.summary()
+    );
+}

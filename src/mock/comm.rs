@@ -11,12 +11,17 @@
 //! part in each of its collectives: a send is met by its peer's receive at the same place
 //! (two ranks, or a pipeline stage's pair); sends between some ranks while others do
 //! something else are not emulated yet.
+//!
+//! A collective on a capturing stream is a node of the graph (`Work::Collective`, as NCCL's
+//! kernels are captured, and vLLM captures its decode with them): each launch of the graph
+//! meets the other ranks again, under the communicator's next sequence number then.
 
 use super::{here, MockError, MockGpuBackend};
 use crate::backend::{
     reduce_into, CallKind, CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr,
 };
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -26,7 +31,7 @@ fn worlds() -> &'static Mutex<HashMap<CommUniqueId, Arc<World>>> {
     W.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-struct World {
+pub(super) struct World {
     nranks: u32,
     state: Mutex<Meeting>,
     arrived: Condvar,
@@ -46,11 +51,63 @@ struct Round {
     taken: u32,
 }
 
-/// This rank's side of a communicator.
+/// This rank's side of a communicator. Its sequence counter is shared with the graphs that
+/// captured its collectives: a graph's collective takes its number when the graph runs.
 pub(super) struct RankComm {
     world: Arc<World>,
     rank: u32,
-    next_seq: u64,
+    next_seq: Arc<AtomicU64>,
+}
+
+/// A collective captured into a graph, run at each of the graph's launches.
+pub(crate) struct CapturedCollective {
+    world: Arc<World>,
+    rank: u32,
+    next_seq: Arc<AtomicU64>,
+    op: Collective,
+    send: u64,
+    recv: u64,
+    count: u64,
+    dtype: CollDtype,
+    timeout: Duration,
+}
+
+impl CapturedCollective {
+    /// (address, bytes) of what it reads and of what it writes.
+    pub(super) fn ranges(&self) -> [(u64, usize); 2] {
+        let n = self.world.nranks;
+        // Past usize: the locate that follows refuses it.
+        let len = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+        [
+            (
+                self.send,
+                len(self.op.send_bytes(self.count, self.dtype, n)),
+            ),
+            (
+                self.recv,
+                len(self.op.recv_bytes(self.count, self.dtype, n)),
+            ),
+        ]
+    }
+
+    /// Meets the other ranks for one run of the graph: reads its send bytes from `read`,
+    /// returns what it receives. `Err`: the meeting failed (a rank missing, or asking for
+    /// another collective), in words.
+    pub(super) fn run(&self, mine: Vec<u8>) -> Result<Vec<u8>, String> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        meet(
+            &self.world,
+            self.rank,
+            seq,
+            (self.op, self.count, self.dtype, mine),
+            self.timeout,
+        )
+        .map_err(|e| format!("captured {}: {e:#}", self.op.name()))
+    }
+
+    pub(super) fn name(&self) -> &'static str {
+        self.op.name()
+    }
 }
 
 /// Communicators of one mock backend, by handle.
@@ -136,7 +193,7 @@ impl MockGpuBackend {
             RankComm {
                 world,
                 rank,
-                next_seq: 0,
+                next_seq: Arc::new(AtomicU64::new(0)),
             },
         );
         Ok(CommHandle(h))
@@ -156,21 +213,36 @@ impl MockGpuBackend {
     ) -> anyhow::Result<()> {
         let site = here();
         self.tick_kind(CallKind::Collective)?;
-        if self.stream_is_capturing_now(stream) {
-            anyhow::bail!(
-                "collective {} on a capturing stream: the mock does not emulate captured collectives",
-                op.name()
-            );
-        }
-        let (world, rank, seq) = {
-            let mut c = self.comms.lock();
-            let rc = c.by_handle.get_mut(&comm.0).ok_or_else(|| {
+        let (world, rank, counter) = {
+            let c = self.comms.lock();
+            let rc = c.by_handle.get(&comm.0).ok_or_else(|| {
                 anyhow::anyhow!("collective {}: no communicator {}", op.name(), comm.0)
             })?;
-            let seq = rc.next_seq;
-            rc.next_seq += 1;
-            (rc.world.clone(), rc.rank, seq)
+            (rc.world.clone(), rc.rank, rc.next_seq.clone())
         };
+        if self.stream_is_capturing_now(stream) {
+            let captured = CapturedCollective {
+                world,
+                rank,
+                next_seq: counter,
+                op,
+                send: send.0,
+                recv: recv.0,
+                count,
+                dtype,
+                timeout: self.cfg.comm_timeout,
+            };
+            let mut st = self.state.lock();
+            return mock_try!(Self::submit(
+                &mut st,
+                crate::backend::CaptureOp::StreamWork,
+                stream,
+                super::exec::Work::Collective(Arc::new(captured)),
+                op.name(),
+                site,
+            ));
+        }
+        let seq = counter.fetch_add(1, Ordering::Relaxed);
         let n = world.nranks;
         let (sb, rb) = (
             op.send_bytes(count, dtype, n),

@@ -39,6 +39,8 @@ pub(crate) enum Work {
         len: usize,
     },
     Graph(u64),
+    /// A collective captured into a graph (`comm.rs`): it meets the other ranks at each run.
+    Collective(std::sync::Arc<super::comm::CapturedCollective>),
 }
 
 #[derive(Clone)]
@@ -85,6 +87,14 @@ impl MockGpuBackend {
                 st.mem.locate(*dst, *len, name, site).map(|_| ())
             }
             Work::Memset { dst, len, .. } => st.mem.locate(*dst, *len, name, site).map(|_| ()),
+            Work::Collective(c) => {
+                for (at, len) in c.ranges() {
+                    if len > 0 {
+                        st.mem.locate(at, len, name, site)?;
+                    }
+                }
+                Ok(())
+            }
             Work::Launch { .. } | Work::Graph(_) => Ok(()),
         }
     }
@@ -146,6 +156,18 @@ impl MockGpuBackend {
                 }
                 r => r?,
             },
+            Work::Collective(c) => {
+                let [(send, sb), (recv, rb)] = c.ranges();
+                let mine = st.mem.read(send, sb, name, site)?.to_vec();
+                let got = c.run(mine).map_err(|detail| MockError::Invalid {
+                    op: c.name(),
+                    site,
+                    detail,
+                })?;
+                if rb > 0 {
+                    st.mem.write(recv, rb, name, site)?.copy_from_slice(&got);
+                }
+            }
             Work::Graph(g) => {
                 let Some(work) = st.graphs.get(g).cloned() else {
                     return Err(MockError::UnknownHandle {
