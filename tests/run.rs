@@ -519,6 +519,36 @@ fn a_faulting_process_makes_the_runs_other_processes_dump() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// With GPUTAPE_SHIM_SELFTIME=1 each recording process says at exit how long its threads spent
+/// in the recorder's own code, over how many records.
+#[test]
+fn a_recording_says_its_own_time_when_asked() {
+    let d = support::scratch("run-selftime");
+    let prog = support::faults_program(&d);
+    let o = flight(
+        &d,
+        &prog,
+        &["50", "1000"],
+        256,
+        &[("GPUTAPE_SHIM_SELFTIME", "1")],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("recorder self time"))
+        .unwrap_or_else(|| panic!("{err}"));
+    // 50 steps of 4 recorded calls, and the set-up's.
+    let n: u64 = line
+        .split(" in ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(n >= 200, "{line}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn a_program_can_pause_the_recording_of_its_work_and_keep_its_state() {
     let d = support::scratch("run-pause");

@@ -472,21 +472,25 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             layout,
             params,
         } => {
-            put64(out, *func);
-            for v in grid.iter().chain(block).chain(cluster) {
-                out.extend_from_slice(&v.to_le_bytes());
+            // The fixed part in one piece: launches are most of a log, and each small write
+            // checks the buffer's capacity again.
+            let mut h = [0u8; 60];
+            h[..8].copy_from_slice(&func.to_le_bytes());
+            for (i, v) in grid.iter().chain(block).chain(cluster).enumerate() {
+                h[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
             }
-            out.extend_from_slice(&shared_mem.to_le_bytes());
-            put64(out, *stream);
-            match layout {
-                None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
-                Some(l) => {
-                    out.extend_from_slice(&(l.len() as u32).to_le_bytes());
-                    for (o, s) in l.iter() {
-                        out.extend_from_slice(&o.to_le_bytes());
-                        out.extend_from_slice(&s.to_le_bytes());
-                    }
-                }
+            h[44..48].copy_from_slice(&shared_mem.to_le_bytes());
+            h[48..56].copy_from_slice(&stream.to_le_bytes());
+            let n = layout.as_ref().map_or(u32::MAX, |l| l.len() as u32);
+            h[56..60].copy_from_slice(&n.to_le_bytes());
+            let pairs = layout.as_deref().unwrap_or(&[]);
+            out.reserve(h.len() + 8 * pairs.len() + 8 + params.len());
+            out.extend_from_slice(&h);
+            for (o, s) in pairs {
+                let mut p = [0u8; 8];
+                p[..4].copy_from_slice(&o.to_le_bytes());
+                p[4..].copy_from_slice(&s.to_le_bytes());
+                out.extend_from_slice(&p);
             }
             put_bytes(out, params);
         }

@@ -123,6 +123,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     if !wanted() || !HEALTHY.load(Ordering::Relaxed) {
         return None;
     }
+    let _t = super::selftime::Guard::start();
     if PAUSED.load(Ordering::Relaxed) && !call.is_state() && !flight::is_fault(status) {
         return None;
     }
@@ -244,6 +245,7 @@ fn dump_locked(
 }
 
 fn open(pid: u32) -> Option<Log> {
+    super::selftime::init();
     let header = gputape_shimlog::header(Header {
         pid,
         driver_version: super::record::driver_version(),
@@ -342,6 +344,13 @@ static AT_EXIT: extern "C" fn() = at_exit;
 
 extern "C" fn at_exit() {
     flush();
+    if let Some(line) = super::selftime::summary() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "gputape-shim: process {}: {line}",
+            std::process::id()
+        );
+    }
     if std::env::var_os(flight::ENV_AT_EXIT).is_some_and(|v| v == "1") {
         let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(log) = g.as_mut() {

@@ -9,6 +9,7 @@ mod log;
 mod peers;
 mod record;
 mod resolve;
+mod selftime;
 mod table;
 
 /// Marks a shared object as gputape's shim: `resolve` refuses a "driver" that exports it (a

@@ -758,16 +758,6 @@ thread_local! {
     static PARAMS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `func`'s parameters as (offset, size), from this thread's cache or `shared_layout`.
-fn layout(func: u64) -> Layout {
-    if let Some(l) = LOCAL_LAYOUTS.with(|m| m.borrow().get(&func).cloned()) {
-        return l;
-    }
-    let l = shared_layout(func);
-    LOCAL_LAYOUTS.with(|m| m.borrow_mut().insert(func, l.clone()));
-    l
-}
-
 /// `func`'s parameters as (offset, size): `cuFuncGetParamInfo`, or `cuKernelGetParamInfo` for a
 /// `CUkernel` passed where a function is expected; `None` when the driver answers neither.
 fn shared_layout(func: u64) -> Layout {
@@ -929,7 +919,34 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
     if !log::active() && !flight::is_fault(r) {
         return;
     }
-    let l = layout(func);
+    let _t = super::selftime::Guard::start();
+    LOCAL_LAYOUTS.with(|m| {
+        // A re-entered hook (a driver that calls back) finds the map borrowed: it asks anew.
+        let Ok(map) = m.try_borrow() else {
+            return log_launch_with(r, func, &d, params, extra, shared_layout(func).as_deref());
+        };
+        if let Some(l) = map.get(&func) {
+            return log_launch_with(r, func, &d, params, extra, l.as_deref());
+        }
+        drop(map);
+        let l = shared_layout(func);
+        if let Ok(mut map) = m.try_borrow_mut() {
+            map.insert(func, l.clone());
+        }
+        log_launch_with(r, func, &d, params, extra, l.as_deref());
+    });
+}
+
+/// `log_launch` once the function's layout is known: the parameter bytes gathered into this
+/// thread's buffer, and the record written.
+fn log_launch_with(
+    r: R,
+    func: u64,
+    d: &LaunchDims,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    layout: Option<&Vec<(u32, u32)>>,
+) {
     PARAMS.with(|b| {
         // A hook re-entered on this thread (a driver that calls back) gets a buffer of its own.
         let mut own = Vec::new();
@@ -940,7 +957,7 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
         };
         // SAFETY: the launch's own arguments, which the driver read (or refused: then `r`
         // says so and the bytes are still the caller's valid arguments).
-        unsafe { param_bytes(l.as_deref().map(Vec::as_slice), params, extra, bytes) };
+        unsafe { param_bytes(layout.map(Vec::as_slice), params, extra, bytes) };
         log::write(
             r,
             Rec::Launch {
@@ -950,9 +967,7 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
                 shared_mem: d.shared_mem,
                 stream: d.stream,
                 cluster: d.cluster,
-                layout: l
-                    .as_deref()
-                    .map(|l| std::borrow::Cow::Borrowed(l.as_slice())),
+                layout: layout.map(|l| std::borrow::Cow::Borrowed(l.as_slice())),
                 params: bytes,
             },
         );
