@@ -519,56 +519,7 @@ fn tp2_and_tp4_steps_are_recorded_and_replayed_together() {
 fn every_rank_dumps_and_the_dumps_name_the_skipped_all_reduce() {
     let n = 2u32;
     let dir = scratch("flight");
-    let id = MockGpuBackend::default().comm_unique_id().unwrap();
-    std::thread::scope(|sc| {
-        for rank in 0..n {
-            let dir = dir.join(format!("rank{rank}"));
-            sc.spawn(move || {
-                let mut cfg = gputape::recorder::FlightConfig::new(&dir);
-                cfg.checkpoint_every = 4;
-                // Host checkpoints, taken as they fall due: a device checkpoint completes on
-                // the recorder's thread, late on a loaded machine, and the dump would then
-                // reach back to before comm_init, which this test means to leave out.
-                cfg.device_checkpoints = false;
-                let rec = RecordingBackend::flight(
-                    with_kernels(Duration::from_secs(10)),
-                    cfg,
-                    BackendDesc::new("mock"),
-                )
-                .unwrap();
-                let g: &dyn GpuBackend = &rec;
-                let comm = g.comm_init(id, n, rank).unwrap();
-                let s = g.default_stream();
-                let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
-                g.memset(x, 0, 256).unwrap();
-                for step in 0..20u64 {
-                    g.step_boundary(step);
-                    gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
-                    let r = if step == 13 && rank == 1 {
-                        g.collective(comm, Collective::AllGather, y, x, 32, CollDtype::F32, s)
-                    } else {
-                        g.collective(
-                            comm,
-                            Collective::AllReduce(ReduceOp::Sum),
-                            y,
-                            x,
-                            64,
-                            CollDtype::F32,
-                            s,
-                        )
-                    };
-                    if r.is_err() {
-                        return;
-                    }
-                    let _ = read_f32(g, x, 4);
-                }
-                panic!("rank {rank}: the skipped all-reduce went unnoticed");
-            });
-        }
-    });
-    let dumps: Vec<PathBuf> = (0..n)
-        .map(|rank| only_dump(&dir.join(format!("rank{rank}"))))
-        .collect();
+    let (id, dumps) = skipped_all_reduce_dumps(&dir, n, |_| 4);
     let traces = open_all(&dumps);
     for t in &traces {
         // The dump begins after comm_init: its checkpoint says which rank set it is.
@@ -819,5 +770,93 @@ fn collectives_captured_into_a_graph_run_at_each_launch_and_replay() {
         assert_eq!(r.d2h_checked, 3, "rank {rank}: {}", r.summary());
         assert_eq!(r.d2h_checked, r.d2h_matched, "rank {rank}: {}", r.summary());
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Flight recorders on `n` ranks (`every(rank)` steps between each one's checkpoints), rank 1
+/// leaving out the all-reduce of step 13; the communicator's unique id, and each rank's one
+/// dump in rank order.
+fn skipped_all_reduce_dumps(
+    dir: &std::path::Path,
+    n: u32,
+    every: impl Fn(u32) -> u64 + Sync,
+) -> (CommUniqueId, Vec<PathBuf>) {
+    let every = &every;
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    std::thread::scope(|sc| {
+        for rank in 0..n {
+            let dir = dir.join(format!("rank{rank}"));
+            sc.spawn(move || {
+                let mut cfg = gputape::recorder::FlightConfig::new(&dir);
+                cfg.checkpoint_every = every(rank);
+                // Host checkpoints, taken as they fall due: a device checkpoint completes on
+                // the recorder's thread, late on a loaded machine, and the dump would then
+                // reach back to before comm_init, which this test means to leave out.
+                cfg.device_checkpoints = false;
+                let rec = RecordingBackend::flight(
+                    with_kernels(Duration::from_secs(10)),
+                    cfg,
+                    BackendDesc::new("mock"),
+                )
+                .unwrap();
+                let g: &dyn GpuBackend = &rec;
+                let comm = g.comm_init(id, n, rank).unwrap();
+                let s = g.default_stream();
+                let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
+                g.memset(x, 0, 256).unwrap();
+                for step in 0..20u64 {
+                    g.step_boundary(step);
+                    gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+                    let r = if step == 13 && rank == 1 {
+                        g.collective(comm, Collective::AllGather, y, x, 32, CollDtype::F32, s)
+                    } else {
+                        g.collective(
+                            comm,
+                            Collective::AllReduce(ReduceOp::Sum),
+                            y,
+                            x,
+                            64,
+                            CollDtype::F32,
+                            s,
+                        )
+                    };
+                    if r.is_err() {
+                        return;
+                    }
+                    let _ = read_f32(g, x, 4);
+                }
+                panic!("rank {rank}: the skipped all-reduce went unnoticed");
+            });
+        }
+    });
+    let dumps = (0..n)
+        .map(|rank| only_dump(&dir.join(format!("rank{rank}"))))
+        .collect();
+    (id, dumps)
+}
+
+/// Flight dumps that start at different collectives (the ranks' checkpoints fell at
+/// different steps) are not replayed together, where their first collectives would meet
+/// wrongly: the replay says which rank starts where. `ranks` still names the skipped
+/// all-reduce, comparing from the first collective both dumps hold.
+#[test]
+fn dumps_that_start_at_different_collectives_are_not_replayed_together() {
+    let n = 2u32;
+    let dir = scratch("unaligned");
+    let (_, dumps) = skipped_all_reduce_dumps(&dir, n, |rank| 4 + 3 * rank as u64);
+    let traces = open_all(&dumps);
+    let found = analysis::ranks::match_ranks(&traces);
+    assert_all_reduce_met_all_gather(&found, 13);
+    let backends: Vec<MockGpuBackend> = (0..n)
+        .map(|_| with_kernels(Duration::from_secs(10)))
+        .collect();
+    let e = gputape::replayer::replay_ranks(&traces, &backends, &ReplayOptions::default())
+        .err()
+        .expect("unaligned dumps are refused");
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("start at different collectives") && text.contains("rank 0 at #"),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

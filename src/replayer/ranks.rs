@@ -22,6 +22,7 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
         traces.len(),
         backends.len()
     );
+    check_aligned(traces)?;
     let mut ids: HashMap<CommUniqueId, CommUniqueId> = HashMap::new();
     for t in traces {
         // Joined in the trace, or before it began (a flight dump's checkpoint lists those).
@@ -61,4 +62,56 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
             })
             .collect()
     }))
+}
+
+/// Each communicator's first collective in `t`, by unique id: 0 for one the trace joined, its
+/// checkpoint's `next_seq` for one joined before the trace began (a flight dump's).
+fn first_collectives(t: &Trace) -> HashMap<CommUniqueId, (u32, u64)> {
+    let mut at = HashMap::new();
+    for a in &t.adopted {
+        if let Adopted::Comm {
+            unique,
+            rank,
+            next_seq,
+            ..
+        } = a
+        {
+            at.insert(*unique, (*rank, *next_seq));
+        }
+    }
+    for c in &t.calls {
+        if let Call::CommInit { unique, rank, .. } = &c.call {
+            at.entry(*unique).or_insert((*rank, 0));
+        }
+    }
+    at
+}
+
+/// Traces that start at different collectives of one communicator cannot be replayed
+/// together: their first collectives would meet each other, though the ranks made them at
+/// different times (flight dumps whose checkpoints fell at different steps). Says which.
+fn check_aligned(traces: &[Trace]) -> anyhow::Result<()> {
+    let mut by_comm: HashMap<CommUniqueId, Vec<(u32, u64)>> = HashMap::new();
+    for t in traces {
+        for (unique, start) in first_collectives(t) {
+            by_comm.entry(unique).or_default().push(start);
+        }
+    }
+    for (unique, mut starts) in by_comm {
+        starts.sort_unstable();
+        if starts.windows(2).any(|w| w[0].1 != w[1].1) {
+            let each: Vec<String> = starts
+                .iter()
+                .map(|(rank, seq)| format!("rank {rank} at #{seq}"))
+                .collect();
+            anyhow::bail!(
+                "the traces start at different collectives of communicator {unique} ({}): \
+                 replayed together, their first collectives would meet though the ranks made \
+                 them at different times (flight dumps whose checkpoints fell at different \
+                 steps); `gputape ranks` still compares them from the first collective they all hold",
+                each.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
