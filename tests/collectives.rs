@@ -851,8 +851,7 @@ fn dumps_that_start_at_different_collectives_are_not_replayed_together() {
         .map(|_| with_kernels(Duration::from_secs(10)))
         .collect();
     let e = gputape::replayer::replay_ranks(&traces, &backends, &ReplayOptions::default())
-        .err()
-        .expect("unaligned dumps are refused");
+        .expect_err("unaligned dumps are refused");
     let text = format!("{e:#}");
     assert!(
         text.contains("start at different collectives") && text.contains("rank 0 at #"),
