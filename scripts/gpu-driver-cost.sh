@@ -74,8 +74,8 @@ for mode, r in rows.items():
           f"{r['median']/p['median']:.3f}x, {r['mean']/p['mean']:.3f}x |")
 inproc = int(sys.argv[3])
 print("\nInside one process (timed generates alternating paused / recording):")
-print("| mode | process | paused median / mean, ms | recording median / mean, ms | recording / paused (median, mean) | page faults per generate, paused / recording |")
-print("|---|---|---|---|---|---|")
+print("| mode | process | paused median / mean, ms | recording median / mean, ms | recording / paused (median, mean) | page faults per generate, paused / recording | recorder's own time per recording generate, ms (records) |")
+print("|---|---|---|---|---|---|---|")
 for mode in ("flight", "recorded"):
     for r in range(1, inproc + 1):
         try:
@@ -85,7 +85,8 @@ for mode in ("flight", "recorded"):
             p, q = d["paused_ms"], d["recording_ms"]
             print(f"| {mode} | {r} | {p['median']:.3f} / {p['mean']:.3f} | {q['median']:.3f} / {q['mean']:.3f} | "
                   f"{q['median']/p['median']:.3f}x, {q['mean']/p['mean']:.3f}x | "
-                  f"{d.get('paused_minflt', '-')} / {d.get('recording_minflt', '-')} |")
+                  f"{d.get('paused_minflt', '-')} / {d.get('recording_minflt', '-')} | "
+                  f"{d.get('recording_self_ms', '-')} ({d.get('recording_records', '-')}) |")
         except Exception as e:
-            print(f"| {mode} | {r} | missing: {e} | | | |")
+            print(f"| {mode} | {r} | missing: {e} | | | | |")
 PYEOF

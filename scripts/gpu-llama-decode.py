@@ -10,7 +10,9 @@ between gputape's recording paused and running (gputape_shim_pause, exported by 
 the line also holds `paused_ms` and `recording_ms`: the recorder's cost inside one process,
 where a process's own speed, which varies more between processes than the recorder costs,
 is the same for both. `paused_minflt` and `recording_minflt` are the median page faults the
-generating thread took per generate (the recorder's fresh memory shows there)."""
+generating thread took per generate (the recorder's fresh memory shows there). With
+GPUTAPE_SHIM_SELFTIME=1 too, `recording_self_ms` and `recording_records` are the median time the
+recorder's own code took per recording generate, and its records (gputape_shim_selftime)."""
 
 import hashlib
 import json
@@ -33,6 +35,23 @@ def shim_pause():
         return ctypes.CDLL("libcuda.so.1").gputape_shim_pause
     except (OSError, AttributeError):
         return None
+
+
+def shim_selftime():
+    """A reader of the shim's running self-time totals (ns, records), or None."""
+    if os.environ.get("GPUTAPE_SHIM_SELFTIME") != "1" or os.environ.get("GPUTAPE_DECODE_TOGGLE") != "1":
+        return None
+    try:
+        f = ctypes.CDLL("libcuda.so.1").gputape_shim_selftime
+    except (OSError, AttributeError):
+        return None
+
+    def read():
+        ns, n = ctypes.c_uint64(0), ctypes.c_uint64(0)
+        f(ctypes.byref(ns), ctypes.byref(n))
+        return ns.value, n.value
+
+    return read
 
 
 def summary(times):
@@ -62,6 +81,8 @@ def main():
     pause = shim_pause()
     times, by_mode = [], {"paused_ms": [], "recording_ms": []}
     faults = {"paused_minflt": [], "recording_minflt": []}
+    selftime = shim_selftime()
+    own = {"recording_self_ms": [], "recording_records": []}
     with torch.no_grad():
         for _ in range(2):
             model.generate(ids, **kw)
@@ -71,11 +92,16 @@ def main():
                 pause(1 if paused else 0)
             torch.cuda.synchronize()
             f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            s0 = selftime() if selftime else None
             t0 = time.perf_counter()
             out = model.generate(ids, **kw)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
             f1 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            if s0 is not None and not paused:
+                s1 = selftime()
+                own["recording_self_ms"].append((s1[0] - s0[0]) / 1e6)
+                own["recording_records"].append(s1[1] - s0[1])
             if pause is not None:
                 by_mode["paused_ms" if paused else "recording_ms"].append(times[-1])
                 faults["paused_minflt" if paused else "recording_minflt"].append(f1 - f0)
@@ -92,6 +118,7 @@ def main():
                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default"),
                 **{k: summary(v) for k, v in by_mode.items() if v},
                 **{k: statistics.median(v) for k, v in faults.items() if v},
+                **{k: round(statistics.median(v), 4) for k, v in own.items() if v},
             }
         ),
         flush=True,

@@ -38,6 +38,10 @@ const FIXED: usize = 1 + 8 + 4 + 4;
 pub const STATUS_UNKNOWN: i32 = i32::MIN;
 /// A record's status when the call had not returned: a flight dump taken for a hang writes the
 /// blocked calls so, just before its `Dump` record.
+/// A launch record's type byte (`Rec::tag`), for code that accounts launches before it has
+/// built the record.
+pub const TAG_LAUNCH: u8 = 14;
+
 pub const STATUS_NOT_RETURNED: i32 = i32::MIN + 1;
 
 /// How a hang's dump reason begins (the same words the trace's hang dumps begin with).
@@ -308,7 +312,8 @@ impl Rec<'_> {
         }
     }
 
-    fn tag(&self) -> u8 {
+    /// The record's type byte in the log (what a reader dispatches on).
+    pub fn tag(&self) -> u8 {
         match self {
             Rec::Alloc { .. } => 1,
             Rec::Free { .. } => 2,
@@ -323,7 +328,7 @@ impl Rec<'_> {
             Rec::ModuleUnload { .. } => 11,
             Rec::Function { .. } => 12,
             Rec::KernelFunction { .. } => 13,
-            Rec::Launch { .. } => 14,
+            Rec::Launch { .. } => TAG_LAUNCH,
             Rec::StreamCreate { .. } => 15,
             Rec::StreamDestroy { .. } => 16,
             Rec::EventCreate { .. } => 17,

@@ -123,7 +123,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     if !wanted() || !HEALTHY.load(Ordering::Relaxed) {
         return None;
     }
-    let _t = super::selftime::Guard::start();
+    let _t = super::selftime::Guard::start(call.tag(), call.family());
     if PAUSED.load(Ordering::Relaxed) && !call.is_state() && !flight::is_fault(status) {
         return None;
     }

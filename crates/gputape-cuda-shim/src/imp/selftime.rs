@@ -3,8 +3,10 @@
 //! gathered, each record encoded and kept) is summed by the CPU's time-stamp counter and said
 //! at exit, beside the number of records. Set against a program's step times with the
 //! recording on and paused (`scripts/gpu-driver-cost.sh`), it splits what the recorder spends
-//! from what it costs the program besides (caches, memory traffic). Off, a guard costs one
-//! relaxed load.
+//! from what it costs the program besides (caches, memory traffic). The time is also kept by
+//! kind of record (a module image copied at load and a launch differ by orders), and the
+//! program can read the running totals (`gputape_shim_selftime`) around its own steps. Off, a
+//! guard costs one relaxed load.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -17,6 +19,10 @@ pub const ENV: &str = "GPUTAPE_SHIM_SELFTIME";
 static ON: AtomicBool = AtomicBool::new(false);
 static TICKS: AtomicU64 = AtomicU64::new(0);
 static SPANS: AtomicU64 = AtomicU64::new(0);
+/// By record tag: (ticks, spans), and a name to say it by.
+static BY_TAG: [(AtomicU64, AtomicU64); 256] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; 256];
+static NAMES: [OnceLock<&'static str>; 256] = [const { OnceLock::new() }; 256];
 /// (counter, instant) when measuring began, to turn ticks into time at the end.
 static START: OnceLock<(u64, Instant)> = OnceLock::new();
 
@@ -43,11 +49,12 @@ fn ticks() -> u64 {
     0
 }
 
-/// While alive, the thread is in the recorder's own code.
-pub struct Guard(Option<u64>);
+/// While alive, the thread is in the recorder's own code, for a record of this tag.
+pub struct Guard(Option<(u64, u8)>);
 
 impl Guard {
-    pub fn start() -> Guard {
+    /// `tag` and `name`: the record's type byte and family (`Rec::tag`, `Rec::family`).
+    pub fn start(tag: u8, name: &'static str) -> Guard {
         if !ON.load(Ordering::Relaxed) {
             return Guard(None);
         }
@@ -55,7 +62,8 @@ impl Guard {
             d.set(d.get() + 1);
             d.get() == 1
         });
-        Guard(outer.then(ticks))
+        NAMES[tag as usize].get_or_init(|| name);
+        Guard(outer.then(|| (ticks(), tag)))
     }
 }
 
@@ -65,26 +73,77 @@ impl Drop for Guard {
             return;
         }
         DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-        if let Some(t0) = self.0 {
-            TICKS.fetch_add(ticks().wrapping_sub(t0), Ordering::Relaxed);
+        if let Some((t0, tag)) = self.0 {
+            let spent = ticks().wrapping_sub(t0);
+            TICKS.fetch_add(spent, Ordering::Relaxed);
             SPANS.fetch_add(1, Ordering::Relaxed);
+            let (t, n) = &BY_TAG[tag as usize];
+            t.fetch_add(spent, Ordering::Relaxed);
+            n.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// The line said at exit, when measuring: time spent, in how many spans, per span.
+/// The totals so far (0 and 0 unless measuring): nanoseconds in the recorder's own code, and
+/// records. For a program that times its own steps (through ctypes, say).
+///
+/// # Safety
+/// Each pointer is null or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gputape_shim_selftime(ns: *mut u64, records: *mut u64) {
+    let (spent, n) = (TICKS.load(Ordering::Relaxed), SPANS.load(Ordering::Relaxed));
+    let t = START
+        .get()
+        .map_or(0, |&(t0, i0)| (spent as f64 / rate(t0, i0)) as u64);
+    // SAFETY: the contract.
+    unsafe {
+        if !ns.is_null() {
+            *ns = t;
+        }
+        if !records.is_null() {
+            *records = n;
+        }
+    }
+}
+
+/// Counter ticks per nanosecond since measuring began.
+fn rate(t0: u64, i0: Instant) -> f64 {
+    let per_ns = ticks().wrapping_sub(t0) as f64 / i0.elapsed().as_nanos().max(1) as f64;
+    per_ns.max(1e-9)
+}
+
+/// The lines said at exit, when measuring: time spent, in how many spans, per span; then the
+/// kinds of record that took most.
 pub fn summary() -> Option<String> {
     if !ON.load(Ordering::Relaxed) {
         return None;
     }
     let &(t0, i0) = START.get()?;
     let (spent, n) = (TICKS.load(Ordering::Relaxed), SPANS.load(Ordering::Relaxed));
-    let per_s = ticks().wrapping_sub(t0) as f64 / i0.elapsed().as_secs_f64().max(1e-9);
-    let secs = spent as f64 / per_s.max(1.0);
-    Some(format!(
+    let per_ns = rate(t0, i0);
+    let ns = spent as f64 / per_ns;
+    let mut out = format!(
         "recorder self time {:.3} ms in {n} records ({:.0} ns each; counter {:.2} GHz)",
-        secs * 1e3,
-        secs * 1e9 / n.max(1) as f64,
-        per_s / 1e9
-    ))
+        ns / 1e6,
+        ns / n.max(1) as f64,
+        per_ns
+    );
+    let mut kinds: Vec<(u64, u64, &str)> = BY_TAG
+        .iter()
+        .zip(&NAMES)
+        .filter_map(|((t, c), name)| {
+            let c = c.load(Ordering::Relaxed);
+            (c > 0).then(|| (t.load(Ordering::Relaxed), c, *name.get().unwrap_or(&"?")))
+        })
+        .collect();
+    kinds.sort_by(|a, b| b.0.cmp(&a.0));
+    for (t, c, name) in kinds.iter().take(6) {
+        let ns = *t as f64 / per_ns;
+        out.push_str(&format!(
+            "; {name} {:.3} ms in {c} ({:.0} ns each)",
+            ns / 1e6,
+            ns / *c as f64
+        ));
+    }
+    Some(out)
 }
