@@ -136,7 +136,7 @@ pub fn summary() -> Option<String> {
             (c > 0).then(|| (t.load(Ordering::Relaxed), c, *name.get().unwrap_or(&"?")))
         })
         .collect();
-    kinds.sort_by(|a, b| b.0.cmp(&a.0));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.0));
     for (t, c, name) in kinds.iter().take(6) {
         let ns = *t as f64 / per_ns;
         out.push_str(&format!(
