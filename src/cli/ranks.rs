@@ -29,12 +29,29 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         .iter()
         .map(|p| open_trace(ctx, p))
         .collect::<Result<Vec<_>, _>>()?;
+    // Joined in the trace, or before it began (a checkpoint lists those).
     let comms: usize = traces
+        .iter()
+        .map(|t| {
+            let joined = t
+                .calls
+                .iter()
+                .filter(|c| matches!(c.call, crate::trace::Call::CommInit { .. }))
+                .count();
+            let adopted = t
+                .adopted
+                .iter()
+                .filter(|a| matches!(a, crate::trace::Adopted::Comm { .. }))
+                .count();
+            joined + adopted
+        })
+        .sum();
+    let collectives: usize = traces
         .iter()
         .map(|t| {
             t.calls
                 .iter()
-                .filter(|c| matches!(c.call, crate::trace::Call::CommInit { .. }))
+                .filter(|c| matches!(c.call, crate::trace::Call::Collective { .. }))
                 .count()
         })
         .sum();
@@ -44,7 +61,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         return Ok(Exit::Findings);
     }
     println!(
-        "{} trace(s), {comms} communicator join(s): every rank made the same collectives",
+        "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives",
         traces.len()
     );
     if !a.replay {
