@@ -130,7 +130,9 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     let thread = thread_id();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // A forked child starts a file of its own: what the parent had gathered is the parent's.
-    if FORKED.swap(false, Ordering::Relaxed) || g.is_none() {
+    // A load first: a swap on every record would be a locked write to a shared line.
+    let forked = FORKED.load(Ordering::Relaxed) && FORKED.swap(false, Ordering::Relaxed);
+    if forked || g.is_none() {
         *g = Some(open(std::process::id())?);
     }
     let log = g.as_mut()?;
