@@ -486,17 +486,7 @@ fn tp2_and_tp4_steps_are_recorded_and_replayed_together() {
             )
             .unwrap();
         assert!(!alone.passed());
-        let backends: Vec<MockGpuBackend> = (0..n)
-            .map(|_| with_kernels(Duration::from_secs(20)))
-            .collect();
-        let reports =
-            gputape::replayer::replay_ranks(&traces, &backends, &ReplayOptions::default()).unwrap();
-        for (rank, r) in reports.into_iter().enumerate() {
-            let r = r.unwrap();
-            assert!(r.passed(), "TP={n} rank {rank}: {}", r.summary());
-            assert_eq!(r.d2h_checked, 3, "TP={n} rank {rank}: {}", r.summary());
-            assert_eq!(r.d2h_checked, r.d2h_matched);
-        }
+        assert_replayed_together(&traces, 3, &format!("TP={n}"));
         // The same from the command line.
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
             .args(["ranks", "--replay"])
@@ -584,21 +574,9 @@ fn a_rank_that_faults_makes_its_waiting_peer_dump() {
         for rank in 0..n {
             let (dir, peers) = (dir.join(format!("rank{rank}")), peers.clone());
             sc.spawn(move || {
-                let mut cfg = gputape::recorder::FlightConfig::new(&dir);
-                cfg.checkpoint_every = 4;
-                cfg.device_checkpoints = false;
-                cfg.peers = Some(peers);
-                let rec = RecordingBackend::flight(
-                    with_kernels(Duration::from_secs(5)),
-                    cfg,
-                    BackendDesc::new("mock"),
-                )
-                .unwrap();
+                let rec = flight_rank(&dir, 4, Some(peers), Duration::from_secs(5));
                 let g: &dyn GpuBackend = &rec;
-                let comm = g.comm_init(id, n, rank).unwrap();
-                let s = g.default_stream();
-                let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
-                g.memset(x, 0, 256).unwrap();
+                let (comm, s, x, y) = join_with_buffers(g, id, n, rank);
                 for step in 0..20u64 {
                     g.step_boundary(step);
                     if step == 9 && rank == 1 {
@@ -759,17 +737,7 @@ fn collectives_captured_into_a_graph_run_at_each_launch_and_replay() {
         assert_eq!(launches, 3);
     }
     assert!(analysis::ranks::match_ranks(&traces).is_empty());
-    let backends: Vec<MockGpuBackend> = (0..n)
-        .map(|_| with_kernels(Duration::from_secs(10)))
-        .collect();
-    let reports =
-        gputape::replayer::replay_ranks(&traces, &backends, &ReplayOptions::default()).unwrap();
-    for (rank, r) in reports.into_iter().enumerate() {
-        let r = r.unwrap();
-        assert!(r.passed(), "rank {rank}: {}", r.summary());
-        assert_eq!(r.d2h_checked, 3, "rank {rank}: {}", r.summary());
-        assert_eq!(r.d2h_checked, r.d2h_matched, "rank {rank}: {}", r.summary());
-    }
+    assert_replayed_together(&traces, 3, "captured");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -787,23 +755,9 @@ fn skipped_all_reduce_dumps(
         for rank in 0..n {
             let dir = dir.join(format!("rank{rank}"));
             sc.spawn(move || {
-                let mut cfg = gputape::recorder::FlightConfig::new(&dir);
-                cfg.checkpoint_every = every(rank);
-                // Host checkpoints, taken as they fall due: a device checkpoint completes on
-                // the recorder's thread, late on a loaded machine, and the dump would then
-                // reach back to before comm_init, which this test means to leave out.
-                cfg.device_checkpoints = false;
-                let rec = RecordingBackend::flight(
-                    with_kernels(Duration::from_secs(10)),
-                    cfg,
-                    BackendDesc::new("mock"),
-                )
-                .unwrap();
+                let rec = flight_rank(&dir, every(rank), None, Duration::from_secs(10));
                 let g: &dyn GpuBackend = &rec;
-                let comm = g.comm_init(id, n, rank).unwrap();
-                let s = g.default_stream();
-                let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
-                g.memset(x, 0, 256).unwrap();
+                let (comm, s, x, y) = join_with_buffers(g, id, n, rank);
                 for step in 0..20u64 {
                     g.step_boundary(step);
                     gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
@@ -858,4 +812,58 @@ fn dumps_that_start_at_different_collectives_are_not_replayed_together() {
         "{text}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A rank's flight recorder on a mock whose ranks wait `timeout` for a missing one: host
+/// checkpoints every `every` steps, taken as they fall due (a device checkpoint completes on
+/// the recorder's thread, late on a loaded machine, and a dump would then reach back to
+/// before comm_init, which these tests mean to leave out); `peers`, the rank set's shared
+/// directory.
+fn flight_rank(
+    dir: &std::path::Path,
+    every: u64,
+    peers: Option<PathBuf>,
+    timeout: Duration,
+) -> RecordingBackend<MockGpuBackend> {
+    let mut cfg = gputape::recorder::FlightConfig::new(dir);
+    cfg.checkpoint_every = every;
+    cfg.device_checkpoints = false;
+    cfg.peers = peers;
+    RecordingBackend::flight(with_kernels(timeout), cfg, BackendDesc::new("mock")).unwrap()
+}
+
+/// Rank `rank` of `n` joined on `id`, with the default stream and two 64-float buffers, the
+/// first zeroed: (communicator, stream, x, y).
+fn join_with_buffers(
+    g: &dyn GpuBackend,
+    id: CommUniqueId,
+    n: u32,
+    rank: u32,
+) -> (gputape::backend::CommHandle, u64, DevicePtr, DevicePtr) {
+    let comm = g.comm_init(id, n, rank).unwrap();
+    let (x, y) = (g.alloc(256).unwrap(), g.alloc(256).unwrap());
+    g.memset(x, 0, 256).unwrap();
+    (comm, g.default_stream(), x, y)
+}
+
+/// `traces` replayed together on fresh mock ranks: every rank passes, `d2h` read backs each,
+/// all matching (`what` names the case in failures).
+fn assert_replayed_together(traces: &[Trace], d2h: u64, what: &str) {
+    let backends: Vec<MockGpuBackend> = traces
+        .iter()
+        .map(|_| with_kernels(Duration::from_secs(20)))
+        .collect();
+    let reports =
+        gputape::replayer::replay_ranks(traces, &backends, &ReplayOptions::default()).unwrap();
+    for (rank, r) in reports.into_iter().enumerate() {
+        let r = r.unwrap();
+        assert!(r.passed(), "{what} rank {rank}: {}", r.summary());
+        assert_eq!(r.d2h_checked, d2h, "{what} rank {rank}: {}", r.summary());
+        assert_eq!(
+            r.d2h_checked,
+            r.d2h_matched,
+            "{what} rank {rank}: {}",
+            r.summary()
+        );
+    }
 }

@@ -1021,17 +1021,9 @@ fn reloading_a_module_keeps_handles_to_the_old_code_valid() {
 #[ignore = "needs a GPU"]
 fn one_rank_collectives_over_nccl_record_and_replay() {
     use gputape::backend::{CollDtype, Collective, ReduceOp};
-    use gputape::replayer::{ReplayOptions, Replayer};
-    let Some(g) = gpu() else { return };
-    if !gputape::cuda::nccl::available() {
-        eprintln!("skipped: NCCL not found (set GPUTAPE_NCCL_LIB)");
+    let Some((r, buf)) = nccl_recorder() else {
         return;
-    }
-    eprintln!("{}", gputape::cuda::nccl::describe().unwrap());
-    let sink = VecSink::default();
-    let buf = sink.0.clone();
-    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
-    r.start().unwrap();
+    };
     let id = r.comm_unique_id().unwrap();
     let comm = r.comm_init(id, 1, 0).unwrap();
     let s = r.create_stream().unwrap();
@@ -1057,11 +1049,7 @@ fn one_rank_collectives_over_nccl_record_and_replay() {
     r.free(b).unwrap();
     r.stop().unwrap();
     drop(r);
-    let t = Trace::from_bytes(Path::new("nccl"), &buf.lock()).unwrap();
-    let g2 = gpu().unwrap();
-    let rep = Replayer::new(&t)
-        .run(&g2, &ReplayOptions::default(), None, |_| {})
-        .unwrap();
+    let rep = replay_on_fresh_gpu("nccl", &buf.lock());
     assert_eq!(
         (rep.d2h_checked, rep.d2h_matched),
         (3, 3),
@@ -1078,17 +1066,9 @@ fn one_rank_collectives_over_nccl_record_and_replay() {
 #[ignore = "needs a GPU"]
 fn one_rank_all_reduce_captured_into_a_graph_records_and_replays() {
     use gputape::backend::{CollDtype, Collective, ReduceOp};
-    use gputape::replayer::{ReplayOptions, Replayer};
-    let Some(g) = gpu() else { return };
-    if !gputape::cuda::nccl::available() {
-        eprintln!("skipped: NCCL not found (set GPUTAPE_NCCL_LIB)");
+    let Some((r, buf)) = nccl_recorder() else {
         return;
-    }
-    gputape::workloads::load_kernels(&g).unwrap();
-    let sink = VecSink::default();
-    let buf = sink.0.clone();
-    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
-    r.start().unwrap();
+    };
     let id = r.comm_unique_id().unwrap();
     let comm = r.comm_init(id, 1, 0).unwrap();
     let s = r.create_stream().unwrap();
@@ -1127,12 +1107,7 @@ fn one_rank_all_reduce_captured_into_a_graph_records_and_replays() {
     r.comm_destroy(comm).unwrap();
     r.stop().unwrap();
     drop(r);
-    let t = Trace::from_bytes(Path::new("nccl-graph"), &buf.lock()).unwrap();
-    let g2 = gpu().unwrap();
-    gputape::workloads::load_kernels(&g2).unwrap();
-    let rep = Replayer::new(&t)
-        .run(&g2, &ReplayOptions::default(), None, |_| {})
-        .unwrap();
+    let rep = replay_on_fresh_gpu("nccl-graph", &buf.lock());
     assert!(rep.passed(), "{}", rep.summary());
     assert_eq!(
         (rep.d2h_checked, rep.d2h_matched),
@@ -1140,4 +1115,35 @@ fn one_rank_all_reduce_captured_into_a_graph_records_and_replays() {
         "{}",
         rep.summary()
     );
+}
+
+/// Where a `VecSink` puts what it is given.
+type SinkBytes = std::sync::Arc<parking_lot::Mutex<Vec<u8>>>;
+
+/// A recording backend on the GPU with the workloads' kernels, recording into the returned
+/// buffer; `None` (said why) without a GPU or without NCCL.
+fn nccl_recorder() -> Option<(RecordingBackend<CudaBackend>, SinkBytes)> {
+    let g = gpu()?;
+    if !gputape::cuda::nccl::available() {
+        eprintln!("skipped: NCCL not found (set GPUTAPE_NCCL_LIB)");
+        return None;
+    }
+    eprintln!("{}", gputape::cuda::nccl::describe().unwrap());
+    workloads::load_kernels(&g).unwrap();
+    let sink = VecSink::default();
+    let buf = sink.0.clone();
+    let r = RecordingBackend::new(g, Box::new(sink), BackendDesc::new("cuda")).unwrap();
+    r.start().unwrap();
+    Some((r, buf))
+}
+
+/// The trace in `bytes` replayed on a fresh backend with the workloads' kernels.
+fn replay_on_fresh_gpu(name: &str, bytes: &[u8]) -> gputape::replayer::ReplayReport {
+    use gputape::replayer::{ReplayOptions, Replayer};
+    let t = Trace::from_bytes(Path::new(name), bytes).unwrap();
+    let g = gpu().unwrap();
+    workloads::load_kernels(&g).unwrap();
+    Replayer::new(&t)
+        .run(&g, &ReplayOptions::default(), None, |_| {})
+        .unwrap()
 }

@@ -14,6 +14,13 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct CommUniqueId(pub [u8; 16]);
 
+impl CommUniqueId {
+    /// All 32 hex digits (`Display` shows the first 8): a name for files a rank set shares.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 impl fmt::Display for CommUniqueId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in &self.0[..4] {

@@ -89,6 +89,18 @@ pub fn stdout_free_for_json(json: bool, outputs: &[(&str, Option<&Path>)]) -> Re
     Ok(())
 }
 
+/// `dir/name.TAG.ext` for `dir/name.ext`: one of several files made for one output (a
+/// process's trace, a rank's).
+pub fn with_tag(p: &Path, tag: &str) -> PathBuf {
+    let mut name = p.file_stem().unwrap_or_default().to_os_string();
+    name.push(format!(".{tag}"));
+    if let Some(ext) = p.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    p.with_file_name(name)
+}
+
 /// `dir/.name.partial-PID`, beside `out`.
 pub fn temp_beside(out: &Path) -> PathBuf {
     let name = out

@@ -409,7 +409,7 @@ fn record_llama_tp(
             .into_iter()
             .enumerate()
             .map(|(rank, (g, desc))| {
-                let path = with_rank(out, rank);
+                let path = super::common::with_tag(out, &format!("rank{rank}"));
                 let blobs = blobs.clone();
                 sc.spawn(move || -> Result<(PathBuf, LlamaRecorded)> {
                     let rec = crate::recorder::RecordingBackend::to_file(g, &path, desc)?;
@@ -478,17 +478,6 @@ fn record_llama_tp(
         Some(e) => Err(e),
         None => Ok(()),
     }
-}
-
-/// `dir/name.rankR.ext` for `dir/name.ext`.
-fn with_rank(p: &Path, rank: usize) -> PathBuf {
-    let mut name = p.file_stem().unwrap_or_default().to_os_string();
-    name.push(format!(".rank{rank}"));
-    if let Some(ext) = p.extension() {
-        name.push(".");
-        name.push(ext);
-    }
-    p.with_file_name(name)
 }
 
 fn record_on<B: GpuBackend>(

@@ -240,7 +240,7 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         let dst = if i == 0 {
             out.to_path_buf()
         } else {
-            with_pid(out, summary.pid)
+            super::common::with_tag(out, &summary.pid.to_string())
         };
         let n = super::common::write_trace_atomically(&trace, &dst)?;
         eprintln!(
@@ -325,20 +325,6 @@ fn remove_announcements(dir: &Path, run_id: &str) {
     }
     // Only when empty: another run may share the directory.
     let _ = std::fs::remove_dir(&peers);
-}
-
-/// `dir/name.PID.ext` for `dir/name.ext`.
-fn with_pid(p: &Path, pid: u32) -> PathBuf {
-    let stem = p
-        .file_stem()
-        .map_or_else(Default::default, |s| s.to_os_string());
-    let mut name = stem;
-    name.push(format!(".{pid}"));
-    if let Some(ext) = p.extension() {
-        name.push(".");
-        name.push(ext);
-    }
-    p.with_file_name(name)
 }
 
 /// The shim: `GPUTAPE_SHIM_DIR`'s, else `gputape-shim/libcuda.so.1` beside this binary, else

@@ -98,13 +98,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// be able to see it, so it is said once on stderr (an engine may have no `tracing`
     /// subscriber), counted in `flight_held`, and written into the next dump's reason.
     pub(crate) fn own_failure(&self, what: String) {
-        tracing::error!("gputape: flight recorder: {what}");
-        let mut st = self.st.lock();
-        if let Some(f) = st.flight.as_deref_mut() {
-            if f.note_failure(what.clone()) {
-                eprintln!("gputape: flight recorder: {what} (later failures are counted in flight_held and named in the next dump)");
-            }
-        }
+        self.st.lock().own_failure(what);
     }
 
     /// A checkpoint of device state into the flight store: every stream drained, then each

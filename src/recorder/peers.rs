@@ -15,7 +15,6 @@
 
 use super::comm::CommRec;
 use crate::backend::CommUniqueId;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -31,16 +30,8 @@ const SLACK: Duration = Duration::from_secs(2);
 /// may be there).
 const MAX_TEXT: u64 = 4096;
 
-/// The unique id, whole, in hex: what names a rank set's announcements.
-fn key(id: &CommUniqueId) -> String {
-    id.0.iter().fold(String::with_capacity(32), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 fn file_name(id: &CommUniqueId, rank: u32) -> String {
-    format!("{PREFIX}{}-rank{rank}{SUFFIX}", key(id))
+    format!("{PREFIX}{}-rank{rank}{SUFFIX}", id.hex())
 }
 
 /// Tells the rank set of every communicator in `comms` that this rank dumped (`reason`, to
@@ -87,7 +78,7 @@ pub(crate) fn check(dir: &Path, comms: &[CommRec], seen: &mut Vec<PathBuf>) -> O
         .iter()
         .filter_map(|c| {
             let j = c.joined?;
-            Some((key(&j.unique), j.rank, c.id.0, j.at))
+            Some((j.unique.hex(), j.rank, c.id.0, j.at))
         })
         .collect();
     if ours.is_empty() {
@@ -151,7 +142,7 @@ mod tests {
     fn names_round_trip_and_foreign_names_are_ignored() {
         let id = CommUniqueId([0xab; 16]);
         let n = file_name(&id, 3);
-        assert_eq!(parse(&n), Some((key(&id).as_str(), 3)));
+        assert_eq!(parse(&n), Some((id.hex().as_str(), 3)));
         for bad in [
             "gputape-peer-abc-rankx.dumped",
             "gputape-peer-abc.dumped",

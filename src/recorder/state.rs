@@ -525,18 +525,28 @@ impl RecState {
         if let (Ok(path), Some(dir)) = (&dumped, f.cfg.peers.clone()) {
             let comms = self.comms.values().copied();
             if let Err(why) = super::peers::announce(&dir, comms, &reason, path) {
-                let what = format!("the dump {} was written, but {why}", path.display());
-                tracing::error!("gputape: flight recorder: {what}");
-                let first = self
-                    .flight
-                    .as_deref_mut()
-                    .is_some_and(|f| f.note_failure(what.clone()));
-                if first {
-                    eprintln!("gputape: flight recorder: {what}");
-                }
+                self.own_failure(format!(
+                    "the dump {} was written, but {why}",
+                    path.display()
+                ));
             }
         }
         Some(dumped)
+    }
+
+    /// Something the recorder does for itself failed (a checkpoint, a dump, telling the peers):
+    /// the engine must be able to see it, so it is said once on stderr (an engine may have no
+    /// `tracing` subscriber), counted in `flight_held`, and written into the next dump's
+    /// reason.
+    pub fn own_failure(&mut self, what: String) {
+        tracing::error!("gputape: flight recorder: {what}");
+        let first = self
+            .flight
+            .as_deref_mut()
+            .is_some_and(|f| f.note_failure(what.clone()));
+        if first {
+            eprintln!("gputape: flight recorder: {what} (later failures are counted in flight_held and named in the next dump)");
+        }
     }
 
     fn write_failed(&mut self, e: TraceError) {

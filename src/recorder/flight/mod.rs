@@ -642,13 +642,7 @@ pub(crate) fn trigger(st: &mut RecState, reason: &str, open: Option<u64>) {
         return;
     }
     if let Some(Err(e)) = st.flight_dump(reason, open) {
-        let what = format!("could not dump ({reason}): {e}");
-        tracing::error!("gputape: flight recorder: {what}");
-        if let Some(f) = st.flight.as_deref_mut() {
-            if f.note_failure(what.clone()) {
-                eprintln!("gputape: flight recorder: {what}");
-            }
-        }
+        st.own_failure(format!("could not dump ({reason}): {e}"));
     }
 }
 

@@ -267,7 +267,12 @@ fn waiting_now() -> Vec<(u32, Instant, Blocked)> {
 
 /// The calls threads wait in now, the longest waiting first, as a dump writes them.
 pub fn blocked_now() -> Vec<(u32, Rec<'static>)> {
-    waiting_now().iter().map(|e| (e.0, e.2.rec())).collect()
+    as_blocked(&waiting_now())
+}
+
+/// Waiting calls as a dump writes them: (thread, record).
+fn as_blocked(w: &[(u32, Instant, Blocked)]) -> Vec<(u32, Rec<'static>)> {
+    w.iter().map(|e| (e.0, e.2.rec())).collect()
 }
 
 /// The watcher: when some thread has waited longer than `after`, the process dumps (once), with
@@ -285,7 +290,7 @@ fn watch(after: Duration) {
         if waited < after {
             continue;
         }
-        let blocked: Vec<(u32, Rec<'static>)> = w.iter().map(|e| (e.0, e.2.rec())).collect();
+        let blocked = as_blocked(&w);
         let name = oldest.2.rec().family();
         super::log::dump_watched(
             &format!(

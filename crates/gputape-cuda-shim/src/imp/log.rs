@@ -126,7 +126,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     if PAUSED.load(Ordering::Relaxed) && !call.is_state() && !flight::is_fault(status) {
         return None;
     }
-    let _t = super::selftime::Guard::start(call.tag(), call.family());
+    let _t = super::selftime::Guard::start(|| (call.tag(), call.family()));
     let thread = thread_id();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // A forked child starts a file of its own: what the parent had gathered is the parent's.

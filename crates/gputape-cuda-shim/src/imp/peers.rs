@@ -96,10 +96,6 @@ fn watch(dir: &Path, pid: u32) {
     };
     loop {
         std::thread::sleep(TICK);
-        if std::process::id() != pid {
-            // A forked copy of this thread does not exist; this is only defensive.
-            return;
-        }
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };

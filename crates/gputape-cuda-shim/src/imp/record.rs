@@ -919,7 +919,7 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
     if !log::active() && !flight::is_fault(r) {
         return;
     }
-    let _t = super::selftime::Guard::start(gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel");
+    let _t = super::selftime::Guard::start(|| (gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel"));
     LOCAL_LAYOUTS.with(|m| {
         // A re-entered hook (a driver that calls back) finds the map borrowed: it asks anew.
         let Ok(map) = m.try_borrow() else {

@@ -53,11 +53,13 @@ fn ticks() -> u64 {
 pub struct Guard(Option<(u64, u8)>);
 
 impl Guard {
-    /// `tag` and `name`: the record's type byte and family (`Rec::tag`, `Rec::family`).
-    pub fn start(tag: u8, name: &'static str) -> Guard {
+    /// `kind`: the record's type byte and family (`Rec::tag`, `Rec::family`), asked only when
+    /// measuring (every recorded call passes here).
+    pub fn start(kind: impl FnOnce() -> (u8, &'static str)) -> Guard {
         if !ON.load(Ordering::Relaxed) {
             return Guard(None);
         }
+        let (tag, name) = kind();
         let outer = DEPTH.with(|d| {
             d.set(d.get() + 1);
             d.get() == 1
