@@ -14,10 +14,10 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
 
 use gputape_shimlog::{Header, Rec, Record};
 
+use super::clock::Clock;
 use super::flight::{self, Ring};
 
 /// Where logs go: one file per process.
@@ -68,7 +68,8 @@ struct Log {
     pid: u32,
     /// Records in the file so far (the index the next one gets).
     records: u64,
-    start: Instant,
+    /// Each record's time since the log was opened.
+    clock: Clock,
 }
 
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
@@ -136,7 +137,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
         *g = Some(open(std::process::id())?);
     }
     let log = g.as_mut()?;
-    let t_ns = log.start.elapsed().as_nanos() as u64;
+    let t_ns = log.clock.now_ns();
     let rec = Record {
         t_ns,
         thread,
@@ -173,7 +174,7 @@ pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) {
     let Some(log) = g.as_mut() else {
         return;
     };
-    let t_ns = log.start.elapsed().as_nanos() as u64;
+    let t_ns = log.clock.elapsed_ns();
     let tail: Vec<Record<'_>> = blocked
         .iter()
         .map(|(thread, call)| Record {
@@ -212,7 +213,7 @@ fn dump_locked(
     }
     let mut tail = blocked.to_vec();
     tail.push(Record {
-        t_ns: log.start.elapsed().as_nanos() as u64,
+        t_ns: log.clock.elapsed_ns(),
         thread,
         status,
         call: Rec::Dump {
@@ -269,7 +270,7 @@ fn open(pid: u32) -> Option<Log> {
                 dumped: false,
                 pid,
                 records: 0,
-                start: Instant::now(),
+                clock: Clock::new(),
             });
         }
     };
@@ -296,7 +297,7 @@ fn open(pid: u32) -> Option<Log> {
         dumped: false,
         pid,
         records: 0,
-        start: Instant::now(),
+        clock: Clock::new(),
     })
 }
 

@@ -2,6 +2,7 @@
 //! the counts. See the crate's docs for how they fit.
 
 mod chunks;
+mod clock;
 mod counts;
 mod flight;
 mod hooks;

@@ -826,15 +826,22 @@ unsafe fn param_bytes(
         for (k, &(o, s)) in layout.iter().enumerate() {
             // SAFETY: the driver read parameter k's `s` bytes through params[k].
             let p = unsafe { *params.add(k) };
-            if !p.is_null() {
-                // SAFETY: as above; the destination lies inside `out` by construction.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        p.cast::<u8>(),
-                        out.as_mut_ptr().add(o as usize),
-                        s as usize,
-                    )
-                };
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: as above; the destination lies inside `out` by construction. Pointers
+            // and scalars (most parameters) move as one word, not through a call to memcpy.
+            unsafe {
+                let (src, dst) = (p.cast::<u8>(), out.as_mut_ptr().add(o as usize));
+                match s {
+                    8 => dst
+                        .cast::<u64>()
+                        .write_unaligned(src.cast::<u64>().read_unaligned()),
+                    4 => dst
+                        .cast::<u32>()
+                        .write_unaligned(src.cast::<u32>().read_unaligned()),
+                    _ => core::ptr::copy_nonoverlapping(src, dst, s as usize),
+                }
             }
         }
         return;

@@ -13,6 +13,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use super::clock::ticks;
+
 /// Set to 1 to measure.
 pub const ENV: &str = "GPUTAPE_SHIM_SELFTIME";
 
@@ -37,16 +39,6 @@ pub fn init() {
         START.get_or_init(|| (ticks(), Instant::now()));
         ON.store(true, Ordering::Relaxed);
     }
-}
-
-fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: rdtsc reads a counter; it has no preconditions.
-    unsafe {
-        core::arch::x86_64::_rdtsc()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    0
 }
 
 /// While alive, the thread is in the recorder's own code, for a record of this tag.

@@ -5,6 +5,8 @@
  * Prints the median ns per launch of each, and the page faults this thread took per launch
  * (fresh memory the recorder fills shows there). Run under `gputape run --flight DIR` or
  * `-o TRACE` against the fake driver: scripts/shim-cost.sh.
+ * PARAM_BYTES 0: the fake driver's `scale` kernel instead, its three parameters (8, 4 and 4
+ * bytes) passed through `kernelParams`, as most of PyTorch's own kernels take theirs.
  * Usage: launch_cost [ROUNDS [N [PARAM_BYTES]]] (40, 5000, 448). Linked with -lcuda. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -16,6 +18,7 @@ typedef unsigned long long CUdeviceptr;
 int cuInit(unsigned flags);
 int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamSynchronize(void *stream);
+int cuMemAlloc_v2(CUdeviceptr *p, size_t bytes);
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 extern void gputape_shim_pause(int paused) __attribute__((weak));
@@ -27,12 +30,16 @@ int main(int argc,char**argv){
   void*s; cuInit(0); cuStreamCreate(&s,1);
   unsigned char buf[4096]; memset(buf,7,sizeof buf); size_t size=psz;
   void*extra[]={(void*)1,buf,(void*)2,&size,(void*)0};
+  /* scale(float *x, int n, float k) with n 0: the fake driver touches nothing. */
+  CUdeviceptr x=0; int cnt=0; float scale_k=2.0f; void*kp[]={&x,&cnt,&scale_k};
+  void*f=psz?(void*)0x7000:(void*)0x5ca1eull, **params=psz?0:kp, **ex=psz?extra:0;
+  if(!psz&&cuMemAlloc_v2(&x,64)){fprintf(stderr,"launch_cost: cuMemAlloc failed\n");return 1;}
   double t[2][1000]; int k[2]={0,0}; long flt[2]={0,0};
   for(int r=0;r<rounds;r++){
     int paused=r%2==0; if(gputape_shim_pause) gputape_shim_pause(paused);
     struct rusage a,b; getrusage(RUSAGE_THREAD,&a);
     double t0=now();
-    for(int i=0;i<n;i++){ buf[0]=i; cuLaunchKernel((void*)0x7000,1,1,1,32,1,1,0,s,0,extra); }
+    for(int i=0;i<n;i++){ buf[0]=i; cuLaunchKernel(f,1,1,1,32,1,1,0,s,params,ex); }
     cuStreamSynchronize(s);
     double dt=(now()-t0)/n; getrusage(RUSAGE_THREAD,&b);
     if(r>=2){ t[paused][k[paused]++]=dt; flt[paused]+=b.ru_minflt-a.ru_minflt; }
