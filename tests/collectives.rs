@@ -657,6 +657,30 @@ fn a_rank_that_faults_makes_its_waiting_peer_dump() {
             && text.contains("rank 1 failed first at"),
         "{text}"
     );
+    // The two dumps shrunk together: rank 1's fault is its own (no collective needed), so
+    // rank 0's dump, whose all-reduce waited, is not needed.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("minimize")
+        .args(&dumps)
+        .arg("-o")
+        .arg(dir.join("small.gtape"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("(rank 0): not needed")
+            && text.contains("collectives: ")
+            && text.contains(" -> 0, kept"),
+        "{text}"
+    );
+    let small = Trace::open(&dir.join("small.rank1.gtape")).unwrap();
+    assert!(small.calls.len() < traces[1].calls.len(), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -866,4 +890,233 @@ fn assert_replayed_together(traces: &[Trace], d2h: u64, what: &str) {
             r.summary()
         );
     }
+}
+
+/// Two ranks, six steps of an all-reduce each; `plant(rank, step, g, x)` may break a rank at
+/// a step (returning true: that rank stops there). Recorded into `dir` on mocks whose ranks
+/// give up on a missing peer after a second.
+fn faulting_pair(
+    dir: &std::path::Path,
+    plant: impl Fn(u32, u64, &dyn GpuBackend, DevicePtr, DevicePtr) -> bool + Sync,
+) -> Vec<PathBuf> {
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let plant = &plant;
+    paths_of(record_ranks(
+        dir,
+        2,
+        || with_kernels(Duration::from_secs(1)),
+        move |g, rank| {
+            let (comm, s, x, y) = join_with_buffers(g, id, 2, rank);
+            for step in 0..6u64 {
+                gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+                if plant(rank, step, g, x, y) {
+                    return;
+                }
+                let r = g.collective(
+                    comm,
+                    Collective::AllReduce(ReduceOp::Sum),
+                    y,
+                    x,
+                    2,
+                    CollDtype::I32,
+                    s,
+                );
+                if r.is_err() || g.synchronize(s).is_err() {
+                    return;
+                }
+            }
+        },
+    ))
+}
+
+/// `minimize_ranks` on mock ranks, each candidate set replayed together (unverified, as
+/// `minimize` replays: a fault's trace may use a freed buffer on purpose).
+fn minimize_pair(traces: &[Trace]) -> gputape::replayer::RanksMinimized {
+    let opts = ReplayOptions {
+        verify: false,
+        ..Default::default()
+    };
+    let mut oracle = |cand: &[Trace], at: usize| {
+        let backends: Vec<MockGpuBackend> = cand
+            .iter()
+            .map(|_| with_kernels(Duration::from_secs(5)))
+            .collect();
+        let mut reports = gputape::replayer::replay_ranks(cand, &backends, &opts)?;
+        Ok(reports
+            .swap_remove(at)
+            .ok()
+            .and_then(|r| gputape::replayer::signature(&r).map(|(s, _)| s)))
+    };
+    gputape::replayer::minimize_ranks(traces, None, &mut oracle, 300, &mut |_, _| {}).unwrap()
+}
+
+/// A fault of one rank's own (a launch on a buffer it freed) needs no collective: the rank
+/// set shrinks to that rank alone, a few calls, and the other rank, left waiting in its
+/// all-reduce when recorded, is not needed.
+#[test]
+fn a_rank_set_whose_fault_is_one_ranks_own_shrinks_to_that_rank() {
+    let dir = scratch("min-own");
+    let paths = faulting_pair(&dir, |rank, step, g, x, y| {
+        if (rank, step) != (1, 3) {
+            return false;
+        }
+        g.free(x).unwrap();
+        gputape::workloads::saxpy(g, x, y, 64, 1.0, g.default_stream()).unwrap();
+        assert!(
+            g.synchronize(g.default_stream()).is_err(),
+            "the planted fault"
+        );
+        true
+    });
+    let traces = open_all(&paths);
+    let m = minimize_pair(&traces);
+    assert_eq!(m.faulting, 1);
+    assert_eq!(
+        m.collectives,
+        (3, 0),
+        "rank 1 made 3 all-reduces first; none is needed"
+    );
+    assert!(m.traces[0].is_none(), "rank 0 is not needed");
+    let small = m.traces[1].as_ref().unwrap();
+    assert!(
+        small.calls.len() <= 6 && small.calls.len() < traces[1].calls.len() / 3,
+        "{} of {} calls: {}",
+        small.calls.len(),
+        traces[1].calls.len(),
+        trace::render(small)
+    );
+    assert!(
+        !small
+            .calls
+            .iter()
+            .any(|c| matches!(c.call, Call::CommInit { .. })),
+        "no communicator left to join: {}",
+        trace::render(small)
+    );
+    // The small trace faults alone, as minimize said.
+    let opts = ReplayOptions {
+        verify: false,
+        ..Default::default()
+    };
+    let r = Replayer::new(small)
+        .run(&with_kernels(Duration::from_secs(1)), &opts, None, |_| {})
+        .unwrap();
+    assert!(r.faults.iter().any(|f| f.reproduced), "{}", r.summary());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A fault that follows a collective: rank 0 sends an offset into the all-reduce of step 4
+/// that turns rank 1's pointer table wild, and rank 1's gather reads through it. With every
+/// other call there, only that all-reduce makes the fault (the earlier sums are valid
+/// pointers, and without it the table holds rank 1's own), so the shrunk set keeps it on both
+/// ranks and both ranks in the set; replayed together, rank 1 faults again. (The calls are
+/// shrunk after the collectives, and a table of zeros faults too: which of the contributions
+/// stays is ddmin's to find.) From the command line the same, one trace per rank written.
+#[test]
+fn a_fault_after_a_collective_keeps_that_collective_on_every_rank() {
+    let dir = scratch("min-peer");
+    let paths = faulting_pair(&dir, |rank, step, g, x, y| {
+        let s = g.default_stream();
+        match rank {
+            // Its contribution: zeros, but at step 4 a high word of 0x100 (2^40 bytes on).
+            0 => {
+                let hi: i32 = if step == 4 { 0x100 } else { 0 };
+                let words: Vec<u8> = [0i32, hi].iter().flat_map(|w| w.to_le_bytes()).collect();
+                g.copy_h2d(&words, y).unwrap();
+                false
+            }
+            // Its contribution: the address of its own `x`, as two 32-bit words; after the
+            // all-reduce of step 4 it gathers through the sum.
+            _ => {
+                if step == 5 {
+                    let out = g.alloc(16).unwrap();
+                    let k = g.op_cache().kernel(g, "blas", "gather").unwrap();
+                    g.launch_typed(
+                        k,
+                        [1, 1, 1],
+                        [32, 1, 1],
+                        0,
+                        s,
+                        &[
+                            gputape::backend::KernelArg::Buffer(x),
+                            gputape::backend::KernelArg::Buffer(out),
+                            gputape::backend::KernelArg::Bytes(&1u32.to_le_bytes()),
+                        ],
+                    )
+                    .unwrap();
+                    assert!(
+                        g.synchronize(s).is_err(),
+                        "the gather through a wild address"
+                    );
+                    return true;
+                }
+                // Into `x` as well: without the all-reduce the gather would still read
+                // through a valid address.
+                g.copy_h2d(&x.0.to_le_bytes(), y).unwrap();
+                g.copy_h2d(&x.0.to_le_bytes(), x).unwrap();
+                false
+            }
+        }
+    });
+    let traces = open_all(&paths);
+    let m = minimize_pair(&traces);
+    assert_eq!(m.faulting, 1);
+    assert_eq!(m.collectives, (5, 1), "only step 4's all-reduce is needed");
+    let (r0, r1) = (m.traces[0].as_ref(), m.traces[1].as_ref());
+    let (r0, r1) = (r0.expect("rank 0 is needed"), r1.expect("rank 1 faults"));
+    for (t, what) in [(r0, "rank 0"), (r1, "rank 1")] {
+        let colls: Vec<u64> = t
+            .calls
+            .iter()
+            .filter_map(|c| match c.call {
+                Call::Collective { seq, .. } => Some(seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(colls, vec![4], "{what}: {}", trace::render(t));
+    }
+    assert!(
+        r0.calls.len() < traces[0].calls.len() / 2 && r1.calls.len() < traces[1].calls.len() / 2,
+        "{} and {} calls of {} and {}",
+        r0.calls.len(),
+        r1.calls.len(),
+        traces[0].calls.len(),
+        traces[1].calls.len()
+    );
+    let backends = [
+        with_kernels(Duration::from_secs(5)),
+        with_kernels(Duration::from_secs(5)),
+    ];
+    let small = [r0.clone(), r1.clone()];
+    let reports =
+        gputape::replayer::replay_ranks(&small, &backends, &ReplayOptions::default()).unwrap();
+    let rep1 = reports[1].as_ref().unwrap();
+    assert!(
+        rep1.faults.iter().any(|f| f.reproduced),
+        "{}",
+        rep1.summary()
+    );
+    // The command line: one small trace per rank, the fault and the collectives said.
+    let out = dir.join("small.gtape");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("minimize")
+        .args(&paths)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(text.contains("collectives: 5 -> 1"), "{text}");
+    assert!(text.contains("raised by blas::gather"), "{text}");
+    for r in 0..2 {
+        let p = dir.join(format!("small.rank{r}.gtape"));
+        assert!(Trace::open(&p).is_ok(), "{} written: {text}", p.display());
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

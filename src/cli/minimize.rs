@@ -1,7 +1,8 @@
 //! `gputape minimize`: a fault's trace cut down to what still reproduces it, so a bug report
 //! carries a few calls instead of a whole run. The search is `replayer::minimize`; this verb
 //! supplies the oracle, a replay on the chosen backend (in a child process where a fault would
-//! end this one's CUDA context).
+//! end this one's CUDA context). Given several traces, it shrinks them as a rank set
+//! (`minimize_ranks.rs`).
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -13,11 +14,18 @@ use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace to shrink.
-    trace: PathBuf,
-    /// Where to write the small trace.
+    /// The trace to shrink; or a rank set's traces (one per rank, any order), shrunk together
+    /// on mock ranks with their collectives kept matched.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Where to write the small trace (for a rank set, `OUTPUT` with `.rankR` before its
+    /// extension, per rank still needed).
     #[arg(short, long)]
     output: PathBuf,
+    /// A rank set: the rank whose fault to keep (by its rank in its communicator), where more
+    /// than one trace records a fault of its own.
+    #[arg(long)]
+    rank: Option<u32>,
     /// The backend each attempt replays on.
     #[arg(long, value_enum, default_value_t = Backend::Mock)]
     on: Backend,
@@ -73,9 +81,27 @@ struct Before {
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    if a.traces.len() > 1 || a.rank.is_some() {
+        anyhow::ensure!(
+            a.on == Backend::Mock,
+            "a rank set is shrunk on mock ranks only (replaying it on CUDA takes a GPU per rank): leave out --on {}",
+            a.on.name()
+        );
+        anyhow::ensure!(
+            !a.check_finite,
+            "--check-finite keeps a wrong value of one trace; a rank set is shrunk for a fault"
+        );
+        return super::minimize_ranks::exec(
+            ctx,
+            &a.traces,
+            &a.output,
+            a.rank,
+            (a.max_attempts, a.json),
+        );
+    }
     minimize(
         ctx,
-        &a.trace,
+        &a.traces[0],
         &a.output,
         a.on,
         (a.max_attempts, a.json, a.check_finite),

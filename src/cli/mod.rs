@@ -30,6 +30,7 @@ mod export;
 mod info;
 mod inspect;
 mod minimize;
+mod minimize_ranks;
 mod ranks;
 mod record;
 mod replay;
@@ -107,7 +108,8 @@ enum Cmd {
     /// Shrink a trace that records a fault to the fewest calls (and the buffers they use) that
     /// still reproduce it: the same driver error, raised by the same kernel. The result is an
     /// ordinary trace that `replay` reproduces. On CUDA each attempt runs in a child process
-    /// (a reproduced illegal address kills the context).
+    /// (a reproduced illegal address kills the context). Given a rank set's traces, shrinks
+    /// them together on mock ranks, a collective kept or dropped on every rank at once.
     Minimize(minimize::Args),
     /// Cut a trace to calls A..B. The new trace starts with the device state at A, computed
     /// by replaying the calls before A (on the mock when every kernel has a CPU twin there,

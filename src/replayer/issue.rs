@@ -55,7 +55,9 @@ impl Replayer<'_> {
                 let r = gpu.free(p);
                 if r.is_ok() {
                     if let DevAddr::Buf { buf, .. } = ptr {
-                        st.bufs.remove(buf);
+                        if let Some((p, _)) = st.bufs.remove(buf) {
+                            st.freed.insert(*buf, p);
+                        }
                     }
                 }
                 r

@@ -113,6 +113,10 @@ pub enum MinimizeError {
     /// says what it did instead.
     #[error("the trace's fault does not reproduce on this backend, so there is nothing to keep while shrinking: {0}")]
     NotReproduced(String),
+    /// A rank set in which more than one rank records a fault of its own: which one to keep
+    /// is the caller's to say.
+    #[error("ranks {0:?} (places in the list given) each record a fault of their own; say which one to keep")]
+    WhichRank(Vec<usize>),
     /// A candidate trace could not be written.
     #[error("a candidate trace could not be written: {0}")]
     Write(#[from] TraceError),
@@ -235,7 +239,7 @@ fn shrink_to(
 
 /// Zeller's ddmin: a subset of `items` for which `test` holds and from which no single chunk
 /// at the finest granularity tried can be removed.
-fn ddmin(
+pub(super) fn ddmin(
     mut items: Vec<u64>,
     test: &mut dyn FnMut(&[u64]) -> Result<bool, MinimizeError>,
 ) -> Result<Vec<u64>, MinimizeError> {
@@ -284,7 +288,7 @@ fn ddmin(
 }
 
 /// What a subset of calls needs, and how to build a trace of it.
-struct Shrink<'t> {
+pub(super) struct Shrink<'t> {
     t: &'t Trace,
     observed: u64,
     by_seq: HashMap<u64, &'t CallRecord>,
@@ -303,7 +307,7 @@ struct Shrink<'t> {
 }
 
 impl<'t> Shrink<'t> {
-    fn new(t: &'t Trace, observed: u64) -> Self {
+    pub(super) fn new(t: &'t Trace, observed: u64) -> Self {
         let mut s = Shrink {
             t,
             observed,
@@ -398,7 +402,7 @@ impl<'t> Shrink<'t> {
             })
     }
 
-    fn build(&self, keep: &[u64]) -> Trace {
+    pub(super) fn build(&self, keep: &[u64]) -> Trace {
         let t = self.t;
         let substitute = self.substitute_observer();
         let mut keep = keep.to_vec();

@@ -18,6 +18,7 @@ mod inspect;
 mod issue;
 mod lockstep;
 mod minimize;
+mod minimize_ranks;
 mod pointers;
 mod policy;
 mod ranks;
@@ -39,6 +40,7 @@ pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance}
 pub use minimize::{
     minimize, minimize_value, signature, FaultSignature, MinimizeError, Minimized, Oracle,
 };
+pub use minimize_ranks::{faulting_rank, minimize_ranks, RanksMinimized, RanksOracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use policy::ReplayPolicy;
 pub use ranks::replay_ranks;

@@ -30,6 +30,7 @@ impl State {
     ) -> State {
         State {
             bufs: HashMap::default(),
+            freed: HashMap::default(),
             streams: HashMap::default(),
             events: HashMap::default(),
             comms: HashMap::default(),
@@ -50,6 +51,9 @@ impl State {
 
 pub(crate) struct State {
     pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
+    /// Where each buffer the replay freed was: a recorded use after free (`DevAddr::Freed`)
+    /// aims there again, so the fault it caused can happen again.
+    pub freed: HashMap<BufferId, DevicePtr>,
     pub streams: HashMap<StreamId, u64>,
     pub events: HashMap<EventId, u64>,
     /// Communicators joined by the replay (single-rank ones: a rank set replays together).
@@ -449,7 +453,12 @@ impl Replayer<'_> {
             } => st
                 .bufs
                 .get(buf)
-                .map(|(p, _)| p.offset(*off as usize))
+                .map(|(p, _)| *p)
+                .or_else(|| match a {
+                    DevAddr::Freed { .. } => st.freed.get(buf).copied(),
+                    _ => None,
+                })
+                .map(|p| p.offset(*off as usize))
                 .ok_or_else(|| ReplayError::Dangling {
                     seq: c.seq,
                     kind: c.call.kind().name(),
