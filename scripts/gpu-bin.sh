@@ -25,4 +25,5 @@ strip -o gpu-bin/recorder-bench "$(echo "$benches" | exe recorder)"
 strip -o gpu-bin/replay-bench "$(echo "$benches" | exe replay)"
 strip -o gpu-bin/scale-bench "$(echo "$benches" | exe scale)"
 strip -o gpu-bin/step-bench "$(echo "$benches" | exe step)"
+strip -o gpu-bin/flight-steps "$(echo "$benches" | exe flight_steps)"
 ls -l gpu-bin gpu-bin/gputape-shim

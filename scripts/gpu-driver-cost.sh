@@ -37,14 +37,15 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 # Inside one process: the timed generates alternate between the recording paused and running
 # (GPUTAPE_DECODE_TOGGLE=1), for --flight and for -o; INPROC processes each. Each process also
-# says how long its threads spent in the recorder's own code (GPUTAPE_SHIM_SELFTIME=1).
+# says how long its threads spent in the recorder's own code (GPUTAPE_SHIM_SELFTIME=1; SELFTIME=0
+# leaves that out, and what measuring it costs each record with it).
 for r in $(seq 1 "${INPROC:-3}"); do
     for mode in flight recorded; do
         case $mode in
             flight) cmd=("$G" run --flight "$OUT/flight" -- $PY scripts/gpu-llama-decode.py) ;;
             recorded) cmd=("$G" run -o "$OUT/cost.gtape" -- $PY scripts/gpu-llama-decode.py) ;;
         esac
-        GPUTAPE_SHIM_SELFTIME=1 GPUTAPE_DECODE_TOGGLE=1 "${PIN[@]}" "${cmd[@]}" >"$OUT/toggle-$mode.$r.out" 2>"$OUT/toggle-$mode.$r.err"
+        GPUTAPE_SHIM_SELFTIME=${SELFTIME:-1} GPUTAPE_DECODE_TOGGLE=1 "${PIN[@]}" "${cmd[@]}" >"$OUT/toggle-$mode.$r.out" 2>"$OUT/toggle-$mode.$r.err"
         echo "in-process round $r $mode exit $?: $(grep -h -o '"paused_ms": {[^}]*}, "recording_ms": {[^}]*}.*' "$OUT/toggle-$mode.$r.out")"
         grep -h "recorder self time" "$OUT/toggle-$mode.$r.err"
         rm -f "$OUT/cost.gtape"

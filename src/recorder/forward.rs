@@ -336,7 +336,10 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     #[track_caller]
     fn op_cache(&self) -> &OpCache {
         // An engine asks for it before each cached launch (a layer's worth a step): the fast
-        // path keeps it, as its call has no arguments to encode.
+        // path keeps it, as its call has no arguments to encode; a flight recorder not at all.
+        if self.flight_mode.load(Ordering::Relaxed) {
+            return &self.op_cache;
+        }
         let tok = self.begin_fast(
             Location::caller(),
             FAST_OP_CACHE,

@@ -169,6 +169,11 @@ pub struct RecordingBackend<B: GpuBackend> {
     no_destination: AtomicBool,
     /// A flight recorder's checkpoints on the device, when the backend can take them.
     device_ckpt: Mutex<Option<device_ckpt::DeviceCkpt>>,
+    /// Set by `flight`: calls that change nothing a replay or an analysis reads (`op_cache`,
+    /// which an engine asks for before each cached launch) are forwarded and not kept. On the
+    /// built-in decode step they were a third of the flight recorder's own time (65 of 134
+    /// calls a step); a full recording keeps them, as it keeps every call.
+    flight_mode: AtomicBool,
 }
 
 /// Makes the sink of segment `n` (0 for the first) of a recorder that records more than once.
@@ -221,6 +226,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             segments: std::sync::atomic::AtomicU32::new(0),
             no_destination: AtomicBool::new(false),
             device_ckpt: Mutex::new(None),
+            flight_mode: AtomicBool::new(false),
         })
     }
 
@@ -256,6 +262,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         cfg.checkpoint_every = cfg.checkpoint_every.max(1);
         let device = cfg.device_checkpoints.then_some(cfg.ring_mb);
         let rec = Self::new(inner, Box::new(flight::Discard), desc)?;
+        rec.flight_mode.store(true, Ordering::Relaxed);
         {
             let mut st = rec.st.lock();
             st.flight = Some(Box::new(flight::FlightStore::new(cfg)));
