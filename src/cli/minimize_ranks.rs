@@ -132,6 +132,13 @@ pub fn exec(
                 which.join(", ")
             );
         }
+        Err(MinimizeError::NoFault) => anyhow::bail!(
+            "{} records a fault to keep (no call failed with a device error, no red zone was found written)",
+            match rank {
+                Some(r) => format!("rank {r}'s trace"),
+                None => format!("none of the {} traces", traces.len()),
+            }
+        ),
         Err(e) => return Err(e.into()),
     };
     let mut outs = Vec::new();
