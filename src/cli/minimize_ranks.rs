@@ -133,10 +133,13 @@ pub fn exec(
             );
         }
         Err(MinimizeError::NoFault) => anyhow::bail!(
-            "{} records a fault to keep (no call failed with a device error, no red zone was found written)",
+            "{} (no call failed with a device error, no red zone was found written)",
             match rank {
-                Some(r) => format!("rank {r}'s trace"),
-                None => format!("none of the {} traces", traces.len()),
+                Some(r) => format!("rank {r}'s trace records no fault to keep"),
+                None => format!(
+                    "none of the {} traces records a fault to keep",
+                    traces.len()
+                ),
             }
         ),
         Err(e) => return Err(e.into()),
