@@ -1118,5 +1118,26 @@ fn a_fault_after_a_collective_keeps_that_collective_on_every_rank() {
         let p = dir.join(format!("small.rank{r}.gtape"));
         assert!(Trace::open(&p).is_ok(), "{} written: {text}", p.display());
     }
+    // As JSON: the schema, the fault, the collectives, each rank's calls before and after.
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("minimize")
+        .args(&paths)
+        .args(["--json", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(v["schema"], "gputape.minimize-ranks.v1", "{v}");
+    assert_eq!(v["reproduced"], true, "{v}");
+    assert_eq!(v["collectives"], serde_json::json!([5, 1]), "{v}");
+    let ranks = v["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2, "{v}");
+    for (r, entry) in ranks.iter().enumerate() {
+        assert_eq!(entry["rank"], r as u64, "{v}");
+        assert!(
+            entry["calls_after"].as_u64().unwrap() < entry["calls_before"].as_u64().unwrap(),
+            "{v}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
