@@ -2,8 +2,11 @@
 """Where a recorded step's own recorder time goes, from `perf script -F ip,sym` on stdin (a
 profile taken with --call-graph dwarf of benches/flight_steps.rs): of the samples inside a
 timed step (`Model::step`), those whose innermost gputape frame is the recorder's (not the
-backend below it), by innermost recorder frame and by entry point. Used to compare the
-recorder's cost on CUDA with the mock's floor (scripts/gpu-flight-final.sh measures both)."""
+backend below it), by innermost recorder frame and by entry point. Meant to compare the
+recorder's cost on CUDA with the mock's floor (scripts/gpu-flight-final.sh measures both); the
+H200 image has no perf (checked 2026-12-03), so there it needs one carried in. Profile a
+binary stripped with --strip-debug at most (symbols kept; inlined frames then fold into
+their callers)."""
 import collections
 import sys
 
