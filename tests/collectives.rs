@@ -659,20 +659,8 @@ fn a_rank_that_faults_makes_its_waiting_peer_dump() {
     );
     // The two dumps shrunk together: rank 1's fault is its own (no collective needed), so
     // rank 0's dump, whose all-reduce waited, is not needed.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .arg("minimize")
-        .args(&dumps)
-        .arg("-o")
-        .arg(dir.join("small.gtape"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, text, err) = cli_minimize(&dumps, &dir.join("small.gtape"), &[]);
+    assert_eq!(code, Some(0), "{text}{err}");
     assert!(
         text.contains("(rank 0): not needed")
             && text.contains("collectives: ")
@@ -929,6 +917,24 @@ fn faulting_pair(
     ))
 }
 
+/// `gputape minimize TRACES EXTRA... -o OUT`: its exit code, stdout and stderr.
+fn cli_minimize(
+    traces: &[PathBuf],
+    out: &std::path::Path,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("minimize")
+        .args(traces)
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (run.status.code(), text(&run.stdout), text(&run.stderr))
+}
+
 /// `minimize_ranks` on mock ranks, each candidate set replayed together (unverified, as
 /// `minimize` replays: a fault's trace may use a freed buffer on purpose).
 fn minimize_pair(traces: &[Trace]) -> gputape::replayer::RanksMinimized {
@@ -1098,20 +1104,8 @@ fn a_fault_after_a_collective_keeps_that_collective_on_every_rank() {
     );
     // The command line: one small trace per rank, the fault and the collectives said.
     let out = dir.join("small.gtape");
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .arg("minimize")
-        .args(&paths)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&run.stdout);
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let (code, text, err) = cli_minimize(&paths, &out, &[]);
+    assert_eq!(code, Some(0), "{text}{err}");
     assert!(text.contains("collectives: 5 -> 1"), "{text}");
     assert!(text.contains("raised by blas::gather"), "{text}");
     for r in 0..2 {
@@ -1119,14 +1113,8 @@ fn a_fault_after_a_collective_keeps_that_collective_on_every_rank() {
         assert!(Trace::open(&p).is_ok(), "{} written: {text}", p.display());
     }
     // As JSON: the schema, the fault, the collectives, each rank's calls before and after.
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .arg("minimize")
-        .args(&paths)
-        .args(["--json", "-o"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let (_, json, err) = cli_minimize(&paths, &out, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect(&err);
     assert_eq!(v["schema"], "gputape.minimize-ranks.v1", "{v}");
     assert_eq!(v["reproduced"], true, "{v}");
     assert_eq!(v["collectives"], serde_json::json!([5, 1]), "{v}");

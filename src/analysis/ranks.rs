@@ -69,42 +69,68 @@ struct Member<'t> {
     comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)>,
 }
 
-fn member(trace: &Trace) -> Member<'_> {
-    let mut ids: BTreeMap<CommId, CommUniqueId> = BTreeMap::new();
-    let mut comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)> = BTreeMap::new();
-    // A flight dump starts at a checkpoint, which lists the communicators joined before it.
-    for a in &trace.adopted {
-        if let crate::trace::Adopted::Comm {
+/// A communicator a trace's rank is in: joined in the trace (a `comm_init` that returned it)
+/// or, for a flight dump, before it began (its checkpoint's `Adopted::Comm`).
+#[derive(Clone, Copy, Debug)]
+pub struct Joined {
+    /// Its id in this trace.
+    pub id: CommId,
+    /// The unique id every rank joined with.
+    pub unique: CommUniqueId,
+    /// This rank, of `nranks`.
+    pub rank: u32,
+    pub nranks: u32,
+}
+
+/// The communicators `trace` is in: those a checkpoint lists first, then those it joins, in
+/// order.
+pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
+    let adopted = trace.adopted.iter().filter_map(|a| match a {
+        crate::trace::Adopted::Comm {
             id,
             unique,
             nranks,
             rank,
             ..
-        } = a
-        {
-            ids.insert(*id, *unique);
-            comms.insert(*unique, (*rank, *nranks, BTreeMap::new()));
-        }
+        } => Some(Joined {
+            id: *id,
+            unique: *unique,
+            rank: *rank,
+            nranks: *nranks,
+        }),
+        _ => None,
+    });
+    let joined = trace.calls.iter().filter_map(|c| match (&c.call, &c.ret) {
+        (
+            Call::CommInit {
+                unique,
+                nranks,
+                rank,
+            },
+            Some(Ok(Value::Comm(id))),
+        ) => Some(Joined {
+            id: *id,
+            unique: *unique,
+            rank: *rank,
+            nranks: *nranks,
+        }),
+        _ => None,
+    });
+    adopted.chain(joined).collect()
+}
+
+fn member(trace: &Trace) -> Member<'_> {
+    let mut ids: BTreeMap<CommId, CommUniqueId> = BTreeMap::new();
+    let mut comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)> = BTreeMap::new();
+    for j in joined_comms(trace) {
+        ids.insert(j.id, j.unique);
+        comms.insert(j.unique, (j.rank, j.nranks, BTreeMap::new()));
     }
     for (at, c) in trace.calls.iter().enumerate() {
-        match (&c.call, &c.ret) {
-            (
-                Call::CommInit {
-                    unique,
-                    nranks,
-                    rank,
-                },
-                Some(Ok(Value::Comm(id))),
-            ) => {
-                ids.insert(*id, *unique);
-                comms.insert(*unique, (*rank, *nranks, BTreeMap::new()));
+        if let Call::Collective { comm, seq, .. } = &c.call {
+            if let Some(e) = ids.get(comm).and_then(|u| comms.get_mut(u)) {
+                e.2.insert(*seq, at);
             }
-            (Call::Collective { comm, seq, .. }, _) => {
-                if let Some(e) = ids.get(comm).and_then(|u| comms.get_mut(u)) {
-                    e.2.insert(*seq, at);
-                }
-            }
-            _ => {}
         }
     }
     Member { trace, comms }

@@ -131,6 +131,18 @@ fn finite_signature(
     })
 }
 
+/// What a long search says on stderr, at most every two seconds: the attempt, and how many
+/// calls its `what` holds.
+pub(super) fn progress(what: &'static str) -> impl FnMut(usize, usize) {
+    let mut last_note = std::time::Instant::now();
+    move |attempt, calls| {
+        if last_note.elapsed().as_secs() >= 2 {
+            eprintln!("minimize: attempt {attempt}, {what} of {calls} calls");
+            last_note = std::time::Instant::now();
+        }
+    }
+}
+
 fn minimize(
     ctx: &Ctx,
     path: &Path,
@@ -233,13 +245,7 @@ fn minimize(
         };
         Ok(signature(&report).map(|(s, _)| s))
     };
-    let mut last_note = std::time::Instant::now();
-    let mut progress = |attempt: usize, calls: usize| {
-        if last_note.elapsed().as_secs() >= 2 {
-            eprintln!("minimize: attempt {attempt}, candidate of {calls} calls");
-            last_note = std::time::Instant::now();
-        }
-    };
+    let mut progress = progress("candidate");
     let m = match observed {
         Some(at) => minimize_value(&t, at, &mut oracle, max_attempts, &mut progress),
         None => minimize(&t, &mut oracle, max_attempts, &mut progress),

@@ -10,7 +10,7 @@ use super::backends::{self, Backend, Want};
 use super::common::{open_trace, print_json, with_tag, write_trace_atomically};
 use super::{Ctx, Exit};
 use crate::replayer::{minimize_ranks, signature, MinimizeError, ReplayOptions};
-use crate::trace::{Adopted, Call, Trace};
+use crate::trace::Trace;
 
 /// `minimize --json` of a rank set (schema gputape.minimize-ranks.v1).
 #[derive(Serialize)]
@@ -43,16 +43,9 @@ struct RankOut<'a> {
 /// The rank a trace ran as: in the first communicator it joined (or had joined, for a flight
 /// dump).
 fn rank_of(t: &Trace) -> Option<u32> {
-    let adopted = t.adopted.iter().find_map(|a| match a {
-        Adopted::Comm { rank, .. } => Some(*rank),
-        _ => None,
-    });
-    adopted.or_else(|| {
-        t.calls.iter().find_map(|c| match c.call {
-            Call::CommInit { rank, .. } => Some(rank),
-            _ => None,
-        })
-    })
+    crate::analysis::ranks::joined_comms(t)
+        .first()
+        .map(|j| j.rank)
 }
 
 pub fn exec(
@@ -93,13 +86,7 @@ pub fn exec(
             Err(_) => None,
         })
     };
-    let mut last_note = std::time::Instant::now();
-    let mut progress = |attempt: usize, calls: usize| {
-        if last_note.elapsed().as_secs() >= 2 {
-            eprintln!("minimize: attempt {attempt}, candidate rank set of {calls} calls");
-            last_note = std::time::Instant::now();
-        }
-    };
+    let mut progress = super::minimize::progress("candidate rank set");
     let m = match minimize_ranks(&traces, chosen, &mut oracle, max_attempts, &mut progress) {
         Ok(m) => m,
         Err(e @ MinimizeError::NotReproduced(_)) => {

@@ -15,9 +15,10 @@
 //! no collective, what is left is the faulting rank alone, which says the fault is its own.
 
 use super::minimize::{ddmin, FaultSignature, MinimizeError, Shrink};
-use crate::analysis::window::{fault_windows, WindowKind};
+use crate::analysis::ranks::joined_comms;
+use crate::analysis::window::{fault_windows, FaultWindow, WindowKind};
 use crate::backend::CommUniqueId;
-use crate::trace::{Adopted, Call, CommId, Trace, Value};
+use crate::trace::{Adopted, Call, CommId, Trace};
 use std::collections::{BTreeSet, HashMap};
 
 /// Replays a candidate rank set together (`.0`, one trace per rank) and says which fault
@@ -48,27 +49,35 @@ pub struct RanksMinimized {
 /// The trace that records a fault of its own: a device error or a red-zone hit, not a call
 /// left waiting (which is what a peer's dump holds). `chosen` overrides.
 pub fn faulting_rank(traces: &[Trace], chosen: Option<usize>) -> Result<usize, MinimizeError> {
+    faulting(traces, chosen).map(|(f, _)| f)
+}
+
+/// `faulting_rank`, with the first window of its fault (each trace's windows worked out once).
+fn faulting(
+    traces: &[Trace],
+    chosen: Option<usize>,
+) -> Result<(usize, FaultWindow), MinimizeError> {
+    let first = |t: &Trace| fault_windows(t).first().copied();
     if let Some(c) = chosen {
-        return match traces.get(c).map(|t| fault_windows(t).is_empty()) {
-            Some(false) => Ok(c),
-            _ => Err(MinimizeError::NoFault),
-        };
+        let w = traces.get(c).and_then(first);
+        return w.map(|w| (c, w)).ok_or(MinimizeError::NoFault);
     }
-    let own = |t: &Trace| {
-        fault_windows(t)
-            .first()
-            .is_some_and(|w| w.kind == WindowKind::Redzone || w.code.is_some())
-    };
-    let mut found: Vec<usize> = (0..traces.len()).filter(|&i| own(&traces[i])).collect();
+    let windows: Vec<Option<FaultWindow>> = traces.iter().map(first).collect();
+    let own = |w: &FaultWindow| w.kind == WindowKind::Redzone || w.code.is_some();
+    let mut found: Vec<usize> = (0..traces.len())
+        .filter(|&i| windows[i].as_ref().is_some_and(own))
+        .collect();
     if found.is_empty() {
         // Only waits: a rank that hung on its own, say. Take it if it is the only one.
         found = (0..traces.len())
-            .filter(|&i| !fault_windows(&traces[i]).is_empty())
+            .filter(|&i| windows[i].is_some())
             .collect();
     }
     match found.as_slice() {
         [] => Err(MinimizeError::NoFault),
-        [one] => Ok(*one),
+        [one] => windows[*one]
+            .map(|w| (*one, w))
+            .ok_or(MinimizeError::NoFault),
         many => Err(MinimizeError::WhichRank(many.to_vec())),
     }
 }
@@ -144,21 +153,12 @@ impl<'t> Rank<'t> {
     }
 }
 
-/// Each communicator's id in `t`, to its unique id: joined in the trace or, for a flight
-/// dump, before it began.
+/// Each communicator's id in `t`, to its unique id.
 fn comm_uniques(t: &Trace) -> HashMap<CommId, CommUniqueId> {
-    let mut out = HashMap::new();
-    for a in &t.adopted {
-        if let Adopted::Comm { id, unique, .. } = a {
-            out.insert(*id, *unique);
-        }
-    }
-    for c in &t.calls {
-        if let (Call::CommInit { unique, .. }, Some(Ok(Value::Comm(id)))) = (&c.call, &c.ret) {
-            out.insert(*id, *unique);
-        }
-    }
-    out
+    joined_comms(t)
+        .into_iter()
+        .map(|j| (j.id, j.unique))
+        .collect()
 }
 
 /// Where another rank's trace is cut: before its first collective that the faulting rank did
@@ -188,8 +188,7 @@ pub fn minimize_ranks(
     max_attempts: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<RanksMinimized, MinimizeError> {
-    let f = faulting_rank(traces, chosen)?;
-    let w = fault_windows(&traces[f])[0];
+    let (f, w) = faulting(traces, chosen)?;
     let mut mine = Some(Rank::new(&traces[f], w.observed, w.observed));
     let all_colls: BTreeSet<CollKey> = mine.iter().flat_map(|r| r.colls.keys().copied()).collect();
     let faulting_comms: BTreeSet<CommUniqueId> = comm_uniques(&traces[f]).into_values().collect();
