@@ -23,6 +23,7 @@
 //! GPUTAPE_FS_STEPS: timed steps per round (default 500), GPUTAPE_FS_ROUNDS (default 5),
 //! GPUTAPE_FS_ONLY: the workloads whose names contain this, GPUTAPE_FS_NULL: only the floor
 //! (the table over a mock that runs no kernel bodies; for profiling the recorder),
+//! GPUTAPE_FS_NO_FLOOR: no floor (for profiling the recorder over CUDA alone),
 //! GPUTAPE_FS_PHASES: after the table, each workload's median flight step by steps since the
 //! last checkpoint, and how much of it the engine's thread spent issuing work.
 
@@ -273,6 +274,7 @@ fn main() -> anyhow::Result<()> {
     let (steps, rounds) = (env("GPUTAPE_FS_STEPS", 500), env("GPUTAPE_FS_ROUNDS", 5));
     let cuda = std::env::var_os("GPUTAPE_STEP_CUDA").is_some();
     let null_only = std::env::var_os("GPUTAPE_FS_NULL").is_some();
+    let no_floor = std::env::var_os("GPUTAPE_FS_NO_FLOOR").is_some();
     let gpu: Arc<dyn GpuBackend> = if cuda {
         Arc::new(gputape::cuda::CudaBackend::new(
             gputape::cuda::CudaConfig::from_env(0),
@@ -347,7 +349,7 @@ fn main() -> anyhow::Result<()> {
     // of host memory. Their steps are long enough for 3% to be far above the floor.
     for (name, run) in workloads
         .iter()
-        .filter(|(name, _)| !null_only && !name.contains("bf16"))
+        .filter(|(name, _)| !null_only && !no_floor && !name.contains("bf16"))
     {
         let m = measure(&null, run.as_ref(), steps, rounds, &cfg)?;
         floors.push((name.clone(), m.extra_us()));

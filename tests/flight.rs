@@ -154,6 +154,77 @@ fn an_explicit_dump_holds_the_last_steps_and_replays_clean() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// An engine's layers repeat one launch on their own buffers, so the fast path keeps each
+/// later layer's launch as a delta of layer 0's. What those deltas write must be in the next
+/// checkpoint: here each layer adds into an accumulator of its own, read back every step, so
+/// a layer's accumulator kept from an older checkpoint would be read back wrong in replay.
+#[test]
+fn what_a_later_layers_launch_writes_is_in_the_next_checkpoint() {
+    let dir = scratch("layers");
+    let mut cfg = FlightConfig::new(&dir);
+    cfg.checkpoint_every = 4;
+    // Every due checkpoint taken, so what a dump holds does not depend on this host's speed.
+    cfg.budget = None;
+    let rec = RecordingBackend::flight(mock(), cfg, BackendDesc::new("mock")).unwrap();
+    let gpu: &dyn GpuBackend = &rec;
+    let n = 256usize;
+    let add = gpu.kernel("add", "add").unwrap();
+    let x = gpu.alloc(n * 4).unwrap();
+    let ones: Vec<u8> = (0..n)
+        .flat_map(|i| (1.0f32 + i as f32).to_le_bytes())
+        .collect();
+    gpu.copy_h2d(&ones, x).unwrap();
+    let acc: Vec<DevicePtr> = (0..3)
+        .map(|_| {
+            let a = gpu.alloc(n * 4).unwrap();
+            gpu.memset(a, 0, n * 4).unwrap();
+            a
+        })
+        .collect();
+    let tmp = gpu.alloc(n * 4).unwrap();
+    let s = gpu.default_stream();
+    let count = (n as u32).to_le_bytes();
+    let launch = |dst: DevicePtr| {
+        let args = [
+            KernelArg::Buffer(dst),
+            KernelArg::Buffer(x),
+            KernelArg::Bytes(&count),
+        ];
+        gpu.launch_typed(add, [1, 1, 1], [n as u32, 1, 1], 0, s, &args)
+            .unwrap();
+    };
+    let mut out = vec![0u8; n * 4];
+    for step in 0..23u64 {
+        for a in &acc {
+            // The same call before each layer (a norm, say): after it came layer 0's
+            // launch, so the later layers' are kept as deltas of that.
+            launch(tmp);
+            launch(*a);
+        }
+        gpu.copy_d2h(acc[2], &mut out).unwrap();
+        let first = f32::from_le_bytes(out[..4].try_into().unwrap());
+        assert_eq!(
+            first,
+            (step + 1) as f32,
+            "the engine's own sum at step {step}"
+        );
+        gpu.step_boundary(step);
+    }
+    let h = rec.flight_held().unwrap();
+    assert!(h.checkpoints >= 4, "{h:?}");
+    let t = Trace::open(&rec.flight_dump("asked").unwrap()).unwrap();
+    assert!(!t.initial.is_empty(), "the dump starts at a checkpoint");
+    let r = Replayer::new(&t)
+        .run(&mock(), &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(
+        r.passed() && r.d2h_checked == r.d2h_matched && r.d2h_checked >= 3,
+        "{}",
+        r.summary()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_rearmed_recorder_records_three_complete_segments() {
     type Shared = std::sync::Arc<parking_lot::Mutex<Vec<u8>>>;

@@ -30,6 +30,50 @@ fn mock() -> MockGpuBackend {
     m
 }
 
+/// The staging ring behind `copy_h2d_async` over many laps: uploads of mixed sizes, most
+/// far smaller than a slot, some a third of the ring, each source scribbled over as soon as
+/// the call returns, land whole, with a kernel between them on the same stream; every later
+/// byte read back is the last upload's.
+#[test]
+#[ignore = "needs a GPU"]
+fn staged_uploads_stay_whole_over_many_laps_of_the_ring() {
+    let Some(g) = gpu_with(CudaConfig {
+        staging_bytes: 64 << 10,
+        ..CudaConfig::from_env(0)
+    }) else {
+        return;
+    };
+    let s = g.create_stream().unwrap();
+    let slots = 64usize;
+    let slot = 24 << 10;
+    let dst = g.alloc(slots * slot).unwrap();
+    let scratch = g.alloc(4096).unwrap();
+    let mut want = vec![0u8; slots * slot];
+    g.copy_h2d(&want, dst).unwrap();
+    let mut src = Vec::new();
+    for i in 0..3000usize {
+        // Mostly 8 to 64 bytes, every 97th a third of the ring.
+        let len = if i % 97 == 0 { 21 << 10 } else { 8 + i % 57 };
+        let at = (i * 31 % slots) * slot;
+        src.clear();
+        src.extend((0..len).map(|k| (i.wrapping_mul(131) + k * 7) as u8));
+        g.copy_h2d_async(&src, gputape::backend::DevicePtr(dst.0 + at as u64), s)
+            .unwrap();
+        want[at..at + len].copy_from_slice(&src);
+        src.iter_mut().for_each(|b| *b = 0xEE);
+        if i % 50 == 0 {
+            g.memset_async(scratch, (i % 251) as u8, 4096, s).unwrap();
+        }
+    }
+    let mut got = vec![0u8; slots * slot];
+    g.copy_d2h_on_stream(dst, &mut got, s).unwrap();
+    let first_bad = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert_eq!(
+        first_bad, None,
+        "staged uploads over many laps of a 64 KiB ring"
+    );
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn every_copy_kind_round_trips_bytes() {

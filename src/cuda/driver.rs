@@ -614,6 +614,20 @@ pub(super) unsafe fn event_synchronize(ev: sys::CUevent) -> R<()> {
     check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(ev) })
 }
 
+/// `cuEventQuery`: whether the work before the event's record has completed (`false` while
+/// it has not), without waiting.
+///
+/// # Safety
+/// `ev` is a live event.
+#[inline]
+pub(super) unsafe fn event_done(ev: sys::CUevent) -> R<bool> {
+    // SAFETY: the handle is the caller's obligation; no other pointers.
+    match unsafe { sys::cuEventQuery(ev) } {
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => check("cuEventQuery", r).map(|()| true),
+    }
+}
+
 /// `cuEventDestroy_v2`.
 ///
 /// # Safety

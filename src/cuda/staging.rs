@@ -10,6 +10,9 @@ use cudarc::driver::sys;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 
+/// Regions of the ring kept in flight before the oldest is let go as soon as its copy is done.
+const INFLIGHT_MAX: usize = 256;
+
 /// Pinned memory that `copy_h2d_async` copies sources into, so the caller may drop them at
 /// once even though the DMA happens later. Regions are reused once the event recorded after
 /// their copy has completed.
@@ -17,7 +20,16 @@ pub(super) struct Staging {
     base: *mut u8,
     cap: usize,
     head: usize,
-    inflight: VecDeque<(usize, usize, u64)>,
+    /// Where the ring's current lap starts, counted over every lap: a region's place in
+    /// this count orders it against every other, so the regions a new copy must wait for are
+    /// always the oldest ones, at the front of `inflight`.
+    lap_base: u64,
+    /// Regions not yet known reusable, oldest first: (start, end) in the lap count, and the
+    /// event recorded after the copy out of them. Before, a region stayed here until its
+    /// bytes were reused, a lap later, and every copy looked through all of them: an engine
+    /// uploading one token a step had 32768 of them in an 8 MiB ring, and its upload cost
+    /// grew by the step.
+    inflight: VecDeque<(u64, u64, u64)>,
     spare_events: Vec<u64>,
     /// Sources captured into graphs: never reused (a graph reads them at every launch).
     capture_base: *mut u8,
@@ -34,6 +46,7 @@ impl Staging {
             base: base.cast(),
             cap,
             head: 0,
+            lap_base: 0,
             inflight: VecDeque::new(),
             spare_events: Vec::new(),
             capture_base: capture_base.cast(),
@@ -48,6 +61,7 @@ impl Staging {
     pub(super) fn release(&mut self) {
         self.cap = 0;
         self.head = 0;
+        self.lap_base = 0;
         self.capture_cap = 0;
         self.capture_head = 0;
         for (_, _, ev) in self.inflight.drain(..) {
@@ -123,19 +137,30 @@ impl CudaBackend {
         let mut start = s.head.next_multiple_of(256);
         if start + len > s.cap {
             start = 0;
+            s.lap_base += s.cap as u64;
         }
-        // Wait for every in-flight copy whose staging bytes we are about to overwrite.
-        let mut i = 0;
-        while i < s.inflight.len() {
-            let (a, b, ev) = s.inflight[i];
-            if a < start + len && start < b {
+        // Wait for every in-flight copy whose staging bytes we are about to overwrite: those
+        // from the last lap that begin before this region ends, a lap on. Regions are handed
+        // out in order, so they are a prefix of `inflight` (a region further back, skipped
+        // over by a wrap, is waited for here too, which is merely early). Past
+        // `INFLIGHT_MAX` regions, the oldest is let go once its copy is done (asked, never
+        // waited for: an engine with many uploads a step must not gain a host sync): the
+        // events stay few, and finding what to wait for costs no scan.
+        let end = s.lap_base + (start + len) as u64;
+        while let Some(&(a, _, ev)) = s.inflight.front() {
+            if a + s.cap as u64 >= end {
                 // SAFETY: `ev` is an event this ring created and still owns.
-                unsafe { driver::event_synchronize(ev as sys::CUevent) }?;
-                s.inflight.remove(i);
-                s.spare_events.push(ev);
+                if s.inflight.len() < INFLIGHT_MAX
+                    || !unsafe { driver::event_done(ev as sys::CUevent) }?
+                {
+                    break;
+                }
             } else {
-                i += 1;
+                // SAFETY: as above.
+                unsafe { driver::event_synchronize(ev as sys::CUevent) }?;
             }
+            s.inflight.pop_front();
+            s.spare_events.push(ev);
         }
         // SAFETY: [start, start+len) is inside the staging ring (len <= cap/2, start+len <=
         // cap), no in-flight copy reads it any more (waited above), and `src` is the caller's.
@@ -154,7 +179,8 @@ impl CudaBackend {
         // SAFETY: `ev` is an event of this ring's (spare or just created); `stream` comes under
         // the GpuBackend contract.
         unsafe { driver::event_record(ev as sys::CUevent, st(stream)) }?;
-        s.inflight.push_back((start, start + len, ev));
+        let at = s.lap_base + start as u64;
+        s.inflight.push_back((at, at + len as u64, ev));
         s.head = start + len;
         Ok(())
     }

@@ -96,14 +96,22 @@ impl Budget {
         let by_bytes = unread as f64 / rate.unwrap_or(DEFAULT_READ_RATE);
         let estimate = last.as_secs_f64().max(by_bytes);
         let since = self.first_step.unwrap_or(self.armed_at).elapsed();
+        if self.spent.as_secs_f64() + estimate > share * since.as_secs_f64() {
+            return false;
+        }
+        // The typical step (a median) only where the tail rule could hold the checkpoint
+        // back: this is asked at every boundary while one is owed.
+        let recent = self
+            .last_taken_at
+            .is_some_and(|at| self.steps - at < TAIL_STEPS);
+        if !recent {
+            return true;
+        }
         let dearest = self.recent.iter().max().copied().unwrap_or_default();
         let dear = self
             .typical_step()
             .is_some_and(|t| estimate.max(dearest.as_secs_f64()) > TAIL_SHARE * t);
-        let recent = self
-            .last_taken_at
-            .is_some_and(|at| self.steps - at < TAIL_STEPS);
-        self.spent.as_secs_f64() + estimate <= share * since.as_secs_f64() && !(dear && recent)
+        !dear
     }
 
     /// A host checkpoint was taken: it cost `cost`, and checkpoints have read `read_total`

@@ -476,6 +476,8 @@ impl FlightStore {
         // (writes follow from buffer arguments and the kernel's access modes alone).
         let span_no = self.span_no;
         self.templates.writes_in(span_no, &mut compute, &mut each);
+        self.templates
+            .entry_writes_in(span_no, &mut compute, &mut each);
         let mut record = Vec::new();
         let logs = self.spans.back().into_iter();
         // A later layer's launch is the same patch of its template on every step: its

@@ -113,6 +113,14 @@ struct RawEntry {
     /// The entry the call after this one was found by last time: tried first, before any
     /// hashing, as engines repeat their calls in the same order.
     next: u32,
+    /// For an entry with a patch: the newest span the fast path kept a call of it in, and
+    /// what its call (the template with the patch) may write, worked out once. Its deltas
+    /// are then logged as writing nothing new (they differ from it in scalars at most), and a
+    /// checkpoint asks the entries instead of reading every delta of the span: a decode
+    /// step's later layers are such deltas, thirty thousand between two checkpoints, whose
+    /// reading cost the engine's thread a millisecond at each (run 94).
+    span: u64,
+    writes: Option<Writes>,
 }
 
 /// A delta learned with its raw key: `bytes[..n]` at offset `at` of the template's call.
@@ -299,15 +307,20 @@ impl Templates {
             l.next = i;
         }
         self.last_hit = i;
+        let e = &mut self.entries[i as usize];
+        if e.patch.is_some() {
+            e.span = span;
+        }
         let e = &self.entries[i as usize];
         let kept = match (&e.shape, &e.patch) {
             (None, None) => Fast::Slot(e.slot),
+            // Its writes are the entry's (`entry_writes_in`).
             (None, Some(p)) => Fast::Delta {
                 base: e.slot,
                 at: usize::from(p.at),
                 bytes: p.bytes,
                 n: usize::from(p.n),
-                scalar: false,
+                scalar: true,
             },
             (Some(shape), _) => self.scalar_delta(e, shape, key.words())?,
         };
@@ -389,12 +402,13 @@ impl Templates {
             let new = words[w as usize].to_le_bytes();
             bytes[at..][..usize::from(len)].copy_from_slice(&new[..usize::from(len)]);
         }
+        // Scalars aside, the call is the entry's: its writes are the entry's.
         Some(Fast::Delta {
             base: e.slot,
             at: first,
             bytes,
             n: end - first,
-            scalar: e.patch.is_none(),
+            scalar: true,
         })
     }
 
@@ -475,6 +489,8 @@ impl Templates {
             shape: None,
             blob_at: None,
             next: NONE,
+            span: u64::MAX,
+            writes: None,
         });
         self.raw.insert(key.hash(), at);
         if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
@@ -491,6 +507,8 @@ impl Templates {
                     shape: Some(shape),
                     blob_at: None,
                     next: NONE,
+                    span: u64::MAX,
+                    writes: None,
                 });
             }
         }
@@ -630,6 +648,41 @@ impl Templates {
                 compute(&record)
             });
             each(w);
+        }
+    }
+
+    /// What the calls the fast path kept as deltas of a learned patch in span `span` may
+    /// have written: `compute` works out one entry's from its call (the template with the
+    /// patch), once per entry.
+    pub fn entry_writes_in(
+        &mut self,
+        span: u64,
+        mut compute: impl FnMut(&[u8]) -> Writes,
+        mut each: impl FnMut(&Writes),
+    ) {
+        let mut record = Vec::new();
+        let slab = &self.slab;
+        for e in &mut self.entries {
+            let Some(p) = e.patch.filter(|_| e.span == span) else {
+                continue;
+            };
+            if e.writes.is_none() {
+                let Some(Some(t)) = slab.get(e.slot as usize) else {
+                    continue;
+                };
+                let (head, call) = t.content.split_at(t.head_len);
+                record.clear();
+                append_begin_split(0, 0, head, call, &mut record);
+                let call_at = record.len() - call.len();
+                let Some(dst) = record[call_at..].get_mut(p.range()) else {
+                    continue;
+                };
+                dst.copy_from_slice(&p.bytes[..usize::from(p.n)]);
+                e.writes = Some(compute(&record));
+            }
+            if let Some(w) = &e.writes {
+                each(w);
+            }
         }
     }
 

@@ -194,7 +194,8 @@ fn a_later_layers_launch_kept_as_a_delta_takes_the_fast_path() {
     };
     assert_eq!(b, base);
     t.learn(&k1, 0, base, Patch::new(at, bytes));
-    for (pos, want_scalar_only) in [(5, false), (6, false)] {
+    // Logged as writing nothing new: what they write is the entry's (below).
+    for (pos, want_scalar_only) in [(5, true), (6, true)] {
         let (want, k) = launch_on(8, pos, 1);
         let Some(Fast::Delta {
             base: got_base,
@@ -213,6 +214,23 @@ fn a_later_layers_launch_kept_as_a_delta_takes_the_fast_path() {
     }
     // Layer 0's call is still its template.
     assert_eq!(t.fast(&k0, 0, 2), Some(Fast::Slot(base)));
+    // A checkpoint of span 2 learns layer 1's writes from its entries (its exact key's, at
+    // 5, and its shape's, at 6): each call worked out once, whichever span asks again.
+    let want = split(&rec1).map(|p| p.3.to_vec());
+    for (span, calls) in [(2, 2), (2, 0), (3, 0)] {
+        let (mut computed, mut each) = (Vec::new(), 0);
+        t.entry_writes_in(
+            span,
+            |r| {
+                computed.push(split(r).map(|p| p.3.to_vec()));
+                Writes::default()
+            },
+            |_| each += 1,
+        );
+        assert_eq!(computed.len(), calls, "span {span}");
+        assert!(computed.iter().all(|c| *c == want), "span {span}");
+        assert_eq!(each, if span == 2 { 2 } else { 0 }, "span {span}");
+    }
 }
 
 #[test]
