@@ -7,7 +7,14 @@
  * `-o TRACE` against the fake driver: scripts/shim-cost.sh.
  * PARAM_BYTES 0: the fake driver's `scale` kernel instead, its three parameters (8, 4 and 4
  * bytes) passed through `kernelParams`, as most of PyTorch's own kernels take theirs.
- * Usage: launch_cost [ROUNDS [N [PARAM_BYTES]]] (40, 5000, 448). Linked with -lcuda. */
+ * THRASH_KB: before each launch, read and write that many KiB of memory of its own, one word
+ * a cache line, and run 48 KiB of code of its own (more than a level-1 instruction cache), as
+ * an engine's own work between launches (PyTorch spends tens of microseconds in Python and its
+ * dispatcher) leaves the recorder's code and data out of the nearest caches; the paused rounds
+ * do the same, so the difference is still the recording's. Under cachegrind the recorder's
+ * misses per launch then count the lines of code and data a record touches.
+ * Usage: launch_cost [ROUNDS [N [PARAM_BYTES [THRASH_KB]]]] (40, 5000, 448, 0). Linked with
+ * -lcuda. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +30,14 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 extern void gputape_shim_pause(int paused) __attribute__((weak));
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
+/* 48 KiB of straight-line code, for THRASH_KB. */
+static void __attribute__((noinline)) code_sled(void){ __asm__ volatile(".rept 49152\n\tnop\n\t.endr"); }
 static int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
   int rounds=argc>1?atoi(argv[1]):40, n=argc>2?atoi(argv[2]):5000, psz=argc>3?atoi(argv[3]):448;
-  if(rounds<4||rounds>1000||n<1||psz<0||psz>4096){fprintf(stderr,"launch_cost: bad arguments\n");return 2;}
+  int thrash=argc>4?atoi(argv[4]):0;
+  if(rounds<4||rounds>1000||n<1||psz<0||psz>4096||thrash<0||thrash>1<<20){fprintf(stderr,"launch_cost: bad arguments\n");return 2;}
+  size_t lines=(size_t)thrash*1024/64; volatile unsigned long *junk=lines?calloc(lines,64):0;
   void*s; cuInit(0); cuStreamCreate(&s,1);
   unsigned char buf[4096]; memset(buf,7,sizeof buf); size_t size=psz;
   void*extra[]={(void*)1,buf,(void*)2,&size,(void*)0};
@@ -39,7 +50,10 @@ int main(int argc,char**argv){
     int paused=r%2==0; if(gputape_shim_pause) gputape_shim_pause(paused);
     struct rusage a,b; getrusage(RUSAGE_THREAD,&a);
     double t0=now();
-    for(int i=0;i<n;i++){ buf[0]=i; cuLaunchKernel(f,1,1,1,32,1,1,0,s,params,ex); }
+    for(int i=0;i<n;i++){
+      if(lines){ for(size_t l=0;l<lines;l++) junk[l*8]+=1; code_sled(); }
+      buf[0]=i; cuLaunchKernel(f,1,1,1,32,1,1,0,s,params,ex);
+    }
     cuStreamSynchronize(s);
     double dt=(now()-t0)/n; getrusage(RUSAGE_THREAD,&b);
     if(r>=2){ t[paused][k[paused]++]=dt; flt[paused]+=b.ru_minflt-a.ru_minflt; }
