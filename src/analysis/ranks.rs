@@ -1,14 +1,16 @@
-//! A rank set's traces side by side: each communicator's collectives matched by their number
-//! across the ranks that joined it (the `unique` id of `comm_init` says which traces belong
-//! together), and where they part: collectives whose type, count or element type differ, and
-//! the first collective some ranks never made, with what those ranks did last instead and
-//! the failure, if any, that stopped them. The first parting is what broke the run; later
-//! ones follow from it, so only the first of each communicator is reported. Flight dumps
+//! A rank set's traces side by side: each communicator's group collectives matched by their
+//! number across the ranks that joined it (the `unique` id of `comm_init` says which traces
+//! belong together), and its sends paired with their receives, sender and receiver alone;
+//! and where they part: collectives whose type, count or element type differ, and the first
+//! collective (or send) some rank never made, with what that rank did last instead and the
+//! failure, if any, that stopped it. The first parting is what broke the run; later ones
+//! follow from it, so only the first of each communicator (and of each sender and receiver)
+//! is reported. Flight dumps
 //! work as well as whole recordings: a dump's checkpoint lists the communicators joined
 //! before it (`Adopted::Comm`), and the comparison starts at the first collective that every
 //! rank's dump holds.
 
-use crate::backend::CommUniqueId;
+use crate::backend::{Collective, CommUniqueId};
 use crate::trace::{call_text, ret_text, Call, CommId, Trace, Value};
 use std::collections::BTreeMap;
 
@@ -51,6 +53,33 @@ pub enum RankFinding {
         /// failed call, if any.
         missing: Vec<(u32, Vec<RankCall>, Option<RankCall>)>,
     },
+    /// Send `seq` from rank `from` to rank `to` (the `seq`-th between the two) was made by
+    /// one side and never by the other.
+    Unpaired {
+        /// The communicator.
+        unique: CommUniqueId,
+        /// The sender and the receiver.
+        from: u32,
+        to: u32,
+        /// Its number between the two.
+        seq: u64,
+        /// The side that made it.
+        made: RankCall,
+        /// The side that never did, with its last calls (oldest first) and its first failed
+        /// call, if any.
+        missing: (u32, Vec<RankCall>, Option<RankCall>),
+    },
+    /// Send `seq` from rank `from` to rank `to`: the two sides did not agree on how many
+    /// elements of what type.
+    PairMismatch {
+        /// The communicator.
+        unique: CommUniqueId,
+        from: u32,
+        to: u32,
+        seq: u64,
+        /// The send, then the receive.
+        calls: Vec<RankCall>,
+    },
     /// A rank of the communicator whose trace is not among those given.
     NoTrace {
         /// The communicator.
@@ -60,13 +89,53 @@ pub enum RankFinding {
     },
 }
 
+/// Which exchange a collective is, named the same on every rank that takes part in it: a
+/// group collective by its number on the communicator, a send or a receive by its sender,
+/// its receiver and its number between the two (each rank numbers its sends to, and
+/// receives from, each peer: the recorder's `Call::Collective::seq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Exchange {
+    /// A group collective, by its number.
+    Group(u64),
+    /// A send and its receive: the sender, the receiver, and their number between the two.
+    Pair { from: u32, to: u32, seq: u64 },
+}
+
+impl Exchange {
+    /// Collective `op`, numbered `seq`, made by `rank`.
+    pub fn of(op: Collective, seq: u64, rank: u32) -> Self {
+        match op {
+            Collective::Send { peer } => Exchange::Pair {
+                from: rank,
+                to: peer,
+                seq,
+            },
+            Collective::Recv { peer } => Exchange::Pair {
+                from: peer,
+                to: rank,
+                seq,
+            },
+            _ => Exchange::Group(seq),
+        }
+    }
+}
+
 /// One trace's part in the set.
 struct Member<'t> {
     trace: &'t Trace,
-    /// Per communicator it joined: its rank, the ranks in all, and where its collectives
-    /// are in the trace's call list (a flight dump's calls keep the recording's numbers, so
-    /// a number is not a place), by collective number.
-    comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)>,
+    /// Per communicator it joined: its rank, the ranks in all, whether it joined before the
+    /// trace began (a flight dump's), and where its collectives are in the trace's call list
+    /// (a flight dump's calls keep the recording's numbers, so a number is not a place), by
+    /// exchange.
+    comms: BTreeMap<CommUniqueId, Part>,
+}
+
+/// A trace's part in one communicator.
+struct Part {
+    rank: u32,
+    nranks: u32,
+    adopted: bool,
+    colls: BTreeMap<Exchange, usize>,
 }
 
 /// A communicator a trace's rank is in: joined in the trace (a `comm_init` that returned it)
@@ -80,6 +149,8 @@ pub struct Joined {
     /// This rank, of `nranks`.
     pub rank: u32,
     pub nranks: u32,
+    /// Joined before the trace began.
+    pub adopted: bool,
 }
 
 /// The communicators `trace` is in: those a checkpoint lists first, then those it joins, in
@@ -97,6 +168,7 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
             unique: *unique,
             rank: *rank,
             nranks: *nranks,
+            adopted: true,
         }),
         _ => None,
     });
@@ -113,6 +185,7 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
             unique: *unique,
             rank: *rank,
             nranks: *nranks,
+            adopted: false,
         }),
         _ => None,
     });
@@ -121,19 +194,42 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
 
 fn member(trace: &Trace) -> Member<'_> {
     let mut ids: BTreeMap<CommId, CommUniqueId> = BTreeMap::new();
-    let mut comms: BTreeMap<CommUniqueId, (u32, u32, BTreeMap<u64, usize>)> = BTreeMap::new();
+    let mut comms: BTreeMap<CommUniqueId, Part> = BTreeMap::new();
     for j in joined_comms(trace) {
         ids.insert(j.id, j.unique);
-        comms.insert(j.unique, (j.rank, j.nranks, BTreeMap::new()));
+        comms.insert(
+            j.unique,
+            Part {
+                rank: j.rank,
+                nranks: j.nranks,
+                adopted: j.adopted,
+                colls: BTreeMap::new(),
+            },
+        );
     }
     for (at, c) in trace.calls.iter().enumerate() {
-        if let Call::Collective { comm, seq, .. } = &c.call {
+        if let Call::Collective { comm, seq, op, .. } = &c.call {
             if let Some(e) = ids.get(comm).and_then(|u| comms.get_mut(u)) {
-                e.2.insert(*seq, at);
+                e.colls.insert(Exchange::of(*op, *seq, e.rank), at);
             }
         }
     }
     Member { trace, comms }
+}
+
+/// What `rank` did instead of an exchange it never made: its last three calls, and its first
+/// failed call, if any.
+fn instead(t: &Trace, rank: u32) -> (u32, Vec<RankCall>, Option<RankCall>) {
+    let tail = t.calls.len().saturating_sub(3);
+    let last: Vec<RankCall> = (tail..t.calls.len())
+        .map(|at| rank_call(t, rank, at))
+        .collect();
+    let failed = t
+        .calls
+        .iter()
+        .position(|c| matches!(c.ret, Some(Err(_))))
+        .map(|at| rank_call(t, rank, at));
+    (rank, last, failed)
 }
 
 /// The call at place `at` of `t`'s call list, as the report shows it.
@@ -164,12 +260,12 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
     let members: Vec<Member> = traces.iter().map(member).collect();
     let mut by_comm: BTreeMap<CommUniqueId, (u32, BTreeMap<u32, usize>)> = BTreeMap::new();
     for (i, m) in members.iter().enumerate() {
-        for (u, (rank, n, _)) in &m.comms {
+        for (u, p) in &m.comms {
             by_comm
                 .entry(*u)
-                .or_insert((*n, BTreeMap::new()))
+                .or_insert((p.nranks, BTreeMap::new()))
                 .1
-                .insert(*rank, i);
+                .insert(p.rank, i);
         }
     }
     let mut out = Vec::new();
@@ -184,49 +280,42 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
                 ranks: absent,
             });
         }
-        let colls = |r: u32| &members[ranks[&r]].comms[&unique].2;
+        let part = |r: u32| &members[ranks[&r]].comms[&unique];
+        let groups = |r: u32| {
+            part(r).colls.iter().filter_map(|(x, at)| match x {
+                Exchange::Group(seq) => Some((*seq, *at)),
+                Exchange::Pair { .. } => None,
+            })
+        };
+        let group_at = |r: u32, seq: u64| part(r).colls.get(&Exchange::Group(seq)).copied();
         // Flight dumps of the ranks start at their own checkpoints: compare from the first
         // collective every trace can hold, over the numbers some rank made (a hostile trace
         // may number one 2^64 - 1: no walk over the numbers between).
         let first = ranks
             .keys()
-            .filter_map(|r| colls(*r).keys().next().copied())
+            .filter_map(|r| groups(*r).next().map(|(s, _)| s))
             .max()
             .unwrap_or(0);
         let seqs: std::collections::BTreeSet<u64> = ranks
             .keys()
-            .flat_map(|r| colls(*r).range(first..).map(|(s, _)| *s))
+            .flat_map(|r| groups(*r).map(|(s, _)| s).filter(|s| *s >= first))
             .collect();
         for seq in seqs {
             let made: Vec<RankCall> = ranks
                 .iter()
                 .filter_map(|(r, i)| {
-                    colls(*r)
-                        .get(&seq)
-                        .map(|call| rank_call(members[*i].trace, *r, *call))
+                    group_at(*r, seq).map(|call| rank_call(members[*i].trace, *r, call))
                 })
                 .collect();
             let missing: Vec<u32> = ranks
                 .keys()
                 .copied()
-                .filter(|r| !colls(*r).contains_key(&seq))
+                .filter(|r| group_at(*r, seq).is_none())
                 .collect();
             if !missing.is_empty() {
                 let missing = missing
                     .into_iter()
-                    .map(|r| {
-                        let t = members[ranks[&r]].trace;
-                        let tail = t.calls.len().saturating_sub(3);
-                        let last: Vec<RankCall> = (tail..t.calls.len())
-                            .map(|at| rank_call(t, r, at))
-                            .collect();
-                        let failed = t
-                            .calls
-                            .iter()
-                            .position(|c| matches!(c.ret, Some(Err(_))))
-                            .map(|at| rank_call(t, r, at));
-                        (r, last, failed)
-                    })
+                    .map(|r| instead(members[ranks[&r]].trace, r))
                     .collect();
                 out.push(RankFinding::Missing {
                     unique,
@@ -238,23 +327,9 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
             }
             let shapes: Vec<_> = ranks
                 .iter()
-                .filter_map(|(r, i)| {
-                    let at = *colls(*r).get(&seq)?;
-                    shape(&members[*i].trace.calls[at].call)
-                })
+                .filter_map(|(r, i)| shape(&members[*i].trace.calls[group_at(*r, seq)?].call))
                 .collect();
-            // Point to point: a send and its peer's receive are one exchange.
-            let p2p = shapes.iter().all(|s| {
-                matches!(
-                    s,
-                    (
-                        crate::backend::Collective::Send { .. }
-                            | crate::backend::Collective::Recv { .. },
-                        ..
-                    )
-                )
-            });
-            if !p2p && shapes.windows(2).any(|w| w[0] != w[1]) {
+            if shapes.windows(2).any(|w| w[0] != w[1]) {
                 out.push(RankFinding::Mismatch {
                     unique,
                     seq,
@@ -262,6 +337,87 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
                 });
                 break;
             }
+        }
+        out.extend(match_pairs(&members, unique, &ranks));
+    }
+    out
+}
+
+/// The sends and receives of communicator `unique` paired across its ranks (`ranks`: each
+/// rank's trace): for each sender and receiver, the first exchange one side made and the
+/// other never did, or whose sides disagree on count or type. A side that joined before its
+/// trace began (a flight dump) is compared from the first exchange of the pair it holds.
+fn match_pairs(
+    members: &[Member],
+    unique: CommUniqueId,
+    ranks: &BTreeMap<u32, usize>,
+) -> Vec<RankFinding> {
+    let part = |r: u32| &members[ranks[&r]].comms[&unique];
+    // Every exchange either side made, by pair.
+    let mut pairs: BTreeMap<(u32, u32), std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for r in ranks.keys() {
+        for x in part(*r).colls.keys() {
+            if let Exchange::Pair { from, to, seq } = *x {
+                pairs.entry((from, to)).or_default().insert(seq);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ((from, to), seqs) in pairs {
+        // A side without a trace is named by `NoTrace`.
+        if !ranks.contains_key(&from) || !ranks.contains_key(&to) {
+            continue;
+        }
+        let at = |r: u32, seq: u64| {
+            part(r)
+                .colls
+                .get(&Exchange::Pair { from, to, seq })
+                .copied()
+        };
+        let first_of = |r: u32| seqs.iter().copied().find(|s| at(r, *s).is_some());
+        let starts: Vec<Option<u64>> = [from, to]
+            .iter()
+            .filter(|r| part(**r).adopted)
+            .map(|r| first_of(*r))
+            .collect();
+        // A dump that holds none of this pair's exchanges says nothing about them.
+        if starts.iter().any(Option::is_none) {
+            continue;
+        }
+        let first = starts.into_iter().flatten().max().unwrap_or(0);
+        for seq in seqs.range(first..).copied() {
+            let (send, recv) = (at(from, seq), at(to, seq));
+            let call = |r: u32, a: usize| rank_call(members[ranks[&r]].trace, r, a);
+            let (made, missing) = match (send, recv) {
+                (Some(s), Some(r)) => {
+                    let shape_of = |rank: u32, a: usize| {
+                        shape(&members[ranks[&rank]].trace.calls[a].call).map(|x| (x.1, x.2))
+                    };
+                    if shape_of(from, s) != shape_of(to, r) {
+                        out.push(RankFinding::PairMismatch {
+                            unique,
+                            from,
+                            to,
+                            seq,
+                            calls: vec![call(from, s), call(to, r)],
+                        });
+                        break;
+                    }
+                    continue;
+                }
+                (Some(s), None) => (call(from, s), to),
+                (None, Some(r)) => (call(to, r), from),
+                (None, None) => continue,
+            };
+            out.push(RankFinding::Unpaired {
+                unique,
+                from,
+                to,
+                seq,
+                made,
+                missing: instead(members[ranks[&missing]].trace, missing),
+            });
+            break;
         }
     }
     out
@@ -313,6 +469,44 @@ pub fn render_findings(f: &[RankFinding]) -> String {
                         let _ = writeln!(s, " rank {r} failed first at:");
                         line(&mut s, c);
                     }
+                }
+            }
+            RankFinding::Unpaired {
+                unique,
+                from,
+                to,
+                seq,
+                made,
+                missing: (r, last, failed),
+            } => {
+                let never = if *r == *to { "received" } else { "sent" };
+                let _ = writeln!(
+                    s,
+                    "communicator {unique}, send #{seq} from rank {from} to rank {to}: rank {r} never {never} it"
+                );
+                line(&mut s, made);
+                let _ = writeln!(s, " rank {r} instead, last calls:");
+                for c in last {
+                    line(&mut s, c);
+                }
+                if let Some(c) = failed {
+                    let _ = writeln!(s, " rank {r} failed first at:");
+                    line(&mut s, c);
+                }
+            }
+            RankFinding::PairMismatch {
+                unique,
+                from,
+                to,
+                seq,
+                calls,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "communicator {unique}, send #{seq} from rank {from} to rank {to}: the two sides disagree on count or type"
+                );
+                for c in calls {
+                    line(&mut s, c);
                 }
             }
             RankFinding::NoTrace { unique, ranks } => {

@@ -429,7 +429,9 @@ pub trait GpuBackend: Send + Sync {
     /// Collective `op` of `count` elements of `dtype` on `stream`, from `send` into `recv`
     /// (sizes by `Collective::send_bytes` and `recv_bytes`; a `Recv` has no send buffer and
     /// a `Send` no receive buffer: pass any pointer there). Every rank of `comm` must make the
-    /// same collectives in the same order.
+    /// same group collectives in the same order; a `Send` is met by its peer's `Recv`, the
+    /// k-th from one rank to another by the k-th the other receives from it, whatever the
+    /// other ranks do meanwhile (as NCCL's are).
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     fn collective(

@@ -8,9 +8,12 @@
 //! fails the others' calls with the ranks missing, and a rank that arrives with another
 //! collective, count or type than the others fails with what each rank asked for: a skipped
 //! or reordered collective is an error here, not a hang. Every rank of a communicator takes
-//! part in each of its collectives: a send is met by its peer's receive at the same place
-//! (two ranks, or a pipeline stage's pair); sends between some ranks while others do
-//! something else are not emulated yet.
+//! part in each of its group collectives (all-reduce, all-gather, reduce-scatter,
+//! broadcast), numbered on the communicator. A send and a receive are two ranks' business
+//! alone, as NCCL's are: the k-th send from rank a to rank b meets b's k-th receive from a
+//! (each rank counts its sends to, and receives from, each peer), while the other ranks do
+//! whatever they do, so a pipeline's stages pass activations down the line. Both sides wait
+//! for each other, within the deadline.
 //!
 //! A collective on a capturing stream is a node of the graph (`Work::Collective`, as NCCL's
 //! kernels are captured, and vLLM captures its decode with them): each launch of the graph
@@ -43,6 +46,9 @@ struct Meeting {
     /// Collectives under way, by sequence number: what each rank brought, and how many have
     /// taken their result (the entry goes when all have).
     rounds: BTreeMap<u64, Round>,
+    /// Exchanges under way, by (sender, receiver, their number between the two): what each
+    /// side brought (the entry goes when both have taken their result).
+    pairs: BTreeMap<(u32, u32, u64), Round>,
 }
 
 #[derive(Default)]
@@ -51,19 +57,43 @@ struct Round {
     taken: u32,
 }
 
-/// This rank's side of a communicator. Its sequence counter is shared with the graphs that
-/// captured its collectives: a graph's collective takes its number when the graph runs.
+/// This rank's numbers on a communicator: of its group collectives, and of its sends to and
+/// receives from each peer (by (peer, whether a send)). Shared with the graphs that captured
+/// its collectives: a graph's collective takes its number when the graph runs.
+#[derive(Default)]
+pub(super) struct Counters {
+    group: AtomicU64,
+    pairs: Mutex<HashMap<(u32, bool), u64>>,
+}
+
+impl Counters {
+    /// The number `op` takes on this rank: its place among the group collectives, or among
+    /// this rank's sends to (receives from) its peer.
+    fn take(&self, op: Collective) -> u64 {
+        let key = match op {
+            Collective::Send { peer } => (peer, true),
+            Collective::Recv { peer } => (peer, false),
+            _ => return self.group.fetch_add(1, Ordering::Relaxed),
+        };
+        let mut m = self.pairs.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(key).or_insert(0);
+        *n += 1;
+        *n - 1
+    }
+}
+
+/// This rank's side of a communicator.
 pub(super) struct RankComm {
     world: Arc<World>,
     rank: u32,
-    next_seq: Arc<AtomicU64>,
+    next_seq: Arc<Counters>,
 }
 
 /// A collective captured into a graph, run at each of the graph's launches.
 pub(crate) struct CapturedCollective {
     world: Arc<World>,
     rank: u32,
-    next_seq: Arc<AtomicU64>,
+    next_seq: Arc<Counters>,
     op: Collective,
     send: u64,
     recv: u64,
@@ -94,7 +124,7 @@ impl CapturedCollective {
     /// returns what it receives. `Err`: the meeting failed (a rank missing, or asking for
     /// another collective), in words.
     pub(super) fn run(&self, mine: Vec<u8>) -> Result<Vec<u8>, String> {
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.next_seq.take(self.op);
         meet(
             &self.world,
             self.rank,
@@ -193,7 +223,7 @@ impl MockGpuBackend {
             RankComm {
                 world,
                 rank,
-                next_seq: Arc::new(AtomicU64::new(0)),
+                next_seq: Arc::default(),
             },
         );
         Ok(CommHandle(h))
@@ -242,7 +272,7 @@ impl MockGpuBackend {
                 site,
             ));
         }
-        let seq = counter.fetch_add(1, Ordering::Relaxed);
+        let seq = counter.take(op);
         let n = world.nranks;
         let (sb, rb) = (
             op.send_bytes(count, dtype, n),
@@ -276,8 +306,9 @@ impl MockGpuBackend {
     }
 }
 
-/// Rank `rank`'s part of collective `seq`: bring what it sends, wait for every rank's, and
-/// work out its result.
+/// Rank `rank`'s part of collective `seq` (for a send or receive, its number between the
+/// two ranks): bring what it sends, wait for every rank's (the peer's), and work out its
+/// result.
 fn meet(
     world: &World,
     rank: u32,
@@ -285,6 +316,14 @@ fn meet(
     brought: (Collective, u64, CollDtype, Vec<u8>),
     wait: Duration,
 ) -> anyhow::Result<Vec<u8>> {
+    let pair = match brought.0 {
+        Collective::Send { peer } => Some((rank, peer)),
+        Collective::Recv { peer } => Some((peer, rank)),
+        _ => None,
+    };
+    if let Some(pair) = pair {
+        return exchange(world, rank, pair, seq, brought, wait);
+    }
     let n = world.nranks;
     let mut m = world.state.lock().expect("a world's lock");
     m.rounds
@@ -326,6 +365,60 @@ fn meet(
     result
 }
 
+/// Rank `rank`'s side of exchange `seq` from `from` to `to` (`rank` is one of them): bring
+/// what it sends, wait for the other side, take what it receives.
+fn exchange(
+    world: &World,
+    rank: u32,
+    (from, to): (u32, u32),
+    seq: u64,
+    brought: (Collective, u64, CollDtype, Vec<u8>),
+    wait: Duration,
+) -> anyhow::Result<Vec<u8>> {
+    let n = world.nranks;
+    let (op, count, dtype) = (brought.0, brought.1, brought.2);
+    let peer = if rank == from { to } else { from };
+    anyhow::ensure!(
+        peer < n && peer != rank,
+        "{} #{seq} of {count} {dtype:?}: rank {rank} names rank {peer} of {n} as its peer",
+        op.name()
+    );
+    let key = (from, to, seq);
+    let mut m = world.state.lock().expect("a world's lock");
+    m.pairs
+        .entry(key)
+        .or_default()
+        .brought
+        .insert(rank, brought);
+    world.arrived.notify_all();
+    let until = Instant::now() + wait;
+    while m.pairs[&key].brought.len() < 2 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let (mine, theirs) = if rank == from {
+                ("send", "received")
+            } else {
+                ("receive", "sent")
+            };
+            anyhow::bail!(
+                "{mine} #{seq} from rank {from} to rank {to} ({count} {dtype:?}): rank {rank} waited {wait:?}; rank {peer} never {theirs} it"
+            );
+        }
+        m = world
+            .arrived
+            .wait_timeout(m, left)
+            .expect("a world's lock")
+            .0;
+    }
+    let round = m.pairs.get_mut(&key).expect("this exchange");
+    let result = outcome(rank, n, seq, &round.brought);
+    round.taken += 1;
+    if round.taken == 2 {
+        m.pairs.remove(&key);
+    }
+    result
+}
+
 /// What `rank` receives from collective `seq`, given what every rank brought; an error when
 /// the ranks did not ask for the same collective.
 fn outcome(
@@ -336,8 +429,9 @@ fn outcome(
 ) -> anyhow::Result<Vec<u8>> {
     let (op, count, dtype, _) = &all[&rank];
     let same = |q: &(Collective, u64, CollDtype, Vec<u8>)| match (op, &q.0) {
-        // Point to point: each side names the other.
-        (Collective::Send { .. } | Collective::Recv { .. }, _) => true,
+        // Point to point: the two sides of one exchange (`exchange` paired them), which
+        // must agree on how much of what.
+        (Collective::Send { .. } | Collective::Recv { .. }, _) => q.1 == *count && q.2 == *dtype,
         (a, b) => a == b && q.1 == *count && q.2 == *dtype,
     };
     if !all.values().all(same) {

@@ -1,6 +1,8 @@
 //! Collectives as the recorder keeps them: each communicator a `CommId` (its unique id in
-//! the `comm_init` call ties the rank set's traces together), each collective numbered on
-//! its communicator, so the ranks' `seq`-th collectives can be laid side by side.
+//! the `comm_init` call ties the rank set's traces together), each group collective numbered
+//! on its communicator, so the ranks' `seq`-th collectives can be laid side by side, and each
+//! send (receive) numbered among this rank's sends to (receives from) that peer, so a send is
+//! paired with its peer's receive whatever the other ranks did meanwhile.
 
 use super::{RecordingBackend, SyncScope};
 use crate::backend::{CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr, GpuBackend};
@@ -12,13 +14,40 @@ use std::panic::Location;
 /// A communicator as the recorder keeps it: what its `comm_init` said (a checkpoint lists it
 /// as `Adopted::Comm`, so a flight dump can say which rank set it belongs to), and the number
 /// of its next collective.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct CommRec {
     pub id: CommId,
     /// `None` for a communicator joined before the recorder started (its handle first seen
     /// at a collective).
     pub joined: Option<Joined>,
+    /// The number of the next group collective.
     pub next_seq: u64,
+    /// The number of the next send to (`true`) or receive from (`false`) each peer.
+    pub pairs: std::collections::HashMap<(u32, bool), u64>,
+}
+
+impl CommRec {
+    /// A communicator first seen now, as `id`.
+    pub fn new(id: CommId, joined: Option<Joined>) -> Self {
+        CommRec {
+            id,
+            joined,
+            next_seq: 0,
+            pairs: Default::default(),
+        }
+    }
+
+    /// The number `op` takes: its place among the group collectives, or among the sends to
+    /// (receives from) its peer.
+    pub fn take(&mut self, op: Collective) -> u64 {
+        let n = match op {
+            Collective::Send { peer } => self.pairs.entry((peer, true)).or_insert(0),
+            Collective::Recv { peer } => self.pairs.entry((peer, false)).or_insert(0),
+            _ => &mut self.next_seq,
+        };
+        *n += 1;
+        *n - 1
+    }
 }
 
 /// What a `comm_init` the recorder saw said, and when it returned (a peer's announcement of a
@@ -79,16 +108,15 @@ impl<B: GpuBackend> RecordingBackend<B> {
             let id = CommId(st.comms.len() as u32);
             st.comms.insert(
                 h.0,
-                CommRec {
+                CommRec::new(
                     id,
-                    joined: Some(Joined {
+                    Some(Joined {
                         unique,
                         nranks,
                         rank,
                         at: std::time::SystemTime::now(),
                     }),
-                    next_seq: 0,
-                },
+                ),
             );
             Value::Comm(id)
         });
@@ -111,13 +139,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
             // A handle this recorder did not see made (a communicator joined before it
             // started) is numbered now, its collectives from here on.
             let next = st.comms.len() as u32;
-            let c = st.comms.entry(comm.0).or_insert(CommRec {
-                id: CommId(next),
-                joined: None,
-                next_seq: 0,
-            });
-            let (id, at) = (c.id, c.next_seq);
-            c.next_seq += 1;
+            let c = st
+                .comms
+                .entry(comm.0)
+                .or_insert_with(|| CommRec::new(CommId(next), None));
+            let (id, at) = (c.id, c.take(op));
             Call::Collective {
                 comm: id,
                 seq: at,

@@ -523,7 +523,7 @@ impl RecState {
         let reason = format!("{reason}{}", f.failure_note());
         let dumped = f.dump(&reason, open, in_flight);
         if let (Ok(path), Some(dir)) = (&dumped, f.cfg.peers.clone()) {
-            let comms = self.comms.values().copied();
+            let comms = self.comms.values().cloned();
             if let Err(why) = super::peers::announce(&dir, comms, &reason, path) {
                 self.own_failure(format!(
                     "the dump {} was written, but {why}",

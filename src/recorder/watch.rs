@@ -117,7 +117,7 @@ fn check_peers(st: &Shared, announced: &mut Vec<std::path::PathBuf>) -> bool {
         let Some(dir) = g.flight.as_deref().and_then(|f| f.cfg.peers.clone()) else {
             return false;
         };
-        (dir, g.comms.values().copied().collect::<Vec<_>>())
+        (dir, g.comms.values().cloned().collect::<Vec<_>>())
     };
     // The directory is read without the recorder's lock: the engine's calls go on meanwhile.
     let Some(reason) = super::peers::check(&dir, &comms, announced) else {

@@ -15,7 +15,7 @@
 //! no collective, what is left is the faulting rank alone, which says the fault is its own.
 
 use super::minimize::{ddmin, FaultSignature, MinimizeError, Shrink};
-use crate::analysis::ranks::joined_comms;
+use crate::analysis::ranks::{joined_comms, Exchange};
 use crate::analysis::window::{fault_windows, FaultWindow, WindowKind};
 use crate::backend::CommUniqueId;
 use crate::trace::{Adopted, Call, CommId, Trace};
@@ -27,7 +27,9 @@ pub type RanksOracle<'a> =
     dyn FnMut(&[Trace], usize) -> anyhow::Result<Option<FaultSignature>> + 'a;
 
 /// A collective of the set: its communicator and number, the same on every rank.
-type CollKey = (CommUniqueId, u64);
+/// A collective as every rank taking part in it names it: its communicator and which
+/// exchange (a group collective's number, or a send's sender, receiver and number).
+type CollKey = (CommUniqueId, Exchange);
 
 /// What `minimize_ranks` made.
 pub struct RanksMinimized {
@@ -107,9 +109,9 @@ impl<'t> Rank<'t> {
         };
         for c in t.calls.iter().take_while(|c| c.seq < end) {
             match &c.call {
-                Call::Collective { comm, seq, .. } => {
-                    if let Some(u) = uniques.get(comm) {
-                        r.colls.insert((*u, *seq), c.seq);
+                Call::Collective { comm, seq, op, .. } => {
+                    if let Some((u, rank)) = uniques.get(comm) {
+                        r.colls.insert((*u, Exchange::of(*op, *seq, *rank)), c.seq);
                     }
                 }
                 Call::CommInit { unique, .. } => {
@@ -153,25 +155,34 @@ impl<'t> Rank<'t> {
     }
 }
 
-/// Each communicator's id in `t`, to its unique id.
-fn comm_uniques(t: &Trace) -> HashMap<CommId, CommUniqueId> {
+/// Each communicator's id in `t`, to its unique id and the trace's rank in it.
+fn comm_uniques(t: &Trace) -> HashMap<CommId, (CommUniqueId, u32)> {
     joined_comms(t)
         .into_iter()
-        .map(|j| (j.id, j.unique))
+        .map(|j| (j.id, (j.unique, j.rank)))
         .collect()
 }
 
 /// Where another rank's trace is cut: before its first collective that the faulting rank did
-/// not make, on a communicator the faulting rank is in, or its first call that never returned.
-fn cut_of(t: &Trace, made: &BTreeSet<CollKey>, faulting_comms: &BTreeSet<CommUniqueId>) -> u64 {
+/// not make but would have (a group collective of a communicator the faulting rank is in, by
+/// its rank there `faulting`, or a send to or from it), or its first call that never returned.
+/// Sends between other ranks go on: the faulting rank may depend on what they passed along.
+fn cut_of(t: &Trace, made: &BTreeSet<CollKey>, faulting: &HashMap<CommUniqueId, u32>) -> u64 {
     let uniques = comm_uniques(t);
     t.calls
         .iter()
         .find(|c| match &c.call {
             _ if c.ret.is_none() => true,
-            Call::Collective { comm, seq, .. } => uniques
-                .get(comm)
-                .is_some_and(|u| faulting_comms.contains(u) && !made.contains(&(*u, *seq))),
+            Call::Collective { comm, seq, op, .. } => uniques.get(comm).is_some_and(|(u, rank)| {
+                let x = Exchange::of(*op, *seq, *rank);
+                let theirs = match x {
+                    Exchange::Group(_) => true,
+                    Exchange::Pair { from, to, .. } => {
+                        faulting.get(u).is_some_and(|f| *f == from || *f == to)
+                    }
+                };
+                faulting.contains_key(u) && theirs && !made.contains(&(*u, x))
+            }),
             _ => false,
         })
         .map_or(u64::MAX, |c| c.seq)
@@ -190,8 +201,10 @@ pub fn minimize_ranks(
 ) -> Result<RanksMinimized, MinimizeError> {
     let (f, w) = faulting(traces, chosen)?;
     let mut mine = Some(Rank::new(&traces[f], w.observed, w.observed));
-    let all_colls: BTreeSet<CollKey> = mine.iter().flat_map(|r| r.colls.keys().copied()).collect();
-    let faulting_comms: BTreeSet<CommUniqueId> = comm_uniques(&traces[f]).into_values().collect();
+    let mut all_colls: BTreeSet<CollKey> =
+        mine.iter().flat_map(|r| r.colls.keys().copied()).collect();
+    let faulting_comms: HashMap<CommUniqueId, u32> =
+        comm_uniques(&traces[f]).into_values().collect();
     let ranks: Vec<Rank<'_>> = traces
         .iter()
         .enumerate()
@@ -200,6 +213,15 @@ pub fn minimize_ranks(
             None => Rank::new(t, u64::MAX, cut_of(t, &all_colls, &faulting_comms)),
         })
         .collect();
+    // Sends between other ranks are candidates too, where both sides made them before their
+    // cuts (one side alone would wait in a replay).
+    let mut sides: HashMap<CollKey, usize> = HashMap::new();
+    for k in ranks.iter().flat_map(|r| r.colls.keys()) {
+        if matches!(k.1, Exchange::Pair { .. }) {
+            *sides.entry(*k).or_default() += 1;
+        }
+    }
+    all_colls.extend(sides.into_iter().filter(|(_, n)| *n == 2).map(|(k, _)| k));
     // Per rank, the work kept so far.
     let mut work: Vec<Vec<u64>> = ranks.iter().map(|r| r.work.clone()).collect();
     let mut keep = all_colls.clone();

@@ -447,12 +447,17 @@ pub enum Call {
         /// This rank.
         rank: u32,
     },
-    /// `collective`: the `seq`-th on its communicator (every rank's `seq`-th is the same
-    /// collective, or the run was wrong).
+    /// `collective`: a group collective, the `seq`-th on its communicator (every rank's
+    /// `seq`-th is the same collective, or the run was wrong); a send, the `seq`-th from this
+    /// rank to its peer (the peer's `seq`-th receive from this rank is its other side), and a
+    /// receive likewise.
     Collective {
         /// The communicator.
         comm: CommId,
-        /// Its place among the communicator's collectives on this rank, from 0.
+        /// Its place, from 0, among this rank's group collectives on the communicator, or
+        /// among its sends to (receives from) the peer. Earlier recorders numbered sends and
+        /// receives among all the collectives; as every rank then made each of them, the two
+        /// sides' numbers agree there too, and they pair alike.
         seq: u64,
         /// Which collective.
         op: crate::backend::Collective,

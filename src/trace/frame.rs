@@ -218,7 +218,8 @@ pub enum Adopted {
         nranks: u32,
         /// This rank.
         rank: u32,
-        /// The number its next collective has.
+        /// The number its next group collective has (sends and receives are numbered per
+        /// peer, and paired from the calls themselves).
         next_seq: u64,
     },
 }

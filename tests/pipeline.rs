@@ -1,0 +1,331 @@
+//! Sends between some ranks while the others do something else: a pipeline of three mock
+//! ranks passes each step's activations down the line (0 -> 1 -> 2) and every other step all
+//! three all-reduce a statistic. Recorded, the rank set lines up (its sends paired with their
+//! receives, its group collectives numbered without the sends) and replays together; a send
+//! one stage skips is named by the rank-set analysis, and a rank set whose fault is a pair's
+//! exchange is minimized keeping both of its sides.
+
+use gputape::analysis::ranks::{match_ranks, render_findings, RankFinding};
+use gputape::backend::{CollDtype, Collective, CommUniqueId, GpuBackend, ReduceOp};
+use gputape::mock::{MockConfig, MockGpuBackend};
+use gputape::recorder::{BackendDesc, RecordingBackend};
+use gputape::replayer::{replay_ranks, ReplayOptions};
+use gputape::trace::{Call, Trace};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const STEPS: u64 = 6;
+
+fn mock(timeout: Duration) -> MockGpuBackend {
+    let m = MockGpuBackend::new(MockConfig {
+        comm_timeout: timeout,
+        ..Default::default()
+    });
+    gputape::workloads::load_kernels(&m).expect("the workloads' kernels");
+    m
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The elements step `step` passes down the line: more each step, so an exchange one stage
+/// leaves out makes the next pair disagree on their count (as a sequence that grows by a
+/// token a step does).
+fn width(step: u64) -> u64 {
+    4 + step
+}
+
+/// One rank's part of the pipeline for `STEPS` steps: rank 0 makes the activations, rank 1
+/// receives them, adds 1 and passes them on, rank 2 receives and reads them back; every other
+/// step all three all-reduce one value. `skip_send_at`: rank 1 leaves out its send of that
+/// step; `fault_at`: rank 2, having received that step's activations, frees them and
+/// launches on them (a fault of its own). Stops at the first error (what a rank whose peer is
+/// gone does) and returns it.
+fn stage(
+    gpu: &dyn GpuBackend,
+    id: CommUniqueId,
+    rank: u32,
+    (skip_send_at, fault_at): (Option<u64>, Option<u64>),
+) -> String {
+    let run = || -> anyhow::Result<()> {
+        let comm = gpu.comm_init(id, 3, rank)?;
+        let s = gpu.default_stream();
+        let (act, stat, sum) = (gpu.alloc(256)?, gpu.alloc(64)?, gpu.alloc(4)?);
+        for step in 0..STEPS {
+            let n = width(step);
+            let f32 = CollDtype::F32;
+            match rank {
+                0 => {
+                    let x: Vec<f32> = (0..n).map(|i| (step * 10 + i) as f32).collect();
+                    gpu.copy_h2d(&f32s(&x), act)?;
+                    gpu.collective(comm, Collective::Send { peer: 1 }, act, act, n, f32, s)?;
+                }
+                1 => {
+                    gpu.collective(comm, Collective::Recv { peer: 0 }, act, act, n, f32, s)?;
+                    let mut b = vec![0u8; n as usize * 4];
+                    gpu.copy_d2h(act, &mut b)?;
+                    let y: Vec<f32> = b
+                        .chunks(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()) + 1.0)
+                        .collect();
+                    gpu.copy_h2d(&f32s(&y), act)?;
+                    if skip_send_at != Some(step) {
+                        gpu.collective(comm, Collective::Send { peer: 2 }, act, act, n, f32, s)?;
+                    }
+                }
+                _ => {
+                    gpu.collective(comm, Collective::Recv { peer: 1 }, act, act, n, f32, s)?;
+                    if fault_at == Some(step) {
+                        gpu.free(act)?;
+                        gputape::workloads::saxpy(gpu, act, stat, n as u32, 1.0, s)?;
+                        gpu.synchronize(s)?;
+                    }
+                    let mut b = vec![0u8; n as usize * 4];
+                    gpu.copy_d2h(act, &mut b)?;
+                    let first = f32::from_le_bytes(b[..4].try_into().unwrap());
+                    anyhow::ensure!(
+                        first == (step * 10) as f32 + 1.0,
+                        "rank 2, step {step}: got {first}"
+                    );
+                }
+            }
+            if step % 2 == 1 {
+                gpu.copy_h2d(&f32s(&[rank as f32 + step as f32]), stat)?;
+                let op = Collective::AllReduce(ReduceOp::Sum);
+                gpu.collective(comm, op, stat, sum, 1, CollDtype::F32, s)?;
+                let mut b = [0u8; 4];
+                gpu.copy_d2h(sum, &mut b)?;
+            }
+        }
+        gpu.comm_destroy(comm)?;
+        Ok(())
+    };
+    run().err().map(|e| format!("{e:#}")).unwrap_or_default()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gputape-pipe-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The three stages recorded into `dir` (a trace each) on mocks that give up on a missing
+/// peer after `timeout`; each stage's error, if any.
+fn record_pipeline(
+    dir: &Path,
+    timeout: Duration,
+    plant: (Option<u64>, Option<u64>),
+) -> (Vec<Trace>, Vec<String>) {
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let (paths, errs): (Vec<PathBuf>, Vec<String>) = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..3u32)
+            .map(|rank| {
+                let path = dir.join(format!("rank{rank}.gtape"));
+                sc.spawn(move || {
+                    let rec =
+                        RecordingBackend::to_file(mock(timeout), &path, BackendDesc::new("mock"))
+                            .unwrap();
+                    rec.start().unwrap();
+                    let err = stage(&rec, id, rank, plant);
+                    rec.stop().unwrap();
+                    (path, err)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).unzip()
+    });
+    (
+        paths.iter().map(|p| Trace::open(p).unwrap()).collect(),
+        errs,
+    )
+}
+
+/// (op name, seq) of each collective of `t`, in order.
+fn numbered(t: &Trace) -> Vec<(&'static str, u64)> {
+    t.calls
+        .iter()
+        .filter_map(|c| match c.call {
+            Call::Collective { op, seq, .. } => Some((op.name(), seq)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_pipeline_passes_activations_down_the_line_and_its_rank_set_replays() {
+    let dir = scratch("clean");
+    let (traces, errs) = record_pipeline(&dir, Duration::from_secs(20), (None, None));
+    assert!(errs.iter().all(String::is_empty), "{errs:?}");
+    // Sends numbered per peer, the all-reduces among themselves alone.
+    let want1: Vec<(&str, u64)> = (0..STEPS)
+        .flat_map(|s| {
+            let mut v = vec![("recv", s), ("send", s)];
+            if s % 2 == 1 {
+                v.push(("all_reduce", s / 2));
+            }
+            v
+        })
+        .collect();
+    assert_eq!(numbered(&traces[1]), want1);
+    assert_eq!(
+        numbered(&traces[0])[..3],
+        [("send", 0), ("send", 1), ("all_reduce", 0)]
+    );
+    let found = match_ranks(&traces);
+    assert!(found.is_empty(), "{}", render_findings(&found));
+    let backends: Vec<MockGpuBackend> = (0..3).map(|_| mock(Duration::from_secs(20))).collect();
+    let reports = replay_ranks(&traces, &backends, &ReplayOptions::default()).unwrap();
+    // Rank 0 reads back the sums; rank 1 what it received, then the sums; rank 2 the same.
+    let d2h = [STEPS / 2, STEPS + STEPS / 2, STEPS + STEPS / 2];
+    for (rank, r) in reports.into_iter().enumerate() {
+        let r = r.unwrap();
+        assert!(r.passed(), "rank {rank}: {}", r.summary());
+        assert_eq!(
+            (r.d2h_checked, r.d2h_matched),
+            (d2h[rank], d2h[rank]),
+            "rank {rank}: {}",
+            r.summary()
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_send_one_stage_leaves_out_before_an_all_reduce_is_named_with_the_stage() {
+    // Rank 1 leaves out step 3's send and goes on to the all-reduce, which waits for rank 2,
+    // which waits for that send: both give up after the deadline.
+    let dir = scratch("skipped");
+    let (traces, errs) = record_pipeline(&dir, Duration::from_secs(2), (Some(3), None));
+    assert!(errs[2].contains("rank 1 never sent it"), "{errs:?}");
+    let found = match_ranks(&traces);
+    let text = render_findings(&found);
+    let unpaired: Vec<&RankFinding> = found
+        .iter()
+        .filter(|f| matches!(f, RankFinding::Unpaired { .. }))
+        .collect();
+    assert_eq!(unpaired.len(), 1, "{text}");
+    let RankFinding::Unpaired {
+        from,
+        to,
+        seq,
+        made,
+        missing,
+        ..
+    } = unpaired[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!((*from, *to, *seq), (1, 2, 3));
+    assert_eq!(made.rank, 2);
+    assert!(made.text.starts_with("recv<from 1>"), "{made:?}");
+    assert!(made.ret.starts_with("ERR"), "{made:?}");
+    assert!(made.site.contains("tests/pipeline.rs"), "{made:?}");
+    // What rank 1 did instead: the all-reduce it waited in.
+    assert_eq!(missing.0, 1);
+    assert!(
+        missing.1.iter().any(|c| c.text.starts_with("all_reduce")),
+        "{missing:?}"
+    );
+    assert!(
+        text.contains("send #3 from rank 1 to rank 2: rank 1 never sent it"),
+        "{text}"
+    );
+    // The all-reduce of step 3 is named too: rank 2 never came to it.
+    assert!(
+        found.iter().any(
+            |f| matches!(f, RankFinding::Missing { seq: 1, missing, .. } if missing[0].0 == 2)
+        ),
+        "{text}"
+    );
+    // Rank 0 to 1 paired to the end.
+    assert!(
+        !found.iter().any(|f| matches!(
+            f,
+            RankFinding::Unpaired { from: 0, .. } | RankFinding::PairMismatch { from: 0, .. }
+        )),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_send_one_stage_leaves_out_shifts_the_next_and_the_pair_disagrees() {
+    // Step 2 has no all-reduce after it: rank 1's next send (step 3's, 7 elements) meets
+    // rank 2's receive of step 2 (6), and both fail there.
+    let dir = scratch("shifted");
+    let (traces, errs) = record_pipeline(&dir, Duration::from_secs(2), (Some(2), None));
+    assert!(errs[2].contains("different collectives"), "{errs:?}");
+    let found = match_ranks(&traces);
+    let text = render_findings(&found);
+    let pair: Vec<&RankFinding> = found
+        .iter()
+        .filter(|f| matches!(f, RankFinding::PairMismatch { .. }))
+        .collect();
+    assert_eq!(pair.len(), 1, "{text}");
+    let RankFinding::PairMismatch {
+        from,
+        to,
+        seq,
+        calls,
+        ..
+    } = pair[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!((*from, *to, *seq), (1, 2, 2));
+    assert!(calls[0].text.starts_with("send<to 2>"), "{calls:?}");
+    assert!(calls[1].text.starts_with("recv<from 1>"), "{calls:?}");
+    assert!(
+        calls.iter().all(|c| c.site.contains("tests/pipeline.rs")),
+        "{calls:?}"
+    );
+    assert!(
+        text.contains("send #2 from rank 1 to rank 2: the two sides disagree"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The last stage's own fault (a launch on activations it freed) at step 4: the rank set
+/// shrinks to that rank alone. Its receives and the sends between the other two stages were
+/// candidates too, each kept or dropped on both of its sides, and none is needed.
+#[test]
+fn a_rank_set_whose_fault_is_the_last_stages_own_shrinks_to_that_stage() {
+    let dir = scratch("min");
+    let (traces, errs) = record_pipeline(&dir, Duration::from_secs(1), (None, Some(4)));
+    assert!(!errs[2].is_empty(), "the planted fault: {errs:?}");
+    let opts = ReplayOptions {
+        verify: false,
+        ..Default::default()
+    };
+    let mut oracle = |cand: &[Trace], at: usize| {
+        let backends: Vec<MockGpuBackend> =
+            cand.iter().map(|_| mock(Duration::from_secs(2))).collect();
+        let mut reports = replay_ranks(cand, &backends, &opts)?;
+        Ok(reports
+            .swap_remove(at)
+            .ok()
+            .and_then(|r| gputape::replayer::signature(&r).map(|(s, _)| s)))
+    };
+    let m =
+        gputape::replayer::minimize_ranks(&traces, None, &mut oracle, 400, &mut |_, _| {}).unwrap();
+    assert_eq!(m.faulting, 2);
+    // Rank 2's five receives and two all-reduces, and rank 0's sends to rank 1 before
+    // their cuts (the stages it depends on); none kept.
+    assert!(m.collectives.0 > 7, "{:?}", m.collectives);
+    assert_eq!(m.collectives.1, 0, "{:?}", m.collectives);
+    assert!(
+        m.traces[0].is_none() && m.traces[1].is_none(),
+        "ranks 0 and 1 not needed"
+    );
+    let small = m.traces[2].as_ref().unwrap();
+    assert!(
+        small.calls.len() < traces[2].calls.len() / 3,
+        "{} of {} calls",
+        small.calls.len(),
+        traces[2].calls.len()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
