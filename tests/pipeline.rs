@@ -10,7 +10,7 @@ use gputape::backend::{CollDtype, Collective, CommUniqueId, GpuBackend, ReduceOp
 use gputape::mock::{MockConfig, MockGpuBackend};
 use gputape::recorder::{BackendDesc, RecordingBackend};
 use gputape::replayer::{replay_ranks, ReplayOptions};
-use gputape::trace::{Call, Trace};
+use gputape::trace::{Adopted, Call, Trace, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -327,5 +327,80 @@ fn a_rank_set_whose_fault_is_the_last_stages_own_shrinks_to_that_stage() {
         small.calls.len(),
         traces[2].calls.len()
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `t` as a flight dump that began at its call `from` would hold it: the calls before are
+/// gone, and the communicator it joined there is listed as joined before it began.
+fn as_dump(t: &Trace, from: usize) -> Trace {
+    let mut d = t.clone();
+    let joined = t.calls[..from]
+        .iter()
+        .find_map(|c| match (&c.call, &c.ret) {
+            (
+                Call::CommInit {
+                    unique,
+                    nranks,
+                    rank,
+                },
+                Some(Ok(Value::Comm(id))),
+            ) => Some(Adopted::Comm {
+                id: *id,
+                unique: *unique,
+                nranks: *nranks,
+                rank: *rank,
+                next_seq: 0,
+            }),
+            _ => None,
+        });
+    d.adopted.extend(joined);
+    d.calls.drain(..from);
+    d
+}
+
+/// The place of `t`'s `seq`-th `op` (a send or a receive).
+fn place_of(t: &Trace, name: &str, seq: u64) -> usize {
+    t.calls
+        .iter()
+        .position(|c| matches!(&c.call, Call::Collective { op, seq: s, .. } if op.name() == name && *s == seq))
+        .unwrap()
+}
+
+#[test]
+fn dumps_whose_sends_start_at_different_numbers_are_not_replayed_together() {
+    let dir = scratch("dumps");
+    let (traces, errs) = record_pipeline(&dir, Duration::from_secs(20), (None, None));
+    assert!(errs.iter().all(String::is_empty), "{errs:?}");
+    // Rank 1's dump begins at its send #2 (after an all-reduce, #1), rank 2's at its receive
+    // #0 (before any): rank 2's first receive would wait for a send rank 1's dump lacks.
+    let (s1, r2) = (
+        place_of(&traces[1], "send", 2),
+        place_of(&traces[2], "recv", 0),
+    );
+    let set = vec![
+        traces[0].clone(),
+        as_dump(&traces[1], s1),
+        as_dump(&traces[2], r2),
+    ];
+    let backends: Vec<MockGpuBackend> = (0..3).map(|_| mock(Duration::from_secs(2))).collect();
+    let err = match replay_ranks(&set, &backends, &ReplayOptions::default()) {
+        Ok(_) => panic!("replayed together"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("different sends from rank 1 to rank 2")
+            && err.contains("rank 1's first send #2, rank 2's first receive #0"),
+        "{err}"
+    );
+    // Both dumps begun at the same exchange of the pair are let through this check.
+    let (s1, r2) = (
+        place_of(&traces[1], "send", 2),
+        place_of(&traces[2], "recv", 2),
+    );
+    let set = [as_dump(&traces[1], s1), as_dump(&traces[2], r2)];
+    let backends: Vec<MockGpuBackend> = (0..2).map(|_| mock(Duration::from_secs(2))).collect();
+    if let Err(e) = replay_ranks(&set, &backends, &ReplayOptions::default()) {
+        assert!(!format!("{e:#}").contains("different sends"), "{e:#}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

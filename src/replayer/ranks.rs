@@ -97,6 +97,7 @@ fn check_aligned(traces: &[Trace]) -> anyhow::Result<()> {
             by_comm.entry(unique).or_default().push(start);
         }
     }
+    check_pairs_aligned(traces)?;
     for (unique, mut starts) in by_comm {
         starts.sort_unstable();
         if starts.windows(2).any(|w| w[0].1 != w[1].1) {
@@ -110,6 +111,48 @@ fn check_aligned(traces: &[Trace]) -> anyhow::Result<()> {
                  them at different times (flight dumps whose checkpoints fell at different \
                  steps); `gputape ranks` still compares them from the first collective they all hold",
                 each.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Sends likewise: where the sender's and the receiver's traces both hold exchanges of their
+/// pair, the first must have the same number on both sides, or one side's first would wait
+/// for one the other made before its trace began (a flight dump's). A whole recording starts
+/// at the pair's first; one side's exchange the other never made is a recorded failure, and
+/// is replayed as it happened.
+fn check_pairs_aligned(traces: &[Trace]) -> anyhow::Result<()> {
+    use crate::analysis::ranks::{joined_comms, Exchange};
+    // (communicator, sender, receiver) -> [the sender's first, the receiver's first].
+    let mut firsts: HashMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> = HashMap::new();
+    for t in traces {
+        let comms: HashMap<_, _> = joined_comms(t)
+            .into_iter()
+            .map(|j| (j.id, (j.unique, j.rank)))
+            .collect();
+        for c in &t.calls {
+            let Call::Collective { comm, seq, op, .. } = &c.call else {
+                continue;
+            };
+            let Some((unique, rank)) = comms.get(comm) else {
+                continue;
+            };
+            if let Exchange::Pair { from, to, seq } = Exchange::of(*op, *seq, *rank) {
+                let side = usize::from(*rank == to);
+                let first = &mut firsts.entry((*unique, from, to)).or_default()[side];
+                first.get_or_insert(seq);
+            }
+        }
+    }
+    for ((unique, from, to), [sent, received]) in firsts {
+        if let (Some(a), Some(b)) = (sent, received) {
+            anyhow::ensure!(
+                a == b,
+                "the traces start at different sends from rank {from} to rank {to} on \
+                 communicator {unique} (rank {from}'s first send #{a}, rank {to}'s first \
+                 receive #{b}): replayed together, each side's first would wait for one the \
+                 other made before its dump began; `gputape ranks` still compares them"
             );
         }
     }
