@@ -368,12 +368,7 @@ pub fn header(h: Header) -> [u8; HEADER_LEN] {
 
 /// Appends `r`'s bytes to `out`.
 pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    out.push(r.call.tag());
-    put64(out, r.t_ns);
-    out.extend_from_slice(&r.thread.to_le_bytes());
-    out.extend_from_slice(&r.status.to_le_bytes());
+    let start = begin(out, r.call.tag(), (r.t_ns, r.thread, r.status));
     let on = |out: &mut Vec<u8>, on: &On| {
         put64(out, on.stream);
         out.push(u8::from(on.sync));
@@ -477,27 +472,17 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             layout,
             params,
         } => {
-            // The fixed part in one piece: launches are most of a log, and each small write
-            // checks the buffer's capacity again.
-            let mut h = [0u8; 60];
-            h[..8].copy_from_slice(&func.to_le_bytes());
-            for (i, v) in grid.iter().chain(block).chain(cluster).enumerate() {
-                h[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
-            }
-            h[44..48].copy_from_slice(&shared_mem.to_le_bytes());
-            h[48..56].copy_from_slice(&stream.to_le_bytes());
-            let n = layout.as_ref().map_or(u32::MAX, |l| l.len() as u32);
-            h[56..60].copy_from_slice(&n.to_le_bytes());
-            let pairs = layout.as_deref().unwrap_or(&[]);
-            out.reserve(h.len() + 8 * pairs.len() + 8 + params.len());
-            out.extend_from_slice(&h);
-            for (o, s) in pairs {
-                let mut p = [0u8; 8];
-                p[..4].copy_from_slice(&o.to_le_bytes());
-                p[4..].copy_from_slice(&s.to_le_bytes());
-                out.extend_from_slice(&p);
-            }
-            put_bytes(out, params);
+            let h = LaunchHead {
+                func: *func,
+                grid: *grid,
+                block: *block,
+                shared_mem: *shared_mem,
+                stream: *stream,
+                cluster: *cluster,
+            };
+            launch_body(out, &h, layout.as_deref(), params.len(), |b| {
+                b.copy_from_slice(params)
+            });
         }
         Rec::StreamCreate { stream: h, flags } | Rec::EventCreate { event: h, flags } => {
             put64(out, *h);
@@ -573,8 +558,88 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         Rec::GraphExecDestroy { exec: h } | Rec::GraphDestroy { graph: h } => put64(out, *h),
         Rec::Dump { reason } => put_str(out, reason),
     }
+    end(out, start);
+}
+
+/// A record's framing and common fields: its length (filled in by `end`), type byte, time,
+/// thread and status. Returns where it starts.
+fn begin(out: &mut Vec<u8>, tag: u8, (t_ns, thread, status): (u64, u32, i32)) -> usize {
+    let start = out.len();
+    let mut h = [0u8; 21];
+    h[4] = tag;
+    h[5..13].copy_from_slice(&t_ns.to_le_bytes());
+    h[13..17].copy_from_slice(&thread.to_le_bytes());
+    h[17..21].copy_from_slice(&status.to_le_bytes());
+    out.extend_from_slice(&h);
+    start
+}
+
+/// The record begun at `start` is complete: its length.
+fn end(out: &mut [u8], start: usize) {
     let body = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&body.to_le_bytes());
+}
+
+/// What a launch record holds besides its parameters' layout and bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchHead {
+    pub func: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+    pub stream: u64,
+    pub cluster: [u32; 3],
+}
+
+/// `encode` of a `Rec::Launch` made of `h`, `layout` and `len` parameter bytes that `fill`
+/// writes (into zeroed bytes: what it leaves alone is padding), without the record being
+/// built first: the bytes `encode` writes for it. The flight recorder's hot path gathers the
+/// parameters straight into its ring this way, with no buffer between.
+pub fn encode_launch(
+    out: &mut Vec<u8>,
+    head: (u64, u32, i32),
+    h: &LaunchHead,
+    layout: Option<&[(u32, u32)]>,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) {
+    let start = begin(out, TAG_LAUNCH, head);
+    launch_body(out, h, layout, len, fill);
+    end(out, start);
+}
+
+/// A launch record's fields after the common ones.
+fn launch_body(
+    out: &mut Vec<u8>,
+    h: &LaunchHead,
+    layout: Option<&[(u32, u32)]>,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) {
+    // The fixed part in one piece: launches are most of a log, and each small write checks
+    // the buffer's capacity again.
+    let mut f = [0u8; 60];
+    f[..8].copy_from_slice(&h.func.to_le_bytes());
+    for (i, v) in h.grid.iter().chain(&h.block).chain(&h.cluster).enumerate() {
+        f[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_le_bytes());
+    }
+    f[44..48].copy_from_slice(&h.shared_mem.to_le_bytes());
+    f[48..56].copy_from_slice(&h.stream.to_le_bytes());
+    let n = layout.map_or(u32::MAX, |l| l.len() as u32);
+    f[56..60].copy_from_slice(&n.to_le_bytes());
+    let pairs = layout.unwrap_or(&[]);
+    out.reserve(f.len() + 8 * pairs.len() + len);
+    out.extend_from_slice(&f);
+    for (o, s) in pairs {
+        let mut p = [0u8; 8];
+        p[..4].copy_from_slice(&o.to_le_bytes());
+        p[4..].copy_from_slice(&s.to_le_bytes());
+        out.extend_from_slice(&p);
+    }
+    put64(out, len as u64);
+    let at = out.len();
+    out.resize(at + len, 0);
+    fill(&mut out[at..]);
 }
 
 fn put64(out: &mut Vec<u8>, v: u64) {
@@ -1149,6 +1214,45 @@ mod tests {
         assert_eq!(h.driver_version, 13000);
         let back: Vec<Rec<'_>> = r.map(|r| r.unwrap().call).collect();
         assert_eq!(back, recs);
+    }
+
+    /// The flight recorder's hot path writes a launch's bytes as `encode` does, whatever
+    /// its layout (none, some) and parameter bytes.
+    #[test]
+    fn a_launch_encoded_in_place_is_the_record_encoded() {
+        let params: Vec<u8> = (0..40u8).collect();
+        let pairs = [(0u32, 8u32), (8, 4), (16, 24)];
+        for layout in [None, Some(&pairs[..])] {
+            let h = LaunchHead {
+                func: 0xdead_beef,
+                grid: [3, 2, 1],
+                block: [128, 1, 1],
+                shared_mem: 4096,
+                stream: 0x77,
+                cluster: [2, 1, 1],
+            };
+            let r = Record {
+                t_ns: 12345,
+                thread: 9,
+                status: 700,
+                call: Rec::Launch {
+                    func: h.func,
+                    grid: h.grid,
+                    block: h.block,
+                    shared_mem: h.shared_mem,
+                    stream: h.stream,
+                    cluster: h.cluster,
+                    layout: layout.map(Cow::Borrowed),
+                    params: &params,
+                },
+            };
+            let (mut want, mut got) = (vec![1u8, 2], vec![1u8, 2]);
+            encode(&r, &mut want);
+            encode_launch(&mut got, (12345, 9, 700), &h, layout, params.len(), |b| {
+                b.copy_from_slice(&params)
+            });
+            assert_eq!(got, want, "layout {layout:?}");
+        }
     }
 
     #[test]

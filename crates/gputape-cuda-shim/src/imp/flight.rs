@@ -80,14 +80,36 @@ impl Ring {
             _ => {}
         }
         if r.call.is_state() || captured {
-            if self.state.last().is_none_or(|c| c.buf.len() >= CHUNK) {
-                self.state.push(chunks::take());
-            }
-            let c = self.state.last_mut().expect("a chunk was just ensured");
-            c.at.push((index, c.buf.len()));
-            gputape_shimlog::encode(r, &mut c.buf);
+            self.keep_for_good(index, |b| gputape_shimlog::encode(r, b));
             return;
         }
+        self.keep_recent(index, |b| gputape_shimlog::encode(r, b));
+    }
+
+    /// Keeps record `index`, which `enc` appends, for the life of the process.
+    fn keep_for_good(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
+        if self.state.last().is_none_or(|c| c.buf.len() >= CHUNK) {
+            self.state.push(chunks::take());
+        }
+        let c = self.state.last_mut().expect("a chunk was just ensured");
+        c.at.push((index, c.buf.len()));
+        enc(&mut c.buf);
+    }
+
+    /// Keeps work record `index` (a launch, a copy: not state, and neither begins nor ends a
+    /// capture), which `enc` appends: while recent, or for good when a capture records it.
+    #[inline]
+    pub fn push_work(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
+        if self.capturing > 0 {
+            self.keep_for_good(index, enc);
+        } else {
+            self.keep_recent(index, enc);
+        }
+    }
+
+    /// Keeps record `index`, which `enc` appends, while it is among the recent ones.
+    #[inline]
+    fn keep_recent(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
         if self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK) {
             let mut c = self.spare.take().unwrap_or_else(chunks::take);
             c.buf.clear();
@@ -97,7 +119,7 @@ impl Ring {
         let c = self.chunks.back_mut().expect("a chunk was just ensured");
         let o = c.buf.len();
         c.at.push((index, o));
-        gputape_shimlog::encode(r, &mut c.buf);
+        enc(&mut c.buf);
         self.held += c.buf.len() - o;
         // The newest chunk always stays, however large one record made it.
         while self.held > self.cap && self.chunks.len() > 1 {

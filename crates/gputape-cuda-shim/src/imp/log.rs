@@ -12,12 +12,13 @@
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
 
 use gputape_shimlog::{Header, Rec, Record};
 
 use super::clock::Clock;
+use super::flags::{FLAGS, MODE_FILE, MODE_FLIGHT, MODE_NONE, MODE_UNKNOWN};
 use super::flight::{self, Ring};
 
 /// Where logs go: one file per process.
@@ -35,12 +36,9 @@ enum Mode {
     Flight(PathBuf),
 }
 
-/// Set once the log is known wanted (a variable was set when the driver was loaded).
+/// Set once the log is known wanted (a variable was set when the driver was loaded). Hot
+/// paths read `FLAGS.mode` instead, and the flags below there too (`flags.rs`).
 static WANTED: OnceLock<Option<Mode>> = OnceLock::new();
-/// Cleared for good after a failed write.
-static HEALTHY: AtomicBool = AtomicBool::new(true);
-/// Set while the program has paused the recording of work (`gputape_shim_pause`).
-static PAUSED: AtomicBool = AtomicBool::new(false);
 
 /// Pauses (`paused` nonzero) or resumes (0) the recording of work in this process: while
 /// paused, launches, copies, memsets and syncs are forwarded and not recorded; state
@@ -50,13 +48,13 @@ static PAUSED: AtomicBool = AtomicBool::new(false);
 /// program's own speed varies more than the recorder costs.
 #[unsafe(no_mangle)]
 pub extern "C" fn gputape_shim_pause(paused: core::ffi::c_int) {
-    PAUSED.store(paused != 0, Ordering::Relaxed);
+    FLAGS.paused.store(paused != 0, Ordering::Relaxed);
 }
 
 /// Whether work is being recorded now (wanted, and not paused): hooks skip what they would
 /// only have gathered for a record.
 pub fn active() -> bool {
-    wanted() && !PAUSED.load(Ordering::Relaxed)
+    wanted() && !FLAGS.paused.load(Ordering::Relaxed)
 }
 
 struct Log {
@@ -89,15 +87,33 @@ fn mode() -> Option<&'static Mode> {
         .as_ref()
 }
 
+/// `mode`, as `FLAGS.mode` caches it: one load on the hot path.
+#[inline]
+fn mode_flag() -> u8 {
+    match FLAGS.mode.load(Ordering::Relaxed) {
+        MODE_UNKNOWN => {
+            let m = match mode() {
+                None => MODE_NONE,
+                Some(Mode::File(_)) => MODE_FILE,
+                Some(Mode::Flight(_)) => MODE_FLIGHT,
+            };
+            FLAGS.mode.store(m, Ordering::Relaxed);
+            m
+        }
+        m => m,
+    }
+}
+
 /// Whether calls are logged in this process: `GPUTAPE_SHIM_LOG_DIR` or
 /// `GPUTAPE_SHIM_FLIGHT_DIR` was set at load.
+#[inline]
 pub fn wanted() -> bool {
-    mode().is_some()
+    mode_flag() != MODE_NONE
 }
 
 /// Whether this process keeps a flight recorder's ring rather than a log.
 pub fn is_flight() -> bool {
-    matches!(mode(), Some(Mode::Flight(_)))
+    mode_flag() == MODE_FLIGHT
 }
 
 /// The calling thread's id, asked of the kernel once per thread (each record carries it, and
@@ -110,56 +126,99 @@ pub fn thread_id() -> u32 {
     TID.with(|t| *t)
 }
 
-/// Set in a forked child (a `pthread_atfork` handler), so the child starts a file of its own
-/// without asking for its pid at every record.
-static FORKED: AtomicBool = AtomicBool::new(false);
-
+/// Marks a forked child (a `pthread_atfork` handler, `FLAGS.forked`), so the child starts a
+/// file of its own without asking for its pid at every record.
 extern "C" fn mark_forked() {
-    FORKED.store(true, Ordering::Relaxed);
+    FLAGS.forked.store(true, Ordering::Relaxed);
 }
 
 /// Appends one record; returns its index in the file (what a later `D2HBytes` names), or
 /// `None` when nothing is logged.
 pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
-    if !wanted() || !HEALTHY.load(Ordering::Relaxed) {
+    let (tag, family, state) = (call.tag(), call.family(), call.is_state());
+    write_with(status, (tag, family, state), |to, head| {
+        let rec = Record {
+            t_ns: head.0,
+            thread: head.1,
+            status,
+            call,
+        };
+        match to {
+            To::Ring(ring, index) => ring.push(index, &rec),
+            To::Buf(buf) => gputape_shimlog::encode(&rec, buf),
+        }
+    })
+}
+
+/// `write` of a launch whose `len` parameter bytes `fill` writes (`encode_launch`): encoded
+/// where it is kept, with no record built and no buffer between (every launch a program
+/// makes passes here).
+pub fn write_launch(
+    status: i32,
+    h: &gputape_shimlog::LaunchHead,
+    layout: Option<&[(u32, u32)]>,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> Option<u64> {
+    let kind = (gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel", false);
+    write_with(status, kind, |to, head| {
+        let head = (head.0, head.1, status);
+        match to {
+            To::Ring(ring, index) => ring.push_work(index, |b| {
+                gputape_shimlog::encode_launch(b, head, h, layout, len, fill)
+            }),
+            To::Buf(buf) => gputape_shimlog::encode_launch(buf, head, h, layout, len, fill),
+        }
+    })
+}
+
+/// Where a record goes: the flight recorder's ring, as record `index`, or the log's buffer.
+enum To<'a> {
+    Ring(&'a mut Ring, u64),
+    Buf(&'a mut Vec<u8>),
+}
+
+/// `write` with the record's (type byte, family, whether it is state) given and its bytes
+/// put where they go by `put`, handed the time and thread they carry.
+#[inline]
+fn write_with(
+    status: i32,
+    (tag, family, state): (u8, &'static str, bool),
+    put: impl FnOnce(To<'_>, (u64, u32)),
+) -> Option<u64> {
+    if !wanted() || !FLAGS.healthy.load(Ordering::Relaxed) {
         return None;
     }
-    if PAUSED.load(Ordering::Relaxed) && !call.is_state() && !flight::is_fault(status) {
+    if FLAGS.paused.load(Ordering::Relaxed) && !state && !flight::is_fault(status) {
         return None;
     }
-    let _t = super::selftime::Guard::start(|| (call.tag(), call.family()));
+    let _t = super::selftime::Guard::start(|| (tag, family));
     let thread = thread_id();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // A forked child starts a file of its own: what the parent had gathered is the parent's.
     // A load first: a swap on every record would be a locked write to a shared line.
-    let forked = FORKED.load(Ordering::Relaxed) && FORKED.swap(false, Ordering::Relaxed);
+    let forked =
+        FLAGS.forked.load(Ordering::Relaxed) && FLAGS.forked.swap(false, Ordering::Relaxed);
     if forked || g.is_none() {
         *g = Some(open(std::process::id())?);
     }
     let log = g.as_mut()?;
     let t_ns = log.clock.now_ns();
-    let rec = Record {
-        t_ns,
-        thread,
-        status,
-        call,
-    };
     let index = log.records;
     log.records += 1;
     if let Some(ring) = &mut log.ring {
-        ring.push(index, &rec);
+        put(To::Ring(ring, index), (t_ns, thread));
         if flight::is_fault(status) {
             // The record's status names the fault; the reader spells it (`gputape run` does).
             let reason = format!(
-                "returned by {} (record {index} of process {}'s calls)",
-                rec.call.family(),
+                "returned by {family} (record {index} of process {}'s calls)",
                 log.pid
             );
             dump_locked(log, &reason, thread, status, &[], true);
         }
         return Some(index);
     }
-    gputape_shimlog::encode(&rec, &mut log.buf);
+    put(To::Buf(&mut log.buf), (t_ns, thread));
     if log.buf.len() >= FLUSH_AT {
         flush_locked(log);
     }
@@ -321,7 +380,7 @@ pub fn flush() {
     }
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // In a child that has logged nothing yet, what is gathered is the parent's to write.
-    if FORKED.load(Ordering::Relaxed) {
+    if FLAGS.forked.load(Ordering::Relaxed) {
         return;
     }
     if let Some(log) = g.as_mut()
@@ -332,7 +391,7 @@ pub fn flush() {
 }
 
 fn fail(why: &str) {
-    if HEALTHY.swap(false, Ordering::Relaxed) {
+    if FLAGS.healthy.swap(false, Ordering::Relaxed) {
         let _ = writeln!(
             std::io::stderr(),
             "gputape-shim: {why}; the call log stops here (the program runs on unrecorded)"

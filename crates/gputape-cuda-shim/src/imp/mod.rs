@@ -4,6 +4,7 @@
 mod chunks;
 mod clock;
 mod counts;
+mod flags;
 mod flight;
 mod hooks;
 mod log;

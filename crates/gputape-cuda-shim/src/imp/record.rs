@@ -754,8 +754,6 @@ type ByHandle<V> = HashMap<u64, V, std::hash::BuildHasherDefault<HandleHasher>>;
 thread_local! {
     /// Each thread's copy of the layouts it has launched with: no lock on a launch.
     static LOCAL_LAYOUTS: std::cell::RefCell<ByHandle<Layout>> = Default::default();
-    /// The parameter bytes of the launch being logged, reused: no allocation per launch.
-    static PARAMS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `func`'s parameters as (offset, size): `cuFuncGetParamInfo`, or `cuKernelGetParamInfo` for a
@@ -800,77 +798,117 @@ fn ask_layout(func: u64, i: usize) -> Option<Vec<(u32, u32)>> {
     Some(out)
 }
 
-/// The parameter bytes of a launch, laid out by `layout`, from `kernelParams` or from
-/// `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER`.
-///
-/// # Safety
-/// `params` and `extra` are what the driver just accepted for a launch of a function with
-/// this layout.
-unsafe fn param_bytes(
-    layout: Option<&[(u32, u32)]>,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-    out: &mut Vec<u8>,
-) {
-    out.clear();
-    if !params.is_null() {
-        let Some(layout) = layout else {
-            return;
-        };
-        let total = layout
-            .iter()
-            .map(|&(o, s)| o as usize + s as usize)
-            .max()
-            .unwrap_or(0);
-        out.resize(total, 0);
-        for (k, &(o, s)) in layout.iter().enumerate() {
-            // SAFETY: the driver read parameter k's `s` bytes through params[k].
-            let p = unsafe { *params.add(k) };
-            if p.is_null() {
-                continue;
+/// Where a launch's parameter bytes come from: `kernelParams` laid out by the function's
+/// layout, or `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER` (and its size), or nowhere (no
+/// layout for `kernelParams`, or neither given).
+enum ParamSource {
+    Pointers(*mut *mut c_void),
+    Buffer(*const u8, usize),
+    None,
+}
+
+impl ParamSource {
+    /// The source of a launch given `params` and `extra` for a function with `layout`.
+    ///
+    /// # Safety
+    /// `extra`, when not null, is what the driver just accepted for this launch: a list of
+    /// key and value pairs up to its end marker.
+    unsafe fn of(
+        layout: Option<&[(u32, u32)]>,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> Self {
+        if !params.is_null() {
+            return match layout {
+                Some(_) => ParamSource::Pointers(params),
+                None => ParamSource::None,
+            };
+        }
+        if extra.is_null() {
+            return ParamSource::None;
+        }
+        // extra: key, value pairs up to CU_LAUNCH_PARAM_END (0); BUFFER_POINTER is 1,
+        // BUFFER_SIZE 2.
+        let (mut buf, mut size): (*const u8, usize) = (core::ptr::null(), 0);
+        for k in (0..64).step_by(2) {
+            // SAFETY: the driver walked this list to its end marker.
+            let key = unsafe { *extra.add(k) } as usize;
+            if key == 0 {
+                break;
             }
-            // SAFETY: as above; the destination lies inside `out` by construction. Pointers
-            // and scalars (most parameters) move as one word, not through a call to memcpy.
-            unsafe {
-                let (src, dst) = (p.cast::<u8>(), out.as_mut_ptr().add(o as usize));
-                match s {
-                    8 => dst
-                        .cast::<u64>()
-                        .write_unaligned(src.cast::<u64>().read_unaligned()),
-                    4 => dst
-                        .cast::<u32>()
-                        .write_unaligned(src.cast::<u32>().read_unaligned()),
-                    _ => core::ptr::copy_nonoverlapping(src, dst, s as usize),
+            // SAFETY: every key but the end marker is followed by its value.
+            let val = unsafe { *extra.add(k + 1) };
+            match key {
+                1 => buf = val.cast::<u8>(),
+                // SAFETY: BUFFER_SIZE's value points at a size_t.
+                2 if !val.is_null() => size = unsafe { *val.cast::<usize>() },
+                _ => {}
+            }
+        }
+        if buf.is_null() {
+            ParamSource::None
+        } else {
+            ParamSource::Buffer(buf, size)
+        }
+    }
+
+    /// How many bytes the parameters take, laid out by `layout`.
+    fn len(&self, layout: Option<&[(u32, u32)]>) -> usize {
+        match self {
+            ParamSource::Pointers(_) => layout
+                .unwrap_or(&[])
+                .iter()
+                .map(|&(o, s)| o as usize + s as usize)
+                .max()
+                .unwrap_or(0),
+            ParamSource::Buffer(_, n) => *n,
+            ParamSource::None => 0,
+        }
+    }
+
+    /// The parameter bytes into `out` (`len` of them, zeroed: what no parameter covers stays
+    /// padding).
+    ///
+    /// # Safety
+    /// `Pointers`: `params[k]` points at parameter k's bytes as `layout` sizes them (the
+    /// driver read them so); `Buffer`: `n` readable bytes.
+    unsafe fn fill(&self, layout: Option<&[(u32, u32)]>, out: &mut [u8]) {
+        match *self {
+            ParamSource::Pointers(params) => {
+                for (k, &(o, s)) in layout.unwrap_or(&[]).iter().enumerate() {
+                    // SAFETY: the driver read parameter k's `s` bytes through params[k].
+                    let p = unsafe { *params.add(k) };
+                    let Some(dst) = out.get_mut(o as usize..o as usize + s as usize) else {
+                        continue;
+                    };
+                    if p.is_null() {
+                        continue;
+                    }
+                    // SAFETY: as above. Pointers and scalars (most parameters) move as one
+                    // word, not through a call to memcpy.
+                    unsafe {
+                        let src = p.cast::<u8>();
+                        match s {
+                            8 => dst
+                                .as_mut_ptr()
+                                .cast::<u64>()
+                                .write_unaligned(src.cast::<u64>().read_unaligned()),
+                            4 => dst
+                                .as_mut_ptr()
+                                .cast::<u32>()
+                                .write_unaligned(src.cast::<u32>().read_unaligned()),
+                            _ => core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()),
+                        }
+                    }
                 }
             }
-        }
-        return;
-    }
-    if extra.is_null() {
-        return;
-    }
-    // extra: key, value pairs up to CU_LAUNCH_PARAM_END (0); BUFFER_POINTER is 1, BUFFER_SIZE 2.
-    let (mut buf, mut size): (*const u8, usize) = (core::ptr::null(), 0);
-    for k in (0..64).step_by(2) {
-        // SAFETY: the driver walked this list to its end marker.
-        let key = unsafe { *extra.add(k) } as usize;
-        if key == 0 {
-            break;
-        }
-        // SAFETY: every key but the end marker is followed by its value.
-        let val = unsafe { *extra.add(k + 1) };
-        match key {
-            1 => buf = val.cast::<u8>(),
-            // SAFETY: BUFFER_SIZE's value points at a size_t.
-            2 if !val.is_null() => size = unsafe { *val.cast::<usize>() },
-            _ => {}
+            // SAFETY: the driver read `n` bytes of parameters there.
+            ParamSource::Buffer(buf, n) => {
+                out.copy_from_slice(unsafe { core::slice::from_raw_parts(buf, n) })
+            }
+            ParamSource::None => {}
         }
     }
-    if buf.is_null() {
-        return;
-    }
-    // SAFETY: the driver read `size` bytes of parameters at `buf`.
-    out.extend_from_slice(unsafe { core::slice::from_raw_parts(buf, size) });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -944,8 +982,8 @@ fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *
     });
 }
 
-/// `log_launch` once the function's layout is known: the parameter bytes gathered into this
-/// thread's buffer, and the record written.
+/// `log_launch` once the function's layout is known: the record written, its parameter
+/// bytes gathered straight into the place it is kept.
 fn log_launch_with(
     r: R,
     func: u64,
@@ -954,30 +992,21 @@ fn log_launch_with(
     extra: *mut *mut c_void,
     layout: Option<&Vec<(u32, u32)>>,
 ) {
-    PARAMS.with(|b| {
-        // A hook re-entered on this thread (a driver that calls back) gets a buffer of its own.
-        let mut own = Vec::new();
-        let mut held = b.try_borrow_mut();
-        let bytes = match held.as_deref_mut() {
-            Ok(v) => v,
-            Err(_) => &mut own,
-        };
-        // SAFETY: the launch's own arguments, which the driver read (or refused: then `r`
-        // says so and the bytes are still the caller's valid arguments).
-        unsafe { param_bytes(layout.map(Vec::as_slice), params, extra, bytes) };
-        log::write(
-            r,
-            Rec::Launch {
-                func,
-                grid: d.grid,
-                block: d.block,
-                shared_mem: d.shared_mem,
-                stream: d.stream,
-                cluster: d.cluster,
-                layout: layout.map(|l| std::borrow::Cow::Borrowed(l.as_slice())),
-                params: bytes,
-            },
-        );
+    let layout = layout.map(Vec::as_slice);
+    // SAFETY: the launch's own arguments, which the driver read (or refused: then `r` says so
+    // and they are still the caller's valid arguments).
+    let src = unsafe { ParamSource::of(layout, params, extra) };
+    let h = gputape_shimlog::LaunchHead {
+        func,
+        grid: d.grid,
+        block: d.block,
+        shared_mem: d.shared_mem,
+        stream: d.stream,
+        cluster: d.cluster,
+    };
+    // SAFETY: as above, for the bytes the source names.
+    log::write_launch(r, &h, layout, src.len(layout), |out| unsafe {
+        src.fill(layout, out)
     });
 }
 

@@ -10,15 +10,15 @@
 
 use std::cell::Cell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::clock::ticks;
+use super::flags::FLAGS;
 
 /// Set to 1 to measure.
 pub const ENV: &str = "GPUTAPE_SHIM_SELFTIME";
 
-static ON: AtomicBool = AtomicBool::new(false);
 static TICKS: AtomicU64 = AtomicU64::new(0);
 static SPANS: AtomicU64 = AtomicU64::new(0);
 /// By record tag: (ticks, spans), and a name to say it by.
@@ -37,7 +37,7 @@ thread_local! {
 pub fn init() {
     if std::env::var_os(ENV).is_some_and(|v| v == "1") {
         START.get_or_init(|| (ticks(), Instant::now()));
-        ON.store(true, Ordering::Relaxed);
+        FLAGS.selftime.store(true, Ordering::Relaxed);
     }
 }
 
@@ -48,7 +48,7 @@ impl Guard {
     /// `kind`: the record's type byte and family (`Rec::tag`, `Rec::family`), asked only when
     /// measuring (every recorded call passes here).
     pub fn start(kind: impl FnOnce() -> (u8, &'static str)) -> Guard {
-        if !ON.load(Ordering::Relaxed) {
+        if !FLAGS.selftime.load(Ordering::Relaxed) {
             return Guard(None);
         }
         let (tag, name) = kind();
@@ -63,7 +63,7 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if !ON.load(Ordering::Relaxed) {
+        if !FLAGS.selftime.load(Ordering::Relaxed) {
             return;
         }
         DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
@@ -109,7 +109,7 @@ fn rate(t0: u64, i0: Instant) -> f64 {
 /// The lines said at exit, when measuring: time spent, in how many spans, per span; then the
 /// kinds of record that took most.
 pub fn summary() -> Option<String> {
-    if !ON.load(Ordering::Relaxed) {
+    if !FLAGS.selftime.load(Ordering::Relaxed) {
         return None;
     }
     let &(t0, i0) = START.get()?;
