@@ -371,16 +371,16 @@ fn dumps_whose_sends_start_at_different_numbers_are_not_replayed_together() {
     let dir = scratch("dumps");
     let (traces, errs) = record_pipeline(&dir, Duration::from_secs(20), (None, None));
     assert!(errs.iter().all(String::is_empty), "{errs:?}");
-    // Rank 1's dump begins at its send #2 (after an all-reduce, #1), rank 2's at its receive
-    // #0 (before any): rank 2's first receive would wait for a send rank 1's dump lacks.
-    let (s1, r2) = (
-        place_of(&traces[1], "send", 2),
-        place_of(&traces[2], "recv", 0),
+    // Ranks 0 and 1 dump from step 2 on (rank 0's send #2, rank 1's receive #2), rank 2
+    // from its receive #0: its first receive would wait for a send rank 1's dump lacks.
+    let (s0, r1) = (
+        place_of(&traces[0], "send", 2),
+        place_of(&traces[1], "recv", 2),
     );
     let set = vec![
-        traces[0].clone(),
-        as_dump(&traces[1], s1),
-        as_dump(&traces[2], r2),
+        as_dump(&traces[0], s0),
+        as_dump(&traces[1], r1),
+        as_dump(&traces[2], place_of(&traces[2], "recv", 0)),
     ];
     let backends: Vec<MockGpuBackend> = (0..3).map(|_| mock(Duration::from_secs(2))).collect();
     let err = match replay_ranks(&set, &backends, &ReplayOptions::default()) {

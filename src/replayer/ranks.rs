@@ -125,7 +125,8 @@ fn check_aligned(traces: &[Trace]) -> anyhow::Result<()> {
 fn check_pairs_aligned(traces: &[Trace]) -> anyhow::Result<()> {
     use crate::analysis::ranks::{joined_comms, Exchange};
     // (communicator, sender, receiver) -> [the sender's first, the receiver's first].
-    let mut firsts: HashMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> = HashMap::new();
+    let mut firsts: std::collections::BTreeMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> =
+        Default::default();
     for t in traces {
         let comms: HashMap<_, _> = joined_comms(t)
             .into_iter()
