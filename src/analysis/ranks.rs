@@ -434,6 +434,17 @@ pub fn render_findings(f: &[RankFinding]) -> String {
             c.rank, c.call, c.text, c.ret, c.site
         );
     };
+    // What a rank that never made an exchange did instead.
+    let instead = |s: &mut String, (r, last, failed): &(u32, Vec<RankCall>, Option<RankCall>)| {
+        let _ = writeln!(s, " rank {r} instead, last calls:");
+        for c in last {
+            line(s, c);
+        }
+        if let Some(c) = failed {
+            let _ = writeln!(s, " rank {r} failed first at:");
+            line(s, c);
+        }
+    };
     for x in f {
         match x {
             RankFinding::Mismatch { unique, seq, calls } => {
@@ -460,15 +471,8 @@ pub fn render_findings(f: &[RankFinding]) -> String {
                 for c in made {
                     line(&mut s, c);
                 }
-                for (r, last, failed) in missing {
-                    let _ = writeln!(s, " rank {r} instead, last calls:");
-                    for c in last {
-                        line(&mut s, c);
-                    }
-                    if let Some(c) = failed {
-                        let _ = writeln!(s, " rank {r} failed first at:");
-                        line(&mut s, c);
-                    }
+                for m in missing {
+                    instead(&mut s, m);
                 }
             }
             RankFinding::Unpaired {
@@ -477,22 +481,16 @@ pub fn render_findings(f: &[RankFinding]) -> String {
                 to,
                 seq,
                 made,
-                missing: (r, last, failed),
+                missing,
             } => {
-                let never = if *r == *to { "received" } else { "sent" };
+                let r = missing.0;
+                let never = if r == *to { "received" } else { "sent" };
                 let _ = writeln!(
                     s,
                     "communicator {unique}, send #{seq} from rank {from} to rank {to}: rank {r} never {never} it"
                 );
                 line(&mut s, made);
-                let _ = writeln!(s, " rank {r} instead, last calls:");
-                for c in last {
-                    line(&mut s, c);
-                }
-                if let Some(c) = failed {
-                    let _ = writeln!(s, " rank {r} failed first at:");
-                    line(&mut s, c);
-                }
+                instead(&mut s, missing);
             }
             RankFinding::PairMismatch {
                 unique,

@@ -40,15 +40,46 @@ pub(super) struct World {
     arrived: Condvar,
 }
 
+impl World {
+    /// Waits, holding the world's lock `m` between looks, until `done` holds; after `wait`,
+    /// the error `late` makes of what the meeting then is.
+    fn wait_for<'w>(
+        &'w self,
+        mut m: std::sync::MutexGuard<'w, Meeting>,
+        wait: Duration,
+        done: impl Fn(&Meeting) -> bool,
+        late: impl FnOnce(&Meeting) -> anyhow::Error,
+    ) -> anyhow::Result<std::sync::MutexGuard<'w, Meeting>> {
+        let until = Instant::now() + wait;
+        while !done(&m) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(late(&m));
+            }
+            m = self
+                .arrived
+                .wait_timeout(m, left)
+                .expect("a world's lock")
+                .0;
+        }
+        Ok(m)
+    }
+}
+
 #[derive(Default)]
 struct Meeting {
     joined: Vec<u32>,
-    /// Collectives under way, by sequence number: what each rank brought, and how many have
-    /// taken their result (the entry goes when all have).
-    rounds: BTreeMap<u64, Round>,
-    /// Exchanges under way, by (sender, receiver, their number between the two): what each
-    /// side brought (the entry goes when both have taken their result).
-    pairs: BTreeMap<(u32, u32, u64), Round>,
+    /// Collectives under way: what each rank brought, and how many have taken their result
+    /// (the entry goes when all have).
+    rounds: BTreeMap<Key, Round>,
+}
+
+/// A collective under way: a group collective by its number, a send and its receive by
+/// (sender, receiver, their number between the two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Group(u64),
+    Pair(u32, u32, u64),
 }
 
 #[derive(Default)]
@@ -196,24 +227,20 @@ impl MockGpuBackend {
             m.joined.push(rank);
             world.arrived.notify_all();
             let wait = self.cfg.comm_timeout;
-            let until = Instant::now() + wait;
-            while m.joined.len() < nranks as usize {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
+            drop(world.wait_for(
+                m,
+                wait,
+                |m| m.joined.len() >= nranks as usize,
+                |m| {
                     let missing: Vec<u32> = (0..nranks)
                         .filter(|r| !m.joined.contains(r))
                         .take(64)
                         .collect();
-                    anyhow::bail!(
+                    anyhow::anyhow!(
                         "comm_init: rank {rank} of communicator {id} waited {wait:?} for ranks {missing:?}, which never joined"
-                    );
-                }
-                m = world
-                    .arrived
-                    .wait_timeout(m, left)
-                    .expect("a world's lock")
-                    .0;
-            }
+                    )
+                },
+            )?);
         }
         let mut c = self.comms.lock();
         c.next += 1;
@@ -316,105 +343,79 @@ fn meet(
     brought: (Collective, u64, CollDtype, Vec<u8>),
     wait: Duration,
 ) -> anyhow::Result<Vec<u8>> {
-    let pair = match brought.0 {
-        Collective::Send { peer } => Some((rank, peer)),
-        Collective::Recv { peer } => Some((peer, rank)),
-        _ => None,
-    };
-    if let Some(pair) = pair {
-        return exchange(world, rank, pair, seq, brought, wait);
-    }
-    let n = world.nranks;
-    let mut m = world.state.lock().expect("a world's lock");
-    m.rounds
-        .entry(seq)
-        .or_default()
-        .brought
-        .insert(rank, brought);
-    world.arrived.notify_all();
-    let until = Instant::now() + wait;
-    loop {
-        let r = &m.rounds[&seq];
-        if r.brought.len() == n as usize {
-            break;
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let missing: Vec<u32> = (0..n)
-                .filter(|q| !r.brought.contains_key(q))
-                .take(64)
-                .collect();
-            let (op, count, dtype, _) = &r.brought[&rank];
-            anyhow::bail!(
-                "collective #{seq} ({} of {count} {dtype:?}): rank {rank} waited {wait:?} for ranks {missing:?}, which never made it",
-                op.name()
-            );
-        }
-        m = world
-            .arrived
-            .wait_timeout(m, left)
-            .expect("a world's lock")
-            .0;
-    }
-    let round = m.rounds.get_mut(&seq).expect("this round");
-    let result = outcome(rank, n, seq, &round.brought);
-    round.taken += 1;
-    if round.taken == n {
-        m.rounds.remove(&seq);
-    }
-    result
-}
-
-/// Rank `rank`'s side of exchange `seq` from `from` to `to` (`rank` is one of them): bring
-/// what it sends, wait for the other side, take what it receives.
-fn exchange(
-    world: &World,
-    rank: u32,
-    (from, to): (u32, u32),
-    seq: u64,
-    brought: (Collective, u64, CollDtype, Vec<u8>),
-    wait: Duration,
-) -> anyhow::Result<Vec<u8>> {
     let n = world.nranks;
     let (op, count, dtype) = (brought.0, brought.1, brought.2);
+    let (from, to) = match op {
+        Collective::Send { peer } => (rank, peer),
+        Collective::Recv { peer } => (peer, rank),
+        _ => {
+            let late = |m: &Meeting| {
+                let r = &m.rounds[&Key::Group(seq)];
+                let missing: Vec<u32> = (0..n)
+                    .filter(|q| !r.brought.contains_key(q))
+                    .take(64)
+                    .collect();
+                anyhow::anyhow!(
+                    "collective #{seq} ({} of {count} {dtype:?}): rank {rank} waited {wait:?} for ranks {missing:?}, which never made it",
+                    op.name()
+                )
+            };
+            return rendezvous(world, rank, (Key::Group(seq), n), brought, wait, late);
+        }
+    };
     let peer = if rank == from { to } else { from };
     anyhow::ensure!(
         peer < n && peer != rank,
         "{} #{seq} of {count} {dtype:?}: rank {rank} names rank {peer} of {n} as its peer",
         op.name()
     );
-    let key = (from, to, seq);
+    let late = |_: &Meeting| {
+        let (mine, theirs) = if rank == from {
+            ("send", "received")
+        } else {
+            ("receive", "sent")
+        };
+        anyhow::anyhow!(
+            "{mine} #{seq} from rank {from} to rank {to} ({count} {dtype:?}): rank {rank} waited {wait:?}; rank {peer} never {theirs} it"
+        )
+    };
+    rendezvous(
+        world,
+        rank,
+        (Key::Pair(from, to, seq), 2),
+        brought,
+        wait,
+        late,
+    )
+}
+
+/// Bring `brought` to meeting `key` of `expected` ranks, wait for the others (after `wait`,
+/// `late`'s error), and take this rank's result; the meeting goes once all have taken theirs.
+fn rendezvous(
+    world: &World,
+    rank: u32,
+    (key, expected): (Key, u32),
+    brought: (Collective, u64, CollDtype, Vec<u8>),
+    wait: Duration,
+    late: impl FnOnce(&Meeting) -> anyhow::Error,
+) -> anyhow::Result<Vec<u8>> {
     let mut m = world.state.lock().expect("a world's lock");
-    m.pairs
+    m.rounds
         .entry(key)
         .or_default()
         .brought
         .insert(rank, brought);
     world.arrived.notify_all();
-    let until = Instant::now() + wait;
-    while m.pairs[&key].brought.len() < 2 {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let (mine, theirs) = if rank == from {
-                ("send", "received")
-            } else {
-                ("receive", "sent")
-            };
-            anyhow::bail!(
-                "{mine} #{seq} from rank {from} to rank {to} ({count} {dtype:?}): rank {rank} waited {wait:?}; rank {peer} never {theirs} it"
-            );
-        }
-        m = world
-            .arrived
-            .wait_timeout(m, left)
-            .expect("a world's lock")
-            .0;
-    }
-    let round = m.pairs.get_mut(&key).expect("this exchange");
-    let result = outcome(rank, n, seq, &round.brought);
+    let full = |m: &Meeting| m.rounds[&key].brought.len() == expected as usize;
+    let mut m = world.wait_for(m, wait, full, late)?;
+    let seq = match key {
+        Key::Group(s) | Key::Pair(_, _, s) => s,
+    };
+    let round = m.rounds.get_mut(&key).expect("this round");
+    let result = outcome(rank, world.nranks, seq, &round.brought);
     round.taken += 1;
-    if round.taken == 2 {
-        m.pairs.remove(&key);
+    if round.taken == expected {
+        m.rounds.remove(&key);
     }
     result
 }
