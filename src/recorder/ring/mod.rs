@@ -124,7 +124,7 @@ struct RawEntry {
 }
 
 /// A delta learned with its raw key: `bytes[..n]` at offset `at` of the template's call.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Patch {
     at: u16,
     n: u8,
@@ -206,6 +206,10 @@ pub(crate) struct Templates {
     raw_gen: u64,
     /// Bytes of template content held.
     content_bytes: usize,
+    /// Patched entries the fast path used, dropped with the raw cache (the maps changed)
+    /// before a checkpoint asked them what they wrote: (template, patch) -> the newest span
+    /// they were used in. `entry_writes_in` asks them too, then lets them go.
+    retired: HashMap<(u32, Patch), u64>,
 }
 
 fn content_hash(head: &[u8], call: &[u8]) -> u64 {
@@ -475,7 +479,12 @@ impl Templates {
             return;
         }
         if gen != self.raw_gen || self.entries.len() + 2 > RAW_MAX {
-            self.entries.clear();
+            for e in self.entries.drain(..) {
+                if let (Some(p), true) = (e.patch, e.span != u64::MAX) {
+                    let at = self.retired.entry((e.slot, p)).or_insert(e.span);
+                    *at = (*at).max(e.span);
+                }
+            }
             self.raw.clear();
             self.shape.clear();
             self.last_hit = NONE;
@@ -662,28 +671,40 @@ impl Templates {
     ) {
         let mut record = Vec::new();
         let slab = &self.slab;
+        // Template `slot` with patch `p`, as a Begin record in `record`.
+        let patched = |slot: u32, p: &Patch, record: &mut Vec<u8>| -> bool {
+            let Some(Some(t)) = slab.get(slot as usize) else {
+                return false;
+            };
+            let (head, call) = t.content.split_at(t.head_len);
+            record.clear();
+            append_begin_split(0, 0, head, call, record);
+            let call_at = record.len() - call.len();
+            let Some(dst) = record[call_at..].get_mut(p.range()) else {
+                return false;
+            };
+            dst.copy_from_slice(&p.bytes[..usize::from(p.n)]);
+            true
+        };
         for e in &mut self.entries {
             let Some(p) = e.patch.filter(|_| e.span == span) else {
                 continue;
             };
-            if e.writes.is_none() {
-                let Some(Some(t)) = slab.get(e.slot as usize) else {
-                    continue;
-                };
-                let (head, call) = t.content.split_at(t.head_len);
-                record.clear();
-                append_begin_split(0, 0, head, call, &mut record);
-                let call_at = record.len() - call.len();
-                let Some(dst) = record[call_at..].get_mut(p.range()) else {
-                    continue;
-                };
-                dst.copy_from_slice(&p.bytes[..usize::from(p.n)]);
+            if e.writes.is_none() && patched(e.slot, &p, &mut record) {
                 e.writes = Some(compute(&record));
             }
             if let Some(w) = &e.writes {
                 each(w);
             }
         }
+        // Those dropped with the raw cache: a template the span used is not evicted before
+        // its checkpoint, so their slots still hold what they were learned on.
+        for ((slot, p), _) in self.retired.iter().filter(|(_, s)| **s == span) {
+            if patched(*slot, p, &mut record) {
+                each(&compute(&record));
+            }
+        }
+        self.retired.retain(|_, s| *s > span);
     }
 
     /// Bytes held: content, and a rough count of the maps' entries (the raw keys too: they
@@ -713,6 +734,7 @@ impl Default for Templates {
             last_hit: NONE,
             raw_gen: 0,
             content_bytes: 0,
+            retired: HashMap::default(),
         }
     }
 }

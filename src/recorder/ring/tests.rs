@@ -231,6 +231,23 @@ fn a_later_layers_launch_kept_as_a_delta_takes_the_fast_path() {
         assert!(computed.iter().all(|c| *c == want), "span {span}");
         assert_eq!(each, if span == 2 { 2 } else { 0 }, "span {span}");
     }
+    // Used again in span 4, then the maps change (an allocation: the raw cache is emptied by
+    // the next call learned) before span 4's checkpoint: its writes are still given, once.
+    assert!(matches!(t.fast(&k1, 0, 4), Some(Fast::Delta { .. })));
+    t.learn(&k0, 1, base, None);
+    for (calls, what) in [(1, "dropped with the raw cache"), (0, "given once")] {
+        let mut computed = Vec::new();
+        t.entry_writes_in(
+            4,
+            |r| {
+                computed.push(split(r).map(|p| p.3.to_vec()));
+                Writes::default()
+            },
+            |_| {},
+        );
+        assert_eq!(computed.len(), calls, "{what}");
+        assert!(computed.iter().all(|c| *c == want), "{what}");
+    }
 }
 
 #[test]
