@@ -404,3 +404,39 @@ fn dumps_whose_sends_start_at_different_numbers_are_not_replayed_together() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `gputape ranks` on the pipeline's traces, as a user runs it: exit code and stdout.
+fn cli_ranks(dir: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("ranks")
+        .args((0..3).map(|r| dir.join(format!("rank{r}.gtape"))))
+        .args(extra)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn gputape_ranks_lines_up_a_pipeline_and_names_a_left_out_send() {
+    let dir = scratch("cli-clean");
+    let (_, errs) = record_pipeline(&dir, Duration::from_secs(20), (None, None));
+    assert!(errs.iter().all(String::is_empty), "{errs:?}");
+    let (code, text) = cli_ranks(&dir, &["--replay"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("every send met its receive"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+    let dir = scratch("cli-skipped");
+    record_pipeline(&dir, Duration::from_secs(2), (Some(3), None));
+    let (code, text) = cli_ranks(&dir, &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("send #3 from rank 1 to rank 2: rank 1 never sent it")
+            && text.contains("rank 1 instead, last calls:")
+            && text.contains("tests/pipeline.rs"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

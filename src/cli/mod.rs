@@ -122,9 +122,10 @@ enum Cmd {
     /// Print a trace: its calls in canonical form, then a summary.
     Show(show::Args),
     /// Lay a rank set's traces side by side: each communicator's collectives matched by
-    /// number across the ranks, and the first where they parted (a rank that never made a
-    /// collective, with what it did instead; a different collective, count or type) named
-    /// with ranks and sites. Exit 1 where they parted.
+    /// number across the ranks and each send paired with its receive, and the first where
+    /// they parted (a rank that never made a collective or a send's other side, with what it
+    /// did instead; a different collective, count or type) named with ranks and sites. Exit 1
+    /// where they parted.
     Ranks(ranks::Args),
     /// Run an unmodified CUDA program (PyTorch, vLLM, anything that loads libcuda.so.1) with
     /// gputape's driver shim in front of the real driver: every driver call is counted and

@@ -21,8 +21,9 @@ pub struct Args {
     replay: bool,
 }
 
-/// Exit 0 when every communicator's ranks made the same collectives (and, with `--replay`,
-/// every rank's replay matched its recording), 1 where they parted or a replay did not.
+/// Exit 0 when every communicator's ranks made the same collectives and every send met its
+/// receive (and, with `--replay`, every rank's replay matched its recording), 1 where they
+/// parted or a replay did not.
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     let traces = a
         .traces
@@ -61,7 +62,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         return Ok(Exit::Findings);
     }
     println!(
-        "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives",
+        "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives, every send met its receive",
         traces.len()
     );
     if !a.replay {
