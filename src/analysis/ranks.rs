@@ -10,7 +10,8 @@
 //! before it (`Adopted::Comm`), and the comparison starts at the first collective that every
 //! rank's dump holds.
 
-use crate::backend::{Collective, CommUniqueId};
+use crate::backend::CommUniqueId;
+pub use crate::backend::Exchange;
 use crate::trace::{call_text, ret_text, Call, CommId, Trace, Value};
 use std::collections::BTreeMap;
 
@@ -87,37 +88,6 @@ pub enum RankFinding {
         /// The ranks without a trace (the first 64).
         ranks: Vec<u32>,
     },
-}
-
-/// Which exchange a collective is, named the same on every rank that takes part in it: a
-/// group collective by its number on the communicator, a send or a receive by its sender,
-/// its receiver and its number between the two (each rank numbers its sends to, and
-/// receives from, each peer: the recorder's `Call::Collective::seq`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Exchange {
-    /// A group collective, by its number.
-    Group(u64),
-    /// A send and its receive: the sender, the receiver, and their number between the two.
-    Pair { from: u32, to: u32, seq: u64 },
-}
-
-impl Exchange {
-    /// Collective `op`, numbered `seq`, made by `rank`.
-    pub fn of(op: Collective, seq: u64, rank: u32) -> Self {
-        match op {
-            Collective::Send { peer } => Exchange::Pair {
-                from: rank,
-                to: peer,
-                seq,
-            },
-            Collective::Recv { peer } => Exchange::Pair {
-                from: peer,
-                to: rank,
-                seq,
-            },
-            _ => Exchange::Group(seq),
-        }
-    }
 }
 
 /// One trace's part in the set.

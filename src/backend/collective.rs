@@ -30,6 +30,69 @@ impl fmt::Display for CommUniqueId {
     }
 }
 
+/// Which exchange a collective is, named the same on every rank that takes part in it: a
+/// group collective by its number on the communicator, a send or a receive by its sender,
+/// its receiver and its number between the two (`Numbering`). What the mock's ranks meet
+/// by, and what the rank-set analysis, its replay and its minimizer pair calls by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Exchange {
+    /// A group collective, by its number.
+    Group(u64),
+    /// A send and its receive.
+    Pair {
+        /// The sender.
+        from: u32,
+        /// The receiver.
+        to: u32,
+        /// Their number between the two.
+        seq: u64,
+    },
+}
+
+impl Exchange {
+    /// Collective `op`, numbered `seq`, made by `rank`.
+    pub fn of(op: Collective, seq: u64, rank: u32) -> Self {
+        match op {
+            Collective::Send { peer } => Exchange::Pair {
+                from: rank,
+                to: peer,
+                seq,
+            },
+            Collective::Recv { peer } => Exchange::Pair {
+                from: peer,
+                to: rank,
+                seq,
+            },
+            _ => Exchange::Group(seq),
+        }
+    }
+}
+
+/// One rank's numbers on a communicator: its group collectives counted on the communicator,
+/// its sends to (receives from) each peer counted per peer, so the k-th send from a to b is
+/// b's k-th receive from a whatever the other ranks do. The mock's ranks and the recorder
+/// number alike by it.
+#[derive(Clone, Debug, Default)]
+pub struct Numbering {
+    /// The number of the next group collective.
+    pub group: u64,
+    /// The number of the next send to (`true`) or receive from (`false`) each peer.
+    pairs: std::collections::HashMap<(u32, bool), u64>,
+}
+
+impl Numbering {
+    /// The number `op` takes, and the count moved on.
+    pub fn take(&mut self, op: Collective) -> u64 {
+        let n = match op {
+            Collective::Send { peer } => self.pairs.entry((peer, true)).or_insert(0),
+            Collective::Recv { peer } => self.pairs.entry((peer, false)).or_insert(0),
+            _ => &mut self.group,
+        };
+        *n += 1;
+        *n - 1
+    }
+}
+
 /// A communicator, as a backend hands it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CommHandle(pub u64);

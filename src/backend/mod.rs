@@ -27,7 +27,9 @@ pub mod tensormap;
 mod types;
 
 pub use capture::*;
-pub use collective::{reduce_into, CollDtype, Collective, CommHandle, CommUniqueId, ReduceOp};
+pub use collective::{
+    reduce_into, CollDtype, Collective, CommHandle, CommUniqueId, Exchange, Numbering, ReduceOp,
+};
 pub use error::{device_error, driver_code, DeviceError, FaultAlloc};
 pub use module::{f32_bytes, HostBody, HostCtx, HostFault, KernelDesc, ModuleDesc};
 pub use op_cache::OpCache;

@@ -21,10 +21,10 @@
 
 use super::{here, MockError, MockGpuBackend};
 use crate::backend::{
-    reduce_into, CallKind, CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr,
+    reduce_into, CallKind, CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr, Exchange,
+    Numbering,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -71,15 +71,7 @@ struct Meeting {
     joined: Vec<u32>,
     /// Collectives under way: what each rank brought, and how many have taken their result
     /// (the entry goes when all have).
-    rounds: BTreeMap<Key, Round>,
-}
-
-/// A collective under way: a group collective by its number, a send and its receive by
-/// (sender, receiver, their number between the two).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Key {
-    Group(u64),
-    Pair(u32, u32, u64),
+    rounds: BTreeMap<Exchange, Round>,
 }
 
 #[derive(Default)]
@@ -88,43 +80,27 @@ struct Round {
     taken: u32,
 }
 
-/// This rank's numbers on a communicator: of its group collectives, and of its sends to and
-/// receives from each peer (by (peer, whether a send)). Shared with the graphs that captured
-/// its collectives: a graph's collective takes its number when the graph runs.
-#[derive(Default)]
-pub(super) struct Counters {
-    group: AtomicU64,
-    pairs: Mutex<HashMap<(u32, bool), u64>>,
-}
+/// This rank's numbers on a communicator, shared with the graphs that captured its
+/// collectives: a graph's collective takes its number when the graph runs.
+type Counters = Mutex<Numbering>;
 
-impl Counters {
-    /// The number `op` takes on this rank: its place among the group collectives, or among
-    /// this rank's sends to (receives from) its peer.
-    fn take(&self, op: Collective) -> u64 {
-        let key = match op {
-            Collective::Send { peer } => (peer, true),
-            Collective::Recv { peer } => (peer, false),
-            _ => return self.group.fetch_add(1, Ordering::Relaxed),
-        };
-        let mut m = self.pairs.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(key).or_insert(0);
-        *n += 1;
-        *n - 1
-    }
+/// The number `op` takes on this rank (`Numbering::take`).
+fn take(c: &Counters, op: Collective) -> u64 {
+    c.lock().unwrap_or_else(|p| p.into_inner()).take(op)
 }
 
 /// This rank's side of a communicator.
 pub(super) struct RankComm {
     world: Arc<World>,
     rank: u32,
-    next_seq: Arc<Counters>,
+    counters: Arc<Counters>,
 }
 
 /// A collective captured into a graph, run at each of the graph's launches.
 pub(crate) struct CapturedCollective {
     world: Arc<World>,
     rank: u32,
-    next_seq: Arc<Counters>,
+    counters: Arc<Counters>,
     op: Collective,
     send: u64,
     recv: u64,
@@ -155,7 +131,7 @@ impl CapturedCollective {
     /// returns what it receives. `Err`: the meeting failed (a rank missing, or asking for
     /// another collective), in words.
     pub(super) fn run(&self, mine: Vec<u8>) -> Result<Vec<u8>, String> {
-        let seq = self.next_seq.take(self.op);
+        let seq = take(&self.counters, self.op);
         meet(
             &self.world,
             self.rank,
@@ -250,7 +226,7 @@ impl MockGpuBackend {
             RankComm {
                 world,
                 rank,
-                next_seq: Arc::default(),
+                counters: Arc::default(),
             },
         );
         Ok(CommHandle(h))
@@ -275,13 +251,13 @@ impl MockGpuBackend {
             let rc = c.by_handle.get(&comm.0).ok_or_else(|| {
                 anyhow::anyhow!("collective {}: no communicator {}", op.name(), comm.0)
             })?;
-            (rc.world.clone(), rc.rank, rc.next_seq.clone())
+            (rc.world.clone(), rc.rank, rc.counters.clone())
         };
         if self.stream_is_capturing_now(stream) {
             let captured = CapturedCollective {
                 world,
                 rank,
-                next_seq: counter,
+                counters: counter,
                 op,
                 send: send.0,
                 recv: recv.0,
@@ -299,7 +275,7 @@ impl MockGpuBackend {
                 site,
             ));
         }
-        let seq = counter.take(op);
+        let seq = take(&counter, op);
         let n = world.nranks;
         let (sb, rb) = (
             op.send_bytes(count, dtype, n),
@@ -345,23 +321,20 @@ fn meet(
 ) -> anyhow::Result<Vec<u8>> {
     let n = world.nranks;
     let (op, count, dtype) = (brought.0, brought.1, brought.2);
-    let (from, to) = match op {
-        Collective::Send { peer } => (rank, peer),
-        Collective::Recv { peer } => (peer, rank),
-        _ => {
-            let late = |m: &Meeting| {
-                let r = &m.rounds[&Key::Group(seq)];
-                let missing: Vec<u32> = (0..n)
-                    .filter(|q| !r.brought.contains_key(q))
-                    .take(64)
-                    .collect();
-                anyhow::anyhow!(
-                    "collective #{seq} ({} of {count} {dtype:?}): rank {rank} waited {wait:?} for ranks {missing:?}, which never made it",
-                    op.name()
-                )
-            };
-            return rendezvous(world, rank, (Key::Group(seq), n), brought, wait, late);
-        }
+    let key = Exchange::of(op, seq, rank);
+    let Exchange::Pair { from, to, .. } = key else {
+        let late = |m: &Meeting| {
+            let r = &m.rounds[&key];
+            let missing: Vec<u32> = (0..n)
+                .filter(|q| !r.brought.contains_key(q))
+                .take(64)
+                .collect();
+            anyhow::anyhow!(
+                "collective #{seq} ({} of {count} {dtype:?}): rank {rank} waited {wait:?} for ranks {missing:?}, which never made it",
+                op.name()
+            )
+        };
+        return rendezvous(world, rank, (key, n), brought, wait, late);
     };
     let peer = if rank == from { to } else { from };
     anyhow::ensure!(
@@ -379,14 +352,7 @@ fn meet(
             "{mine} #{seq} from rank {from} to rank {to} ({count} {dtype:?}): rank {rank} waited {wait:?}; rank {peer} never {theirs} it"
         )
     };
-    rendezvous(
-        world,
-        rank,
-        (Key::Pair(from, to, seq), 2),
-        brought,
-        wait,
-        late,
-    )
+    rendezvous(world, rank, (key, 2), brought, wait, late)
 }
 
 /// Bring `brought` to meeting `key` of `expected` ranks, wait for the others (after `wait`,
@@ -394,7 +360,7 @@ fn meet(
 fn rendezvous(
     world: &World,
     rank: u32,
-    (key, expected): (Key, u32),
+    (key, expected): (Exchange, u32),
     brought: (Collective, u64, CollDtype, Vec<u8>),
     wait: Duration,
     late: impl FnOnce(&Meeting) -> anyhow::Error,
@@ -409,7 +375,7 @@ fn rendezvous(
     let full = |m: &Meeting| m.rounds[&key].brought.len() == expected as usize;
     let mut m = world.wait_for(m, wait, full, late)?;
     let seq = match key {
-        Key::Group(s) | Key::Pair(_, _, s) => s,
+        Exchange::Group(s) | Exchange::Pair { seq: s, .. } => s,
     };
     let round = m.rounds.get_mut(&key).expect("this round");
     let result = outcome(rank, world.nranks, seq, &round.brought);

@@ -5,7 +5,9 @@
 //! paired with its peer's receive whatever the other ranks did meanwhile.
 
 use super::{RecordingBackend, SyncScope};
-use crate::backend::{CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr, GpuBackend};
+use crate::backend::{
+    CollDtype, Collective, CommHandle, CommUniqueId, DevicePtr, GpuBackend, Numbering,
+};
 use crate::trace::{Adopted, Frame};
 use crate::trace::{Call, CommId, Value};
 use anyhow::Result;
@@ -20,10 +22,8 @@ pub(crate) struct CommRec {
     /// `None` for a communicator joined before the recorder started (its handle first seen
     /// at a collective).
     pub joined: Option<Joined>,
-    /// The number of the next group collective.
-    pub next_seq: u64,
-    /// The number of the next send to (`true`) or receive from (`false`) each peer.
-    pub pairs: std::collections::HashMap<(u32, bool), u64>,
+    /// The numbers its next collectives take (`Numbering::group` is what a checkpoint lists).
+    pub numbers: Numbering,
 }
 
 impl CommRec {
@@ -32,21 +32,8 @@ impl CommRec {
         CommRec {
             id,
             joined,
-            next_seq: 0,
-            pairs: Default::default(),
+            numbers: Numbering::default(),
         }
-    }
-
-    /// The number `op` takes: its place among the group collectives, or among the sends to
-    /// (receives from) its peer.
-    pub fn take(&mut self, op: Collective) -> u64 {
-        let n = match op {
-            Collective::Send { peer } => self.pairs.entry((peer, true)).or_insert(0),
-            Collective::Recv { peer } => self.pairs.entry((peer, false)).or_insert(0),
-            _ => &mut self.next_seq,
-        };
-        *n += 1;
-        *n - 1
     }
 }
 
@@ -72,7 +59,7 @@ pub(super) fn comm_frames(st: &super::RecState) -> Vec<Frame> {
                 unique: j.unique,
                 nranks: j.nranks,
                 rank: j.rank,
-                next_seq: c.next_seq,
+                next_seq: c.numbers.group,
             }))
         })
         .collect()
@@ -143,7 +130,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 .comms
                 .entry(comm.0)
                 .or_insert_with(|| CommRec::new(CommId(next), None));
-            let (id, at) = (c.id, c.take(op));
+            let (id, at) = (c.id, c.numbers.take(op));
             Call::Collective {
                 comm: id,
                 seq: at,

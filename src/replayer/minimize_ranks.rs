@@ -15,9 +15,10 @@
 //! no collective, what is left is the faulting rank alone, which says the fault is its own.
 
 use super::minimize::{ddmin, FaultSignature, MinimizeError, Shrink};
-use crate::analysis::ranks::{joined_comms, Exchange};
+use crate::analysis::ranks::joined_comms;
 use crate::analysis::window::{fault_windows, FaultWindow, WindowKind};
 use crate::backend::CommUniqueId;
+use crate::backend::Exchange;
 use crate::trace::{Adopted, Call, CommId, Trace};
 use std::collections::{BTreeSet, HashMap};
 

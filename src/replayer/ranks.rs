@@ -123,7 +123,8 @@ fn check_aligned(traces: &[Trace]) -> anyhow::Result<()> {
 /// at the pair's first; one side's exchange the other never made is a recorded failure, and
 /// is replayed as it happened.
 fn check_pairs_aligned(traces: &[Trace]) -> anyhow::Result<()> {
-    use crate::analysis::ranks::{joined_comms, Exchange};
+    use crate::analysis::ranks::joined_comms;
+    use crate::backend::Exchange;
     // (communicator, sender, receiver) -> [the sender's first, the receiver's first].
     let mut firsts: std::collections::BTreeMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> =
         Default::default();

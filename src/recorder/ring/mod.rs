@@ -670,38 +670,36 @@ impl Templates {
         mut each: impl FnMut(&Writes),
     ) {
         let mut record = Vec::new();
-        let slab = &self.slab;
-        // Template `slot` with patch `p`, as a Begin record in `record`.
-        let patched = |slot: u32, p: &Patch, record: &mut Vec<u8>| -> bool {
-            let Some(Some(t)) = slab.get(slot as usize) else {
-                return false;
-            };
-            let (head, call) = t.content.split_at(t.head_len);
+        // The writes of template `slot` with patch `p`.
+        let mut writes_of = |t: &Templates, slot: u32, p: &Patch| {
             record.clear();
-            append_begin_split(0, 0, head, call, record);
-            let call_at = record.len() - call.len();
-            let Some(dst) = record[call_at..].get_mut(p.range()) else {
-                return false;
-            };
-            dst.copy_from_slice(&p.bytes[..usize::from(p.n)]);
-            true
+            let patch = (slot, usize::from(p.at), &p.bytes[..usize::from(p.n)]);
+            t.append_begin_patched(patch, 0, 0, &mut record)
+                .then(|| compute(&record))
         };
-        for e in &mut self.entries {
+        for i in 0..self.entries.len() {
+            let e = &self.entries[i];
             let Some(p) = e.patch.filter(|_| e.span == span) else {
                 continue;
             };
-            if e.writes.is_none() && patched(e.slot, &p, &mut record) {
-                e.writes = Some(compute(&record));
+            if e.writes.is_none() {
+                let w = writes_of(self, e.slot, &p);
+                self.entries[i].writes = w;
             }
-            if let Some(w) = &e.writes {
+            if let Some(w) = &self.entries[i].writes {
                 each(w);
             }
         }
         // Those dropped with the raw cache: a template the span used is not evicted before
         // its checkpoint, so their slots still hold what they were learned on.
-        for ((slot, p), _) in self.retired.iter().filter(|(_, s)| **s == span) {
-            if patched(*slot, p, &mut record) {
-                each(&compute(&record));
+        for (slot, p) in self
+            .retired
+            .iter()
+            .filter(|(_, s)| **s == span)
+            .map(|(k, _)| k)
+        {
+            if let Some(w) = writes_of(self, *slot, p) {
+                each(&w);
             }
         }
         self.retired.retain(|_, s| *s > span);
