@@ -1,6 +1,6 @@
 //! What the flight recorder costs an engine, step by step: mean, median, 99th percentile and
-//! slowest step, plain against flight, interleaved over rounds (the host's speed drifts
-//! between them), on
+//! slowest step, plain against flight, a plain engine's steps and a recorded one's alternating
+//! in one process (the host's speed drifts by more than the recorder costs), on
 //!
 //! - an outside engine (examples/outside_engine: its own kernels, two streams, 5 launches and
 //!   2 event waits a step), eager and launched as a CUDA graph, with a 4 MiB table;
@@ -66,105 +66,172 @@ struct Sample {
     checkpoints: u64,
 }
 
-/// How many checkpoints the recorder under a run has taken (0 for a plain run).
-type Probe<'a> = Option<&'a dyn Fn() -> u64>;
-
-/// One engine's timed steps, after `WARM` untimed steps.
-type Run<'a> =
-    dyn Fn(&(dyn GpuBackend + 'static), usize, Probe) -> anyhow::Result<Vec<Sample>> + 'a;
-
-fn sample(t: Instant, issue: std::time::Duration, probe: Probe) -> Sample {
+fn sample(t: Instant, issue: std::time::Duration) -> Sample {
     Sample {
         ms: t.elapsed().as_secs_f64() * 1e3,
         issue_ms: issue.as_secs_f64() * 1e3,
-        checkpoints: probe.map_or(0, |p| p()),
+        checkpoints: 0,
     }
 }
 
-fn outside(
+/// An engine that has taken its `WARM` untimed steps, stepped one timed step at a time, so
+/// that a plain engine's steps and a recorded one's can alternate in one process.
+trait Stepper {
+    fn step(&mut self) -> anyhow::Result<Sample>;
+    /// Give back what the engine holds (two loads of a large shape in each of several runs
+    /// would not fit the device).
+    fn finish(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// How a workload starts an engine on a backend.
+type Start =
+    dyn for<'g> Fn(&'g (dyn GpuBackend + 'static)) -> anyhow::Result<Box<dyn Stepper + 'g>>;
+
+struct Outside<'g> {
+    e: engine::Engine<'g>,
+    n: u64,
+}
+
+impl Stepper for Outside<'_> {
+    fn step(&mut self) -> anyhow::Result<Sample> {
+        let t = Instant::now();
+        self.e.step(self.n)?;
+        self.n += 1;
+        Ok(sample(t, self.e.last_issue))
+    }
+}
+
+fn outside<'g>(
+    gpu: &'g (dyn GpuBackend + 'static),
     graph: bool,
-) -> impl Fn(&(dyn GpuBackend + 'static), usize, Probe) -> anyhow::Result<Vec<Sample>> {
-    move |gpu, steps, probe| {
-        let cfg = engine::Config {
-            rows: 8192,
-            dim: 128,
-            tokens: 8,
-            graph_at: graph.then_some(0),
-            prelude: 1,
-            ..engine::Config::default()
-        };
-        let mut e = engine::Engine::new(gpu, cfg.clone())
-            .or_else(|_| engine::Engine::new(gpu, engine::Config { prelude: 0, ..cfg }))?;
-        let mut out = Vec::with_capacity(steps);
-        for n in 0..(WARM + steps) as u64 {
-            let t = Instant::now();
-            e.step(n)?;
-            if n as usize >= WARM {
-                out.push(sample(t, e.last_issue, probe));
-            }
-        }
-        Ok(out)
+) -> anyhow::Result<Box<dyn Stepper + 'g>> {
+    let cfg = engine::Config {
+        rows: 8192,
+        dim: 128,
+        tokens: 8,
+        graph_at: graph.then_some(0),
+        prelude: 1,
+        ..engine::Config::default()
+    };
+    let e = engine::Engine::new(gpu, cfg.clone())
+        .or_else(|_| engine::Engine::new(gpu, engine::Config { prelude: 0, ..cfg }))?;
+    let mut s = Outside { e, n: 0 };
+    for _ in 0..WARM {
+        s.step()?;
+    }
+    Ok(Box::new(s))
+}
+
+struct Bf16<'g> {
+    gpu: &'g (dyn GpuBackend + 'static),
+    m: gputape::model::llama::Llama,
+    tokens: Vec<u32>,
+}
+
+impl Stepper for Bf16<'_> {
+    fn step(&mut self) -> anyhow::Result<Sample> {
+        let t = Instant::now();
+        self.tokens = self.m.step(self.gpu, &self.tokens)?;
+        Ok(sample(t, std::time::Duration::ZERO))
+    }
+    fn finish(&mut self) -> anyhow::Result<()> {
+        self.m.release(self.gpu)
     }
 }
 
-fn llama(
-    cfg: gputape::model::hf::HfConfig,
+fn llama<'g>(
+    gpu: &'g (dyn GpuBackend + 'static),
+    cfg: &gputape::model::hf::HfConfig,
     batch: usize,
-) -> impl Fn(&(dyn GpuBackend + 'static), usize, Probe) -> anyhow::Result<Vec<Sample>> {
-    move |gpu, steps, probe| {
-        use gputape::model::llama::{Llama, LlamaOptions};
-        // The sequences start up to 200 positions in (a quarter of a short context), and
-        // must have room for every step.
-        let max = cfg.max_position_embeddings.min(1024);
-        let opts = LlamaOptions::staggered(batch, max, (max / 4).min(200));
-        let mut m = Llama::load(gpu, &cfg, opts)?;
-        let mut tokens = vec![1u32; batch];
-        let mut out = Vec::with_capacity(steps);
-        for i in 0..WARM + steps {
-            let t = Instant::now();
-            tokens = m.step(gpu, &tokens)?;
-            if i >= WARM {
-                out.push(sample(t, std::time::Duration::ZERO, probe));
-            }
-        }
-        // Ten loads of the 8B shape's 16 GB would not fit the device together.
-        m.release(gpu)?;
-        Ok(out)
+) -> anyhow::Result<Box<dyn Stepper + 'g>> {
+    use gputape::model::llama::{Llama, LlamaOptions};
+    // The sequences start up to 200 positions in (a quarter of a short context), and must
+    // have room for every step.
+    let max = cfg.max_position_embeddings.min(1024);
+    let opts = LlamaOptions::staggered(batch, max, (max / 4).min(200));
+    let m = Llama::load(gpu, cfg, opts)?;
+    let mut s = Bf16 {
+        gpu,
+        m,
+        tokens: vec![1u32; batch],
+    };
+    for _ in 0..WARM {
+        s.step()?;
+    }
+    Ok(Box::new(s))
+}
+
+/// The built-in decode step: a model runs `PER_RUN` positions, then is loaded again (untimed)
+/// and its first `WARM` positions run untimed, as before.
+struct Decode<'g> {
+    gpu: &'g (dyn GpuBackend + 'static),
+    m: gputape::model::Model,
+    pos: usize,
+    token: u32,
+}
+
+impl Decode<'_> {
+    fn per_run(&self) -> usize {
+        240usize.min(self.m.cfg.max_seq)
+    }
+
+    fn one(&mut self) -> anyhow::Result<Sample> {
+        let t = Instant::now();
+        let next = self.m.step(self.gpu, self.token, self.pos)?;
+        let s = sample(t, std::time::Duration::ZERO);
+        self.pos += 1;
+        self.token = gputape::model::PROMPT
+            .get(self.pos)
+            .copied()
+            .unwrap_or(next);
+        Ok(s)
     }
 }
 
-fn decode(
-    gpu: &(dyn GpuBackend + 'static),
-    steps: usize,
-    probe: Probe,
-) -> anyhow::Result<Vec<Sample>> {
+impl Stepper for Decode<'_> {
+    fn step(&mut self) -> anyhow::Result<Sample> {
+        if self.pos >= self.per_run() {
+            self.m.teardown(self.gpu)?;
+            self.m = gputape::model::Model::load(self.gpu, self.m.cfg.clone())?;
+            (self.pos, self.token) = (0, gputape::model::PROMPT[0]);
+            while self.pos < WARM {
+                self.one()?;
+            }
+        }
+        self.one()
+    }
+    fn finish(&mut self) -> anyhow::Result<()> {
+        self.m.teardown(self.gpu)
+    }
+}
+
+fn decode<'g>(gpu: &'g (dyn GpuBackend + 'static)) -> anyhow::Result<Box<dyn Stepper + 'g>> {
     gputape::model::kernels::load(gpu)?;
     let cfg = gputape::model::ModelConfig::default_config();
-    let per_run = 240usize.min(cfg.max_seq);
-    let mut out = Vec::with_capacity(steps);
-    while out.len() < steps {
-        let mut m = gputape::model::Model::load(gpu, cfg.clone())?;
-        gputape::model::generate(gpu, &mut m, per_run, |pos, _, d| {
-            if pos >= WARM && out.len() < steps {
-                out.push(Sample {
-                    ms: d.as_secs_f64() * 1e3,
-                    issue_ms: 0.0,
-                    checkpoints: probe.map_or(0, |p| p()),
-                });
-            }
-        })?;
-        m.teardown(gpu)?;
+    let m = gputape::model::Model::load(gpu, cfg)?;
+    let mut s = Decode {
+        gpu,
+        m,
+        pos: 0,
+        token: gputape::model::PROMPT[0],
+    };
+    while s.pos < WARM {
+        s.one()?;
     }
-    Ok(out)
+    Ok(Box::new(s))
 }
 
-/// Per-step times of one workload, plain and under the flight recorder, interleaved by round.
+/// Per-step times of one workload, plain and under the flight recorder.
 struct Measured {
     plain: Vec<f64>,
     flight: Vec<f64>,
     /// The flight run's steps, for `GPUTAPE_FS_PHASES`.
     flight_samples: Vec<Sample>,
     plain_samples: Vec<Sample>,
+    /// Each run's flight mean minus its plain mean (us): how far one run's answer moves.
+    runs: Vec<f64>,
     checkpoints: u64,
     deferrals: u64,
     /// Device checkpoints that could not take every changed chunk.
@@ -182,9 +249,15 @@ impl Measured {
     }
 }
 
+/// `rounds` runs, each with a fresh plain engine and a fresh one under a fresh flight
+/// recorder, both started before either is timed; their steps alternate one for one (which
+/// goes first alternates too). Runs of hundreds of plain steps and then of flight steps
+/// measured the host's drift as much as the recorder: on the H200 a plain run's mean moved
+/// by 15% from one run to the next (run 99), more than the recorder costs. Alternate steps
+/// meet the same host.
 fn measure(
     gpu: &Arc<dyn GpuBackend>,
-    run: &Run,
+    start: &Start,
     steps: usize,
     rounds: usize,
     cfg: &FlightConfig,
@@ -194,6 +267,7 @@ fn measure(
         flight: Vec::new(),
         flight_samples: Vec::new(),
         plain_samples: Vec::new(),
+        runs: Vec::new(),
         checkpoints: 0,
         deferrals: 0,
         incomplete: 0,
@@ -202,16 +276,33 @@ fn measure(
     };
     let phases = std::env::var_os("GPUTAPE_FS_PHASES").is_some();
     for _ in 0..rounds {
-        let plain = run(gpu.as_ref(), steps, None)?;
-        m.plain.extend(plain.iter().map(|s| s.ms));
-        m.plain_samples.extend(plain);
         let rec = RecordingBackend::flight(gpu.clone(), cfg.clone(), BackendDesc::new("bench"))?;
-        let probe = || rec.flight_held().map_or(0, |h| h.checkpoints);
-        let flight = run(&rec, steps, phases.then_some(&probe as &dyn Fn() -> u64))?;
-        m.flight.extend(flight.iter().map(|s| s.ms));
+        let mut plain = start(gpu.as_ref())?;
+        let mut flight = start(&rec)?;
+        let (mut p, mut f) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
+        for i in 0..steps {
+            for recorded in [i % 2 == 1, i % 2 == 0] {
+                if recorded {
+                    let mut s = flight.step()?;
+                    if phases {
+                        s.checkpoints = rec.flight_held().map_or(0, |h| h.checkpoints);
+                    }
+                    f.push(s);
+                } else {
+                    p.push(plain.step()?);
+                }
+            }
+        }
+        plain.finish()?;
+        flight.finish()?;
+        let mean = |v: &[Sample]| v.iter().map(|s| s.ms).sum::<f64>() / v.len().max(1) as f64;
+        m.runs.push((mean(&f) - mean(&p)) * 1e3);
+        m.plain.extend(p.iter().map(|s| s.ms));
+        m.flight.extend(f.iter().map(|s| s.ms));
+        m.plain_samples.extend(p);
         // Each round's count starts again at 0: a round's first step is never "after" the
         // last round's checkpoint.
-        m.flight_samples.extend(flight);
+        m.flight_samples.extend(f);
         let h = rec.flight_held().unwrap_or_default();
         m.checkpoints += h.checkpoints;
         m.deferrals += h.budget_deferrals;
@@ -290,7 +381,7 @@ fn main() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("gputape-flight-steps-{}", std::process::id()));
     let cfg = FlightConfig::from_env(&dir);
     println!(
-        "backend: {}, {steps} steps x {rounds} rounds after {WARM} warm-up, plain and flight interleaved; checkpoint every {} steps, budget {:?}",
+        "backend: {}, {steps} steps x {rounds} runs after {WARM} warm-up, plain and flight steps alternating; checkpoint every {} steps, budget {:?}",
         match (cuda, null_only) {
             (true, _) => "cuda",
             (false, true) => "mock without kernel bodies (the floor alone)",
@@ -300,14 +391,18 @@ fn main() -> anyhow::Result<()> {
         cfg.budget
     );
     println!(
-        "| workload | plain mean / median / p99 / max (ms) | flight mean / median / p99 / max (ms) | ratio mean / median / p99 | checkpoints (incomplete), budget / busy deferrals, host us per checkpoint | flight - plain, mean (us) | floor (us) | goal |"
+        "| workload | plain mean / median / p99 / max (ms) | flight mean / median / p99 / max (ms) | ratio mean / median / p99 | checkpoints (incomplete), budget / busy deferrals, host us per checkpoint | flight - plain, mean (us) | each run's (us) | floor (us) | goal |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    let eager = outside(false);
-    let graph = outside(true);
-    let mut workloads: Vec<(String, Box<Run>)> = vec![
-        ("outside engine, eager".into(), Box::new(eager)),
-        ("outside engine, graph".into(), Box::new(graph)),
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut workloads: Vec<(String, Box<Start>)> = vec![
+        (
+            "outside engine, eager".into(),
+            Box::new(|g: &(dyn GpuBackend + 'static)| outside(g, false)),
+        ),
+        (
+            "outside engine, graph".into(),
+            Box::new(|g: &(dyn GpuBackend + 'static)| outside(g, true)),
+        ),
         ("default decode step".into(), Box::new(decode)),
     ];
     for p in std::env::var("GPUTAPE_FS_PRESETS")
@@ -325,9 +420,10 @@ fn main() -> anyhow::Result<()> {
             .split(',')
             .filter_map(|b| b.trim().parse::<usize>().ok())
         {
+            let cfg = cfg.clone();
             workloads.push((
                 format!("{p} bf16 step, batch {b}"),
-                Box::new(llama(cfg.clone(), b)),
+                Box::new(move |g: &(dyn GpuBackend + 'static)| llama(g, &cfg, b)),
             ));
         }
     }
@@ -347,16 +443,16 @@ fn main() -> anyhow::Result<()> {
     workloads.retain(|(name, _)| name.contains(&only));
     // The bf16 shapes' weights are generated by kernels: over the mock they would be gigabytes
     // of host memory. Their steps are long enough for 3% to be far above the floor.
-    for (name, run) in workloads
+    for (name, start) in workloads
         .iter()
         .filter(|(name, _)| !null_only && !no_floor && !name.contains("bf16"))
     {
-        let m = measure(&null, run.as_ref(), steps, rounds, &cfg)?;
+        let m = measure(&null, start.as_ref(), steps, rounds, &cfg)?;
         floors.push((name.clone(), m.extra_us()));
     }
     let mut phase_lines = Vec::new();
-    for (name, run) in &workloads {
-        let m = measure(&gpu, run.as_ref(), steps, rounds, &cfg)?;
+    for (name, start) in &workloads {
+        let m = measure(&gpu, start.as_ref(), steps, rounds, &cfg)?;
         let (p, f) = (stats(&m.plain), stats(&m.flight));
         let floor = floors.iter().find(|(n, _)| n == name).map(|(_, x)| *x);
         if std::env::var_os("GPUTAPE_FS_PHASES").is_some() {
@@ -368,11 +464,12 @@ fn main() -> anyhow::Result<()> {
         // the step is less than that.
         let tail_allowed = (0.10 * p.p99 * 1e3).max(floor.map_or(0.0, |f| 1.5 * f));
         println!(
-            "| {name} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3}x / {:.3}x / {:.3}x | {} ({}), {} / {}, {:.0} | {extra:.1} | {} | {} |",
+            "| {name} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.3}x / {:.3}x / {:.3}x | {} ({}), {} / {}, {:.0} | {extra:.1} | {} | {} | {} |",
             p.mean, p.median, p.p99, p.max, f.mean, f.median, f.p99, f.max,
             f.mean / p.mean, f.median / p.median, f.p99 / p.p99,
             m.checkpoints, m.incomplete, m.deferrals, m.busy,
             m.host.as_secs_f64() * 1e6 / m.checkpoints.max(1) as f64,
+            m.runs.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" "),
             floor.map_or("-".into(), |f| format!("{f:.1}")),
             if extra <= allowed && (f.median - p.median) * 1e3 <= allowed && (f.p99 - p.p99) * 1e3 <= tail_allowed {
                 "within"

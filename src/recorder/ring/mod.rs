@@ -95,9 +95,16 @@ fn small_diff<'a>(old: &[u8], new: &'a [u8]) -> Option<(usize, &'a [u8])> {
     (last + 1 - first <= DELTA_MAX).then(|| (first, &new[first..=last]))
 }
 
-/// A learned raw key, and the template that calls with these raw inputs are kept as.
+/// A learned raw key, and the template that calls with these raw inputs are kept as. One
+/// cache line: the fast path reads the guessed entry at every hot call, after the backend's
+/// own work (a CUDA launch) has evicted it; its fields spread over three lines and a key
+/// behind a pointer of its own missed three times a call. The key's words are in
+/// `Templates::keys`, in the order entries were learned, as an engine's calls come.
+#[repr(align(64))]
 struct RawEntry {
-    key: Box<[u64]>,
+    /// Where the key's words start in `Templates::keys`, and how many.
+    key_at: u32,
+    key_len: u8,
     slot: u32,
     /// Calls with these raw inputs were kept as a delta of `slot`, not as a template of their
     /// own: an engine's layers repeat one launch on other weights, so the call after layer
@@ -106,22 +113,35 @@ struct RawEntry {
     patch: Option<Patch>,
     /// A launch learned but for its scalars: those words are not compared, and a call whose
     /// values differ becomes a delta.
-    shape: Option<Shape>,
+    shape: Option<Box<Shape>>,
     /// A copy of host bytes: where its call holds the bytes' blob id, which is all that
     /// differs between the steps of an engine that uploads new tokens to the same place.
     blob_at: Option<u16>,
     /// The entry the call after this one was found by last time: tried first, before any
     /// hashing, as engines repeat their calls in the same order.
     next: u32,
-    /// For an entry with a patch: the newest span the fast path kept a call of it in, and
-    /// what its call (the template with the patch) may write, worked out once. Its deltas
-    /// are then logged as writing nothing new (they differ from it in scalars at most), and a
-    /// checkpoint asks the entries instead of reading every delta of the span: a decode
-    /// step's later layers are such deltas, thirty thousand between two checkpoints, whose
-    /// reading cost the engine's thread a millisecond at each (run 94).
+    /// The entry the call two after this one was found by last time. An engine's layers
+    /// make some calls on the same scratch buffers (a residual add, an activation): one
+    /// entry for every layer, followed by the next layer's call, so its `next` is wrong at
+    /// all layers but one; the call before it names the layer, and its `next2` is right.
+    next2: u32,
+    /// `next` was seen to change: the guess comes from the entry before's `next2`.
+    forks: bool,
+    /// The newest span the fast path kept a call of this entry in, marked into its
+    /// template's `last_span` when it moves: once a span, not at every call (a write to the
+    /// template's line each call missed the cache on CUDA).
+    ///
+    /// For an entry with a patch, with what its call (the template with the patch) may
+    /// write, worked out once (`Templates::entry_writes`): its deltas are then logged as writing nothing new (they
+    /// differ from it in scalars at most), and a checkpoint asks the entries instead of
+    /// reading every delta of the span: a decode step's later layers are such deltas,
+    /// thirty thousand between two checkpoints, whose reading cost the engine's thread a
+    /// millisecond at each (run 94).
     span: u64,
-    writes: Option<Writes>,
 }
+
+// One line, as `RawEntry`'s doc says.
+const _: () = assert!(std::mem::size_of::<RawEntry>() == 64);
 
 /// A delta learned with its raw key: `bytes[..n]` at offset `at` of the template's call.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -200,8 +220,18 @@ pub(crate) struct Templates {
     raw: ByHash<u32>,
     /// Launches by their raw inputs less their scalars -> their shape entry.
     shape: ByHash<u32>,
+    /// Every entry's key words, in the order they were learned (`RawEntry::key_at`).
+    keys: Vec<u64>,
+    /// What patched entries' calls may write, by entry, worked out at the first checkpoint
+    /// that asks (`entry_writes_in`); let go when entries are dropped or move.
+    entry_writes: HashMap<u32, Writes>,
     /// The entry the last fast call was found by (`NONE`: none): its `next` is the guess.
     last_hit: u32,
+    /// The entry the fast call before that was found by: its `next2` is the guess when
+    /// `last_hit`'s successor forks.
+    prev_hit: u32,
+    /// Fast calls whose guess failed and whose key was hashed and looked up.
+    pub(super) lookups: u64,
     /// The recorder's map generation the raw cache was filled under.
     raw_gen: u64,
     /// Bytes of template content held.
@@ -299,22 +329,19 @@ impl Templates {
         if gen != self.raw_gen || !key.fits() {
             return None;
         }
-        let guess = self.entries.get(self.last_hit as usize).map(|e| e.next);
-        let hit = guess
-            .filter(|&i| self.matches(i, key))
-            .or_else(|| self.lookup(key));
+        let guess = match self.entries.get(self.last_hit as usize) {
+            Some(l) if l.forks => self.entries.get(self.prev_hit as usize).map(|p| p.next2),
+            l => l.map(|l| l.next),
+        };
+        let hit = guess.filter(|&i| self.matches(i, key)).or_else(|| {
+            self.lookups += 1;
+            self.lookup(key)
+        });
         let Some(i) = hit else {
-            self.last_hit = NONE;
+            (self.last_hit, self.prev_hit) = (NONE, NONE);
             return None;
         };
-        if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
-            l.next = i;
-        }
-        self.last_hit = i;
-        let e = &mut self.entries[i as usize];
-        if e.patch.is_some() {
-            e.span = span;
-        }
+        self.followed_by(i);
         let e = &self.entries[i as usize];
         let kept = match (&e.shape, &e.patch) {
             (None, None) => Fast::Slot(e.slot),
@@ -331,8 +358,34 @@ impl Templates {
         let slot = match kept {
             Fast::Slot(s) | Fast::Delta { base: s, .. } => s,
         };
-        self.slab.get_mut(slot as usize)?.as_mut()?.last_span = span;
+        // Entries are dropped with their template (`evict`), so one that marked this span
+        // into its slot still names that template, whose `last_span` only grows.
+        if e.span != span {
+            self.slab.get_mut(slot as usize)?.as_mut()?.last_span = span;
+            self.entries[i as usize].span = span;
+        }
         Some(kept)
+    }
+
+    /// The words `e` was learned with.
+    #[inline(always)]
+    fn key_of(&self, e: &RawEntry) -> &[u64] {
+        self.keys
+            .get(e.key_at as usize..e.key_at as usize + usize::from(e.key_len))
+            .unwrap_or(&[])
+    }
+
+    /// Entry `i` found the call after `last_hit`'s: note it as the guesses' answer.
+    #[inline(always)]
+    fn followed_by(&mut self, i: u32) {
+        if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
+            l.forks |= l.next != NONE && l.next != i;
+            l.next = i;
+        }
+        if let Some(p) = self.entries.get_mut(self.prev_hit as usize) {
+            p.next2 = i;
+        }
+        (self.prev_hit, self.last_hit) = (self.last_hit, i);
     }
 
     /// The entry `key` is found by through the hash maps: its exact key, else (a launch with
@@ -356,12 +409,13 @@ impl Templates {
             return false;
         };
         let words = key.words();
+        let learned = self.key_of(e);
         match &e.shape {
-            None => same_words(&e.key, words),
+            None => same_words(learned, words),
             Some(shape) => {
                 shape.scalars == key.scalars
-                    && e.key.len() == words.len()
-                    && e.key
+                    && learned.len() == words.len()
+                    && learned
                         .iter()
                         .zip(words)
                         .enumerate()
@@ -378,7 +432,7 @@ impl Templates {
             shape
                 .vals
                 .iter()
-                .filter(|(w, ..)| e.key[*w as usize] != words[*w as usize])
+                .filter(|(w, ..)| self.key_of(e)[*w as usize] != words[*w as usize])
         };
         let scalars = changed()
             .map(|v| usize::from(v.1)..usize::from(v.1) + usize::from(v.2))
@@ -487,37 +541,42 @@ impl Templates {
             }
             self.raw.clear();
             self.shape.clear();
-            self.last_hit = NONE;
+            self.keys.clear();
+            self.entry_writes.clear();
+            (self.last_hit, self.prev_hit) = (NONE, NONE);
             self.raw_gen = gen;
         }
         let at = self.entries.len() as u32;
+        let (key_at, key_len) = (self.keys.len() as u32, key.words().len() as u8);
+        self.keys.extend_from_slice(key.words());
         self.entries.push(RawEntry {
-            key: key.words().into(),
+            key_at,
+            key_len,
             slot,
             patch,
             shape: None,
             blob_at: None,
             next: NONE,
+            next2: NONE,
+            forks: false,
             span: u64::MAX,
-            writes: None,
         });
         self.raw.insert(key.hash(), at);
-        if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
-            l.next = at;
-        }
-        self.last_hit = at;
+        self.followed_by(at);
         if key.scalars != 0 {
             if let Some(shape) = self.shape_of(key, slot) {
                 self.shape.insert(key.shape_hash(), at + 1);
                 self.entries.push(RawEntry {
-                    key: key.words().into(),
+                    key_at,
+                    key_len,
                     slot,
                     patch,
-                    shape: Some(shape),
+                    shape: Some(Box::new(shape)),
                     blob_at: None,
                     next: NONE,
+                    next2: NONE,
+                    forks: false,
                     span: u64::MAX,
-                    writes: None,
                 });
             }
         }
@@ -617,18 +676,34 @@ impl Templates {
         let live = |s: u32| matches!(slab.get(s as usize), Some(Some(_)));
         let mut moved = vec![NONE; self.entries.len()];
         let mut kept = Vec::with_capacity(self.entries.len());
-        for (i, e) in std::mem::take(&mut self.entries).into_iter().enumerate() {
+        let mut keys = Vec::with_capacity(self.keys.len());
+        for (i, mut e) in std::mem::take(&mut self.entries).into_iter().enumerate() {
             if live(e.slot) {
                 moved[i] = kept.len() as u32;
+                // An exact entry and its shape entry share their words.
+                let words = &self.keys[e.key_at as usize..][..usize::from(e.key_len)];
+                let shared = kept.last().filter(|k: &&RawEntry| {
+                    k.key_len == e.key_len
+                        && keys[k.key_at as usize..][..usize::from(k.key_len)] == *words
+                });
+                e.key_at = match shared {
+                    Some(k) => k.key_at,
+                    None => {
+                        keys.extend_from_slice(words);
+                        (keys.len() - words.len()) as u32
+                    }
+                };
                 kept.push(e);
             }
         }
+        self.keys = keys;
+        self.entry_writes.clear();
         let to = |i: u32| moved.get(i as usize).copied().unwrap_or(NONE);
         for e in &mut kept {
-            e.next = to(e.next);
+            (e.next, e.next2) = (to(e.next), to(e.next2));
         }
         self.entries = kept;
-        self.last_hit = to(self.last_hit);
+        (self.last_hit, self.prev_hit) = (to(self.last_hit), to(self.prev_hit));
         for map in [&mut self.raw, &mut self.shape] {
             map.retain(|_, i| {
                 *i = to(*i);
@@ -682,11 +757,13 @@ impl Templates {
             let Some(p) = e.patch.filter(|_| e.span == span) else {
                 continue;
             };
-            if e.writes.is_none() {
-                let w = writes_of(self, e.slot, &p);
-                self.entries[i].writes = w;
+            let i = i as u32;
+            if !self.entry_writes.contains_key(&i) {
+                if let Some(w) = writes_of(self, e.slot, &p) {
+                    self.entry_writes.insert(i, w);
+                }
             }
-            if let Some(w) = &self.entries[i].writes {
+            if let Some(w) = self.entry_writes.get(&i) {
                 each(w);
             }
         }
@@ -714,7 +791,7 @@ impl Templates {
             + self
                 .entries
                 .iter()
-                .map(|e| 48 + e.key.len() * 8 + e.shape.as_ref().map_or(0, |_| 32))
+                .map(|e| 64 + usize::from(e.key_len) * 8 + e.shape.as_ref().map_or(0, |_| 32))
                 .sum::<usize>()
             + (self.raw.len() + self.shape.len()) * 16
     }
@@ -729,7 +806,11 @@ impl Default for Templates {
             entries: Vec::new(),
             raw: ByHash::default(),
             shape: ByHash::default(),
+            keys: Vec::new(),
+            entry_writes: HashMap::default(),
             last_hit: NONE,
+            prev_hit: NONE,
+            lookups: 0,
             raw_gen: 0,
             content_bytes: 0,
             retired: HashMap::default(),

@@ -337,6 +337,41 @@ fn the_guessed_next_entry_is_checked_and_a_wrong_guess_falls_back_to_the_hash() 
 }
 
 #[test]
+fn a_call_every_layer_makes_on_the_same_buffers_is_guessed_by_the_call_before_it() {
+    // Each layer: a launch on its own weights (w0, w1, w2), then one on shared scratch (s),
+    // whose raw key is the same at every layer; after s comes the next layer's launch.
+    let mut t = Templates::default();
+    let h = [0u8, 1];
+    let mut keys = Vec::new();
+    let mut learned = std::collections::HashMap::new();
+    for name in [&b"w0"[..], b"s", b"w1", b"s", b"w2", b"s"] {
+        let mut k = RawKey::new(1, 0x10, 0);
+        k.word(u64::from(name[0]) << 8 | u64::from(*name.get(1).unwrap_or(&0)));
+        let slot = match t.intern_or_delta(&h, name, 1, None) {
+            Interned::Slot(s) => s,
+            Interned::Delta { .. } => panic!("{name:?} is new or known, not a delta"),
+        };
+        if !learned.contains_key(name) {
+            t.learn(&k, 0, slot, None);
+            learned.insert(name, slot);
+        } else {
+            assert_eq!(t.fast(&k, 0, 1), Some(Fast::Slot(slot)));
+        }
+        keys.push((k, slot));
+    }
+    // The first steps teach the guesses that s forks; after them no call is hashed.
+    for step in 0..6 {
+        let before = t.lookups;
+        for (k, slot) in &keys {
+            assert_eq!(t.fast(k, 0, 2), Some(Fast::Slot(*slot)), "step {step}");
+        }
+        if step >= 2 {
+            assert_eq!(t.lookups, before, "step {step}: every guess right");
+        }
+    }
+}
+
+#[test]
 fn templates_intern_once_and_the_raw_cache_forgets_on_a_new_generation() {
     let mut t = Templates::default();
     // A head is the thread and site varints.
