@@ -369,6 +369,16 @@ impl GpuBackend for Counting {
         self.inner.comm_destroy(comm)
     }
 
+    fn comm_group_start(&self) -> Result<()> {
+        self.saw(CallKind::CommGroupStart);
+        self.inner.comm_group_start()
+    }
+
+    fn comm_group_end(&self) -> Result<()> {
+        self.saw(CallKind::CommGroupEnd);
+        self.inner.comm_group_end()
+    }
+
     #[track_caller]
     fn record_event(&self, event: u64, stream: u64) -> Result<()> {
         self.saw(CallKind::RecordEvent);
@@ -412,7 +422,7 @@ impl GpuBackend for Counting {
     }
 }
 
-const ALL: [CallKind; 55] = [
+const ALL: [CallKind; 57] = [
     CallKind::Alloc,
     CallKind::AllocManaged,
     CallKind::Free,
@@ -468,6 +478,8 @@ const ALL: [CallKind; 55] = [
     CallKind::CommInit,
     CallKind::Collective,
     CallKind::CommDestroy,
+    CallKind::CommGroupStart,
+    CallKind::CommGroupEnd,
 ];
 
 /// Fails to compile when a `CallKind` is added: then add it to `ALL` and to the scenario.
@@ -529,6 +541,8 @@ fn every_kind_is_listed(k: CallKind) {
         CallKind::CommInit => (),
         CallKind::Collective => (),
         CallKind::CommDestroy => (),
+        CallKind::CommGroupStart => (),
+        CallKind::CommGroupEnd => (),
         // No trait method: a driver call the shim's recording did not understand (tests/run.rs).
         CallKind::Opaque => (),
     }
@@ -634,6 +648,7 @@ fn every_method(g: &dyn GpuBackend) {
     // A communicator of one rank: its collectives replay alone.
     let id = g.comm_unique_id().unwrap();
     let comm = g.comm_init(id, 1, 0).unwrap();
+    g.comm_group_start().unwrap();
     g.collective(
         comm,
         Collective::AllReduce(ReduceOp::Sum),
@@ -644,6 +659,7 @@ fn every_method(g: &dyn GpuBackend) {
         s,
     )
     .unwrap();
+    g.comm_group_end().unwrap();
     g.comm_destroy(comm).unwrap();
     g.destroy_event(e).unwrap();
     g.free_host_pinned(pinned, bytes).unwrap();

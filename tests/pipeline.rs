@@ -440,3 +440,120 @@ fn gputape_ranks_lines_up_a_pipeline_and_names_a_left_out_send() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Rank `rank` of `n` sends its four values to the next rank and receives the previous
+/// rank's, the two in one group when `grouped` (as NCCL needs for a ring exchange), and
+/// returns what it received.
+fn ring(
+    gpu: &dyn GpuBackend,
+    id: CommUniqueId,
+    (n, rank): (u32, u32),
+    grouped: bool,
+) -> anyhow::Result<Vec<f32>> {
+    let comm = gpu.comm_init(id, n, rank)?;
+    let s = gpu.default_stream();
+    let (mine, theirs) = (gpu.alloc(16)?, gpu.alloc(16)?);
+    gpu.copy_h2d(&f32s(&[rank as f32 + 0.5; 4]), mine)?;
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    if grouped {
+        gpu.comm_group_start()?;
+    }
+    let f32 = CollDtype::F32;
+    gpu.collective(comm, Collective::Send { peer: next }, mine, mine, 4, f32, s)?;
+    gpu.collective(comm, Collective::Recv { peer: prev }, theirs, theirs, 4, f32, s)?;
+    if grouped {
+        gpu.comm_group_end()?;
+    }
+    let mut b = vec![0u8; 16];
+    gpu.copy_d2h(theirs, &mut b)?;
+    gpu.comm_destroy(comm)?;
+    Ok(b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect())
+}
+
+#[test]
+fn a_ring_exchange_in_a_group_completes_and_its_rank_set_replays() {
+    let dir = scratch("ring");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let n = 3u32;
+    let paths: Vec<PathBuf> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let path = dir.join(format!("rank{rank}.gtape"));
+                sc.spawn(move || {
+                    let rec = RecordingBackend::to_file(
+                        mock(Duration::from_secs(20)),
+                        &path,
+                        BackendDesc::new("mock"),
+                    )
+                    .unwrap();
+                    rec.start().unwrap();
+                    let got = ring(&rec, id, (n, rank), true).unwrap();
+                    rec.stop().unwrap();
+                    let prev = (rank + n - 1) % n;
+                    assert_eq!(got, vec![prev as f32 + 0.5; 4], "rank {rank}");
+                    path
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let traces: Vec<Trace> = paths.iter().map(|p| Trace::open(p).unwrap()).collect();
+    for t in &traces {
+        let kinds: Vec<&str> = t
+            .calls
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.call,
+                    Call::CommGroupStart | Call::CommGroupEnd | Call::Collective { .. }
+                )
+            })
+            .map(|c| c.call.kind().name())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["comm_group_start", "collective", "collective", "comm_group_end"]
+        );
+    }
+    let found = match_ranks(&traces);
+    assert!(found.is_empty(), "{}", render_findings(&found));
+    let backends: Vec<MockGpuBackend> = (0..n).map(|_| mock(Duration::from_secs(20))).collect();
+    let reports = replay_ranks(&traces, &backends, &ReplayOptions::default()).unwrap();
+    for (rank, r) in reports.into_iter().enumerate() {
+        let r = r.unwrap();
+        assert!(r.passed(), "rank {rank}: {}", r.summary());
+        assert_eq!((r.d2h_checked, r.d2h_matched), (1, 1), "rank {rank}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_ring_exchange_without_a_group_waits_and_names_the_peer_that_never_received() {
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let n = 3u32;
+    let errs: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                sc.spawn(move || {
+                    let m = mock(Duration::from_millis(300));
+                    format!("{:#}", ring(&m, id, (n, rank), false).unwrap_err())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, e) in errs.iter().enumerate() {
+        let next = (rank as u32 + 1) % n;
+        assert!(
+            e.contains(&format!("send #0 from rank {rank} to rank {next}"))
+                && e.contains(&format!("rank {next} never received it")),
+            "rank {rank}: {e}"
+        );
+    }
+    // A group end without its start is an error that says so.
+    let m = mock(Duration::from_millis(300));
+    let e = m.comm_group_end().unwrap_err();
+    assert!(format!("{e:#}").contains("no group is open"), "{e:#}");
+}

@@ -145,6 +145,8 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
         | CommUniqueId
         | CommInit { .. }
         | CommDestroy { .. }
+        | CommGroupStart
+        | CommGroupEnd
         // Not understood: what it touched is not known (its replay is skipped, and said so).
         | Opaque { .. } => {}
         Collective {

@@ -340,6 +340,16 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn comm_group_start(&self) -> Result<()> {
+                (**self).comm_group_start()
+            }
+
+            #[track_caller]
+            fn comm_group_end(&self) -> Result<()> {
+                (**self).comm_group_end()
+            }
+
+            #[track_caller]
             fn create_event(&self) -> Result<u64> {
                 (**self).create_event()
             }

@@ -455,6 +455,22 @@ pub trait GpuBackend: Send + Sync {
         anyhow::bail!("collectives are not supported by this backend")
     }
 
+    /// Open a group: the collectives this thread makes, on any communicator, until the
+    /// matching `comm_group_end` are issued together there, as NCCL's `ncclGroupStart` and
+    /// `ncclGroupEnd` do. A rank that sends to a peer and receives from it in one group waits
+    /// for neither side alone: without a group, two ranks that each send first wait for each
+    /// other for ever. Groups nest; the outermost end issues them.
+    #[track_caller]
+    fn comm_group_start(&self) -> Result<()> {
+        anyhow::bail!("collectives are not supported by this backend")
+    }
+
+    /// Close the group `comm_group_start` opened (the outermost: issue its collectives).
+    #[track_caller]
+    fn comm_group_end(&self) -> Result<()> {
+        anyhow::bail!("collectives are not supported by this backend")
+    }
+
     /// A new event, for ordering streams (`record_event`, `stream_wait_event`) and for host
     /// waits. Timing is off: it is never used to measure.
     #[track_caller]
@@ -641,6 +657,10 @@ pub enum CallKind {
     Collective,
     /// [`GpuBackend::comm_destroy`].
     CommDestroy,
+    /// [`GpuBackend::comm_group_start`].
+    CommGroupStart,
+    /// [`GpuBackend::comm_group_end`].
+    CommGroupEnd,
     /// No method: a driver call of a program recorded through the driver shim that gputape
     /// does not understand (`Call::Opaque`).
     Opaque,
@@ -706,6 +726,8 @@ impl CallKind {
             CommInit => "comm_init",
             Collective => "collective",
             CommDestroy => "comm_destroy",
+            CommGroupStart => "comm_group_start",
+            CommGroupEnd => "comm_group_end",
             Opaque => "driver_call",
         }
     }

@@ -658,6 +658,16 @@ impl GpuBackend for CudaBackend {
     }
 
     #[track_caller]
+    fn comm_group_start(&self) -> Result<()> {
+        nccl::group_start()
+    }
+
+    #[track_caller]
+    fn comm_group_end(&self) -> Result<()> {
+        nccl::group_end()
+    }
+
+    #[track_caller]
     fn bind_to_thread(&self) -> Result<()> {
         // SAFETY: `self.ctx` is this backend's primary context, retained until drop.
         Ok(unsafe { driver::ctx_set_current(self.ctx as sys::CUcontext) }?)

@@ -74,6 +74,8 @@ struct Nccl {
     comm_init_rank:
         unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> ncclResult_t,
     comm_destroy: unsafe extern "C" fn(ncclComm_t) -> ncclResult_t,
+    group_start: unsafe extern "C" fn() -> ncclResult_t,
+    group_end: unsafe extern "C" fn() -> ncclResult_t,
     all_reduce: Reduce,
     reduce_scatter: Reduce,
     all_gather: Gather,
@@ -132,6 +134,8 @@ fn load() -> Result<Nccl, String> {
         get_unique_id: sym(lib, &path, "ncclGetUniqueId").map_err(s)?,
         comm_init_rank: sym(lib, &path, "ncclCommInitRank").map_err(s)?,
         comm_destroy: sym(lib, &path, "ncclCommDestroy").map_err(s)?,
+        group_start: sym(lib, &path, "ncclGroupStart").map_err(s)?,
+        group_end: sym(lib, &path, "ncclGroupEnd").map_err(s)?,
         all_reduce: sym(lib, &path, "ncclAllReduce").map_err(s)?,
         reduce_scatter: sym(lib, &path, "ncclReduceScatter").map_err(s)?,
         all_gather: sym(lib, &path, "ncclAllGather").map_err(s)?,
@@ -294,6 +298,22 @@ pub unsafe fn collective(
         }
     };
     check(n, &format!("nccl {}", c.name()), r, Some(comm))
+}
+
+/// Opens a group on this thread (`ncclGroupStart`).
+pub fn group_start() -> Result<()> {
+    let n = nccl()?;
+    // SAFETY: takes nothing; NCCL keeps the group per thread.
+    let r = unsafe { (n.group_start)() };
+    check(n, "ncclGroupStart", r, None)
+}
+
+/// Closes this thread's group (`ncclGroupEnd`): the outermost end issues its collectives.
+pub fn group_end() -> Result<()> {
+    let n = nccl()?;
+    // SAFETY: takes nothing; NCCL answers a thread without an open group with an error.
+    let r = unsafe { (n.group_end)() };
+    check(n, "ncclGroupEnd", r, None)
 }
 
 /// Leaves communicator `comm`.

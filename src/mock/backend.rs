@@ -307,6 +307,16 @@ impl GpuBackend for MockGpuBackend {
     }
 
     #[track_caller]
+    fn comm_group_start(&self) -> anyhow::Result<()> {
+        self.comm_group_start_impl()
+    }
+
+    #[track_caller]
+    fn comm_group_end(&self) -> anyhow::Result<()> {
+        self.comm_group_end_impl()
+    }
+
+    #[track_caller]
     fn create_event(&self) -> anyhow::Result<u64> {
         self.create_event_impl()
     }

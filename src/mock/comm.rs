@@ -76,7 +76,7 @@ struct Meeting {
 
 #[derive(Default)]
 struct Round {
-    brought: BTreeMap<u32, (Collective, u64, CollDtype, Vec<u8>)>,
+    brought: BTreeMap<u32, Brought>,
     taken: u32,
 }
 
@@ -147,11 +147,29 @@ impl CapturedCollective {
     }
 }
 
-/// Communicators of one mock backend, by handle.
+/// Communicators of one mock backend, by handle, and the group it has open.
 #[derive(Default)]
 pub(super) struct Comms {
     by_handle: HashMap<u64, RankComm>,
     next: u64,
+    /// `comm_group_start`s not yet ended.
+    group_depth: u32,
+    /// Collectives made while a group is open, issued at its outermost end.
+    held: Vec<Held>,
+}
+
+/// A collective made inside a group, numbered when it was made.
+struct Held {
+    world: Arc<World>,
+    rank: u32,
+    seq: u64,
+    op: Collective,
+    send: DevicePtr,
+    recv: DevicePtr,
+    count: u64,
+    dtype: CollDtype,
+    stream: u64,
+    site: crate::backend::Site,
 }
 
 impl MockGpuBackend {
@@ -276,25 +294,75 @@ impl MockGpuBackend {
             ));
         }
         let seq = take(&counter, op);
-        let n = world.nranks;
-        let (sb, rb) = (
-            op.send_bytes(count, dtype, n),
-            op.recv_bytes(count, dtype, n),
-        );
-        // This stream's work first (the mock runs it at submission unless in chaos mode).
-        self.drain_stream(stream)?;
-        let mine = self.read_device(send, sb, op.name(), site)?;
-        let result = meet(
-            &world,
+        let held = Held {
+            world,
             rank,
             seq,
-            (op, count, dtype, mine),
-            self.cfg.comm_timeout,
-        )?;
-        if rb > 0 {
-            self.write_device(recv, &result, op.name(), site)?;
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+            stream,
+            site,
+        };
+        {
+            let mut c = self.comms.lock();
+            if c.group_depth > 0 {
+                c.held.push(held);
+                return Ok(());
+            }
+        }
+        self.issue(&[held])
+    }
+
+    /// Collectives issued together (one alone, or a group's): each brings what it sends
+    /// before any waits, then each takes its result, in order.
+    fn issue(&self, held: &[Held]) -> anyhow::Result<()> {
+        let mut placed = Vec::with_capacity(held.len());
+        for h in held {
+            let what = (h.op, h.count, h.dtype);
+            let at = place(&h.world, h.rank, h.seq, what)?;
+            // This stream's work first (the mock runs it at submission unless in chaos mode).
+            self.drain_stream(h.stream)?;
+            let sb = h.op.send_bytes(h.count, h.dtype, h.world.nranks);
+            let mine = self.read_device(h.send, sb, h.op.name(), h.site)?;
+            bring(&h.world, h.rank, at, (h.op, h.count, h.dtype, mine));
+            placed.push(at);
+        }
+        for (h, at) in held.iter().zip(placed) {
+            let what = (h.op, h.count, h.dtype);
+            let result = collect(&h.world, h.rank, h.seq, at, what, self.cfg.comm_timeout)?;
+            if h.op.recv_bytes(h.count, h.dtype, h.world.nranks) > 0 {
+                self.write_device(h.recv, &result, h.op.name(), h.site)?;
+            }
         }
         Ok(())
+    }
+
+    #[track_caller]
+    pub(super) fn comm_group_start_impl(&self) -> anyhow::Result<()> {
+        self.tick_kind(CallKind::CommGroupStart)?;
+        self.comms.lock().group_depth += 1;
+        Ok(())
+    }
+
+    #[track_caller]
+    pub(super) fn comm_group_end_impl(&self) -> anyhow::Result<()> {
+        self.tick_kind(CallKind::CommGroupEnd)?;
+        let held = {
+            let mut c = self.comms.lock();
+            anyhow::ensure!(
+                c.group_depth > 0,
+                "comm_group_end: no group is open (comm_group_start was not called)"
+            );
+            c.group_depth -= 1;
+            if c.group_depth > 0 {
+                return Ok(());
+            }
+            std::mem::take(&mut c.held)
+        };
+        self.issue(&held).map_err(|e| e.context(format!("comm_group_end: the group's {} collectives", held.len())))
     }
 
     #[track_caller]
@@ -309,6 +377,9 @@ impl MockGpuBackend {
     }
 }
 
+/// What a rank brings to a collective: which, how many of what, and its send bytes.
+type Brought = (Collective, u64, CollDtype, Vec<u8>);
+
 /// Rank `rank`'s part of collective `seq` (for a send or receive, its number between the
 /// two ranks): bring what it sends, wait for every rank's (the peer's), and work out its
 /// result.
@@ -316,14 +387,63 @@ fn meet(
     world: &World,
     rank: u32,
     seq: u64,
-    brought: (Collective, u64, CollDtype, Vec<u8>),
+    brought: Brought,
+    wait: Duration,
+) -> anyhow::Result<Vec<u8>> {
+    let what = (brought.0, brought.1, brought.2);
+    let at = place(world, rank, seq, what)?;
+    bring(world, rank, at, brought);
+    collect(world, rank, seq, at, what, wait)
+}
+
+/// The meeting collective `seq` is, and how many ranks take part: every rank of the world
+/// for a group collective, the two sides of a send.
+fn place(
+    world: &World,
+    rank: u32,
+    seq: u64,
+    (op, count, dtype): (Collective, u64, CollDtype),
+) -> anyhow::Result<(Exchange, u32)> {
+    let n = world.nranks;
+    let key = Exchange::of(op, seq, rank);
+    let Exchange::Pair { from, to, .. } = key else {
+        return Ok((key, n));
+    };
+    let peer = if rank == from { to } else { from };
+    anyhow::ensure!(
+        peer < n && peer != rank,
+        "{} #{seq} of {count} {dtype:?}: rank {rank} names rank {peer} of {n} as its peer",
+        op.name()
+    );
+    Ok((key, 2))
+}
+
+/// Put `brought` into meeting `key` and wake the ranks waiting there; returns at once, so a
+/// group brings all its collectives before it waits for any.
+fn bring(world: &World, rank: u32, (key, _): (Exchange, u32), brought: Brought) {
+    let mut m = world.state.lock().expect("a world's lock");
+    m.rounds
+        .entry(key)
+        .or_default()
+        .brought
+        .insert(rank, brought);
+    world.arrived.notify_all();
+}
+
+/// Wait until all `expected` ranks have brought their part of meeting `key` (after `wait`,
+/// an error naming who never came), and take this rank's result; the meeting goes once all
+/// have taken theirs.
+fn collect(
+    world: &World,
+    rank: u32,
+    seq: u64,
+    (key, expected): (Exchange, u32),
+    (op, count, dtype): (Collective, u64, CollDtype),
     wait: Duration,
 ) -> anyhow::Result<Vec<u8>> {
     let n = world.nranks;
-    let (op, count, dtype) = (brought.0, brought.1, brought.2);
-    let key = Exchange::of(op, seq, rank);
-    let Exchange::Pair { from, to, .. } = key else {
-        let late = |m: &Meeting| {
+    let late = |m: &Meeting| match key {
+        Exchange::Group(_) => {
             let r = &m.rounds[&key];
             let missing: Vec<u32> = (0..n)
                 .filter(|q| !r.brought.contains_key(q))
@@ -333,52 +453,23 @@ fn meet(
                 "collective #{seq} ({} of {count} {dtype:?}): rank {rank} waited {wait:?} for ranks {missing:?}, which never made it",
                 op.name()
             )
-        };
-        return rendezvous(world, rank, (key, n), brought, wait, late);
+        }
+        Exchange::Pair { from, to, .. } => {
+            let (peer, mine, theirs) = if rank == from {
+                (to, "send", "received")
+            } else {
+                (from, "receive", "sent")
+            };
+            anyhow::anyhow!(
+                "{mine} #{seq} from rank {from} to rank {to} ({count} {dtype:?}): rank {rank} waited {wait:?}; rank {peer} never {theirs} it"
+            )
+        }
     };
-    let peer = if rank == from { to } else { from };
-    anyhow::ensure!(
-        peer < n && peer != rank,
-        "{} #{seq} of {count} {dtype:?}: rank {rank} names rank {peer} of {n} as its peer",
-        op.name()
-    );
-    let late = |_: &Meeting| {
-        let (mine, theirs) = if rank == from {
-            ("send", "received")
-        } else {
-            ("receive", "sent")
-        };
-        anyhow::anyhow!(
-            "{mine} #{seq} from rank {from} to rank {to} ({count} {dtype:?}): rank {rank} waited {wait:?}; rank {peer} never {theirs} it"
-        )
-    };
-    rendezvous(world, rank, (key, 2), brought, wait, late)
-}
-
-/// Bring `brought` to meeting `key` of `expected` ranks, wait for the others (after `wait`,
-/// `late`'s error), and take this rank's result; the meeting goes once all have taken theirs.
-fn rendezvous(
-    world: &World,
-    rank: u32,
-    (key, expected): (Exchange, u32),
-    brought: (Collective, u64, CollDtype, Vec<u8>),
-    wait: Duration,
-    late: impl FnOnce(&Meeting) -> anyhow::Error,
-) -> anyhow::Result<Vec<u8>> {
-    let mut m = world.state.lock().expect("a world's lock");
-    m.rounds
-        .entry(key)
-        .or_default()
-        .brought
-        .insert(rank, brought);
-    world.arrived.notify_all();
-    let full = |m: &Meeting| m.rounds[&key].brought.len() == expected as usize;
+    let m = world.state.lock().expect("a world's lock");
+    let full = |m: &Meeting| m.rounds.get(&key).map_or(0, |r| r.brought.len()) == expected as usize;
     let mut m = world.wait_for(m, wait, full, late)?;
-    let seq = match key {
-        Exchange::Group(s) | Exchange::Pair { seq: s, .. } => s,
-    };
     let round = m.rounds.get_mut(&key).expect("this round");
-    let result = outcome(rank, world.nranks, seq, &round.brought);
+    let result = outcome(rank, n, seq, &round.brought);
     round.taken += 1;
     if round.taken == expected {
         m.rounds.remove(&key);
@@ -392,10 +483,10 @@ fn outcome(
     rank: u32,
     n: u32,
     seq: u64,
-    all: &BTreeMap<u32, (Collective, u64, CollDtype, Vec<u8>)>,
+    all: &BTreeMap<u32, Brought>,
 ) -> anyhow::Result<Vec<u8>> {
     let (op, count, dtype, _) = &all[&rank];
-    let same = |q: &(Collective, u64, CollDtype, Vec<u8>)| match (op, &q.0) {
+    let same = |q: &Brought| match (op, &q.0) {
         // Point to point: the two sides of one exchange (`exchange` paired them), which
         // must agree on how much of what.
         (Collective::Send { .. } | Collective::Recv { .. }, _) => q.1 == *count && q.2 == *dtype,

@@ -846,6 +846,22 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn comm_group_start(&self) -> Result<()> {
+        let tok = self.begin(Location::caller(), |_| Call::CommGroupStart);
+        let r = self.inner.comm_group_start();
+        self.finish(tok, &r, SyncScope::None, |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
+    fn comm_group_end(&self) -> Result<()> {
+        let tok = self.begin(Location::caller(), |_| Call::CommGroupEnd);
+        let r = self.inner.comm_group_end();
+        self.finish(tok, &r, SyncScope::None, |_, _| Value::Unit);
+        r
+    }
+
+    #[track_caller]
     fn create_event(&self) -> Result<u64> {
         let tok = self.begin(Location::caller(), |_| Call::CreateEvent);
         let r = self.inner.create_event();

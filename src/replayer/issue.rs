@@ -310,6 +310,8 @@ impl Replayer<'_> {
                     mismatch: None,
                 })
             }
+            Call::CommGroupStart => gpu.comm_group_start(),
+            Call::CommGroupEnd => gpu.comm_group_end(),
             Call::CommDestroy { comm } => {
                 let h = st
                     .comms

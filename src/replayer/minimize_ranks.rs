@@ -118,7 +118,8 @@ impl<'t> Rank<'t> {
                 Call::CommInit { unique, .. } => {
                     r.inits.insert(*unique, c.seq);
                 }
-                Call::CommDestroy { .. } => {}
+                // Kept: a group's ends issue nothing, and an end without its start fails.
+                Call::CommDestroy { .. } | Call::CommGroupStart | Call::CommGroupEnd => {}
                 _ => r.work.push(c.seq),
             }
         }

@@ -484,6 +484,11 @@ pub enum Call {
         /// The driver entry point, as the program called it (`cuMemcpy2DAsync_v2`).
         name: String,
     },
+    /// `comm_group_start` (format 9): the collectives up to the matching `CommGroupEnd` were
+    /// issued together.
+    CommGroupStart,
+    /// `comm_group_end` (format 9).
+    CommGroupEnd,
 }
 
 impl Call {
@@ -547,6 +552,8 @@ impl Call {
             Call::Collective { .. } => K::Collective,
             Call::CommDestroy { .. } => K::CommDestroy,
             Call::Opaque { .. } => K::Opaque,
+            Call::CommGroupStart => K::CommGroupStart,
+            Call::CommGroupEnd => K::CommGroupEnd,
         }
     }
 
@@ -686,6 +693,9 @@ impl Call {
             | CommUniqueId
             | CommInit { .. }
             | CommDestroy { .. }
+            // Issue nothing themselves: the collectives between them name their streams.
+            | CommGroupStart
+            | CommGroupEnd
             // Unknown work on an unknown stream: no analysis may take it for nothing, nor
             // place it on a stream it cannot name.
             | Opaque { .. } => None,
@@ -769,6 +779,9 @@ impl Call {
             | StepBoundary { .. }
             | EncodeTensorMap { .. }
             | Opaque { .. } => (O::HostOnly, None),
+            // A group only holds the collectives between its ends back on the host; each is
+            // judged on its own stream.
+            CommGroupStart | CommGroupEnd => (O::HostOnly, None),
             // Joining and leaving wait for the other ranks (NCCL's init is collective): not
             // something to do while capturing.
             CommUniqueId | CommInit { .. } | CommDestroy { .. } => (O::DeviceAlloc, None),

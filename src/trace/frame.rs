@@ -15,11 +15,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `CommDestroy`, `Value::Comm`, `Adopted::Comm`). 8 added what a driver-level recording
 /// (`gputape run -o`) needs: `Frame::ModuleImage` (a module's binary image), `Arg::Words`
 /// (addresses inside a by-value parameter) and `Call::Opaque` (a driver call not understood).
-/// A format-2 to 7 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 8;
-/// The oldest reader that can read what this build writes: a format-7 reader does not know
-/// the driver-level frames, arguments and calls and would call the trace corrupt.
-pub const MIN_READER_VERSION: u16 = 8;
+/// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). A format-2 to 8 file
+/// reads the same as before.
+pub const FORMAT_VERSION: u16 = 9;
+/// The oldest reader that can read what this build writes: a format-8 reader does not know
+/// a group's calls and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 9;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 

@@ -162,6 +162,8 @@ pub fn refs(call: &Call) -> Refs {
         Call::CommUniqueId
         | Call::CommInit { .. }
         | Call::CommDestroy { .. }
+        | Call::CommGroupStart
+        | Call::CommGroupEnd
         | Call::Opaque { .. } => {}
     }
     r
@@ -195,6 +197,8 @@ pub fn written_by(call: &Call) -> Vec<BufferId> {
         Call::CommUniqueId
         | Call::CommInit { .. }
         | Call::CommDestroy { .. }
+        | Call::CommGroupStart
+        | Call::CommGroupEnd
         | Call::Opaque { .. } => {}
         Call::Alloc { .. }
         | Call::AllocManaged { .. }

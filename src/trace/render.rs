@@ -238,6 +238,8 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
         }
         Call::CommDestroy { comm } => format!("comm_destroy({comm})"),
         Call::Opaque { name } => format!("{name}(...) (not understood: not replayed)"),
+        Call::CommGroupStart => "comm_group_start()".into(),
+        Call::CommGroupEnd => "comm_group_end()".into(),
     }
 }
 
