@@ -1058,7 +1058,8 @@ fn reloading_a_module_keeps_handles_to_the_old_code_valid() {
 }
 
 /// One rank over NCCL (the H200 machine has one GPU): a communicator of one, an all-reduce, a
-/// broadcast and an all-gather of known values through the recorder, then the trace replayed
+/// broadcast and an all-gather of known values, then two in one group, through the recorder,
+/// then the trace replayed
 /// on a fresh backend, which makes its own communicator and checks the read backs. NCCL is
 /// found on the loader's path or through `GPUTAPE_NCCL_LIB`; without it the test says so.
 #[test]
@@ -1088,6 +1089,25 @@ fn one_rank_collectives_over_nccl_record_and_replay() {
         // One rank: each of these hands the rank its own elements.
         assert_eq!(out, f32_bytes(&x), "{}", op.name());
     }
+    // Two collectives issued as one group (ncclGroupStart/End), recorded and replayed.
+    r.memset(b, 0, n * 4).unwrap();
+    r.comm_group_start().unwrap();
+    let sum = Collective::AllReduce(ReduceOp::Sum);
+    r.collective(comm, sum, a, b, n as u64, CollDtype::F32, s)
+        .unwrap();
+    r.collective(
+        comm,
+        Collective::Broadcast { root: 0 },
+        a,
+        b,
+        n as u64,
+        CollDtype::F32,
+        s,
+    )
+    .unwrap();
+    r.comm_group_end().unwrap();
+    r.copy_d2h_on_stream(b, &mut out, s).unwrap();
+    assert_eq!(out, f32_bytes(&x), "grouped");
     r.comm_destroy(comm).unwrap();
     r.free(a).unwrap();
     r.free(b).unwrap();
@@ -1096,7 +1116,7 @@ fn one_rank_collectives_over_nccl_record_and_replay() {
     let rep = replay_on_fresh_gpu("nccl", &buf.lock());
     assert_eq!(
         (rep.d2h_checked, rep.d2h_matched),
-        (3, 3),
+        (4, 4),
         "{}",
         rep.summary()
     );

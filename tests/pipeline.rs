@@ -460,7 +460,15 @@ fn ring(
     }
     let f32 = CollDtype::F32;
     gpu.collective(comm, Collective::Send { peer: next }, mine, mine, 4, f32, s)?;
-    gpu.collective(comm, Collective::Recv { peer: prev }, theirs, theirs, 4, f32, s)?;
+    gpu.collective(
+        comm,
+        Collective::Recv { peer: prev },
+        theirs,
+        theirs,
+        4,
+        f32,
+        s,
+    )?;
     if grouped {
         gpu.comm_group_end()?;
     }
@@ -514,7 +522,12 @@ fn a_ring_exchange_in_a_group_completes_and_its_rank_set_replays() {
             .collect();
         assert_eq!(
             kinds,
-            ["comm_group_start", "collective", "collective", "comm_group_end"]
+            [
+                "comm_group_start",
+                "collective",
+                "collective",
+                "comm_group_end"
+            ]
         );
     }
     let found = match_ranks(&traces);

@@ -15,9 +15,16 @@
 //! whatever they do, so a pipeline's stages pass activations down the line. Both sides wait
 //! for each other, within the deadline.
 //!
+//! Between `comm_group_start` and its `comm_group_end` a rank's collectives are held, then
+//! issued together: each brings its send bytes before any waits, so a ring exchange (each
+//! rank sends to the next and receives from the one before) completes, where one by one
+//! every rank would wait in its send for a receive its peer never reaches.
+//!
 //! A collective on a capturing stream is a node of the graph (`Work::Collective`, as NCCL's
 //! kernels are captured, and vLLM captures its decode with them): each launch of the graph
-//! meets the other ranks again, under the communicator's next sequence number then.
+//! meets the other ranks again, under the communicator's next sequence number then. Such
+//! nodes run one by one, group or not: a ring exchange captured in a group waits on the mock
+//! (its deadline names the pair), where NCCL fuses it.
 
 use super::{here, MockError, MockGpuBackend};
 use crate::backend::{
@@ -362,7 +369,12 @@ impl MockGpuBackend {
             }
             std::mem::take(&mut c.held)
         };
-        self.issue(&held).map_err(|e| e.context(format!("comm_group_end: the group's {} collectives", held.len())))
+        self.issue(&held).map_err(|e| {
+            e.context(format!(
+                "comm_group_end: the group's {} collectives",
+                held.len()
+            ))
+        })
     }
 
     #[track_caller]
@@ -479,12 +491,7 @@ fn collect(
 
 /// What `rank` receives from collective `seq`, given what every rank brought; an error when
 /// the ranks did not ask for the same collective.
-fn outcome(
-    rank: u32,
-    n: u32,
-    seq: u64,
-    all: &BTreeMap<u32, Brought>,
-) -> anyhow::Result<Vec<u8>> {
+fn outcome(rank: u32, n: u32, seq: u64, all: &BTreeMap<u32, Brought>) -> anyhow::Result<Vec<u8>> {
     let (op, count, dtype, _) = &all[&rank];
     let same = |q: &Brought| match (op, &q.0) {
         // Point to point: the two sides of one exchange (`exchange` paired them), which

@@ -378,12 +378,18 @@ impl Templates {
     /// Entry `i` found the call after `last_hit`'s: note it as the guesses' answer.
     #[inline(always)]
     fn followed_by(&mut self, i: u32) {
+        // Written only when they change: an engine repeating its calls changes none, and a
+        // store to an entry's line at every call is one more to drain before the unlock.
         if let Some(l) = self.entries.get_mut(self.last_hit as usize) {
-            l.forks |= l.next != NONE && l.next != i;
-            l.next = i;
+            if l.next != i {
+                l.forks |= l.next != NONE;
+                l.next = i;
+            }
         }
         if let Some(p) = self.entries.get_mut(self.prev_hit as usize) {
-            p.next2 = i;
+            if p.next2 != i {
+                p.next2 = i;
+            }
         }
         (self.prev_hit, self.last_hit) = (self.last_hit, i);
     }
