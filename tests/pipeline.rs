@@ -450,6 +450,17 @@ fn ring(
     (n, rank): (u32, u32),
     grouped: bool,
 ) -> anyhow::Result<Vec<f32>> {
+    ring_ending(gpu, id, (n, rank), (grouped, true))
+}
+
+/// `ring`, where `(grouped, ends)`: `ends` false leaves the group open (a rank that forgot
+/// its `comm_group_end`: its collectives are never issued).
+fn ring_ending(
+    gpu: &dyn GpuBackend,
+    id: CommUniqueId,
+    (n, rank): (u32, u32),
+    (grouped, ends): (bool, bool),
+) -> anyhow::Result<Vec<f32>> {
     let comm = gpu.comm_init(id, n, rank)?;
     let s = gpu.default_stream();
     let (mine, theirs) = (gpu.alloc(16)?, gpu.alloc(16)?);
@@ -469,7 +480,7 @@ fn ring(
         f32,
         s,
     )?;
-    if grouped {
+    if grouped && ends {
         gpu.comm_group_end()?;
     }
     let mut b = vec![0u8; 16];
@@ -569,4 +580,64 @@ fn a_ring_exchange_without_a_group_waits_and_names_the_peer_that_never_received(
     let m = mock(Duration::from_millis(300));
     let e = m.comm_group_end().unwrap_err();
     assert!(format!("{e:#}").contains("no group is open"), "{e:#}");
+}
+
+#[test]
+fn a_rank_that_never_ends_its_group_is_named_with_what_it_held() {
+    let dir = scratch("open-group");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    let n = 2u32;
+    let (paths, errs): (Vec<PathBuf>, Vec<String>) = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let path = dir.join(format!("rank{rank}.gtape"));
+                sc.spawn(move || {
+                    let rec = RecordingBackend::to_file(
+                        mock(Duration::from_millis(300)),
+                        &path,
+                        BackendDesc::new("mock"),
+                    )
+                    .unwrap();
+                    rec.start().unwrap();
+                    // Rank 1 forgets to end its group.
+                    let r = ring_ending(&rec, id, (n, rank), (true, rank == 0));
+                    rec.stop().unwrap();
+                    (path, r.err().map(|e| format!("{e:#}")).unwrap_or_default())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).unzip()
+    });
+    // Rank 0's group waited for rank 1, which never issued its side; rank 1 saw nothing.
+    assert!(errs[0].contains("rank 1 never"), "{errs:?}");
+    assert!(errs[1].is_empty(), "{errs:?}");
+    let traces: Vec<Trace> = paths.iter().map(|p| Trace::open(p).unwrap()).collect();
+    let found = match_ranks(&traces);
+    let text = render_findings(&found);
+    let open: Vec<&RankFinding> = found
+        .iter()
+        .filter(|f| matches!(f, RankFinding::OpenGroup { .. }))
+        .collect();
+    assert_eq!(open.len(), 1, "{text}");
+    let RankFinding::OpenGroup {
+        start,
+        held,
+        held_count,
+    } = open[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!((start.rank, *held_count, held.len()), (1, 2, 2), "{text}");
+    assert!(start.text.contains("comm_group_start"), "{text}");
+    assert!(start.site.contains("pipeline.rs"), "{text}");
+    // Rank 0's send to rank 1 is named as never received: rank 1's receive was held.
+    assert!(
+        found.iter().any(|f| matches!(
+            f,
+            RankFinding::Unpaired { from: 0, to: 1, seq: 0, missing, .. } if missing.0 == 1
+        )),
+        "{text}"
+    );
+    assert!(text.contains("never issued"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
 }

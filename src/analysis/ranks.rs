@@ -81,6 +81,17 @@ pub enum RankFinding {
         /// The send, then the receive.
         calls: Vec<RankCall>,
     },
+    /// A rank's trace ends inside a group (`comm_group_start` with no `comm_group_end`
+    /// after it): the collectives it made there were held for the group's end, never
+    /// issued, so they are not counted as made, and the ranks that met them wait.
+    OpenGroup {
+        /// The group's start.
+        start: RankCall,
+        /// The collectives held in it (the first 8).
+        held: Vec<RankCall>,
+        /// How many were held.
+        held_count: usize,
+    },
     /// A rank of the communicator whose trace is not among those given.
     NoTrace {
         /// The communicator.
@@ -98,6 +109,10 @@ struct Member<'t> {
     /// (a flight dump's calls keep the recording's numbers, so a number is not a place), by
     /// exchange.
     comms: BTreeMap<CommUniqueId, Part>,
+    /// Where its trace ends inside a group: the group's outermost start (a place in the
+    /// call list; every collective after it was held there, never issued), the first 8 such
+    /// collectives' places, and how many there were.
+    open_group: Option<(usize, Vec<usize>, usize)>,
 }
 
 /// A trace's part in one communicator.
@@ -177,14 +192,46 @@ fn member(trace: &Trace) -> Member<'_> {
             },
         );
     }
+    // Groups: a collective is issued at its group's outermost end, so those after the last
+    // unclosed start never were. A dump may begin inside a group: an end with no start in
+    // the trace closes nothing.
+    let (mut depth, mut start, mut held, mut n) = (0u32, 0usize, Vec::new(), 0usize);
+    for (at, c) in trace.calls.iter().enumerate() {
+        match &c.call {
+            Call::CommGroupStart => {
+                if depth == 0 {
+                    (start, n) = (at, 0);
+                    held.clear();
+                }
+                depth = depth.saturating_add(1);
+            }
+            Call::CommGroupEnd => depth = depth.saturating_sub(1),
+            Call::Collective { .. } if depth > 0 => {
+                if held.len() < 8 {
+                    held.push(at);
+                }
+                n += 1;
+            }
+            _ => {}
+        }
+    }
+    let open_group = (depth > 0).then_some((start, held, n));
+    let never_issued = |at: usize| open_group.as_ref().is_some_and(|(s, ..)| at > *s);
     for (at, c) in trace.calls.iter().enumerate() {
         if let Call::Collective { comm, seq, op, .. } = &c.call {
+            if never_issued(at) {
+                continue;
+            }
             if let Some(e) = ids.get(comm).and_then(|u| comms.get_mut(u)) {
                 e.colls.insert(Exchange::of(*op, *seq, e.rank), at);
             }
         }
     }
-    Member { trace, comms }
+    Member {
+        trace,
+        comms,
+        open_group,
+    }
 }
 
 /// What `rank` did instead of an exchange it never made: its last three calls, and its first
@@ -228,6 +275,22 @@ fn shape(c: &Call) -> Option<(crate::backend::Collective, u64, crate::backend::C
 /// parted; empty when every communicator's ranks made the same collectives.
 pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
     let members: Vec<Member> = traces.iter().map(member).collect();
+    let mut out = Vec::new();
+    for m in &members {
+        let Some((start, held, n)) = &m.open_group else {
+            continue;
+        };
+        // The rank it is in the first communicator it joined (a group spans them all).
+        let rank = m.comms.values().next().map_or(0, |p| p.rank);
+        out.push(RankFinding::OpenGroup {
+            start: rank_call(m.trace, rank, *start),
+            held: held
+                .iter()
+                .map(|at| rank_call(m.trace, rank, *at))
+                .collect(),
+            held_count: *n,
+        });
+    }
     let mut by_comm: BTreeMap<CommUniqueId, (u32, BTreeMap<u32, usize>)> = BTreeMap::new();
     for (i, m) in members.iter().enumerate() {
         for (u, p) in &m.comms {
@@ -238,7 +301,6 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
                 .insert(p.rank, i);
         }
     }
-    let mut out = Vec::new();
     for (unique, (nranks, ranks)) in by_comm {
         // At most 64 named: a hostile trace may claim 4 billion ranks.
         let absent: Vec<u32> = (0..nranks.min((ranks.len() as u32).saturating_add(64)))
@@ -482,6 +544,23 @@ pub fn render_findings(f: &[RankFinding]) -> String {
                     s,
                     "communicator {unique}: no trace given for rank(s) {ranks:?}"
                 );
+            }
+            RankFinding::OpenGroup {
+                start,
+                held,
+                held_count,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "rank {}: the trace ends inside a group begun at #{} ({}): its {} collective(s) after it were held for the group's end and never issued",
+                    start.rank,
+                    start.call,
+                    start.site,
+                    held_count
+                );
+                for c in held {
+                    line(&mut s, c);
+                }
             }
         }
     }
