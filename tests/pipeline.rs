@@ -334,6 +334,11 @@ fn a_rank_set_whose_fault_is_the_last_stages_own_shrinks_to_that_stage() {
 /// gone, and the communicator it joined there is listed as joined before it began.
 fn as_dump(t: &Trace, from: usize) -> Trace {
     let mut d = t.clone();
+    // The group collectives before the cut: the checkpoint's count.
+    let next_seq = t.calls[..from]
+        .iter()
+        .filter(|c| matches!(&c.call, Call::Collective { op, .. } if !matches!(op, Collective::Send { .. } | Collective::Recv { .. })))
+        .count() as u64;
     let joined = t.calls[..from]
         .iter()
         .find_map(|c| match (&c.call, &c.ret) {
@@ -349,12 +354,18 @@ fn as_dump(t: &Trace, from: usize) -> Trace {
                 unique: *unique,
                 nranks: *nranks,
                 rank: *rank,
-                next_seq: 0,
+                next_seq,
             }),
             _ => None,
         });
     d.adopted.extend(joined);
-    d.calls.drain(..from);
+    // The buffers made before the cut stay (a dump's checkpoint holds them); everything
+    // else before it goes.
+    let mut at = 0;
+    d.calls.retain(|c| {
+        at += 1;
+        at > from || matches!(c.call, Call::Alloc { .. })
+    });
     d
 }
 
@@ -367,41 +378,61 @@ fn place_of(t: &Trace, name: &str, seq: u64) -> usize {
 }
 
 #[test]
-fn dumps_whose_sends_start_at_different_numbers_are_not_replayed_together() {
+fn dumps_whose_sends_start_at_different_numbers_replay_from_the_later_start() {
     let dir = scratch("dumps");
     let (traces, errs) = record_pipeline(&dir, Duration::from_secs(20), (None, None));
     assert!(errs.iter().all(String::is_empty), "{errs:?}");
     // Ranks 0 and 1 dump from step 2 on (rank 0's send #2, rank 1's receive #2), rank 2
-    // from its receive #0: its first receive would wait for a send rank 1's dump lacks.
+    // from its receive #0: its receives #0 and #1 have no send in rank 1's dump, and are
+    // left out; the all-reduces, numbered alike on every rank from the dumps' first, meet.
+    let first_ar = |t: &Trace, from: usize| {
+        t.calls[from..]
+            .iter()
+            .find_map(|c| match &c.call {
+                Call::Collective { op, seq, .. } if op.name() == "all_reduce" => Some(*seq),
+                _ => None,
+            })
+            .unwrap()
+    };
+    // Rank 0's from the upload its send #2 sends.
     let (s0, r1) = (
-        place_of(&traces[0], "send", 2),
+        place_of(&traces[0], "send", 2) - 1,
         place_of(&traces[1], "recv", 2),
     );
+    // Rank 2's dump begins at its receive #0, before step 1's all-reduce (#0), which the
+    // others' dumps begin after.
+    let r2 = place_of(&traces[2], "recv", 0);
     let set = vec![
         as_dump(&traces[0], s0),
         as_dump(&traces[1], r1),
-        as_dump(&traces[2], place_of(&traces[2], "recv", 0)),
+        as_dump(&traces[2], r2),
     ];
-    let backends: Vec<MockGpuBackend> = (0..3).map(|_| mock(Duration::from_secs(2))).collect();
-    let err = match replay_ranks(&set, &backends, &ReplayOptions::default()) {
-        Ok(_) => panic!("replayed together"),
-        Err(e) => format!("{e:#}"),
-    };
+    // Ranks 0 and 1 begin before the same all-reduce (step 3's, #1).
+    assert_eq!(first_ar(&traces[0], s0), 1);
+    assert_eq!(first_ar(&traces[1], r1), 1);
+    let backends: Vec<MockGpuBackend> = (0..3).map(|_| mock(Duration::from_secs(5))).collect();
+    let reports = replay_ranks(&set, &backends, &ReplayOptions::default()).unwrap();
+    let reports: Vec<_> = reports.into_iter().map(Result::unwrap).collect();
+    assert_eq!(reports[0].skipped_count, 0, "{}", reports[0].summary());
+    assert_eq!(reports[1].skipped_count, 0, "{}", reports[1].summary());
+    // Rank 2 leaves out its receives #0 and #1 (their sends are before rank 1's dump) and
+    // the all-reduce of step 1 (#0: before the others' dumps begin).
+    let r = &reports[2];
+    let text = r.summary();
+    assert_eq!(r.skipped_count, 3, "{text}");
     assert!(
-        err.contains("different sends from rank 1 to rank 2")
-            && err.contains("rank 1's first send #2, rank 2's first receive #0"),
-        "{err}"
+        text.contains(
+            "(#0 from rank 1 to rank 2), made before the other side's trace begins at #2"
+        ) && text.contains("(#1 from rank 1 to rank 2)")
+            && text.contains("all_reduce (collective #0"),
+        "{text}"
     );
-    // Both dumps begun at the same exchange of the pair are let through this check.
-    let (s1, r2) = (
-        place_of(&traces[1], "send", 2),
-        place_of(&traces[2], "recv", 2),
-    );
-    let set = [as_dump(&traces[1], s1), as_dump(&traces[2], r2)];
-    let backends: Vec<MockGpuBackend> = (0..2).map(|_| mock(Duration::from_secs(2))).collect();
-    if let Err(e) = replay_ranks(&set, &backends, &ReplayOptions::default()) {
-        assert!(!format!("{e:#}").contains("different sends"), "{e:#}");
+    // Ranks 0 and 1 replay what they recorded; rank 2's readbacks of the two receives it
+    // left out differ (what they received is not known here), the rest match.
+    for (rank, r) in reports.iter().enumerate().take(2) {
+        assert!(r.passed(), "rank {rank}: {}", r.summary());
     }
+    assert!(r.d2h_checked > r.d2h_matched && r.d2h_matched > 0, "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -173,6 +173,10 @@ pub struct ReplayOptions {
     /// Without it only a one-rank communicator replays.
     pub comms:
         std::collections::HashMap<crate::backend::CommUniqueId, crate::backend::CommUniqueId>,
+    /// Calls not issued, by seq, each with why (the report lists them): a rank's collectives
+    /// made before another rank's flight dump begins, which no rank of the replay can meet
+    /// (`replay_ranks`).
+    pub skip: std::collections::BTreeMap<u64, String>,
 }
 
 /// A replay checks its results against the recording unless told not to, as the CLI does.
@@ -187,6 +191,7 @@ impl Default for ReplayOptions {
             verify: true,
             per_call_timing: false,
             comms: Default::default(),
+            skip: Default::default(),
         }
     }
 }
@@ -299,6 +304,8 @@ impl<'t> Replayer<'t> {
                 v
             },
             opaque_calls: opaque_calls(self.trace, a, stop),
+            skipped: opts.skip.values().take(8).cloned().collect(),
+            skipped_count: opts.skip.len(),
             ..Default::default()
         };
         let in_range: Vec<&CallRecord> = self
@@ -342,6 +349,9 @@ impl<'t> Replayer<'t> {
             for c in &self.trace.calls {
                 if c.seq >= stop {
                     break;
+                }
+                if opts.skip.contains_key(&c.seq) {
+                    continue;
                 }
                 match (&c.call, &c.ret) {
                     (Call::BeginCapture { .. }, Some(Ok(_))) => open_captures += 1,

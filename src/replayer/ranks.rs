@@ -22,7 +22,7 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
         traces.len(),
         backends.len()
     );
-    check_aligned(traces)?;
+    let unmet = unmet(traces);
     let mut ids: HashMap<CommUniqueId, CommUniqueId> = HashMap::new();
     for t in traces {
         // Joined in the trace, or before it began (a flight dump's checkpoint lists those).
@@ -49,7 +49,16 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
         let hs: Vec<_> = traces
             .iter()
             .zip(backends)
-            .map(|(t, b)| sc.spawn(move || Replayer::new(t).run(b, opts, None, |_| {})))
+            .zip(unmet)
+            .map(|((t, b), skip)| {
+                sc.spawn(move || {
+                    let opts = ReplayOptions {
+                        skip,
+                        ..opts.clone()
+                    };
+                    Replayer::new(t).run(b, &opts, None, |_| {})
+                })
+            })
             .collect();
         hs.into_iter()
             .map(|h| {
@@ -87,76 +96,80 @@ fn first_collectives(t: &Trace) -> HashMap<CommUniqueId, (u32, u64)> {
     at
 }
 
-/// Traces that start at different collectives of one communicator cannot be replayed
-/// together: their first collectives would meet each other, though the ranks made them at
-/// different times (flight dumps whose checkpoints fell at different steps). Says which.
-fn check_aligned(traces: &[Trace]) -> anyhow::Result<()> {
-    let mut by_comm: HashMap<CommUniqueId, Vec<(u32, u64)>> = HashMap::new();
-    for t in traces {
-        for (unique, start) in first_collectives(t) {
-            by_comm.entry(unique).or_default().push(start);
-        }
-    }
-    check_pairs_aligned(traces)?;
-    for (unique, mut starts) in by_comm {
-        starts.sort_unstable();
-        if starts.windows(2).any(|w| w[0].1 != w[1].1) {
-            let each: Vec<String> = starts
-                .iter()
-                .map(|(rank, seq)| format!("rank {rank} at #{seq}"))
-                .collect();
-            anyhow::bail!(
-                "the traces start at different collectives of communicator {unique} ({}): \
-                 replayed together, their first collectives would meet though the ranks made \
-                 them at different times (flight dumps whose checkpoints fell at different \
-                 steps); `gputape ranks` still compares them from the first collective they all hold",
-                each.join(", ")
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Sends likewise: where the sender's and the receiver's traces both hold exchanges of their
-/// pair, the first must have the same number on both sides, or one side's first would wait
-/// for one the other made before its trace began (a flight dump's). A whole recording starts
-/// at the pair's first; one side's exchange the other never made is a recorded failure, and
-/// is replayed as it happened.
-fn check_pairs_aligned(traces: &[Trace]) -> anyhow::Result<()> {
+/// What each trace (in order) leaves out to be replayed with the others, by call seq, with
+/// why. Flight dumps whose checkpoints fell at different steps start at different
+/// collectives: a group collective numbered before another rank's dump begins, or a send
+/// numbered before its other side's dump begins, has nothing to meet in the replay (the
+/// other rank's part was made before its trace). Those are left out, so every rank's replay
+/// meets from the first exchange all of its ranks hold; what they received is not known
+/// here, so what a rank computes from it may differ, and its readbacks say so. Whole
+/// recordings start together and leave nothing out.
+fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
     use crate::analysis::ranks::joined_comms;
     use crate::backend::Exchange;
-    // (communicator, sender, receiver) -> [the sender's first, the receiver's first].
-    let mut firsts: std::collections::BTreeMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> =
-        Default::default();
+    use std::collections::BTreeMap;
+    // Where each communicator's group collectives start in every trace holding it, and each
+    // pair's exchanges on each side.
+    let mut group_start: HashMap<CommUniqueId, u64> = HashMap::new();
     for t in traces {
+        for (unique, (_, seq)) in first_collectives(t) {
+            let s = group_start.entry(unique).or_insert(seq);
+            *s = (*s).max(seq);
+        }
+    }
+    let exchanges = |t: &Trace| {
         let comms: HashMap<_, _> = joined_comms(t)
             .into_iter()
             .map(|j| (j.id, (j.unique, j.rank)))
             .collect();
-        for c in &t.calls {
-            let Call::Collective { comm, seq, op, .. } = &c.call else {
-                continue;
-            };
-            let Some((unique, rank)) = comms.get(comm) else {
-                continue;
-            };
-            if let Exchange::Pair { from, to, seq } = Exchange::of(*op, *seq, *rank) {
-                let side = usize::from(*rank == to);
-                let first = &mut firsts.entry((*unique, from, to)).or_default()[side];
-                first.get_or_insert(seq);
+        t.calls
+            .iter()
+            .filter_map(move |c| {
+                let Call::Collective { comm, seq, op, .. } = &c.call else {
+                    return None;
+                };
+                let (unique, rank) = comms.get(comm)?;
+                Some((c.seq, *unique, *rank, *op, Exchange::of(*op, *seq, *rank)))
+            })
+            .collect::<Vec<_>>()
+    };
+    let all: Vec<_> = traces.iter().map(exchanges).collect();
+    // (communicator, sender, receiver) -> each side's first number.
+    let mut firsts: BTreeMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> = BTreeMap::new();
+    for (_, unique, rank, _, x) in all.iter().flatten() {
+        if let Exchange::Pair { from, to, seq } = *x {
+            let side = usize::from(*rank == to);
+            firsts.entry((*unique, from, to)).or_default()[side].get_or_insert(seq);
+        }
+    }
+    all.iter()
+        .map(|xs| {
+            let mut skip = BTreeMap::new();
+            for (call, unique, rank, op, x) in xs {
+                let why = match *x {
+                    Exchange::Group(seq) => {
+                        let start = group_start.get(unique).copied().unwrap_or(0);
+                        (seq < start).then(|| {
+                            format!(
+                                "rank {rank}'s #{call} {} (collective #{seq} of communicator {unique}), made before another rank's trace begins at #{start}",
+                                op.name()
+                            )
+                        })
+                    }
+                    Exchange::Pair { from, to, seq } => match firsts.get(&(*unique, from, to)) {
+                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(format!(
+                            "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
+                            op.name(),
+                            (*a).max(*b)
+                        )),
+                        _ => None,
+                    },
+                };
+                if let Some(why) = why {
+                    skip.insert(*call, why);
+                }
             }
-        }
-    }
-    for ((unique, from, to), [sent, received]) in firsts {
-        if let (Some(a), Some(b)) = (sent, received) {
-            anyhow::ensure!(
-                a == b,
-                "the traces start at different sends from rank {from} to rank {to} on \
-                 communicator {unique} (rank {from}'s first send #{a}, rank {to}'s first \
-                 receive #{b}): replayed together, each side's first would wait for one the \
-                 other made before its dump began; `gputape ranks` still compares them"
-            );
-        }
-    }
-    Ok(())
+            skip
+        })
+        .collect()
 }

@@ -174,6 +174,12 @@ pub struct ReplayReport {
     /// Why the trace was dumped, when it is a flight recorder's dump.
     #[serde(default)]
     pub dump_reason: Option<String>,
+    /// Calls `ReplayOptions::skip` left out, with why (the first 8).
+    #[serde(default)]
+    pub skipped: Vec<String>,
+    /// How many calls it left out.
+    #[serde(default)]
+    pub skipped_count: usize,
 }
 
 impl ReplayReport {
@@ -278,6 +284,18 @@ impl ReplayReport {
                 self.opaque_calls.join(", ")
             ));
         }
+        if self.skipped_count > 0 {
+            s.push_str(&format!(
+                "{} call(s) not replayed: {}{}\n",
+                self.skipped_count,
+                self.skipped.join("; "),
+                if self.skipped_count > self.skipped.len() {
+                    "; ..."
+                } else {
+                    ""
+                }
+            ));
+        }
         if let Some(first) = self.unchecked.first() {
             s.push_str(&format!(
                 "{} device-to-host result(s) not checked, as they depend on a skipped kernel (first: {first})\n",
@@ -357,6 +375,8 @@ pub fn replay_json(
         "unchecked": e.unchecked,
         "not_checked": e.not_checked,
         "dump_reason": e.dump_reason,
+        "skipped": e.skipped,
+        "skipped_count": e.skipped_count,
         "checked_nothing": graph.is_none() && e.checked_nothing(),
         "timing_ms": {
             "loops": loop_ms,
