@@ -111,6 +111,35 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// `n` ranks, each on its own thread and its own mock (which gives up on a missing peer
+/// after `timeout`), running `f` recorded into `dir/rank{R}.gtape`: each trace's path and
+/// what `f` returned.
+fn record_ranks<T: Send>(
+    dir: &Path,
+    n: u32,
+    timeout: Duration,
+    f: impl Fn(&dyn GpuBackend, u32) -> T + Sync,
+) -> (Vec<PathBuf>, Vec<T>) {
+    let f = &f;
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let path = dir.join(format!("rank{rank}.gtape"));
+                sc.spawn(move || {
+                    let rec =
+                        RecordingBackend::to_file(mock(timeout), &path, BackendDesc::new("mock"))
+                            .unwrap();
+                    rec.start().unwrap();
+                    let out = f(&rec, rank);
+                    rec.stop().unwrap();
+                    (path, out)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).unzip()
+    })
+}
+
 /// The three stages recorded into `dir` (a trace each) on mocks that give up on a missing
 /// peer after `timeout`; each stage's error, if any.
 fn record_pipeline(
@@ -119,23 +148,7 @@ fn record_pipeline(
     plant: (Option<u64>, Option<u64>),
 ) -> (Vec<Trace>, Vec<String>) {
     let id = MockGpuBackend::default().comm_unique_id().unwrap();
-    let (paths, errs): (Vec<PathBuf>, Vec<String>) = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..3u32)
-            .map(|rank| {
-                let path = dir.join(format!("rank{rank}.gtape"));
-                sc.spawn(move || {
-                    let rec =
-                        RecordingBackend::to_file(mock(timeout), &path, BackendDesc::new("mock"))
-                            .unwrap();
-                    rec.start().unwrap();
-                    let err = stage(&rec, id, rank, plant);
-                    rec.stop().unwrap();
-                    (path, err)
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).unzip()
-    });
+    let (paths, errs) = record_ranks(dir, 3, timeout, |g, rank| stage(g, id, rank, plant));
     (
         paths.iter().map(|p| Trace::open(p).unwrap()).collect(),
         errs,
@@ -527,28 +540,13 @@ fn a_ring_exchange_in_a_group_completes_and_its_rank_set_replays() {
     let dir = scratch("ring");
     let id = MockGpuBackend::default().comm_unique_id().unwrap();
     let n = 3u32;
-    let paths: Vec<PathBuf> = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..n)
-            .map(|rank| {
-                let path = dir.join(format!("rank{rank}.gtape"));
-                sc.spawn(move || {
-                    let rec = RecordingBackend::to_file(
-                        mock(Duration::from_secs(20)),
-                        &path,
-                        BackendDesc::new("mock"),
-                    )
-                    .unwrap();
-                    rec.start().unwrap();
-                    let got = ring(&rec, id, (n, rank), true).unwrap();
-                    rec.stop().unwrap();
-                    let prev = (rank + n - 1) % n;
-                    assert_eq!(got, vec![prev as f32 + 0.5; 4], "rank {rank}");
-                    path
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let (paths, got) = record_ranks(&dir, n, Duration::from_secs(20), |g, rank| {
+        ring(g, id, (n, rank), true).unwrap()
     });
+    for (rank, got) in got.iter().enumerate() {
+        let prev = (rank as u32 + n - 1) % n;
+        assert_eq!(*got, vec![prev as f32 + 0.5; 4], "rank {rank}");
+    }
     let traces: Vec<Trace> = paths.iter().map(|p| Trace::open(p).unwrap()).collect();
     for t in &traces {
         let kinds: Vec<&str> = t
@@ -618,26 +616,10 @@ fn a_rank_that_never_ends_its_group_is_named_with_what_it_held() {
     let dir = scratch("open-group");
     let id = MockGpuBackend::default().comm_unique_id().unwrap();
     let n = 2u32;
-    let (paths, errs): (Vec<PathBuf>, Vec<String>) = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..n)
-            .map(|rank| {
-                let path = dir.join(format!("rank{rank}.gtape"));
-                sc.spawn(move || {
-                    let rec = RecordingBackend::to_file(
-                        mock(Duration::from_millis(300)),
-                        &path,
-                        BackendDesc::new("mock"),
-                    )
-                    .unwrap();
-                    rec.start().unwrap();
-                    // Rank 1 forgets to end its group.
-                    let r = ring_ending(&rec, id, (n, rank), (true, rank == 0));
-                    rec.stop().unwrap();
-                    (path, r.err().map(|e| format!("{e:#}")).unwrap_or_default())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).unzip()
+    // Rank 1 forgets to end its group.
+    let (paths, errs) = record_ranks(&dir, n, Duration::from_millis(300), |g, rank| {
+        let r = ring_ending(g, id, (n, rank), (true, rank == 0));
+        r.err().map(|e| format!("{e:#}")).unwrap_or_default()
     });
     // Rank 0's group waited for rank 1, which never issued its side; rank 1 saw nothing.
     assert!(errs[0].contains("rank 1 never"), "{errs:?}");

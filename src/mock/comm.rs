@@ -103,54 +103,62 @@ pub(super) struct RankComm {
     counters: Arc<Counters>,
 }
 
-/// A collective captured into a graph, run at each of the graph's launches.
-pub(crate) struct CapturedCollective {
+/// A collective made now and run later: captured into a graph, or held in a group.
+struct Later {
     world: Arc<World>,
     rank: u32,
-    counters: Arc<Counters>,
     op: Collective,
     send: u64,
     recv: u64,
     count: u64,
     dtype: CollDtype,
+}
+
+impl Later {
+    /// Bytes it sends and bytes it receives.
+    fn sizes(&self) -> (u64, u64) {
+        let n = self.world.nranks;
+        (
+            self.op.send_bytes(self.count, self.dtype, n),
+            self.op.recv_bytes(self.count, self.dtype, n),
+        )
+    }
+}
+
+/// A collective captured into a graph, run at each of the graph's launches.
+pub(crate) struct CapturedCollective {
+    c: Later,
+    counters: Arc<Counters>,
     timeout: Duration,
 }
 
 impl CapturedCollective {
     /// (address, bytes) of what it reads and of what it writes.
     pub(super) fn ranges(&self) -> [(u64, usize); 2] {
-        let n = self.world.nranks;
         // Past usize: the locate that follows refuses it.
         let len = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
-        [
-            (
-                self.send,
-                len(self.op.send_bytes(self.count, self.dtype, n)),
-            ),
-            (
-                self.recv,
-                len(self.op.recv_bytes(self.count, self.dtype, n)),
-            ),
-        ]
+        let (sb, rb) = self.c.sizes();
+        [(self.c.send, len(sb)), (self.c.recv, len(rb))]
     }
 
     /// Meets the other ranks for one run of the graph: reads its send bytes from `read`,
     /// returns what it receives. `Err`: the meeting failed (a rank missing, or asking for
     /// another collective), in words.
     pub(super) fn run(&self, mine: Vec<u8>) -> Result<Vec<u8>, String> {
-        let seq = take(&self.counters, self.op);
+        let c = &self.c;
+        let seq = take(&self.counters, c.op);
         meet(
-            &self.world,
-            self.rank,
+            &c.world,
+            c.rank,
             seq,
-            (self.op, self.count, self.dtype, mine),
+            (c.op, c.count, c.dtype, mine),
             self.timeout,
         )
-        .map_err(|e| format!("captured {}: {e:#}", self.op.name()))
+        .map_err(|e| format!("captured {}: {e:#}", c.op.name()))
     }
 
     pub(super) fn name(&self) -> &'static str {
-        self.op.name()
+        self.c.op.name()
     }
 }
 
@@ -165,16 +173,10 @@ pub(super) struct Comms {
     held: Vec<Held>,
 }
 
-/// A collective made inside a group, numbered when it was made.
+/// A collective made inside a group (or alone), numbered when it was made.
 struct Held {
-    world: Arc<World>,
-    rank: u32,
+    c: Later,
     seq: u64,
-    op: Collective,
-    send: DevicePtr,
-    recv: DevicePtr,
-    count: u64,
-    dtype: CollDtype,
     stream: u64,
     site: crate::backend::Site,
 }
@@ -278,16 +280,19 @@ impl MockGpuBackend {
             })?;
             (rc.world.clone(), rc.rank, rc.counters.clone())
         };
+        let c = Later {
+            world,
+            rank,
+            op,
+            send: send.0,
+            recv: recv.0,
+            count,
+            dtype,
+        };
         if self.stream_is_capturing_now(stream) {
             let captured = CapturedCollective {
-                world,
-                rank,
+                c,
                 counters: counter,
-                op,
-                send: send.0,
-                recv: recv.0,
-                count,
-                dtype,
                 timeout: self.cfg.comm_timeout,
             };
             let mut st = self.state.lock();
@@ -302,14 +307,8 @@ impl MockGpuBackend {
         }
         let seq = take(&counter, op);
         let held = Held {
-            world,
-            rank,
+            c,
             seq,
-            op,
-            send,
-            recv,
-            count,
-            dtype,
             stream,
             site,
         };
@@ -328,20 +327,21 @@ impl MockGpuBackend {
     fn issue(&self, held: &[Held]) -> anyhow::Result<()> {
         let mut placed = Vec::with_capacity(held.len());
         for h in held {
-            let what = (h.op, h.count, h.dtype);
-            let at = place(&h.world, h.rank, h.seq, what)?;
+            let c = &h.c;
+            let what = (c.op, c.count, c.dtype);
+            let at = place(&c.world, c.rank, h.seq, what)?;
             // This stream's work first (the mock runs it at submission unless in chaos mode).
             self.drain_stream(h.stream)?;
-            let sb = h.op.send_bytes(h.count, h.dtype, h.world.nranks);
-            let mine = self.read_device(h.send, sb, h.op.name(), h.site)?;
-            bring(&h.world, h.rank, at, (h.op, h.count, h.dtype, mine));
+            let mine = self.read_device(DevicePtr(c.send), c.sizes().0, c.op.name(), h.site)?;
+            bring(&c.world, c.rank, at, (c.op, c.count, c.dtype, mine));
             placed.push(at);
         }
         for (h, at) in held.iter().zip(placed) {
-            let what = (h.op, h.count, h.dtype);
-            let result = collect(&h.world, h.rank, h.seq, at, what, self.cfg.comm_timeout)?;
-            if h.op.recv_bytes(h.count, h.dtype, h.world.nranks) > 0 {
-                self.write_device(h.recv, &result, h.op.name(), h.site)?;
+            let c = &h.c;
+            let what = (c.op, c.count, c.dtype);
+            let result = collect(&c.world, c.rank, h.seq, at, what, self.cfg.comm_timeout)?;
+            if c.sizes().1 > 0 {
+                self.write_device(DevicePtr(c.recv), &result, c.op.name(), h.site)?;
             }
         }
         Ok(())
