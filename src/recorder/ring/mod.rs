@@ -132,11 +132,11 @@ struct RawEntry {
     /// template's line each call missed the cache on CUDA).
     ///
     /// For an entry with a patch, with what its call (the template with the patch) may
-    /// write, worked out once (`Templates::entry_writes`): its deltas are then logged as writing nothing new (they
-    /// differ from it in scalars at most), and a checkpoint asks the entries instead of
-    /// reading every delta of the span: a decode step's later layers are such deltas,
-    /// thirty thousand between two checkpoints, whose reading cost the engine's thread a
-    /// millisecond at each (run 94).
+    /// write, worked out once (`Templates::entry_writes`): its deltas are then logged as
+    /// writing nothing new (they differ from it in scalars at most), and a checkpoint asks
+    /// the entries instead of reading every delta of the span: a decode step's later layers
+    /// are such deltas, thirty thousand between two checkpoints, whose reading cost the
+    /// engine's thread a millisecond at each (run 94).
     span: u64,
 }
 
