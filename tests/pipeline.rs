@@ -451,7 +451,9 @@ fn dumps_whose_sends_start_at_different_numbers_replay_from_the_later_start() {
 
 /// `gputape ranks` on the pipeline's traces, as a user runs it: exit code and stdout.
 fn cli_ranks(dir: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    // A replay's mock ranks give up on a missing peer after 2 s, as the recording's did.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .env("GPUTAPE_MOCK_COMM_TIMEOUT_S", "2")
         .arg("ranks")
         .args((0..3).map(|r| dir.join(format!("rank{r}.gtape"))))
         .args(extra)
@@ -480,6 +482,16 @@ fn gputape_ranks_lines_up_a_pipeline_and_names_a_left_out_send() {
         text.contains("send #3 from rank 1 to rank 2: rank 1 never sent it")
             && text.contains("rank 1 instead, last calls:")
             && text.contains("tests/pipeline.rs"),
+        "{text}"
+    );
+    // With --replay the parted set is replayed as well: rank 2's receive waits again and
+    // fails as recorded.
+    let (code, text) = cli_ranks(&dir, &["--replay"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("rank 1 never sent it")
+            && text.contains("replaying the rank set together:")
+            && text.contains("REPRODUCED"),
         "{text}"
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -23,7 +23,9 @@ pub struct Args {
 
 /// Exit 0 when every communicator's ranks made the same collectives and every send met its
 /// receive (and, with `--replay`, every rank's replay matched its recording), 1 where they
-/// parted or a replay did not.
+/// parted or a replay did not. With `--replay` the set is replayed where they parted too (a
+/// rank set's flight dumps after a skipped collective): each rank's report says whether the
+/// parting was reproduced.
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     let traces = a
         .traces
@@ -57,16 +59,25 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         })
         .sum();
     let found = crate::analysis::ranks::match_ranks(&traces);
-    if !found.is_empty() {
+    if found.is_empty() {
+        println!(
+            "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives, every send met its receive",
+            traces.len()
+        );
+    } else {
         print!("{}", crate::analysis::ranks::render_findings(&found));
-        return Ok(Exit::Findings);
     }
-    println!(
-        "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives, every send met its receive",
-        traces.len()
-    );
     if !a.replay {
-        return Ok(Exit::Pass);
+        return Ok(if found.is_empty() {
+            Exit::Pass
+        } else {
+            Exit::Findings
+        });
+    }
+    // Where the ranks parted, the replay shows whether the parting happens again: each
+    // rank's report says which recorded failures it reproduced.
+    if !found.is_empty() {
+        println!("replaying the rank set together:");
     }
     let backends = traces
         .iter()
@@ -94,7 +105,9 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
                     p.display(),
                     r.summary().lines().next().unwrap_or("")
                 );
-                if !r.passed() {
+                // The whole report where there is more to say than the first line: what
+                // failed, what was reproduced, what was left out.
+                if !r.passed() || !found.is_empty() || r.skipped_count > 0 {
                     println!("{}", r.summary());
                 }
             }
@@ -104,5 +117,9 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             }
         }
     }
-    Ok(if all { Exit::Pass } else { Exit::Findings })
+    Ok(if all && found.is_empty() {
+        Exit::Pass
+    } else {
+        Exit::Findings
+    })
 }
