@@ -26,6 +26,8 @@
 //! GPUTAPE_FS_NO_FLOOR: no floor (for profiling the recorder over CUDA alone),
 //! GPUTAPE_FS_PHASES: after the table, each workload's median flight step by steps since the
 //! last checkpoint, and how much of it the engine's thread spent issuing work.
+//! GPUTAPE_FS_TAIL: after each run, on stderr, its ten slowest flight steps by index, with
+//! the plain step beside each and the checkpoints taken by then (where a tail comes from).
 
 #[path = "../examples/outside_engine/engine.rs"]
 mod engine;
@@ -318,6 +320,23 @@ fn one_run(
     flight.finish()?;
     let mean = |v: &[Sample]| v.iter().map(|s| s.ms).sum::<f64>() / v.len().max(1) as f64;
     m.runs.push((mean(&f) - mean(&p)) * 1e3);
+    if std::env::var_os("GPUTAPE_FS_TAIL").is_some() {
+        let mut by: Vec<usize> = (0..f.len()).collect();
+        by.sort_by(|a, b| f[*b].ms.total_cmp(&f[*a].ms));
+        let tail: Vec<String> = by
+            .iter()
+            .take(10)
+            .map(|&i| {
+                format!(
+                    "#{i} {:.1} us (plain {:.1}, checkpoints {})",
+                    f[i].ms * 1e3,
+                    p[i].ms * 1e3,
+                    f[i].checkpoints
+                )
+            })
+            .collect();
+        eprintln!("tail: {}", tail.join("; "));
+    }
     m.plain.extend(p.iter().map(|s| s.ms));
     m.flight.extend(f.iter().map(|s| s.ms));
     m.plain_samples.extend(p);

@@ -127,21 +127,28 @@ impl FlightStore {
     /// Blob `id` is named by the current span; `frame` encodes it (only encoded if new). A
     /// chunked blob's parts are named with it.
     pub fn note_blob(&mut self, id: BlobId, frame: impl FnOnce() -> crate::trace::Frame) {
-        self.note_encoded(id, |p| crate::trace::codec::append(&frame(), p).is_ok());
+        self.note_encoded(id, 0, |p| crate::trace::codec::append(&frame(), p).is_ok());
     }
 
     /// `note_blob` for bytes held as they are, encoded straight from the caller's slice: a
     /// readback's bytes are copied once, not into a frame and again into its record.
     pub fn note_blob_raw(&mut self, id: BlobId, bytes: &[u8]) {
-        self.note_encoded(id, |p| {
+        // The record is the bytes and a header of a few dozen: one allocation, not a small
+        // one grown twice (a step's readback is a new blob at every step).
+        self.note_encoded(id, bytes.len() + 64, |p| {
             crate::trace::codec::append_blob(id, bytes.len() as u64, false, bytes, p);
             true
         });
     }
 
     /// A blob the span names: renamed into it if held, else encoded by `encode` (`false`:
-    /// it could not be) and held.
-    fn note_encoded(&mut self, id: BlobId, encode: impl FnOnce(&mut Vec<u8>) -> bool) {
+    /// it could not be; `reserve`: about how many bytes it will write) and held.
+    fn note_encoded(
+        &mut self,
+        id: BlobId,
+        reserve: usize,
+        encode: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) {
         if let Some(c) = self.capture.as_mut() {
             c.blobs.push(id);
         }
@@ -152,7 +159,7 @@ impl FlightStore {
                 self.each_part(id, |f, p| f.rename(p, no));
             }
             false => {
-                let mut payload = Vec::new();
+                let mut payload = Vec::with_capacity(reserve);
                 if encode(&mut payload) {
                     self.hold(id, payload, no);
                 }
