@@ -350,7 +350,8 @@ impl MockGpuBackend {
     #[track_caller]
     pub(super) fn comm_group_start_impl(&self) -> anyhow::Result<()> {
         self.tick_kind(CallKind::CommGroupStart)?;
-        self.comms.lock().group_depth += 1;
+        let mut c = self.comms.lock();
+        c.group_depth = c.group_depth.saturating_add(1);
         Ok(())
     }
 
