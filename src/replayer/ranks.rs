@@ -146,22 +146,31 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
         .map(|xs| {
             let mut skip = BTreeMap::new();
             for (call, unique, rank, op, x) in xs {
+                // The report names the first 8 (in call order): a dump that begins far
+                // earlier than the others' need not hold a sentence per collective.
+                let named = skip.len() < 8;
                 let why = match *x {
                     Exchange::Group(seq) => {
                         let start = group_start.get(unique).copied().unwrap_or(0);
                         (seq < start).then(|| {
-                            format!(
-                                "rank {rank}'s #{call} {} (collective #{seq} of communicator {unique}), made before another rank's trace begins at #{start}",
-                                op.name()
-                            )
+                            named
+                                .then(|| format!(
+                                    "rank {rank}'s #{call} {} (collective #{seq} of communicator {unique}), made before another rank's trace begins at #{start}",
+                                    op.name()
+                                ))
+                                .unwrap_or_default()
                         })
                     }
                     Exchange::Pair { from, to, seq } => match firsts.get(&(*unique, from, to)) {
-                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(format!(
-                            "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
-                            op.name(),
-                            (*a).max(*b)
-                        )),
+                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(
+                            named
+                                .then(|| format!(
+                                    "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
+                                    op.name(),
+                                    (*a).max(*b)
+                                ))
+                                .unwrap_or_default(),
+                        ),
                         _ => None,
                     },
                 };
