@@ -153,24 +153,25 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
                     Exchange::Group(seq) => {
                         let start = group_start.get(unique).copied().unwrap_or(0);
                         (seq < start).then(|| {
-                            named
-                                .then(|| format!(
-                                    "rank {rank}'s #{call} {} (collective #{seq} of communicator {unique}), made before another rank's trace begins at #{start}",
-                                    op.name()
-                                ))
-                                .unwrap_or_default()
+                            if !named {
+                                return String::new();
+                            }
+                            format!(
+                                "rank {rank}'s #{call} {} (collective #{seq} of communicator {unique}), made before another rank's trace begins at #{start}",
+                                op.name()
+                            )
                         })
                     }
                     Exchange::Pair { from, to, seq } => match firsts.get(&(*unique, from, to)) {
-                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(
-                            named
-                                .then(|| format!(
-                                    "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
-                                    op.name(),
-                                    (*a).max(*b)
-                                ))
-                                .unwrap_or_default(),
-                        ),
+                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(if named {
+                            format!(
+                                "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
+                                op.name(),
+                                (*a).max(*b)
+                            )
+                        } else {
+                            String::new()
+                        }),
                         _ => None,
                     },
                 };
