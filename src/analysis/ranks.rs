@@ -177,11 +177,50 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
     adopted.chain(joined).collect()
 }
 
+/// A collective of a trace, as a rank set names it.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceExchange {
+    /// Its place in the trace's call list.
+    pub at: usize,
+    /// Its communicator, and this trace's rank there.
+    pub unique: CommUniqueId,
+    pub rank: u32,
+    /// Which collective.
+    pub op: crate::backend::Collective,
+    /// The name every rank taking part gives it.
+    pub exchange: Exchange,
+}
+
+/// Every collective of `trace` on a communicator it is in, in call order: what the analysis
+/// matches across ranks and `replay_ranks` aligns by.
+pub fn exchanges(trace: &Trace) -> Vec<TraceExchange> {
+    let comms: BTreeMap<CommId, (CommUniqueId, u32)> = joined_comms(trace)
+        .into_iter()
+        .map(|j| (j.id, (j.unique, j.rank)))
+        .collect();
+    trace
+        .calls
+        .iter()
+        .enumerate()
+        .filter_map(|(at, c)| {
+            let Call::Collective { comm, seq, op, .. } = &c.call else {
+                return None;
+            };
+            let (unique, rank) = *comms.get(comm)?;
+            Some(TraceExchange {
+                at,
+                unique,
+                rank,
+                op: *op,
+                exchange: Exchange::of(*op, *seq, rank),
+            })
+        })
+        .collect()
+}
+
 fn member(trace: &Trace) -> Member<'_> {
-    let mut ids: BTreeMap<CommId, CommUniqueId> = BTreeMap::new();
     let mut comms: BTreeMap<CommUniqueId, Part> = BTreeMap::new();
     for j in joined_comms(trace) {
-        ids.insert(j.id, j.unique);
         comms.insert(
             j.unique,
             Part {
@@ -217,14 +256,12 @@ fn member(trace: &Trace) -> Member<'_> {
     }
     let open_group = (depth > 0).then_some((start, held, n));
     let never_issued = |at: usize| open_group.as_ref().is_some_and(|(s, ..)| at > *s);
-    for (at, c) in trace.calls.iter().enumerate() {
-        if let Call::Collective { comm, seq, op, .. } = &c.call {
-            if never_issued(at) {
-                continue;
-            }
-            if let Some(e) = ids.get(comm).and_then(|u| comms.get_mut(u)) {
-                e.colls.insert(Exchange::of(*op, *seq, e.rank), at);
-            }
+    for x in exchanges(trace) {
+        if never_issued(x.at) {
+            continue;
+        }
+        if let Some(e) = comms.get_mut(&x.unique) {
+            e.colls.insert(x.exchange, x.at);
         }
     }
     Member {

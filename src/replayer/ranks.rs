@@ -105,7 +105,7 @@ fn first_collectives(t: &Trace) -> HashMap<CommUniqueId, (u32, u64)> {
 /// here, so what a rank computes from it may differ, and its readbacks say so. Whole
 /// recordings start together and leave nothing out.
 fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
-    use crate::analysis::ranks::joined_comms;
+    use crate::analysis::ranks::exchanges;
     use crate::backend::Exchange;
     use std::collections::BTreeMap;
     // Where each communicator's group collectives start in every trace holding it, and each
@@ -117,23 +117,15 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
             *s = (*s).max(seq);
         }
     }
-    let exchanges = |t: &Trace| {
-        let comms: HashMap<_, _> = joined_comms(t)
-            .into_iter()
-            .map(|j| (j.id, (j.unique, j.rank)))
-            .collect();
-        t.calls
-            .iter()
-            .filter_map(move |c| {
-                let Call::Collective { comm, seq, op, .. } = &c.call else {
-                    return None;
-                };
-                let (unique, rank) = comms.get(comm)?;
-                Some((c.seq, *unique, *rank, *op, Exchange::of(*op, *seq, *rank)))
-            })
-            .collect::<Vec<_>>()
-    };
-    let all: Vec<_> = traces.iter().map(exchanges).collect();
+    let all: Vec<Vec<_>> = traces
+        .iter()
+        .map(|t| {
+            exchanges(t)
+                .into_iter()
+                .map(|x| (t.calls[x.at].seq, x.unique, x.rank, x.op, x.exchange))
+                .collect()
+        })
+        .collect();
     // (communicator, sender, receiver) -> each side's first number.
     let mut firsts: BTreeMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> = BTreeMap::new();
     for (_, unique, rank, _, x) in all.iter().flatten() {
