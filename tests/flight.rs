@@ -650,3 +650,65 @@ fn a_large_async_upload_of_new_bytes_each_step_keeps_each_steps_bytes() {
     drop(rec);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The flight recorder holds what it keeps under quick provisional ids; a dump names every
+/// blob by its hash, as any trace does: uploads (a retained one, found unchanged at its
+/// sync), readbacks, a chunked upload, and a buffer the device checkpoint makes up of an
+/// upload's bytes. Every id checks against its bytes, and the dump replays.
+#[test]
+fn a_dump_names_every_blob_by_its_hash() {
+    let dir = scratch("names");
+    let mut cfg = FlightConfig::new(&dir);
+    cfg.checkpoint_every = 2;
+    cfg.budget = None;
+    let rec = RecordingBackend::flight(mock_with_t_k(), cfg, BackendDesc::new("mock")).unwrap();
+    let s = rec.create_stream().unwrap();
+    let big = gputape::trace::CHUNK_BYTES + (1 << 20);
+    let large = rec.alloc(big).unwrap();
+    let small = rec.alloc(4 << 10).unwrap();
+    let mut back = vec![0u8; 4 << 10];
+    for step in 0..6u8 {
+        let bytes: Vec<u8> = (0..big).map(|i| (i as u8) ^ step).collect();
+        rec.copy_h2d(&bytes, large).unwrap();
+        let tokens = [step; 64];
+        rec.copy_h2d_async_retained(&tokens, small, s).unwrap();
+        rec.synchronize(s).unwrap();
+        rec.copy_d2h(small, &mut back).unwrap();
+        assert_eq!(back[..64], tokens);
+        rec.step_boundary(step as u64);
+    }
+    let path = rec.flight_dump("asked").unwrap();
+    let t = Trace::open(&path).unwrap();
+    assert!(t.findings.is_empty(), "{:?}", t.findings);
+    let ids = t.blobs.ids();
+    assert!(ids.len() >= 4, "{ids:?}");
+    // `try_blob` checks a chunked blob's id against its parts' and each part's against its
+    // bytes.
+    for id in ids {
+        let bytes = t.try_blob(id).unwrap().unwrap();
+        if bytes.len() <= gputape::trace::CHUNK_BYTES {
+            assert_eq!(gputape::trace::BlobId::of(bytes), id, "{} bytes", bytes.len());
+        }
+    }
+    let uploads = t
+        .calls
+        .iter()
+        .filter_map(|c| match &c.call {
+            Call::CopyH2D { data, len, .. } => Some((*data, *len)),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    assert!(!uploads.is_empty());
+    for (data, len) in uploads {
+        let bytes = t.try_blob(data).unwrap().expect("the upload's bytes are in the dump");
+        assert_eq!(bytes.len() as u64, len);
+    }
+    let r = Replayer::new(&t)
+        .run(&mock_with_t_k(), &Default::default(), None, |_| {})
+        .unwrap();
+    assert!(r.passed(), "{}", r.summary());
+    assert!(r.d2h_checked >= 2, "{}", r.summary());
+    assert_eq!(r.d2h_checked, r.d2h_matched, "{}", r.summary());
+    drop(rec);
+    std::fs::remove_dir_all(&dir).ok();
+}

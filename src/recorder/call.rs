@@ -365,7 +365,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
                     });
                 }
                 Some(h) => {
-                    if BlobId::of(bytes) != h {
+                    if st.blob_id(bytes) != h {
                         st.emit(&Frame::Finding(Finding::RetainedSourceChanged {
                             seq: p.seq,
                             at_sync,

@@ -706,14 +706,25 @@ impl RecState {
         }
     }
 
+    /// The id `blob` names these bytes by: a provisional one under a flight recorder (see
+    /// `BlobId::quick`), their hash otherwise.
+    pub fn blob_id(&self, bytes: &[u8]) -> BlobId {
+        match (self.recording, &self.flight) {
+            (true, Some(_)) => BlobId::quick(bytes),
+            _ => BlobId::of(bytes),
+        }
+    }
+
     fn blob_part(&mut self, bytes: &[u8]) -> BlobId {
-        let id = BlobId::of(bytes);
         if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
             // Kept by the flight store for as long as a kept span names it; not compressed:
-            // zstd on a step's readback cost a short step a fifth of its time.
-            f.note_blob_raw(id, bytes);
+            // zstd on a step's readback cost a short step a fifth of its time. Nor hashed:
+            // a dump names it by its hash.
+            let id = BlobId::quick(bytes);
+            f.note_quick_blob(id, bytes);
             return id;
         }
+        let id = BlobId::of(bytes);
         if self.recording && self.blobs.insert(id) {
             let f = crate::trace::blob_frame(id, bytes);
             if self.store_takes(bytes.len() as u64) {

@@ -16,6 +16,7 @@ mod frame;
 mod prefault;
 mod reader;
 mod refs;
+mod relabel;
 mod render;
 pub mod signature;
 mod write;
@@ -31,6 +32,7 @@ pub use format::{
 pub use frame::*;
 pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
+pub use relabel::{call_blob_mut, each_blob_mut};
 pub use render::{call_text, render, render_call, ret_text, summary};
 pub use signature::ParamType;
 pub use write::blob_frame;

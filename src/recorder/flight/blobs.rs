@@ -35,6 +35,7 @@ impl FlightStore {
                 self.spill.remove(id);
             }
             self.parts.remove(&id);
+            self.provisional.remove(&id);
         }
     }
 
@@ -84,6 +85,7 @@ impl FlightStore {
     /// `pin` for a chunked blob of `parts` (each pinned by its holder).
     pub fn pin_chunked(&mut self, id: BlobId, len: u64, parts: &[BlobId]) {
         if !self.blobs.contains_key(&id) {
+            self.chunked_of(id, parts);
             let frame = crate::trace::Frame::Chunked {
                 id,
                 len,
@@ -130,15 +132,21 @@ impl FlightStore {
         self.note_encoded(id, 0, |p| crate::trace::codec::append(&frame(), p).is_ok());
     }
 
-    /// `note_blob` for bytes held as they are, encoded straight from the caller's slice: a
-    /// readback's bytes are copied once, not into a frame and again into its record.
-    pub fn note_blob_raw(&mut self, id: BlobId, bytes: &[u8]) {
+    /// `note_blob` for bytes held as they are under their provisional id (`BlobId::quick`,
+    /// renamed by a dump), encoded straight from the caller's slice: a readback's bytes are
+    /// copied once, not into a frame and again into its record.
+    pub fn note_quick_blob(&mut self, id: BlobId, bytes: &[u8]) {
         // The record is the bytes and a header of a few dozen: one allocation, not a small
         // one grown twice (a step's readback is a new blob at every step).
+        let mut new = false;
         self.note_encoded(id, bytes.len() + 64, |p| {
             crate::trace::codec::append_blob(id, bytes.len() as u64, false, bytes, p);
+            new = true;
             true
         });
+        if new {
+            self.provisional.insert(id);
+        }
     }
 
     /// A blob the span names: renamed into it if held, else encoded by `encode` (`false`:
@@ -196,6 +204,7 @@ impl FlightStore {
 
     /// A chunked blob of `parts` (each noted already), named by the current span.
     pub fn note_chunked(&mut self, id: BlobId, len: u64, parts: Vec<BlobId>) {
+        self.chunked_of(id, &parts);
         let frame = crate::trace::Frame::Chunked {
             id,
             len,
@@ -203,5 +212,13 @@ impl FlightStore {
         };
         self.parts.insert(id, parts);
         self.note_blob(id, || frame);
+    }
+
+    /// Chunked blob `id` is provisional if any of its `parts` is (a device checkpoint
+    /// names a copy's upload, held under its provisional id, as a part of its buffer).
+    fn chunked_of(&mut self, id: BlobId, parts: &[BlobId]) {
+        if parts.iter().any(|p| self.provisional.contains(p)) {
+            self.provisional.insert(id);
+        }
     }
 }

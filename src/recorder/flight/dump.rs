@@ -1,7 +1,8 @@
 //! A dump: the kept spans written out as a trace, from the oldest usable checkpoint.
 
 use super::{FlightStore, GraphKept, Held, Record, Span};
-use crate::trace::{FrameClass, TraceError, TraceWriter};
+use crate::trace::{BlobId, FrameClass, TraceError, TraceWriter};
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 
 impl FlightStore {
@@ -29,35 +30,53 @@ impl FlightStore {
         ));
         let sink = crate::trace::MmapSink::create(&path)?;
         let mut w = TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
-        for d in &self.definitions {
-            w.write_payload(FrameClass::Definition, d)?;
-        }
         w.write(&crate::trace::Frame::Dumped(crate::trace::DumpInfo {
             reason: reason.to_string(),
             in_flight,
         }))?;
         let oldest = self.span_no + 1 - self.spans.len() as u64;
         let pinned = self.graph_blobs();
+        let kept = |id: &BlobId, last: u64| last >= oldest || pinned.contains(id);
+        let names = self.real_names(&kept).map_err(io("read the spilled blob", &self.spill.place()))?;
+        let mut buf = Vec::with_capacity(256);
+        for d in &self.definitions {
+            w.write_payload(FrameClass::Definition, renamed(&names, d, &mut buf)?)?;
+        }
+        // A blob kept under both its provisional id and its hash is written once.
+        let mut written = rustc_hash::FxHashSet::default();
         for (id, (held, last)) in &self.blobs {
-            if *last < oldest && !pinned.contains(id) {
+            if !kept(id, *last) || !written.insert(*names.get(id).unwrap_or(id)) {
                 continue;
             }
-            match held {
-                Held::Mem(p) => w.write_payload(FrameClass::Definition, p)?,
+            let spilled;
+            let p = match held {
+                Held::Mem(p) => p,
                 Held::Disk(_) => {
                     let s = &self.spill;
-                    let p = s
+                    spilled = s
                         .get(*id)
                         .map_err(io("read the spilled blob", &s.place()))?;
-                    w.write_payload(FrameClass::Definition, &p)?;
+                    &spilled
                 }
-            }
+            };
+            // A raw blob is renamed without decoding its bytes; a chunked one's frame is
+            // small.
+            let p = match (names.get(id), crate::trace::codec::blob_record(p)) {
+                (Some(real), Some((_, len, zstd, data))) => {
+                    buf.clear();
+                    crate::trace::codec::append_blob(*real, len, zstd, &p[data], &mut buf);
+                    &buf[..]
+                }
+                (Some(_), None) => renamed(&names, p, &mut buf)?,
+                (None, _) => p,
+            };
+            w.write_payload(FrameClass::Definition, p)?;
         }
         // From the oldest span whose checkpoint is whole.
         let first = self.spans.iter().position(Span::usable).unwrap_or(0);
         if let Some(s) = self.spans.get(first) {
             for c in &s.checkpoint {
-                w.write_payload(FrameClass::Checkpoint, c)?;
+                w.write_payload(FrameClass::Checkpoint, renamed(&names, c, &mut buf)?)?;
             }
         }
         let records = || self.spans.iter().skip(first).flat_map(|s| s.log.records());
@@ -77,7 +96,7 @@ impl FlightStore {
         old_graphs.sort_by_key(|g| g.first_seq);
         for g in old_graphs {
             for f in &g.frames {
-                w.write_payload(FrameClass::Call, f)?;
+                w.write_payload(FrameClass::Call, renamed(&names, f, &mut buf)?)?;
             }
         }
         // Calls whose End was kept whole (a fast-path call that failed): no End is implied.
@@ -90,7 +109,7 @@ impl FlightStore {
         // A call that began before the checkpoint the dump starts from may end after it: its
         // End (and what its sync found) is left out with its Begin.
         let mut begun = rustc_hash::FxHashSet::default();
-        let mut buf = Vec::with_capacity(256);
+        let mut out = Vec::with_capacity(256);
         let mut lost = 0usize;
         for r in records() {
             buf.clear();
@@ -127,7 +146,7 @@ impl FlightStore {
                         _ => true,
                     };
                     if keep {
-                        w.write_payload(FrameClass::Call, c)?;
+                        w.write_payload(FrameClass::Call, renamed(&names, c, &mut out)?)?;
                     }
                     continue;
                 }
@@ -137,7 +156,7 @@ impl FlightStore {
                 continue;
             }
             begun.insert(seq);
-            w.write_payload(FrameClass::Call, &buf)?;
+            w.write_payload(FrameClass::Call, renamed(&names, &buf, &mut out)?)?;
             if ok && !ended.contains(&seq) && open != Some(seq) {
                 buf.clear();
                 let unit = Ok(crate::trace::Value::Unit);
@@ -158,4 +177,79 @@ impl FlightStore {
         );
         Ok(path)
     }
+}
+
+impl FlightStore {
+    /// Each provisional id (`BlobId::quick`) of a blob the dump keeps, with the id a trace
+    /// names its bytes by: plain blobs hashed, then chunked ones from their parts' new ids.
+    fn real_names(
+        &self,
+        kept: &dyn Fn(&BlobId, u64) -> bool,
+    ) -> std::io::Result<FxHashMap<BlobId, BlobId>> {
+        let mut names = FxHashMap::default();
+        let mut chunked = Vec::new();
+        for id in &self.provisional {
+            let Some((held, last)) = self.blobs.get(id) else {
+                continue;
+            };
+            if !kept(id, *last) {
+                continue;
+            }
+            if let Some(parts) = self.parts.get(id) {
+                chunked.push((*id, parts));
+                continue;
+            }
+            let spilled;
+            let p = match held {
+                Held::Mem(p) => p,
+                Held::Disk(_) => {
+                    spilled = self.spill.get(*id)?;
+                    &spilled
+                }
+            };
+            // Held raw as `note_quick_blob` encoded it; anything else keeps its id, and a
+            // reader names it as a blob whose bytes do not match.
+            if let Some((_, _, false, data)) = crate::trace::codec::blob_record(p) {
+                names.insert(*id, BlobId::of(&p[data]));
+            }
+        }
+        for (id, parts) in chunked {
+            let Some((Held::Mem(p), _)) = self.blobs.get(&id) else {
+                continue;
+            };
+            if let Ok(crate::trace::Frame::Chunked { len, .. }) = crate::trace::codec::decode(p) {
+                let real: Vec<BlobId> = parts.iter().map(|p| *names.get(p).unwrap_or(p)).collect();
+                names.insert(id, BlobId::chunked(len, &real));
+            }
+        }
+        Ok(names)
+    }
+}
+
+/// `payload` with every provisional blob id it names renamed (into `buf`), or as it is when
+/// it names none (or there are none).
+fn renamed<'a>(
+    names: &FxHashMap<BlobId, BlobId>,
+    payload: &'a [u8],
+    buf: &'a mut Vec<u8>,
+) -> Result<&'a [u8], TraceError> {
+    if names.is_empty() {
+        return Ok(payload);
+    }
+    let Ok(mut frame) = crate::trace::codec::decode(payload) else {
+        return Ok(payload);
+    };
+    let mut changed = false;
+    crate::trace::each_blob_mut(&mut frame, &mut |id| {
+        if let Some(real) = names.get(id) {
+            *id = *real;
+            changed = true;
+        }
+    });
+    if !changed {
+        return Ok(payload);
+    }
+    buf.clear();
+    crate::trace::codec::append(&frame, buf)?;
+    Ok(buf)
 }

@@ -95,6 +95,9 @@ pub(crate) struct FlightStore {
     spill: Spill,
     /// The parts of each chunked blob in `blobs`, named again whenever it is.
     parts: HashMap<BlobId, Vec<BlobId>>,
+    /// The blobs in `blobs` held under a provisional id (`BlobId::quick`, or chunked of such
+    /// parts): a dump renames them.
+    provisional: rustc_hash::FxHashSet<BlobId>,
     spans: VecDeque<Span>,
     /// Spans begun so far (the newest span's number).
     span_no: u64,
@@ -169,6 +172,7 @@ impl FlightStore {
             pins: HashMap::default(),
             spill,
             parts: HashMap::default(),
+            provisional: Default::default(),
             spans: VecDeque::from([Span::after(None, 0)]),
             span_no: 0,
             templates: Templates::default(),
