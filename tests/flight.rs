@@ -687,7 +687,12 @@ fn a_dump_names_every_blob_by_its_hash() {
     for id in ids {
         let bytes = t.try_blob(id).unwrap().unwrap();
         if bytes.len() <= gputape::trace::CHUNK_BYTES {
-            assert_eq!(gputape::trace::BlobId::of(bytes), id, "{} bytes", bytes.len());
+            assert_eq!(
+                gputape::trace::BlobId::of(bytes),
+                id,
+                "{} bytes",
+                bytes.len()
+            );
         }
     }
     let uploads = t
@@ -700,7 +705,10 @@ fn a_dump_names_every_blob_by_its_hash() {
         .collect::<Vec<_>>();
     assert!(!uploads.is_empty());
     for (data, len) in uploads {
-        let bytes = t.try_blob(data).unwrap().expect("the upload's bytes are in the dump");
+        let bytes = t
+            .try_blob(data)
+            .unwrap()
+            .expect("the upload's bytes are in the dump");
         assert_eq!(bytes.len() as u64, len);
     }
     let r = Replayer::new(&t)

@@ -25,6 +25,20 @@ pub(super) struct Tok {
     fast: bool,
 }
 
+/// What a fast-path call carries besides its raw key.
+#[derive(Clone, Copy, Default)]
+pub(super) struct FastExtra<'a> {
+    /// Host bytes it uploads: their blob id is put into the template (at most
+    /// `FAST_BLOB_MAX` of them; a larger copy takes the slow path).
+    pub blob: Option<&'a [u8]>,
+    /// A blocking upload's device address: the bytes are noted as a fill of it
+    /// (`RecState::note_fill`), as the slow path notes them.
+    pub fill: Option<u64>,
+    /// It waits for the device: listed among the calls in flight while it does, so that a
+    /// hang's deadline names it and a dump taken meanwhile shows it not returned.
+    pub waits: bool,
+}
+
 fn err_rec(e: &anyhow::Error) -> ErrorRec {
     ErrorRec {
         code: crate::driver_code(e),
@@ -100,29 +114,29 @@ impl<B: GpuBackend> RecordingBackend<B> {
         key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
-        self.begin_fast_inner(site, kind, key, None, emit)
+        self.begin_fast_inner(site, kind, key, FastExtra::default(), emit)
     }
 
-    /// `begin_fast` for a copy of host bytes `src` (at most `FAST_BLOB_MAX` of them): the raw
-    /// key says where and how much, and the bytes' blob id is put into the template, so an
-    /// engine's per-step upload of new tokens is kept without encoding its call. A larger
-    /// copy takes the slow path: its raw key does not say which bytes it carried (before,
-    /// one learned from a first copy logged every later copy to the same place with the
-    /// first one's bytes, and a dump replayed stale data).
+    /// `begin_fast` for a copy or a sync (`extra`). Host bytes uploaded (at most
+    /// `FAST_BLOB_MAX` of them): the raw key says where and how much, and the bytes' blob id
+    /// is put into the template, so an engine's per-step upload of new tokens is kept without
+    /// encoding its call. A larger copy takes the slow path: its raw key does not say which
+    /// bytes it carried (before, one learned from a first copy logged every later copy to the
+    /// same place with the first one's bytes, and a dump replayed stale data).
     #[inline]
-    pub(super) fn begin_fast_blob(
+    pub(super) fn begin_fast_with(
         &self,
         site: Site,
         kind: u64,
         key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
-        src: &[u8],
+        extra: FastExtra<'_>,
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
-        if src.len() > FAST_BLOB_MAX {
+        if extra.blob.is_some_and(|b| b.len() > FAST_BLOB_MAX) {
             let mut st = self.lock_recording()?;
             return Some(self.begin_locked(&mut st, site, emit));
         }
-        self.begin_fast_inner(site, kind, key, Some(src), emit)
+        self.begin_fast_inner(site, kind, key, extra, emit)
     }
 
     #[inline]
@@ -131,7 +145,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         site: Site,
         kind: u64,
         key: impl FnOnce(&mut RecState, &mut ring::RawKey) -> bool,
-        blob: Option<&[u8]>,
+        extra: FastExtra<'_>,
         emit: impl FnOnce(&mut RecState, BeginRef<'_, ()>),
     ) -> Option<Tok> {
         let mut st = self.lock_recording()?;
@@ -153,13 +167,25 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let t0 = self.clock.raw();
         let t_ns = self.clock.delta_as_nanos(self.epoch, t0);
         // The bytes are kept whichever path the call takes (the slow one names them too).
-        let id = blob.map(|b| st.blob(b));
+        let id = extra.blob.map(|b| st.blob(b));
         let f = st.flight.as_deref_mut().expect("checked");
         let hit = match &id {
             None => f.fast_call(&k, gen, seq, t_ns),
             Some(id) => f.fast_blob_call(&k, gen, seq, t_ns, id),
         };
         if hit {
+            if let (Some(dst), Some(id), Some(b)) = (extra.fill, id, extra.blob) {
+                let to = st.addr(dst);
+                st.note_fill(&to, id, b.len() as u64);
+            }
+            if extra.waits {
+                st.open_calls.push(super::state::OpenCall {
+                    seq,
+                    thread,
+                    since: std::time::Instant::now(),
+                    own: None,
+                });
+            }
             flight::set_open(&self.st, seq);
             st.seq += 1;
             return Some(Tok {
@@ -232,9 +258,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
     ) {
         if tok.as_ref().is_some_and(|t| t.fast) {
             // Logged as returning `Ok(())` already; a fast call's map updates are made at
-            // its start.
+            // its start. A sync still settles what it made visible, below.
             flight::clear_open();
-            if r.is_ok() {
+            if r.is_ok() && matches!(scope, SyncScope::None) {
                 return;
             }
         }
@@ -244,7 +270,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
             Err(e) => Err(err_rec(e)),
         };
         let Some(tok) = tok else { return };
-        if !tok.fast && !st.open_calls.is_empty() {
+        // (Fast calls that wait are listed too.)
+        if !st.open_calls.is_empty() {
             if let Some(i) = st.open_calls.iter().rposition(|c| c.seq == tok.seq) {
                 st.open_calls.remove(i);
             }
@@ -260,7 +287,11 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
-        st.emit_end(tok.seq, dur_ns, &ret);
+        // A fast call's `Ok(())` is implied by its log entry; any other result (a readback's
+        // bytes, an error) is kept whole.
+        if !(tok.fast && matches!(ret, Ok(Value::Unit))) {
+            st.emit_end(tok.seq, dur_ns, &ret);
+        }
         if let (true, Err(e)) = (st.flight.is_some(), &ret) {
             let reason = format!("call #{} failed: {}", tok.seq, e.message);
             self.flight_trigger(&mut st, &reason);
@@ -357,7 +388,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             let bytes = unsafe { std::slice::from_raw_parts(p.ptr as *const u8, p.len) };
             match p.hash {
                 None => {
-                    let data = st.blob(bytes);
+                    let data = st.readback(bytes);
                     st.emit(&Frame::D2HResult {
                         seq: p.seq,
                         data,

@@ -26,6 +26,10 @@ const FAST_RECORD_EVENT: u64 = 3;
 const FAST_WAIT_EVENT: u64 = 4;
 const FAST_OP_CACHE: u64 = 5;
 const FAST_COPY_H2D_ASYNC: u64 = 6;
+const FAST_COPY_H2D: u64 = 7;
+const FAST_COPY_D2H: u64 = 8;
+const FAST_COPY_D2H_ON_STREAM: u64 = 9;
+const FAST_LAUNCH_GRAPH: u64 = 10;
 
 fn unit<T>(_: &T) -> Value {
     Value::Unit
@@ -75,11 +79,22 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn copy_h2d(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| {
-            let (to, data, len) = (st.addr(dst.0), st.blob(src), src.len() as u64);
-            st.note_fill(&to, data, len);
-            Call::CopyH2D { dst: to, data, len }
-        });
+        let key = |_: &mut RecState, k: &mut ring::RawKey| {
+            k.word(dst.0);
+            k.word(src.len() as u64);
+            true
+        };
+        let extra = FastExtra {
+            blob: Some(src),
+            fill: Some(dst.0),
+            waits: true,
+        };
+        let tok =
+            self.begin_fast_with(Location::caller(), FAST_COPY_H2D, key, extra, |st, head| {
+                let (to, data, len) = (st.addr(dst.0), st.blob(src), src.len() as u64);
+                st.note_fill(&to, data, len);
+                st.emit_call(&head, &Call::CopyH2D { dst: to, data, len });
+            });
         let r = self.inner.copy_h2d(src, dst);
         self.finish(tok, &r, SyncScope::Stream(0), |_, _| Value::Unit);
         r
@@ -88,15 +103,28 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     #[track_caller]
     fn copy_d2h(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
         let len = dst.len() as u64;
-        let tok = self.begin(Location::caller(), |st| Call::CopyD2H {
-            src: st.addr(src.0),
-            len,
-        });
+        let key = |_: &mut RecState, k: &mut ring::RawKey| {
+            k.word(src.0);
+            k.word(len);
+            true
+        };
+        let extra = FastExtra {
+            waits: true,
+            ..FastExtra::default()
+        };
+        let tok =
+            self.begin_fast_with(Location::caller(), FAST_COPY_D2H, key, extra, |st, head| {
+                let call = Call::CopyD2H {
+                    src: st.addr(src.0),
+                    len,
+                };
+                st.emit_call(&head, &call);
+            });
         let r = self.inner.copy_d2h(src, dst);
         if tok.is_some() {
             let bytes: &[u8] = dst;
             self.finish(tok, &r, SyncScope::Stream(0), |st, _| {
-                Value::Bytes(st.blob(bytes))
+                Value::Bytes(st.readback(bytes))
             });
         }
         r
@@ -433,16 +461,30 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     #[track_caller]
     fn copy_d2h_on_stream(&self, src: DevicePtr, dst: &mut [u8], stream: u64) -> Result<()> {
         let len = dst.len() as u64;
-        let tok = self.begin(Location::caller(), |st| Call::CopyD2HOnStream {
-            src: st.addr(src.0),
-            len,
-            stream: st.stream(stream),
+        let key = |_: &mut RecState, k: &mut ring::RawKey| {
+            k.word(src.0);
+            k.word(len);
+            k.word(stream);
+            true
+        };
+        let extra = FastExtra {
+            waits: true,
+            ..FastExtra::default()
+        };
+        let kind = FAST_COPY_D2H_ON_STREAM;
+        let tok = self.begin_fast_with(Location::caller(), kind, key, extra, |st, head| {
+            let call = Call::CopyD2HOnStream {
+                src: st.addr(src.0),
+                len,
+                stream: st.stream(stream),
+            };
+            st.emit_call(&head, &call);
         });
         let r = self.inner.copy_d2h_on_stream(src, dst, stream);
         if tok.is_some() {
             let bytes: &[u8] = dst;
             self.finish(tok, &r, SyncScope::Stream(stream), |st, _| {
-                Value::Bytes(st.blob(bytes))
+                Value::Bytes(st.readback(bytes))
             });
         }
         r
@@ -576,11 +618,15 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             k.word(stream);
             true
         };
-        let tok = self.begin_fast_blob(
+        let extra = FastExtra {
+            blob: Some(src),
+            ..FastExtra::default()
+        };
+        let tok = self.begin_fast_with(
             Location::caller(),
             FAST_COPY_H2D_ASYNC,
             key,
-            src,
+            extra,
             |st, head| {
                 let call = Call::CopyH2DAsync {
                     dst: st.addr(dst.0),
@@ -738,9 +784,17 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
 
     #[track_caller]
     fn launch_graph(&self, graph: GraphHandle, stream: u64) -> Result<()> {
-        let tok = self.begin(Location::caller(), |st| Call::LaunchGraph {
-            graph: st.graph(graph.0),
-            stream: st.stream(stream),
+        let key = |_: &mut RecState, k: &mut ring::RawKey| {
+            k.word(graph.0);
+            k.word(stream);
+            true
+        };
+        let tok = self.begin_fast(Location::caller(), FAST_LAUNCH_GRAPH, key, |st, head| {
+            let call = Call::LaunchGraph {
+                graph: st.graph(graph.0),
+                stream: st.stream(stream),
+            };
+            st.emit_call(&head, &call);
         });
         let r = self.inner.launch_graph(graph, stream);
         self.finish_plain(tok, &r, unit);

@@ -36,7 +36,7 @@ use crate::backend::{
 };
 use crate::trace::*;
 use anyhow::Result;
-use call::SyncScope;
+use call::{FastExtra, SyncScope};
 use parking_lot::Mutex;
 pub(crate) use state::Addrs;
 use state::{Pending, RecState};

@@ -156,6 +156,8 @@ pub(crate) struct RecState {
     pub store: Option<std::path::PathBuf>,
     pub modules: HashSet<String>,
     pub pending: Vec<Pending>,
+    /// Readbacks a flight recorder has numbered (`readback`).
+    pub readbacks: u64,
     pub write_error: Option<String>,
     pub default_stream: u64,
     /// Calls whose Begin frame is written and whose End frame is not yet: `stop` waits for
@@ -234,6 +236,7 @@ impl RecState {
             store: None,
             modules: HashSet::default(),
             pending: Vec::new(),
+            readbacks: 0,
             write_error: None,
             default_stream,
             in_flight: 0,
@@ -617,12 +620,22 @@ impl RecState {
     /// Store `bytes` as a blob (once per recording) and return its id. Larger than
     /// `CHUNK_BYTES`, they are stored as parts and a `Chunked` frame naming them.
     pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
+        self.blob_as(bytes, false)
+    }
+
+    /// `blob` for the bytes a device-to-host copy returned: under a flight recorder named by
+    /// a number, not hashed at all (see `BlobId::numbered`; a dump names them by their hash).
+    pub fn readback(&mut self, bytes: &[u8]) -> BlobId {
+        self.blob_as(bytes, true)
+    }
+
+    fn blob_as(&mut self, bytes: &[u8], readback: bool) -> BlobId {
         if bytes.len() <= crate::trace::CHUNK_BYTES {
-            return self.blob_part(bytes);
+            return self.blob_part(bytes, readback);
         }
         let parts: Vec<BlobId> = bytes
             .chunks(crate::trace::CHUNK_BYTES)
-            .map(|c| self.blob_part(c))
+            .map(|c| self.blob_part(c, readback))
             .collect();
         self.chunked(bytes.len() as u64, parts)
     }
@@ -715,12 +728,18 @@ impl RecState {
         }
     }
 
-    fn blob_part(&mut self, bytes: &[u8]) -> BlobId {
+    fn blob_part(&mut self, bytes: &[u8], readback: bool) -> BlobId {
         if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
             // Kept by the flight store for as long as a kept span names it; not compressed:
-            // zstd on a step's readback cost a short step a fifth of its time. Nor hashed:
-            // a dump names it by its hash.
-            let id = BlobId::quick(bytes);
+            // zstd on a step's readback cost a short step a fifth of its time. Nor hashed by
+            // blake3: a dump names it by its hash.
+            let id = match readback {
+                true => {
+                    self.readbacks += 1;
+                    BlobId::numbered(self.readbacks)
+                }
+                false => BlobId::quick(bytes),
+            };
             f.note_quick_blob(id, bytes);
             return id;
         }

@@ -89,6 +89,16 @@ impl BlobId {
         BlobId(xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes())
     }
 
+    /// Provisional id number `n` of a flight recorder's own: a readback is new bytes at
+    /// every step, which no hash would find again, so it is named by a number instead.
+    /// Never written to a trace, as `quick`.
+    pub fn numbered(n: u64) -> BlobId {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(b"gtape#rb");
+        id[8..].copy_from_slice(&n.to_le_bytes());
+        BlobId(id)
+    }
+
     /// The id of a blob made of `parts` (in order) totalling `len` bytes: a hash over the
     /// parts' ids, so it is known without the bytes in one place, and the same bytes chunked
     /// the same way always get the same id.

@@ -18,7 +18,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         Frame::SyncHashes { hashes, .. } => hashes.iter_mut().for_each(|(_, h)| f(h)),
         Frame::Chunked { id, parts, .. } => {
             f(id);
-            parts.iter_mut().for_each(|p| f(p));
+            parts.iter_mut().for_each(&mut *f);
         }
         Frame::Begin(b) => {
             if let Some(d) = call_blob_mut(&mut b.call) {

@@ -28,6 +28,9 @@ impl FlightStore {
             std::process::id(),
             self.dumps
         ));
+        // Calls not returned (a sync a hang's deadline found waiting): no End is implied for
+        // one the fast path logged.
+        let waiting: rustc_hash::FxHashSet<u64> = in_flight.iter().map(|(s, _)| *s).collect();
         let sink = crate::trace::MmapSink::create(&path)?;
         let mut w = TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
         w.write(&crate::trace::Frame::Dumped(crate::trace::DumpInfo {
@@ -37,7 +40,9 @@ impl FlightStore {
         let oldest = self.span_no + 1 - self.spans.len() as u64;
         let pinned = self.graph_blobs();
         let kept = |id: &BlobId, last: u64| last >= oldest || pinned.contains(id);
-        let names = self.real_names(&kept).map_err(io("read the spilled blob", &self.spill.place()))?;
+        let names = self
+            .real_names(&kept)
+            .map_err(io("read the spilled blob", &self.spill.place()))?;
         let mut buf = Vec::with_capacity(256);
         for d in &self.definitions {
             w.write_payload(FrameClass::Definition, renamed(&names, d, &mut buf)?)?;
@@ -157,7 +162,7 @@ impl FlightStore {
             }
             begun.insert(seq);
             w.write_payload(FrameClass::Call, renamed(&names, &buf, &mut out)?)?;
-            if ok && !ended.contains(&seq) && open != Some(seq) {
+            if ok && !ended.contains(&seq) && open != Some(seq) && !waiting.contains(&seq) {
                 buf.clear();
                 let unit = Ok(crate::trace::Value::Unit);
                 crate::trace::codec::append_end(seq, 0, &unit, &mut buf)?;
