@@ -720,3 +720,48 @@ fn a_dump_names_every_blob_by_its_hash() {
     drop(rec);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A blocking upload of new bytes to the same place every step, and a blocking readback of
+/// them (both on the flight recorder's fast path once learned): the dump holds each step's
+/// bytes, and replays with every readback matching.
+#[test]
+fn blocking_copies_on_the_fast_path_keep_each_steps_bytes() {
+    let dir = scratch("blocking");
+    let mut cfg = FlightConfig::new(&dir);
+    cfg.checkpoint_every = 1_000;
+    let rec =
+        RecordingBackend::flight(MockGpuBackend::default(), cfg, BackendDesc::new("mock")).unwrap();
+    let s = rec.create_stream().unwrap();
+    let buf = rec.alloc(256).unwrap();
+    let mut back = vec![0u8; 256];
+    for step in 0..8u8 {
+        rec.copy_h2d(&[step + 1; 256], buf).unwrap();
+        rec.copy_d2h_on_stream(buf, &mut back, s).unwrap();
+        assert_eq!(back, [step + 1; 256]);
+        rec.copy_d2h(buf, &mut back).unwrap();
+        rec.step_boundary(step as u64);
+    }
+    let path = rec.flight_dump("asked").unwrap();
+    let t = Trace::open(&path).unwrap();
+    let uploaded: Vec<u8> = t
+        .calls
+        .iter()
+        .filter_map(|c| match &c.call {
+            Call::CopyH2D { data, .. } => t.blob(*data).map(|b| b[0]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uploaded, (1..=8).collect::<Vec<u8>>());
+    let r = Replayer::new(&t)
+        .run(
+            &MockGpuBackend::default(),
+            &Default::default(),
+            None,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(r.d2h_checked, 16, "{}", r.summary());
+    assert!(r.passed(), "{}", r.summary());
+    drop(rec);
+    std::fs::remove_dir_all(&dir).ok();
+}
