@@ -604,6 +604,13 @@ impl GpuBackend for Reusing {
     }
 }
 
+/// Trace `t` replayed on `on`.
+fn replayed(t: &Trace, on: &MockGpuBackend) -> gputape::replayer::ReplayReport {
+    Replayer::new(t)
+        .run(on, &ReplayOptions::default(), None, |_| {})
+        .unwrap()
+}
+
 fn mock_with_t_k() -> MockGpuBackend {
     use gputape::backend::{ParamAccess, ParamInfo};
     let m = mock();
@@ -638,14 +645,7 @@ fn a_large_async_upload_of_new_bytes_each_step_keeps_each_steps_bytes() {
     }
     let path = rec.flight_dump("asked").unwrap();
     let t = Trace::open(&path).unwrap();
-    let r = Replayer::new(&t)
-        .run(
-            &MockGpuBackend::default(),
-            &Default::default(),
-            None,
-            |_| {},
-        )
-        .unwrap();
+    let r = replayed(&t, &MockGpuBackend::default());
     assert!(r.passed(), "{}", r.summary());
     drop(rec);
     std::fs::remove_dir_all(&dir).ok();
@@ -711,9 +711,7 @@ fn a_dump_names_every_blob_by_its_hash() {
             .expect("the upload's bytes are in the dump");
         assert_eq!(bytes.len() as u64, len);
     }
-    let r = Replayer::new(&t)
-        .run(&mock_with_t_k(), &Default::default(), None, |_| {})
-        .unwrap();
+    let r = replayed(&t, &mock_with_t_k());
     assert!(r.passed(), "{}", r.summary());
     assert!(r.d2h_checked >= 2, "{}", r.summary());
     assert_eq!(r.d2h_checked, r.d2h_matched, "{}", r.summary());
@@ -752,14 +750,7 @@ fn blocking_copies_on_the_fast_path_keep_each_steps_bytes() {
         })
         .collect();
     assert_eq!(uploaded, (1..=8).collect::<Vec<u8>>());
-    let r = Replayer::new(&t)
-        .run(
-            &MockGpuBackend::default(),
-            &Default::default(),
-            None,
-            |_| {},
-        )
-        .unwrap();
+    let r = replayed(&t, &MockGpuBackend::default());
     assert_eq!(r.d2h_checked, 16, "{}", r.summary());
     assert!(r.passed(), "{}", r.summary());
     drop(rec);
