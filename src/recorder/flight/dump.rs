@@ -31,22 +31,22 @@ impl FlightStore {
         // Calls not returned (a sync a hang's deadline found waiting): no End is implied for
         // one the fast path logged.
         let waiting: rustc_hash::FxHashSet<u64> = in_flight.iter().map(|(s, _)| *s).collect();
-        let sink = crate::trace::MmapSink::create(&path)?;
-        let mut w = TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
-        w.write(&crate::trace::Frame::Dumped(crate::trace::DumpInfo {
-            reason: reason.to_string(),
-            in_flight,
-        }))?;
         let oldest = self.span_no + 1 - self.spans.len() as u64;
         let pinned = self.graph_blobs();
         let kept = |id: &BlobId, last: u64| last >= oldest || pinned.contains(id);
         let names = self
             .real_names(&kept)
             .map_err(io("read the spilled blob", &self.spill.place()))?;
+        let sink = crate::trace::MmapSink::create(&path)?;
+        let mut w = TraceWriter::new(Box::new(sink)).map_err(io("write", &path))?;
         let mut buf = Vec::with_capacity(256);
         for d in &self.definitions {
             w.write_payload(FrameClass::Definition, renamed(&names, d, &mut buf)?)?;
         }
+        w.write(&crate::trace::Frame::Dumped(crate::trace::DumpInfo {
+            reason: reason.to_string(),
+            in_flight,
+        }))?;
         // A blob kept under both its provisional id and its hash is written once.
         let mut written = rustc_hash::FxHashSet::default();
         for (id, (held, last)) in &self.blobs {
@@ -185,7 +185,7 @@ impl FlightStore {
 }
 
 impl FlightStore {
-    /// Each provisional id (`BlobId::quick`) of a blob the dump keeps, with the id a trace
+    /// Each provisional id (`BlobId::quick`, `BlobId::numbered`) of a blob the dump keeps, with the id a trace
     /// names its bytes by: plain blobs hashed, then chunked ones from their parts' new ids.
     fn real_names(
         &self,
