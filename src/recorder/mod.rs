@@ -684,11 +684,6 @@ impl<B: GpuBackend> Drop for RecordGuard<'_, B> {
     }
 }
 
-/// Whether `rec` is a flight recorder that is recording.
-fn tok_was_flight<B: GpuBackend>(rec: &RecordingBackend<B>) -> bool {
-    rec.on.load(Ordering::Relaxed) && rec.st.lock().flight.is_some()
-}
-
 /// A checkpoint names a blob it kept from the last one: the flight store has it, since that
 /// checkpoint's span is still kept. Should it not, an empty blob under the wrong id would be
 /// caught by the reader's hash check rather than replayed.
