@@ -109,9 +109,7 @@ fn late_fault_dump_reproduces(name: &str, step: usize, spill: Option<usize>) {
     assert!(marks.contains(&(step as u64)), "{marks:?}");
     assert!(marks.len() <= 17, "{marks:?}");
     assert!(!t.initial.is_empty(), "the checkpoint is the initial state");
-    let r = Replayer::new(&t)
-        .run(&mock(), &ReplayOptions::default(), None, |_| {})
-        .unwrap();
+    let r = replayed(&t, &mock());
     assert!(r.passed(), "{}", r.summary());
     let f = &r.faults[0];
     assert!(f.reproduced);
@@ -142,9 +140,7 @@ fn an_explicit_dump_holds_the_last_steps_and_replays_clean() {
         .filter(|c| matches!(c.call, Call::StepBoundary { .. }))
         .count();
     assert!((4..=8).contains(&steps), "{steps} steps kept");
-    let r = Replayer::new(&t)
-        .run(&mock(), &ReplayOptions::default(), None, |_| {})
-        .unwrap();
+    let r = replayed(&t, &mock());
     assert!(
         r.passed() && r.d2h_checked == r.d2h_matched && r.d2h_checked > 0,
         "{}",
@@ -221,9 +217,7 @@ fn what_a_later_layers_launch_writes_is_in_the_next_checkpoint() {
     assert!(h.checkpoints >= 4, "{h:?}");
     let t = Trace::open(&rec.flight_dump("asked").unwrap()).unwrap();
     assert!(!t.initial.is_empty(), "the dump starts at a checkpoint");
-    let r = Replayer::new(&t)
-        .run(&mock(), &ReplayOptions::default(), None, |_| {})
-        .unwrap();
+    let r = replayed(&t, &mock());
     assert!(
         r.passed() && r.d2h_checked == r.d2h_matched && r.d2h_checked >= 3,
         "{}",
@@ -269,9 +263,7 @@ fn a_rearmed_recorder_records_three_complete_segments() {
             !t.initial.is_empty(),
             "segment {i} has its own initial state"
         );
-        let r = Replayer::new(&t)
-            .run(&mock(), &ReplayOptions::default(), None, |_| {})
-            .unwrap();
+        let r = replayed(&t, &mock());
         assert!(
             r.passed() && r.d2h_checked == 1,
             "segment {i}: {}",
@@ -324,9 +316,7 @@ fn a_panic_and_sigusr1_each_dump() {
         let d = dumps(&dir);
         assert_eq!(d.len(), 1, "{how}: {}", String::from_utf8_lossy(&o.stderr));
         let t = Trace::open(&d[0]).unwrap();
-        let r = Replayer::new(&t)
-            .run(&mock(), &ReplayOptions::default(), None, |_| {})
-            .unwrap();
+        let r = replayed(&t, &mock());
         assert!(r.passed() && r.d2h_checked > 0, "{how}: {}", r.summary());
         std::fs::remove_dir_all(&dir).ok();
     }
@@ -381,9 +371,7 @@ fn a_failed_segment_stops_cleanly_and_the_next_one_records() {
     m.step(gpu, model::PROMPT[1], 1).unwrap();
     rec.stop().unwrap();
     let t = Trace::from_bytes(Path::new("second"), &buf.lock()).unwrap();
-    let r = Replayer::new(&t)
-        .run(&mock(), &ReplayOptions::default(), None, |_| {})
-        .unwrap();
+    let r = replayed(&t, &mock());
     assert!(r.passed() && r.d2h_checked == 1, "{}", r.summary());
     m.teardown(gpu).unwrap();
 }

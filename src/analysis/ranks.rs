@@ -136,6 +136,9 @@ pub struct Joined {
     pub nranks: u32,
     /// Joined before the trace began.
     pub adopted: bool,
+    /// The number of its first group collective in the trace: 0 for one joined in it, what
+    /// the checkpoint says for one joined before.
+    pub next_seq: u64,
 }
 
 /// The communicators `trace` is in: those a checkpoint lists first, then those it joins, in
@@ -147,13 +150,14 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
             unique,
             nranks,
             rank,
-            ..
+            next_seq,
         } => Some(Joined {
             id: *id,
             unique: *unique,
             rank: *rank,
             nranks: *nranks,
             adopted: true,
+            next_seq: *next_seq,
         }),
         _ => None,
     });
@@ -171,6 +175,7 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
             rank: *rank,
             nranks: *nranks,
             adopted: false,
+            next_seq: 0,
         }),
         _ => None,
     });

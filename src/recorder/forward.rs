@@ -31,6 +31,13 @@ const FAST_COPY_D2H: u64 = 8;
 const FAST_COPY_D2H_ON_STREAM: u64 = 9;
 const FAST_LAUNCH_GRAPH: u64 = 10;
 
+/// A blocking readback on the fast path: it waits, and uploads nothing.
+const WAITS: FastExtra<'static> = FastExtra {
+    blob: None,
+    fill: None,
+    waits: true,
+};
+
 fn unit<T>(_: &T) -> Value {
     Value::Unit
 }
@@ -108,12 +115,8 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             k.word(len);
             true
         };
-        let extra = FastExtra {
-            waits: true,
-            ..FastExtra::default()
-        };
         let tok =
-            self.begin_fast_with(Location::caller(), FAST_COPY_D2H, key, extra, |st, head| {
+            self.begin_fast_with(Location::caller(), FAST_COPY_D2H, key, WAITS, |st, head| {
                 let call = Call::CopyD2H {
                     src: st.addr(src.0),
                     len,
@@ -467,12 +470,8 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             k.word(stream);
             true
         };
-        let extra = FastExtra {
-            waits: true,
-            ..FastExtra::default()
-        };
         let kind = FAST_COPY_D2H_ON_STREAM;
-        let tok = self.begin_fast_with(Location::caller(), kind, key, extra, |st, head| {
+        let tok = self.begin_fast_with(Location::caller(), kind, key, WAITS, |st, head| {
             let call = Call::CopyD2HOnStream {
                 src: st.addr(src.0),
                 len,

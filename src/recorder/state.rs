@@ -729,21 +729,20 @@ impl RecState {
     }
 
     fn blob_part(&mut self, bytes: &[u8], readback: bool) -> BlobId {
+        let id = match (readback, self.recording, &self.flight) {
+            (true, true, Some(_)) => {
+                self.readbacks += 1;
+                BlobId::numbered(self.readbacks)
+            }
+            _ => self.blob_id(bytes),
+        };
         if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
             // Kept by the flight store for as long as a kept span names it; not compressed:
             // zstd on a step's readback cost a short step a fifth of its time. Nor hashed by
             // blake3: a dump names it by its hash.
-            let id = match readback {
-                true => {
-                    self.readbacks += 1;
-                    BlobId::numbered(self.readbacks)
-                }
-                false => BlobId::quick(bytes),
-            };
-            f.note_quick_blob(id, bytes);
+            f.note_provisional(id, bytes);
             return id;
         }
-        let id = BlobId::of(bytes);
         if self.recording && self.blobs.insert(id) {
             let f = crate::trace::blob_frame(id, bytes);
             if self.store_takes(bytes.len() as u64) {

@@ -173,9 +173,9 @@ pub struct ReplayOptions {
     /// Without it only a one-rank communicator replays.
     pub comms:
         std::collections::HashMap<crate::backend::CommUniqueId, crate::backend::CommUniqueId>,
-    /// Calls not issued, by seq, each with why (the report lists those with one; an empty
-    /// why is counted only): a rank's collectives made before another rank's flight dump
-    /// begins, which no rank of the replay can meet (`replay_ranks`).
+    /// Calls not issued, by seq, each with why (the report names the first 8 and counts the
+    /// rest): a rank's collectives made before another rank's flight dump begins, which no
+    /// rank of the replay can meet (`replay_ranks`).
     pub skip: std::collections::BTreeMap<u64, String>,
 }
 
@@ -304,13 +304,7 @@ impl<'t> Replayer<'t> {
                 v
             },
             opaque_calls: opaque_calls(self.trace, a, stop),
-            skipped: opts
-                .skip
-                .values()
-                .filter(|w| !w.is_empty())
-                .take(8)
-                .cloned()
-                .collect(),
+            skipped: opts.skip.values().take(8).cloned().collect(),
             skipped_count: opts.skip.len(),
             ..Default::default()
         };

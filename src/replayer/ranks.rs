@@ -73,29 +73,6 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
     }))
 }
 
-/// Each communicator's first collective in `t`, by unique id: 0 for one the trace joined, its
-/// checkpoint's `next_seq` for one joined before the trace began (a flight dump's).
-fn first_collectives(t: &Trace) -> HashMap<CommUniqueId, (u32, u64)> {
-    let mut at = HashMap::new();
-    for a in &t.adopted {
-        if let Adopted::Comm {
-            unique,
-            rank,
-            next_seq,
-            ..
-        } = a
-        {
-            at.insert(*unique, (*rank, *next_seq));
-        }
-    }
-    for c in &t.calls {
-        if let Call::CommInit { unique, rank, .. } = &c.call {
-            at.entry(*unique).or_insert((*rank, 0));
-        }
-    }
-    at
-}
-
 /// What each trace (in order) leaves out to be replayed with the others, by call seq, with
 /// why. Flight dumps whose checkpoints fell at different steps start at different
 /// collectives: a group collective numbered before another rank's dump begins, or a send
@@ -111,11 +88,9 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
     // Where each communicator's group collectives start in every trace holding it, and each
     // pair's exchanges on each side.
     let mut group_start: HashMap<CommUniqueId, u64> = HashMap::new();
-    for t in traces {
-        for (unique, (_, seq)) in first_collectives(t) {
-            let s = group_start.entry(unique).or_insert(seq);
-            *s = (*s).max(seq);
-        }
+    for j in traces.iter().flat_map(crate::analysis::ranks::joined_comms) {
+        let s = group_start.entry(j.unique).or_insert(j.next_seq);
+        *s = (*s).max(j.next_seq);
     }
     let all: Vec<Vec<_>> = traces
         .iter()
@@ -138,16 +113,10 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
         .map(|xs| {
             let mut skip = BTreeMap::new();
             for (call, unique, rank, op, x) in xs {
-                // The report names the first 8 (in call order): a dump that begins far
-                // earlier than the others' need not hold a sentence per collective.
-                let named = skip.len() < 8;
                 let why = match *x {
                     Exchange::Group(seq) => {
                         let start = group_start.get(unique).copied().unwrap_or(0);
                         (seq < start).then(|| {
-                            if !named {
-                                return String::new();
-                            }
                             format!(
                                 "rank {rank}'s #{call} {} (collective #{seq} of communicator {unique}), made before another rank's trace begins at #{start}",
                                 op.name()
@@ -155,15 +124,11 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
                         })
                     }
                     Exchange::Pair { from, to, seq } => match firsts.get(&(*unique, from, to)) {
-                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(if named {
-                            format!(
-                                "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
-                                op.name(),
-                                (*a).max(*b)
-                            )
-                        } else {
-                            String::new()
-                        }),
+                        Some([Some(a), Some(b)]) if seq < (*a).max(*b) => Some(format!(
+                            "rank {rank}'s #{call} {} (#{seq} from rank {from} to rank {to}), made before the other side's trace begins at #{}",
+                            op.name(),
+                            (*a).max(*b)
+                        )),
                         _ => None,
                     },
                 };

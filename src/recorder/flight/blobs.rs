@@ -132,10 +132,10 @@ impl FlightStore {
         self.note_encoded(id, 0, |p| crate::trace::codec::append(&frame(), p).is_ok());
     }
 
-    /// `note_blob` for bytes held as they are under their provisional id (`BlobId::quick`,
-    /// renamed by a dump), encoded straight from the caller's slice: a readback's bytes are
+    /// `note_blob` for bytes held as they are under their provisional id (`BlobId::quick`
+    /// or `numbered`, renamed by a dump), encoded straight from the caller's slice: a readback's bytes are
     /// copied once, not into a frame and again into its record.
-    pub fn note_quick_blob(&mut self, id: BlobId, bytes: &[u8]) {
+    pub fn note_provisional(&mut self, id: BlobId, bytes: &[u8]) {
         // The record is the bytes and a header of a few dozen: one allocation, not a small
         // one grown twice (a step's readback is a new blob at every step).
         let mut new = false;

@@ -212,7 +212,7 @@ impl FlightStore {
                     &spilled
                 }
             };
-            // Held raw as `note_quick_blob` encoded it; anything else keeps its id, and a
+            // Held raw as `note_provisional` encoded it; anything else keeps its id, and a
             // reader names it as a blob whose bytes do not match.
             if let Some((_, _, false, data)) = crate::trace::codec::blob_record(p) {
                 names.insert(*id, BlobId::of(&p[data]));
