@@ -98,7 +98,7 @@ impl Ring {
 
     /// Keeps work record `index` (a launch, a copy: not state, and neither begins nor ends a
     /// capture), which `enc` appends: while recent, or for good when a capture records it.
-    #[inline]
+    #[inline(always)]
     pub fn push_work(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
         if self.capturing > 0 {
             self.keep_for_good(index, enc);
@@ -108,19 +108,39 @@ impl Ring {
     }
 
     /// Keeps record `index`, which `enc` appends, while it is among the recent ones.
-    #[inline]
+    /// (Inlined into each caller, with the rare turns out of line: a record's path is the
+    /// cache lines it touches, `launch.rs`.)
+    #[inline(always)]
     fn keep_recent(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
         if self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK) {
-            let mut c = self.spare.take().unwrap_or_else(chunks::take);
-            c.buf.clear();
-            c.at.clear();
-            self.chunks.push_back(c);
+            self.next_chunk();
         }
-        let c = self.chunks.back_mut().expect("a chunk was just ensured");
+        let Some(c) = self.chunks.back_mut() else {
+            return;
+        };
         let o = c.buf.len();
         c.at.push((index, o));
         enc(&mut c.buf);
         self.held += c.buf.len() - o;
+        if self.held > self.cap {
+            self.drop_oldest();
+        }
+    }
+
+    /// A new newest chunk (the spare one, or one the helper made ready).
+    #[cold]
+    #[inline(never)]
+    fn next_chunk(&mut self) {
+        let mut c = self.spare.take().unwrap_or_else(chunks::take);
+        c.buf.clear();
+        c.at.clear();
+        self.chunks.push_back(c);
+    }
+
+    /// Drops the oldest chunks until what is held fits the ring again.
+    #[cold]
+    #[inline(never)]
+    fn drop_oldest(&mut self) {
         // The newest chunk always stays, however large one record made it.
         while self.held > self.cap && self.chunks.len() > 1 {
             let old = self.chunks.pop_front().expect("more than one chunk");

@@ -120,10 +120,19 @@ pub fn is_flight() -> bool {
 /// a system call per record would be a cost on every logged call).
 pub fn thread_id() -> u32 {
     thread_local! {
-        // SAFETY: gettid takes nothing and cannot fail.
-        static TID: u32 = unsafe { libc::gettid() as u32 };
+        // Const-initialised (no lazy state to test on each read); 0 until first asked, which
+        // no thread's id is.
+        static TID: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
     }
-    TID.with(|t| *t)
+    TID.with(|t| match t.get() {
+        0 => {
+            // SAFETY: gettid takes nothing and cannot fail.
+            let id = unsafe { libc::gettid() as u32 };
+            t.set(id);
+            id
+        }
+        id => id,
+    })
 }
 
 /// Marks a forked child (a `pthread_atfork` handler, `FLAGS.forked`), so the child starts a
@@ -150,24 +159,17 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     })
 }
 
-/// `write` of a launch whose `len` parameter bytes `fill` writes (`encode_launch`): encoded
-/// where it is kept, with no record built and no buffer between (every launch a program
-/// makes passes here).
-pub fn write_launch(
-    status: i32,
-    h: &gputape_shimlog::LaunchHead,
-    layout: Option<&[(u32, u32)]>,
-    len: usize,
-    fill: impl FnOnce(&mut [u8]),
-) -> Option<u64> {
+/// `write` of a launch, which `enc` appends given the record's (time, thread, status):
+/// encoded where it is kept, with no record built and no buffer between (every launch a
+/// program makes passes here; `launch.rs`).
+#[inline]
+pub fn write_launch(status: i32, enc: impl FnOnce(&mut Vec<u8>, (u64, u32, i32))) -> Option<u64> {
     let kind = (gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel", false);
     write_with(status, kind, |to, head| {
         let head = (head.0, head.1, status);
         match to {
-            To::Ring(ring, index) => ring.push_work(index, |b| {
-                gputape_shimlog::encode_launch(b, head, h, layout, len, fill)
-            }),
-            To::Buf(buf) => gputape_shimlog::encode_launch(buf, head, h, layout, len, fill),
+            To::Ring(ring, index) => ring.push_work(index, |b| enc(b, head)),
+            To::Buf(buf) => enc(buf, head),
         }
     })
 }
@@ -180,7 +182,7 @@ enum To<'a> {
 
 /// `write` with the record's (type byte, family, whether it is state) given and its bytes
 /// put where they go by `put`, handed the time and thread they carry.
-#[inline]
+#[inline(always)]
 fn write_with(
     status: i32,
     (tag, family, state): (u8, &'static str, bool),
@@ -209,12 +211,7 @@ fn write_with(
     if let Some(ring) = &mut log.ring {
         put(To::Ring(ring, index), (t_ns, thread));
         if flight::is_fault(status) {
-            // The record's status names the fault; the reader spells it (`gputape run` does).
-            let reason = format!(
-                "returned by {family} (record {index} of process {}'s calls)",
-                log.pid
-            );
-            dump_locked(log, &reason, thread, status, &[], true);
+            dump_at_fault(log, family, index, thread, status);
         }
         return Some(index);
     }
@@ -223,6 +220,19 @@ fn write_with(
         flush_locked(log);
     }
     Some(index)
+}
+
+/// The flight recorder's dump at a record whose status is a fault (record `index`, of the
+/// `family` of calls). Out of line: the hot path of every record only tests for it.
+#[cold]
+#[inline(never)]
+fn dump_at_fault(log: &mut Log, family: &str, index: u64, thread: u32, status: i32) {
+    // The record's status names the fault; the reader spells it (`gputape run` does).
+    let reason = format!(
+        "returned by {family} (record {index} of process {}'s calls)",
+        log.pid
+    );
+    dump_locked(log, &reason, thread, status, &[], true);
 }
 
 /// The flight recorder's dump written by a watcher thread (a hang's, a peer's): `blocked` are
@@ -306,6 +316,8 @@ fn dump_locked(
     }
 }
 
+#[cold]
+#[inline(never)]
 fn open(pid: u32) -> Option<Log> {
     super::selftime::init();
     let header = gputape_shimlog::header(Header {
@@ -360,6 +372,7 @@ fn open(pid: u32) -> Option<Log> {
     })
 }
 
+#[cold]
 fn flush_locked(log: &mut Log) {
     if log.buf.is_empty() {
         return;

@@ -7,6 +7,7 @@ mod counts;
 mod flags;
 mod flight;
 mod hooks;
+mod launch;
 mod log;
 mod peers;
 mod record;

@@ -15,7 +15,7 @@
 
 use core::ffi::{CStr, c_char, c_int, c_void};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use gputape_shimlog::{On, Rec};
 
@@ -722,194 +722,7 @@ unsafe extern "C" fn kernel_get_function<const I: usize>(out: *mut u64, kernel: 
     r
 }
 
-// ---- launches ----
-
-/// Parameter layouts by function (or kernel) handle, asked of the driver once each.
-static LAYOUTS: Mutex<Option<HashMap<u64, Layout>>> = Mutex::new(None);
-
-/// A function's parameters as (offset, size); `None` where the driver would not say.
-type Layout = Option<Arc<Vec<(u32, u32)>>>;
-
-/// A hasher for driver handles, which are addresses and already spread: SipHash on every
-/// launch is a cost the recorded program pays.
-#[derive(Default)]
-struct HandleHasher(u64);
-
-impl std::hash::Hasher for HandleHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type ByHandle<V> = HashMap<u64, V, std::hash::BuildHasherDefault<HandleHasher>>;
-
-thread_local! {
-    /// Each thread's copy of the layouts it has launched with: no lock on a launch.
-    static LOCAL_LAYOUTS: std::cell::RefCell<ByHandle<Layout>> = Default::default();
-}
-
-/// `func`'s parameters as (offset, size): `cuFuncGetParamInfo`, or `cuKernelGetParamInfo` for a
-/// `CUkernel` passed where a function is expected; `None` when the driver answers neither.
-fn shared_layout(func: u64) -> Layout {
-    {
-        let g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = g.as_ref().and_then(|m| m.get(&func)) {
-            return l.clone();
-        }
-    }
-    // A `CUkernel` may be refused by the function form, or look parameterless to it.
-    let as_func = ask_layout(func, entry("cuFuncGetParamInfo"));
-    let l = match as_func {
-        Some(l) if !l.is_empty() => Some(l),
-        other => ask_layout(func, entry("cuKernelGetParamInfo"))
-            .filter(|k| !k.is_empty())
-            .or(other),
-    }
-    .map(Arc::new);
-    let mut g = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(HashMap::new).insert(func, l.clone());
-    l
-}
-
-/// Asks `cu*GetParamInfo` (entry point `i`) for each parameter in turn until it answers
-/// `CUDA_ERROR_INVALID_VALUE` (1: past the last). `None` when the first answer is another error.
-fn ask_layout(func: u64, i: usize) -> Option<Vec<(u32, u32)>> {
-    type F = unsafe extern "C" fn(u64, usize, *mut usize, *mut usize) -> R;
-    let mut out = Vec::new();
-    for k in 0..4096usize {
-        let (mut off, mut size) = (0usize, 0usize);
-        // SAFETY: cuFuncGetParamInfo / cuKernelGetParamInfo: (handle, size_t, size_t*, size_t*).
-        let r = unsafe { real_at::<F>(i)(func, k, &mut off, &mut size) };
-        match r {
-            0 => out.push((off as u32, size as u32)),
-            1 => break,
-            _ if k == 0 => return None,
-            _ => break,
-        }
-    }
-    Some(out)
-}
-
-/// Where a launch's parameter bytes come from: `kernelParams` laid out by the function's
-/// layout, or `extra`'s `CU_LAUNCH_PARAM_BUFFER_POINTER` (and its size), or nowhere (no
-/// layout for `kernelParams`, or neither given).
-enum ParamSource {
-    Pointers(*mut *mut c_void),
-    Buffer(*const u8, usize),
-    None,
-}
-
-impl ParamSource {
-    /// The source of a launch given `params` and `extra` for a function with `layout`.
-    ///
-    /// # Safety
-    /// `extra`, when not null, is what the driver just accepted for this launch: a list of
-    /// key and value pairs up to its end marker.
-    unsafe fn of(
-        layout: Option<&[(u32, u32)]>,
-        params: *mut *mut c_void,
-        extra: *mut *mut c_void,
-    ) -> Self {
-        if !params.is_null() {
-            return match layout {
-                Some(_) => ParamSource::Pointers(params),
-                None => ParamSource::None,
-            };
-        }
-        if extra.is_null() {
-            return ParamSource::None;
-        }
-        // extra: key, value pairs up to CU_LAUNCH_PARAM_END (0); BUFFER_POINTER is 1,
-        // BUFFER_SIZE 2.
-        let (mut buf, mut size): (*const u8, usize) = (core::ptr::null(), 0);
-        for k in (0..64).step_by(2) {
-            // SAFETY: the driver walked this list to its end marker.
-            let key = unsafe { *extra.add(k) } as usize;
-            if key == 0 {
-                break;
-            }
-            // SAFETY: every key but the end marker is followed by its value.
-            let val = unsafe { *extra.add(k + 1) };
-            match key {
-                1 => buf = val.cast::<u8>(),
-                // SAFETY: BUFFER_SIZE's value points at a size_t.
-                2 if !val.is_null() => size = unsafe { *val.cast::<usize>() },
-                _ => {}
-            }
-        }
-        if buf.is_null() {
-            ParamSource::None
-        } else {
-            ParamSource::Buffer(buf, size)
-        }
-    }
-
-    /// How many bytes the parameters take, laid out by `layout`.
-    fn len(&self, layout: Option<&[(u32, u32)]>) -> usize {
-        match self {
-            ParamSource::Pointers(_) => layout
-                .unwrap_or(&[])
-                .iter()
-                .map(|&(o, s)| o as usize + s as usize)
-                .max()
-                .unwrap_or(0),
-            ParamSource::Buffer(_, n) => *n,
-            ParamSource::None => 0,
-        }
-    }
-
-    /// The parameter bytes into `out` (`len` of them, zeroed: what no parameter covers stays
-    /// padding).
-    ///
-    /// # Safety
-    /// `Pointers`: `params[k]` points at parameter k's bytes as `layout` sizes them (the
-    /// driver read them so); `Buffer`: `n` readable bytes.
-    unsafe fn fill(&self, layout: Option<&[(u32, u32)]>, out: &mut [u8]) {
-        match *self {
-            ParamSource::Pointers(params) => {
-                for (k, &(o, s)) in layout.unwrap_or(&[]).iter().enumerate() {
-                    // SAFETY: the driver read parameter k's `s` bytes through params[k].
-                    let p = unsafe { *params.add(k) };
-                    let Some(dst) = out.get_mut(o as usize..o as usize + s as usize) else {
-                        continue;
-                    };
-                    if p.is_null() {
-                        continue;
-                    }
-                    // SAFETY: as above. Pointers and scalars (most parameters) move as one
-                    // word, not through a call to memcpy.
-                    unsafe {
-                        let src = p.cast::<u8>();
-                        match s {
-                            8 => dst
-                                .as_mut_ptr()
-                                .cast::<u64>()
-                                .write_unaligned(src.cast::<u64>().read_unaligned()),
-                            4 => dst
-                                .as_mut_ptr()
-                                .cast::<u32>()
-                                .write_unaligned(src.cast::<u32>().read_unaligned()),
-                            _ => core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()),
-                        }
-                    }
-                }
-            }
-            // SAFETY: the driver read `n` bytes of parameters there.
-            ParamSource::Buffer(buf, n) => {
-                out.copy_from_slice(unsafe { core::slice::from_raw_parts(buf, n) })
-            }
-            ParamSource::None => {}
-        }
-    }
-}
+// ---- launches (the record itself: `launch.rs`) ----
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn launch<const I: usize>(
@@ -940,74 +753,15 @@ unsafe extern "C" fn launch<const I: usize>(
     ) -> R;
     // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
-    let dims = LaunchDims {
+    let dims = super::launch::LaunchDims {
         grid: [gx, gy, gz],
         block: [bx, by, bz],
         shared_mem: smem,
         stream,
         cluster: [0; 3],
     };
-    log_launch(r, f, dims, params, extra);
+    super::launch::log(r, f, dims, params, extra);
     r
-}
-
-/// What a launch ran on, and how wide.
-struct LaunchDims {
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem: u32,
-    stream: u64,
-    cluster: [u32; 3],
-}
-
-fn log_launch(r: R, func: u64, d: LaunchDims, params: *mut *mut c_void, extra: *mut *mut c_void) {
-    if !log::active() && !flight::is_fault(r) {
-        return;
-    }
-    let _t = super::selftime::Guard::start(|| (gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel"));
-    LOCAL_LAYOUTS.with(|m| {
-        // A re-entered hook (a driver that calls back) finds the map borrowed: it asks anew.
-        let Ok(map) = m.try_borrow() else {
-            return log_launch_with(r, func, &d, params, extra, shared_layout(func).as_deref());
-        };
-        if let Some(l) = map.get(&func) {
-            return log_launch_with(r, func, &d, params, extra, l.as_deref());
-        }
-        drop(map);
-        let l = shared_layout(func);
-        if let Ok(mut map) = m.try_borrow_mut() {
-            map.insert(func, l.clone());
-        }
-        log_launch_with(r, func, &d, params, extra, l.as_deref());
-    });
-}
-
-/// `log_launch` once the function's layout is known: the record written, its parameter
-/// bytes gathered straight into the place it is kept.
-fn log_launch_with(
-    r: R,
-    func: u64,
-    d: &LaunchDims,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-    layout: Option<&Vec<(u32, u32)>>,
-) {
-    let layout = layout.map(Vec::as_slice);
-    // SAFETY: the launch's own arguments, which the driver read (or refused: then `r` says so
-    // and they are still the caller's valid arguments).
-    let src = unsafe { ParamSource::of(layout, params, extra) };
-    let h = gputape_shimlog::LaunchHead {
-        func,
-        grid: d.grid,
-        block: d.block,
-        shared_mem: d.shared_mem,
-        stream: d.stream,
-        cluster: d.cluster,
-    };
-    // SAFETY: as above, for the bytes the source names.
-    log::write_launch(r, &h, layout, src.len(layout), |out| unsafe {
-        src.fill(layout, out)
-    });
 }
 
 /// `CUlaunchConfig`, as `cuLaunchKernelEx` takes it.
@@ -1061,7 +815,7 @@ unsafe extern "C" fn launch_ex<const I: usize>(
     if !cfg.is_null() {
         // SAFETY: the driver read the config through this pointer.
         let c = unsafe { &*cfg };
-        let dims = LaunchDims {
+        let dims = super::launch::LaunchDims {
             grid: c.grid,
             block: c.block,
             shared_mem: c.shared_mem,
@@ -1069,7 +823,7 @@ unsafe extern "C" fn launch_ex<const I: usize>(
             // SAFETY: the driver read the attributes through this configuration.
             cluster: unsafe { cluster_of(c) },
         };
-        log_launch(r, f, dims, params, extra);
+        super::launch::log(r, f, dims, params, extra);
     }
     r
 }

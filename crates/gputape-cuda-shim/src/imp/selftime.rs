@@ -47,11 +47,19 @@ pub struct Guard(Option<(u64, u8)>);
 impl Guard {
     /// `kind`: the record's type byte and family (`Rec::tag`, `Rec::family`), asked only when
     /// measuring (every recorded call passes here).
+    #[inline(always)]
     pub fn start(kind: impl FnOnce() -> (u8, &'static str)) -> Guard {
         if !FLAGS.selftime.load(Ordering::Relaxed) {
             return Guard(None);
         }
         let (tag, name) = kind();
+        Guard::measured(tag, name)
+    }
+
+    /// `start` while measuring: out of line, so a record's path holds only the test above.
+    #[cold]
+    #[inline(never)]
+    fn measured(tag: u8, name: &'static str) -> Guard {
         let outer = DEPTH.with(|d| {
             d.set(d.get() + 1);
             d.get() == 1
@@ -59,13 +67,10 @@ impl Guard {
         NAMES[tag as usize].get_or_init(|| name);
         Guard(outer.then(|| (ticks(), tag)))
     }
-}
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if !FLAGS.selftime.load(Ordering::Relaxed) {
-            return;
-        }
+    #[cold]
+    #[inline(never)]
+    fn stop(&mut self) {
         DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
         if let Some((t0, tag)) = self.0 {
             let spent = ticks().wrapping_sub(t0);
@@ -74,6 +79,15 @@ impl Drop for Guard {
             let (t, n) = &BY_TAG[tag as usize];
             t.fetch_add(spent, Ordering::Relaxed);
             n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Guard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if FLAGS.selftime.load(Ordering::Relaxed) {
+            self.stop();
         }
     }
 }
