@@ -54,12 +54,14 @@ fn counter_is_steady() -> bool {
     })
 }
 
-/// A log's clock: nanoseconds since it was opened.
+/// A log's clock: nanoseconds since it was opened. `repr(C)`: what a calibrated clock reads
+/// on every record first.
+#[repr(C)]
 pub struct Clock {
-    start: Instant,
     start_ticks: u64,
     /// Nanoseconds per tick, once measured.
     ns_per_tick: Option<f64>,
+    start: Instant,
     /// Whether to measure it at all.
     steady: bool,
 }

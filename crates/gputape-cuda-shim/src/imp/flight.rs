@@ -33,16 +33,20 @@ pub const ENV_AT_EXIT: &str = "GPUTAPE_SHIM_FLIGHT_AT_EXIT";
 const DEFAULT_RING_MB: usize = 256;
 /// Recent work and lifelong state, encoded, each in chunks: a buffer that only grows would
 /// now and then copy everything it holds to grow (a stall of the program, at gigabytes).
+///
+/// `repr(C)`: what each work record reads (the newest chunk, what is held) first, in the
+/// same cache lines as the log's own (`log::Log`).
+#[repr(C)]
 pub struct Ring {
-    state: Vec<Chunk>,
     chunks: VecDeque<Chunk>,
-    spare: Option<Chunk>,
     held: usize,
     cap: usize,
     /// Captures begun and not yet ended.
     capturing: u32,
     /// Work records dropped so far.
     pub dropped: u64,
+    spare: Option<Chunk>,
+    state: Vec<Chunk>,
 }
 
 impl Ring {
@@ -205,8 +209,9 @@ fn gap(out: &mut Vec<u8>, dropped: u64) {
 
 /// A driver status after which the context is unusable (a fault of a kernel, or the device
 /// lost): the moment a flight recorder exists for.
+#[inline(always)]
 pub fn is_fault(status: i32) -> bool {
-    matches!(status, 700 | 702 | 710 | 714..=719 | 999)
+    status != 0 && matches!(status, 700 | 702 | 710 | 714..=719 | 999)
 }
 
 // ---- hangs ----

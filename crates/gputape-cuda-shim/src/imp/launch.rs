@@ -33,13 +33,23 @@ pub(super) struct LaunchDims {
     pub cluster: [u32; 3],
 }
 
+/// One parameter's place: `repr(C)`, two little-endian u32s on this target, so a plan's
+/// pairs are also the bytes a launch record holds for them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pair {
+    offset: u32,
+    size: u32,
+}
+
+// The shim is built for x86_64 only (`lib.rs`); a pair's memory is its record bytes there.
+const _: () = assert!(cfg!(target_endian = "little") && size_of::<Pair>() == 8);
+
 /// A function's parameters as the recorder lays them out, asked of the driver once.
 pub(super) struct Plan {
     func: u64,
-    /// (offset, size) of each parameter; `None` where the driver would not say.
-    layout: Option<Box<[(u32, u32)]>>,
-    /// The pairs as a launch record holds them (after their count): little-endian u32s.
-    pairs: Box<[u8]>,
+    /// Each parameter's place; `None` where the driver would not say.
+    pairs: Option<Box<[Pair]>>,
     /// Bytes the parameters span through `kernelParams`: the furthest end of any.
     span: usize,
     /// Whether the parameters cover every byte of `span`, so none is padding to zero.
@@ -48,27 +58,27 @@ pub(super) struct Plan {
 
 impl Plan {
     fn new(func: u64, layout: Option<Vec<(u32, u32)>>) -> Plan {
-        let l = layout.as_deref().unwrap_or(&[]);
-        let pairs = l
-            .iter()
-            .flat_map(|&(o, s)| o.to_le_bytes().into_iter().chain(s.to_le_bytes()))
-            .collect();
+        let pairs: Option<Box<[Pair]>> = layout.map(|l| {
+            l.into_iter()
+                .map(|(offset, size)| Pair { offset, size })
+                .collect()
+        });
+        let l = pairs.as_deref().unwrap_or(&[]);
         let span = l
             .iter()
-            .map(|&(o, s)| o as usize + s as usize)
+            .map(|p| p.offset as usize + p.size as usize)
             .max()
             .unwrap_or(0);
         let mut by_offset = l.to_vec();
         by_offset.sort_unstable();
         let mut covered = 0usize;
         let mut dense = true;
-        for &(o, s) in &by_offset {
-            dense &= o as usize <= covered;
-            covered = covered.max(o as usize + s as usize);
+        for p in &by_offset {
+            dense &= p.offset as usize <= covered;
+            covered = covered.max(p.offset as usize + p.size as usize);
         }
         Plan {
             func,
-            layout: layout.map(Vec::into_boxed_slice),
             pairs,
             span,
             dense,
@@ -77,7 +87,15 @@ impl Plan {
 
     /// The layout's count as a record holds it (`u32::MAX`: none known).
     fn count(&self) -> u32 {
-        self.layout.as_ref().map_or(u32::MAX, |l| l.len() as u32)
+        self.pairs.as_ref().map_or(u32::MAX, |l| l.len() as u32)
+    }
+
+    /// The pairs as a record holds them.
+    fn pair_bytes(&self) -> &[u8] {
+        let l = self.pairs.as_deref().unwrap_or(&[]);
+        // SAFETY: `Pair` is two u32s with no padding (`repr(C)`, asserted 8 bytes), so its
+        // memory is initialised bytes, little-endian here as a record wants them.
+        unsafe { core::slice::from_raw_parts(l.as_ptr().cast::<u8>(), size_of_val(l)) }
     }
 }
 
@@ -186,7 +204,7 @@ impl ParamSource {
     #[inline]
     unsafe fn of(plan: &Plan, params: *mut *mut c_void, extra: *mut *mut c_void) -> Self {
         if !params.is_null() {
-            return match plan.layout {
+            return match plan.pairs {
                 Some(_) => ParamSource::Pointers(params),
                 None => ParamSource::None,
             };
@@ -278,7 +296,8 @@ unsafe fn encode(
     src: &ParamSource,
 ) {
     let len = src.len(plan);
-    let total = FIXED + plan.pairs.len() + 8 + len;
+    let pairs = plan.pair_bytes();
+    let total = FIXED + pairs.len() + 8 + len;
     let mut f = [0u8; FIXED + 8];
     f[..4].copy_from_slice(&((total - 4) as u32).to_le_bytes());
     f[4] = gputape_shimlog::TAG_LAUNCH;
@@ -303,8 +322,8 @@ unsafe fn encode(
         let base = out.as_mut_ptr().add(start);
         core::ptr::copy_nonoverlapping(f.as_ptr(), base, FIXED);
         let at = base.add(FIXED);
-        core::ptr::copy_nonoverlapping(plan.pairs.as_ptr(), at, plan.pairs.len());
-        let at = at.add(plan.pairs.len());
+        core::ptr::copy_nonoverlapping(pairs.as_ptr(), at, pairs.len());
+        let at = at.add(pairs.len());
         core::ptr::copy_nonoverlapping(f.as_ptr().add(FIXED), at, 8);
         let dst = at.add(8);
         match *src {
@@ -312,9 +331,11 @@ unsafe fn encode(
                 if !plan.dense {
                     core::ptr::write_bytes(dst, 0, len);
                 }
-                for (k, &(o, s)) in plan.layout.as_deref().unwrap_or(&[]).iter().enumerate() {
+                for (k, &Pair { offset, size: s }) in
+                    plan.pairs.as_deref().unwrap_or(&[]).iter().enumerate()
+                {
                     let p = (*params.add(k)).cast::<u8>();
-                    let d = dst.add(o as usize);
+                    let d = dst.add(offset as usize);
                     if p.is_null() {
                         core::ptr::write_bytes(d, 0, s as usize);
                         continue;

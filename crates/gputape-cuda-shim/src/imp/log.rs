@@ -57,17 +57,20 @@ pub fn active() -> bool {
     wanted() && !FLAGS.paused.load(Ordering::Relaxed)
 }
 
+/// `repr(C)`: in the order written, what every record reads first (the next index, the
+/// clock, the ring's newest chunk), so a record touches as few of its cache lines as it can.
+#[repr(C)]
 struct Log {
-    file: Option<std::fs::File>,
-    buf: Vec<u8>,
-    /// The flight recorder's ring (flight mode), and whether its dump was written.
-    ring: Option<Ring>,
-    dumped: bool,
-    pid: u32,
     /// Records in the file so far (the index the next one gets).
     records: u64,
     /// Each record's time since the log was opened.
     clock: Clock,
+    /// The flight recorder's ring (flight mode), and whether its dump was written.
+    ring: Option<Ring>,
+    dumped: bool,
+    pid: u32,
+    file: Option<std::fs::File>,
+    buf: Vec<u8>,
 }
 
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
@@ -88,20 +91,25 @@ fn mode() -> Option<&'static Mode> {
 }
 
 /// `mode`, as `FLAGS.mode` caches it: one load on the hot path.
-#[inline]
+#[inline(always)]
 fn mode_flag() -> u8 {
     match FLAGS.mode.load(Ordering::Relaxed) {
-        MODE_UNKNOWN => {
-            let m = match mode() {
-                None => MODE_NONE,
-                Some(Mode::File(_)) => MODE_FILE,
-                Some(Mode::Flight(_)) => MODE_FLIGHT,
-            };
-            FLAGS.mode.store(m, Ordering::Relaxed);
-            m
-        }
+        MODE_UNKNOWN => first_mode_flag(),
         m => m,
     }
+}
+
+/// `mode_flag`'s first answer, out of every record's path.
+#[cold]
+#[inline(never)]
+fn first_mode_flag() -> u8 {
+    let m = match mode() {
+        None => MODE_NONE,
+        Some(Mode::File(_)) => MODE_FILE,
+        Some(Mode::Flight(_)) => MODE_FLIGHT,
+    };
+    FLAGS.mode.store(m, Ordering::Relaxed);
+    m
 }
 
 /// Whether calls are logged in this process: `GPUTAPE_SHIM_LOG_DIR` or
@@ -124,13 +132,16 @@ pub fn thread_id() -> u32 {
         // no thread's id is.
         static TID: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
     }
+    #[cold]
+    #[inline(never)]
+    fn first(t: &core::cell::Cell<u32>) -> u32 {
+        // SAFETY: gettid takes nothing and cannot fail.
+        let id = unsafe { libc::gettid() as u32 };
+        t.set(id);
+        id
+    }
     TID.with(|t| match t.get() {
-        0 => {
-            // SAFETY: gettid takes nothing and cannot fail.
-            let id = unsafe { libc::gettid() as u32 };
-            t.set(id);
-            id
-        }
+        0 => first(t),
         id => id,
     })
 }
@@ -202,7 +213,7 @@ fn write_with(
     let forked =
         FLAGS.forked.load(Ordering::Relaxed) && FLAGS.forked.swap(false, Ordering::Relaxed);
     if forked || g.is_none() {
-        *g = Some(open(std::process::id())?);
+        reopen(&mut g)?;
     }
     let log = g.as_mut()?;
     let t_ns = log.clock.now_ns();
@@ -316,8 +327,15 @@ fn dump_locked(
     }
 }
 
+/// A log of this process's own in `g` (the first, or a forked child's: the parent's, dropped
+/// here, was the parent's). Out of line, the old log's drop with it.
 #[cold]
 #[inline(never)]
+fn reopen(g: &mut Option<Log>) -> Option<()> {
+    *g = Some(open(std::process::id())?);
+    Some(())
+}
+
 fn open(pid: u32) -> Option<Log> {
     super::selftime::init();
     let header = gputape_shimlog::header(Header {
