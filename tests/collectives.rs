@@ -1161,3 +1161,138 @@ fn a_fault_after_a_collective_keeps_that_collective_on_every_rank() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A send that one rank skips where neither dump holds an earlier exchange of the pair: rank
+/// 1 sends to rank 0 at steps 3 and 13 and leaves out the second; its checkpoints (every 7
+/// steps) put its dump's start after the first send, and rank 0's (every 4) after the first
+/// receive. Neither window holds send #0, and rank 1's holds no send at all, yet each
+/// checkpoint says where its numbering of the pair stood (`Adopted::CommPairs`), so the
+/// analysis names rank 1 as the side that never made send #1; the dumps replay together, the
+/// lone receive failing again as recorded.
+#[test]
+fn a_skipped_send_is_named_from_where_each_dump_began_on_the_pair() {
+    let n = 2u32;
+    let dir = scratch("skipped-send");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    std::thread::scope(|sc| {
+        for rank in 0..n {
+            let dir = dir.join(format!("rank{rank}"));
+            sc.spawn(move || {
+                let rec = flight_rank(&dir, [4, 7][rank as usize], None, Duration::from_secs(2));
+                let g: &dyn GpuBackend = &rec;
+                let (comm, s, x, y) = join_with_buffers(g, id, n, rank);
+                for step in 0..20u64 {
+                    g.step_boundary(step);
+                    gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
+                    if step == 3 || step == 13 {
+                        let r = match rank {
+                            1 if step == 13 => Ok(()),
+                            1 => g.collective(
+                                comm,
+                                Collective::Send { peer: 0 },
+                                y,
+                                y,
+                                16,
+                                CollDtype::F32,
+                                s,
+                            ),
+                            _ => g.collective(
+                                comm,
+                                Collective::Recv { peer: 1 },
+                                x,
+                                x,
+                                16,
+                                CollDtype::F32,
+                                s,
+                            ),
+                        };
+                        if r.is_err() {
+                            return;
+                        }
+                    }
+                    let r = g.collective(
+                        comm,
+                        Collective::AllReduce(ReduceOp::Sum),
+                        y,
+                        x,
+                        64,
+                        CollDtype::F32,
+                        s,
+                    );
+                    if r.is_err() || g.synchronize(s).is_err() {
+                        return;
+                    }
+                }
+                panic!("rank {rank}: the skipped send went unnoticed");
+            });
+        }
+    });
+    let dumps: Vec<PathBuf> = (0..n)
+        .map(|rank| only_dump(&dir.join(format!("rank{rank}"))))
+        .collect();
+    let traces = open_all(&dumps);
+    // Neither dump holds the pair's first exchange; rank 1's holds none of them.
+    let pair_calls = |t: &Trace| {
+        t.calls
+            .iter()
+            .filter(|c| {
+                matches!(
+                    &c.call,
+                    Call::Collective {
+                        op: Collective::Send { .. } | Collective::Recv { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    assert_eq!(pair_calls(&traces[0]), 1, "rank 0 holds its failed receive");
+    assert_eq!(pair_calls(&traces[1]), 0, "rank 1 holds no send");
+    let next = |t: &Trace| {
+        t.adopted
+            .iter()
+            .find_map(|a| match a {
+                Adopted::CommPairs { sends, recvs, .. } => Some((sends.clone(), recvs.clone())),
+                _ => None,
+            })
+            .expect("a dump lists where its communicator stood with each peer")
+    };
+    assert_eq!(next(&traces[0]), (vec![], vec![(1, 1)]));
+    assert_eq!(next(&traces[1]), (vec![(0, 1)], vec![]));
+    let found = analysis::ranks::match_ranks(&traces);
+    let unpaired = found.iter().find_map(|f| match f {
+        RankFinding::Unpaired {
+            from,
+            to,
+            seq,
+            made,
+            missing,
+            ..
+        } => Some((*from, *to, *seq, made.clone(), missing.0)),
+        _ => None,
+    });
+    let Some((from, to, seq, made, missing)) = unpaired else {
+        panic!("no unpaired send named: {found:?}")
+    };
+    assert_eq!((from, to, seq, missing), (1, 0, 1, 1), "{found:?}");
+    assert_eq!(made.rank, 0);
+    assert!(made.text.contains("recv"), "{made:?}");
+    assert!(made.ret.starts_with("ERR"), "{made:?}");
+    assert!(
+        analysis::ranks::render_findings(&found).contains("rank 1"),
+        "{}",
+        analysis::ranks::render_findings(&found)
+    );
+    let backends: Vec<MockGpuBackend> = (0..n)
+        .map(|_| with_kernels(Duration::from_secs(2)))
+        .collect();
+    let reports = gputape::replayer::replay_ranks(&traces, &backends, &ReplayOptions::default())
+        .expect("the dumps replay together");
+    let r0 = reports[0].as_ref().unwrap();
+    assert!(
+        r0.faults.iter().any(|f| f.reproduced),
+        "rank 0's lone receive fails again: {}",
+        r0.summary()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -121,6 +121,9 @@ struct Part {
     nranks: u32,
     adopted: bool,
     colls: BTreeMap<Exchange, usize>,
+    /// Where this rank's numbering of each (sender, receiver) pair it is in began, when the
+    /// trace says (`pair_starts`).
+    pair_starts: Option<BTreeMap<(u32, u32), u64>>,
 }
 
 /// A communicator a trace's rank is in: joined in the trace (a `comm_init` that returned it)
@@ -182,6 +185,45 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
     adopted.chain(joined).collect()
 }
 
+/// Where each (sender, receiver) pair's numbering stood when `trace` began, on each
+/// communicator it joined before then, by unique id: the number of the first exchange of the
+/// pair this rank could have made in it (0 for a peer it had not exchanged with). From the
+/// checkpoint's `Adopted::CommPairs`; communicators joined in the trace start at 0, and a
+/// dump of a format before 10, which lists no pairs, leaves its communicators out.
+pub fn pair_starts(trace: &Trace) -> BTreeMap<CommUniqueId, BTreeMap<(u32, u32), u64>> {
+    /// (peer, next number) lists: a `CommPairs`' sends and receives.
+    type Lists<'a> = (&'a [(u32, u64)], &'a [(u32, u64)]);
+    let listed: BTreeMap<CommId, Lists<'_>> = trace
+        .adopted
+        .iter()
+        .filter_map(|a| match a {
+            crate::trace::Adopted::CommPairs { id, sends, recvs } => {
+                Some((*id, (sends.as_slice(), recvs.as_slice())))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for j in joined_comms(trace) {
+        let (sends, recvs): Lists<'_> = match (j.adopted, listed.get(&j.id)) {
+            (false, _) => (&[], &[]),
+            (true, Some(l)) => *l,
+            (true, None) => continue,
+        };
+        let mut m = BTreeMap::new();
+        // Only the peers listed: every other's 0 stays implicit (a file's `nranks` may be
+        // anything, and is not a size to allocate by).
+        for &(peer, n) in sends {
+            m.insert((j.rank, peer), n);
+        }
+        for &(peer, n) in recvs {
+            m.insert((peer, j.rank), n);
+        }
+        out.insert(j.unique, m);
+    }
+    out
+}
+
 /// A collective of a trace, as a rank set names it.
 #[derive(Clone, Copy, Debug)]
 pub struct TraceExchange {
@@ -225,6 +267,7 @@ pub fn exchanges(trace: &Trace) -> Vec<TraceExchange> {
 
 fn member(trace: &Trace) -> Member<'_> {
     let mut comms: BTreeMap<CommUniqueId, Part> = BTreeMap::new();
+    let mut starts = pair_starts(trace);
     for j in joined_comms(trace) {
         comms.insert(
             j.unique,
@@ -233,6 +276,7 @@ fn member(trace: &Trace) -> Member<'_> {
                 nranks: j.nranks,
                 adopted: j.adopted,
                 colls: BTreeMap::new(),
+                pair_starts: starts.remove(&j.unique),
             },
         );
     }
@@ -449,12 +493,19 @@ fn match_pairs(
                 .copied()
         };
         let first_of = |r: u32| seqs.iter().copied().find(|s| at(r, *s).is_some());
+        // Where each side's dump began on this pair: as its checkpoint says, or (a format
+        // before 10) at the first of the pair's exchanges it holds.
+        let start_of = |r: u32| match &part(r).pair_starts {
+            Some(m) => Some(m.get(&(from, to)).copied().unwrap_or(0)),
+            None => first_of(r),
+        };
         let starts: Vec<Option<u64>> = [from, to]
             .iter()
             .filter(|r| part(**r).adopted)
-            .map(|r| first_of(*r))
+            .map(|r| start_of(*r))
             .collect();
-        // A dump that holds none of this pair's exchanges says nothing about them.
+        // A dump of an older format that holds none of this pair's exchanges says nothing
+        // about them.
         if starts.iter().any(Option::is_none) {
             continue;
         }

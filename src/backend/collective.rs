@@ -81,6 +81,19 @@ pub struct Numbering {
 }
 
 impl Numbering {
+    /// The numbers of the next send to (`true`) or receive from (`false`) each peer that has
+    /// had one, by peer: what a checkpoint lists (`Adopted::CommPairs`).
+    pub fn pairs(&self, send: bool) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self
+            .pairs
+            .iter()
+            .filter(|((_, s), _)| *s == send)
+            .map(|((peer, _), n)| (*peer, *n))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The number `op` takes, and the count moved on.
     pub fn take(&mut self, op: Collective) -> u64 {
         let n = match op {

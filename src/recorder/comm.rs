@@ -47,21 +47,29 @@ pub(crate) struct Joined {
     pub at: std::time::SystemTime,
 }
 
-/// The `Adopt` frames a checkpoint writes for the communicators joined so far.
+/// The `Adopt` frames a checkpoint writes for the communicators joined so far: each one's
+/// `Comm`, then its `CommPairs`.
 pub(super) fn comm_frames(st: &super::RecState) -> Vec<Frame> {
     let mut v: Vec<&CommRec> = st.comms.values().collect();
     v.sort_by_key(|c| c.id);
     v.into_iter()
         .filter_map(|c| {
             let j = c.joined?;
-            Some(Frame::Adopt(Adopted::Comm {
+            let comm = Frame::Adopt(Adopted::Comm {
                 id: c.id,
                 unique: j.unique,
                 nranks: j.nranks,
                 rank: j.rank,
                 next_seq: c.numbers.group,
-            }))
+            });
+            let pairs = Frame::Adopt(Adopted::CommPairs {
+                id: c.id,
+                sends: c.numbers.pairs(true),
+                recvs: c.numbers.pairs(false),
+            });
+            Some([comm, pairs])
         })
+        .flatten()
         .collect()
 }
 

@@ -473,7 +473,7 @@ impl<'t> Shrink<'t> {
                 Adopted::Graph { .. } => false,
                 Adopted::Host { id, .. } => hosts.contains(id),
                 // Kept: a kept collective needs its communicator joined.
-                Adopted::Comm { .. } => true,
+                Adopted::Comm { .. } | Adopted::CommPairs { .. } => true,
             })
             .cloned()
             .collect();

@@ -146,8 +146,19 @@ impl<'t> Rank<'t> {
         );
         calls.sort_unstable();
         let mut t = self.shrink.build(&calls);
-        t.adopted
-            .retain(|a| !matches!(a, Adopted::Comm { unique, .. } if !used.contains(unique)));
+        // A communicator left unjoined takes its per-peer numbers with it.
+        let unjoined: BTreeSet<CommId> = t
+            .adopted
+            .iter()
+            .filter_map(|a| match a {
+                Adopted::Comm { id, unique, .. } if !used.contains(unique) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        t.adopted.retain(|a| match a {
+            Adopted::Comm { id, .. } | Adopted::CommPairs { id, .. } => !unjoined.contains(id),
+            _ => true,
+        });
         t
     }
 

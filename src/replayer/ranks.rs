@@ -101,12 +101,34 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
                 .collect()
         })
         .collect();
-    // (communicator, sender, receiver) -> each side's first number.
+    // (communicator, sender, receiver) -> each side's first number: where its trace began on
+    // the pair, as a dump's checkpoint says, else the first of the pair's exchanges it holds.
     let mut firsts: BTreeMap<(CommUniqueId, u32, u32), [Option<u64>; 2]> = BTreeMap::new();
-    for (_, unique, rank, _, x) in all.iter().flatten() {
-        if let Exchange::Pair { from, to, seq } = *x {
-            let side = usize::from(*rank == to);
-            firsts.entry((*unique, from, to)).or_default()[side].get_or_insert(seq);
+    for (t, xs) in traces.iter().zip(&all) {
+        let starts = crate::analysis::ranks::pair_starts(t);
+        for (_, unique, rank, _, x) in xs {
+            if let Exchange::Pair { from, to, seq } = *x {
+                let side = usize::from(*rank == to);
+                let known = starts
+                    .get(unique)
+                    .map(|m| m.get(&(from, to)).copied().unwrap_or(0));
+                firsts.entry((*unique, from, to)).or_default()[side]
+                    .get_or_insert(known.unwrap_or(seq));
+            }
+        }
+        // A side that made none of a pair's exchanges in its trace still began somewhere.
+        let ranks: HashMap<CommUniqueId, u32> = crate::analysis::ranks::joined_comms(t)
+            .iter()
+            .map(|j| (j.unique, j.rank))
+            .collect();
+        for (unique, m) in &starts {
+            let Some(&rank) = ranks.get(unique) else {
+                continue;
+            };
+            for (&(from, to), &n) in m {
+                let side = usize::from(rank == to);
+                firsts.entry((*unique, from, to)).or_default()[side].get_or_insert(n);
+            }
         }
     }
     all.iter()

@@ -15,12 +15,13 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `CommDestroy`, `Value::Comm`, `Adopted::Comm`). 8 added what a driver-level recording
 /// (`gputape run -o`) needs: `Frame::ModuleImage` (a module's binary image), `Arg::Words`
 /// (addresses inside a by-value parameter) and `Call::Opaque` (a driver call not understood).
-/// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). A format-2 to 8 file
+/// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). 10 added
+/// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). A format-2 to 9 file
 /// reads the same as before.
-pub const FORMAT_VERSION: u16 = 9;
-/// The oldest reader that can read what this build writes: a format-8 reader does not know
-/// a group's calls and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 9;
+pub const FORMAT_VERSION: u16 = 10;
+/// The oldest reader that can read what this build writes: a format-9 reader does not know
+/// `Adopted::CommPairs` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 10;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -220,8 +221,22 @@ pub enum Adopted {
         /// This rank.
         rank: u32,
         /// The number its next group collective has (sends and receives are numbered per
-        /// peer, and paired from the calls themselves).
+        /// peer: `CommPairs`).
         next_seq: u64,
+    },
+    /// Where a communicator joined before recording started stood with each peer (format
+    /// 10; after its `Comm`): the number its next send to, and its next receive from, each
+    /// peer takes, for the peers it had exchanged with (any other's is 0). A dump whose window
+    /// holds none of a pair's exchanges still says which one its rank would have made next,
+    /// so the rank that never made it is named, and a rank set's replay leaves out exactly
+    /// the exchanges made before the other side's dump began.
+    CommPairs {
+        /// The communicator (its `Comm`'s id).
+        id: CommId,
+        /// (peer, the number of the next send to it).
+        sends: Vec<(u32, u64)>,
+        /// (peer, the number of the next receive from it).
+        recvs: Vec<(u32, u64)>,
     },
 }
 

@@ -370,6 +370,19 @@ pub fn render(t: &Trace) -> String {
                 s,
                 "adopted {id} (communicator {unique}, rank {rank} of {nranks}, next collective #{next_seq})"
             ),
+            Adopted::CommPairs { id, sends, recvs } => {
+                let list = |v: &[(u32, u64)], what: &str| {
+                    v.iter()
+                        .map(|(peer, n)| format!("{what} rank {peer} #{n}"))
+                        .collect::<Vec<_>>()
+                };
+                let all = [list(sends, "send to"), list(recvs, "receive from")].concat();
+                if all.is_empty() {
+                    writeln!(s, "adopted {id} pairs: no send or receive yet")
+                } else {
+                    writeln!(s, "adopted {id} pairs, next: {}", all.join(", "))
+                }
+            }
         };
     }
     for i in &t.initial {
