@@ -68,6 +68,8 @@ impl Guard {
         Guard(outer.then(|| (ticks(), tag)))
     }
 
+    /// The drop while measuring: the span's time added to the totals, out of line as
+    /// `measured` is.
     #[cold]
     #[inline(never)]
     fn stop(&mut self) {
