@@ -121,9 +121,9 @@ struct Part {
     nranks: u32,
     adopted: bool,
     colls: BTreeMap<Exchange, usize>,
-    /// Where this rank's numbering of each (sender, receiver) pair it is in began, when the
-    /// trace says (`pair_starts`).
-    pair_starts: Option<BTreeMap<(u32, u32), u64>>,
+    /// Where this rank's numbering of each pair it is in began, when the trace says
+    /// (`pair_starts`).
+    pair_starts: Option<PairStarts>,
 }
 
 /// A communicator a trace's rank is in: joined in the trace (a `comm_init` that returned it)
@@ -185,12 +185,29 @@ pub fn joined_comms(trace: &Trace) -> Vec<Joined> {
     adopted.chain(joined).collect()
 }
 
-/// Where each (sender, receiver) pair's numbering stood when `trace` began, on each
-/// communicator it joined before then, by unique id: the number of the first exchange of the
-/// pair this rank could have made in it (0 for a peer it had not exchanged with). From the
-/// checkpoint's `Adopted::CommPairs`; communicators joined in the trace start at 0, and a
+/// Where one rank's numbering of each (sender, receiver) pair it is in stood when its trace
+/// began on a communicator.
+#[derive(Clone, Debug, Default)]
+pub struct PairStarts {
+    /// The trace's rank there.
+    pub rank: u32,
+    /// The pairs a checkpoint listed, each with its next number; every other pair's is 0
+    /// (a file's `nranks` may be anything, and is not a size to allocate by).
+    pub listed: BTreeMap<(u32, u32), u64>,
+}
+
+impl PairStarts {
+    /// The number of the first exchange from `from` to `to` this rank could have made in its
+    /// trace.
+    pub fn start(&self, from: u32, to: u32) -> u64 {
+        self.listed.get(&(from, to)).copied().unwrap_or(0)
+    }
+}
+
+/// Where `trace` began on each pair, by communicator unique id: from the checkpoint's
+/// `Adopted::CommPairs` for one joined before the trace began, at 0 for one joined in it; a
 /// dump of a format before 10, which lists no pairs, leaves its communicators out.
-pub fn pair_starts(trace: &Trace) -> BTreeMap<CommUniqueId, BTreeMap<(u32, u32), u64>> {
+pub fn pair_starts(trace: &Trace) -> BTreeMap<CommUniqueId, PairStarts> {
     /// (peer, next number) lists: a `CommPairs`' sends and receives.
     type Lists<'a> = (&'a [(u32, u64)], &'a [(u32, u64)]);
     let listed: BTreeMap<CommId, Lists<'_>> = trace
@@ -210,16 +227,15 @@ pub fn pair_starts(trace: &Trace) -> BTreeMap<CommUniqueId, BTreeMap<(u32, u32),
             (true, Some(l)) => *l,
             (true, None) => continue,
         };
-        let mut m = BTreeMap::new();
-        // Only the peers listed: every other's 0 stays implicit (a file's `nranks` may be
-        // anything, and is not a size to allocate by).
-        for &(peer, n) in sends {
-            m.insert((j.rank, peer), n);
-        }
-        for &(peer, n) in recvs {
-            m.insert((peer, j.rank), n);
-        }
-        out.insert(j.unique, m);
+        let sent = sends.iter().map(|&(peer, n)| ((j.rank, peer), n));
+        let received = recvs.iter().map(|&(peer, n)| ((peer, j.rank), n));
+        out.insert(
+            j.unique,
+            PairStarts {
+                rank: j.rank,
+                listed: sent.chain(received).collect(),
+            },
+        );
     }
     out
 }
@@ -496,7 +512,7 @@ fn match_pairs(
         // Where each side's dump began on this pair: as its checkpoint says, or (a format
         // before 10) at the first of the pair's exchanges it holds.
         let start_of = |r: u32| match &part(r).pair_starts {
-            Some(m) => Some(m.get(&(from, to)).copied().unwrap_or(0)),
+            Some(p) => Some(p.start(from, to)),
             None => first_of(r),
         };
         let starts: Vec<Option<u64>> = [from, to]

@@ -109,24 +109,15 @@ fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
         for (_, unique, rank, _, x) in xs {
             if let Exchange::Pair { from, to, seq } = *x {
                 let side = usize::from(*rank == to);
-                let known = starts
-                    .get(unique)
-                    .map(|m| m.get(&(from, to)).copied().unwrap_or(0));
+                let known = starts.get(unique).map(|p| p.start(from, to));
                 firsts.entry((*unique, from, to)).or_default()[side]
                     .get_or_insert(known.unwrap_or(seq));
             }
         }
         // A side that made none of a pair's exchanges in its trace still began somewhere.
-        let ranks: HashMap<CommUniqueId, u32> = crate::analysis::ranks::joined_comms(t)
-            .iter()
-            .map(|j| (j.unique, j.rank))
-            .collect();
-        for (unique, m) in &starts {
-            let Some(&rank) = ranks.get(unique) else {
-                continue;
-            };
-            for (&(from, to), &n) in m {
-                let side = usize::from(rank == to);
+        for (unique, p) in &starts {
+            for (&(from, to), &n) in &p.listed {
+                let side = usize::from(p.rank == to);
                 firsts.entry((*unique, from, to)).or_default()[side].get_or_insert(n);
             }
         }
