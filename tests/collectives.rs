@@ -770,6 +770,9 @@ fn skipped_all_reduce_dumps(
                 let rec = flight_rank(&dir, every(rank), None, Duration::from_secs(10));
                 let g: &dyn GpuBackend = &rec;
                 let (comm, s, x, y) = join_with_buffers(g, id, n, rank);
+                // Each rank's own values, so what a step reads back depends on every
+                // all-reduce before it.
+                g.copy_h2d(&f32s(&[1.0 + rank as f32; 64]), y).unwrap();
                 for step in 0..20u64 {
                     g.step_boundary(step);
                     gputape::workloads::saxpy(g, x, y, 64, 1.0, s).unwrap();
@@ -855,6 +858,71 @@ fn dumps_that_start_at_different_collectives_replay_from_the_first_both_hold() {
             );
         }
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Dumps whose older checkpoints fell at different steps (rank 0 checkpoints every 4 steps,
+/// rank 1 every 8) but that both hold one at step 8: the replay begins rank 1's at its later
+/// checkpoint, leaves nothing out, and every readback matches on both ranks; the skipped
+/// all-reduce's parting is reproduced. The same dumps with their later checkpoints removed
+/// replay as before: rank 1 leaves out the all-reduces rank 0's dump does not hold, and what
+/// it computes from them no longer matches its recording.
+#[test]
+fn dumps_that_begin_at_different_checkpoints_replay_byte_for_byte_from_one_they_share() {
+    let n = 2u32;
+    let dir = scratch("restart");
+    let (_, dumps) = skipped_all_reduce_dumps(&dir, n, |rank| 4 << rank);
+    let traces = open_all(&dumps);
+    let steps: Vec<Vec<u64>> = traces
+        .iter()
+        .map(|t| t.restarts.iter().map(|r| r.step).collect())
+        .collect();
+    assert!(
+        steps[0] == [12] && steps[1] == [8],
+        "rank 0's dump begins at step 8 and holds 12, rank 1's begins at 0 and holds 8: {steps:?}"
+    );
+    let replay = |traces: &[Trace]| {
+        let backends: Vec<MockGpuBackend> = (0..n)
+            .map(|_| with_kernels(Duration::from_secs(10)))
+            .collect();
+        gputape::replayer::replay_ranks(traces, &backends, &ReplayOptions::default())
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+    };
+    for (rank, r) in replay(&traces).iter().enumerate() {
+        let text = r.summary();
+        assert!(
+            r.faults
+                .iter()
+                .any(|f| f.reproduced && f.recorded.contains("different collectives")),
+            "rank {rank}: {text}"
+        );
+        assert_eq!(r.skipped_count, 0, "rank {rank}: {text}");
+        assert!(r.d2h_checked >= 4, "rank {rank}: {text}");
+        assert_eq!(r.d2h_checked, r.d2h_matched, "rank {rank}: {text}");
+        assert_eq!(
+            r.begun_at.is_some(),
+            rank == 1,
+            "only rank 1's dump is begun again: {text}"
+        );
+    }
+    let without: Vec<Trace> = traces
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            t.restarts.clear();
+            t
+        })
+        .collect();
+    let before = replay(&without);
+    assert!(before[1].skipped_count > 0, "{}", before[1].summary());
+    assert!(
+        before[1].d2h_matched < before[1].d2h_checked,
+        "{}",
+        before[1].summary()
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

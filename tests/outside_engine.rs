@@ -349,6 +349,14 @@ impl GpuBackend for Stuck {
     fn op_cache(&self) -> &gputape::backend::OpCache {
         &self.cache
     }
+    fn comm_init(
+        &self,
+        _id: gputape::backend::CommUniqueId,
+        _nranks: u32,
+        _rank: u32,
+    ) -> anyhow::Result<gputape::backend::CommHandle> {
+        Ok(gputape::backend::CommHandle(1))
+    }
 }
 
 /// A hang: the engine's thread is stuck inside a sync and makes no further call; the flight
@@ -456,6 +464,41 @@ fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
     let allowed = 1 + (took.as_secs_f64() / 0.98) as u64;
     assert!(budgeted.checkpoints <= allowed, "{budgeted:?} in {took:?}");
     assert!(budgeted.budget_deferrals > 0, "{budgeted:?}");
+}
+
+/// In a rank set the budget puts checkpoints off by as much as each rank's own costs say,
+/// which differ between ranks; a put-off checkpoint then waits for the next multiple of
+/// `checkpoint_every`, so every checkpoint of every rank falls on one and their dumps share
+/// a start (`replayer::ranks::aligned`). Checkpoints of under a millisecond (two syncs of 0.1 ms)
+/// against steps of 10 ms: cheap enough for every step, dear enough that a 2% budget
+/// allows one in three steps, not two.
+#[test]
+fn a_rank_sets_put_off_checkpoints_fall_on_multiples_of_the_interval() {
+    let (dir, cfg) = every_two_steps("rank-set", Some(0.02));
+    let backend = Stuck {
+        sync_cost: std::time::Duration::from_micros(100),
+        ..Stuck::default()
+    };
+    let gpu = RecordingBackend::flight(backend, cfg, BackendDesc::new("slow sync")).unwrap();
+    gpu.comm_init(gputape::backend::CommUniqueId([7; 16]), 1, 0)
+        .unwrap();
+    let k = gpu.kernel("engine", "step").unwrap();
+    for n in 0..100 {
+        gpu.step_boundary(n);
+        gpu.launch(k, [1, 1, 1], [1, 1, 1], 0, 0, &mut []).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let h = gpu.flight_held().unwrap();
+    assert!(h.budget_deferrals > 0 && h.checkpoints >= 2, "{h:?}");
+    let t = Trace::open(&gpu.flight_dump("asked").unwrap()).unwrap();
+    assert!(
+        !t.restarts.is_empty(),
+        "the dump holds its newer checkpoint"
+    );
+    for r in &t.restarts {
+        assert_eq!(r.step % 2, 0, "a checkpoint at step {} ({h:?})", r.step);
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The budget counts the first checkpoint too: an engine that fills 256 MiB after arming (its

@@ -195,7 +195,7 @@ fn open_cuda(want: Want) -> Result<Opened> {
     let (at, code, pdl) = (g.clone(), g.clone(), g.clone());
     Ok(Opened {
         gpu: g,
-        desc: cuda_desc(),
+        desc: cuda_desc(want.device),
         place: Box::new(move |addr, bytes| at.place_at(addr, bytes)),
         load_code: Some(Box::new(move |m: &ModuleCode| match (&m.source, &m.ptx) {
             (Some(src), _) => code.load_source(&m.name, src),
@@ -206,10 +206,12 @@ fn open_cuda(want: Want) -> Result<Opened> {
     })
 }
 
-fn cuda_desc() -> BackendDesc {
+/// What a trace recorded on CUDA device `device` says it was recorded on.
+fn cuda_desc(device: usize) -> BackendDesc {
     let mut d = BackendDesc::new("cuda");
+    d.device_ordinal = device as u32;
     if let Ok(devs) = crate::cuda::probe() {
-        if let Some(dev) = devs.first() {
+        if let Some(dev) = devs.get(device) {
             d.device_name = Some(dev.name.clone());
             d.driver_version = Some(dev.driver_version);
         }

@@ -55,10 +55,23 @@ pub fn exec(
     rank: Option<u32>,
     (max_attempts, json): (usize, bool),
 ) -> Result<Exit> {
-    let traces = paths
+    let opened = paths
         .iter()
         .map(|p| open_trace(ctx, p))
         .collect::<Result<Vec<_>, _>>()?;
+    // Dumps that begin at different collectives are shrunk from a checkpoint they all hold,
+    // where there is one: the small traces then leave nothing out either.
+    let traces: Vec<Trace> = crate::replayer::aligned(&opened)
+        .into_iter()
+        .zip(paths)
+        .map(|(a, p)| {
+            if let Some(from) = &a.from {
+                eprintln!("minimize: {}: {from}", p.display());
+            }
+            a.trace.into_owned()
+        })
+        .collect();
+    drop(opened);
     let ranks: Vec<Option<u32>> = traces.iter().map(rank_of).collect();
     let chosen = match rank {
         None => None,

@@ -1,8 +1,9 @@
 //! `gputape ranks`: a rank set's traces side by side (one trace per rank, as each rank's
 //! recorder wrote it): their communicators' collectives matched by number, and the first
 //! place each communicator's ranks parted named with the ranks, the calls and their sites.
-//! With `--replay`, the rank set is then replayed together on mock ranks (one thread and one
-//! mock each, the engine's modules loaded), every rank's readbacks checked.
+//! With `--replay`, the rank set is then replayed together (one thread and one backend each:
+//! mock ranks with the engine's modules loaded, or `--backend cuda`, each rank on the GPU it
+//! was recorded on), every rank's readbacks checked.
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -15,10 +16,15 @@ pub struct Args {
     /// One trace per rank, in any order (their `comm_init` calls say which rank each is).
     #[arg(required = true)]
     traces: Vec<PathBuf>,
-    /// Replay the rank set together on mock ranks after matching it, and check every rank's
-    /// readbacks against its recording.
+    /// Replay the rank set together after matching it, and check every rank's readbacks
+    /// against its recording.
     #[arg(long)]
     replay: bool,
+    /// Where `--replay` runs the ranks: mock ranks in this process, or CUDA, each rank on the
+    /// GPU its trace was recorded on, meeting over NCCL (pin `NCCL_ALGO` and `NCCL_PROTO` for
+    /// sums that must match the recording's bit for bit).
+    #[arg(long, value_enum, default_value_t = super::backends::Backend::Mock, requires = "replay")]
+    backend: super::backends::Backend,
 }
 
 /// Exit 0 when every communicator's ranks made the same collectives and every send met its
@@ -79,15 +85,40 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if !found.is_empty() {
         println!("replaying the rank set together:");
     }
+    // Each rank on the device its trace was recorded on; where two say the same one (traces
+    // from before the header said which), rank by rank in the order given.
+    let recorded: Vec<usize> = traces
+        .iter()
+        .map(|t| t.header.as_ref().map_or(0, |h| h.device_ordinal as usize))
+        .collect();
+    let distinct = recorded
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        == recorded.len();
     let backends = traces
         .iter()
-        .map(|_| {
-            super::backends::open(
-                ctx,
-                super::backends::Backend::Mock,
-                super::backends::Want::replay(),
-            )
-            .map(|o| o.gpu)
+        .zip(&a.traces)
+        .enumerate()
+        .map(|(i, (t, p))| {
+            let device = if distinct { recorded[i] } else { i };
+            let want = super::backends::Want {
+                device,
+                ..super::backends::Want::replay()
+            };
+            let o = super::backends::open(ctx, a.backend, want).map_err(|e| {
+                e.context(format!(
+                    "opening device {device}'s backend for {}",
+                    p.display()
+                ))
+            })?;
+            // A backend that compiles code gets the modules the trace embeds.
+            for m in &t.modules {
+                o.load_trace_code(m).map_err(|e| {
+                    e.context(format!("loading module {} of {}", m.name, p.display()))
+                })?;
+            }
+            Ok(o.gpu)
         })
         .collect::<Result<Vec<_>>>()?;
     let reports = crate::replayer::replay_ranks(
@@ -106,8 +137,8 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
                     r.summary().lines().next().unwrap_or("")
                 );
                 // The whole report where there is more to say than the first line: what
-                // failed, what was reproduced, what was left out.
-                if !r.passed() || !found.is_empty() || r.skipped_count > 0 {
+                // failed, what was reproduced, what was left out, where it was begun.
+                if !r.passed() || !found.is_empty() || r.skipped_count > 0 || r.begun_at.is_some() {
                     println!("{}", r.summary());
                 }
             }

@@ -24,11 +24,16 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// every `checkpoint_every` steps, a checkpoint. One that falls while a stream captures
     /// (an engine whose step hooks run inside its captured forward) is owed, and taken at
     /// the first boundary outside any capture: a checkpoint syncs and reads back, which
-    /// would invalidate the engine's capture.
+    /// would invalidate the engine's capture. One put off by the budget, or by the last
+    /// checkpoint still being consumed, is taken at a later boundary where it fits; in a rank
+    /// set (a communicator joined) at the next multiple of `checkpoint_every` instead: those
+    /// put-offs differ between ranks, and checkpoints on the same steps are what lets their
+    /// dumps replay together from one they all hold (`replayer::ranks::aligned`).
     pub(super) fn flight_step(&self, marked: bool) {
         {
             let mut st = self.st.lock();
             let unread = st.unread_bytes;
+            let in_rank_set = !st.comms.is_empty();
             let Some(f) = st.flight.as_deref_mut() else {
                 return;
             };
@@ -49,12 +54,16 @@ impl<B: GpuBackend> RecordingBackend<B> {
             // captures is a driver call per stream, at every boundary a checkpoint is put off.
             if !f.checkpoint_fits(unread) {
                 f.budget_deferrals += 1;
+                f.checkpoint_owed &= !in_rank_set;
                 return;
             }
         }
         if self.device_ckpt.lock().as_ref().is_some_and(|d| d.busy()) {
-            if let Some(f) = self.st.lock().flight.as_deref_mut() {
+            let mut st = self.st.lock();
+            let in_rank_set = !st.comms.is_empty();
+            if let Some(f) = st.flight.as_deref_mut() {
                 f.busy_deferrals += 1;
+                f.checkpoint_owed &= !in_rank_set;
             }
             return;
         }

@@ -21,7 +21,8 @@ pub struct FlightHeld {
     /// Checkpoints put off because a stream was capturing when they fell due (each taken at
     /// the next step boundary outside any capture).
     pub deferred_checkpoints: u64,
-    /// Step boundaries at which a due checkpoint was put off by `FlightConfig::budget`.
+    /// Step boundaries at which a due checkpoint was put off by `FlightConfig::budget` (in a
+    /// rank set, to the next multiple of `checkpoint_every`).
     pub budget_deferrals: u64,
     /// Checkpoints taken since arming (the snapshot at arming not counted).
     pub checkpoints: u64,

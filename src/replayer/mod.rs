@@ -43,7 +43,7 @@ pub use minimize::{
 pub use minimize_ranks::{faulting_rank, minimize_ranks, RanksMinimized, RanksOracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use policy::ReplayPolicy;
-pub use ranks::replay_ranks;
+pub use ranks::{aligned, replay_ranks, Aligned};
 pub use report::{
     replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
 };

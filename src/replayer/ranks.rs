@@ -6,7 +6,7 @@
 use super::{ReplayError, ReplayOptions, ReplayReport, Replayer};
 use crate::backend::{CommUniqueId, GpuBackend};
 use crate::trace::{Adopted, Call, Trace};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Replay `traces` (one per rank, any order) together, `backends[i]` running `traces[i]`.
 /// Each rank's report, or why its replay could not run, in the order given; an error before
@@ -22,9 +22,11 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
         traces.len(),
         backends.len()
     );
-    let unmet = unmet(traces);
+    let starts = aligned(traces);
+    let traces: Vec<&Trace> = starts.iter().map(|s| s.trace.as_ref()).collect();
+    let unmet = unmet(&traces);
     let mut ids: HashMap<CommUniqueId, CommUniqueId> = HashMap::new();
-    for t in traces {
+    for t in &traces {
         // Joined in the trace, or before it began (a flight dump's checkpoint lists those).
         let joined = t.calls.iter().filter_map(|c| match &c.call {
             Call::CommInit { unique, .. } => Some(*unique),
@@ -46,17 +48,19 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
     };
     let opts = &opts;
     Ok(std::thread::scope(|sc| {
-        let hs: Vec<_> = traces
+        let hs: Vec<_> = starts
             .iter()
             .zip(backends)
             .zip(unmet)
-            .map(|((t, b), skip)| {
+            .map(|((start, b), skip)| {
                 sc.spawn(move || {
                     let opts = ReplayOptions {
                         skip,
                         ..opts.clone()
                     };
-                    Replayer::new(t).run(b, &opts, None, |_| {})
+                    let mut r = Replayer::new(&start.trace).run(b, &opts, None, |_| {})?;
+                    r.begun_at.clone_from(&start.from);
+                    Ok(r)
                 })
             })
             .collect();
@@ -73,6 +77,110 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
     }))
 }
 
+/// Where a trace of a rank set begins its replay.
+#[derive(Clone, Debug)]
+pub struct Aligned<'a> {
+    /// The trace, or a dump begun again at one of its later checkpoints (`Trace::rebased`).
+    pub trace: std::borrow::Cow<'a, Trace>,
+    /// Where it was begun again, in words (`None`: where it began).
+    pub from: Option<String>,
+}
+
+/// Each communicator's next group collective number at a place a trace may begin.
+type NextGroup = BTreeMap<CommUniqueId, u64>;
+
+/// Each trace (in order) begun where every rank's holds the same group collectives next.
+///
+/// A flight dump starts from its older checkpoint, and each rank's checkpoints fall where
+/// its own budget allowed: dumps may begin at different collectives, and a replay from
+/// there leaves out what one made before another's began (`unmet`), whose received bytes no
+/// dump holds. A dump also holds its newer checkpoint (`Frame::Restart`); where every
+/// trace has a start (its beginning or a later checkpoint) at which each communicator's next
+/// group collective has the same number, the earliest such is taken and nothing of the group
+/// collectives is left out (sends and receives are still paired by `unmet`). Otherwise every
+/// trace begins where it began.
+pub fn aligned(traces: &[Trace]) -> Vec<Aligned<'_>> {
+    let as_is = || {
+        traces
+            .iter()
+            .map(|t| Aligned {
+                trace: std::borrow::Cow::Borrowed(t),
+                from: None,
+            })
+            .collect()
+    };
+    // Each trace's starts: its beginning (None) and each later checkpoint, with the number
+    // of each communicator's next group collective there (a communicator not yet joined:
+    // 0, as one joined in the trace numbers its first).
+    let starts: Vec<Vec<(Option<usize>, NextGroup)>> = traces
+        .iter()
+        .map(|t| {
+            let at = |adopted: &[Adopted]| -> NextGroup {
+                adopted
+                    .iter()
+                    .filter_map(|a| match a {
+                        Adopted::Comm {
+                            unique, next_seq, ..
+                        } => Some((*unique, *next_seq)),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            std::iter::once((None, at(&t.adopted)))
+                .chain(
+                    t.restarts
+                        .iter()
+                        .enumerate()
+                        .map(|(k, r)| (Some(k), at(&r.adopted))),
+                )
+                .collect()
+        })
+        .collect();
+    let same = |a: &NextGroup, b: &NextGroup| {
+        a.keys()
+            .chain(b.keys())
+            .all(|u| a.get(u).copied().unwrap_or(0) == b.get(u).copied().unwrap_or(0))
+    };
+    let Some(first) = starts.first() else {
+        return Vec::new();
+    };
+    for (_, key) in first {
+        // Each trace's first start with this numbering that it can begin from.
+        let mut chosen = Vec::with_capacity(traces.len());
+        for (t, ss) in traces.iter().zip(&starts) {
+            let found = ss.iter().find_map(|(k, other)| {
+                if !same(key, other) {
+                    return None;
+                }
+                match k {
+                    None => Some(Aligned {
+                        trace: std::borrow::Cow::Borrowed(t),
+                        from: None,
+                    }),
+                    Some(k) => t.rebased(*k).ok().map(|r| {
+                        let c = &t.restarts[*k];
+                        Aligned {
+                            trace: std::borrow::Cow::Owned(r),
+                            from: Some(format!(
+                                "begun at the dump's later checkpoint (step {}, before call #{}), where every rank's trace holds the same collectives next",
+                                c.step, c.first_seq
+                            )),
+                        }
+                    }),
+                }
+            });
+            match found {
+                Some(a) => chosen.push(a),
+                None => break,
+            }
+        }
+        if chosen.len() == traces.len() {
+            return chosen;
+        }
+    }
+    as_is()
+}
+
 /// What each trace (in order) leaves out to be replayed with the others, by call seq, with
 /// why. Flight dumps whose checkpoints fell at different steps start at different
 /// collectives: a group collective numbered before another rank's dump begins, or a send
@@ -81,14 +189,17 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
 /// meets from the first exchange all of its ranks hold; what they received is not known
 /// here, so what a rank computes from it may differ, and its readbacks say so. Whole
 /// recordings start together and leave nothing out.
-fn unmet(traces: &[Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
+fn unmet(traces: &[&Trace]) -> Vec<std::collections::BTreeMap<u64, String>> {
     use crate::analysis::ranks::exchanges;
     use crate::backend::Exchange;
     use std::collections::BTreeMap;
     // Where each communicator's group collectives start in every trace holding it, and each
     // pair's exchanges on each side.
     let mut group_start: HashMap<CommUniqueId, u64> = HashMap::new();
-    for j in traces.iter().flat_map(crate::analysis::ranks::joined_comms) {
+    for j in traces
+        .iter()
+        .flat_map(|t| crate::analysis::ranks::joined_comms(t))
+    {
         let s = group_start.entry(j.unique).or_insert(j.next_seq);
         *s = (*s).max(j.next_seq);
     }

@@ -180,6 +180,10 @@ pub struct ReplayReport {
     /// How many calls it left out.
     #[serde(default)]
     pub skipped_count: usize,
+    /// Where a rank set's replay began this trace, when not where it began: a later
+    /// checkpoint of its dump (`replayer::ranks::aligned`).
+    #[serde(default)]
+    pub begun_at: Option<String>,
 }
 
 impl ReplayReport {
@@ -284,6 +288,9 @@ impl ReplayReport {
                 self.opaque_calls.join(", ")
             ));
         }
+        if let Some(b) = &self.begun_at {
+            s.push_str(&format!("{b}\n"));
+        }
         if self.skipped_count > 0 {
             s.push_str(&format!(
                 "{} call(s) not replayed: {}{}\n",
@@ -377,6 +384,7 @@ pub fn replay_json(
         "dump_reason": e.dump_reason,
         "skipped": e.skipped,
         "skipped_count": e.skipped_count,
+        "begun_at": e.begun_at,
         "checked_nothing": graph.is_none() && e.checked_nothing(),
         "timing_ms": {
             "loops": loop_ms,

@@ -170,6 +170,7 @@ impl FrameClass {
             | Frame::D2HResult { .. }
             | Frame::Finding(_)
             | Frame::Stop
+            | Frame::Restart(_)
             | Frame::SyncHashes { .. } => FrameClass::Call,
         }
     }

@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// (`gputape run -o`) needs: `Frame::ModuleImage` (a module's binary image), `Arg::Words`
 /// (addresses inside a by-value parameter) and `Call::Opaque` (a driver call not understood).
 /// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). 10 added
-/// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). A format-2 to 9 file
-/// reads the same as before.
-pub const FORMAT_VERSION: u16 = 10;
-/// The oldest reader that can read what this build writes: a format-9 reader does not know
-/// `Adopted::CommPairs` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 10;
+/// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). 11 added `Frame::Restart`
+/// (a dump's later checkpoints). A format-2 to 10 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 11;
+/// The oldest reader that can read what this build writes: a format-10 reader does not know
+/// `Frame::Restart` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 11;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -389,6 +389,11 @@ pub enum Frame {
         /// Its image.
         image: BlobId,
     },
+    /// A later checkpoint a flight dump holds (format 11), written before the first call
+    /// after it. A dump starts from its older checkpoint; a rank set's dumps that begin at
+    /// different collectives replay together from a checkpoint every rank holds
+    /// (`Trace::rebased`), so nothing is left out.
+    Restart(Restart),
 }
 
 /// Why a flight dump was taken: a failed call, a signal, a hang's deadline, the engine's own
@@ -400,6 +405,25 @@ pub struct DumpInfo {
     /// Calls that had begun and not returned when the dump was taken (by seq), with the
     /// recording thread each was on: for a hang, the blocked host call.
     pub in_flight: Vec<(u64, u16)>,
+}
+
+/// A checkpoint inside a dump, after its first: the device state, whole, before call
+/// `first_seq`. Whole rather than the changes since the checkpoint before, so a replay can
+/// begin here without the calls before it (which, in a rank set, met other ranks' calls that
+/// their dumps may not hold).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restart {
+    /// The recorder's count of step boundaries when it was taken.
+    pub step: u64,
+    /// The first call after it.
+    pub first_seq: u64,
+    /// Buffers live then, with their contents.
+    pub initial: Vec<super::InitialBuffer>,
+    /// Streams, events, graphs, pinned regions and communicators alive then (a
+    /// communicator with the numbers of its next collectives).
+    pub adopted: Vec<Adopted>,
+    /// Where each live buffer was in the recorded process.
+    pub addresses: Vec<(BufferId, u64)>,
 }
 
 /// How the reason of a dump taken for a hang begins (the recorder's watcher writes it).

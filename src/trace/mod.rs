@@ -18,6 +18,7 @@ mod reader;
 mod refs;
 mod relabel;
 mod render;
+mod restart;
 pub mod signature;
 mod write;
 
@@ -80,7 +81,7 @@ pub struct CallRecord {
 
 /// A buffer live when recording started, with its contents then: what a replay allocates and
 /// fills before the first call (`Frame::Initial`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InitialBuffer {
     /// The buffer.
     pub buf: BufferId,
@@ -120,6 +121,9 @@ pub struct Trace {
     pub adopted: Vec<Adopted>,
     /// Every call the trace holds, in file order.
     pub calls: Vec<CallRecord>,
+    /// A flight dump's later checkpoints, in order (`Frame::Restart`): where else a replay
+    /// may begin (`Trace::rebased`).
+    pub restarts: Vec<Restart>,
     /// Bytes of async device-to-host copies, by the copy's seq.
     pub d2h_async: BTreeMap<u64, BlobId>,
     /// What the recorder noticed besides calls, in order.
@@ -247,6 +251,7 @@ impl Trace {
                 Frame::Header(h) => t.header = Some(h),
                 Frame::Provenance(p) => t.provenance = Some(p),
                 Frame::Dumped(d) => t.dump = Some(d),
+                Frame::Restart(r) => t.restarts.push(r),
                 Frame::Site {
                     id,
                     file,

@@ -15,6 +15,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         Frame::Blob { id, .. } | Frame::Stored { id, .. } => f(id),
         Frame::Initial { data, .. } | Frame::D2HResult { data, .. } => f(data),
         Frame::ModuleImage { image, .. } => f(image),
+        Frame::Restart(r) => r.initial.iter_mut().for_each(|i| f(&mut i.data)),
         Frame::SyncHashes { hashes, .. } => hashes.iter_mut().for_each(|(_, h)| f(h)),
         Frame::Chunked { id, parts, .. } => {
             f(id);

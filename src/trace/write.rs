@@ -2,7 +2,7 @@
 //! ordinary trace file that every verb reads.
 
 use super::format::{Sink, TraceError, TraceWriter};
-use super::frame::{Begin, End, Frame};
+use super::frame::{Begin, End, Frame, Restart};
 use super::{BlobId, Trace};
 
 /// A blob's frame: compressed with zstd where that saves at least a tenth (small blobs and
@@ -122,7 +122,16 @@ impl Trace {
                 addr: *addr,
             })?;
         }
+        // A dump's later checkpoints go before their first call; one whose call is not here
+        // (cut out of a shorter trace) has nothing to begin and goes too.
+        let mut restarts: std::collections::BTreeMap<u64, Vec<&Restart>> = Default::default();
+        for r in &self.restarts {
+            restarts.entry(r.first_seq).or_default().push(r);
+        }
         for c in &self.calls {
+            for r in restarts.remove(&c.seq).into_iter().flatten() {
+                w.write(&Frame::Restart(r.clone()))?;
+            }
             w.write(&Frame::Begin(Begin {
                 seq: c.seq,
                 thread: c.thread,

@@ -116,7 +116,22 @@ impl FlightStore {
         let mut begun = rustc_hash::FxHashSet::default();
         let mut out = Vec::with_capacity(256);
         let mut lost = 0usize;
-        for r in records() {
+        let spans = self.spans.iter().enumerate().skip(first);
+        let records = spans.flat_map(|(k, s)| {
+            // A later usable checkpoint goes before its span's first call.
+            let restart = (k > first && s.usable()).then_some(s);
+            restart.into_iter().map(Err).chain(s.log.records().map(Ok))
+        });
+        for r in records {
+            let r = match r {
+                Ok(r) => r,
+                Err(s) => {
+                    if let Some(f) = self.restart(s, &names, &mut buf)? {
+                        w.write(&f)?;
+                    }
+                    continue;
+                }
+            };
             buf.clear();
             let (seq, ok, made) = match r {
                 Record::Call {
@@ -185,6 +200,49 @@ impl FlightStore {
 }
 
 impl FlightStore {
+    /// Span `s`'s checkpoint as a `Frame::Restart`, its blobs under their real names; `None`
+    /// for a span that holds no call.
+    fn restart(
+        &self,
+        s: &Span,
+        names: &FxHashMap<BlobId, BlobId>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<crate::trace::Frame>, TraceError> {
+        use crate::trace::{Frame, InitialBuffer, Restart};
+        let Some(first_seq) = s.log.records().find_map(|r| match r {
+            Record::Call { seq, .. } | Record::Delta { seq, .. } => Some(seq),
+            Record::Frame(_) => None,
+        }) else {
+            return Ok(None);
+        };
+        let mut r = Restart {
+            step: s.first_step,
+            first_seq,
+            initial: Vec::new(),
+            adopted: Vec::new(),
+            addresses: Vec::new(),
+        };
+        for c in &s.checkpoint {
+            match crate::trace::codec::decode(renamed(names, c, buf)?)? {
+                Frame::Initial {
+                    buf,
+                    bytes,
+                    data,
+                    site,
+                } => r.initial.push(InitialBuffer {
+                    buf,
+                    bytes,
+                    data,
+                    site,
+                }),
+                Frame::Adopt(a) => r.adopted.push(a),
+                Frame::Address { buf, addr } => r.addresses.push((buf, addr)),
+                _ => {}
+            }
+        }
+        Ok(Some(Frame::Restart(r)))
+    }
+
     /// Each provisional id (`BlobId::quick`, `BlobId::numbered`) of a blob the dump keeps, with the id a trace
     /// names its bytes by: plain blobs hashed, then chunked ones from their parts' new ids.
     fn real_names(
