@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exe() { grep -o '"executable":"[^"]*"' | cut -d'"' -f4 | grep -E "/$1(-[0-9a-f]+)?$" | tail -1; }
 cargo build --release --bins --tests
-cargo build --release --example outside_engine
+cargo build --release --example outside_engine --example tp_fault
 # The CUDA driver shim (`gputape run`): `--lib` makes cargo put it in target/release/ itself.
 cargo build --release -p gputape-cuda-shim --lib
 tests=$(cargo build --release --tests --message-format=json 2>/dev/null | exe gpu)
@@ -20,10 +20,12 @@ strip -o gpu-bin/gputape target/release/gputape
 # which the device tool carries; run makes its own libcuda.so links).
 strip -o gpu-bin/gputape-shim/libcuda.so.1 target/release/libgputape_cuda_shim.so
 strip -o gpu-bin/outside_engine target/release/examples/outside_engine
+strip -o gpu-bin/tp-fault target/release/examples/tp_fault
 strip -o gpu-bin/gpu-tests "$tests"
 strip -o gpu-bin/recorder-bench "$(echo "$benches" | exe recorder)"
 strip -o gpu-bin/replay-bench "$(echo "$benches" | exe replay)"
 strip -o gpu-bin/scale-bench "$(echo "$benches" | exe scale)"
 strip -o gpu-bin/step-bench "$(echo "$benches" | exe step)"
 strip -o gpu-bin/flight-steps "$(echo "$benches" | exe flight_steps)"
+strip -o gpu-bin/tp-steps "$(echo "$benches" | exe tp_steps)"
 ls -l gpu-bin gpu-bin/gputape-shim

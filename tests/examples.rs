@@ -17,6 +17,7 @@ fn the_examples_run_on_the_mock() {
         ("record_your_engine", "recorded"),
         ("flight_recorder", "REPRODUCED"),
         ("snapshot_test", "as a failure reads: [at-most-launches]"),
+        ("tp_fault", "the dumps name rank 1 at step 13"),
     ] {
         let p = example(name);
         assert!(p.exists(), "{} is built with the tests", p.display());

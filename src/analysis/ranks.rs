@@ -42,6 +42,19 @@ pub enum RankFinding {
         /// What each rank asked for.
         calls: Vec<RankCall>,
     },
+    /// In engine step `step` (from one `step_boundary` to the next, a step every rank's
+    /// trace holds whole) the ranks made different numbers of group collectives on the
+    /// communicator: one left a collective out or made one more, and from there their
+    /// collectives pair off by one, which the numbers alone cannot show (NCCL runs such
+    /// pairs as long as their shapes agree).
+    StepDiffers {
+        /// The communicator.
+        unique: CommUniqueId,
+        /// The engine's step number.
+        step: u64,
+        /// Each rank's count, with its `step_boundary` call.
+        counts: Vec<(usize, RankCall)>,
+    },
     /// Collective `seq` was made by some ranks and never by `missing`.
     Missing {
         /// The communicator.
@@ -422,6 +435,7 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
             })
         };
         let group_at = |r: u32, seq: u64| part(r).colls.get(&Exchange::Group(seq)).copied();
+        out.extend(first_step_differing(&members, unique, &ranks));
         // Flight dumps of the ranks start at their own checkpoints: compare from the first
         // collective every trace can hold, over the numbers some rank made (a hostile trace
         // may number one 2^64 - 1: no walk over the numbers between).
@@ -473,6 +487,74 @@ pub fn match_ranks(traces: &[Trace]) -> Vec<RankFinding> {
             }
         }
         out.extend(match_pairs(&members, unique, &ranks));
+    }
+    out
+}
+
+/// Engine step -> (its `step_boundary` call, group collectives made in it).
+type PerStep = BTreeMap<u64, (usize, usize)>;
+
+/// The first engine step that every rank's trace of communicator `unique` holds whole and
+/// in which the ranks made different numbers of its group collectives.
+fn first_step_differing(
+    members: &[Member],
+    unique: CommUniqueId,
+    ranks: &BTreeMap<u32, usize>,
+) -> Option<RankFinding> {
+    let steps: Vec<(u32, PerStep)> = ranks
+        .iter()
+        .map(|(r, i)| {
+            (
+                *r,
+                group_per_step(members[*i].trace, &members[*i].comms[&unique]),
+            )
+        })
+        .collect();
+    let (_, first) = steps.first()?;
+    let step = first.keys().copied().find(|s| {
+        let mut n = steps.iter().map(|(_, m)| m.get(s).map(|(_, n)| *n));
+        let Some(Some(n0)) = n.next() else {
+            return false;
+        };
+        let all: Vec<Option<usize>> = n.collect();
+        all.iter().all(Option::is_some) && all.iter().any(|n| *n != Some(n0))
+    })?;
+    Some(RankFinding::StepDiffers {
+        unique,
+        step,
+        counts: steps
+            .iter()
+            .map(|(r, m)| {
+                let (at, n) = m[&step];
+                (n, rank_call(members[ranks[r]].trace, *r, at))
+            })
+            .collect(),
+    })
+}
+
+/// How many of `part`'s group collectives `trace` made in each engine step it holds whole
+/// (from a `step_boundary` to the next; the last, which may have been cut short, is left
+/// out), with the step's `step_boundary` call.
+fn group_per_step(trace: &Trace, part: &Part) -> PerStep {
+    let groups: std::collections::BTreeSet<usize> = part
+        .colls
+        .iter()
+        .filter(|(x, _)| matches!(x, Exchange::Group(_)))
+        .map(|(_, at)| *at)
+        .collect();
+    let mut out = BTreeMap::new();
+    let mut open: Option<(u64, usize, usize)> = None;
+    for (i, c) in trace.calls.iter().enumerate() {
+        if let Call::StepBoundary { step } = c.call {
+            if let Some((s, at, n)) = open.take() {
+                out.insert(s, (at, n));
+            }
+            open = Some((step, i, 0));
+        } else if groups.contains(&i) {
+            if let Some((_, _, n)) = &mut open {
+                *n += 1;
+            }
+        }
     }
     out
 }
@@ -594,6 +676,24 @@ pub fn render_findings(f: &[RankFinding]) -> String {
                     "communicator {unique}, collective #{seq}: the ranks asked for different collectives"
                 );
                 for c in calls {
+                    line(&mut s, c);
+                }
+            }
+            RankFinding::StepDiffers {
+                unique,
+                step,
+                counts,
+            } => {
+                let each: Vec<String> = counts
+                    .iter()
+                    .map(|(n, c)| format!("rank {}: {n}", c.rank))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "communicator {unique}, step {step}: the ranks made different numbers of collectives ({}); from there their collectives pair off",
+                    each.join(", ")
+                );
+                for (_, c) in counts {
                     line(&mut s, c);
                 }
             }

@@ -134,6 +134,7 @@ fn show(
                     "host": t.provenance.as_ref().and_then(|p| p.host.as_ref()),
                 },
                 "dump": t.dump.as_ref().map(|d| serde_json::json!({"reason": d.reason, "in_flight": d.in_flight.iter().map(|(seq, thread)| serde_json::json!({"seq": seq, "thread": thread})).collect::<Vec<_>>()})),
+                "later_checkpoints": t.restarts.iter().map(|r| serde_json::json!({"step": r.step, "first_seq": r.first_seq, "buffers": r.initial.len()})).collect::<Vec<_>>(),
                 "calls_in_trace": t.calls.len(),
                 "initial_buffers": t.initial.len(),
                 "cut": t.cut.as_ref().map(|c| serde_json::json!({"offset": c.offset, "frames": c.frames, "reason": c.reason})),
@@ -174,6 +175,14 @@ fn show(
             for (seq, thread) in &d.in_flight {
                 println!("  in flight when dumped: call #{seq} on thread t{thread}");
             }
+        }
+        for r in &t.restarts {
+            println!(
+                "later checkpoint: step {}, before call #{} ({} buffers): a rank set's replay may begin there",
+                r.step,
+                r.first_seq,
+                r.initial.len()
+            );
         }
         println!(
             "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"
