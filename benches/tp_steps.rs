@@ -55,6 +55,8 @@ fn rank(
     steps: usize,
     dir: &Path,
 ) -> anyhow::Result<RankRun> {
+    // CUDA binds a context per thread: this rank's thread is not the one that made it.
+    gpu.bind_to_thread()?;
     let desc = BackendDesc::new("tp bench");
     let rec = RecordingBackend::to_file(
         gpu.clone(),

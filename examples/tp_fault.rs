@@ -33,6 +33,8 @@ fn rank(
     (planted, at, steps): (u32, u64, u64),
     dir: &Path,
 ) -> anyhow::Result<()> {
+    // CUDA binds a context per thread: this rank's thread is not the one that made it.
+    gpu.bind_to_thread()?;
     let mut cfg = FlightConfig::from_env(dir.join(format!("rank{rank}")));
     cfg.peers = Some(dir.join("peers"));
     cfg.hang_after.get_or_insert(Duration::from_secs(2));

@@ -412,6 +412,8 @@ fn record_llama_tp(
                 let path = super::common::with_tag(out, &format!("rank{rank}"));
                 let blobs = blobs.clone();
                 sc.spawn(move || -> Result<(PathBuf, LlamaRecorded)> {
+                    // CUDA binds a context per thread: this rank's is new.
+                    g.bind_to_thread()?;
                     let rec = crate::recorder::RecordingBackend::to_file(g, &path, desc)?;
                     rec.hash_at_syncs(hash_syncs);
                     if let Some(dir) = &blobs {

@@ -54,6 +54,11 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
             .zip(unmet)
             .map(|((start, b), skip)| {
                 sc.spawn(move || {
+                    // CUDA binds a context per thread; this rank's thread is new.
+                    b.bind_to_thread().map_err(|e| ReplayError::Setup {
+                        what: "this rank's thread".into(),
+                        cause: format!("binding its backend to the thread: {e:#}"),
+                    })?;
                     let opts = ReplayOptions {
                         skip,
                         ..opts.clone()
