@@ -810,3 +810,92 @@ fn a_tensor_map_argument_replays_on_a_remapped_buffer() {
         "{e}"
     );
 }
+
+/// A dump begun at a later checkpoint (`Trace::rebased`): the capture workload with a
+/// checkpoint placed after its graph's first launch (#12), holding what that launch left
+/// (buf1 = 2 x buf0). Begun there, the trace keeps the capture of the graph it launches again
+/// (#5..=#11) and drops the rest before it; its replay reads back what the whole run read
+/// back. A checkpoint inside the capture, or past the trace, is refused by name.
+#[test]
+fn a_trace_begun_at_a_later_checkpoint_keeps_the_captures_it_launches() {
+    use gputape::trace::{Adopted, BufferId, InitialBuffer, Restart, RestartError, SiteId};
+    let mut t = Trace::open(Path::new("traces/mock_capture_region.gtape")).unwrap();
+    let upload = t
+        .calls
+        .iter()
+        .find_map(|c| match &c.call {
+            trace::Call::CopyH2D { data, .. } => Some(*data),
+            _ => None,
+        })
+        .unwrap();
+    let x: Vec<f32> = t
+        .blobs
+        .get(&upload)
+        .unwrap()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let y: Vec<u8> = x.iter().flat_map(|v| (2.0 * v).to_le_bytes()).collect();
+    let y_id = trace::BlobId::of(&y);
+    t.blobs.insert(y_id, y);
+    let at = |seq: u64| Restart {
+        step: 1,
+        first_seq: seq,
+        initial: vec![
+            InitialBuffer {
+                buf: BufferId(0),
+                bytes: 64,
+                data: upload,
+                site: SiteId(0),
+            },
+            InitialBuffer {
+                buf: BufferId(1),
+                bytes: 64,
+                data: y_id,
+                site: SiteId(0),
+            },
+        ],
+        adopted: vec![Adopted::Stream {
+            id: trace::StreamId(1),
+            is_default: false,
+        }],
+        addresses: Vec::new(),
+    };
+    t.restarts = vec![at(13), at(8), at(99)];
+    let r = t.rebased(0).unwrap();
+    let seqs: Vec<u64> = r.calls.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, [5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18]);
+    let rep = Replayer::new(&r)
+        .run(&mock(), &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert!(rep.passed(), "{}", rep.summary());
+    assert_eq!((rep.d2h_checked, rep.d2h_matched), (1, 1), "{}", rep.summary());
+    // The same with buf1 as the run began (zero): the readback differs, so the check bites.
+    let mut wrong = t.clone();
+    wrong.restarts[0].initial[1].data = wrong.restarts[0].initial[0].data;
+    let rep = Replayer::new(&wrong.rebased(0).unwrap())
+        .run(&mock(), &ReplayOptions::default(), None, |_| {})
+        .unwrap();
+    assert_eq!(rep.d2h_matched, 0, "{}", rep.summary());
+    assert_eq!(
+        t.rebased(1).unwrap_err(),
+        RestartError::InsideCapture {
+            index: 1,
+            step: 1,
+            begun: 5
+        }
+    );
+    assert!(matches!(
+        t.rebased(2).unwrap_err(),
+        RestartError::NoFirstCall { seq: 99, .. }
+    ));
+    assert!(matches!(
+        t.rebased(3).unwrap_err(),
+        RestartError::NoSuch { index: 3, held: 3 }
+    ));
+    // Written out and read back, a trace keeps its later checkpoints, in call order; one
+    // whose call it does not hold goes.
+    let again = Trace::from_bytes(Path::new("again"), &t.to_bytes().unwrap()).unwrap();
+    assert_eq!(again.restarts, [t.restarts[1].clone(), t.restarts[0].clone()]);
+}

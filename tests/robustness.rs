@@ -67,6 +67,17 @@ fn consume(bytes: &[u8], whole: &Trace) {
     let _ = Replayer::new(&t)
         .with_max_memory(16 << 20)
         .run(&small_mock(), &opts, None, |_| {});
+    // A dump's later checkpoints: begun at each, and a rank set aligned on them.
+    for i in 0..t.restarts.len().min(4) {
+        if let Ok(r) = t.rebased(i) {
+            let _ = trace::render(&r);
+            let _ = Replayer::new(&r)
+                .with_max_memory(16 << 20)
+                .run(&small_mock(), &opts, None, |_| {});
+        }
+    }
+    let _ = gputape::replayer::aligned(&[t.clone(), whole.clone()]);
+    let _ = analysis::ranks::match_ranks(&[t, whole.clone()]);
 }
 
 /// Frame boundaries of a current-format trace: (start, payload length).
@@ -157,6 +168,8 @@ fn hostile_traces_give_errors_never_panics() {
         "traces/h200_graph_fault.gtape",
         // Format 3: a provenance frame, a tensor-map argument and its encode call.
         "traces/mock_tma.gtape",
+        // Format 11: a rank's flight dump (examples/tp_fault.rs) with a later checkpoint.
+        "traces/mock_tp_fault_rank0.gtape",
     ];
     let budget = match std::env::var("GPUTAPE_FUZZ_CASES") {
         Ok(_) => Duration::MAX,

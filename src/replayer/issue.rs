@@ -267,7 +267,7 @@ impl Replayer<'_> {
                 }
                 _ => Err(anyhow::anyhow!(
                     "comm_init: rank {rank} of {nranks} in communicator {unique}: a rank's \
-                     trace replays only together with the other ranks' (`replay_ranks`, `gputape replay --ranks`)"
+                     trace replays only together with the other ranks' (`replay_ranks`, `gputape ranks --replay`)"
                 )),
             },
             Call::Collective {

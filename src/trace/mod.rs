@@ -34,6 +34,7 @@ pub use frame::*;
 pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
 pub use relabel::{call_blob_mut, each_blob_mut};
+pub use restart::RestartError;
 pub use render::{call_text, render, render_call, ret_text, summary};
 pub use signature::ParamType;
 pub use write::blob_frame;
