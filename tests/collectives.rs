@@ -804,6 +804,18 @@ fn skipped_all_reduce_dumps(
     (id, dumps)
 }
 
+/// Rank `rank`'s replay reproduced the planted parting (an all-gather where the others
+/// all-reduced).
+fn assert_parting_reproduced(r: &gputape::replayer::ReplayReport, rank: usize) {
+    assert!(
+        r.faults
+            .iter()
+            .any(|f| f.reproduced && f.recorded.contains("different collectives")),
+        "rank {rank}: {}",
+        r.summary()
+    );
+}
+
 /// Flight dumps that start at different collectives (the ranks' checkpoints fell at
 /// different steps) replay together from the first collective both hold: the rank whose dump
 /// begins earlier leaves out the collectives the other rank made before its dump, and says
@@ -842,12 +854,7 @@ fn dumps_that_start_at_different_collectives_replay_from_the_first_both_hold() {
     for (rank, r) in reports.into_iter().enumerate() {
         let r = r.unwrap();
         let text = r.summary();
-        assert!(
-            r.faults
-                .iter()
-                .any(|f| f.reproduced && f.recorded.contains("different collectives")),
-            "rank {rank}: {text}"
-        );
+        assert_parting_reproduced(&r, rank);
         // The earlier dump leaves out one group collective per step it begins before.
         let left_out = (later - starts[rank]) as usize;
         assert_eq!(r.skipped_count, left_out, "rank {rank}: {text}");
@@ -893,12 +900,7 @@ fn dumps_that_begin_at_different_checkpoints_replay_byte_for_byte_from_one_they_
     };
     for (rank, r) in replay(&traces).iter().enumerate() {
         let text = r.summary();
-        assert!(
-            r.faults
-                .iter()
-                .any(|f| f.reproduced && f.recorded.contains("different collectives")),
-            "rank {rank}: {text}"
-        );
+        assert_parting_reproduced(r, rank);
         assert_eq!(r.skipped_count, 0, "rank {rank}: {text}");
         assert!(r.d2h_checked >= 4, "rank {rank}: {text}");
         assert_eq!(r.d2h_checked, r.d2h_matched, "rank {rank}: {text}");

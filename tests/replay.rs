@@ -870,7 +870,12 @@ fn a_trace_begun_at_a_later_checkpoint_keeps_the_captures_it_launches() {
         .run(&mock(), &ReplayOptions::default(), None, |_| {})
         .unwrap();
     assert!(rep.passed(), "{}", rep.summary());
-    assert_eq!((rep.d2h_checked, rep.d2h_matched), (1, 1), "{}", rep.summary());
+    assert_eq!(
+        (rep.d2h_checked, rep.d2h_matched),
+        (1, 1),
+        "{}",
+        rep.summary()
+    );
     // The same with buf1 as the run began (zero): the readback differs, so the check bites.
     let mut wrong = t.clone();
     wrong.restarts[0].initial[1].data = wrong.restarts[0].initial[0].data;
@@ -897,5 +902,8 @@ fn a_trace_begun_at_a_later_checkpoint_keeps_the_captures_it_launches() {
     // Written out and read back, a trace keeps its later checkpoints, in call order; one
     // whose call it does not hold goes.
     let again = Trace::from_bytes(Path::new("again"), &t.to_bytes().unwrap()).unwrap();
-    assert_eq!(again.restarts, [t.restarts[1].clone(), t.restarts[0].clone()]);
+    assert_eq!(
+        again.restarts,
+        [t.restarts[1].clone(), t.restarts[0].clone()]
+    );
 }

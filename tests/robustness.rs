@@ -71,9 +71,10 @@ fn consume(bytes: &[u8], whole: &Trace) {
     for i in 0..t.restarts.len().min(4) {
         if let Ok(r) = t.rebased(i) {
             let _ = trace::render(&r);
-            let _ = Replayer::new(&r)
-                .with_max_memory(16 << 20)
-                .run(&small_mock(), &opts, None, |_| {});
+            let _ =
+                Replayer::new(&r)
+                    .with_max_memory(16 << 20)
+                    .run(&small_mock(), &opts, None, |_| {});
         }
     }
     let _ = gputape::replayer::aligned(&[t.clone(), whole.clone()]);

@@ -197,16 +197,7 @@ impl Replayer<'_> {
             c.seq = n;
             out.calls.push(c);
         }
-        out.sizes = out.initial.iter().map(|i| (i.buf, i.bytes)).collect();
-        for c in &out.calls {
-            if let (
-                Call::Alloc { bytes } | Call::AllocManaged { bytes },
-                Some(Ok(Value::Buffer(b))),
-            ) = (&c.call, &c.ret)
-            {
-                out.sizes.insert(*b, *bytes);
-            }
-        }
+        out.size_buffers();
         Ok(out)
     }
 }

@@ -34,8 +34,8 @@ pub use frame::*;
 pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
 pub use relabel::{call_blob_mut, each_blob_mut};
-pub use restart::RestartError;
 pub use render::{call_text, render, render_call, ret_text, summary};
+pub use restart::RestartError;
 pub use signature::ParamType;
 pub use write::blob_frame;
 
@@ -357,16 +357,7 @@ impl Trace {
                 },
             });
         }
-        t.sizes = t.initial.iter().map(|i| (i.buf, i.bytes)).collect();
-        for c in &t.calls {
-            if let (
-                Call::Alloc { bytes } | Call::AllocManaged { bytes },
-                Some(Ok(Value::Buffer(b))),
-            ) = (&c.call, &c.ret)
-            {
-                t.sizes.insert(*b, *bytes);
-            }
-        }
+        t.size_buffers();
         t.cut = reader.cut.take();
         if let Some(c) = &t.cut {
             // A stopped trace followed by zeros (a copy padded to a block size, say) is whole.
@@ -385,6 +376,21 @@ impl Trace {
             });
         }
         Ok(t)
+    }
+
+    /// `sizes` from the initial snapshot and the allocations: after loading, or after a
+    /// change of either (a trim, a dump begun at a later checkpoint).
+    pub fn size_buffers(&mut self) {
+        self.sizes = self.initial.iter().map(|i| (i.buf, i.bytes)).collect();
+        for c in &self.calls {
+            if let (
+                Call::Alloc { bytes } | Call::AllocManaged { bytes },
+                Some(Ok(Value::Buffer(b))),
+            ) = (&c.call, &c.ret)
+            {
+                self.sizes.insert(*b, *bytes);
+            }
+        }
     }
 
     /// A site as `file:line:col`, or `<site4>` if the trace does not define it.

@@ -84,16 +84,7 @@ impl Trace {
         let seqs: BTreeSet<u64> = t.calls.iter().map(|c| c.seq).collect();
         t.d2h_async.retain(|s, _| seqs.contains(s));
         t.sync_hashes.retain(|s, _| seqs.contains(s));
-        t.sizes = t.initial.iter().map(|i| (i.buf, i.bytes)).collect();
-        for c in &t.calls {
-            if let (
-                Call::Alloc { bytes } | Call::AllocManaged { bytes },
-                Some(Ok(Value::Buffer(b))),
-            ) = (&c.call, &c.ret)
-            {
-                t.sizes.insert(*b, *bytes);
-            }
-        }
+        t.size_buffers();
         Ok(t)
     }
 }
