@@ -63,6 +63,22 @@ fn reports_for_the_fixture_traces() {
     }
 }
 
+/// A rank set's fixture dumps (`traces/ranks/`: examples/tp_fault.rs on mock ranks, rank 1
+/// leaving out its all-reduce of step 13, rank 0 dumped at the hang deadline, rank 1 at its
+/// peer's word), matched as `gputape ranks` matches them.
+#[test]
+fn the_rank_set_fixture_is_matched() {
+    let traces: Vec<Trace> = ["rank0", "rank1"]
+        .iter()
+        .map(|r| Trace::open(Path::new(&format!("traces/ranks/mock_tp_fault_{r}.gtape"))).unwrap())
+        .collect();
+    let found = analysis::ranks::match_ranks(&traces);
+    insta::assert_snapshot!(
+        "ranks_mock_tp_fault",
+        mask_lines(&analysis::ranks::render_findings(&found))
+    );
+}
+
 #[test]
 fn the_decode_step_s_token_copy_is_named_as_a_capture_breaker() {
     for p in [

@@ -1366,3 +1366,87 @@ fn a_skipped_send_is_named_from_where_each_dump_began_on_the_pair() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A rank set on one time line (`gputape export --perfetto` of several traces): rank 1's
+/// recorder starts 300 ms after rank 0's, so its call times count from a later 0; laid by
+/// each trace's clock (`Trace::clock_epoch_ns`), the all-reduce they met in ends at the same
+/// moment on both ranks' tracks (rank 0 waited in it), where their own times put the ends
+/// 300 ms apart. The collective is joined across the ranks by one flow.
+#[test]
+fn a_rank_sets_traces_lie_on_one_time_line() {
+    let dir = scratch("timeline");
+    let id = MockGpuBackend::default().comm_unique_id().unwrap();
+    std::thread::scope(|sc| {
+        for rank in 0..2u32 {
+            let path = dir.join(format!("rank{rank}.gtape"));
+            sc.spawn(move || {
+                if rank == 1 {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                let rec = RecordingBackend::to_file(
+                    mock(Duration::from_secs(20)),
+                    &path,
+                    BackendDesc::new("mock"),
+                )
+                .unwrap();
+                rec.start().unwrap();
+                let g: &dyn GpuBackend = &rec;
+                let (comm, s, x, y) = join_with_buffers(g, id, 2, rank);
+                let sum = Collective::AllReduce(ReduceOp::Sum);
+                g.collective(comm, sum, y, x, 64, CollDtype::F32, s)
+                    .unwrap();
+                let _ = read_f32(g, x, 4);
+                rec.stop().unwrap();
+            });
+        }
+    });
+    let traces = open_all(&[dir.join("rank0.gtape"), dir.join("rank1.gtape")]);
+    assert!(traces.iter().all(|t| t.clock_epoch_ns.is_some()));
+    let refs: Vec<&Trace> = traces.iter().collect();
+    let j = analysis::timeline::perfetto_ranks(&refs, &["r0".into(), "r1".into()]);
+    let events = j["traceEvents"].as_array().unwrap();
+    // Each rank's all-reduce: (pid, end in µs on the shared line, end in its own time).
+    let ends: Vec<(u64, f64)> = events
+        .iter()
+        .filter(|e| {
+            e["ph"] == "X"
+                && e["args"]["call"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("all_reduce"))
+        })
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(
+        (ends[0].1 - ends[1].1).abs() < 100_000.0,
+        "the all-reduce ends together on the shared line: {ends:?}"
+    );
+    let own = |t: &Trace| {
+        let c = t
+            .calls
+            .iter()
+            .find(|c| matches!(c.call, Call::Collective { .. }))
+            .unwrap();
+        (c.t_ns + c.dur_ns.unwrap()) as f64 / 1e3
+    };
+    assert!(
+        (own(&traces[0]) - own(&traces[1])).abs() > 200_000.0,
+        "in each trace's own time the ends are apart"
+    );
+    let flows: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["cat"] == "collective").collect();
+    assert_eq!(flows.len(), 2, "{flows:?}");
+    assert_eq!(
+        (flows[0]["ph"].as_str(), flows[1]["ph"].as_str()),
+        (Some("s"), Some("f"))
+    );
+    assert!(events.iter().any(|e| e["args"]["name"]
+        .as_str()
+        .is_some_and(|n| n.starts_with("rank 1: host calls (r1; clock)"))));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -169,8 +169,10 @@ fn hostile_traces_give_errors_never_panics() {
         "traces/h200_graph_fault.gtape",
         // Format 3: a provenance frame, a tensor-map argument and its encode call.
         "traces/mock_tma.gtape",
-        // Format 11: a rank's flight dump (examples/tp_fault.rs) with a later checkpoint.
-        "traces/mock_tp_fault_rank0.gtape",
+        // Format 11: a rank's flight dump (examples/tp_fault.rs) with a later checkpoint
+        // (in traces/ranks/: it replays only with its peer's, so not among the fixtures
+        // every trace of traces/ is replayed alone from).
+        "traces/ranks/mock_tp_fault_rank0.gtape",
     ];
     let budget = match std::env::var("GPUTAPE_FUZZ_CASES") {
         Ok(_) => Duration::MAX,

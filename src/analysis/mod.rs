@@ -10,6 +10,7 @@ mod idle;
 mod plan;
 pub mod ranks;
 pub mod report;
+pub mod timeline;
 pub mod window;
 
 pub use idle::{idle_capture, IdleCapture, IdleVerdicts};

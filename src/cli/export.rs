@@ -10,9 +10,13 @@ use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace to export.
-    trace: PathBuf,
-    /// Write Chrome/Perfetto trace-event JSON here (`-` for stdout).
+    /// The trace to export; several (a rank set's, one per rank) go on one time line, each a
+    /// process of its own, with `--perfetto` alone.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Write Chrome/Perfetto trace-event JSON here (`-` for stdout). Of several traces: laid
+    /// by the wall time each recording's clock started at, each collective joined by a flow
+    /// across the ranks that made it.
     #[arg(long)]
     perfetto: Option<PathBuf>,
     /// Write the dependency graph as Graphviz DOT here (`-` for stdout).
@@ -43,7 +47,7 @@ struct Written<'a> {
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     let Args {
-        trace,
+        traces,
         perfetto,
         dot,
         json,
@@ -55,15 +59,53 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             ("--dot", dot.as_deref()),
         ],
     )?;
-    let t = open_trace(ctx, &trace)?;
-    let q = crate::analysis::CaptureQuery::default();
     anyhow::ensure!(
         perfetto.is_some() || dot.is_some(),
         "nothing to export: give --perfetto FILE and/or --dot FILE"
     );
+    if traces.len() > 1 {
+        anyhow::ensure!(
+            dot.is_none(),
+            "--dot draws one trace's dependency graph: give one trace"
+        );
+        let opened = traces
+            .iter()
+            .map(|p| open_trace(ctx, p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&crate::trace::Trace> = opened.iter().collect();
+        let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
+        let j = crate::analysis::timeline::perfetto_ranks(&refs, &names);
+        let p = perfetto
+            .as_deref()
+            .expect("--perfetto, as --dot was refused");
+        let text = serde_json::to_string(&j)?;
+        if write_out(p, text.as_bytes())? && !json {
+            eprintln!(
+                "wrote {} ({} traces on one time line; load it in ui.perfetto.dev)",
+                p.display(),
+                traces.len()
+            );
+        }
+        if json {
+            print_json(&Summary {
+                schema: "gputape.export.v1",
+                trace: &traces[0],
+                perfetto: Some(Written {
+                    path: p,
+                    bytes: text.len(),
+                    items: j["traceEvents"].as_array().map_or(0, |a| a.len()),
+                }),
+                dot: None,
+            })?;
+        }
+        return Ok(Exit::Pass);
+    }
+    let trace = &traces[0];
+    let t = open_trace(ctx, trace)?;
+    let q = crate::analysis::CaptureQuery::default();
     let mut summary = Summary {
         schema: "gputape.export.v1",
-        trace: &trace,
+        trace,
         perfetto: None,
         dot: None,
     };

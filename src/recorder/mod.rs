@@ -158,6 +158,8 @@ pub struct RecordingBackend<B: GpuBackend> {
     /// event's cost.
     clock: quanta::Clock,
     epoch: u64,
+    /// The wall time of `epoch`, in nanoseconds since the Unix epoch (`Frame::Clock`).
+    epoch_unix_ns: u64,
     registry: Option<Arc<KernelRegistry>>,
     started: AtomicBool,
     hash_syncs: AtomicBool,
@@ -218,6 +220,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
             desc,
             op_cache: OpCache::new(),
             epoch: clock.raw(),
+            epoch_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
             clock,
             registry,
             started: AtomicBool::new(false),
@@ -485,6 +490,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         };
         st.emit(&Frame::Header(header));
         st.emit(&Frame::Provenance(crate::trace::Provenance::now()));
+        st.emit(&Frame::Clock {
+            epoch_unix_ns: self.epoch_unix_ns,
+        });
         if let Some(dir) = &st.store {
             let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
             st.emit(&Frame::BlobStore {

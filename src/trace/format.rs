@@ -161,6 +161,7 @@ impl FrameClass {
             | Frame::Kernel { .. }
             | Frame::KernelElems { .. }
             | Frame::ModuleImage { .. }
+            | Frame::Clock { .. }
             | Frame::KernelCluster { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint

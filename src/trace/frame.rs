@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize, Serializer};
 /// (addresses inside a by-value parameter) and `Call::Opaque` (a driver call not understood).
 /// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). 10 added
 /// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). 11 added `Frame::Restart`
-/// (a dump's later checkpoints). A format-2 to 10 file reads the same as before.
+/// (a dump's later checkpoints) and `Frame::Clock` (the wall time of a trace's time 0). A format-2 to 10 file reads the same as before.
 pub const FORMAT_VERSION: u16 = 11;
 /// The oldest reader that can read what this build writes: a format-10 reader does not know
-/// `Frame::Restart` and would call the trace corrupt where one is.
+/// `Frame::Restart` or `Frame::Clock` and would call the trace corrupt where one is.
 pub const MIN_READER_VERSION: u16 = 11;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
@@ -394,6 +394,14 @@ pub enum Frame {
     /// different collectives replay together from a checkpoint every rank holds
     /// (`Trace::rebased`), so nothing is left out.
     Restart(Restart),
+    /// When the recording's clock read 0 (format 11), in nanoseconds since the Unix epoch
+    /// (UTC): calls' `t_ns` count from it. The traces of a rank set, one per process or
+    /// thread, are laid on one time line by it (`gputape export --perfetto` of several);
+    /// `Provenance::unix_ms` says when recording began, to the millisecond only.
+    Clock {
+        /// The wall-clock time of `t_ns` 0.
+        epoch_unix_ns: u64,
+    },
 }
 
 /// Why a flight dump was taken: a failed call, a signal, a hang's deadline, the engine's own

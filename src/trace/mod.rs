@@ -101,6 +101,9 @@ pub struct Trace {
     pub header: Option<TraceHeader>,
     /// When and by what it was recorded; `None` in format-2 traces.
     pub provenance: Option<Provenance>,
+    /// The wall time of `t_ns` 0, in nanoseconds since the Unix epoch (`Frame::Clock`;
+    /// `None` before format 11 and in driver-level recordings).
+    pub clock_epoch_ns: Option<u64>,
     /// Set when the trace is a flight recorder's dump: why it was taken.
     pub dump: Option<DumpInfo>,
     /// Every call site the calls name.
@@ -253,6 +256,7 @@ impl Trace {
                 Frame::Provenance(p) => t.provenance = Some(p),
                 Frame::Dumped(d) => t.dump = Some(d),
                 Frame::Restart(r) => t.restarts.push(r),
+                Frame::Clock { epoch_unix_ns } => t.clock_epoch_ns = Some(epoch_unix_ns),
                 Frame::Site {
                     id,
                     file,

@@ -43,6 +43,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         | Frame::BlobStore { .. }
         | Frame::Dumped(_)
         | Frame::KernelElems { .. }
+        | Frame::Clock { .. }
         | Frame::KernelCluster { .. } => {}
     }
 }

@@ -64,6 +64,9 @@ impl Trace {
         if let Some(p) = &self.provenance {
             w.write(&Frame::Provenance(p.clone()))?;
         }
+        if let Some(epoch_unix_ns) = self.clock_epoch_ns {
+            w.write(&Frame::Clock { epoch_unix_ns })?;
+        }
         if let Some(d) = &self.dump {
             w.write(&Frame::Dumped(d.clone()))?;
         }
