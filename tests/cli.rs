@@ -822,3 +822,60 @@ fn mock_memory_sizes_the_mock_for_every_verb() {
     ]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
 }
+
+/// The rank-set verbs on the fixture dumps of `traces/ranks/` (examples/tp_fault.rs on mock
+/// ranks: rank 1 left out its all-reduce of step 13): `ranks` names the step and replays the
+/// hang (exit 1: the ranks parted); `trim --checkpoint` begins a dump at its later
+/// checkpoint without a backend, and refuses one it does not hold; `export` lays the two on
+/// one time line and refuses a DOT of two.
+#[test]
+fn rank_set_verbs_on_the_fixture_dumps() {
+    let (r0, r1) = (
+        "traces/ranks/mock_tp_fault_rank0.gtape",
+        "traces/ranks/mock_tp_fault_rank1.gtape",
+    );
+    let o = gputape(&["ranks", r0, r1, "--replay"]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 1, "{out}{}", stderr(&o));
+    assert!(
+        out.contains(
+            "step 13: the ranks made different numbers of collectives (rank 0: 1, rank 1: 0)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("-> REPRODUCED"), "{out}");
+    let dir = scratch("rank-verbs");
+    let cut = dir.join("cut.gtape");
+    let o = gputape(&["trim", r0, "--checkpoint", "0", "-o", cut.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("starting from the state at #36"),
+        "{}",
+        stdout(&o)
+    );
+    let t = Trace::open(&cut).unwrap();
+    assert_eq!(t.calls.first().map(|c| c.seq), Some(36));
+    assert!(t.restarts.is_empty());
+    let o = gputape(&["trim", r0, "--checkpoint", "3", "-o", cut.to_str().unwrap()]);
+    assert_ne!(code(&o), 0);
+    assert!(
+        stderr(&o).contains("there is no checkpoint 3"),
+        "{}",
+        stderr(&o)
+    );
+    let json = dir.join("two.json");
+    let o = gputape(&["export", r0, r1, "--perfetto", json.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let pids: std::collections::BTreeSet<u64> = j["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.into_iter().collect::<Vec<_>>(), [1, 2]);
+    let o = gputape(&["export", r0, r1, "--dot", "-"]);
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("give one trace"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

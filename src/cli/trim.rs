@@ -16,8 +16,13 @@ pub struct Args {
     /// The trace to cut.
     trace: PathBuf,
     /// The calls to keep, A..B (B exclusive; `A..` to the end).
-    #[arg(long, value_parser = parse_range)]
-    range: (u64, u64),
+    #[arg(long, value_parser = parse_range, required_unless_present = "checkpoint", conflicts_with = "checkpoint")]
+    range: Option<(u64, u64)>,
+    /// Begin instead at a flight dump's later checkpoint K (0 for the first `gputape show`
+    /// lists): the dump holds its state, so nothing is replayed and no backend is needed;
+    /// the captures of graphs launched after it are kept.
+    #[arg(long, value_name = "K")]
+    checkpoint: Option<usize>,
     /// Where to write the cut trace.
     #[arg(short, long)]
     output: PathBuf,
@@ -50,8 +55,36 @@ struct Summary<'a> {
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
-    trim(ctx, &a.trace, a.range, &a.output, a.on, a.json)?;
+    match (a.checkpoint, a.range) {
+        (Some(k), _) => at_checkpoint(ctx, &a.trace, k, &a.output, a.json)?,
+        (None, Some(range)) => trim(ctx, &a.trace, range, &a.output, a.on, a.json)?,
+        (None, None) => anyhow::bail!("say where to cut: --range A..B or --checkpoint K"),
+    }
     Ok(Exit::Pass)
+}
+
+/// `trim --checkpoint K`: the dump begun at its later checkpoint `k` (`Trace::rebased`).
+fn at_checkpoint(ctx: &Ctx, path: &Path, k: usize, out: &Path, json: bool) -> Result<()> {
+    let t = open_trace(ctx, path)?;
+    let cut = t
+        .rebased(k)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let from = t.restarts[k].first_seq;
+    let bytes = write_trace_atomically(&cut, out)?;
+    let s = Summary {
+        schema: "gputape.trim.v1",
+        trace: path,
+        output: out,
+        backend: "none (the dump's own checkpoint)",
+        from,
+        to: t.calls.last().map_or(0, |c| c.seq + 1),
+        calls: t.calls.len(),
+        kept: cut.calls.len(),
+        initial_buffers: cut.initial.len(),
+        initial_bytes: cut.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        bytes,
+    };
+    report(&s, out, json)
 }
 
 fn trim(
@@ -80,11 +113,16 @@ fn trim(
         initial_bytes: cut.initial.iter().map(|i| i.bytes).sum::<u64>(),
         bytes,
     };
+    report(&s, out, json)
+}
+
+/// What `trim` prints: the summary as JSON, or a line.
+fn report(s: &Summary, out: &Path, json: bool) -> Result<()> {
     if json {
-        return print_json(&s);
+        return print_json(s);
     }
     println!(
-        "kept calls {}..{} of {} as {} calls, starting from the state at #{} ({} buffers, {} bytes); wrote {} ({bytes} bytes)",
+        "kept calls {}..{} of {} as {} calls, starting from the state at #{} ({} buffers, {} bytes); wrote {} ({} bytes)",
         s.from,
         s.to,
         s.calls,
@@ -92,7 +130,8 @@ fn trim(
         s.from,
         s.initial_buffers,
         s.initial_bytes,
-        out.display()
+        out.display(),
+        s.bytes
     );
     Ok(())
 }

@@ -91,6 +91,9 @@ pub struct Aligned<'a> {
     pub from: Option<String>,
 }
 
+/// The later checkpoints of a trace `aligned` considers.
+const MAX_STARTS: usize = 16;
+
 /// Each communicator's next group collective number at a place a trace may begin.
 type NextGroup = BTreeMap<CommUniqueId, u64>;
 
@@ -136,6 +139,8 @@ pub fn aligned(traces: &[Trace]) -> Vec<Aligned<'_>> {
                     t.restarts
                         .iter()
                         .enumerate()
+                        // A dump holds one or two; a hostile trace may list any number.
+                        .take(MAX_STARTS)
                         .map(|(k, r)| (Some(k), at(&r.adopted))),
                 )
                 .collect()
