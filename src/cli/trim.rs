@@ -70,21 +70,9 @@ fn at_checkpoint(ctx: &Ctx, path: &Path, k: usize, out: &Path, json: bool) -> Re
         .rebased(k)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let from = t.restarts[k].first_seq;
-    let bytes = write_trace_atomically(&cut, out)?;
-    let s = Summary {
-        schema: "gputape.trim.v1",
-        trace: path,
-        output: out,
-        backend: "none (the dump's own checkpoint)",
-        from,
-        to: t.calls.last().map_or(0, |c| c.seq + 1),
-        calls: t.calls.len(),
-        kept: cut.calls.len(),
-        initial_buffers: cut.initial.len(),
-        initial_bytes: cut.initial.iter().map(|i| i.bytes).sum::<u64>(),
-        bytes,
-    };
-    report(&s, out, json)
+    let to = t.calls.last().map_or(0, |c| c.seq + 1);
+    let how = "none (the dump's own checkpoint)";
+    write_cut((&t, path), &cut, out, (how, from, to), json)
 }
 
 fn trim(
@@ -99,14 +87,27 @@ fn trim(
     let o = backends::open(ctx, on, Want::replay())?;
     let load = |m: &crate::backend::ModuleCode| o.load_trace_code(m);
     let cut = crate::replayer::Replayer::new(&t).trim(o.gpu.as_ref(), range, Some(&load))?;
-    let bytes = write_trace_atomically(&cut, out)?;
+    let to = range.1.min(t.calls.last().map_or(0, |c| c.seq + 1));
+    write_cut((&t, path), &cut, out, (on.name(), range.0, to), json)
+}
+
+/// Write `cut` of trace `t` (from `path`) to `out`, and say what it holds: `how` its state
+/// was had, and the calls `from..to` of the original it keeps.
+fn write_cut(
+    (t, path): (&crate::trace::Trace, &Path),
+    cut: &crate::trace::Trace,
+    out: &Path,
+    (how, from, to): (&'static str, u64, u64),
+    json: bool,
+) -> Result<()> {
+    let bytes = write_trace_atomically(cut, out)?;
     let s = Summary {
         schema: "gputape.trim.v1",
         trace: path,
         output: out,
-        backend: on.name(),
-        from: range.0,
-        to: range.1.min(t.calls.last().map_or(0, |c| c.seq + 1)),
+        backend: how,
+        from,
+        to,
         calls: t.calls.len(),
         kept: cut.calls.len(),
         initial_buffers: cut.initial.len(),
