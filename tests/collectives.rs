@@ -1368,10 +1368,10 @@ fn a_skipped_send_is_named_from_where_each_dump_began_on_the_pair() {
 }
 
 /// A rank set on one time line (`gputape export --perfetto` of several traces): rank 1's
-/// recorder starts 300 ms after rank 0's, so its call times count from a later 0; laid by
+/// recorder starts a second after rank 0's, so its call times count from a later 0; laid by
 /// each trace's clock (`Trace::clock_epoch_ns`), the all-reduce they met in ends at the same
-/// moment on both ranks' tracks (rank 0 waited in it), where their own times put the ends
-/// 300 ms apart. The collective is joined across the ranks by one flow.
+/// moment on both ranks' tracks (rank 0 waited in it; the test allows 400 ms for a loaded
+/// machine), where their own times put the ends a second apart. The collective is joined across the ranks by one flow.
 #[test]
 fn a_rank_sets_traces_lie_on_one_time_line() {
     let dir = scratch("timeline");
@@ -1381,7 +1381,7 @@ fn a_rank_sets_traces_lie_on_one_time_line() {
             let path = dir.join(format!("rank{rank}.gtape"));
             sc.spawn(move || {
                 if rank == 1 {
-                    std::thread::sleep(Duration::from_millis(300));
+                    std::thread::sleep(Duration::from_secs(1));
                 }
                 let rec = RecordingBackend::to_file(
                     mock(Duration::from_secs(20)),
@@ -1423,7 +1423,7 @@ fn a_rank_sets_traces_lie_on_one_time_line() {
         .collect();
     assert_eq!(ends.len(), 2, "{ends:?}");
     assert!(
-        (ends[0].1 - ends[1].1).abs() < 100_000.0,
+        (ends[0].1 - ends[1].1).abs() < 400_000.0,
         "the all-reduce ends together on the shared line: {ends:?}"
     );
     let own = |t: &Trace| {
@@ -1435,7 +1435,7 @@ fn a_rank_sets_traces_lie_on_one_time_line() {
         (c.t_ns + c.dur_ns.unwrap()) as f64 / 1e3
     };
     assert!(
-        (own(&traces[0]) - own(&traces[1])).abs() > 200_000.0,
+        (own(&traces[0]) - own(&traces[1])).abs() > 700_000.0,
         "in each trace's own time the ends are apart"
     );
     let flows: Vec<&serde_json::Value> =

@@ -469,35 +469,30 @@ fn the_checkpoint_budget_bounds_what_checkpoints_cost_the_engine() {
 /// In a rank set the budget puts checkpoints off by as much as each rank's own costs say,
 /// which differ between ranks; a put-off checkpoint then waits for the next multiple of
 /// `checkpoint_every`, so every checkpoint of every rank falls on one and their dumps share
-/// a start (`replayer::ranks::aligned`). Checkpoints of under a millisecond (two syncs of 0.1 ms)
-/// against steps of 10 ms: cheap enough for every step, dear enough that a 2% budget
-/// allows one in three steps, not two.
+/// a start (`replayer::ranks::aligned`). Deterministic, with no clock in it: a budget too
+/// small for any checkpoint after the first to fit by time, so each later one is taken only
+/// once its span holds `max_span_calls` calls (9: the fifth step after a checkpoint, two
+/// calls a step), which is never a multiple of 4 steps after the last; held to the rank
+/// set's rule, it waits for the eighth.
 #[test]
 fn a_rank_sets_put_off_checkpoints_fall_on_multiples_of_the_interval() {
-    let (dir, cfg) = every_two_steps("rank-set", Some(0.02));
-    let backend = Stuck {
-        sync_cost: std::time::Duration::from_micros(100),
-        ..Stuck::default()
-    };
-    let gpu = RecordingBackend::flight(backend, cfg, BackendDesc::new("slow sync")).unwrap();
+    let (dir, mut cfg) = every_two_steps("rank-set", Some(1e-12));
+    cfg.checkpoint_every = 4;
+    cfg.max_span_calls = 9;
+    let gpu = RecordingBackend::flight(Stuck::default(), cfg, BackendDesc::new("stuck")).unwrap();
     gpu.comm_init(gputape::backend::CommUniqueId([7; 16]), 1, 0)
         .unwrap();
     let k = gpu.kernel("engine", "step").unwrap();
-    for n in 0..100 {
+    for n in 0..40 {
         gpu.step_boundary(n);
         gpu.launch(k, [1, 1, 1], [1, 1, 1], 0, 0, &mut []).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let h = gpu.flight_held().unwrap();
-    assert!(h.budget_deferrals > 0 && h.checkpoints >= 2, "{h:?}");
     let t = Trace::open(&gpu.flight_dump("asked").unwrap()).unwrap();
-    assert!(
-        !t.restarts.is_empty(),
-        "the dump holds its newer checkpoint"
-    );
-    for r in &t.restarts {
-        assert_eq!(r.step % 2, 0, "a checkpoint at step {} ({h:?})", r.step);
-    }
+    let restarts: Vec<u64> = t.restarts.iter().map(|r| r.step).collect();
+    assert!(h.budget_deferrals > 0, "{h:?}");
+    assert_eq!(h.checkpoints, 5, "at steps 4, 12, 20, 28, 36: {h:?}");
+    assert_eq!(restarts, [36], "the dump's newer checkpoint: {h:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
