@@ -27,7 +27,7 @@ const ELEMS: usize = 4096;
 /// Rank `rank` of `n`: its steps, then it waits (its recorder alive, so a peer's dump still
 /// reaches it) until the process ends.
 fn rank(
-    gpu: Box<dyn GpuBackend>,
+    (gpu, kind): (Box<dyn GpuBackend>, &str),
     id: gputape::backend::CommUniqueId,
     (rank, n): (u32, u32),
     (planted, at, steps): (u32, u64, u64),
@@ -38,7 +38,10 @@ fn rank(
     let mut cfg = FlightConfig::from_env(dir.join(format!("rank{rank}")));
     cfg.peers = Some(dir.join("peers"));
     cfg.hang_after.get_or_insert(Duration::from_secs(2));
-    let g = RecordingBackend::flight(gpu, cfg, BackendDesc::new("tp_fault"))?;
+    // What the dump's header says: the backend, and the GPU this rank ran on.
+    let mut desc = BackendDesc::new(kind);
+    desc.device_ordinal = rank;
+    let g = RecordingBackend::flight(gpu, cfg, desc)?;
     gputape::workloads::load_kernels(&g)?;
     let comm = g.comm_init(id, n, rank)?;
     let s = g.default_stream();
@@ -115,7 +118,8 @@ fn main() -> anyhow::Result<()> {
     for (r, g) in gpus.into_iter().enumerate() {
         let dir = dir.clone();
         std::thread::spawn(move || {
-            if let Err(e) = rank(g, id, (r as u32, n), (planted, at, steps), &dir) {
+            let kind = if cuda { "cuda" } else { "mock" };
+            if let Err(e) = rank((g, kind), id, (r as u32, n), (planted, at, steps), &dir) {
                 println!("rank {r}: {e:#}");
             }
         });
