@@ -63,60 +63,44 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         perfetto.is_some() || dot.is_some(),
         "nothing to export: give --perfetto FILE and/or --dot FILE"
     );
-    if traces.len() > 1 {
-        anyhow::ensure!(
-            dot.is_none(),
-            "--dot draws one trace's dependency graph: give one trace"
-        );
-        let opened = traces
-            .iter()
-            .map(|p| open_trace(ctx, p))
-            .collect::<Result<Vec<_>, _>>()?;
-        let refs: Vec<&crate::trace::Trace> = opened.iter().collect();
-        let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
-        let j = crate::analysis::timeline::perfetto_ranks(&refs, &names);
-        let p = perfetto
-            .as_deref()
-            .expect("--perfetto, as --dot was refused");
-        let text = serde_json::to_string(&j)?;
-        if write_out(p, text.as_bytes())? && !json {
-            eprintln!(
-                "wrote {} ({} traces on one time line; load it in ui.perfetto.dev)",
-                p.display(),
-                traces.len()
-            );
-        }
-        if json {
-            print_json(&Summary {
-                schema: "gputape.export.v1",
-                trace: &traces[0],
-                perfetto: Some(Written {
-                    path: p,
-                    bytes: text.len(),
-                    items: j["traceEvents"].as_array().map_or(0, |a| a.len()),
-                }),
-                dot: None,
-            })?;
-        }
-        return Ok(Exit::Pass);
-    }
-    let trace = &traces[0];
-    let t = open_trace(ctx, trace)?;
+    anyhow::ensure!(
+        traces.len() == 1 || dot.is_none(),
+        "--dot draws one trace's dependency graph: give one trace"
+    );
+    let opened = traces
+        .iter()
+        .map(|p| open_trace(ctx, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let t = &opened[0];
     let q = crate::analysis::CaptureQuery::default();
     let mut summary = Summary {
         schema: "gputape.export.v1",
-        trace,
+        trace: &traces[0],
         perfetto: None,
         dot: None,
     };
     if let Some(p) = &perfetto {
-        let j = crate::analysis::export::perfetto(&t, q);
+        // One trace as it was recorded; several (a rank set) on one time line.
+        let (j, how) = match opened.as_slice() {
+            [t] => (
+                crate::analysis::export::perfetto(t, q),
+                "load it in ui.perfetto.dev or chrome://tracing".to_string(),
+            ),
+            all => {
+                let refs: Vec<&crate::trace::Trace> = all.iter().collect();
+                let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
+                (
+                    crate::analysis::timeline::perfetto_ranks(&refs, &names),
+                    format!(
+                        "{} traces on one time line; load it in ui.perfetto.dev",
+                        all.len()
+                    ),
+                )
+            }
+        };
         let text = serde_json::to_string(&j)?;
         if write_out(p, text.as_bytes())? && !json {
-            eprintln!(
-                "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
-                p.display()
-            );
+            eprintln!("wrote {} ({how})", p.display());
         }
         summary.perfetto = Some(Written {
             path: p,
@@ -125,7 +109,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         });
     }
     if let Some(p) = &dot {
-        let text = crate::analysis::export::dot(&t, q);
+        let text = crate::analysis::export::dot(t, q);
         if write_out(p, text.as_bytes())? && !json {
             eprintln!("wrote {} (render with `dot -Tsvg`)", p.display());
         }

@@ -61,17 +61,21 @@ pub fn exec(
         .collect::<Result<Vec<_>, _>>()?;
     // Dumps that begin at different collectives are shrunk from a checkpoint they all hold,
     // where there is one: the small traces then leave nothing out either.
-    let traces: Vec<Trace> = crate::replayer::aligned(&opened)
+    // A trace begun where it began is taken as opened, not copied.
+    let rebased: Vec<Option<Trace>> = crate::replayer::aligned(&opened)
         .into_iter()
         .zip(paths)
         .map(|(a, p)| {
-            if let Some(from) = &a.from {
-                eprintln!("minimize: {}: {from}", p.display());
-            }
-            a.trace.into_owned()
+            let from = a.from?;
+            eprintln!("minimize: {}: {from}", p.display());
+            Some(a.trace.into_owned())
         })
         .collect();
-    drop(opened);
+    let traces: Vec<Trace> = opened
+        .into_iter()
+        .zip(rebased)
+        .map(|(t, r)| r.unwrap_or(t))
+        .collect();
     let ranks: Vec<Option<u32>> = traces.iter().map(rank_of).collect();
     let chosen = match rank {
         None => None,

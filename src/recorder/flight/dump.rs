@@ -117,21 +117,16 @@ impl FlightStore {
         let mut out = Vec::with_capacity(256);
         let mut lost = 0usize;
         let spans = self.spans.iter().enumerate().skip(first);
-        let records = spans.flat_map(|(k, s)| {
-            // A later usable checkpoint goes before its span's first call.
-            let restart = (k > first && s.usable()).then_some(s);
-            restart.into_iter().map(Err).chain(s.log.records().map(Ok))
-        });
-        for r in records {
-            let r = match r {
-                Ok(r) => r,
-                Err(s) => {
-                    if let Some(f) = self.restart(s, &names, &mut buf)? {
-                        w.write(&f)?;
-                    }
-                    continue;
+        let mut in_span = first;
+        for (k, r) in spans.flat_map(|(k, s)| s.log.records().map(move |r| (k, r))) {
+            if k != in_span {
+                in_span = k;
+                // A later usable checkpoint goes before its span's first record.
+                let s = &self.spans[k];
+                if let (true, Some(f)) = (s.usable(), self.restart(s, &names, &mut buf)?) {
+                    w.write(&f)?;
                 }
-            };
+            }
             buf.clear();
             let (seq, ok, made) = match r {
                 Record::Call {
