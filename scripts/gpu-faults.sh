@@ -12,7 +12,7 @@ unset GPUTAPE_DEBUG_SYNC_KERNELS
 rc() { echo "-> exit $?"; }
 {
   echo "== info"; $BIN info
-  echo "== gpu tests"; $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked" | head -40
+  echo "== gpu tests"; GPUTAPE_REQUIRE_GPU=1 $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked" | head -40
   echo "== illegal address, recorded as an engine runs (no debug sync)"
   $BIN record --backend cuda --config tiny --step 4 --fault-step 4 --fault-overrun 268435456 -o "$OUT/h200_tiny_async_illegal_step4.gtape" 2>&1 | cut -c1-300; rc
   $BIN show "$OUT/h200_tiny_async_illegal_step4.gtape" | grep -E "ERR|never" | cut -c1-200

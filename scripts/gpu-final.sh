@@ -11,7 +11,7 @@ unset GPUTAPE_DEBUG_SYNC_KERNELS
 export GPUTAPE_BIN=$BIN
 rc() { echo "-> exit $?"; }
 {
-  echo "== gpu tests"; $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked" | head -40
+  echo "== gpu tests"; GPUTAPE_REQUIRE_GPU=1 $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked" | head -40
   echo "== capture table --strict"; $BIN capture-table --on cuda --strict 2>&1 | tail -2; rc
   for t in traces/h200_tma.gtape traces/mock_graph_fault.gtape traces/h200_graph_fault.gtape traces/h200_tiny_async_illegal_step4.gtape traces/h200_tiny_redzone_step4.gtape traces/mock_tiny_async_illegal_step4.gtape; do
     echo "== replay $t --on cuda"; $BIN replay $t --on cuda 2>/dev/null | grep -E "fault at|raised|past the end|writes|DIVERGENCE|of [0-9]+ match"; rc

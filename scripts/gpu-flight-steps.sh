@@ -23,7 +23,7 @@ rc() { echo "-> exit $?"; }
         GPUTAPE_FS_PRESETS=llama-3.2-1b GPUTAPE_FS_BATCHES=1,16 \
         timeout 420 gpu-bin/flight-steps --bench 2>&1; rc
       echo "== gpu tests"
-      GPUTAPE_BIN=$PWD/gpu-bin/gputape timeout 150 gpu-bin/gpu-tests --include-ignored --test-threads=1 2>&1 \
+      GPUTAPE_BIN=$PWD/gpu-bin/gputape GPUTAPE_REQUIRE_GPU=1 timeout 150 gpu-bin/gpu-tests --include-ignored --test-threads=1 2>&1 \
         | grep -E "^test |test result|panicked" | head -40
       ;;
     8b)

@@ -28,5 +28,5 @@ rc() { echo "-> exit $?"; }
   $BIN record --backend cuda --config tiny --steps 8..40 -o "$OUT/steps.gtape" | tail -2; rc
   $BIN replay "$OUT/steps.gtape" --on cuda --steps 20..22 | head -3; rc
   echo "== host cpu"; grep -m1 "model name" /proc/cpuinfo; nproc
-  echo "== gpu tests"; GPUTAPE_BIN=$BIN timeout 200 $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked" | head -40
+  echo "== gpu tests"; GPUTAPE_BIN=$BIN GPUTAPE_REQUIRE_GPU=1 timeout 200 $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked" | head -40
 } 2>&1 | tee "$OUT/gpu-flight.log"

@@ -13,7 +13,7 @@ STEP=traces/h200_tiny_step5.gtape
 FAULT=traces/h200_tiny_fault_step4.gtape
 {
   echo "== info";              $BIN info
-  echo "== gpu tests";         $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked|differ|DIFFERS|Error|error" | head -80
+  echo "== gpu tests";         GPUTAPE_REQUIRE_GPU=1 $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked|differ|DIFFERS|Error|error" | head -80
   echo "== capture table";     $BIN capture-table --on cuda --strict > "$OUT/capture_table_cli.md" 2>&1; tail -2 "$OUT/capture_table_cli.md"
   echo "== demo cuda default"; $BIN demo --backend cuda --steps 40 | tail -3
   echo "== demo cuda tiny";    $BIN demo --backend cuda --config tiny --steps 40 | tail -3

@@ -14,7 +14,7 @@ rc() { echo "-> exit $?"; }
 {
   echo "== info"; $BIN info; rc
   if [ -z "${SKIP_SUITE:-}" ]; then
-    echo "== gpu tests"; $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked|assert" | head -60
+    echo "== gpu tests"; GPUTAPE_REQUIRE_GPU=1 $TESTS --include-ignored --test-threads=1 2>&1 | grep -E "^test |test result|panicked|assert" | head -60
   fi
   echo "== record tma on cuda, replay on cuda and mock"
   $BIN record --backend cuda --workload tma -o "$OUT/h200_tma.gtape"; rc

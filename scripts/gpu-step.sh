@@ -11,7 +11,7 @@ DIR=${GPUTAPE_STEP_DIR:-/tmp}
   echo "== disk and memory"; df -h "$DIR" | tail -1; free -g | head -2; nproc
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   echo "== GPU suite (the bf16 kernels against their CPU twins among it)"
-  GPUTAPE_BIN=gpu-bin/gputape timeout 300 gpu-bin/gpu-tests --include-ignored --test-threads 1 ${SUITE_FILTER:-} 2>&1 | grep -E "^test |test result|panicked|FAILED|left|right" | tail -40
+  GPUTAPE_BIN=gpu-bin/gputape GPUTAPE_REQUIRE_GPU=1 timeout 300 gpu-bin/gpu-tests --include-ignored --test-threads 1 ${SUITE_FILTER:-} 2>&1 | grep -E "^test |test result|panicked|FAILED|left|right" | tail -40
   echo "== record --hf llama-3-8b --batch 16 on CUDA into a blob store, then replay it on CUDA"
   rm -rf "$DIR/cli-blobs" "$DIR/cli-8b.gtape"
   /usr/bin/time -f "%e s, %M KB peak RSS" gpu-bin/gputape --blobs "$DIR/cli-blobs" record --backend cuda \

@@ -438,10 +438,13 @@ fn a_clean_step_reports_nothing_but_its_graph() {
 }
 
 /// Each capture-table pattern, recorded eagerly (no capture at all), judged offline as if
-/// captured: the offline verdict is the table's, and the mock's real capture of the same
-/// pattern does what that verdict says.
+/// captured: the analysis derives from the trace the op and the stream's relation the table
+/// is asked with, so it picks the rule the pattern was written for; and the mock's capture
+/// emulation of the same pattern does what that rule says. Both sides consult the one table,
+/// so this cannot show the table wrong: the driver is the judge of that, in
+/// `tests/gpu.rs::capture_rules_match_the_driver` and `scripts/gpu-capture-agree.sh`.
 #[test]
-fn offline_verdicts_equal_what_the_mock_s_real_capture_does() {
+fn offline_analysis_picks_the_table_s_rule_for_each_recorded_pattern() {
     let code = |e: &anyhow::Error| gputape::driver_code(e).unwrap_or(0);
     let mut bad = Vec::new();
     for p in all_probes() {
@@ -543,4 +546,41 @@ fn exports_load_as_trace_events_and_dot() {
     } else {
         eprintln!("graphviz not installed: DOT checked for shape only");
     }
+}
+
+/// The graph plan (`analyze`'s "as graphs" section) judges calls in the mode asked for: a
+/// relaxed capture tolerates allocation and frees (as the driver does, H200 run of
+/// `scripts/gpu-capture-agree.sh`), so of `two_streams` only its host sync keeps the work out
+/// of a graph; in global mode its allocations do too.
+#[test]
+fn the_graph_plan_judges_in_the_mode_asked_for() {
+    let t = Trace::open(Path::new("traces/mock_two_streams.gtape")).unwrap();
+    let rules = |mode| {
+        let q = CaptureQuery {
+            stream: Some(StreamRef::Id(StreamId(0))),
+            mode,
+            ..CaptureQuery::default()
+        };
+        let all = Sections {
+            capture: true,
+            races: false,
+            leaks: false,
+        };
+        let rep = analysis::analyze(&t, q, all);
+        let plan = rep.graph_plan.expect("the capture section plans graphs");
+        plan.breakers
+            .iter()
+            .map(|b| b.rule.clone())
+            .collect::<Vec<_>>()
+    };
+    let relaxed = rules(CaptureMode::Relaxed);
+    assert!(
+        !relaxed
+            .iter()
+            .any(|r| r.starts_with("alloc") || r.starts_with("free")),
+        "{relaxed:?}"
+    );
+    assert!(relaxed.iter().any(|r| r.starts_with("sync")), "{relaxed:?}");
+    let global = rules(CaptureMode::Global);
+    assert!(global.iter().any(|r| r == "alloc-prohibited"), "{global:?}");
 }

@@ -40,8 +40,10 @@ fn dumps(dir: &Path) -> Vec<PathBuf> {
 fn run_with_fault(dir: &Path, fault_step: usize, spill: Option<usize>) -> Vec<PathBuf> {
     let mut cfg = FlightConfig::new(dir);
     cfg.checkpoint_every = 8;
-    // Every due checkpoint taken, so what a dump holds does not depend on this host's speed.
+    // Every due checkpoint taken on its step (no budget; one that finds the last still being
+    // consumed waits for it), so what a dump holds does not depend on this host's speed.
     cfg.budget = None;
+    cfg.wait_for_checkpoints = true;
     cfg.spill_blobs_over = spill;
     let rec = RecordingBackend::flight(mock(), cfg, BackendDesc::new("mock")).unwrap();
     let gpu: &dyn GpuBackend = &rec;
@@ -126,8 +128,10 @@ fn an_explicit_dump_holds_the_last_steps_and_replays_clean() {
     let dir = scratch("explicit");
     let mut cfg = FlightConfig::new(&dir);
     cfg.checkpoint_every = 4;
-    // Every due checkpoint taken, so what a dump holds does not depend on this host's speed.
+    // Every due checkpoint taken on its step (no budget; one that finds the last still being
+    // consumed waits for it), so what a dump holds does not depend on this host's speed.
     cfg.budget = None;
+    cfg.wait_for_checkpoints = true;
     let rec = RecordingBackend::flight(mock(), cfg, BackendDesc::new("mock")).unwrap();
     let gpu: &dyn GpuBackend = &rec;
     let mut m = Model::load(gpu, ModelConfig::tiny()).unwrap();
@@ -159,8 +163,10 @@ fn what_a_later_layers_launch_writes_is_in_the_next_checkpoint() {
     let dir = scratch("layers");
     let mut cfg = FlightConfig::new(&dir);
     cfg.checkpoint_every = 4;
-    // Every due checkpoint taken, so what a dump holds does not depend on this host's speed.
+    // Every due checkpoint taken on its step (no budget; one that finds the last still being
+    // consumed waits for it), so what a dump holds does not depend on this host's speed.
     cfg.budget = None;
+    cfg.wait_for_checkpoints = true;
     let rec = RecordingBackend::flight(mock(), cfg, BackendDesc::new("mock")).unwrap();
     let gpu: &dyn GpuBackend = &rec;
     let n = 256usize;
@@ -649,6 +655,7 @@ fn a_dump_names_every_blob_by_its_hash() {
     let mut cfg = FlightConfig::new(&dir);
     cfg.checkpoint_every = 2;
     cfg.budget = None;
+    cfg.wait_for_checkpoints = true;
     let rec = RecordingBackend::flight(mock_with_t_k(), cfg, BackendDesc::new("mock")).unwrap();
     let s = rec.create_stream().unwrap();
     let big = gputape::trace::CHUNK_BYTES + (1 << 20);

@@ -41,8 +41,9 @@ fn flight_with(
 ) -> RecordingBackend<MockGpuBackend> {
     let mut cfg = FlightConfig::new(dir);
     cfg.checkpoint_every = every;
-    // Every due checkpoint is taken, so captures meet them at every phase.
+    // Every due checkpoint is taken on its step, so captures meet them at every phase.
     cfg.budget = None;
+    cfg.wait_for_checkpoints = true;
     cfg.device_checkpoints = device;
     RecordingBackend::flight(mock(mode), cfg, BackendDesc::new("mock")).expect("flight recorder")
 }

@@ -1,6 +1,6 @@
 //! The replayer on the mock: every trace in traces/ replays and matches what was recorded.
 
-use gputape::backend::GpuBackend;
+use gputape::backend::{CaptureMode, GpuBackend, StreamKind};
 use gputape::mock::MockGpuBackend;
 use gputape::replayer::{ReplayOptions, Replayer};
 use gputape::trace::{self, Trace, TraceError};
@@ -173,7 +173,12 @@ fn every_trace_replays_as_graphs_with_the_same_results() {
 #[test]
 fn the_decode_step_is_kept_out_of_one_graph_by_its_token_copy() {
     let t = Trace::open(Path::new("traces/mock_tiny_step5.gtape")).unwrap();
-    let plan = gputape::replayer::plan_segments(&t, (0, u64::MAX));
+    let plan = gputape::replayer::plan_segments(
+        &t,
+        (0, u64::MAX),
+        CaptureMode::Global,
+        StreamKind::Blocking,
+    );
     let copy = plan
         .breakers
         .iter()
@@ -340,15 +345,33 @@ fn diff_compares_what_the_calls_returned() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The replayer takes any `&dyn GpuBackend`: the mock by reference, boxed and shared behind
+/// an `Arc` (the forwarding impls in `backend/boxed.rs`) replay each committed mock trace to
+/// the same report, readbacks and faults alike.
 #[test]
 fn replaying_through_a_trait_object_works_for_any_backend() {
-    let t = Trace::open(Path::new("traces/mock_capture_region.gtape")).unwrap();
-    let m = mock();
-    let g: &dyn GpuBackend = &m;
-    let r = Replayer::new(&t)
-        .run(g, &ReplayOptions::default(), None, |_| {})
-        .unwrap();
-    assert_eq!(r.d2h_matched, 1);
+    let mut seen = 0;
+    for name in [
+        "mock_capture_region",
+        "mock_two_streams",
+        "mock_tiny_step5",
+        "mock_tiny_fault_step4",
+    ] {
+        let t = Trace::open(Path::new(&format!("traces/{name}.gtape"))).unwrap();
+        let run = |g: &dyn GpuBackend| {
+            let r = Replayer::new(&t)
+                .run(g, &ReplayOptions::default(), None, |_| {})
+                .unwrap();
+            (r.summary(), r.d2h_checked, r.d2h_matched, r.faults.len())
+        };
+        let plain = run(&mock());
+        let boxed: Box<dyn GpuBackend> = Box::new(mock());
+        let shared = std::sync::Arc::new(mock());
+        assert_eq!(run(&*boxed), plain, "{name}: boxed");
+        assert_eq!(run(&shared), plain, "{name}: Arc");
+        seen += plain.1 as usize + plain.3;
+    }
+    assert!(seen > 0, "the traces check readbacks or faults");
 }
 
 #[test]
@@ -562,7 +585,12 @@ fn fork_join_trace(sync_event_after: bool) -> Trace {
 #[test]
 fn a_fork_join_step_is_one_graph_that_starts_on_the_side_stream() {
     let t = fork_join_trace(false);
-    let plan = gputape::replayer::plan_segments(&t, (0, u64::MAX));
+    let plan = gputape::replayer::plan_segments(
+        &t,
+        (0, u64::MAX),
+        CaptureMode::Global,
+        StreamKind::Blocking,
+    );
     let graphs: Vec<_> = plan
         .segments
         .iter()
@@ -587,7 +615,12 @@ fn a_fork_join_step_is_one_graph_that_starts_on_the_side_stream() {
 #[test]
 fn an_event_used_after_the_step_keeps_its_record_out_of_the_graph() {
     let t = fork_join_trace(true);
-    let plan = gputape::replayer::plan_segments(&t, (0, u64::MAX));
+    let plan = gputape::replayer::plan_segments(
+        &t,
+        (0, u64::MAX),
+        CaptureMode::Global,
+        StreamKind::Blocking,
+    );
     assert!(
         plan.segments.iter().all(|s| s.forked.is_empty()),
         "the event is synchronised after the step, so it cannot live inside a graph: {plan:#?}"

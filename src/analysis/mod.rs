@@ -697,7 +697,7 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
             .capture
             .then(|| idle_capture(t, CaptureQuery { stream, ..q }))
             .flatten(),
-        graph_plan: s.capture.then(|| plan_segments(t, q.range)),
+        graph_plan: s.capture.then(|| plan_segments(t, q.range, q.mode, q.kind)),
         races: if s.races { races(t, &g) } else { vec![] },
         lifetimes: if s.leaks {
             lifetimes(t, &g, q.range)

@@ -123,8 +123,14 @@ fn neutral(c: &Call) -> bool {
 
 /// Cut calls `[a, b)` into segments, and name every call that keeps the range from being one
 /// graph of its main stream (the stream with the most capturable work), with the rule that
-/// decides it (global mode and a blocking stream: the defaults, and the strictest).
-pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
+/// decides it for a capture in `mode` on a stream of `kind` (a replay's: global and blocking,
+/// the defaults and the strictest; `analyze`'s: the ones asked for).
+pub fn plan_segments(
+    t: &Trace,
+    range: (u64, u64),
+    mode: CaptureMode,
+    kind: StreamKind,
+) -> SegmentPlan {
     // Calls inside a capture the trace itself recorded are replayed as recorded (re-captured),
     // in eager segments, and are not reported: they are already in a graph.
     let mut open: std::collections::BTreeSet<StreamRef> = Default::default();
@@ -190,8 +196,8 @@ pub fn plan_segments(t: &Trace, range: (u64, u64)) -> SegmentPlan {
             op,
             CaptureContext {
                 relation,
-                kind: StreamKind::Blocking,
-                mode: CaptureMode::Global,
+                kind,
+                mode,
                 same_thread: true,
             },
         );

@@ -32,7 +32,7 @@ impl MockGpuBackend {
                 limit: self.cfg.total_memory,
             }));
         }
-        Ok(DevicePtr(st.mem.alloc(bytes, site)))
+        Ok(DevicePtr(mock_try!(st.mem.alloc("alloc", bytes, site))?))
     }
 
     #[track_caller]
@@ -63,7 +63,11 @@ impl MockGpuBackend {
                 limit,
             }));
         }
-        Ok(DevicePtr(st.mem.alloc(bytes, site)))
+        Ok(DevicePtr(mock_try!(st.mem.alloc(
+            "alloc_managed",
+            bytes,
+            site
+        ))?))
     }
 
     #[track_caller]

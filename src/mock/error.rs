@@ -82,6 +82,14 @@ pub enum MockError {
         live: usize,
         limit: usize,
     },
+    /// The mock's own limit allowed the allocation, but the host could not back it (an
+    /// address-space limit, a machine without the memory): an error, never an abort.
+    #[error("{op} at {site}: the host could not back {requested} bytes of mock device memory", site = S(site))]
+    HostOutOfMemory {
+        op: &'static str,
+        site: Site,
+        requested: usize,
+    },
     #[error("{} at {site}: injected failure (call #{n} of this kind)", kind.name(), site = S(site))]
     Injected {
         kind: CallKind,
@@ -174,7 +182,7 @@ impl MockError {
             | MockError::FreeInterior { .. }
             | MockError::BadParams { .. }
             | MockError::Invalid { .. } => 1,
-            MockError::OutOfMemory { .. } => 2,
+            MockError::OutOfMemory { .. } | MockError::HostOutOfMemory { .. } => 2,
             MockError::Injected { .. } => 999,
             MockError::DeviceAssert { .. } => crate::backend::CUDA_ERROR_ASSERT,
             // Never reported: the call that would see it never returns.

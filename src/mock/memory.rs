@@ -75,7 +75,8 @@ impl Memory {
         }
     }
 
-    pub fn alloc(&mut self, size: usize, site: Site) -> u64 {
+    pub fn alloc(&mut self, op: &'static str, size: usize, site: Site) -> Result<u64, MockError> {
+        let storage = self.storage(op, size, site)?;
         let base = self.next;
         // A zero-byte allocation still gets a distinct address, as cuMemAlloc(0) is an error on
         // CUDA but engines round up; the mock keeps it addressable for exactly 0 bytes.
@@ -84,14 +85,43 @@ impl Memory {
             base,
             Allocation {
                 size,
-                storage: Storage::Owned(vec![self.fill; size]),
+                storage,
                 index: self.created,
                 site,
             },
         );
         self.created += 1;
         self.live_bytes += size;
-        base
+        Ok(base)
+    }
+
+    /// An allocation's bytes, asked of the host fallibly: a size read from a trace may be
+    /// anything the mock's limit allows, which the host may not have. Zeroed memory comes from
+    /// `alloc_zeroed`, which for large sizes maps fresh pages that cost nothing until written,
+    /// so a mostly unused allocation is sparse in the host's memory, as on a device; only a
+    /// non-zero fill (chaos's poison) touches every page.
+    fn storage(&self, op: &'static str, size: usize, site: Site) -> Result<Storage, MockError> {
+        if size == 0 {
+            return Ok(Storage::Owned(Vec::new()));
+        }
+        let oom = || MockError::HostOutOfMemory {
+            op,
+            site,
+            requested: size,
+        };
+        let layout = Layout::array::<u8>(size).map_err(|_| oom())?;
+        // SAFETY: `layout` has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(oom());
+        }
+        // SAFETY: `p` was allocated by the global allocator with the layout of `[u8; size]`,
+        // all `size` bytes are initialised (zeroed), and the Vec takes sole ownership of it.
+        let mut v = unsafe { Vec::from_raw_parts(p, size, size) };
+        if self.fill != 0 {
+            v.fill(self.fill);
+        }
+        Ok(Storage::Owned(v))
     }
 
     /// Allocate at exactly `base`, if no live allocation overlaps it.
@@ -116,11 +146,12 @@ impl Memory {
                 detail: format!("[{base:#x}, +{size}) overlaps {}", desc(*b, a)),
             });
         }
+        let storage = self.storage("alloc_at", size, site)?;
         self.allocs.insert(
             base,
             Allocation {
                 size,
-                storage: Storage::Owned(vec![self.fill; size]),
+                storage,
                 index: self.created,
                 site,
             },
@@ -275,7 +306,16 @@ impl Memory {
         op: &'static str,
         site: Site,
     ) -> Result<(), MockError> {
-        let tmp = self.read(src, len, op, site)?.to_vec();
+        let from = self.read(src, len, op, site)?;
+        // The copy goes through the host: asked for fallibly, as every size a trace sets.
+        let mut tmp = Vec::new();
+        tmp.try_reserve_exact(len)
+            .map_err(|_| MockError::HostOutOfMemory {
+                op,
+                site,
+                requested: len,
+            })?;
+        tmp.extend_from_slice(from);
         self.write(dst, len, op, site)?.copy_from_slice(&tmp);
         Ok(())
     }

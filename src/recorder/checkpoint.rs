@@ -30,7 +30,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// put-offs differ between ranks, and checkpoints on the same steps are what lets their
     /// dumps replay together from one they all hold (`replayer::ranks::aligned`).
     pub(super) fn flight_step(&self, marked: bool) {
-        {
+        let wait_busy = {
             let mut st = self.st.lock();
             let unread = st.unread_bytes;
             let in_rank_set = !st.comms.is_empty();
@@ -57,8 +57,10 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 f.checkpoint_owed &= !in_rank_set;
                 return;
             }
-        }
-        if self.device_ckpt.lock().as_ref().is_some_and(|d| d.busy()) {
+            f.cfg.wait_for_checkpoints
+        };
+        let busy = || self.device_ckpt.lock().as_ref().is_some_and(|d| d.busy());
+        if busy() && !(wait_busy && waited_out(busy)) {
             let mut st = self.st.lock();
             let in_rank_set = !st.comms.is_empty();
             if let Some(f) = st.flight.as_deref_mut() {
@@ -291,4 +293,19 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         drained
     }
+}
+
+/// Nap until `busy` says the checkpoint before has been consumed: whether it was, within
+/// `WAIT_BUSY` (a worker that never finishes, on a dead context, puts the checkpoint off
+/// instead of stopping the engine for good).
+fn waited_out(busy: impl Fn() -> bool) -> bool {
+    const WAIT_BUSY: std::time::Duration = std::time::Duration::from_secs(30);
+    let t0 = std::time::Instant::now();
+    while busy() {
+        if t0.elapsed() > WAIT_BUSY {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    true
 }

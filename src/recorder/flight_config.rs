@@ -109,6 +109,12 @@ pub struct FlightConfig {
     /// it joined says it dumped (`recorder/peers.rs`). `None` (the default): each rank dumps
     /// at its own failures only.
     pub peers: Option<PathBuf>,
+    /// A due checkpoint that finds the device checkpoint before it not yet consumed waits
+    /// for it (at most 30 s) instead of being put off to a later step boundary
+    /// (`FlightHeld::busy_deferrals`): checkpoints on exact steps whatever the host's
+    /// speed, for the engine's stall. Off by default; tests and investigations that need a
+    /// dump's span to be exact turn it on.
+    pub wait_for_checkpoints: bool,
 }
 
 impl FlightConfig {
@@ -127,6 +133,7 @@ impl FlightConfig {
             max_span_calls: 4 << 20,
             device_checkpoints: true,
             ring_mb: super::device_ckpt::DEFAULT_RING_MB,
+            wait_for_checkpoints: false,
         }
     }
 

@@ -186,7 +186,13 @@ impl Replayer<'_> {
         loader: Option<super::ModuleLoader<'_>>,
     ) -> Result<GraphReport, ReplayError> {
         let (a, b) = range.unwrap_or((0, u64::MAX));
-        let plan = plan_segments(self.trace, (a, b));
+        // Captured in the backend's mode, global unless configured otherwise: judged as global.
+        let plan = plan_segments(
+            self.trace,
+            (a, b),
+            crate::backend::CaptureMode::Global,
+            crate::backend::StreamKind::Blocking,
+        );
         let kernels = self.kernels(gpu, loader)?;
         let mut guard = super::Guard {
             r: self,
