@@ -235,8 +235,8 @@ fn mutate(orig: &[u8], case: usize) -> (Vec<u8>, String) {
     (b, what.join("; "))
 }
 
-/// Everything `show`, `analyze`, `export` and `report` do with a trace, and every blob read
-/// whole and part by part: the first error, if any.
+/// Everything `show`, `analyze`, `export`, `report` and a mock `replay` do with a trace, and
+/// every blob read whole and part by part: the first error, if any.
 fn traverse(t: &Trace, whole: &Trace) -> Result<(), TraceError> {
     let _ = trace::render(t);
     let _ = trace::summary(t);
@@ -257,6 +257,13 @@ fn traverse(t: &Trace, whole: &Trace) -> Result<(), TraceError> {
     let _ = analysis::export::dot(t, CaptureQuery::default());
     let _ = analysis::report::html(t, "fuzz");
     let _ = analysis::window::fault_windows(t);
+    // Replayed on the mock, where every size a call carries meets an allocation.
+    let _ = gputape::replayer::Replayer::new(t).run(
+        &MockGpuBackend::new(MockConfig::default()),
+        &gputape::replayer::ReplayOptions::default(),
+        None,
+        |_| {},
+    );
     let mut first = None;
     for id in t.blobs.ids() {
         let r = t
@@ -701,5 +708,81 @@ fn a_lying_length_is_an_error_naming_its_frame() {
         assert_eq!(o.status.code(), Some(3), "{stem}: {:?} {err}", o.status);
         assert!(err.contains(&format!("frame {frame} ")), "{stem}: {err}");
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A size a call carries (an allocation's bytes, a copy's or memset's length), grown by one
+/// as `Grow` does: these decode as valid calls, so the lie meets the replay, not the reader.
+const CALL_SIZES: &[(&str, Grow)] = &[
+    ("alloc-bytes", |f| match f {
+        Frame::Begin(b) => match &mut b.call {
+            Call::Alloc { bytes } => {
+                *bytes += 1;
+                Some(*bytes - 1)
+            }
+            _ => None,
+        },
+        _ => None,
+    }),
+    ("pinned-bytes", |f| match f {
+        Frame::Begin(b) => match &mut b.call {
+            Call::AllocHostPinned { bytes } => {
+                *bytes += 1;
+                Some(*bytes - 1)
+            }
+            _ => None,
+        },
+        _ => None,
+    }),
+    ("d2h-len", |f| match f {
+        Frame::Begin(b) => match &mut b.call {
+            Call::CopyD2H { len, .. } | Call::CopyD2HAsync { len, .. } => {
+                *len += 1;
+                Some(*len - 1)
+            }
+            _ => None,
+        },
+        _ => None,
+    }),
+    ("memset-len", |f| match f {
+        Frame::Begin(b) => match &mut b.call {
+            Call::Memset { len, .. } | Call::MemsetAsync { len, .. } => {
+                *len += 1;
+                Some(*len - 1)
+            }
+            _ => None,
+        },
+        _ => None,
+    }),
+];
+
+/// Each size a call of the fixture carries set to u32::MAX, 2^33 and u64::MAX, checksums
+/// recomputed: `gputape replay` on the mock, eager and as graphs, under `RLIMIT_AS`, exits
+/// with a status of its own (a divergence, a failure to run), never by a signal or a panic; the mock's 16 GiB limit lets
+/// 4 and 8 GiB allocations through to the host, which must refuse them as an error.
+#[test]
+fn a_lying_size_in_a_call_fails_the_replay_without_an_abort() {
+    let (dir, orig) = scratch("sizes");
+    let mut died = Vec::new();
+    for (field, grow) in CALL_SIZES {
+        for (name, value) in LIES.iter().copied().chain([("u64max", u64::MAX)]) {
+            let (bytes, _) = lie(&orig, field, *grow, value);
+            let file = dir.join(format!("{field}-{name}.gtape"));
+            std::fs::write(&file, bytes).unwrap();
+            for extra in [&[][..], &["--as-graph"][..]] {
+                let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"));
+                cmd.arg("replay").arg(&file).args(extra);
+                let o = under_limit(cmd).output().unwrap();
+                let err = String::from_utf8_lossy(&o.stderr);
+                // No signal (an abort), no panic (101).
+                if matches!(o.status.code(), None | Some(101))
+                    || err.contains("memory allocation of")
+                {
+                    died.push(format!("{field}={name} {extra:?}: {:?} {err}", o.status));
+                }
+            }
+        }
+    }
+    assert!(died.is_empty(), "{died:#?}");
     std::fs::remove_dir_all(&dir).ok();
 }

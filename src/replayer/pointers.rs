@@ -31,7 +31,9 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
     let mut ranges: BTreeMap<u64, (u64, BufferId)> = BTreeMap::new();
     for (b, a) in &t.addresses {
         if let Some(size) = t.buffer_size(*b) {
-            ranges.insert(*a, (a + size.max(1), *b));
+            // A size no buffer at this address can have (the trace says so; it is untrusted)
+            // ends at the top of the address space.
+            ranges.insert(*a, (a.saturating_add(size.max(1)), *b));
         }
     }
     if ranges.is_empty() {
