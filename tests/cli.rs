@@ -879,3 +879,22 @@ fn rank_set_verbs_on_the_fixture_dumps() {
     assert!(stderr(&o).contains("give one trace"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `ranks --json`: the findings as data (the rank set's fixture dumps, where rank 1 left out
+/// its all-reduce of step 13), and the exit status of the text form.
+#[test]
+fn ranks_prints_its_findings_as_json() {
+    let (r0, r1) = (
+        "traces/ranks/mock_tp_fault_rank0.gtape",
+        "traces/ranks/mock_tp_fault_rank1.gtape",
+    );
+    let o = gputape(&["ranks", "--json", r0, r1]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "gputape.ranks.v1");
+    assert_eq!(v["parted"], true);
+    let first = &v["findings"][0];
+    assert_eq!(first["kind"], "step_differs", "{v:#}");
+    assert_eq!(first["step"], 13, "{v:#}");
+    assert!(v["replays"].is_null());
+}

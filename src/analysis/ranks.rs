@@ -16,7 +16,7 @@ use crate::trace::{call_text, ret_text, Call, CommId, Trace, Value};
 use std::collections::BTreeMap;
 
 /// One rank's collective, as the report shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RankCall {
     /// The rank.
     pub rank: u32,
@@ -30,12 +30,15 @@ pub struct RankCall {
     pub ret: String,
 }
 
-/// Where a communicator's ranks parted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where a communicator's ranks parted (`ranks --json`: tagged by `kind`, communicators as
+/// they print).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RankFinding {
     /// Collective `seq` was not the same collective on every rank.
     Mismatch {
         /// The communicator.
+        #[serde(serialize_with = "displayed")]
         unique: CommUniqueId,
         /// Its collective number.
         seq: u64,
@@ -49,6 +52,7 @@ pub enum RankFinding {
     /// pairs as long as their shapes agree).
     StepDiffers {
         /// The communicator.
+        #[serde(serialize_with = "displayed")]
         unique: CommUniqueId,
         /// The engine's step number.
         step: u64,
@@ -58,6 +62,7 @@ pub enum RankFinding {
     /// Collective `seq` was made by some ranks and never by `missing`.
     Missing {
         /// The communicator.
+        #[serde(serialize_with = "displayed")]
         unique: CommUniqueId,
         /// Its collective number.
         seq: u64,
@@ -71,6 +76,7 @@ pub enum RankFinding {
     /// one side and never by the other.
     Unpaired {
         /// The communicator.
+        #[serde(serialize_with = "displayed")]
         unique: CommUniqueId,
         /// The sender and the receiver.
         from: u32,
@@ -87,6 +93,7 @@ pub enum RankFinding {
     /// elements of what type.
     PairMismatch {
         /// The communicator.
+        #[serde(serialize_with = "displayed")]
         unique: CommUniqueId,
         from: u32,
         to: u32,
@@ -108,10 +115,16 @@ pub enum RankFinding {
     /// A rank of the communicator whose trace is not among those given.
     NoTrace {
         /// The communicator.
+        #[serde(serialize_with = "displayed")]
         unique: CommUniqueId,
         /// The ranks without a trace (the first 64).
         ranks: Vec<u32>,
     },
+}
+
+/// A value as it prints, for JSON (a communicator's unique id as its hex).
+fn displayed<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 /// One trace's part in the set.

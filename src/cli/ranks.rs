@@ -25,6 +25,10 @@ pub struct Args {
     /// sums that must match the recording's bit for bit).
     #[arg(long, value_enum, default_value_t = super::backends::Backend::Mock, requires = "replay")]
     backend: super::backends::Backend,
+    /// Print the findings (and, with `--replay`, each rank's replay report) as JSON
+    /// (schema gputape.ranks.v1) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Exit 0 when every communicator's ranks made the same collectives and every send met its
@@ -65,7 +69,9 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         })
         .sum();
     let found = crate::analysis::ranks::match_ranks(&traces);
-    if found.is_empty() {
+    if a.json {
+        // The document is printed once, at the end, with the replays' reports if asked.
+    } else if found.is_empty() {
         println!(
             "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives, every send met its receive",
             traces.len()
@@ -73,7 +79,21 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     } else {
         print!("{}", crate::analysis::ranks::render_findings(&found));
     }
+    let doc = |replays: serde_json::Value| {
+        serde_json::json!({
+            "schema": "gputape.ranks.v1",
+            "traces": a.traces,
+            "communicator_joins": comms,
+            "collectives": collectives,
+            "parted": !found.is_empty(),
+            "findings": found,
+            "replays": replays,
+        })
+    };
     if !a.replay {
+        if a.json {
+            super::common::print_json(&doc(serde_json::Value::Null))?;
+        }
         return Ok(if found.is_empty() {
             Exit::Pass
         } else {
@@ -82,7 +102,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     }
     // Where the ranks parted, the replay shows whether the parting happens again: each
     // rank's report says which recorded failures it reproduced.
-    if !found.is_empty() {
+    if !found.is_empty() && !a.json {
         println!("replaying the rank set together:");
     }
     // Each rank on the device its trace was recorded on; where two say the same one (traces
@@ -127,7 +147,16 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         &crate::replayer::ReplayOptions::default(),
     )?;
     let mut all = true;
+    let mut replays = Vec::new();
     for (p, r) in a.traces.iter().zip(reports) {
+        if a.json {
+            all &= r.as_ref().is_ok_and(|r| r.passed());
+            replays.push(match r {
+                Ok(r) => serde_json::json!({"trace": p, "passed": r.passed(), "report": r}),
+                Err(e) => serde_json::json!({"trace": p, "passed": false, "error": e.to_string()}),
+            });
+            continue;
+        }
         match r {
             Ok(r) => {
                 all &= r.passed();
@@ -147,6 +176,9 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
                 println!("{}: the replay could not run: {e}", p.display());
             }
         }
+    }
+    if a.json {
+        super::common::print_json(&doc(serde_json::Value::Array(replays)))?;
     }
     Ok(if all && found.is_empty() {
         Exit::Pass
