@@ -940,3 +940,59 @@ fn a_trace_begun_at_a_later_checkpoint_keeps_the_captures_it_launches() {
         [t.restarts[1].clone(), t.restarts[0].clone()]
     );
 }
+
+/// A launch the mock refuses at its own call (an engine kernel's CPU body that fails: its
+/// misaligned access or trap) is the fault `replay` reproduces, and `minimize` keeps it: the
+/// launch is its own observer, the calls it does not need go.
+#[test]
+fn minimize_keeps_a_launch_that_failed_at_its_call() {
+    use gputape::backend::{KernelArg, ParamAccess, ParamInfo};
+    use gputape::recorder::{BackendDesc, RecordingBackend};
+    use gputape::replayer::{minimize, signature};
+    let engine = || {
+        let m = mock();
+        m.register_kernel(
+            "eng",
+            "trap",
+            ParamInfo::packed(&[(8, ParamAccess::Write)]),
+            Some(std::sync::Arc::new(|ctx| {
+                Err(ctx.bad_args("misaligned address 0x...3 (a trap)"))
+            })),
+        );
+        m
+    };
+    let sink = trace::VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(engine(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.start().unwrap();
+    let g: &dyn GpuBackend = &rec;
+    let unrelated = g.alloc(256).unwrap();
+    g.memset(unrelated, 1, 256).unwrap();
+    let out = g.alloc(64).unwrap();
+    let s = g.create_stream().unwrap();
+    let k = g.kernel("eng", "trap").unwrap();
+    let e = g
+        .launch_typed(k, [1, 1, 1], [32, 1, 1], 0, s, &[KernelArg::Buffer(out)])
+        .expect_err("the body fails");
+    rec.stop().unwrap();
+    drop(rec);
+    let t = Trace::from_bytes(Path::new("trap"), &buf.lock()).unwrap();
+    let recorded = gputape::driver_code(&e);
+    assert!(recorded.is_some(), "{e:#}");
+    let mut oracle = |cand: &Trace| -> anyhow::Result<_> {
+        let r = Replayer::new(cand).run(&engine(), &ReplayOptions::default(), None, |_| {})?;
+        Ok(signature(&r).map(|(s, _)| s))
+    };
+    let m = minimize(&t, &mut oracle, 200, &mut |_, _| {}).expect("a fault to keep");
+    assert_eq!(m.signature.code, recorded);
+    assert!(
+        m.trace.calls.len() < t.calls.len(),
+        "{} of {}",
+        m.trace.calls.len(),
+        t.calls.len()
+    );
+    assert!(
+        m.trace.calls.iter().any(|c| c.call.launch().is_some()),
+        "the launch is kept"
+    );
+}

@@ -148,8 +148,28 @@ pub fn minimize(
     max_attempts: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Minimized, MinimizeError> {
-    let w = *fault_windows(t).first().ok_or(MinimizeError::NoFault)?;
-    shrink_to(t, w, false, oracle, max_attempts, progress)
+    if let Some(w) = fault_windows(t).first() {
+        return shrink_to(t, *w, false, oracle, max_attempts, progress);
+    }
+    // A launch refused at its own call (the mock raises a kernel's misaligned access or trap
+    // there; a driver refuses a launch it cannot run): no sync observed it, so the launch is
+    // its own observer, kept as recorded.
+    let failed = launch_failure(t).ok_or(MinimizeError::NoFault)?;
+    shrink_to(t, failed, true, oracle, max_attempts, progress)
+}
+
+/// The first launch whose recorded result is a driver error, as a window of its own.
+fn launch_failure(t: &Trace) -> Option<FaultWindow> {
+    t.calls.iter().find_map(|c| {
+        let code = c.ret.as_ref()?.as_ref().err()?.code?;
+        c.call.launch()?;
+        Some(FaultWindow {
+            start: c.seq,
+            observed: c.seq,
+            kind: WindowKind::Error,
+            code: Some(code),
+        })
+    })
 }
 
 /// Shrink `t` while `oracle` still finds the wrong value the recorded readback at `observed`
