@@ -996,3 +996,71 @@ fn minimize_keeps_a_launch_that_failed_at_its_call() {
         "the launch is kept"
     );
 }
+
+/// Each committed trace replayed on the mock with its execution logged: what the replay
+/// allocated (size, buffer, placement against the recording's), freed, and ran per stream in
+/// the order the mock ran it, with the events between. Taken from what the mock did, so a
+/// change in how a replay allocates or orders work shows here; sites keep their file only.
+#[test]
+fn every_trace_s_replay_allocates_and_orders_as_snapshotted() {
+    for p in traces() {
+        let t = Trace::open(&p).unwrap();
+        let (text, _) = gputape::replayer::replay_layout(&t, &mock()).unwrap();
+        insta::assert_snapshot!(format!("layout_{}", name(&p)), text);
+    }
+}
+
+/// The layout is read off what the mock ran, not the trace: under chaos the same trace's
+/// work runs in another interleaving for some seed (the numbers change), while each stream's
+/// own order, records and waits included, stays.
+#[test]
+fn a_replay_s_layout_shows_the_order_the_mock_ran_the_work_in() {
+    use gputape::mock::MockConfig;
+    use gputape::recorder::{BackendDesc, RecordingBackend};
+    // Two streams with nothing ordering them (the consumer forgot its wait).
+    let sink = trace::VecSink::default();
+    let buf = sink.0.clone();
+    let rec = RecordingBackend::new(mock(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.start().unwrap();
+    gputape::workloads::missing_event(&rec).unwrap();
+    rec.stop().unwrap();
+    drop(rec);
+    let t = Trace::from_bytes(Path::new("missing_event"), &buf.lock()).unwrap();
+    let (plain, _) = gputape::replayer::replay_layout(&t, &mock()).unwrap();
+    let per_stream = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter_map(|l| l.trim().split_once(". ").map(|(_, w)| w.to_string()))
+            .collect()
+    };
+    let mut differed = false;
+    for seed in 0..32 {
+        let m = MockGpuBackend::new(MockConfig {
+            chaos: Some(seed),
+            ..Default::default()
+        });
+        gputape::workloads::load_kernels(&m).unwrap();
+        let (text, _) = gputape::replayer::replay_layout(&t, &m).unwrap();
+        let mut a = per_stream(&text);
+        let mut b = per_stream(&plain);
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "seed {seed}: the same work ran");
+        // Each stream's own items in the order of the plain replay: a record after the copy
+        // before it, a wait before the work after it.
+        let own = |text: &str, s: &str| -> Vec<String> {
+            let part = text
+                .split(&format!("  {s}:\n"))
+                .nth(1)
+                .expect("the stream ran work");
+            part.lines()
+                .take_while(|l| l.starts_with("    "))
+                .filter_map(|l| l.trim().split_once(". ").map(|(_, w)| w.to_string()))
+                .collect()
+        };
+        for s in ["s1", "s2"] {
+            assert_eq!(own(&text, s), own(&plain, s), "seed {seed}, {s}: {text}");
+        }
+        differed |= text != plain;
+    }
+    assert!(differed, "some seed interleaves the streams otherwise");
+}

@@ -115,6 +115,9 @@ pub struct Opened {
     /// How many of the loaded kernels launch with programmatic dependent launch, of how many
     /// (`None` where the backend has no PDL).
     pub pdl_kernels: Option<Box<dyn Fn() -> (usize, usize)>>,
+    /// The mock itself, where the backend is the mock: what its own log says
+    /// (`replay --layout`).
+    pub mock: Option<Arc<crate::mock::MockGpuBackend>>,
 }
 
 impl Opened {
@@ -168,11 +171,12 @@ fn open_mock(want: Want, memory: Option<usize>) -> Opened {
     let m = Arc::new(crate::mock::MockGpuBackend::new(cfg));
     let at = m.clone();
     Opened {
-        gpu: m,
+        gpu: m.clone(),
         desc: BackendDesc::new("mock"),
         place: Box::new(move |addr, bytes| at.alloc_at(addr, bytes)),
         load_code: None,
         pdl_kernels: None,
+        mock: Some(m),
     }
 }
 
@@ -203,6 +207,7 @@ fn open_cuda(want: Want) -> Result<Opened> {
             (None, None) => anyhow::bail!("module {} has no code in the trace", m.name),
         })),
         pdl_kernels: Some(Box::new(move || pdl.programmatic_kernels())),
+        mock: None,
     })
 }
 

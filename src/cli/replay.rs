@@ -119,12 +119,21 @@ pub struct Args {
     /// With --against: how far values may differ (`exact`, `ulps:N`, `rel:X`).
     #[arg(long, default_value = "exact", value_parser = crate::replayer::Tolerance::parse, requires = "against")]
     tolerance: crate::replayer::Tolerance,
+    /// Replay once on the mock and print, from what the mock did, what the replay allocated
+    /// (size, buffer, placement against the recording's) and freed, and per stream the work
+    /// it ran in the order it ran, with the events between: the allocation and ordering a
+    /// snapshot test holds (`gputape::replayer::replay_layout`).
+    #[arg(long, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite", "against", "chaos", "json"])]
+    layout: bool,
     // Given by the parent of a child replay (see `replay_in_child`): where to write the report.
     #[arg(long, hide = true)]
     child_report: Option<PathBuf>,
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+    if a.layout {
+        return layout(ctx, &a.trace, a.on);
+    }
     if let Some(seed) = a.chaos {
         // On CUDA the schedule is the device's: the perturbed side's streams are held at
         // random before launches instead.
@@ -860,4 +869,16 @@ fn hang_verdict(
         }
     }
     pass_if(reproduced)
+}
+
+/// `--layout`: the mock's own log of one replay, rendered.
+fn layout(ctx: &Ctx, path: &Path, on: Backend) -> Result<Exit> {
+    let t = open_trace(ctx, path)?;
+    let o = backends::open(ctx, on, Want::replay())?;
+    let Some(mock) = o.mock else {
+        anyhow::bail!("replay --layout reads the mock's own log of what it did: use --on mock");
+    };
+    let (text, report) = crate::replayer::replay_layout(&t, &mock)?;
+    print!("{text}");
+    Ok(pass_if(report.passed()))
 }

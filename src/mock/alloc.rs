@@ -32,7 +32,9 @@ impl MockGpuBackend {
                 limit: self.cfg.total_memory,
             }));
         }
-        Ok(DevicePtr(mock_try!(st.mem.alloc("alloc", bytes, site))?))
+        let base = mock_try!(st.mem.alloc("alloc", bytes, site))?;
+        st.log(|| Executed::Alloc { base, size: bytes });
+        Ok(DevicePtr(base))
     }
 
     #[track_caller]
@@ -63,11 +65,9 @@ impl MockGpuBackend {
                 limit,
             }));
         }
-        Ok(DevicePtr(mock_try!(st.mem.alloc(
-            "alloc_managed",
-            bytes,
-            site
-        ))?))
+        let base = mock_try!(st.mem.alloc("alloc_managed", bytes, site))?;
+        st.log(|| Executed::Alloc { base, size: bytes });
+        Ok(DevicePtr(base))
     }
 
     #[track_caller]
@@ -89,7 +89,9 @@ impl MockGpuBackend {
             "free",
             site
         ))?;
-        mock_try!(st.mem.free(ptr.0, site)).map(|_| ())
+        mock_try!(st.mem.free(ptr.0, site))?;
+        st.log(|| Executed::Free { base: ptr.0 });
+        Ok(())
     }
 
     #[track_caller]

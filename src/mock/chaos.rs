@@ -22,6 +22,7 @@
 //! seed runs the same way.
 
 use super::exec::{HostSrc, Work};
+use super::exec_log::Executed;
 use super::memory::Storage;
 use super::state::State;
 use super::{MockError, MockGpuBackend, R};
@@ -43,8 +44,8 @@ pub(crate) enum Item {
     /// The bytes an async upload will write are undefined from when its stream reaches it
     /// until it runs: poisoned here, written by the `Run` that follows.
     Poison { dst: u64, len: usize },
-    /// Wait until `stream` has run its first `upto` items (an event recorded there).
-    Wait { stream: u64, upto: u64 },
+    /// Wait until `stream` has run its first `upto` items (event `event` recorded there).
+    Wait { stream: u64, upto: u64, event: u64 },
 }
 
 #[derive(Default)]
@@ -123,7 +124,7 @@ impl Chaos {
     /// The stream a waiting head points at, when what it waits for has not run yet.
     fn blocked_on(&self, s: u64) -> Option<(u64, u64)> {
         match self.queues.get(&s)?.items.front()? {
-            Item::Wait { stream, upto } if self.done(*stream) < *upto => Some((*stream, *upto)),
+            Item::Wait { stream, upto, .. } if self.done(*stream) < *upto => Some((*stream, *upto)),
             _ => None,
         }
     }
@@ -160,18 +161,18 @@ impl MockGpuBackend {
         site: Site,
     ) -> R<()> {
         if st.chaos.is_none() {
-            return Self::exec(st, &work, name, site);
+            return Self::exec(st, stream, &work, name, site);
         }
         if stream == LEGACY_STREAM {
             Self::chaos_wait(st, Until::Blocking)?;
-            return Self::exec(st, &work, name, site);
+            return Self::exec(st, stream, &work, name, site);
         }
         if let Work::D2H { dst, len, .. } = &work {
             if st.mem.pinned_containing(*dst, *len).is_none() {
                 // Into pageable memory the driver copies synchronously, after the stream's
                 // earlier work: the caller's buffer need not outlive the call.
                 Self::chaos_wait(st, Until::Stream(stream))?;
-                return Self::exec(st, &work, name, site);
+                return Self::exec(st, stream, &work, name, site);
             }
         }
         // Ranges are checked now, as the eager mock checks them at the call.
@@ -230,12 +231,19 @@ impl MockGpuBackend {
 
     /// `stream` waits for an event recorded at `at`: later work queued there runs after it.
     /// The legacy stream runs its work at once, so it waits now.
-    pub(super) fn chaos_stream_wait(st: &mut State, stream: u64, at: (u64, u64)) -> R<()> {
+    /// Whether the wait was queued (its `Item::Wait` logs it when the stream reaches it).
+    pub(super) fn chaos_stream_wait(
+        st: &mut State,
+        stream: u64,
+        event: u64,
+        at: (u64, u64),
+    ) -> R<bool> {
         if st.chaos.is_none() || at.0 == stream {
-            return Ok(());
+            return Ok(false);
         }
         if stream == LEGACY_STREAM {
-            return Self::chaos_wait(st, Until::Mark(at.0, at.1));
+            Self::chaos_wait(st, Until::Mark(at.0, at.1))?;
+            return Ok(false);
         }
         let c = st.chaos.as_mut().expect("chaos is on");
         c.push(
@@ -243,9 +251,41 @@ impl MockGpuBackend {
             Item::Wait {
                 stream: at.0,
                 upto: at.1,
+                event,
             },
         );
-        Ok(())
+        Ok(true)
+    }
+
+    /// An event recorded on `stream` at `at` (chaos's mark, if any) goes into the execution
+    /// log when the stream has run what was queued before it: now, or as its queue gets there.
+    pub(super) fn log_record(st: &mut State, event: u64, stream: u64, at: Option<(u64, u64)>) {
+        if st.exec_log.is_none() {
+            return;
+        }
+        match (at, st.chaos.as_ref()) {
+            (Some((s, upto)), Some(c)) if c.done(s) < upto => {
+                st.records_due.push((s, upto, event));
+            }
+            _ => st.log(|| Executed::Recorded { event, stream }),
+        }
+    }
+
+    /// Log the events recorded on `s` whose place in its queue has been reached.
+    fn log_records_reached(st: &mut State, s: u64) {
+        let Some(done) = st.chaos.as_ref().map(|c| c.done(s)) else {
+            return;
+        };
+        let mut i = 0;
+        while i < st.records_due.len() {
+            let (rs, upto, event) = st.records_due[i];
+            if rs == s && done >= upto {
+                st.records_due.remove(i);
+                st.log(|| Executed::Recorded { event, stream: s });
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// The host waits: run queued work until `until` holds, in an order the RNG picks among
@@ -328,8 +368,14 @@ impl MockGpuBackend {
         let Some(item) = st.chaos.as_mut().and_then(|c| c.pop(s)) else {
             return Ok(());
         };
+        let r = Self::run_item(st, s, item);
+        Self::log_records_reached(st, s);
+        r
+    }
+
+    fn run_item(st: &mut State, s: u64, item: Item) -> R<()> {
         match item {
-            Item::Run { work, name, site } => match Self::exec(st, &work, name, site) {
+            Item::Run { work, name, site } => match Self::exec(st, s, &work, name, site) {
                 Ok(()) => Ok(()),
                 Err(e) if st.dead.is_some() => Err(e),
                 Err(e) => {
@@ -343,7 +389,10 @@ impl MockGpuBackend {
                 }
                 Ok(())
             }
-            Item::Wait { .. } => Ok(()),
+            Item::Wait { event, .. } => {
+                st.log(|| Executed::Waited { stream: s, event });
+                Ok(())
+            }
         }
     }
 }

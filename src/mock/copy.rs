@@ -125,7 +125,13 @@ impl MockGpuBackend {
             dst: dst.as_mut_ptr() as usize,
             len: dst.len(),
         };
-        mock_try!(Self::exec(&mut st, &work, "copy_d2h_on_stream", site))
+        mock_try!(Self::exec(
+            &mut st,
+            stream,
+            &work,
+            "copy_d2h_on_stream",
+            site
+        ))
     }
 
     #[track_caller]

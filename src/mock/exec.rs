@@ -4,6 +4,7 @@
 //! allocations, and run in call order (copies, memsets, graphs, and launches through
 //! `run_kernel`, which checks pointer arguments and calls the kernel's CPU body).
 
+use super::exec_log::{Executed, Ran};
 use super::state::State;
 use super::{kernel, KernelCtx, MockError, MockGpuBackend, R};
 use crate::backend::{CaptureOp, KernelHandle, ParamAccess, Site, LEGACY_STREAM};
@@ -99,10 +100,21 @@ impl MockGpuBackend {
         }
     }
 
-    pub(super) fn exec(st: &mut State, work: &Work, name: &'static str, site: Site) -> R<()> {
+    /// Run `work`, which `stream` reached (the legacy stream for synchronous copies).
+    pub(super) fn exec(
+        st: &mut State,
+        stream: u64,
+        work: &Work,
+        name: &'static str,
+        site: Site,
+    ) -> R<()> {
         if st.raised.is_some() {
             // The device stopped at a faulting kernel: nothing queued after it runs.
             return Ok(());
+        }
+        if st.exec_log.is_some() {
+            let ran = Self::ran(st, work);
+            st.log(|| Executed::Ran { stream, work: ran });
         }
         match work {
             Work::H2D { dst, src } => match src {
@@ -191,7 +203,7 @@ impl MockGpuBackend {
                             });
                         }
                     }
-                    Self::exec(st, w, name, site)?;
+                    Self::exec(st, stream, w, name, site)?;
                 }
             }
         }
@@ -297,8 +309,50 @@ impl MockGpuBackend {
         )
     }
 
+    /// `work` as the execution log says it ran.
+    fn ran(st: &State, work: &Work) -> Ran {
+        match work {
+            Work::Launch {
+                kernel,
+                grid,
+                block,
+                ..
+            } => Ran::Launch {
+                kernel: st.kernels.get(*kernel).map_or_else(
+                    || format!("kernel #{kernel}"),
+                    |k| format!("{}::{}", k.info.module, k.info.name),
+                ),
+                grid: *grid,
+                block: *block,
+            },
+            Work::H2D { dst, src } => Ran::H2D {
+                dst: *dst,
+                len: match src {
+                    HostSrc::Pinned { len, .. } => *len,
+                    HostSrc::Copied(v) => v.len(),
+                },
+            },
+            Work::D2H { src, len, .. } => Ran::D2H {
+                src: *src,
+                len: *len,
+            },
+            Work::D2D { src, dst, len } => Ran::D2D {
+                src: *src,
+                dst: *dst,
+                len: *len,
+            },
+            Work::Memset { dst, value, len } => Ran::Memset {
+                dst: *dst,
+                value: *value,
+                len: *len,
+            },
+            Work::Graph(g) => Ran::Graph { graph: *g },
+            Work::Collective(_) => Ran::Collective,
+        }
+    }
+
     pub(super) fn sync_copy(st: &mut State, work: Work, name: &'static str, site: Site) -> R<()> {
         Self::judge(st, CaptureOp::SyncCopy, Some(LEGACY_STREAM), name, site)?;
-        Self::exec(st, &work, name, site)
+        Self::exec(st, LEGACY_STREAM, &work, name, site)
     }
 }

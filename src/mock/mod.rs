@@ -25,6 +25,7 @@ mod comm;
 mod copy;
 mod error;
 mod exec;
+mod exec_log;
 mod kernel;
 mod launch;
 mod memory;
@@ -34,6 +35,7 @@ mod stream;
 pub use crate::backend::ledger::SiteTotal;
 pub use chaos::POISON;
 pub use error::{AllocDesc, MockError};
+pub use exec_log::{Executed, Ran};
 pub use kernel::{KernelBody, KernelCtx};
 pub use memory::{ALIGN, BASE_ADDR};
 pub use state::MockConfig;
@@ -158,7 +160,26 @@ impl MockGpuBackend {
     pub fn alloc_at(&self, addr: u64, bytes: usize) -> anyhow::Result<DevicePtr> {
         let site = here();
         let mut st = self.state.lock();
-        Ok(DevicePtr(st.mem.alloc_at(addr, bytes, site)?))
+        let base = st.mem.alloc_at(addr, bytes, site)?;
+        st.log(|| Executed::Alloc { base, size: bytes });
+        Ok(DevicePtr(base))
+    }
+
+    /// Start (or restart, emptied) the log of what this mock does: `execution_log` returns it.
+    pub fn log_execution(&self) {
+        let mut st = self.state.lock();
+        st.exec_log = Some(Default::default());
+        st.records_due.clear();
+    }
+
+    /// What this mock did since `log_execution`, in order (empty if it was never asked), and
+    /// how many entries past the log's bound were counted and not kept.
+    pub fn execution_log(&self) -> (Vec<Executed>, u64) {
+        self.state
+            .lock()
+            .exec_log
+            .as_ref()
+            .map_or((Vec::new(), 0), |l| (l.entries.clone(), l.dropped))
     }
 
     /// Work queued by the chaos scheduler and not run yet, on every stream (the items a wait

@@ -101,6 +101,20 @@ pub(crate) struct State {
     pub dead: Option<MockError>,
     /// The chaos scheduler's queues and RNG, when `MockConfig::chaos` is set.
     pub chaos: Option<Chaos>,
+    /// What the mock did, when `MockGpuBackend::log_execution` asked for it.
+    pub exec_log: Option<super::exec_log::ExecLog>,
+    /// Under chaos with the log on: events recorded on a stream whose queue has not reached
+    /// them yet, as (stream, its mark, event).
+    pub records_due: Vec<(u64, u64, u64)>,
+}
+
+impl State {
+    /// Log what `e` makes, if the log is on (built only then).
+    pub fn log(&mut self, e: impl FnOnce() -> super::exec_log::Executed) {
+        if let Some(l) = self.exec_log.as_mut() {
+            l.push(e());
+        }
+    }
 }
 
 /// Calls that wait for the device's earlier work, and so report a fault it raised (as CUDA's
@@ -158,6 +172,8 @@ impl MockGpuBackend {
                 raised: None,
                 dead: None,
                 chaos: cfg.chaos.map(Chaos::new),
+                exec_log: None,
+                records_due: Vec::new(),
             }),
             registry: Arc::new(KernelRegistry::new()),
             op_cache: OpCache::new(),

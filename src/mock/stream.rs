@@ -94,6 +94,9 @@ impl MockGpuBackend {
                 chaos_at,
             },
         );
+        if into.is_none() {
+            Self::log_record(&mut st, event, stream, chaos_at);
+        }
         Ok(())
     }
 
@@ -123,8 +126,9 @@ impl MockGpuBackend {
             "stream_wait_event",
             site
         ))?;
+        let mut queued = false;
         if let (None, Some(at)) = (into, ev.chaos_at) {
-            mock_try!(Self::chaos_stream_wait(&mut st, stream, at))?;
+            queued = mock_try!(Self::chaos_stream_wait(&mut st, stream, event, at))?;
         }
         if let (Some(ci), Some((_, rec_stream, ops_at_record))) = (into, ev.in_capture) {
             let c = &mut st.captures[ci];
@@ -138,6 +142,9 @@ impl MockGpuBackend {
             if stream == c.origin && rec_stream != c.origin && now == ops_at_record {
                 c.unjoined.remove(&rec_stream);
             }
+        }
+        if into.is_none() && !queued {
+            st.log(|| Executed::Waited { stream, event });
         }
         Ok(())
     }

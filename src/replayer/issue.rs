@@ -42,6 +42,7 @@ impl Replayer<'_> {
                         if let Ok(p) = &r {
                             self.check_hidden(*id, *p)?;
                             st.bufs.insert(*id, (*p, *bytes));
+                            st.seen.bufs.push((*id, p.0, *bytes));
                         }
                         r.map(|_| ())
                     }
@@ -447,11 +448,13 @@ impl Replayer<'_> {
             Call::CreateStream => gpu.create_stream().map(|s| {
                 if let Some(Value::Stream(StreamRef::Id(id))) = ret_value {
                     st.streams.insert(*id, s);
+                    st.seen.streams.insert(s, *id);
                 }
             }),
             Call::CreateEvent => gpu.create_event().map(|e| {
                 if let Some(Value::Event(id)) = ret_value {
                     st.events.insert(*id, e);
+                    st.seen.events.insert(e, *id);
                 }
             }),
             Call::RecordEvent { event, stream: s } => {
@@ -477,6 +480,7 @@ impl Replayer<'_> {
                 Some(h) => gpu.host_ptr_to_device(h).map(|p| {
                     if let Some(Value::Buffer(id)) = ret_value {
                         st.bufs.insert(*id, (p, 0));
+                        st.seen.bufs.push((*id, p.0, 0));
                     }
                 }),
                 None => Err(anyhow::anyhow!(

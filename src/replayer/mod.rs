@@ -16,6 +16,7 @@ mod finite_kernel;
 mod graph;
 mod inspect;
 mod issue;
+mod layout;
 mod lockstep;
 mod minimize;
 mod minimize_ranks;
@@ -36,6 +37,7 @@ pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use chaos::Cause;
 pub use finite::{FiniteOptions, FiniteReport, NonFinite, RecordedNonFinite};
 pub use graph::GraphReport;
+pub use layout::{render_layout, replay_layout};
 pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance};
 pub use minimize::{
     minimize, minimize_value, signature, FaultSignature, MinimizeError, Minimized, Oracle,
@@ -47,6 +49,7 @@ pub use ranks::{aligned, replay_ranks, Aligned};
 pub use report::{
     replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
 };
+pub use state::Seen;
 
 use fault::{err_code, Bands};
 use state::{resolve_stream, sync_all, Guard, State};
@@ -702,6 +705,7 @@ impl<'t> Replayer<'t> {
                 break;
             }
         }
+        report.seen = std::mem::take(&mut guard.st.seen);
         drop(guard);
         Ok(report)
     }

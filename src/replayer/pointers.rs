@@ -72,7 +72,7 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
             } => {
                 let skip = ((8 - off % 8) % 8) as usize;
                 for (part, at) in t.blobs.layout(data).ok().flatten().unwrap_or_default() {
-                    jobs.push((*buf, off + at, part, skip, Some(c.seq)));
+                    jobs.push((*buf, off.saturating_add(at), part, skip, Some(c.seq)));
                 }
             }
             _ => {}
@@ -89,7 +89,7 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
                 if v < *end {
                     out.push(HiddenPointer {
                         holder,
-                        offset: base_off + i as u64 * 8,
+                        offset: base_off.saturating_add(i as u64 * 8),
                         target: *target,
                         seq,
                     });
@@ -119,7 +119,12 @@ pub fn hidden_pointers(t: &Trace) -> Vec<HiddenPointer> {
                         if let Ok(p) = t.blobs.read_part(&part, &mut buf) {
                             let bytes = p.bytes(&buf);
                             if bytes.len() > skip {
-                                let hits = scan(holder, at + skip as u64, &bytes[skip..], seq);
+                                let hits = scan(
+                                    holder,
+                                    at.saturating_add(skip as u64),
+                                    &bytes[skip..],
+                                    seq,
+                                );
                                 if !hits.is_empty() {
                                     mine.push((j, hits));
                                 }

@@ -126,6 +126,10 @@ pub struct CallTiming {
 /// What a replay did and how its results compared with the recording's.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ReplayReport {
+    /// What the replay made (buffers placed, streams, events) with the backend's handles, to
+    /// name what a backend's own log says (`testing::replay_layout`). Not in the JSON.
+    #[serde(skip)]
+    pub seen: super::Seen,
     /// Calls issued in the replayed range, counted in the first loop only.
     pub calls: u64,
     /// How many times the trace was replayed.

@@ -45,12 +45,17 @@ impl State {
             unchecked: Vec::new(),
             failed_unrun: Vec::new(),
             unrecorded_args: Vec::new(),
+            seen: Seen::default(),
         }
     }
 }
 
 pub(crate) struct State {
     pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
+    /// Every buffer, stream and event the replay made, with the backend's handle for it,
+    /// kept after they go: what names a backend's own log of the replay
+    /// (`ReplayReport::seen`).
+    pub seen: Seen,
     /// Where each buffer the replay freed was: a recorded use after free (`DevAddr::Freed`)
     /// aims there again, so the fault it caused can happen again.
     pub freed: HashMap<BufferId, DevicePtr>,
@@ -275,12 +280,14 @@ impl<'t> Replayer<'t> {
                             .map_err(setup(format!("creating {id}")))?
                     };
                     st.streams.insert(*id, s);
+                    st.seen.streams.insert(s, *id);
                 }
                 Adopted::Event { id } if !st.events.contains_key(id) => {
                     let e = gpu
                         .create_event()
                         .map_err(setup(format!("creating {id}")))?;
                     st.events.insert(*id, e);
+                    st.seen.events.insert(e, *id);
                 }
                 Adopted::Host { id, bytes } if !st.hosts.contains_key(id) => {
                     let p = gpu
@@ -323,6 +330,7 @@ impl<'t> Replayer<'t> {
                         .map_err(setup(format!("allocating {}", i.buf)))?;
                     self.check_hidden(i.buf, p)?;
                     st.bufs.insert(i.buf, (p, i.bytes));
+                    st.seen.bufs.push((i.buf, p.0, i.bytes));
                     p
                 }
             };
@@ -521,4 +529,15 @@ impl Replayer<'_> {
         v.resize(len as usize, 0);
         Ok(v)
     }
+}
+
+/// What a replay made, by the trace's names and the backend's handles.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    /// Each buffer as it was placed, in order: id, address, bytes.
+    pub bufs: Vec<(BufferId, u64, u64)>,
+    /// Streams by the backend's handle.
+    pub streams: std::collections::BTreeMap<u64, StreamId>,
+    /// Events by the backend's handle.
+    pub events: std::collections::BTreeMap<u64, EventId>,
 }

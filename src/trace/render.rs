@@ -454,7 +454,9 @@ pub fn summary(t: &Trace) -> String {
     for i in &t.initial {
         live.insert(i.buf, (i.bytes, i.site));
     }
-    let mut live_bytes: u64 = live.values().map(|v| v.0).sum();
+    // Sizes come from the trace, untrusted: sums saturate rather than overflow.
+    let total = |v: &mut dyn Iterator<Item = u64>| v.fold(0u64, u64::saturating_add);
+    let mut live_bytes: u64 = total(&mut live.values().map(|v| v.0));
     let mut peak = live_bytes;
     let mut site_bytes: BTreeMap<SiteId, (u64, usize)> = BTreeMap::new();
     let mut errors = 0;
@@ -469,10 +471,10 @@ pub fn summary(t: &Trace) -> String {
         match (&c.call, &c.ret) {
             (Call::Alloc { bytes } | Call::AllocManaged { bytes }, Some(Ok(Value::Buffer(b)))) => {
                 live.insert(*b, (*bytes, c.site));
-                live_bytes += bytes;
+                live_bytes = live_bytes.saturating_add(*bytes);
                 peak = peak.max(live_bytes);
                 let e = site_bytes.entry(c.site).or_default();
-                e.0 += bytes;
+                e.0 = e.0.saturating_add(*bytes);
                 e.1 += 1;
             }
             (
@@ -482,7 +484,7 @@ pub fn summary(t: &Trace) -> String {
                 Some(Ok(_)),
             ) => {
                 if let Some((n, _)) = live.remove(buf) {
-                    live_bytes -= n;
+                    live_bytes = live_bytes.saturating_sub(n);
                 }
             }
             (Call::CreateStream, Some(Ok(Value::Stream(st)))) => {
@@ -509,7 +511,7 @@ pub fn summary(t: &Trace) -> String {
         s,
         "initial state: {} buffers, {} bytes; peak live {} bytes; live at end {} bytes in {} buffers",
         t.initial.len(),
-        t.initial.iter().map(|i| i.bytes).sum::<u64>(),
+        total(&mut t.initial.iter().map(|i| i.bytes)),
         peak,
         live_bytes,
         live.len()
