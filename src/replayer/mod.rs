@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod chaos;
+pub mod child;
 mod delay_kernel;
 mod fault;
 mod finite;

@@ -164,9 +164,20 @@ impl Trace {
         }
     }
 
-    /// Whether this trace is a flight dump taken for a hang.
+    /// Whether this trace is a hang's dump: one taken because a call did not return in time,
+    /// or one taken with a call that had not returned (by a signal, on request, at a peer's
+    /// word) in a recording that saw no device fault and no NaN. Its replay is expected to
+    /// hang too. A dump at a fault is the fault's, whatever another thread was waiting in.
     pub fn is_hang_dump(&self) -> bool {
-        self.dump.as_ref().is_some_and(DumpInfo::is_hang)
+        let Some(d) = &self.dump else {
+            return false;
+        };
+        let faulted = || {
+            self.calls.iter().any(
+                |c| matches!(&c.ret, Some(Err(e)) if e.code.is_some_and(crate::backend::is_sticky)),
+            )
+        };
+        d.is_hang() || (!d.in_flight.is_empty() && !d.names_nan() && !faulted())
     }
 
     /// Nanoseconds from the first recorded call's start to the last one's (0 for none).

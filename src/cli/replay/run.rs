@@ -1,0 +1,290 @@
+//! `replay`'s main mode: the trace replayed eagerly or as graphs, here or, where what the
+//! trace records says so (`replayer::ReplayPolicy`), in a child process under the
+//! deadline and hang rules of `replayer::child`.
+
+use anyhow::Result;
+use std::path::Path;
+
+use super::super::backends::{self, Want};
+use super::super::common::{check_range, open_trace, step_range, timing_line, write_out};
+use super::super::{pass_if, Ctx, Exit};
+use super::Args;
+
+/// The plain replay: eager, or as graphs with `--as-graph`.
+pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
+    anyhow::ensure!(
+        a.perfetto.as_deref() != Some(Path::new("-")),
+        "replay --perfetto needs a file: standard output carries the replay's report"
+    );
+    let opts = crate::replayer::ReplayOptions {
+        range: a.range,
+        stop_at: a.stop_at,
+        loops: a.loops as usize,
+        sync_each: a.sync_each || a.perfetto.is_some(),
+        scan_redzones_each: a.scan_redzones,
+        verify: !a.no_verify,
+        per_call_timing: a.timing || a.perfetto.is_some(),
+        ..Default::default()
+    };
+    let Args {
+        trace: ref path,
+        on,
+        as_graph,
+        pdl,
+        fixed_addresses,
+        json,
+        no_isolate,
+        max_memory,
+        ref perfetto,
+        steps,
+        ref child_report,
+        ..
+    } = a;
+    let child_report = child_report.as_deref();
+    use crate::replayer::Replayer;
+    let t = open_trace(ctx, path)?;
+    // A dump taken for a NaN: the NaN is what to reproduce, so the values are checked.
+    let plain = !as_graph && perfetto.is_none() && opts.loops == 1 && child_report.is_none();
+    if plain && t.dump.as_ref().is_some_and(|d| d.names_nan()) {
+        eprintln!(
+            "note: {} was dumped for a NaN; replaying it with --check-finite to find the launch that wrote it",
+            path.display()
+        );
+        let finite = crate::replayer::FiniteOptions::default();
+        return super::modes::finite(ctx, (&t, path), on, &finite, json, max_memory);
+    }
+    let stepped;
+    let opts = match steps {
+        Some(s) => {
+            stepped = crate::replayer::ReplayOptions {
+                range: Some(step_range(&t, s)?),
+                ..opts.clone()
+            };
+            &stepped
+        }
+        None => &opts,
+    };
+    if let Some(cut) = &t.cut {
+        eprintln!(
+            "note: {} is cut after {} frames ({}); replaying the {} complete calls",
+            path.display(),
+            cut.frames,
+            cut.reason,
+            t.calls.iter().filter(|c| c.ret.is_some()).count()
+        );
+    }
+    // What the trace records decides how it replays (see `replayer::ReplayPolicy`).
+    let policy = crate::replayer::ReplayPolicy::of(&t);
+    if as_graph && !policy.as_graph(true) && child_report.is_none() {
+        // Said once, by the process the user started (a child replays the same command).
+        eprintln!(
+            "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
+            path.display()
+        );
+    }
+    let as_graph = policy.as_graph(as_graph);
+    // A hang's dump is expected to hang again, on any backend: only a child can be killed.
+    let hang_dump = t.is_hang_dump();
+    if (policy.isolate(on.fault_poisons_process()) || hang_dump)
+        && !no_isolate
+        && child_report.is_none()
+    {
+        return in_child(ctx, &t, json);
+    }
+    let want = Want {
+        redzones: policy.redzones(opts.scan_redzones_each).then_some(256),
+        pdl,
+        ..Want::replay()
+    };
+    let opened = backends::open(ctx, on, want)?;
+    let gpu = opened.gpu.as_ref();
+    let load_cuda = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
+    let place = |addr: u64, bytes: usize| (opened.place)(addr, bytes);
+    check_range(&t, opts.range)?;
+    if !on.has_redzones() && opts.scan_redzones_each && child_report.is_none() {
+        eprintln!(
+            "note: the mock has no red zones (it checks every access against exact bounds instead): --scan-redzones does nothing there"
+        );
+    }
+    let mut r = Replayer::new(&t).with_max_memory(max_memory);
+    if on.runs_cpu_twins() {
+        // An engine's own kernels have no CPU body here (unless this tool was built with its
+        // modules, `cli::main_with`): skipped, and said so in the report.
+        r = r.with_opaque_kernels();
+    }
+    if fixed_addresses {
+        r = r.with_fixed_addresses(&place);
+    } else if let Some(h) = r.hidden().first() {
+        eprintln!(
+            "note: {} holds the device address of {} (and {} more such words); the replay \
+             stops if that buffer lands elsewhere (--fixed-addresses puts buffers where they were)",
+            h.holder,
+            h.target,
+            r.hidden().len() - 1
+        );
+    }
+    let mut out = String::new();
+    let passed: bool;
+    let report = if as_graph {
+        let launches = opts.loops.max(1);
+        let mut g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
+        out.push_str(&g.summary());
+        passed = g.passed();
+        if !g.loop_ms.is_empty() {
+            out.push_str(&timing_line("graph replay", &g.loop_ms));
+        }
+        if let Some(t) = g.captured_timing() {
+            out.push_str(&t);
+        }
+        if launches > 1 {
+            // The same step eagerly, right after in this process: the ratio that matters.
+            let eager = crate::replayer::ReplayOptions {
+                range: opts.range,
+                loops: launches,
+                verify: opts.verify,
+                ..Default::default()
+            };
+            g.eager_step_ms = r.run(gpu, &eager, None, |_| {})?.loop_ms;
+            if let Some(t) = g.step_ratio() {
+                out.push_str(&t);
+            }
+        }
+        crate::replayer::replay_json(None, Some(&g))
+    } else {
+        let total = t.calls.len() as u64;
+        let bar = (total > 20_000 && !json).then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} calls {per_sec} eta {eta}",
+                )
+                .expect("valid template"),
+            );
+            b
+        });
+        // A child replay tells its parent how far it got, so a hang killed at its deadline
+        // can be placed (`replayer::child`).
+        let progress_file = child_report.and_then(|_| crate::replayer::child::progress_writer());
+        let rep = r.run(gpu, opts, Some(&load_cuda), |seq| {
+            if let Some(f) = &progress_file {
+                f(seq);
+            }
+            if let Some(b) = &bar {
+                if seq % 1024 == 0 {
+                    b.set_position(seq);
+                }
+            }
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        out.push_str(&rep.summary());
+        passed = rep.passed();
+        if !rep.loop_ms.is_empty() {
+            out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
+            out.push_str(&timing_line("eager replay", &rep.loop_ms));
+        }
+        if let Some(p) = perfetto {
+            let spans: Vec<(u64, f64, f64)> = rep
+                .per_call_us
+                .iter()
+                .map(|c| (c.seq, c.start_us, c.us))
+                .collect();
+            let j = crate::analysis::export::perfetto_with_device(
+                &t,
+                crate::analysis::CaptureQuery::default(),
+                Some(crate::analysis::export::DeviceSpans {
+                    measured_by: format!("replayed on {}, sync after each call", on.name()),
+                    spans: &spans,
+                }),
+            );
+            if write_out(p, serde_json::to_string(&j)?.as_bytes())? {
+                eprintln!(
+                    "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
+                    p.display()
+                );
+            }
+        } else {
+            for c in &rep.per_call_us {
+                out.push_str(&format!("  #{:<6} {:10.1} us\n", c.seq, c.us));
+            }
+        }
+        crate::replayer::replay_json(Some(&rep), None)
+    };
+    if pdl {
+        match &opened.pdl_kernels {
+            Some(count) => {
+                let (pdl_kernels, kernels) = count();
+                out.push_str(&format!(
+                    "programmatic dependent launch: {pdl_kernels} of {kernels} kernel(s) (the others' PTX has no griddepcontrol.wait, so they launch the ordinary way)\n"
+                ));
+            }
+            None => out.push_str("note: --pdl applies to CUDA replays only; ignored\n"),
+        }
+    }
+    if let Some(p) = child_report {
+        std::fs::write(
+            p,
+            serde_json::to_string(
+                &serde_json::json!({"text": out, "report": report, "passed": passed}),
+            )?,
+        )?;
+        return Ok(pass_if(passed));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{out}");
+    }
+    Ok(pass_if(passed))
+}
+
+/// Replay in a child process (this same command again), so a fault that kills the CUDA
+/// context, or a hang, leaves this one to report it; a child killed as hung is judged by
+/// `replayer::child::HangVerdict`.
+fn in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exit> {
+    use crate::replayer::child::{replay_in_child, ChildOutcome};
+    let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args(&ctx.args);
+    let run = match replay_in_child(cmd, t, &dir)? {
+        ChildOutcome::Finished(run) => run,
+        ChildOutcome::Killed(v) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v.json())?);
+            } else {
+                print!("{}", v.text());
+            }
+            return Ok(pass_if(v.reproduced));
+        }
+    };
+    let assert_line = run.first_assert.map(|l| {
+        format!(
+            "device-side assert: {} failing thread(s) reported by CUDA; first: {l}",
+            run.asserts
+        )
+    });
+    let Some(text) = run.report else {
+        anyhow::bail!(
+            "the replay process died before reporting ({}); the fault is past the point a report could be written",
+            run.status
+        );
+    };
+    let mut v: serde_json::Value = serde_json::from_str(&text)?;
+    if json {
+        if let Some(l) = &assert_line {
+            v["report"]["device_assert"] = serde_json::json!({"threads": run.asserts, "first": l});
+        }
+        println!("{}", serde_json::to_string_pretty(&v["report"])?);
+    } else {
+        print!("{}", v["text"].as_str().unwrap_or_default());
+        if let Some(l) = &assert_line {
+            println!("{l}");
+        }
+        println!(
+            "(replayed in a child process, which exited with {})",
+            run.status
+        );
+    }
+    Ok(pass_if(v["passed"].as_bool().unwrap_or(false)))
+}
