@@ -691,3 +691,68 @@ fn a_dump_after_the_ring_wrapped_many_times_replays_and_reproduces_the_fault() {
     drop(gpu);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A dump asked for while the engine's thread waits in a sync (as a SIGUSR1 handler or
+/// `gputape dump` asks: no hang deadline set, a reason that does not say "hang") is a hang's
+/// dump all the same: a call in it never returned. A replay killed while blocked inside the
+/// recorded window reproduces it; one blocked before the window does not.
+#[test]
+fn a_requested_dump_with_a_call_in_flight_is_judged_as_a_hang() {
+    use gputape::replayer::child::{HangVerdict, Killed};
+    let dir = temp_dir("asked-hang");
+    let cfg = FlightConfig::new(&dir);
+    let gpu =
+        RecordingBackend::flight(Stuck::default(), cfg, BackendDesc::new("stuck")).expect("flight");
+    let k = gpu.kernel("spin", "wait_flag").expect("kernel");
+    gpu.synchronize(0).expect("a sync before the spin");
+    gpu.launch(k, [1, 1, 1], [1, 1, 1], 0, 0, &mut [])
+        .expect("launch");
+    *gpu.inner().stuck.lock() = true;
+    let path = std::thread::scope(|s| {
+        let engine = s.spawn(|| gpu.synchronize(0));
+        // Until the engine's thread is inside the sync (its Begin written), then ask.
+        let t0 = std::time::Instant::now();
+        let path = loop {
+            let p = gpu.flight_dump("SIGUSR1").expect("dump");
+            let t = Trace::open(&p).expect("dump opens");
+            if t.dump.as_ref().is_some_and(|d| !d.in_flight.is_empty())
+                || t0.elapsed() > std::time::Duration::from_secs(20)
+            {
+                break p;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        *gpu.inner().stuck.lock() = false;
+        gpu.inner().cv.notify_all();
+        engine.join().expect("engine thread").expect("sync");
+        path
+    });
+    let t = Trace::open(&path).expect("dump");
+    assert_eq!(t.dump.as_ref().unwrap().reason, "SIGUSR1");
+    assert!(t.is_hang_dump(), "a call in flight: a hang's dump");
+    let launch = t.calls.iter().find(|c| c.call.launch().is_some()).unwrap();
+    // Killed after the launch, waiting in the sync that never returned: reproduced.
+    let v = HangVerdict::of(
+        &t,
+        Killed::Deadline(std::time::Duration::from_secs(1)),
+        Some(launch.seq),
+    );
+    assert!(v.reproduced, "{}", v.text());
+    assert!(v.text().contains("hang REPRODUCED"), "{}", v.text());
+    assert!(v
+        .replay_blocked_in
+        .as_deref()
+        .is_some_and(|b| b.contains("synchronize")));
+    assert!(v
+        .launches_not_known_complete
+        .iter()
+        .any(|l| l.contains("wait_flag")));
+    // Killed before the window (blocked in the first sync, which returned when recorded).
+    let v = HangVerdict::of(
+        &t,
+        Killed::Deadline(std::time::Duration::from_secs(1)),
+        None,
+    );
+    assert!(!v.reproduced && v.blocked_elsewhere, "{}", v.text());
+    std::fs::remove_dir_all(&dir).ok();
+}

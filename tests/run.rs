@@ -575,3 +575,160 @@ fn a_program_can_pause_the_recording_of_its_work_and_keep_its_state() {
     assert_eq!(v["calls_in_trace"].as_u64(), Some(5 + 4 * 20), "{err}");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `gputape run ARGS` started with the fake driver as the real one, in a process group of
+/// its own (so the test can kill the run and its command together), stderr piped.
+fn spawn_run(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .arg("run")
+        .args(args)
+        .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
+        .envs(envs.iter().copied())
+        .env_remove("GPUTAPE_SHIM_DIR")
+        .env_remove("GPUTAPE_SHIM_COUNTS")
+        .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
+        .env_remove("LD_PRELOAD")
+        .process_group(0)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (up to 20 s) for a file with extension `ext` in `dir`.
+fn wait_for(dir: &std::path::Path, ext: &str) -> Option<std::path::PathBuf> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(20) {
+        let found = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == ext));
+        if found.is_some() {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
+/// A program hung in a sync is dumped by its hang deadline; then the run and the program are
+/// killed with SIGKILL, as a scheduler would, before `gputape run` converts anything. What is
+/// left is the raw dump, and every verb opens it as it is: `show` names the hang and the sync
+/// in flight, `replay` and `minimize` read it (neither says it is damaged). `gputape run`
+/// said the dump's path on its own stderr as it was written.
+#[test]
+fn a_hung_program_s_raw_dump_opens_after_the_run_is_killed() {
+    let d = support::scratch("run-flight-killed");
+    let prog = support::faults_program(&d);
+    let dir = d.join("flight");
+    let mut run = spawn_run(
+        &[
+            "--flight".as_ref(),
+            dir.as_os_str(),
+            "--".as_ref(),
+            prog.as_os_str(),
+            "100".as_ref(),
+            "30".as_ref(),
+            "hang".as_ref(),
+        ],
+        &[("GPUTAPE_FLIGHT_HANG_S", "0.5")],
+    );
+    let dump = wait_for(&dir, "gtshm");
+    // Give gputape run's watcher a tick to say it, then kill the whole group.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on the process group the run was started in.
+    unsafe { libc::kill(-(run.id() as i32), libc::SIGKILL) };
+    let o = run.wait_with_output().unwrap();
+    let dump = dump.expect("the hang was dumped");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("flight dump written: {}", dump.display())),
+        "{err}"
+    );
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), dump.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["dump"]["reason"].as_str().unwrap().starts_with("hang:"),
+        "{}",
+        v["dump"]
+    );
+    assert_eq!(v["dump"]["in_flight"].as_array().unwrap().len(), 1);
+    for verb in [&["replay"][..], &["minimize", "-o"][..]] {
+        let mut args: Vec<&std::ffi::OsStr> = verb.iter().map(|s| s.as_ref()).collect();
+        let out = d.join("min.gtape");
+        if verb.len() > 1 {
+            args.push(out.as_ref());
+        }
+        args.push(dump.as_ref());
+        let o = gputape(&args);
+        let err = text(&o.stderr);
+        assert_ne!(o.status.code(), Some(3), "{verb:?}: {err}");
+        assert!(o.status.code().is_some(), "{verb:?}: {:?}", o.status);
+        assert!(!err.contains("cannot read"), "{verb:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// `gputape dump PID` asks a program blocked in a sync (its kernel spins; no hang deadline
+/// set) for its dump: written at once, with the reason given and the sync in flight, so it is
+/// a hang's dump (`replay` judges it as one). SIGTERM to `gputape run` then reaches the
+/// program; the run converts the dump and exits with the program's status.
+#[test]
+fn a_requested_dump_names_the_waiting_sync_and_sigterm_reaches_the_program() {
+    let d = support::scratch("run-flight-asked");
+    let prog = support::faults_program(&d);
+    let dir = d.join("flight");
+    let run = spawn_run(
+        &[
+            "--flight".as_ref(),
+            dir.as_os_str(),
+            "--".as_ref(),
+            prog.as_os_str(),
+            "100".as_ref(),
+            "5".as_ref(),
+            "hang".as_ref(),
+        ],
+        &[],
+    );
+    // The program: the run's child, once it has started recording.
+    let t0 = std::time::Instant::now();
+    let pid = loop {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", run.id(), run.id()))
+                .unwrap_or_default();
+        if let Some(p) = kids.split_whitespace().next() {
+            break p.to_string();
+        }
+        assert!(t0.elapsed().as_secs() < 20, "the program did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Step 5's kernel spins; the sync after it waits (the fake driver gives up after 4 s).
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let o = gputape(&[
+        "dump".as_ref(),
+        pid.as_ref(),
+        "--reason".as_ref(),
+        "the step is late".as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let dump = std::path::PathBuf::from(text(&o.stdout).trim());
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), dump.as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reason = v["dump"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("asked: the step is late"), "{reason}");
+    let calls = v["calls"].as_array().unwrap();
+    let last = calls.last().unwrap();
+    assert_eq!(last["kind"], "synchronize", "{last}");
+    assert!(last["ok"].is_null(), "the sync had not returned: {last}");
+    // SIGTERM to gputape run, not to the program: forwarded; the program's status relayed.
+    // SAFETY: kill(2) on the run's own pid.
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let o = run.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    assert!(dir.join(format!("{pid}.gtape")).exists(), "{err}");
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -42,8 +42,32 @@ pub fn parse_stream(s: &str) -> Result<u32, String> {
 }
 
 /// Open a trace, looking for its stored blobs where `--blobs` says.
-pub fn open_trace(ctx: &Ctx, path: &Path) -> Result<crate::trace::Trace, crate::trace::TraceError> {
-    crate::trace::Trace::open_with(path, ctx.blob_dir())
+pub fn open_trace(ctx: &Ctx, path: &Path) -> Result<crate::trace::Trace> {
+    if is_shim_log(path) {
+        return open_shim_log(path);
+    }
+    Ok(crate::trace::Trace::open_with(path, ctx.blob_dir())?)
+}
+
+/// Whether `path` is a raw call log or flight dump of the driver shim (`.gtshm`, by its
+/// magic, whatever its name): what `gputape run` converts, and what it leaves when it is
+/// killed before converting.
+fn is_shim_log(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|_| magic == gputape_shimlog::MAGIC)
+}
+
+/// A raw shim log converted in memory, as `gputape run` would have (a log cut short converts
+/// up to the cut, as a trace does).
+fn open_shim_log(path: &Path) -> Result<crate::trace::Trace> {
+    let bytes = crate::shimtrace::read_log(path)?;
+    let (trace, summary) =
+        crate::shimtrace::convert(&path.display().to_string(), &bytes, Vec::new())?;
+    tracing::info!("{} is a raw shim log: {}", path.display(), summary.text());
+    Ok(trace)
 }
 
 /// Write `bytes` to `p`, or to stdout for `-`. True when a file was written (through a

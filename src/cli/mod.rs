@@ -26,6 +26,7 @@ mod capture_table;
 mod common;
 mod demo;
 mod diff;
+mod dump;
 mod export;
 mod info;
 mod inspect;
@@ -133,6 +134,10 @@ enum Cmd {
     /// the calls are recorded into a trace; with `--flight` they are kept in memory and dumped
     /// at a fault.
     Run(run::Args),
+    /// Ask a process `gputape run --flight` is recording for its flight dump now, without a
+    /// fault (a step that hangs, numbers that look wrong), with a reason; prints the dump's
+    /// path, which every verb opens as it is.
+    Dump(dump::Args),
 }
 
 /// What `gputape` exits with, the same for every verb (README and `--help` list them).
@@ -189,6 +194,11 @@ pub fn exit_for(e: &anyhow::Error) -> Exit {
             if matches!(r, R::Dangling { .. } | R::MissingBlob(_) | R::Trace(_)) {
                 return Exit::Damaged;
             }
+        }
+        if let Some(crate::shimtrace::ShimTraceError::Log { .. }) =
+            c.downcast_ref::<crate::shimtrace::ShimTraceError>()
+        {
+            return Exit::Damaged;
         }
         if c.downcast_ref::<crate::cuda::ProbeError>().is_some() {
             return Exit::NoBackend;
@@ -323,5 +333,6 @@ fn exec(cmd: Cmd, ctx: &Ctx) -> Result<Exit> {
         Cmd::Show(a) => show::exec(a, ctx),
         Cmd::Ranks(a) => ranks::exec(a, ctx),
         Cmd::Run(a) => run::exec(a, ctx),
+        Cmd::Dump(a) => dump::exec(a, ctx),
     }
 }

@@ -123,8 +123,22 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
             prepend(&dir.path.join("libcuda.so.1"), "LD_PRELOAD"),
         )
         .env(ENV_COUNTS, &counts);
-    let logs = dir.path.join("logs");
+    // Beside TRACE, not in the temporary directory: a `gputape run` killed before it converts
+    // leaves them, and every verb opens a raw log as it opens a trace.
+    let logs = args
+        .output
+        .as_deref()
+        .map_or_else(|| dir.path.join("logs"), logs_beside);
     if args.output.is_some() {
+        let earlier = std::fs::read_dir(&logs).is_ok_and(|mut d| d.next().is_some());
+        if earlier {
+            bail!(
+                "{} holds call logs of an earlier run that was not converted: open them as they \
+                 are (`gputape show {}/PID.gtshm`) or remove the directory",
+                logs.display(),
+                logs.display()
+            );
+        }
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("cannot create {}", logs.display()))?;
         cmd.env(ENV_LOG_DIR, &logs);
@@ -156,10 +170,19 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
         .with_context(|| format!("cannot start {}", Path::new(&args.command[0]).display()))?;
     // Ctrl-C reaches the command (the terminal signals the whole process group); gputape stays
     // to print what it counted. Set after the spawn, so the command keeps its own dispositions.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let announcer = args
+        .flight
+        .clone()
+        .map(|d| announce_dumps(d, started, stop.clone()));
     let status = {
-        let _quiet = IgnoreInterrupts::new();
+        let _forward = ForwardSignals::new(child.id());
         child.wait().context("waiting for the command")?
     };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(a) = announcer {
+        let _ = a.join();
+    }
     let code = exit_code(status);
 
     let merged = Merged::read(&counts)?;
@@ -189,6 +212,14 @@ pub fn exec(args: Args, _ctx: &Ctx) -> Result<Exit> {
     Ok(Exit::Relayed(code))
 }
 
+/// Where `-o TRACE` has the processes' raw call logs written: `TRACE.logs/`, each log
+/// removed once its trace is written, the directory once empty.
+fn logs_beside(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(".logs");
+    out.with_file_name(name)
+}
+
 /// Each process's call log in `logs` as a trace: the one with the most records is `out`, any
 /// other `out` with `.PID` before its extension. Every trace is written, or the error says
 /// which was not.
@@ -200,6 +231,7 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         .map(|p| (std::fs::metadata(&p).map_or(0, |m| m.len()), p))
         .collect();
     if found.is_empty() {
+        let _ = std::fs::remove_dir(logs);
         bail!(
             "no trace written to {}: no process of the command recorded a driver call through \
              gputape's shim",
@@ -220,21 +252,9 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         let (trace, summary) = match converted {
             Ok(c) => c,
             Err(e) => {
-                // What was recorded is not lost with the temporary directory: the raw log is
-                // kept beside where the trace would have gone.
-                let keep = out.with_extension(format!(
-                    "{}.gtshm",
-                    log.file_stem()
-                        .map_or_else(Default::default, |s| s.to_string_lossy())
-                ));
-                let kept = std::fs::copy(log, &keep).is_ok();
-                return Err(anyhow!(e)).with_context(|| {
-                    if kept {
-                        format!("the call log is kept as {}", keep.display())
-                    } else {
-                        format!("the call log {} could not be kept", log.display())
-                    }
-                });
+                // What was recorded is not lost: the raw log stays where it was written.
+                return Err(anyhow!(e))
+                    .with_context(|| format!("the call log is kept as {}", log.display()));
             }
         };
         let dst = if i == 0 {
@@ -243,6 +263,8 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
             super::common::with_tag(out, &summary.pid.to_string())
         };
         let n = super::common::write_trace_atomically(&trace, &dst)?;
+        // The trace holds everything the log did.
+        let _ = std::fs::remove_file(log);
         eprintln!(
             "recorded {} -> {} ({n} bytes)",
             summary.text(),
@@ -250,6 +272,7 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         );
         written.push(dst);
     }
+    let _ = std::fs::remove_dir(logs);
     Ok(written)
 }
 
@@ -261,18 +284,8 @@ fn flight_traces(
     started: std::time::SystemTime,
     command: &[OsString],
 ) -> Result<Vec<PathBuf>> {
-    let since = started - std::time::Duration::from_secs(1);
-    let mut dumps: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "gtshm"))
-        .filter(|p| {
-            std::fs::metadata(p)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t >= since)
-        })
-        .collect();
-    dumps.sort();
+    std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let dumps = new_dumps(dir, started);
     if dumps.is_empty() {
         eprintln!(
             "flight: no process of the command reported a driver fault; nothing was dumped to {}",
@@ -432,30 +445,109 @@ fn exit_code(s: std::process::ExitStatus) -> u8 {
     }
 }
 
-/// SIGINT and SIGQUIT ignored in gputape while the command runs; restored on drop.
-struct IgnoreInterrupts([libc::sighandler_t; 2]);
+/// The command's pid, for the signal forwarder (0: none running).
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-impl IgnoreInterrupts {
-    fn new() -> Self {
-        // SAFETY: changing the disposition of two signals to "ignore"; the previous ones are
-        // kept and put back by drop.
-        unsafe {
-            IgnoreInterrupts([
-                libc::signal(libc::SIGINT, libc::SIG_IGN),
-                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-            ])
-        }
+/// What gputape does with a signal meant for the command while it runs: SIGINT, SIGQUIT,
+/// SIGTERM and SIGHUP sent to gputape (by `kill`, a job scheduler, a supervisor) are passed
+/// to the command, and gputape stays to convert what the command's processes logged or
+/// dumped and to exit with the command's status. One the terminal raised (Ctrl-C, Ctrl-\)
+/// went to the whole process group, the command included, and is not sent twice.
+/// Restored on drop.
+struct ForwardSignals(Vec<(libc::c_int, libc::sigaction)>);
+
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    // SI_KERNEL and the tty's codes are positive; kill(2) and sigqueue(3) give <= 0.
+    if code > 0 {
+        return;
+    }
+    let pid = CHILD.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; `pid` is the command, still ours to signal.
+        unsafe { libc::kill(pid, sig) };
     }
 }
 
-impl Drop for IgnoreInterrupts {
-    fn drop(&mut self) {
-        // SAFETY: restoring the dispositions `new` replaced.
-        unsafe {
-            libc::signal(libc::SIGINT, self.0[0]);
-            libc::signal(libc::SIGQUIT, self.0[1]);
+impl ForwardSignals {
+    fn new(child: u32) -> Self {
+        CHILD.store(child as i32, std::sync::atomic::Ordering::Relaxed);
+        let mut old = Vec::new();
+        for sig in FORWARDED {
+            // SAFETY: a zeroed sigaction is a valid start; the handler only calls kill, which
+            // is async-signal-safe; the previous action is kept and put back by drop.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = forward as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &sa, &mut prev) == 0 {
+                    old.push((sig, prev));
+                }
+            }
         }
+        ForwardSignals(old)
     }
+}
+
+impl Drop for ForwardSignals {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.0 {
+            // SAFETY: restoring the action `new` replaced.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+        CHILD.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// While the command runs: each flight dump its processes write to `dir` named on gputape's
+/// own stderr as it appears (a program's stderr is often redirected), until `stop`.
+fn announce_dumps(
+    dir: PathBuf,
+    since: std::time::SystemTime,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut seen = std::collections::BTreeSet::new();
+        loop {
+            let done = stop.load(std::sync::atomic::Ordering::Relaxed);
+            for p in new_dumps(&dir, since) {
+                if seen.insert(p.clone()) {
+                    eprintln!(
+                        "gputape run: flight dump written: {} (it opens as it is: gputape show {})",
+                        p.display(),
+                        p.display()
+                    );
+                }
+            }
+            if done {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    })
+}
+
+/// The raw flight dumps in `dir` written since `since` (a second's slack for coarse clocks).
+fn new_dumps(dir: &Path, since: std::time::SystemTime) -> Vec<PathBuf> {
+    let since = since - std::time::Duration::from_secs(1);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gtshm"))
+        .filter(|p| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= since)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// The counts of every process of the command, summed.

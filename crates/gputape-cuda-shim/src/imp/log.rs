@@ -51,6 +51,29 @@ pub extern "C" fn gputape_shim_pause(paused: core::ffi::c_int) {
     FLAGS.paused.store(paused != 0, Ordering::Relaxed);
 }
 
+/// Writes this process's flight dump now, with `reason` (a C string; null: "asked by the
+/// program"), the calls its threads are waiting in written as not returned: for a program that
+/// notices something wrong itself (NaN logits, a step past its deadline) and wants the window
+/// that led there. Through ctypes: `ctypes.CDLL("libcuda.so.1").gputape_flight_dump(b"nan")`.
+/// Returns 0 when the dump was written, 1 when this process keeps no flight ring (not run
+/// under `gputape run --flight`) or has dumped already (a process dumps once).
+///
+/// # Safety
+/// `reason` is null or a NUL-terminated string that stays valid for the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gputape_flight_dump(reason: *const core::ffi::c_char) -> core::ffi::c_int {
+    let why = if reason.is_null() {
+        "asked by the program".to_string()
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string valid for the call.
+        unsafe { core::ffi::CStr::from_ptr(reason) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let blocked = super::flight::blocked_now();
+    i32::from(!dump_watched(&format!("asked: {why}"), &blocked, false))
+}
+
 /// Whether work is being recorded now (wanted, and not paused): hooks skip what they would
 /// only have gathered for a record.
 pub fn active() -> bool {
@@ -249,11 +272,13 @@ fn dump_at_fault(log: &mut Log, family: &str, index: u64, thread: u32, status: i
 /// The flight recorder's dump written by a watcher thread (a hang's, a peer's): `blocked` are
 /// the calls threads are waiting in, the longest waiting first, written as not returned;
 /// `announce`: tell the run's other processes (`peers.rs`), which a peer's dump does not.
-pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) {
+/// Whether this call wrote it (not: no flight ring, or dumped already).
+pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) -> bool {
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     let Some(log) = g.as_mut() else {
-        return;
+        return false;
     };
+    let before = log.dumped;
     let t_ns = log.clock.elapsed_ns();
     let tail: Vec<Record<'_>> = blocked
         .iter()
@@ -266,6 +291,7 @@ pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) {
         .collect();
     let reason = format!("{reason} (process {})", log.pid);
     dump_locked(log, &reason, thread_id(), 0, &tail, announce);
+    !before && log.dumped
 }
 
 /// Writes the flight recorder's dump (once per process): `DIR/PID.gtshm`, through a temporary

@@ -10,6 +10,10 @@
 //! run, dumps its own ring, its waiting calls written as not returned. Such a dump announces
 //! nothing, so processes do not wake each other in turn; the shim does not know the program's
 //! rank sets (NCCL sits above the driver), so every process of the run is a peer.
+//!
+//! The same thread answers requests: `gputape dump PID` writes `DIR/.peers/ask.PID` with a
+//! reason, and the process dumps as a peer's word would make it, its waiting calls written
+//! as not returned (no signal: the program may own them all).
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -22,6 +26,9 @@ use std::time::Duration;
 pub const ENV_RUN: &str = "GPUTAPE_SHIM_RUN";
 /// How a dump caused by a peer's begins its reason.
 pub const PEER_PREFIX: &str = "peer: ";
+/// A request for this process's dump (`gputape dump PID`) is the file `ASK_PREFIX` + pid in
+/// the same directory, holding the reason.
+pub const ASK_PREFIX: &str = "ask.";
 /// How often the directory is looked at.
 const TICK: Duration = Duration::from_millis(200);
 /// An announcement is read up to this many bytes.
@@ -101,6 +108,21 @@ fn watch(dir: &Path, pid: u32) {
         };
         for e in entries.flatten() {
             let name = e.file_name();
+            if name.to_str() == Some(&format!("{ASK_PREFIX}{pid}")) {
+                // `gputape dump PID`: a dump without a fault, with the asker's reason.
+                let said = read_text(&e.path());
+                let _ = std::fs::remove_file(e.path());
+                let blocked = super::flight::blocked_now();
+                super::log::dump_watched(
+                    &format!(
+                        "asked: {said}; {} thread(s) of this process waiting",
+                        blocked.len()
+                    ),
+                    &blocked,
+                    false,
+                );
+                continue;
+            }
             let Some(other) = name
                 .to_str()
                 .and_then(|n| n.strip_prefix(run))

@@ -1,0 +1,118 @@
+//! `gputape dump PID`: ask a process that `gputape run --flight` is recording for its flight
+//! dump now, with no fault: a step that hangs, a server that stopped answering, numbers that
+//! look wrong. The request is a file its recorder already watches (the shim's peers thread,
+//! `DIR/.peers/ask.PID`, holding the reason), not a signal, which the program may own; a signal
+//! is sent only when asked for (`--signal`, for an engine whose own recorder dumps on one).
+//! The dump opens at once with every verb (`show`, `replay`, `minimize` read the raw
+//! `.gtshm`), and the calls the process was waiting in are in it as not returned: its replay
+//! is judged as a hang's.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::{Ctx, Exit};
+
+/// The variable `gputape run --flight` gives the command's processes: where they dump.
+const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The process to dump (one of a `gputape run --flight` command's processes).
+    pid: u32,
+    /// Why: written into the dump, which `show` and `replay` print.
+    #[arg(long, default_value = "asked with gputape dump")]
+    reason: String,
+    /// Send this signal instead (`USR1`, `USR2` or a number), for an engine whose own
+    /// recorder dumps on it; the dump is then wherever that recorder writes.
+    #[arg(long, value_name = "SIG")]
+    signal: Option<String>,
+    /// How long to wait for the dump to be written, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+}
+
+/// Exit 0 with the dump's path on stdout once it is written; 1 when the process did not
+/// dump in time (it has dumped already: a process dumps once); 2 when it cannot be asked.
+pub fn exec(a: Args, _ctx: &Ctx) -> Result<Exit> {
+    if let Some(sig) = &a.signal {
+        let n = signal_number(sig)?;
+        // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
+        if unsafe { libc::kill(a.pid as libc::pid_t, n) } != 0 {
+            bail!(
+                "cannot signal process {}: {}",
+                a.pid,
+                std::io::Error::last_os_error()
+            );
+        }
+        eprintln!("sent signal {n} to process {}", a.pid);
+        return Ok(Exit::Pass);
+    }
+    let dir = flight_dir(a.pid)?;
+    let asked = SystemTime::now();
+    let peers = dir.join(".peers");
+    std::fs::create_dir_all(&peers)
+        .with_context(|| format!("cannot create {}", peers.display()))?;
+    let (req, tmp) = (
+        peers.join(format!("ask.{}", a.pid)),
+        peers.join(format!(".ask.{}.tmp", a.pid)),
+    );
+    std::fs::write(&tmp, a.reason.replace('\n', " "))
+        .and_then(|()| std::fs::rename(&tmp, &req))
+        .with_context(|| format!("cannot write the request {}", req.display()))?;
+    let dump = dir.join(format!("{}.gtshm", a.pid));
+    let t0 = Instant::now();
+    let limit = Duration::from_secs_f64(a.timeout.clamp(0.1, 3600.0));
+    while t0.elapsed() < limit {
+        let written = std::fs::metadata(&dump)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t + Duration::from_secs(1) >= asked);
+        if written && !req.exists() {
+            println!("{}", dump.display());
+            return Ok(Exit::Pass);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_file(&req);
+    eprintln!(
+        "process {} wrote no dump within {:.1} s (it may have dumped already: a process dumps once; see {})",
+        a.pid,
+        limit.as_secs_f64(),
+        dir.display()
+    );
+    Ok(Exit::Findings)
+}
+
+/// Where process `pid` writes its flight dump, read from its environment.
+fn flight_dir(pid: u32) -> Result<PathBuf> {
+    let env_path = Path::new("/proc").join(pid.to_string()).join("environ");
+    let env = std::fs::read(&env_path)
+        .with_context(|| format!("cannot read the environment of process {pid}"))?;
+    let want = format!("{ENV_FLIGHT_DIR}=");
+    env.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(want.as_bytes()))
+        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "process {pid} is not recorded by `gputape run --flight` (no {ENV_FLIGHT_DIR} in its environment); an engine's own flight recorder may dump on a signal: --signal USR1"
+            )
+        })
+}
+
+/// `USR1`, `SIGUSR1` or a number.
+fn signal_number(s: &str) -> Result<libc::c_int> {
+    if let Ok(n) = s.parse::<libc::c_int>() {
+        return Ok(n);
+    }
+    Ok(match s.trim_start_matches("SIG") {
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "QUIT" => libc::SIGQUIT,
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        "HUP" => libc::SIGHUP,
+        other => {
+            bail!("--signal {other}: name one of USR1, USR2, QUIT, TERM, INT, HUP, or a number")
+        }
+    })
+}
