@@ -623,7 +623,7 @@ fn a_hung_program_s_raw_dump_opens_after_the_run_is_killed() {
     let d = support::scratch("run-flight-killed");
     let prog = support::faults_program(&d);
     let dir = d.join("flight");
-    let mut run = spawn_run(
+    let run = spawn_run(
         &[
             "--flight".as_ref(),
             dir.as_os_str(),
