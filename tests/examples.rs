@@ -265,6 +265,46 @@ fn a_hung_outside_engine_is_dumped_and_its_hang_replays_as_reproduced() {
     }
 }
 
+/// The same hang with no deadline set, dumped by SIGUSR1 while the engine's copy waits (as an
+/// operator signals a stuck server): the dump's reason is "SIGUSR1", not "hang:", but a call in
+/// it never returned, so it is a hang's dump, and its replay, blocked again where the recording
+/// was, is the hang reproduced (exit 0).
+#[test]
+fn a_signal_dump_of_a_hung_outside_engine_is_judged_as_a_hang() {
+    let p = example("outside_engine");
+    let dir = std::env::temp_dir().join(format!("gputape-oe-{}-usr1", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut engine = Command::new(&p)
+        .args(["run", "--fault", "hang", "--fault-step", "11"])
+        .env("GPUTAPE_FLIGHT", &dir)
+        .env_remove("GPUTAPE_FLIGHT_HANG_S")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Signalled until it has dumped: the first signals may come before it waits.
+    let t0 = std::time::Instant::now();
+    while gtapes(&dir).is_empty() && t0.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // SAFETY: kill(2) on our own child, still running (it hangs).
+        unsafe { libc::kill(engine.id() as i32, libc::SIGUSR1) };
+    }
+    let _ = engine.kill();
+    let _ = engine.wait();
+    let dump = gtapes(&dir).pop().expect("SIGUSR1 dumped");
+    let t = gputape::trace::Trace::open(&dump).unwrap();
+    assert_eq!(t.dump.as_ref().unwrap().reason, "SIGUSR1");
+    assert!(
+        !t.dump.as_ref().unwrap().in_flight.is_empty() && t.is_hang_dump(),
+        "the engine's waiting copy is in flight in the dump"
+    );
+    let (code, out) = with_deadline(&p, &["replay".as_ref(), dump.as_os_str()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("hang REPRODUCED"), "{out}");
+    assert!(out.contains("outside::oe_spin"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A NaN nobody chose: at step 29 a request of padding tokens starts with a cleared state and
 /// the engine's norm (epsilon 0) divides zero by zero. The engine sees NaN in its readback
 /// and dumps. Its tool's `replay` of the dump names the norm as the first writer (not the

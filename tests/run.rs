@@ -723,6 +723,14 @@ fn a_requested_dump_names_the_waiting_sync_and_sigterm_reaches_the_program() {
     let last = calls.last().unwrap();
     assert_eq!(last["kind"], "synchronize", "{last}");
     assert!(last["ok"].is_null(), "the sync had not returned: {last}");
+    // On the mock the spinning kernel has no body: the replay says the hang cannot show here.
+    let o = gputape(&["replay".as_ref(), dump.as_ref()]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("so the hang cannot show: replay it --on cuda"),
+        "{out}"
+    );
     // SIGTERM to gputape run, not to the program: forwarded; the program's status relayed.
     // SAFETY: kill(2) on the run's own pid.
     unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };

@@ -287,6 +287,38 @@ impl HangVerdict {
     }
 }
 
+/// What a hang's dump whose replay ran to its end says: not reproduced, and why it could not
+/// be where the launches of the recorded hang's window did not run (`opaque`: the kernels the
+/// backend skipped, `module::name`, as the report lists them).
+pub fn finished_hang(t: &Trace, opaque: &[String]) -> String {
+    let start = hang_window_start(t);
+    let skipped: Vec<String> = t
+        .calls
+        .iter()
+        .filter(|c| c.seq >= start)
+        .filter_map(|c| c.call.launch().map(|(k, _)| t.kernel_name(k)))
+        .filter(|k| opaque.contains(k))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let hung = t
+        .dump
+        .as_ref()
+        .and_then(|d| d.in_flight.first())
+        .and_then(|(seq, _)| t.calls.iter().find(|c| c.seq == *seq))
+        .map_or_else(|| "its last call".to_string(), |c| render_call(t, c));
+    if skipped.is_empty() {
+        format!(
+            "the recording hung in {hung}; this replay ran to its end: the hang is NOT reproduced\n"
+        )
+    } else {
+        format!(
+            "the recording hung in {hung}; the launches of its window did not run on this backend ({} skipped: no CPU body here), so the hang cannot show: replay it --on cuda\n",
+            skipped.join(", ")
+        )
+    }
+}
+
 /// In a child replay: after each call, the last call finished, into the file the parent
 /// named (`PROGRESS_ENV`); `None` outside a child.
 pub fn progress_writer() -> Option<impl Fn(u64)> {

@@ -179,7 +179,14 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
             b.finish_and_clear();
         }
         out.push_str(&rep.summary());
-        passed = rep.passed();
+        // A hang's dump whose replay ran to its end: the hang did not happen again.
+        passed = rep.passed() && !t.is_hang_dump();
+        if t.is_hang_dump() {
+            out.push_str(&crate::replayer::child::finished_hang(
+                &t,
+                &rep.opaque_kernels,
+            ));
+        }
         if !rep.loop_ms.is_empty() {
             out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
             out.push_str(&timing_line("eager replay", &rep.loop_ms));
