@@ -202,10 +202,22 @@ impl HangVerdict {
         let hang = t.is_hang_dump();
         let inside = blocked_where_recorded(t, finished);
         let recorded = t.dump.as_ref().filter(|_| hang);
+        // Inside a fault's window the replay syncs after each launch: stopped right after a
+        // launch there, it waits in that sync, not in the call after it.
+        let window = fault_windows(t).last().map_or(u64::MAX, |w| w.start);
+        let after_launch = finished
+            .and_then(|f| t.calls.iter().find(|c| c.seq == f))
+            .filter(|c| c.seq >= window && c.call.launch().is_some());
         HangVerdict {
             killed,
             reproduced: hang && inside,
-            replay_blocked_in: blocked.map(|c| render_call(t, c)),
+            replay_blocked_in: match after_launch {
+                Some(c) => Some(format!(
+                    "the sync after {} (the replay syncs after each launch of the hang's window)",
+                    render_call(t, c)
+                )),
+                None => blocked.map(|c| render_call(t, c)),
+            },
             launches_not_known_complete: launches.iter().map(|c| render_call(t, c)).collect(),
             recorded_reason: recorded.map(|d| d.reason.clone()),
             recorded_in_flight: recorded
