@@ -516,6 +516,34 @@ fn a_faulting_process_makes_the_runs_other_processes_dump() {
     assert!(reason(peer[0]).contains("of this run dumped"), "{dumps:?}");
     let waiting = peer[0]["in_flight"].as_array().unwrap();
     assert_eq!(waiting.len(), 1, "the peer's blocked sync: {dumps:?}");
+    // Side by side: `ranks` says where each process was, the waiting one in its sync behind
+    // the spinning launch.
+    let mut args: Vec<&std::ffi::OsStr> = vec!["ranks".as_ref(), "--json".as_ref()];
+    args.extend(found.iter().map(|p| p.as_os_str()));
+    let o = gputape(&args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let at = v["dumps"].as_array().unwrap();
+    assert_eq!(at.len(), 2, "{v:#}");
+    let blocked: Vec<&serde_json::Value> = at
+        .iter()
+        .filter(|d| !d["blocked_in"].as_array().unwrap().is_empty())
+        .collect();
+    assert_eq!(blocked.len(), 1, "{v:#}");
+    assert!(
+        blocked[0]["blocked_in"][0]
+            .as_str()
+            .unwrap()
+            .contains("synchronize"),
+        "{v:#}"
+    );
+    assert_eq!(blocked[0]["hang"], true, "{v:#}");
+    assert!(
+        !blocked[0]["launches_not_known_complete"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "the spinning launch: {v:#}"
+    );
     let _ = std::fs::remove_dir_all(d);
 }
 

@@ -1,7 +1,9 @@
 //! `gputape ranks`: a rank set's traces side by side (one trace per rank, as each rank's
 //! recorder wrote it): their communicators' collectives matched by number, and the first
 //! place each communicator's ranks parted named with the ranks, the calls and their sites.
-//! With `--replay`, the rank set is then replayed together (one thread and one backend each:
+//! Flight dumps among them (a rank set's, or any processes' that waited on each other) are
+//! first laid side by side: why each dumped, the calls it was blocked in, the launches not
+//! known to have completed. With `--replay`, the rank set is then replayed together (one thread and one backend each:
 //! mock ranks with the engine's modules loaded, or `--backend cuda`, each rank on the GPU it
 //! was recorded on), every rank's readbacks checked.
 
@@ -69,15 +71,27 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         })
         .sum();
     let found = crate::analysis::ranks::match_ranks(&traces);
-    if a.json {
-        // The document is printed once, at the end, with the replays' reports if asked.
-    } else if found.is_empty() {
-        println!(
-            "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives, every send met its receive",
-            traces.len()
-        );
-    } else {
-        print!("{}", crate::analysis::ranks::render_findings(&found));
+    let at_dump: Vec<serde_json::Value> = traces
+        .iter()
+        .zip(&a.traces)
+        .filter_map(|(t, p)| where_dumped(t, p))
+        .collect();
+    // With --json the document is printed once, at the end, with the replays' reports.
+    if !a.json {
+        print_where_dumped(&at_dump);
+        if comms == 0 {
+            println!(
+                "{} trace(s), no communicator joined in any: no collectives to match",
+                traces.len()
+            );
+        } else if found.is_empty() {
+            println!(
+                "{} trace(s), {comms} communicator join(s), {collectives} collective(s) in all: every rank made the same collectives, every send met its receive",
+                traces.len()
+            );
+        } else {
+            print!("{}", crate::analysis::ranks::render_findings(&found));
+        }
     }
     let doc = |replays: serde_json::Value| {
         serde_json::json!({
@@ -87,6 +101,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             "collectives": collectives,
             "parted": !found.is_empty(),
             "findings": found,
+            "dumps": at_dump,
             "replays": replays,
         })
     };
@@ -185,4 +200,51 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     } else {
         Exit::Findings
     })
+}
+
+/// Where a dump's process was when it was dumped, side by side with the set's others: why it
+/// dumped, the calls it was blocked in (not returned), and the launches since its last
+/// completed wait, none known to have finished (a hung kernel is among them). `None` for a
+/// trace that is no dump.
+fn where_dumped(t: &crate::trace::Trace, path: &std::path::Path) -> Option<serde_json::Value> {
+    let d = t.dump.as_ref()?;
+    let blocked: Vec<&crate::trace::CallRecord> = d
+        .in_flight
+        .iter()
+        .filter_map(|(seq, _)| t.calls.iter().find(|c| c.seq == *seq))
+        .collect();
+    let before = blocked.iter().map(|c| c.seq).min();
+    let launches = before.map_or_else(Vec::new, |b| {
+        crate::analysis::window::stuck_at(t, b.checked_sub(1)).1
+    });
+    let render = |c: &&crate::trace::CallRecord| crate::trace::render_call(t, c);
+    Some(serde_json::json!({
+        "trace": path,
+        "reason": d.reason,
+        "hang": t.is_hang_dump(),
+        "blocked_in": blocked.iter().map(render).collect::<Vec<_>>(),
+        "launches_not_known_complete": launches.iter().map(render).collect::<Vec<_>>(),
+    }))
+}
+
+/// The dumps' places, one paragraph each.
+fn print_where_dumped(at: &[serde_json::Value]) {
+    if at.is_empty() {
+        return;
+    }
+    println!("where each process was when it dumped:");
+    for d in at {
+        println!(
+            "  {}: {}",
+            d["trace"].as_str().unwrap_or_default(),
+            d["reason"].as_str().unwrap_or_default()
+        );
+        let list = |key: &str, what: &str| {
+            for c in d[key].as_array().into_iter().flatten() {
+                println!("    {what}: {}", c.as_str().unwrap_or_default());
+            }
+        };
+        list("blocked_in", "blocked in");
+        list("launches_not_known_complete", "not known complete");
+    }
 }
