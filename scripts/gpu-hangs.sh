@@ -11,6 +11,8 @@
 #   pair           GPUTAPE_SPIN_PAIR=1: two processes, A spinning, B spinning on a flag A would
 #                  set (CUDA IPC); A dumped by its deadline, B at A's word: both dumps shown,
 #                  each with the call it was blocked in;
+#   minimize       spin-deadline's raw dump minimized on CUDA, and the result replayed;
+#   ctypes         scripts/gpu-self-dump.py asks for its own dump (gputape_flight_dump) and runs on;
 #   agree          the whole-workload capture agreement (four workloads x five settings);
 #   suite          the GPU suite (GPUTAPE_REQUIRE_GPU=1).
 # SECTIONS picks some (default: all). Builds nothing: scripts/gpu-bin.sh first.
@@ -24,7 +26,7 @@ G="$B/gputape"
 chmod +x "$B"/* 2>/dev/null
 rows=()
 row() { rows+=("$(printf '| %s | %s | %s |' "$@")"); }
-SECTIONS=${SECTIONS:-spin-deadline spin-asked engine-signal pair agree suite}
+SECTIONS=${SECTIONS:-spin-deadline spin-asked engine-signal pair minimize ctypes agree suite}
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 # wait_files DIR GLOB N SECS: until DIR holds N files matching GLOB (or SECS pass).
@@ -129,6 +131,39 @@ if want pair; then
         tail -8 "$d.show" | cut -c1-300
         row "pair $(basename "$d")" "$(grep -h -o -E 'flight dump[^;]*' "$d.show" | head -1 | cut -c1-160)" "$(grep -h 'never returned' "$d.show" | head -1 | cut -c1-160)"
     done
+fi
+
+if want minimize; then
+    echo "=============== minimize"
+    dump=$(ls "$OUT/spin1"/*.gtshm 2>/dev/null | head -1)
+    if [ -n "$dump" ]; then
+        timeout 400 "$G" minimize --on cuda --max-attempts 20 -o "$OUT/spin1.min.gtape" "$dump" >"$OUT/min.log" 2>&1
+        rc=$?
+        tail -12 "$OUT/min.log" | cut -c1-300
+        echo "minimize exit $rc"
+        judge minimized "$OUT/spin1.min.gtape"
+        row "minimize" "exit $rc: $(grep -h -o -E '[0-9]+ calls? -> [0-9]+[^;]*' "$OUT/min.log" | head -1 | cut -c1-120)" "$(grep -h -o 'fault kept[^.]*' "$OUT/min.log" | head -1 | cut -c1-120)"
+    else
+        row minimize "no spin-deadline dump" "-"
+    fi
+fi
+
+if want ctypes; then
+    echo "=============== ctypes"
+    rm -rf "$OUT/self"
+    "$G" run --flight "$OUT/self" -- $PY scripts/gpu-self-dump.py >"$OUT/self.out" 2>"$OUT/self.err"
+    rc=$?
+    cat "$OUT/self.out"; grep -E 'gputape|flight' "$OUT/self.err" | cut -c1-300 | head -6
+    dump=$(ls "$OUT/self"/*.gtape 2>/dev/null | head -1)
+    reason=-
+    if [ -n "$dump" ]; then
+        "$G" show "$dump" >"$OUT/self.show" 2>&1
+        reason=$(grep -h -E '^flight dump' "$OUT/self.show" | head -1 | cut -c1-200)
+        echo "$reason"
+        timeout 300 "$G" replay --on cuda "$dump" >"$OUT/self.replay" 2>&1
+        echo "replay exit $?"; head -5 "$OUT/self.replay" | cut -c1-300
+    fi
+    row ctypes "program exit $rc; $(grep -h -o 'GPUTAPE_SELF asked: [0-9]*' "$OUT/self.out")" "$reason"
 fi
 
 if want agree; then

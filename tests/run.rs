@@ -768,3 +768,25 @@ fn a_requested_dump_names_the_waiting_sync_and_sigterm_reaches_the_program() {
     assert!(dir.join(format!("{pid}.gtape")).exists(), "{err}");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// A program asks for its own flight dump through the shim's `gputape_flight_dump` (what
+/// Python reaches through ctypes): written with its reason though nothing faulted, the program
+/// runs on, and the run converts the dump.
+#[test]
+fn a_program_asks_for_its_own_dump() {
+    let d = support::scratch("run-flight-self");
+    let prog = support::faults_program(&d);
+    let o = flight(&d, &prog, &["20", "1000"], 256, &[("FAULTS_ASK", "7")]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("asked for a dump at step 7: 0"), "{out}{err}");
+    let trace = flight_dump(&d);
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reason = v["dump"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("asked: the program saw something wrong"),
+        "{reason}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

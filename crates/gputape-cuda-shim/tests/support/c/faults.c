@@ -4,7 +4,8 @@
  * reports the fault (CUDA_ERROR_ILLEGAL_ADDRESS), which ends the program with status 1; with
  * a third argument `hang` that launch spins instead, and the sync waits.
  * With FAULTS_PAUSE=FROM:TO in the environment, steps FROM to TO-1 run with gputape's recording
- * paused (gputape_shim_pause, which only the shim exports).
+ * paused (gputape_shim_pause, which only the shim exports). With FAULTS_ASK=STEP the program asks
+ * for its own flight dump after that step (gputape_flight_dump, also the shim's only).
  * Usage: faults STEPS FAULT [hang] (FAULT past STEPS: no fault). Linked with -lcuda. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamSynchronize(void *stream);
 extern void gputape_shim_pause(int paused) __attribute__((weak));
+extern int gputape_flight_dump(const char *reason) __attribute__((weak));
 
 static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
@@ -33,6 +35,8 @@ int main(int argc, char **argv) {
     int hang = argc > 3 && !strcmp(argv[3], "hang");
     int pause_from = -1, pause_to = -1;
     const char *pause = getenv("FAULTS_PAUSE");
+    const char *ask = getenv("FAULTS_ASK");
+    int ask_at = ask ? atoi(ask) : -1;
     if (pause && sscanf(pause, "%d:%d", &pause_from, &pause_to) != 2) pause_from = pause_to = -1;
     CUdeviceptr w, x;
     void *m, *f, *s;
@@ -59,6 +63,9 @@ int main(int argc, char **argv) {
             printf("faults: step %d failed with %d\n", step, r);
             return 1;
         }
+        if (step == ask_at && gputape_flight_dump)
+            printf("faults: asked for a dump at step %d: %d\n", step,
+                   gputape_flight_dump("the program saw something wrong"));
     }
     printf("faults: %d steps, out[3] = %g\n", steps, out[3]);
     return 0;
