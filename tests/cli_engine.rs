@@ -86,7 +86,14 @@ fn replay(
     modules: &[gputape::backend::ModuleDesc],
 ) -> (Exit, serde_json::Value) {
     let code = run_with(
-        args(&[&"replay", &"--child-report", &report, &trace]),
+        args(&[
+            &"replay",
+            &"--on",
+            &"mock",
+            &"--child-report",
+            &report,
+            &trace,
+        ]),
         modules,
     );
     let v: serde_json::Value =
@@ -123,18 +130,33 @@ fn main_with_replays_an_engines_kernels_where_plain_gputape_skips_them() {
     );
     assert_eq!(v["report"]["d2h_checked"], 0, "{text}");
 
-    // The plain binary says so on its report.
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .arg("replay")
-        .arg(&trace)
-        .output()
-        .unwrap();
+    // The plain binary, on the mock, says so on its report.
+    let plain = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+            .arg("replay")
+            .args(extra)
+            .arg(&trace)
+            .output()
+            .unwrap()
+    };
+    let o = plain(&["--on", "mock"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
         out.contains("1 kernel(s) this backend cannot run were skipped: myengine::scale"),
         "{out}"
     );
+    // Not asked for a backend, where no driver is: the trace needs a GPU (exit 4), said
+    // before anything runs.
+    if !gputape::cuda::driver_present() {
+        let o = plain(&[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{err}");
+        assert!(
+            err.contains("launches kernels only a GPU runs (myengine::scale"),
+            "{err}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

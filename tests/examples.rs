@@ -338,7 +338,7 @@ fn a_nan_in_the_outside_engine_is_traced_to_the_kernel_that_wrote_it() {
         assert_eq!(v["finite"]["first"]["param"], 1, "{v}");
         assert_eq!(v["finite"]["first"]["value"], "NaN", "{v}");
         let o = Command::new(&gputape)
-            .args(["replay", "--check-finite"])
+            .args(["replay", "--on", "mock", "--check-finite"])
             .arg(&dump)
             .output()
             .unwrap();

@@ -751,8 +751,19 @@ fn a_requested_dump_names_the_waiting_sync_and_sigterm_reaches_the_program() {
     let last = calls.last().unwrap();
     assert_eq!(last["kind"], "synchronize", "{last}");
     assert!(last["ok"].is_null(), "the sync had not returned: {last}");
-    // On the mock the spinning kernel has no body: the replay says the hang cannot show here.
+    // Its kernels run only on a GPU: with no driver here, `replay` says so (exit 4); on the
+    // mock, asked for, the spinning kernel has no body and the replay says the hang cannot
+    // show there.
     let o = gputape(&["replay".as_ref(), dump.as_ref()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("launches kernels only a GPU runs"), "{err}");
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        dump.as_ref(),
+    ]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -788,5 +799,45 @@ fn a_program_asks_for_its_own_dump() {
         reason.starts_with("asked: the program saw something wrong"),
         "{reason}"
     );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// The binary alone, as `cargo install` leaves it (nothing beside it, no `target/` above it, no
+/// variable naming the shim): `gputape run` writes the shim built into it to the user's cache
+/// directory and runs the program under it; a second run reuses it.
+#[test]
+fn an_installed_binary_runs_programs_with_the_shim_built_into_it() {
+    let d = support::scratch("run-installed");
+    let prog = support::records_program(&d);
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("gputape");
+    std::fs::copy(env!("CARGO_BIN_EXE_gputape"), &exe).unwrap();
+    let cache = d.join("cache");
+    let counts_file = d.join("counts.json");
+    for _ in 0..2 {
+        let o = Command::new(&exe)
+            .args(["run", "--counts"])
+            .arg(&counts_file)
+            .arg("--")
+            .arg(&prog)
+            .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
+            .env("XDG_CACHE_HOME", &cache)
+            .env_remove("GPUTAPE_SHIM_DIR")
+            .env_remove("GPUTAPE_SHIM_COUNTS")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let c = counts(&counts_file);
+        assert!(c["calls"]["cuInit"].as_u64().unwrap_or(0) >= 1, "{c}");
+    }
+    let shims: Vec<_> = std::fs::read_dir(cache.join("gputape"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("libcuda.so.1"))
+        .collect();
+    assert_eq!(shims.len(), 1, "one shim, reused: {shims:?}");
+    assert!(shims[0].is_file());
     let _ = std::fs::remove_dir_all(d);
 }

@@ -12,10 +12,58 @@ use std::sync::Arc;
 
 use super::Ctx;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
+    #[default]
     Mock,
     Cuda,
+}
+
+/// A trace whose kernels only a GPU runs, on a machine with no CUDA driver, and no `--on`
+/// given: exit status 4 (the backend it needs is not here).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{trace} launches kernels only a GPU runs ({kernels}: compiled code with no CPU twin here) and this machine has no CUDA driver: replay it on a GPU machine, or with --on mock to replay it with those launches skipped"
+)]
+pub struct NeedsGpu {
+    pub trace: String,
+    pub kernels: String,
+}
+
+/// The backend a verb that runs `t` uses when `--on` was not given: CUDA when the trace
+/// launches kernels the mock cannot run (a driver-level recording's compiled kernels, an
+/// engine's own) and a driver is present; the mock otherwise. Where the mock cannot run them
+/// and there is no driver, `NeedsGpu`, rather than a replay that checks nothing.
+pub fn choose(
+    ctx: &Ctx,
+    asked: Option<Backend>,
+    t: &crate::trace::Trace,
+    path: &std::path::Path,
+) -> Result<Backend> {
+    if let Some(b) = asked {
+        return Ok(b);
+    }
+    let mock = open(ctx, Backend::Mock, Want::replay())?;
+    let cannot = crate::replayer::Replayer::new(t).kernels_it_cannot_run(mock.gpu.as_ref())?;
+    if cannot.is_empty() {
+        return Ok(Backend::Mock);
+    }
+    let named = match cannot.len() {
+        1..=3 => cannot.join(", "),
+        n => format!("{} and {} more", cannot[..3].join(", "), n - 3),
+    };
+    if crate::cuda::driver_present() {
+        eprintln!(
+            "note: {} launches kernels the mock cannot run ({named}): on CUDA (--on mock skips them)",
+            path.display()
+        );
+        return Ok(Backend::Cuda);
+    }
+    Err(NeedsGpu {
+        trace: path.display().to_string(),
+        kernels: named,
+    }
+    .into())
 }
 
 /// What the verbs need to know of a backend beyond the trait.

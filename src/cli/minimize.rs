@@ -26,9 +26,10 @@ pub struct Args {
     /// than one trace records a fault of its own.
     #[arg(long)]
     rank: Option<u32>,
-    /// The backend each attempt replays on.
-    #[arg(long, value_enum, default_value_t = Backend::Mock)]
-    on: Backend,
+    /// The backend each attempt replays on. Default: as `replay` chooses (the mock, unless
+    /// the trace launches kernels only a GPU runs).
+    #[arg(long, value_enum)]
+    on: Option<Backend>,
     /// Give up shrinking after this many replays (what was found so far is written).
     #[arg(long, default_value_t = 400)]
     max_attempts: usize,
@@ -82,11 +83,12 @@ struct Before {
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if a.traces.len() > 1 || a.rank.is_some() {
-        anyhow::ensure!(
-            a.on == Backend::Mock,
-            "a rank set is shrunk on mock ranks only (replaying it on CUDA takes a GPU per rank): leave out --on {}",
-            a.on.name()
-        );
+        if let Some(on) = a.on.filter(|b| *b != Backend::Mock) {
+            anyhow::bail!(
+                "a rank set is shrunk on mock ranks only (replaying it on CUDA takes a GPU per rank): leave out --on {}",
+                on.name()
+            );
+        }
         anyhow::ensure!(
             !a.check_finite,
             "--check-finite keeps a wrong value of one trace; a rank set is shrunk for a fault"
@@ -99,11 +101,18 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             (a.max_attempts, a.json),
         );
     }
+    let on = match a.on {
+        Some(b) => b,
+        None => {
+            let t = open_trace(ctx, &a.traces[0])?;
+            backends::choose(ctx, None, &t, &a.traces[0])?
+        }
+    };
     minimize(
         ctx,
         &a.traces[0],
         &a.output,
-        a.on,
+        on,
         (a.max_attempts, a.json, a.check_finite),
     )
 }

@@ -200,7 +200,9 @@ pub fn exit_for(e: &anyhow::Error) -> Exit {
         {
             return Exit::Damaged;
         }
-        if c.downcast_ref::<crate::cuda::ProbeError>().is_some() {
+        if c.downcast_ref::<crate::cuda::ProbeError>().is_some()
+            || c.downcast_ref::<backends::NeedsGpu>().is_some()
+        {
             return Exit::NoBackend;
         }
     }

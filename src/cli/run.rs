@@ -343,7 +343,8 @@ fn remove_announcements(dir: &Path, run_id: &str) {
 /// The shim: `GPUTAPE_SHIM_DIR`'s, else `gputape-shim/libcuda.so.1` beside this binary, else
 /// where cargo builds it: `deps/libgputape_cuda_shim.so` beside this binary (what `cargo test`
 /// last built), else `libgputape_cuda_shim.so` beside it or up to two directories above it
-/// (`target/<profile>/` for a test binary in `deps/`).
+/// (`target/<profile>/` for a test binary in `deps/`), else the one built into this binary
+/// (`embedded_shim`: what an installed binary uses).
 fn find_shim() -> Result<PathBuf> {
     if let Some(d) = std::env::var_os(ENV_SHIM_DIR) {
         let d = PathBuf::from(d);
@@ -369,6 +370,9 @@ fn find_shim() -> Result<PathBuf> {
     if let Some(p) = tried.iter().find(|p| p.is_file()) {
         return Ok(p.clone());
     }
+    if !EMBEDDED_SHIM.is_empty() {
+        return embedded_shim();
+    }
     bail!(
         "gputape's CUDA driver shim was not found (looked for {}): build the workspace (`cargo \
          build` makes target/<profile>/libgputape_cuda_shim.so), put it beside gputape as \
@@ -379,6 +383,68 @@ fn find_shim() -> Result<PathBuf> {
             .collect::<Vec<_>>()
             .join(", ")
     )
+}
+
+/// The shim as this binary's build made it (`build.rs`): empty where it could not be built.
+static EMBEDDED_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgputape_cuda_shim.so"));
+
+/// The embedded shim as a file: `gputape/shim-HASH/libcuda.so.1` in the user's cache directory
+/// (`XDG_CACHE_HOME`, else `~/.cache`), written once through a temporary name, or, where that
+/// directory cannot be written or is mounted `noexec` (a library there cannot be loaded), the
+/// same under the temporary directory, named by user as well.
+fn embedded_shim() -> Result<PathBuf> {
+    let hash = blake3::hash(EMBEDDED_SHIM).to_hex();
+    let name = format!("shim-{}", &hash[..16]);
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    // SAFETY: getuid cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    let tmp = std::env::temp_dir().join(format!("gputape-{uid}"));
+    let mut why = Vec::new();
+    for dir in cache.map(|c| c.join("gputape")).into_iter().chain([tmp]) {
+        match place_shim(&dir.join(&name)) {
+            Ok(p) => return Ok(p),
+            Err(e) => why.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    bail!(
+        "gputape's driver shim (built into this binary) could not be written where it can be loaded: {}; set {ENV_SHIM_DIR} to a directory holding libcuda.so.1",
+        why.join("; ")
+    )
+}
+
+/// `dir/libcuda.so.1` holding the embedded shim, written if missing or different.
+fn place_shim(dir: &Path) -> Result<PathBuf> {
+    let lib = dir.join("libcuda.so.1");
+    if std::fs::metadata(&lib).is_ok_and(|m| m.len() == EMBEDDED_SHIM.len() as u64) {
+        return Ok(lib);
+    }
+    std::fs::create_dir_all(dir).context("cannot create it")?;
+    if noexec(dir) {
+        bail!("mounted noexec");
+    }
+    let tmp = dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+    std::fs::write(&tmp, EMBEDDED_SHIM)
+        .and_then(|()| std::fs::rename(&tmp, &lib))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            anyhow!("cannot write the shim: {e}")
+        })?;
+    Ok(lib)
+}
+
+/// Whether `dir`'s file system refuses to map files executable (`noexec`).
+fn noexec(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path and a zeroed struct statvfs fills.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; the struct outlives the call.
+    unsafe { libc::statvfs(c.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_NOEXEC != 0 }
 }
 
 /// A temporary directory with `libcuda.so.1` and `libcuda.so` linking to the shim, and the

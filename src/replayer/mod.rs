@@ -271,6 +271,21 @@ impl<'t> Replayer<'t> {
         self
     }
 
+    /// The kernels the trace launches that `gpu` cannot run (no CPU body on the mock, no code
+    /// it can load), `module::name`, sorted: what a replay there would skip.
+    pub fn kernels_it_cannot_run(&self, gpu: &dyn GpuBackend) -> Result<Vec<String>, ReplayError> {
+        let (_, opaque) = self.kernels_with(gpu, None, true)?;
+        let launched: std::collections::BTreeSet<String> = self
+            .trace
+            .calls
+            .iter()
+            .filter_map(|c| c.call.launch().map(|(k, _)| k))
+            .filter(|k| opaque.contains(k))
+            .map(|k| self.trace.kernel_name(k))
+            .collect();
+        Ok(launched.into_iter().collect())
+    }
+
     /// Where the trace's recorded faults may have been raised.
     pub fn windows(&self) -> &[FaultWindow] {
         &self.windows

@@ -131,6 +131,16 @@ impl<'t> Replayer<'t> {
         gpu: &dyn GpuBackend,
         loader: Option<ModuleLoader<'_>>,
     ) -> Result<(HashMap<KernelId, KernelHandle>, HashSet<KernelId>), ReplayError> {
+        self.kernels_with(gpu, loader, self.opaque_ok)
+    }
+
+    /// `kernels`, with kernels the backend cannot run allowed (`opaque_ok`) or refused.
+    pub(crate) fn kernels_with(
+        &self,
+        gpu: &dyn GpuBackend,
+        loader: Option<ModuleLoader<'_>>,
+        opaque_ok: bool,
+    ) -> Result<(HashMap<KernelId, KernelHandle>, HashSet<KernelId>), ReplayError> {
         if let Some(load) = loader {
             // Image modules are loaded below, as images.
             for m in self
@@ -155,7 +165,7 @@ impl<'t> Replayer<'t> {
                 )),
             };
             if let Err(e) = loaded {
-                if !self.opaque_ok {
+                if !opaque_ok {
                     return Err(ReplayError::Setup {
                         what: format!("loading module image {name}"),
                         cause: format!("{e:#}"),
@@ -177,7 +187,7 @@ impl<'t> Replayer<'t> {
                 Ok(h) => {
                     out.insert(*id, h);
                 }
-                Err(_) if self.opaque_ok => {
+                Err(_) if opaque_ok => {
                     opaque.insert(*id);
                 }
                 Err(e) => {

@@ -21,8 +21,13 @@ mod run;
 pub struct Args {
     /// The trace to replay.
     trace: PathBuf,
-    /// The backend to replay on.
-    #[arg(long, value_enum, default_value_t = Backend::Mock)]
+    /// The backend to replay on. Default: the mock, unless the trace launches kernels only a
+    /// GPU runs (a driver-level recording's, an engine's own): then CUDA where a driver is
+    /// present, else exit 4 saying so.
+    #[arg(long = "on", value_enum)]
+    on_arg: Option<Backend>,
+    /// `--on`, or what `backends::choose` picked.
+    #[arg(skip)]
     on: Backend,
     /// Replay only calls A..B (the calls before A still run, to rebuild the state).
     #[arg(long, value_parser = parse_range, conflicts_with = "steps")]
@@ -138,7 +143,14 @@ pub struct Args {
 }
 
 /// One mode per run, chosen by its flag; the plain replay otherwise.
-pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
+pub fn exec(mut a: Args, ctx: &Ctx) -> Result<Exit> {
+    a.on = match a.on_arg {
+        Some(b) => b,
+        None => {
+            let t = super::common::open_trace(ctx, &a.trace)?;
+            super::backends::choose(ctx, None, &t, &a.trace)?
+        }
+    };
     if a.layout {
         modes::layout(ctx, &a.trace, a.on)
     } else if a.chaos.is_some() {
