@@ -39,6 +39,7 @@ fn info(json: bool) -> Result<()> {
                 "schema": "gputape.info.v1",
                 "version": env!("CARGO_PKG_VERSION"),
                 "backends": {"mock": {"available": true}, "cuda": cuda},
+                "shim": super::run::shim_status(),
             }))?
         );
         return Ok(());
@@ -66,5 +67,6 @@ fn info(json: bool) -> Result<()> {
         }
         Err(e) => println!("  cuda   unavailable: {e}"),
     }
+    println!("driver shim (gputape run): {}", super::run::shim_status());
     Ok(())
 }

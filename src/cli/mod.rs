@@ -51,7 +51,7 @@ mod trim;
     after_help = "Exit status, the same for every verb: 0 matched, fault reproduced, no differences or \
                   findings; 1 a divergence, a fault not reproduced, differences, or an `analyze \
                   --fail-on` finding; 2 a usage error (or any other failure to run); 3 the trace is \
-                  damaged or unreadable; 4 the backend asked for is not available here. `run` \
+                  damaged or unreadable; 4 the backend asked for (or the one the trace needs) is not available here. `run` \
                   exits with its command's own status instead (128 + N after signal N).\n\n\
                   Logging: -v / -vv, -q, or GPUTAPE_LOG / RUST_LOG (e.g. GPUTAPE_LOG=gputape=debug)."
 )]

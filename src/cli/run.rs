@@ -354,19 +354,7 @@ fn find_shim() -> Result<PathBuf> {
             .find(|p| p.is_file())
             .ok_or_else(|| anyhow!("{ENV_SHIM_DIR}={}: holds no libcuda.so.1", d.display()));
     }
-    let exe = std::env::current_exe().context("cannot tell where gputape is")?;
-    let mut tried = Vec::new();
-    if let Some(d) = exe.parent() {
-        tried.push(d.join("gputape-shim").join("libcuda.so.1"));
-        // `cargo test` builds it there and only `cargo build` copies it up: deps/ is newest.
-        tried.push(d.join("deps").join("libgputape_cuda_shim.so"));
-    }
-    tried.extend(
-        exe.ancestors()
-            .skip(1)
-            .take(3)
-            .map(|d| d.join("libgputape_cuda_shim.so")),
-    );
+    let tried = near_binary()?;
     if let Some(p) = tried.iter().find(|p| p.is_file()) {
         return Ok(p.clone());
     }
@@ -383,6 +371,42 @@ fn find_shim() -> Result<PathBuf> {
             .collect::<Vec<_>>()
             .join(", ")
     )
+}
+
+/// Where a shim beside this binary, or built by cargo around it, would be, in order.
+fn near_binary() -> Result<Vec<PathBuf>> {
+    let exe = std::env::current_exe().context("cannot tell where gputape is")?;
+    let mut tried = Vec::new();
+    if let Some(d) = exe.parent() {
+        tried.push(d.join("gputape-shim").join("libcuda.so.1"));
+        // `cargo test` builds it there and only `cargo build` copies it up: deps/ is newest.
+        tried.push(d.join("deps").join("libgputape_cuda_shim.so"));
+    }
+    tried.extend(
+        exe.ancestors()
+            .skip(1)
+            .take(3)
+            .map(|d| d.join("libgputape_cuda_shim.so")),
+    );
+    Ok(tried)
+}
+
+/// Which shim `gputape run` would use, in words, without writing anything (`gputape info`).
+pub(super) fn shim_status() -> String {
+    if let Some(d) = std::env::var_os(ENV_SHIM_DIR) {
+        return format!("from {ENV_SHIM_DIR}={}", PathBuf::from(d).display());
+    }
+    let found = near_binary()
+        .ok()
+        .and_then(|t| t.into_iter().find(|p| p.is_file()));
+    match found {
+        Some(p) => format!("{}", p.display()),
+        None if !EMBEDDED_SHIM.is_empty() => format!(
+            "built into this binary ({} KiB; written to ~/.cache/gputape on first use)",
+            EMBEDDED_SHIM.len() >> 10
+        ),
+        None => format!("none found: `gputape run` needs {ENV_SHIM_DIR}"),
+    }
 }
 
 /// The shim as this binary's build made it (`build.rs`): empty where it could not be built.
