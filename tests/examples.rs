@@ -305,6 +305,46 @@ fn a_signal_dump_of_a_hung_outside_engine_is_judged_as_a_hang() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `gputape dump PID` asks an engine that armed the flight recorder itself (`GPUTAPE_FLIGHT`)
+/// for its dump while it hangs: its watcher takes the request and dumps with the reason given,
+/// the waiting copy in flight, and the dump replays as the hang.
+#[test]
+fn gputape_dump_asks_an_engine_s_own_recorder_for_its_dump() {
+    let p = example("outside_engine");
+    let dir = std::env::temp_dir().join(format!("gputape-oe-{}-asked", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut engine = Command::new(&p)
+        .args(["run", "--fault", "hang", "--fault-step", "11"])
+        .env("GPUTAPE_FLIGHT", &dir)
+        .env_remove("GPUTAPE_FLIGHT_HANG_S")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args([
+            "dump",
+            &engine.id().to_string(),
+            "--reason",
+            "no token for 5 s",
+        ])
+        .output()
+        .unwrap();
+    let _ = engine.kill();
+    let _ = engine.wait();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let dump = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    let t = gputape::trace::Trace::open(&dump).unwrap();
+    assert_eq!(t.dump.as_ref().unwrap().reason, "asked: no token for 5 s");
+    assert!(t.is_hang_dump(), "the waiting copy is in flight");
+    let (code, out) = with_deadline(&p, &["replay".as_ref(), dump.as_os_str()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("hang REPRODUCED"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A NaN nobody chose: at step 29 a request of padding tokens starts with a cleared state and
 /// the engine's norm (epsilon 0) divides zero by zero. The engine sees NaN in its readback
 /// and dumps. Its tool's `replay` of the dump names the norm as the first writer (not the

@@ -16,17 +16,21 @@ fn run(args: &[&std::ffi::OsStr]) -> Output {
 
 /// `run`, with `envs` set for gputape and the command.
 fn run_with(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .arg("run")
+    run_command(args, envs).output().unwrap()
+}
+
+/// `gputape run ARGS` with the fake driver as the real one and `envs` set, not started.
+fn run_command(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gputape"));
+    c.arg("run")
         .args(args)
         .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
         .envs(envs.iter().copied())
         .env_remove("GPUTAPE_SHIM_DIR")
         .env_remove("GPUTAPE_SHIM_COUNTS")
         .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap()
+        .env_remove("LD_PRELOAD");
+    c
 }
 
 fn text(b: &[u8]) -> String {
@@ -608,15 +612,7 @@ fn a_program_can_pause_the_recording_of_its_work_and_keep_its_state() {
 /// its own (so the test can kill the run and its command together), stderr piped.
 fn spawn_run(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> std::process::Child {
     use std::os::unix::process::CommandExt;
-    Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .arg("run")
-        .args(args)
-        .env("GPUTAPE_REAL_LIBCUDA", support::fake_driver())
-        .envs(envs.iter().copied())
-        .env_remove("GPUTAPE_SHIM_DIR")
-        .env_remove("GPUTAPE_SHIM_COUNTS")
-        .env_remove("GPUTAPE_SHIM_FLIGHT_AT_EXIT")
-        .env_remove("LD_PRELOAD")
+    run_command(args, envs)
         .process_group(0)
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

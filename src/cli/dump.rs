@@ -1,8 +1,9 @@
 //! `gputape dump PID`: ask a process that `gputape run --flight` is recording for its flight
 //! dump now, with no fault: a step that hangs, a server that stopped answering, numbers that
-//! look wrong. The request is a file its recorder already watches (the shim's peers thread,
-//! `DIR/.peers/ask.PID`, holding the reason), not a signal, which the program may own; a signal
-//! is sent only when asked for (`--signal`, for an engine whose own recorder dumps on one).
+//! look wrong; or a process whose engine armed gputape's flight recorder itself
+//! (`GPUTAPE_FLIGHT=DIR`). The request is a file its recorder already watches (the shim's peers
+//! thread, or the trait-level recorder's watcher: `DIR/.peers/ask.PID`, holding the reason), not
+//! a signal, which the program may own; a signal is sent only when asked for (`--signal`).
 //! The dump opens at once with every verb (`show`, `replay`, `minimize` read the raw
 //! `.gtshm`), and the calls the process was waiting in are in it as not returned: its replay
 //! is judged as a hang's.
@@ -13,8 +14,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::{Ctx, Exit};
 
-/// The variable `gputape run --flight` gives the command's processes: where they dump.
-const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
+/// The variables that say where a process dumps: `gputape run --flight`'s for the command's
+/// processes (the shim's watcher answers), then an engine's own trait-level recorder's
+/// (`RecordingBackend::from_env`; its watcher thread answers).
+const ENV_FLIGHT_DIRS: [&str; 2] = ["GPUTAPE_SHIM_FLIGHT_DIR", "GPUTAPE_FLIGHT"];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,16 +63,16 @@ pub fn exec(a: Args, _ctx: &Ctx) -> Result<Exit> {
     std::fs::write(&tmp, a.reason.replace('\n', " "))
         .and_then(|()| std::fs::rename(&tmp, &req))
         .with_context(|| format!("cannot write the request {}", req.display()))?;
-    let dump = dir.join(format!("{}.gtshm", a.pid));
     let t0 = Instant::now();
     let limit = Duration::from_secs_f64(a.timeout.clamp(0.1, 3600.0));
     while t0.elapsed() < limit {
-        let written = std::fs::metadata(&dump)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t + Duration::from_secs(1) >= asked);
-        if written && !req.exists() {
-            println!("{}", dump.display());
-            return Ok(Exit::Pass);
+        // Taken, and a dump of this process written since: the shim's `PID.gtshm`, or a
+        // trait-level recorder's `gputape-flight-PID-N.gtape`.
+        if !req.exists() {
+            if let Some(dump) = dump_of(&dir, a.pid, asked) {
+                println!("{}", dump.display());
+                return Ok(Exit::Pass);
+            }
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -83,20 +86,53 @@ pub fn exec(a: Args, _ctx: &Ctx) -> Result<Exit> {
     Ok(Exit::Findings)
 }
 
+/// A dump of process `pid` in `dir` written since `since` (a second's slack for coarse
+/// clocks), complete (no temporary name).
+fn dump_of(dir: &Path, pid: u32, since: SystemTime) -> Option<PathBuf> {
+    let (shim, own) = (format!("{pid}.gtshm"), format!("gputape-flight-{pid}-"));
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n == shim || (n.starts_with(&own) && n.ends_with(".gtape"))
+        })
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t + Duration::from_secs(1) >= since)
+        })
+        .map(|e| e.path())
+        .max()
+}
+
 /// Where process `pid` writes its flight dump, read from its environment.
 fn flight_dir(pid: u32) -> Result<PathBuf> {
     let env_path = Path::new("/proc").join(pid.to_string()).join("environ");
     let env = std::fs::read(&env_path)
         .with_context(|| format!("cannot read the environment of process {pid}"))?;
-    let want = format!("{ENV_FLIGHT_DIR}=");
-    env.split(|b| *b == 0)
-        .find_map(|kv| kv.strip_prefix(want.as_bytes()))
-        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "process {pid} is not recorded by `gputape run --flight` (no {ENV_FLIGHT_DIR} in its environment); an engine's own flight recorder may dump on a signal: --signal USR1"
-            )
-        })
+    let dir = ENV_FLIGHT_DIRS.iter().find_map(|var| {
+        let want = format!("{var}=");
+        env.split(|b| *b == 0)
+            .find_map(|kv| kv.strip_prefix(want.as_bytes()))
+            .filter(|v| !v.is_empty())
+            .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()))
+    });
+    let dir = dir.ok_or_else(|| {
+        anyhow::anyhow!(
+            "process {pid} keeps no flight recorder this can ask (neither {} in its environment): a recorder armed in code may dump on a signal: --signal USR1",
+            ENV_FLIGHT_DIRS.join(" nor ")
+        )
+    })?;
+    // A relative directory is the process's own working directory's.
+    Ok(if dir.is_relative() {
+        std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .map(|cwd| cwd.join(&dir))
+            .unwrap_or(dir)
+    } else {
+        dir
+    })
 }
 
 /// `USR1`, `SIGUSR1` or a number.

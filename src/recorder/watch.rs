@@ -7,8 +7,9 @@
 //! that has been inside the wrapped backend for longer than its recorder's `hang_after`
 //! (`GPUTAPE_FLIGHT_HANG_S`), and dumps then, naming that call; and, for a recorder with a
 //! peers directory (`GPUTAPE_FLIGHT_PEERS`), for a dump another rank of its communicators
-//! announced there (`peers.rs`). It calls nothing on the device, so it cannot disturb a
-//! capture.
+//! announced there (`peers.rs`); and, at least once a second, for a request of `gputape dump
+//! PID` in the flight directory (`.peers/ask.PID`, holding the reason). It calls nothing on the
+//! device, so it cannot disturb a capture.
 
 use super::flight::{self, Shared};
 use crate::trace::HANG_REASON;
@@ -103,6 +104,41 @@ fn watch(read: i32) {
             }
             watching |= check_hang(&st, &mut dumped_for);
             watching |= check_peers(&st, &mut announced);
+            check_asked(&st);
+        }
+    }
+}
+
+/// `gputape dump PID`: a request for this process's dump, `DIR/.peers/ask.PID` in the
+/// recorder's flight directory, holding the reason. Taken (removed) and answered with a dump,
+/// whatever `max_dumps` says, as `flight_dump` is: it was asked for.
+fn check_asked(st: &Shared) {
+    let dir = {
+        let Some(g) = st.try_lock_for(LOCK_WAIT) else {
+            return;
+        };
+        let Some(f) = g.flight.as_deref() else {
+            return;
+        };
+        f.cfg.dir.clone()
+    };
+    let req = dir
+        .join(".peers")
+        .join(format!("ask.{}", std::process::id()));
+    let Ok(text) = std::fs::read(&req) else {
+        return;
+    };
+    if std::fs::remove_file(&req).is_err() {
+        // Another recorder of this process took it.
+        return;
+    }
+    let said = String::from_utf8_lossy(&text[..text.len().min(1024)])
+        .trim()
+        .replace('\n', " ");
+    if let Some(mut g) = st.try_lock_for(Duration::from_secs(1)) {
+        let reason = format!("asked: {said}");
+        if let Some(Err(e)) = g.flight_dump(&reason, None) {
+            g.own_failure(format!("could not dump ({reason}): {e}"));
         }
     }
 }
