@@ -8,6 +8,8 @@
 #   spin-asked     the same, no deadline: the dump asked for with `gputape dump PID`;
 #   engine-signal  the outside engine on the trait (its oe_spin never ends) dumped by SIGUSR1
 #                  while its host thread waits; replayed on CUDA with the engine's own tool;
+#   engine-asked   the same engine, its dump asked for with `gputape dump PID` (its own recorder's
+#                  watcher takes the request);
 #   pair           GPUTAPE_SPIN_PAIR=1: two processes, A spinning, B spinning on a flag A would
 #                  set (CUDA IPC); A dumped by its deadline, B at A's word: both dumps shown,
 #                  each with the call it was blocked in;
@@ -26,7 +28,7 @@ G="$B/gputape"
 chmod +x "$B"/* 2>/dev/null
 rows=()
 row() { rows+=("$(printf '| %s | %s | %s |' "$@")"); }
-SECTIONS=${SECTIONS:-spin-deadline spin-asked engine-signal pair minimize ctypes agree suite}
+SECTIONS=${SECTIONS:-spin-deadline spin-asked engine-signal engine-asked pair minimize ctypes agree suite}
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 # wait_files DIR GLOB N SECS: until DIR holds N files matching GLOB (or SECS pass).
@@ -113,6 +115,20 @@ if want engine-signal; then
     tail -3 "$OUT/oe.err" | cut -c1-300
     dump=$(ls "$OUT/oe"/*.gtape 2>/dev/null | head -1)
     [ -n "$dump" ] && judge engine-signal "$dump" "$B/outside_engine" || row engine-signal "no dump" "-"
+fi
+
+if want engine-asked; then
+    echo "=============== engine-asked"
+    rm -rf "$OUT/oe2"
+    GPUTAPE_FLIGHT="$OUT/oe2" setsid "$B/outside_engine" run --backend cuda --fault hang --steps 40 --fault-step 23 \
+        >"$OUT/oe2.out" 2>"$OUT/oe2.err" &
+    pid=$!
+    sleep 8
+    "$G" dump "$pid" --reason "no token for 8 s" >"$OUT/oe2.dump" 2>&1
+    echo "dump exit $?: $(cat "$OUT/oe2.dump")"
+    kill_group "$pid"
+    dump=$(ls "$OUT/oe2"/*.gtape 2>/dev/null | head -1)
+    [ -n "$dump" ] && judge engine-asked "$dump" "$B/outside_engine" || row engine-asked "no dump" "-"
 fi
 
 if want pair; then
