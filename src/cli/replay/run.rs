@@ -123,101 +123,18 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
             r.hidden().len() - 1
         );
     }
-    let mut out = String::new();
-    let passed: bool;
-    let report = if as_graph {
-        let launches = opts.loops.max(1);
-        let mut g = r.run_as_graph(gpu, opts.range, launches, Some(&load_cuda))?;
-        out.push_str(&g.summary());
-        passed = g.passed();
-        if !g.loop_ms.is_empty() {
-            out.push_str(&timing_line("graph replay", &g.loop_ms));
-        }
-        if let Some(t) = g.captured_timing() {
-            out.push_str(&t);
-        }
-        if launches > 1 {
-            // The same step eagerly, right after in this process: the ratio that matters.
-            let eager = crate::replayer::ReplayOptions {
-                range: opts.range,
-                loops: launches,
-                verify: opts.verify,
-                ..Default::default()
-            };
-            g.eager_step_ms = r.run(gpu, &eager, None, |_| {})?.loop_ms;
-            if let Some(t) = g.step_ratio() {
-                out.push_str(&t);
-            }
-        }
-        crate::replayer::replay_json(None, Some(&g))
+    let mut done = if as_graph {
+        graphs(&r, gpu, opts, &load_cuda)?
     } else {
-        let total = t.calls.len() as u64;
-        let bar = (total > 20_000 && !json).then(|| {
-            let b = indicatif::ProgressBar::new(total);
-            b.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:40} {pos}/{len} calls {per_sec} eta {eta}",
-                )
-                .expect("valid template"),
-            );
-            b
-        });
-        // A child replay tells its parent how far it got, so a hang killed at its deadline
-        // can be placed (`replayer::child`).
-        let progress_file = child_report.and_then(|_| crate::replayer::child::progress_writer());
-        let rep = r.run(gpu, opts, Some(&load_cuda), |seq| {
-            if let Some(f) = &progress_file {
-                f(seq);
-            }
-            if let Some(b) = &bar {
-                if seq % 1024 == 0 {
-                    b.set_position(seq);
-                }
-            }
-        })?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        out.push_str(&rep.summary());
-        // A hang's dump whose replay ran to its end: the hang did not happen again.
-        passed = rep.passed() && !t.is_hang_dump();
-        if t.is_hang_dump() {
-            out.push_str(&crate::replayer::child::finished_hang(
-                &t,
-                &rep.opaque_kernels,
-            ));
-        }
-        if !rep.loop_ms.is_empty() {
-            out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
-            out.push_str(&timing_line("eager replay", &rep.loop_ms));
-        }
-        if let Some(p) = perfetto {
-            let spans: Vec<(u64, f64, f64)> = rep
-                .per_call_us
-                .iter()
-                .map(|c| (c.seq, c.start_us, c.us))
-                .collect();
-            let j = crate::analysis::export::perfetto_with_device(
-                &t,
-                crate::analysis::CaptureQuery::default(),
-                Some(crate::analysis::export::DeviceSpans {
-                    measured_by: format!("replayed on {}, sync after each call", on.name()),
-                    spans: &spans,
-                }),
-            );
-            if write_out(p, serde_json::to_string(&j)?.as_bytes())? {
-                eprintln!(
-                    "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
-                    p.display()
-                );
-            }
-        } else {
-            for c in &rep.per_call_us {
-                out.push_str(&format!("  #{:<6} {:10.1} us\n", c.seq, c.us));
-            }
-        }
-        crate::replayer::replay_json(Some(&rep), None)
+        let ctl = Eager {
+            json,
+            child: child_report.is_some(),
+            perfetto: perfetto.as_deref(),
+            on,
+        };
+        eager(&t, &r, gpu, opts, &load_cuda, ctl)?
     };
+    let (out, report, passed) = (&mut done.text, &done.report, done.passed);
     if pdl {
         match &opened.pdl_kernels {
             Some(count) => {
@@ -233,7 +150,7 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
         std::fs::write(
             p,
             serde_json::to_string(
-                &serde_json::json!({"text": out, "report": report, "passed": passed}),
+                &serde_json::json!({"text": *out, "report": report, "passed": passed}),
             )?,
         )?;
         return Ok(pass_if(passed));
@@ -294,4 +211,152 @@ fn in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exit> {
         );
     }
     Ok(pass_if(v["passed"].as_bool().unwrap_or(false)))
+}
+
+/// What a replay mode made: its text, its `--json` document and whether it passed.
+struct Outcome {
+    text: String,
+    report: serde_json::Value,
+    passed: bool,
+}
+
+/// `--as-graph`: the step's graphs built and launched `--loop` times, then the same step
+/// eagerly in this process for the ratio.
+fn graphs(
+    r: &crate::replayer::Replayer<'_>,
+    gpu: &dyn crate::backend::GpuBackend,
+    opts: &crate::replayer::ReplayOptions,
+    load_cuda: crate::replayer::ModuleLoader<'_>,
+) -> Result<Outcome> {
+    let mut out = String::new();
+    let launches = opts.loops.max(1);
+    let mut g = r.run_as_graph(gpu, opts.range, launches, Some(load_cuda))?;
+    out.push_str(&g.summary());
+    let passed = g.passed();
+    if !g.loop_ms.is_empty() {
+        out.push_str(&timing_line("graph replay", &g.loop_ms));
+    }
+    if let Some(t) = g.captured_timing() {
+        out.push_str(&t);
+    }
+    if launches > 1 {
+        // The same step eagerly, right after in this process: the ratio that matters.
+        let eager = crate::replayer::ReplayOptions {
+            range: opts.range,
+            loops: launches,
+            verify: opts.verify,
+            ..Default::default()
+        };
+        g.eager_step_ms = r.run(gpu, &eager, None, |_| {})?.loop_ms;
+        if let Some(t) = g.step_ratio() {
+            out.push_str(&t);
+        }
+    }
+    let report = crate::replayer::replay_json(None, Some(&g));
+    Ok(Outcome {
+        text: out,
+        report,
+        passed,
+    })
+}
+
+/// How the eager replay reports, beyond the replayer's options.
+struct Eager<'a> {
+    json: bool,
+    /// A child replay: it writes its progress for the parent (`replayer::child`).
+    child: bool,
+    perfetto: Option<&'a Path>,
+    on: super::super::backends::Backend,
+}
+
+/// The eager replay, with a progress bar on long traces, the verdict on a hang's dump that
+/// ran to its end, timings and `--perfetto`.
+fn eager(
+    t: &crate::trace::Trace,
+    r: &crate::replayer::Replayer<'_>,
+    gpu: &dyn crate::backend::GpuBackend,
+    opts: &crate::replayer::ReplayOptions,
+    load_cuda: crate::replayer::ModuleLoader<'_>,
+    ctl: Eager<'_>,
+) -> Result<Outcome> {
+    let Eager {
+        json,
+        child,
+        perfetto,
+        on,
+    } = ctl;
+    let mut out = String::new();
+    let total = t.calls.len() as u64;
+    let bar = (total > 20_000 && !json).then(|| {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} calls {per_sec} eta {eta}",
+            )
+            .expect("valid template"),
+        );
+        b
+    });
+    // A child replay tells its parent how far it got, so a hang killed at its deadline
+    // can be placed (`replayer::child`).
+    let progress_file = child
+        .then(crate::replayer::child::progress_writer)
+        .flatten();
+    let rep = r.run(gpu, opts, Some(load_cuda), |seq| {
+        if let Some(f) = &progress_file {
+            f(seq);
+        }
+        if let Some(b) = &bar {
+            if seq % 1024 == 0 {
+                b.set_position(seq);
+            }
+        }
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    out.push_str(&rep.summary());
+    // A hang's dump whose replay ran to its end: the hang did not happen again.
+    let passed = rep.passed() && !t.is_hang_dump();
+    if t.is_hang_dump() {
+        out.push_str(&crate::replayer::child::finished_hang(
+            t,
+            &rep.opaque_kernels,
+        ));
+    }
+    if !rep.loop_ms.is_empty() {
+        out.push_str(&format!("recorded: {:.3} ms\n", rep.recorded_ms));
+        out.push_str(&timing_line("eager replay", &rep.loop_ms));
+    }
+    if let Some(p) = perfetto {
+        let spans: Vec<(u64, f64, f64)> = rep
+            .per_call_us
+            .iter()
+            .map(|c| (c.seq, c.start_us, c.us))
+            .collect();
+        let j = crate::analysis::export::perfetto_with_device(
+            t,
+            crate::analysis::CaptureQuery::default(),
+            Some(crate::analysis::export::DeviceSpans {
+                measured_by: format!("replayed on {}, sync after each call", on.name()),
+                spans: &spans,
+            }),
+        );
+        if write_out(p, serde_json::to_string(&j)?.as_bytes())? {
+            eprintln!(
+                "wrote {} (load it in ui.perfetto.dev or chrome://tracing)",
+                p.display()
+            );
+        }
+    } else {
+        for c in &rep.per_call_us {
+            out.push_str(&format!("  #{:<6} {:10.1} us\n", c.seq, c.us));
+        }
+    }
+    let report = crate::replayer::replay_json(Some(&rep), None);
+    Ok(Outcome {
+        text: out,
+        report,
+        passed,
+    })
 }
