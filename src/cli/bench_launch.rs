@@ -1,6 +1,6 @@
 //! `gputape bench-launch`: what a launch costs on the host through the CUDA backend, through
 //! a recording recorder and with programmatic dependent launch, measured on the machine at
-//! hand so the README's numbers can be checked (and re-measured) on any GPU.
+//! hand so the published numbers can be checked (and re-measured) on any GPU.
 
 use anyhow::Result;
 
