@@ -2,6 +2,11 @@
 //! it: one function per driver entry point that `cuda/` uses, each with its one `unsafe` block
 //! and why that particular call is sound. Nothing else in gputape calls `sys::cu*`.
 //!
+//! One room, over 900 lines: a short function per entry point, kept together so that every
+//! `unsafe` call of the driver, and the reason it is sound, is read in one place (as cudarc
+//! keeps its `result` layer); the backend's concerns (`memory.rs`, `launch.rs`, `stream.rs`...)
+//! call in from their own rooms.
+//!
 //! Out-values come back as return values; a failure is a `DeviceError` made by `check`, which
 //! names the entry point as the driver exports it (`cuMemAlloc_v2`), so the text and codes are
 //! the ones the backend has always reported.

@@ -810,7 +810,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let r = self.inner.destroy_graph(graph);
         self.finish(tok, &r, SyncScope::None, |st, _| {
             st.gen += 1;
-            if let (Some(id), Some(f)) = (st.graphs.remove(&graph.0), st.flight.as_deref_mut()) {
+            if let (Some(id), Some(f)) = (st.graphs.remove(graph.0), st.flight.as_deref_mut()) {
                 f.graph_destroyed(id);
             }
             Value::Unit
@@ -997,7 +997,7 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
         let r = self.inner.destroy_event(event);
         self.finish(tok, &r, SyncScope::None, |st, _| {
             st.gen += 1;
-            st.events.remove(&event);
+            st.events.remove(event);
             st.event_stream.remove(&event);
             Value::Unit
         });

@@ -565,7 +565,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             let is_default = raw == st.default_stream;
             st.emit(&Frame::Adopt(Adopted::Stream { id, is_default }));
         }
-        let mut events: Vec<EventId> = st.events.values().copied().collect();
+        let mut events: Vec<EventId> = st.events.ids().collect();
         events.sort();
         for id in events {
             st.emit(&Frame::Adopt(Adopted::Event { id }));

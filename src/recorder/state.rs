@@ -1,5 +1,11 @@
 //! The recorder's bookkeeping: the ledger of live allocations (kept even when not recording),
 //! the raw-handle-to-id maps, and the writer.
+//!
+//! One room, over 900 lines: `RecState` is what the recorder's one lock guards, and its methods
+//! are the operations that must see all of it at once (an allocation's id, its ledger entry
+//! and the frame that says so, under one lock). What stands apart lives apart: the flight
+//! store (`flight/`), checkpoints (`checkpoint.rs`, `device_ckpt/`), communicators
+//! (`comm.rs`), and the id maps events and graphs share (`IdMap`, below).
 
 use super::flight::FlightStore;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
@@ -133,13 +139,11 @@ pub(crate) struct RecState {
     pub next_buf: u32,
     pub streams: HashMap<u64, StreamId>,
     pub next_stream: u32,
-    pub events: HashMap<u64, EventId>,
+    pub events: IdMap<EventId>,
     /// Communicators joined, by the backend's handle (`recorder/comm.rs`).
     pub comms: HashMap<u64, super::comm::CommRec>,
     pub event_stream: HashMap<u64, u64>,
-    pub next_event: u32,
-    pub graphs: HashMap<u64, GraphId>,
-    pub next_graph: u32,
+    pub graphs: IdMap<GraphId>,
     pub hosts: BTreeMap<usize, (HostId, usize)>,
     pub next_host: u32,
     pub kernels: HashMap<u64, KernelEntry>,
@@ -218,12 +222,10 @@ impl RecState {
             next_buf: 0,
             streams: HashMap::default(),
             next_stream: 0,
-            events: HashMap::default(),
+            events: IdMap::new(EventId),
             comms: HashMap::default(),
             event_stream: HashMap::default(),
-            next_event: 0,
-            graphs: HashMap::default(),
-            next_graph: 0,
+            graphs: IdMap::new(GraphId),
             hosts: BTreeMap::new(),
             next_host: 0,
             kernels: HashMap::default(),
@@ -497,7 +499,7 @@ impl RecState {
     /// The capture the flight store holds open ended: into the graph of raw handle `made`,
     /// or abandoned (`None`).
     pub fn capture_closed(&mut self, made: Option<u64>) {
-        let made = made.and_then(|g| self.graphs.get(&g).copied());
+        let made = made.and_then(|g| self.graphs.get(g));
         if let Some(f) = self.flight.as_deref_mut() {
             f.capture_closed(made);
         }
@@ -861,8 +863,8 @@ impl RecState {
     }
 
     pub fn event(&mut self, raw: u64) -> EventId {
-        if let Some(id) = self.events.get(&raw) {
-            return *id;
+        if let Some(id) = self.events.get(raw) {
+            return id;
         }
         let id = self.new_event(raw);
         self.emit(&Frame::Adopt(Adopted::Event { id }));
@@ -871,15 +873,12 @@ impl RecState {
 
     pub fn new_event(&mut self, raw: u64) -> EventId {
         self.gen += 1;
-        let id = EventId(self.next_event);
-        self.next_event += 1;
-        self.events.insert(raw, id);
-        id
+        self.events.fresh(raw)
     }
 
     pub fn graph(&mut self, raw: u64) -> GraphId {
-        if let Some(id) = self.graphs.get(&raw) {
-            return *id;
+        if let Some(id) = self.graphs.get(raw) {
+            return id;
         }
         let id = self.new_graph(raw);
         self.emit(&Frame::Adopt(Adopted::Graph { id }));
@@ -888,10 +887,7 @@ impl RecState {
 
     pub fn new_graph(&mut self, raw: u64) -> GraphId {
         self.gen += 1;
-        let id = GraphId(self.next_graph);
-        self.next_graph += 1;
-        self.graphs.insert(raw, id);
-        id
+        self.graphs.fresh(raw)
     }
 
     /// The id of a kernel handle; the first sighting writes its definition (and its module's
@@ -976,5 +972,46 @@ impl RecState {
         if !elems.is_empty() {
             self.emit(&Frame::KernelElems { id, elems });
         }
+    }
+}
+
+/// Raw handles to trace ids numbered in order of first sight, the next id kept beside the map:
+/// what events and graphs share (streams and buffers number with more rules of their own).
+pub(crate) struct IdMap<I> {
+    map: HashMap<u64, I>,
+    next: u32,
+    make: fn(u32) -> I,
+}
+
+impl<I: Copy> IdMap<I> {
+    pub fn new(make: fn(u32) -> I) -> Self {
+        IdMap {
+            map: HashMap::default(),
+            next: 0,
+            make,
+        }
+    }
+
+    /// The id `raw` has, if it has one.
+    pub fn get(&self, raw: u64) -> Option<I> {
+        self.map.get(&raw).copied()
+    }
+
+    /// A new id for `raw` (a handle the backend may have reused gets a new one).
+    pub fn fresh(&mut self, raw: u64) -> I {
+        let id = (self.make)(self.next);
+        self.next += 1;
+        self.map.insert(raw, id);
+        id
+    }
+
+    /// `raw` released: its id goes.
+    pub fn remove(&mut self, raw: u64) -> Option<I> {
+        self.map.remove(&raw)
+    }
+
+    /// Every id live now.
+    pub fn ids(&self) -> impl Iterator<Item = I> + '_ {
+        self.map.values().copied()
     }
 }

@@ -1,4 +1,10 @@
 //! The call log, record by record, into trace calls (the table in `mod.rs`).
+//!
+//! One room, over 900 lines: the `Converter`'s state (the handle-to-id maps of one process,
+//! its reservations, modules, functions and captures) is what every record reads and writes,
+//! and `record` is its one match over the log's record kinds, an arm each; the parts that need
+//! none of that state (reservation extents, launch arguments as addresses) are free functions
+//! here, and the summary's text is `mod.rs`'s.
 
 use std::collections::{BTreeMap, HashMap};
 
