@@ -898,3 +898,31 @@ fn ranks_prints_its_findings_as_json() {
     assert_eq!(first["step"], 13, "{v:#}");
     assert!(v["replays"].is_null());
 }
+
+/// `gputape dump PID` of a process that keeps no flight recorder, and of one that is gone:
+/// usage errors (exit 2) that say why, and no request file left anywhere.
+#[test]
+fn dump_refuses_a_process_without_a_flight_recorder() {
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .env_remove("GPUTAPE_FLIGHT")
+        .env_remove("GPUTAPE_SHIM_FLIGHT_DIR")
+        .spawn()
+        .unwrap();
+    let o = gputape(&["dump", &sleeper.id().to_string()]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("keeps no flight recorder"),
+        "{}",
+        stderr(&o)
+    );
+    let o = gputape(&["dump", "4000000000"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot read the environment of process"),
+        "{}",
+        stderr(&o)
+    );
+}
