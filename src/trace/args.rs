@@ -114,6 +114,20 @@ impl Arg {
             .chain(maps.iter().map(|(_, m)| &m.base))
     }
 
+    /// `device_addrs`, each to be changed in place.
+    pub fn device_addrs_mut(&mut self) -> impl Iterator<Item = &mut DevAddr> {
+        let (single, words, maps): (Option<&mut DevAddr>, &mut [_], &mut [_]) = match self {
+            Arg::Words(w) => (None, &mut w.ptrs[..], &mut w.maps[..]),
+            Arg::Buf(d) => (Some(d), &mut [], &mut []),
+            Arg::TensorMap(m) => (Some(&mut m.base), &mut [], &mut []),
+            Arg::Val(_) => (None, &mut [], &mut []),
+        };
+        single
+            .into_iter()
+            .chain(words.iter_mut().map(|(_, d)| d))
+            .chain(maps.iter_mut().map(|(_, m)| &mut m.base))
+    }
+
     /// The device address this argument carries: a pointer's, or the one inside a tensor map
     /// (the first, for a parameter with several).
     pub fn device_addr(&self) -> Option<&DevAddr> {

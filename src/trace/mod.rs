@@ -13,6 +13,7 @@ mod diff;
 mod elems;
 mod format;
 mod frame;
+mod operands;
 mod prefault;
 mod reader;
 mod refs;
@@ -31,9 +32,10 @@ pub use format::{
     FILE_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use frame::*;
+pub use operands::{On, Operand, OperandMut, Use};
 pub use reader::{read_frames, FileSource, FrameReader, Item, LazyBlob, Source};
 pub use refs::{refs, written_by, Refs};
-pub use relabel::{call_blob_mut, each_blob_mut};
+pub use relabel::each_blob_mut;
 pub use render::{call_text, render, render_call, ret_text, summary};
 pub use restart::RestartError;
 pub use signature::ParamType;
