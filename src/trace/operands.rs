@@ -246,3 +246,77 @@ impl Call {
         on
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buf(n: u32) -> DevAddr {
+        DevAddr::Buf {
+            buf: BufferId(n),
+            off: 0,
+        }
+    }
+
+    /// A launch given a struct with two pointers inside (a driver-level recording's): both
+    /// buffers are named and may be written, and renaming walks reach both.
+    #[test]
+    fn every_pointer_in_a_struct_argument_is_an_operand() {
+        let mut call = Call::Launch {
+            kernel: KernelId(0),
+            grid: [1; 3],
+            block: [1; 3],
+            shared_mem: 0,
+            stream: StreamRef::Id(StreamId(1)),
+            args: [
+                Arg::Words(Box::new(WordsArg {
+                    bytes: vec![0; 16],
+                    ptrs: vec![(0, buf(3)), (8, buf(5))],
+                    maps: vec![],
+                })),
+                Arg::Buf(buf(7)),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        assert_eq!(
+            super::super::refs(&call).bufs,
+            vec![BufferId(3), BufferId(5), BufferId(7)]
+        );
+        assert_eq!(
+            super::super::written_by(&call),
+            vec![BufferId(3), BufferId(5), BufferId(7)]
+        );
+        assert_eq!(call.work_stream(), Some(StreamRef::Id(StreamId(1))));
+        let mut seen = 0;
+        call.operands_mut(&mut |o| {
+            if let OperandMut::Dev(DevAddr::Buf { off, .. }, Use::Kernel) = o {
+                *off += 1;
+                seen += 1;
+            }
+        });
+        assert_eq!(seen, 3);
+        let mut offs = Vec::new();
+        call.operands(&mut |o| {
+            if let Operand::Dev(DevAddr::Buf { off, .. }, _) = o {
+                offs.push(*off);
+            }
+        });
+        assert_eq!(offs, vec![1, 1, 1]);
+    }
+
+    /// A synchronous copy runs on the legacy stream; a sync names its stream without work.
+    #[test]
+    fn work_streams_follow_what_a_call_queues() {
+        let copy = Call::CopyD2H {
+            src: buf(1),
+            len: 4,
+        };
+        assert_eq!(copy.work_stream(), Some(StreamRef::Legacy));
+        let sync = Call::Synchronize {
+            stream: StreamRef::Id(StreamId(2)),
+        };
+        assert_eq!(sync.work_stream(), None);
+        assert_eq!(super::super::refs(&sync).streams, vec![StreamId(2)]);
+    }
+}
