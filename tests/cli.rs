@@ -926,3 +926,26 @@ fn dump_refuses_a_process_without_a_flight_recorder() {
         stderr(&o)
     );
 }
+
+/// `replay --sanitize` where compute-sanitizer is not to be found: exit 4 and what to set.
+#[test]
+fn sanitize_without_compute_sanitizer_says_so() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args([
+            "replay",
+            "traces/mock_tiny_fault_step4.gtape",
+            "--on",
+            "cuda",
+            "--sanitize",
+            "memcheck",
+        ])
+        .env("COMPUTE_SANITIZER", "/nonexistent/compute-sanitizer")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("compute-sanitizer") && stderr(&o).contains("COMPUTE_SANITIZER"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -30,6 +30,11 @@ pub struct NeedsGpu {
     pub kernels: String,
 }
 
+/// A tool a verb was asked to run under is not on this machine: exit status 4.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} was not found on this machine")]
+pub struct NeedsTool(pub String);
+
 /// The backend a verb that runs `t` uses when `--on` was not given: CUDA when the trace
 /// launches kernels the mock cannot run (a driver-level recording's compiled kernels, an
 /// engine's own) and a driver is present; the mock otherwise. Where the mock cannot run them

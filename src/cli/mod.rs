@@ -202,6 +202,7 @@ pub fn exit_for(e: &anyhow::Error) -> Exit {
         }
         if c.downcast_ref::<crate::cuda::ProbeError>().is_some()
             || c.downcast_ref::<backends::NeedsGpu>().is_some()
+            || c.downcast_ref::<backends::NeedsTool>().is_some()
         {
             return Exit::NoBackend;
         }

@@ -26,6 +26,7 @@ mod policy;
 mod ranks;
 mod report;
 mod restore;
+pub mod sanitizer;
 mod state;
 mod trim;
 mod verify;

@@ -137,6 +137,12 @@ pub struct Args {
     /// snapshot test holds (`gputape::replayer::replay_layout`).
     #[arg(long, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite", "against", "chaos", "json"])]
     layout: bool,
+    /// On CUDA, replay under NVIDIA's compute-sanitizer with this tool (memcheck, racecheck,
+    /// initcheck, synccheck; found as `COMPUTE_SANITIZER`, on PATH or under CUDA_HOME): its
+    /// findings join the report, and a recorded fault counts as reproduced when the tool names
+    /// a launch of the fault's window, whatever code the driver returned under it.
+    #[arg(long, value_name = "TOOL", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS), conflicts_with_all = ["as_graph", "perfetto", "check_finite", "against", "chaos", "layout"])]
+    sanitize: Option<String>,
     // Given by the parent of a child replay (see `replay_in_child`): where to write the report.
     #[arg(long, hide = true)]
     child_report: Option<PathBuf>,

@@ -38,8 +38,10 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
         ref perfetto,
         steps,
         ref child_report,
+        ref sanitize,
         ..
     } = a;
+    let sanitize = sanitize.as_deref();
     let child_report = child_report.as_deref();
     use crate::replayer::Replayer;
     let t = open_trace(ctx, path)?;
@@ -85,11 +87,24 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
     let as_graph = policy.as_graph(as_graph);
     // A hang's dump is expected to hang again, on any backend: only a child can be killed.
     let hang_dump = t.is_hang_dump();
+    if let (Some(tool), None) = (sanitize, child_report) {
+        // Under the tool, always in a child: the tool runs the child, not this process.
+        anyhow::ensure!(
+            !on.runs_cpu_twins(),
+            "--sanitize runs compute-sanitizer over a CUDA replay: add --on cuda"
+        );
+        let exe = crate::replayer::sanitizer::find().ok_or_else(|| {
+            super::super::backends::NeedsTool(
+                "compute-sanitizer (set COMPUTE_SANITIZER, put it on PATH, or CUDA_HOME)".into(),
+            )
+        })?;
+        return in_child(ctx, &t, json, Some((tool, exe)));
+    }
     if (policy.isolate(on.fault_poisons_process()) || hang_dump)
         && !no_isolate
         && child_report.is_none()
     {
-        return in_child(ctx, &t, json);
+        return in_child(ctx, &t, json, None);
     }
     let want = Want {
         redzones: policy.redzones(opts.scan_redzones_each).then_some(256),
@@ -166,10 +181,26 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
 /// Replay in a child process (this same command again), so a fault that kills the CUDA
 /// context, or a hang, leaves this one to report it; a child killed as hung is judged by
 /// `replayer::child::HangVerdict`.
-fn in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exit> {
+fn in_child(
+    ctx: &Ctx,
+    t: &crate::trace::Trace,
+    json: bool,
+    sanitize: Option<(&str, std::path::PathBuf)>,
+) -> Result<Exit> {
     use crate::replayer::child::{replay_in_child, ChildOutcome};
+    use crate::replayer::sanitizer;
     let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
-    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    let log = std::env::temp_dir().join(format!("gputape-sanitizer-{}.log", std::process::id()));
+    let me = std::env::current_exe()?;
+    let cmd = match &sanitize {
+        Some((tool, exe)) => {
+            let mut c = std::process::Command::new(exe);
+            c.args(sanitizer::wrap_args(tool, &log)).arg(&me);
+            c
+        }
+        None => std::process::Command::new(&me),
+    };
+    let mut cmd = cmd;
     cmd.args(&ctx.args);
     let run = match replay_in_child(cmd, t, &dir)? {
         ChildOutcome::Finished(run) => run,
@@ -195,16 +226,45 @@ fn in_child(ctx: &Ctx, t: &crate::trace::Trace, json: bool) -> Result<Exit> {
         );
     };
     let mut v: serde_json::Value = serde_json::from_str(&text)?;
+    let mut extra = String::new();
+    if let Some((tool, _)) = &sanitize {
+        let report = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        let findings = sanitizer::parse(&report);
+        let shown = sanitizer::reproduces(t, &findings);
+        extra.push_str(&format!(
+            "compute-sanitizer {tool}: {} finding(s)\n",
+            findings.len()
+        ));
+        for f in findings.iter().take(8) {
+            extra.push_str(&format!("  {}\n", f.line()));
+        }
+        if let Some(f) = shown {
+            extra.push_str(&format!(
+                "-> fault REPRODUCED under {tool}: {} names {} in the recorded fault's window (the driver's own code under the tool may differ from the recording's)\n",
+                f.what,
+                f.kernel.as_deref().unwrap_or_default()
+            ));
+            v["passed"] = true.into();
+        }
+        v["report"]["sanitizer"] = serde_json::json!({
+            "tool": tool,
+            "findings": findings,
+            "reproduced": shown.is_some(),
+        });
+    }
     if json {
         if let Some(l) = &assert_line {
             v["report"]["device_assert"] = serde_json::json!({"threads": run.asserts, "first": l});
         }
+        v["report"]["passed"] = v["passed"].clone();
         println!("{}", serde_json::to_string_pretty(&v["report"])?);
     } else {
         print!("{}", v["text"].as_str().unwrap_or_default());
         if let Some(l) = &assert_line {
             println!("{l}");
         }
+        print!("{extra}");
         println!(
             "(replayed in a child process, which exited with {})",
             run.status
