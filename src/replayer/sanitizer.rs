@@ -76,6 +76,13 @@ impl Finding {
         self.kernel.is_some() && !self.what.starts_with("Program hit")
     }
 
+    /// An error the replay itself made on purpose: it asks each kernel's parameter layout
+    /// until the driver says there is no parameter more (`CUDA_ERROR_INVALID_VALUE` from
+    /// `cuFuncGetParamInfo`), which the tool reports like any failed call.
+    pub fn own_probe(&self) -> bool {
+        self.what.starts_with("Program hit") && self.what.ends_with("cuFuncGetParamInfo.")
+    }
+
     /// One line for a person.
     pub fn line(&self) -> String {
         let mut s = self.what.clone();
@@ -100,7 +107,7 @@ impl Finding {
 
 /// The findings of a compute-sanitizer report (its `--log-file`, or its output), in order.
 /// Lines are `========= ` and a finding's first line, then its indented lines; the banner, the
-/// error summary and host backtraces are not findings.
+/// error summary, the program's exit and host backtraces are not findings.
 pub fn parse(report: &str) -> Vec<Finding> {
     let mut out: Vec<Finding> = Vec::new();
     let mut in_frames = false;
@@ -116,7 +123,10 @@ pub fn parse(report: &str) -> Vec<Finding> {
         let text = body.trim();
         if !indented {
             in_frames = false;
-            if text.starts_with("COMPUTE-SANITIZER") || text.starts_with("ERROR SUMMARY") {
+            if text.starts_with("COMPUTE-SANITIZER")
+                || text.starts_with("ERROR SUMMARY")
+                || text.starts_with("Target application returned")
+            {
                 continue;
             }
             out.push(Finding {
@@ -155,6 +165,16 @@ pub fn parse(report: &str) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The findings a person reads: those in kernels first, then the failed calls that followed,
+/// the replay's own layout probes left out.
+pub fn for_report(findings: &[Finding]) -> Vec<&Finding> {
+    let (kernel, host): (Vec<&Finding>, Vec<&Finding>) = findings
+        .iter()
+        .filter(|f| !f.own_probe())
+        .partition(|f| f.in_kernel());
+    kernel.into_iter().chain(host).collect()
 }
 
 /// Whether `findings` show the fault `t` recorded: a kernel finding in a launch of one of its
@@ -223,6 +243,58 @@ mod tests {
         assert!(f[0]
             .line()
             .contains("gather_scaled+0x110 at triton_ima.py:9"));
+    }
+
+    /// The report compute-sanitizer 2025.3.1 wrote on the H200 (run 116) for `gputape replay
+    /// --on cuda` of a minimized Triton out-of-bounds read: the replay's own layout probe, the
+    /// read with its Triton source line, then the failed calls that followed.
+    #[test]
+    fn the_h200_s_memcheck_report_reads_as_its_findings() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/memcheck-triton-oob.log"
+        ))
+        .unwrap();
+        let all = parse(&text);
+        // The probe, the read, and the 11 calls that failed after it.
+        assert_eq!(all.len(), 13, "{all:#?}");
+        assert!(all[0].own_probe());
+        let shown = for_report(&all);
+        assert_eq!(shown.len(), 12);
+        let read = shown[0];
+        assert_eq!(read.what, "Invalid __global__ read of size 4 bytes");
+        assert_eq!(read.kernel.as_deref(), Some("gather_scaled"));
+        assert_eq!(read.offset.as_deref(), Some("0x110"));
+        assert_eq!(read.source.as_deref(), Some("gpu-triton-oob.py:17"));
+        assert_eq!(read.thread.as_deref(), Some("(7,0,0)"));
+        assert_eq!(read.block.as_deref(), Some("(0,0,0)"));
+        assert_eq!(read.detail.len(), 2, "{:?}", read.detail);
+        assert!(read.detail[1].contains("bytes after the nearest allocation"));
+        assert!(shown[1..].iter().all(|f| !f.in_kernel()));
+    }
+
+    /// A finding counts for the recorded fault only in a launch of the fault's window.
+    #[test]
+    fn a_finding_reproduces_the_fault_only_in_its_window() {
+        let t = Trace::open(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/traces/mock_tiny_fault_step4.gtape"
+        )))
+        .unwrap();
+        let finding = |kernel: &str| Finding {
+            what: "Invalid __global__ write of size 4 bytes".into(),
+            kernel: Some(kernel.into()),
+            ..Finding::default()
+        };
+        let hit = [finding("silu_mul")];
+        assert!(reproduces(&t, &hit).is_some());
+        let elsewhere = [finding("no_such_kernel")];
+        assert!(reproduces(&t, &elsewhere).is_none());
+        let host_only = [Finding {
+            what: "Program hit CUDA_ERROR_LAUNCH_FAILED (error 719)".into(),
+            ..Finding::default()
+        }];
+        assert!(reproduces(&t, &host_only).is_none());
     }
 
     #[test]

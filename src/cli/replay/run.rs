@@ -232,11 +232,12 @@ fn in_child(
         let _ = std::fs::remove_file(&log);
         let findings = sanitizer::parse(&report);
         let shown = sanitizer::reproduces(t, &findings);
+        let listed = sanitizer::for_report(&findings);
         extra.push_str(&format!(
             "compute-sanitizer {tool}: {} finding(s)\n",
-            findings.len()
+            listed.len()
         ));
-        for f in findings.iter().take(8) {
+        for f in listed.iter().take(8) {
             extra.push_str(&format!("  {}\n", f.line()));
         }
         if let Some(f) = shown {
@@ -249,7 +250,7 @@ fn in_child(
         }
         v["report"]["sanitizer"] = serde_json::json!({
             "tool": tool,
-            "findings": findings,
+            "findings": listed,
             "reproduced": shown.is_some(),
         });
     }
