@@ -4,7 +4,8 @@
 # CUDA; the minimized trace replayed with `--sanitize memcheck` (the finding, its kernel and
 # source line, the fault counted as reproduced) and, for comparison and as a fixture, run under
 # compute-sanitizer directly with its own log; the whole program under memcheck, timed, against
-# the minimized replay under it. Then the embedding assert's dump (scripts/gpu-embedding-oob.py).
+# the minimized replay under it; `minimize --sanitize memcheck` of the dump (the finding kept) and
+# its result replayed under the tool. Then the embedding assert's dump (scripts/gpu-embedding-oob.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-gpu-bin}
@@ -38,6 +39,12 @@ t0=$(date +%s%N)
 timeout 300 "$CS" --tool memcheck --target-processes all --log-file "$OUT/memcheck-whole.log" $PY scripts/gpu-triton-oob.py >/dev/null 2>&1
 echo "compute-sanitizer on the whole program: exit $? in $(ms $t0) ms"; head -8 "$OUT/memcheck-whole.log"
 t0=$(date +%s%N); $PY scripts/gpu-triton-oob.py >/dev/null 2>&1; echo "the whole program plain: $(ms $t0) ms"
+
+t0=$(date +%s%N)
+timeout 400 "$G" minimize --on cuda --sanitize memcheck --max-attempts 40 -o "$OUT/min-san.gtape" "$dump" >"$OUT/min-san.log" 2>&1
+echo "minimize --sanitize memcheck exit $? in $(ms $t0) ms"; tail -6 "$OUT/min-san.log" | cut -c1-300
+timeout 300 "$G" replay --on cuda --sanitize memcheck "$OUT/min-san.gtape" >"$OUT/san2.out" 2>&1
+echo "its replay --sanitize exit $?"; grep -E "REPRODUCED|finding" "$OUT/san2.out" | cut -c1-300 | head -4
 
 "$G" run --flight "$OUT/fl2" -- $PY scripts/gpu-embedding-oob.py >"$OUT/emb.out" 2>"$OUT/emb.err"
 dump=$(ls "$OUT/fl2"/*.gtape 2>/dev/null | head -1)

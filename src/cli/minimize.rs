@@ -42,6 +42,11 @@ pub struct Args {
     /// taken for a NaN.
     #[arg(long)]
     check_finite: bool,
+    /// On CUDA, keep a compute-sanitizer finding instead of the driver's error: each attempt
+    /// is replayed under the tool (`replay --sanitize TOOL`), and a candidate reproduces the
+    /// fault when the tool names the same finding in the same kernel.
+    #[arg(long, value_name = "TOOL", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS), conflicts_with = "check_finite")]
+    sanitize: Option<String>,
 }
 
 /// `minimize --json`: what was kept, from what, in how many replays. `reproduced: false`
@@ -114,6 +119,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         &a.output,
         on,
         (a.max_attempts, a.json, a.check_finite),
+        a.sanitize.as_deref(),
     )
 }
 
@@ -158,6 +164,7 @@ fn minimize(
     out: &Path,
     on: Backend,
     (max_attempts, json, check_finite): (usize, bool, bool),
+    sanitize: Option<&str>,
 ) -> Result<Exit> {
     use crate::replayer::{
         minimize, minimize_value, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
@@ -201,6 +208,18 @@ fn minimize(
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
     drop(backends::open(ctx, on, Want::default())?);
+    if sanitize.is_some() {
+        anyhow::ensure!(
+            on.fault_poisons_process(),
+            "--sanitize runs compute-sanitizer over CUDA replays: add --on cuda"
+        );
+        if crate::replayer::sanitizer::find().is_none() {
+            return Err(backends::NeedsTool(
+                "compute-sanitizer (set COMPUTE_SANITIZER, put it on PATH, or CUDA_HOME)".into(),
+            )
+            .into());
+        }
+    }
     let opts = ReplayOptions {
         verify: false,
         ..Default::default()
@@ -229,6 +248,25 @@ fn minimize(
                     // A candidate that cannot even be set up does not reproduce anything.
                     Err(_) => return Ok(None),
                 }
+            }
+            // Under the sanitizer: the finding decides, whatever the driver's code.
+            true if sanitize.is_some() => {
+                std::fs::write(&attempt_file, cand.to_bytes()?)?;
+                let child = std::process::Command::new(std::env::current_exe()?)
+                    .args(["replay", "--on", on.name(), "--json", "--sanitize"])
+                    .arg(sanitize.unwrap_or_default())
+                    .arg(&attempt_file)
+                    .stderr(std::process::Stdio::null())
+                    .output()?;
+                let v: serde_json::Value = match serde_json::from_slice(&child.stdout) {
+                    Ok(v) => v,
+                    Err(_) => return Ok(None),
+                };
+                let first = &v["sanitizer"]["findings"][0];
+                return Ok(match (first["what"].as_str(), first["kernel"].as_str()) {
+                    (Some(what), Some(kernel)) => Some(FaultSignature::finding(what, kernel)),
+                    _ => None,
+                });
             }
             // Each candidate in a child: the first fault would end this process's context.
             true => {

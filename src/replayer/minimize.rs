@@ -30,6 +30,10 @@ pub struct FaultSignature {
     /// replay's finite check named `kernel` as its first writer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// A compute-sanitizer finding in `kernel` (`minimize --sanitize`: "Invalid __global__
+    /// read of size 4 bytes"), whatever code the driver returned under the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<String>,
 }
 
 impl FaultSignature {
@@ -40,6 +44,7 @@ impl FaultSignature {
             kernel: None,
             hang: true,
             value: None,
+            finding: None,
         }
     }
 
@@ -50,6 +55,18 @@ impl FaultSignature {
             kernel: Some(kernel.to_string()),
             hang: false,
             value: Some(value.to_string()),
+            finding: None,
+        }
+    }
+
+    /// A compute-sanitizer finding (`what`) in `kernel`.
+    pub fn finding(what: &str, kernel: &str) -> Self {
+        FaultSignature {
+            code: None,
+            kernel: Some(kernel.to_string()),
+            hang: false,
+            value: None,
+            finding: Some(what.to_string()),
         }
     }
 }
@@ -60,12 +77,23 @@ impl PartialEq for FaultSignature {
             (Some(a), Some(b)) => crate::backend::same_fault(a, b),
             (a, b) => a == b,
         };
-        codes && self.kernel == other.kernel && self.hang == other.hang && self.value == other.value
+        codes
+            && self.kernel == other.kernel
+            && self.hang == other.hang
+            && self.value == other.value
+            && self.finding == other.finding
     }
 }
 
 impl std::fmt::Display for FaultSignature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(what) = &self.finding {
+            write!(f, "{what} (compute-sanitizer)")?;
+            if let Some(k) = &self.kernel {
+                write!(f, " in {k}")?;
+            }
+            return Ok(());
+        }
         match (self.code, self.hang) {
             _ if self.value.is_some() => {
                 write!(f, "{}", self.value.as_deref().unwrap_or_default())?;
@@ -98,6 +126,7 @@ pub fn signature(r: &ReplayReport) -> Option<(FaultSignature, Option<Culprit>)> 
                 .or_else(|| f.kernel.clone()),
             hang: false,
             value: None,
+            finding: None,
         },
         f.raised_by.clone(),
     ))
