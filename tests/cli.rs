@@ -949,3 +949,23 @@ fn sanitize_without_compute_sanitizer_says_so() {
         stderr(&o)
     );
 }
+
+/// `minimize --sanitize` keeps a compute-sanitizer finding, which only a CUDA replay has.
+#[test]
+fn minimize_sanitize_wants_a_cuda_replay() {
+    let out = std::env::temp_dir().join(format!("gputape-minsan-{}.gtape", std::process::id()));
+    let out = out.to_string_lossy().into_owned();
+    let o = gputape(&[
+        "minimize",
+        "traces/mock_tiny_fault_step4.gtape",
+        "-o",
+        &out,
+        "--on",
+        "mock",
+        "--sanitize",
+        "memcheck",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("add --on cuda"), "{}", stderr(&o));
+    assert!(!std::path::Path::new(&out).exists());
+}
