@@ -225,6 +225,19 @@ fn minimize(
         ..Default::default()
     };
     let attempt_file = temp_beside(out).with_extension("attempt.gtape");
+    // A candidate replayed on `on` by a child `replay --json` with `extra` arguments: its
+    // report, or `None` where it printed none (it died first).
+    let child_json =
+        |cand: &crate::trace::Trace, extra: &[&str]| -> Result<Option<serde_json::Value>> {
+            std::fs::write(&attempt_file, cand.to_bytes()?)?;
+            let child = std::process::Command::new(std::env::current_exe()?)
+                .args(["replay", "--on", on.name(), "--json"])
+                .args(extra)
+                .arg(&attempt_file)
+                .stderr(std::process::Stdio::null())
+                .output()?;
+            Ok(serde_json::from_slice(&child.stdout).ok())
+        };
     let mut oracle = |cand: &crate::trace::Trace| -> Result<Option<FaultSignature>> {
         if value {
             return finite_signature(ctx, on, cand);
@@ -251,16 +264,9 @@ fn minimize(
             }
             // Under the sanitizer: the finding decides, whatever the driver's code.
             true if sanitize.is_some() => {
-                std::fs::write(&attempt_file, cand.to_bytes()?)?;
-                let child = std::process::Command::new(std::env::current_exe()?)
-                    .args(["replay", "--on", on.name(), "--json", "--sanitize"])
-                    .arg(sanitize.unwrap_or_default())
-                    .arg(&attempt_file)
-                    .stderr(std::process::Stdio::null())
-                    .output()?;
-                let v: serde_json::Value = match serde_json::from_slice(&child.stdout) {
-                    Ok(v) => v,
-                    Err(_) => return Ok(None),
+                let tool = sanitize.unwrap_or_default();
+                let Some(v) = child_json(cand, &["--sanitize", tool])? else {
+                    return Ok(None);
                 };
                 let first = &v["sanitizer"]["findings"][0];
                 return Ok(match (first["what"].as_str(), first["kernel"].as_str()) {
@@ -270,15 +276,8 @@ fn minimize(
             }
             // Each candidate in a child: the first fault would end this process's context.
             true => {
-                std::fs::write(&attempt_file, cand.to_bytes()?)?;
-                let child = std::process::Command::new(std::env::current_exe()?)
-                    .args(["replay", "--on", on.name(), "--json", "--no-isolate"])
-                    .arg(&attempt_file)
-                    .stderr(std::process::Stdio::null())
-                    .output()?;
-                let v: serde_json::Value = match serde_json::from_slice(&child.stdout) {
-                    Ok(v) => v,
-                    Err(_) => return Ok(None),
+                let Some(v) = child_json(cand, &["--no-isolate"])? else {
+                    return Ok(None);
                 };
                 // Only the faults decide the signature.
                 match serde_json::from_value(v["faults"].clone()) {
