@@ -277,22 +277,35 @@ fn a_signal_dump_of_a_hung_outside_engine_is_judged_as_a_hang() {
     let mut engine = Command::new(&p)
         .args(["run", "--fault", "hang", "--fault-step", "11"])
         .env("GPUTAPE_FLIGHT", &dir)
+        // A signal before the engine waits (a slow start on a loaded machine) dumps too, with
+        // nothing in flight: each signal may dump, until one finds the copy waiting.
+        .env("GPUTAPE_FLIGHT_MAX_DUMPS", "1000")
         .env_remove("GPUTAPE_FLIGHT_HANG_S")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Signalled until it has dumped: the first signals may come before it waits.
+    let waiting = |p: &PathBuf| {
+        gputape::trace::Trace::open(p)
+            .ok()
+            .filter(|t| t.dump.as_ref().is_some_and(|d| !d.in_flight.is_empty()))
+            .map(|t| (p.clone(), t))
+    };
     let t0 = std::time::Instant::now();
-    while gtapes(&dir).is_empty() && t0.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(500));
+    let (dump, t) = loop {
+        if let Some(found) = gtapes(&dir).iter().find_map(waiting) {
+            break found;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no SIGUSR1 dump found the engine waiting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
         // SAFETY: kill(2) on our own child, still running (it hangs).
         unsafe { libc::kill(engine.id() as i32, libc::SIGUSR1) };
-    }
+    };
     let _ = engine.kill();
     let _ = engine.wait();
-    let dump = gtapes(&dir).pop().expect("SIGUSR1 dumped");
-    let t = gputape::trace::Trace::open(&dump).unwrap();
     assert_eq!(t.dump.as_ref().unwrap().reason, "SIGUSR1");
     assert!(
         !t.dump.as_ref().unwrap().in_flight.is_empty() && t.is_hang_dump(),
@@ -321,22 +334,34 @@ fn gputape_dump_asks_an_engine_s_own_recorder_for_its_dump() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
-        .args([
-            "dump",
-            &engine.id().to_string(),
-            "--reason",
-            "no token for 5 s",
-        ])
-        .output()
-        .unwrap();
+    // Asked until a dump finds the engine waiting (a slow start on a loaded machine may be
+    // asked before it reaches the hang; a request always dumps).
+    let t0 = std::time::Instant::now();
+    let (dump, t) = loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
+            .args([
+                "dump",
+                &engine.id().to_string(),
+                "--reason",
+                "no token for 5 s",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let dump = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        let t = gputape::trace::Trace::open(&dump).unwrap();
+        if t.dump.as_ref().is_some_and(|d| !d.in_flight.is_empty()) {
+            break (dump, t);
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no dump found the engine waiting"
+        );
+    };
     let _ = engine.kill();
     let _ = engine.wait();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    let dump = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-    let t = gputape::trace::Trace::open(&dump).unwrap();
     assert_eq!(t.dump.as_ref().unwrap().reason, "asked: no token for 5 s");
     assert!(t.is_hang_dump(), "the waiting copy is in flight");
     let (code, out) = with_deadline(&p, &["replay".as_ref(), dump.as_os_str()]);

@@ -730,7 +730,9 @@ fn a_requested_dump_names_the_waiting_sync_and_sigterm_reaches_the_program() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     // Step 5's kernel spins; the sync after it waits (the fake driver gives up after 4 s).
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // (1.5 s: reached within milliseconds on an idle machine, with room for a loaded one, and
+    // well before the fake sync gives up at 4 s; the request is served within 0.2 s.)
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     let o = gputape(&[
         "dump".as_ref(),
         pid.as_ref(),

@@ -98,13 +98,13 @@ fn dump_of(dir: &Path, pid: u32, since: SystemTime) -> Option<PathBuf> {
             let n = n.to_string_lossy();
             n == shim || (n.starts_with(&own) && n.ends_with(".gtape"))
         })
-        .filter(|e| {
-            e.metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t + Duration::from_secs(1) >= since)
+        .filter_map(|e| {
+            let t = e.metadata().and_then(|m| m.modified()).ok()?;
+            (t + Duration::from_secs(1) >= since).then(|| (t, e.path()))
         })
-        .map(|e| e.path())
-        .max()
+        // The newest: a recorder's dumps are numbered, and "-10" sorts before "-9".
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
 }
 
 /// Where process `pid` writes its flight dump, read from its environment.
