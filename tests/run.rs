@@ -659,18 +659,35 @@ fn a_hung_program_s_raw_dump_opens_after_the_run_is_killed() {
         ],
         &[("GPUTAPE_FLIGHT_HANG_S", "0.5")],
     );
-    let dump = wait_for(&dir, "gtshm");
-    // Give gputape run's watcher a tick to say it, then kill the whole group.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut run = run;
+    // gputape run's stderr, line by line, as it comes.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = run.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let dump = wait_for(&dir, "gtshm").expect("the hang was dumped");
+    // Until gputape run has said where the dump is (its watcher looks every 0.1 s), then the
+    // whole group is killed.
+    let said = format!("flight dump written: {}", dump.display());
+    let mut err = String::new();
+    while !err.contains(&said) {
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(line) => err.push_str(&(line + "\n")),
+            Err(_) => break,
+        }
+    }
     // SAFETY: kill(2) on the process group the run was started in.
     unsafe { libc::kill(-(run.id() as i32), libc::SIGKILL) };
-    let o = run.wait_with_output().unwrap();
-    let dump = dump.expect("the hang was dumped");
-    let err = text(&o.stderr);
-    assert!(
-        err.contains(&format!("flight dump written: {}", dump.display())),
-        "{err}"
-    );
+    let _ = run.wait();
+    let _ = reader.join();
+    assert!(err.contains(&said), "{err}");
     let o = gputape(&["show".as_ref(), "--json".as_ref(), dump.as_ref()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
