@@ -17,7 +17,7 @@ use super::{Ctx, Exit};
 /// The variables that say where a process dumps: `gputape run --flight`'s for the command's
 /// processes (the shim's watcher answers), then an engine's own trait-level recorder's
 /// (`RecordingBackend::from_env`; its watcher thread answers).
-const ENV_FLIGHT_DIRS: [&str; 2] = ["GPUTAPE_SHIM_FLIGHT_DIR", "GPUTAPE_FLIGHT"];
+const ENV_FLIGHT_DIRS: [&str; 2] = [super::run::ENV_FLIGHT_DIR, "GPUTAPE_FLIGHT"];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -53,13 +53,11 @@ pub fn exec(a: Args, _ctx: &Ctx) -> Result<Exit> {
     }
     let dir = flight_dir(a.pid)?;
     let asked = SystemTime::now();
-    let peers = dir.join(".peers");
+    let req = gputape_shimlog::ask_path(&dir, a.pid);
+    let peers = req.parent().unwrap_or(&dir).to_path_buf();
     std::fs::create_dir_all(&peers)
         .with_context(|| format!("cannot create {}", peers.display()))?;
-    let (req, tmp) = (
-        peers.join(format!("ask.{}", a.pid)),
-        peers.join(format!(".ask.{}.tmp", a.pid)),
-    );
+    let tmp = peers.join(format!(".ask.{}.tmp", a.pid));
     std::fs::write(&tmp, a.reason.replace('\n', " "))
         .and_then(|()| std::fs::rename(&tmp, &req))
         .with_context(|| format!("cannot write the request {}", req.display()))?;

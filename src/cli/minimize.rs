@@ -106,16 +106,14 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             (a.max_attempts, a.json),
         );
     }
+    let t = open_trace(ctx, &a.traces[0])?;
     let on = match a.on {
         Some(b) => b,
-        None => {
-            let t = open_trace(ctx, &a.traces[0])?;
-            backends::choose(ctx, None, &t, &a.traces[0])?
-        }
+        None => backends::choose(ctx, None, &t, &a.traces[0])?,
     };
     minimize(
         ctx,
-        &a.traces[0],
+        (t, &a.traces[0]),
         &a.output,
         on,
         (a.max_attempts, a.json, a.check_finite),
@@ -160,7 +158,7 @@ pub(super) fn progress(what: &'static str) -> impl FnMut(usize, usize) {
 
 fn minimize(
     ctx: &Ctx,
-    path: &Path,
+    (t, path): (crate::trace::Trace, &Path),
     out: &Path,
     on: Backend,
     (max_attempts, json, check_finite): (usize, bool, bool),
@@ -169,7 +167,6 @@ fn minimize(
     use crate::replayer::{
         minimize, minimize_value, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
     };
-    let t = open_trace(ctx, path)?;
     // A wrong value: the readback that recorded it is what each candidate must reproduce.
     let value = check_finite || t.dump.as_ref().is_some_and(|d| d.names_nan());
     let observed = match value {

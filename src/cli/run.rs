@@ -39,7 +39,7 @@ const ENV_COUNTS: &str = "GPUTAPE_SHIM_COUNTS";
 /// Where the shim writes each process's call log (with `-o`).
 const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
 /// Where the shim writes a faulting process's flight dump (with `--flight`).
-const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
+pub(super) const ENV_FLIGHT_DIR: &str = "GPUTAPE_SHIM_FLIGHT_DIR";
 /// This run's id, which ties the processes whose dumps wake each other (the shim's `peers.rs`).
 const ENV_RUN: &str = "GPUTAPE_SHIM_RUN";
 
@@ -323,7 +323,7 @@ fn flight_traces(
 /// The run's announcements of dumps (`DIR/.peers/RUN.PID`, the shim's `peers.rs`): read by
 /// its processes while they ran, of no use after.
 fn remove_announcements(dir: &Path, run_id: &str) {
-    let peers = dir.join(".peers");
+    let peers = dir.join(gputape_shimlog::PEERS_DIR);
     let Ok(entries) = std::fs::read_dir(&peers) else {
         return;
     };

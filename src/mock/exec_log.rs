@@ -1,7 +1,7 @@
 //! What the mock did, in the order it did it: allocations and frees, and each unit of device
 //! work as it ran, on its stream, with the events recorded and waited for between them. It
 //! is what a snapshot of a replay's allocation and ordering is taken from
-//! (`testing::replay_layout`): read off the device the replay ran on, not re-rendered from
+//! (`replayer::replay_layout`): read off the device the replay ran on, not re-rendered from
 //! the trace, so a replay that allocated or ordered differently from its recording shows.
 //! Off unless asked for (`MockGpuBackend::log_execution`); under chaos, work is logged when
 //! the scheduler runs it, so the log holds the order the seed chose.

@@ -18,6 +18,7 @@ mod flight;
 mod flight_budget;
 mod flight_config;
 mod forward;
+mod ids;
 mod peers;
 mod ring;
 mod snapshot;

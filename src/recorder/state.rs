@@ -5,9 +5,10 @@
 //! are the operations that must see all of it at once (an allocation's id, its ledger entry
 //! and the frame that says so, under one lock). What stands apart lives apart: the flight
 //! store (`flight/`), checkpoints (`checkpoint.rs`, `device_ckpt/`), communicators
-//! (`comm.rs`), and the id maps events and graphs share (`IdMap`, below).
+//! (`comm.rs`), and the id maps events and graphs share (`ids.rs`).
 
 use super::flight::FlightStore;
+use super::ids::IdMap;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -972,46 +973,5 @@ impl RecState {
         if !elems.is_empty() {
             self.emit(&Frame::KernelElems { id, elems });
         }
-    }
-}
-
-/// Raw handles to trace ids numbered in order of first sight, the next id kept beside the map:
-/// what events and graphs share (streams and buffers number with more rules of their own).
-pub(crate) struct IdMap<I> {
-    map: HashMap<u64, I>,
-    next: u32,
-    make: fn(u32) -> I,
-}
-
-impl<I: Copy> IdMap<I> {
-    pub fn new(make: fn(u32) -> I) -> Self {
-        IdMap {
-            map: HashMap::default(),
-            next: 0,
-            make,
-        }
-    }
-
-    /// The id `raw` has, if it has one.
-    pub fn get(&self, raw: u64) -> Option<I> {
-        self.map.get(&raw).copied()
-    }
-
-    /// A new id for `raw` (a handle the backend may have reused gets a new one).
-    pub fn fresh(&mut self, raw: u64) -> I {
-        let id = (self.make)(self.next);
-        self.next += 1;
-        self.map.insert(raw, id);
-        id
-    }
-
-    /// `raw` released: its id goes.
-    pub fn remove(&mut self, raw: u64) -> Option<I> {
-        self.map.remove(&raw)
-    }
-
-    /// Every id live now.
-    pub fn ids(&self) -> impl Iterator<Item = I> + '_ {
-        self.map.values().copied()
     }
 }

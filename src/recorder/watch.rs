@@ -122,9 +122,7 @@ fn check_asked(st: &Shared) {
         };
         f.cfg.dir.clone()
     };
-    let req = dir
-        .join(".peers")
-        .join(format!("ask.{}", std::process::id()));
+    let req = gputape_shimlog::ask_path(&dir, std::process::id());
     let Ok(text) = std::fs::read(&req) else {
         return;
     };

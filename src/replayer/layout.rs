@@ -113,16 +113,35 @@ pub fn render_layout(t: &Trace, seen: &Seen, log: &[Executed], dropped: u64) -> 
 
 /// The trace's names for what the mock's log holds.
 struct Names<'a> {
-    t: &'a Trace,
     seen: &'a Seen,
     /// Each placed buffer by base address: (id, bytes).
     buf_at: BTreeMap<u64, (BufferId, u64)>,
+    /// Where the trace made each buffer: the call that made it, its file.
+    made: std::collections::HashMap<BufferId, String>,
 }
 
 impl<'a> Names<'a> {
     fn new(t: &'a Trace, seen: &'a Seen) -> Self {
         let buf_at = seen.bufs.iter().map(|&(id, a, n)| (a, (id, n))).collect();
-        Names { t, seen, buf_at }
+        let file = |site: String| site.split(':').next().unwrap_or("").to_string();
+        let mut made: std::collections::HashMap<BufferId, String> = t
+            .calls
+            .iter()
+            .filter_map(|c| match (&c.call, &c.ret) {
+                (
+                    Call::Alloc { .. } | Call::AllocManaged { .. } | Call::HostPtrToDevice { .. },
+                    Some(Ok(Value::Buffer(b))),
+                ) => Some((
+                    *b,
+                    format!("{} at {}", c.call.kind().name(), file(t.site(c.site))),
+                )),
+                _ => None,
+            })
+            .collect();
+        for i in &t.initial {
+            made.insert(i.buf, format!("initial, {}", file(t.site(i.site))));
+        }
+        Names { seen, buf_at, made }
     }
 
     /// `bufN+off` for an address inside a placed buffer (the mock never reuses addresses),
@@ -152,22 +171,7 @@ impl<'a> Names<'a> {
 
     /// Where the trace allocated `id`, its file only; `initial` for a snapshot's buffer.
     fn alloc_site(&self, id: BufferId) -> String {
-        let file = |site: String| site.split(':').next().unwrap_or("").to_string();
-        if let Some(i) = self.t.initial.iter().find(|i| i.buf == id) {
-            return format!("initial, {}", file(self.t.site(i.site)));
-        }
-        self.t
-            .calls
-            .iter()
-            .find(|c| {
-                matches!(
-                    c.call,
-                    Call::Alloc { .. } | Call::AllocManaged { .. } | Call::HostPtrToDevice { .. }
-                ) && matches!(&c.ret, Some(Ok(Value::Buffer(b))) if *b == id)
-            })
-            .map_or_else(String::new, |c| {
-                format!("{} at {}", c.call.kind().name(), file(self.t.site(c.site)))
-            })
+        self.made.get(&id).cloned().unwrap_or_default()
     }
 
     fn work(&self, w: &Ran) -> String {

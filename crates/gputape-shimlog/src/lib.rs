@@ -47,6 +47,21 @@ pub const STATUS_NOT_RETURNED: i32 = i32::MIN + 1;
 /// How a hang's dump reason begins (the same words the trace's hang dumps begin with).
 pub const HANG_PREFIX: &str = "hang: ";
 
+/// Where a flight directory's notes between processes live: peers' announcements, and
+/// `gputape dump PID`'s requests (`ask_path`).
+pub const PEERS_DIR: &str = ".peers";
+
+/// The request `gputape dump PID` writes for process `pid` in flight directory `dir` (its text
+/// is the reason): the shim's peers thread and a trait-level recorder's watcher look for it.
+pub fn ask_path(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {
+    dir.join(PEERS_DIR).join(ask_name(pid))
+}
+
+/// The name of `ask_path`'s file, in `PEERS_DIR`.
+pub fn ask_name(pid: u32) -> String {
+    format!("ask.{pid}")
+}
+
 /// What the file says about the process that wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {

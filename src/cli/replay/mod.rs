@@ -143,9 +143,22 @@ pub struct Args {
     /// a launch of the fault's window, whatever code the driver returned under it.
     #[arg(long, value_name = "TOOL", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS), conflicts_with_all = ["as_graph", "perfetto", "check_finite", "against", "chaos", "layout"])]
     sanitize: Option<String>,
+    /// The trace, once opened (to choose `--on`): opened once, whatever reads it.
+    #[arg(skip)]
+    opened: Option<Box<crate::trace::Trace>>,
     // Given by the parent of a child replay (see `replay_in_child`): where to write the report.
     #[arg(long, hide = true)]
     child_report: Option<PathBuf>,
+}
+
+impl Args {
+    /// The trace: the one opened to choose the backend, or opened now.
+    fn take_trace(&mut self, ctx: &Ctx) -> Result<crate::trace::Trace> {
+        match self.opened.take() {
+            Some(t) => Ok(*t),
+            None => super::common::open_trace(ctx, &self.trace),
+        }
+    }
 }
 
 /// One mode per run, chosen by its flag; the plain replay otherwise.
@@ -154,11 +167,13 @@ pub fn exec(mut a: Args, ctx: &Ctx) -> Result<Exit> {
         Some(b) => b,
         None => {
             let t = super::common::open_trace(ctx, &a.trace)?;
-            super::backends::choose(ctx, None, &t, &a.trace)?
+            let on = super::backends::choose(ctx, None, &t, &a.trace)?;
+            a.opened = Some(Box::new(t));
+            on
         }
     };
     if a.layout {
-        modes::layout(ctx, &a.trace, a.on)
+        modes::layout(ctx, a)
     } else if a.chaos.is_some() {
         modes::chaos(ctx, a)
     } else if a.against.is_some() {

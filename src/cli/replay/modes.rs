@@ -6,18 +6,17 @@ use anyhow::Result;
 use std::path::Path;
 
 use super::super::backends::{self, Backend, Want};
-use super::super::common::open_trace;
 use super::super::{pass_if, Ctx, Exit};
 use super::Args;
 
 /// `replay --check-finite`.
-pub(super) fn check_finite(ctx: &Ctx, a: Args) -> Result<Exit> {
+pub(super) fn check_finite(ctx: &Ctx, mut a: Args) -> Result<Exit> {
+    let t = a.take_trace(ctx)?;
     let opts = crate::replayer::FiniteOptions {
         inf: a.inf,
         ignore: a.ignore,
         dtypes: a.dtypes,
     };
-    let t = open_trace(ctx, &a.trace)?;
     finite(ctx, (&t, &a.trace), a.on, &opts, a.json, a.max_memory)
 }
 
@@ -53,7 +52,8 @@ pub(super) fn finite(
 }
 
 /// `replay --against`.
-pub(super) fn lockstep(ctx: &Ctx, a: Args) -> Result<Exit> {
+pub(super) fn lockstep(ctx: &Ctx, mut a: Args) -> Result<Exit> {
+    let t = a.take_trace(ctx)?;
     let opts = crate::replayer::LockstepOptions {
         tolerance: a.tolerance,
         dtypes: a.dtypes,
@@ -75,7 +75,7 @@ pub(super) fn lockstep(ctx: &Ctx, a: Args) -> Result<Exit> {
     let against = a.against.expect("dispatched on --against");
     two_backends(
         ctx,
-        &a.trace,
+        (t, &a.trace),
         (a.on, against),
         &opts,
         substitute,
@@ -86,13 +86,12 @@ pub(super) fn lockstep(ctx: &Ctx, a: Args) -> Result<Exit> {
 /// Two backends in lockstep (see `replayer::lockstep`).
 fn two_backends(
     ctx: &Ctx,
-    path: &Path,
+    (t, path): (crate::trace::Trace, &Path),
     (on, against): (Backend, Backend),
     opts: &crate::replayer::LockstepOptions,
     substitute: Option<(String, String)>,
     (json, max_memory): (bool, u64),
 ) -> Result<Exit> {
-    let t = open_trace(ctx, path)?;
     known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
     if let Some((module, _)) = &substitute {
         anyhow::ensure!(
@@ -159,7 +158,8 @@ fn print_lockstep(rep: &crate::replayer::LockstepReport, json: bool) -> Result<E
 
 /// `replay --chaos`. On CUDA the schedule is the device's: the perturbed side's streams are
 /// held at random before launches instead.
-pub(super) fn chaos(ctx: &Ctx, a: Args) -> Result<Exit> {
+pub(super) fn chaos(ctx: &Ctx, mut a: Args) -> Result<Exit> {
+    let t = a.take_trace(ctx)?;
     let seed = a.chaos.expect("dispatched on --chaos");
     let opts = crate::replayer::LockstepOptions {
         tolerance: crate::replayer::Tolerance::Exact,
@@ -168,7 +168,13 @@ pub(super) fn chaos(ctx: &Ctx, a: Args) -> Result<Exit> {
         in_stream_order: true,
         delays: (!a.on.runs_cpu_twins()).then_some((seed, a.chaos_max_delay_us * 1000)),
     };
-    perturbed(ctx, &a.trace, (a.on, seed), &opts, (a.json, a.max_memory))
+    perturbed(
+        ctx,
+        (t, &a.trace),
+        (a.on, seed),
+        &opts,
+        (a.json, a.max_memory),
+    )
 }
 
 /// The trace on a plain mock and on a chaos mock in lockstep, each launch's output read back
@@ -176,12 +182,11 @@ pub(super) fn chaos(ctx: &Ctx, a: Args) -> Result<Exit> {
 /// `mock/chaos.rs`, `replayer::lockstep`).
 fn perturbed(
     ctx: &Ctx,
-    path: &Path,
+    (t, path): (crate::trace::Trace, &Path),
     (on, seed): (Backend, u64),
     opts: &crate::replayer::LockstepOptions,
     (json, max_memory): (bool, u64),
 ) -> Result<Exit> {
-    let t = open_trace(ctx, path)?;
     known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
     let plain = backends::open(ctx, on, Want::replay())?;
     let perturbed = backends::open(
@@ -218,9 +223,9 @@ fn perturbed(
 }
 
 /// `--layout`: the mock's own log of one replay, rendered.
-pub(super) fn layout(ctx: &Ctx, path: &Path, on: Backend) -> Result<Exit> {
-    let t = open_trace(ctx, path)?;
-    let o = backends::open(ctx, on, Want::replay())?;
+pub(super) fn layout(ctx: &Ctx, mut a: Args) -> Result<Exit> {
+    let t = a.take_trace(ctx)?;
+    let o = backends::open(ctx, a.on, Want::replay())?;
     let Some(mock) = o.mock else {
         anyhow::bail!("replay --layout reads the mock's own log of what it did: use --on mock");
     };

@@ -6,12 +6,12 @@ use anyhow::Result;
 use std::path::Path;
 
 use super::super::backends::{self, Want};
-use super::super::common::{check_range, open_trace, step_range, timing_line, write_out};
+use super::super::common::{check_range, step_range, timing_line, write_out};
 use super::super::{pass_if, Ctx, Exit};
 use super::Args;
 
 /// The plain replay: eager, or as graphs with `--as-graph`.
-pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
+pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
     anyhow::ensure!(
         a.perfetto.as_deref() != Some(Path::new("-")),
         "replay --perfetto needs a file: standard output carries the replay's report"
@@ -26,6 +26,7 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
         per_call_timing: a.timing || a.perfetto.is_some(),
         ..Default::default()
     };
+    let t = a.take_trace(ctx)?;
     let Args {
         trace: ref path,
         on,
@@ -44,7 +45,6 @@ pub(super) fn replay(ctx: &Ctx, a: Args) -> Result<Exit> {
     let sanitize = sanitize.as_deref();
     let child_report = child_report.as_deref();
     use crate::replayer::Replayer;
-    let t = open_trace(ctx, path)?;
     // A dump taken for a NaN: the NaN is what to reproduce, so the values are checked.
     let plain = !as_graph && perfetto.is_none() && opts.loops == 1 && child_report.is_none();
     if plain && t.dump.as_ref().is_some_and(|d| d.names_nan()) {
@@ -192,7 +192,7 @@ fn in_child(
     let dir = std::env::temp_dir().join(format!("gputape-replay-{}", std::process::id()));
     let log = std::env::temp_dir().join(format!("gputape-sanitizer-{}.log", std::process::id()));
     let me = std::env::current_exe()?;
-    let cmd = match &sanitize {
+    let mut cmd = match &sanitize {
         Some((tool, exe)) => {
             let mut c = std::process::Command::new(exe);
             c.args(sanitizer::wrap_args(tool, &log)).arg(&me);
@@ -200,7 +200,6 @@ fn in_child(
         }
         None => std::process::Command::new(&me),
     };
-    let mut cmd = cmd;
     cmd.args(&ctx.args);
     let run = match replay_in_child(cmd, t, &dir)? {
         ChildOutcome::Finished(run) => run,

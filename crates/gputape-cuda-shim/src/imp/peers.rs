@@ -26,9 +26,6 @@ use std::time::Duration;
 pub const ENV_RUN: &str = "GPUTAPE_SHIM_RUN";
 /// How a dump caused by a peer's begins its reason.
 pub const PEER_PREFIX: &str = "peer: ";
-/// A request for this process's dump (`gputape dump PID`) is the file `ASK_PREFIX` + pid in
-/// the same directory, holding the reason.
-pub const ASK_PREFIX: &str = "ask.";
 /// How often the directory is looked at.
 const TICK: Duration = Duration::from_millis(200);
 /// An announcement is read up to this many bytes.
@@ -53,7 +50,7 @@ pub fn enabled() -> bool {
 }
 
 fn place(flight_dir: &Path) -> PathBuf {
-    flight_dir.join(".peers")
+    flight_dir.join(gputape_shimlog::PEERS_DIR)
 }
 
 /// Starts this process's watcher (once per process: a forked child starts its own).
@@ -108,7 +105,7 @@ fn watch(dir: &Path, pid: u32) {
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            if name.to_str() == Some(&format!("{ASK_PREFIX}{pid}")) {
+            if name.to_str() == Some(&gputape_shimlog::ask_name(pid)) {
                 // `gputape dump PID`: a dump without a fault, with the asker's reason.
                 let said = read_text(&e.path());
                 let _ = std::fs::remove_file(e.path());
