@@ -856,3 +856,141 @@ fn an_installed_binary_runs_programs_with_the_shim_built_into_it() {
     assert!(shims[0].is_file());
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// The Python interpreters of each minor version gputape reads frames of (3.11-3.13) found on
+/// PATH (pyenv's shims included), one per version.
+fn pythons() -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut candidates: Vec<String> = ["python3", "python3.11", "python3.12", "python3.13"]
+        .map(String::from)
+        .to_vec();
+    // pyenv's versions, whichever is global (its shims run only that one).
+    let root = std::env::var("PYENV_ROOT")
+        .ok()
+        .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/.pyenv")));
+    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(format!("{r}/versions"))) {
+        let mut vs: Vec<_> = dir.flatten().map(|e| e.path().join("bin/python3")).collect();
+        vs.sort();
+        candidates.extend(vs.iter().map(|p| p.display().to_string()));
+    }
+    for exe in &candidates {
+        let Ok(o) = Command::new(exe)
+            .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+            .output()
+        else {
+            continue;
+        };
+        let v = text(&o.stdout).trim().to_string();
+        if o.status.success() && ["3.11", "3.12", "3.13"].contains(&v.as_str()) {
+            if !found.iter().any(|(_, have)| *have == v) {
+                found.push((exe.clone(), v));
+            }
+        }
+    }
+    found
+}
+
+/// Every call a Python program makes through the driver carries the line the program noted
+/// with `traceback` just before it: from a plain function, a generator, a coroutine before and
+/// after an await, a second thread, a lambda, a method's multi-line call, the module, and a
+/// kernel captured into a graph (its capture line), on each CPython minor version found.
+#[test]
+fn each_call_of_a_python_program_carries_the_line_it_was_made_from() {
+    let pythons = pythons();
+    assert!(!pythons.is_empty(), "no python3 of 3.11-3.13 on PATH");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/python/lines.py");
+    for (exe, version) in &pythons {
+        let d = support::scratch(&format!("lines-{version}"));
+        let trace = d.join("lines.gtape");
+        let want = d.join("expected.json");
+        let o = run(&[
+            "-o".as_ref(),
+            trace.as_ref(),
+            "--".as_ref(),
+            exe.as_ref(),
+            script.as_ref(),
+            want.as_ref(),
+        ]);
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{version}: {out}{err}");
+        assert!(!err.contains("carry no Python lines"), "{version}: {err}");
+        let expected: Vec<(String, u64, String)> =
+            serde_json::from_slice(&std::fs::read(&want).unwrap()).unwrap();
+        let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let sites: Vec<String> = v["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["site"].as_str().unwrap().to_string())
+            .collect();
+        // Each noted line made one driver call; those the trace keeps as calls (a module
+        // load or a kernel lookup is no call of its own) appear in order, and no call has
+        // any other site.
+        let as_site = |(file, line, function): &(String, u64, String)| {
+            (format!("{file}:{line}:"), format!(" in {function}"))
+        };
+        // The module load is no call of its own.
+        let mut next = 0;
+        for s in &sites {
+            let at = expected[next..]
+                .iter()
+                .position(|e| {
+                    let (head, tail) = as_site(e);
+                    s.starts_with(&head) && s.ends_with(&tail)
+                })
+                .unwrap_or_else(|| panic!("{version}: call at {s} is none of {expected:?} from {next}"));
+            next += at + 1;
+        }
+        assert_eq!(sites.len(), expected.len() - 1, "{version}: {sites:?}");
+        for (what, function) in [
+            ("the generator", "generator"),
+            ("the coroutine", "coroutine"),
+            ("the lambda", "<lambda>"),
+            ("the method", "Model.forward"),
+            ("the capture", "capture"),
+            ("the module", "<module>"),
+        ] {
+            assert!(
+                sites.iter().any(|s| s.ends_with(&format!(" in {function}"))),
+                "{version}: no call from {what}: {sites:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(d);
+    }
+    eprintln!("checked on Python {:?}", pythons.iter().map(|p| &p.1).collect::<Vec<_>>());
+}
+
+/// A flight dump keeps the stacks its calls were made from (named once, long before the
+/// window): the dump's calls carry their lines too.
+#[test]
+fn a_python_program_s_flight_dump_carries_its_lines() {
+    let (exe, version) = pythons().into_iter().next().expect("a python3 of 3.11-3.13");
+    let d = support::scratch("lines-flight");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/python/lines.py");
+    let expected = d.join("expected.json");
+    let o = flight(
+        &d,
+        std::path::Path::new(&exe),
+        &[script.to_str().unwrap(), expected.to_str().unwrap()],
+        64,
+        &[("LINES_DUMP", "1")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{version}: {}", text(&o.stderr));
+    let dump = flight_dump(&d);
+    let o = gputape(&["show".as_ref(), dump.as_ref()]);
+    let shown = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    for want in [
+        "lines.py:29:30 in plain",
+        "lines.py:79:30 in capture",
+        "lines.py:86:26 in <module>",
+    ] {
+        assert!(shown.contains(want), "{version}: no {want} in\n{shown}");
+    }
+    assert!(!shown.contains("<driver call>"), "{shown}");
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -98,8 +98,8 @@ fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
 /// Bytes of a `CUtensorMap`.
 const TENSOR_MAP: usize = 128;
 
-/// The one site every call of a driver-level recording has: the program's own lines are not
-/// known to the shim.
+/// The site of a driver-level recording's calls whose Python stack is not known (no Python in
+/// the process, a thread Python never ran on, lines off): `<driver call>`.
 const SITE: SiteId = SiteId(0);
 
 struct Converter {
@@ -145,6 +145,8 @@ struct Converter {
     /// Records read (the index the next one has).
     index: u64,
     seq: u64,
+    /// The Python stacks named so far, and their sites.
+    lines: super::lines::Lines,
 }
 
 impl Converter {
@@ -204,6 +206,7 @@ impl Converter {
             in_flight: Vec::new(),
             index: 0,
             seq: 0,
+            lines: super::lines::Lines::new(),
         }
     }
 
@@ -294,6 +297,26 @@ impl Converter {
                 self.summary.records -= 1;
                 self.index = index;
                 self.dumped(reason, r.status);
+                return;
+            }
+            // Names for later records, not calls (they keep their index: the shim counts them).
+            Rec::Code {
+                id,
+                py_minor,
+                first_line,
+                filename,
+                qualname,
+                linetable,
+            } => {
+                self.summary.records -= 1;
+                self.lines
+                    .code(id, py_minor, first_line, (filename, qualname), linetable);
+                return;
+            }
+            Rec::Stack { id, frames } => {
+                self.summary.records -= 1;
+                self.lines
+                    .stack(&mut self.t, id, gputape_shimlog::stack_frames(frames));
                 return;
             }
             Rec::CopyH2D { dst, on, data } => {
@@ -649,7 +672,7 @@ impl Converter {
         let rec = CallRecord {
             seq: 0,
             thread,
-            site: SITE,
+            site: self.lines.site(r.stack).unwrap_or(SITE),
             t_ns: r.t_ns,
             dur_ns: returned.then_some(0),
             call,

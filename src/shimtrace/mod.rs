@@ -21,6 +21,7 @@
 //! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |
 //! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy` | no call (the trace's graph is made when its capture ends) / `LaunchGraph` / `DestroyGraph` with the graph's last executable; a graph not captured (built node by node): its launches opaque |
 //! | anything else that changes the device | `Opaque` by name |
+//! | the calling thread's Python frames (`Rec::Code`, `Rec::Stack`) | each call's site: the program's own line (the innermost frame outside PyTorch and Triton), its stack kept (`Frame::Stack`; `lines.rs`) |
 //!
 //! Approximations, said here so nobody relies on them: the legacy and per-thread default
 //! streams are one (`legacy`); `cuCtxSynchronize` is a sync of the legacy stream; a capture's
@@ -29,10 +30,12 @@
 //! value that equals an address inside a live buffer is taken for a pointer.
 
 mod convert;
+mod lines;
 
 use std::collections::BTreeMap;
 
 pub use convert::convert;
+pub use lines::ENV_LIBRARY_FRAMES;
 
 /// Why a call log could not be turned into a trace.
 #[derive(Debug, thiserror::Error)]

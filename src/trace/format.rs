@@ -162,6 +162,7 @@ impl FrameClass {
             | Frame::KernelElems { .. }
             | Frame::ModuleImage { .. }
             | Frame::Clock { .. }
+            | Frame::Stack { .. }
             | Frame::KernelCluster { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint

@@ -17,11 +17,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// (addresses inside a by-value parameter) and `Call::Opaque` (a driver call not understood).
 /// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). 10 added
 /// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). 11 added `Frame::Restart`
-/// (a dump's later checkpoints) and `Frame::Clock` (the wall time of a trace's time 0). A format-2 to 10 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 11;
-/// The oldest reader that can read what this build writes: a format-10 reader does not know
-/// `Frame::Restart` or `Frame::Clock` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 11;
+/// (a dump's later checkpoints) and `Frame::Clock` (the wall time of a trace's time 0). 12 added
+/// `Frame::Stack` (a site's Python stack). A format-2 to 11 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 12;
+/// The oldest reader that can read what this build writes: a format-11 reader does not know
+/// `Frame::Stack` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 12;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -401,6 +402,15 @@ pub enum Frame {
     Clock {
         /// The wall-clock time of `t_ns` 0.
         epoch_unix_ns: u64,
+    },
+    /// Site `site`'s Python stack (format 12), right after the site: a driver-level recording
+    /// of a Python program knows the program's frames at each call, and the site names the
+    /// program's own line among them.
+    Stack {
+        /// The site.
+        site: SiteId,
+        /// Its frames and marks.
+        stack: super::SiteStack,
     },
 }
 

@@ -21,6 +21,7 @@ mod relabel;
 mod render;
 mod restart;
 pub mod signature;
+mod stack;
 mod write;
 
 pub use blobs::{store_path, store_put, BlobStore, Part, PartFn, MAX_BLOB, STORE_MIN};
@@ -38,6 +39,7 @@ pub use refs::{refs, written_by, Refs};
 pub use relabel::each_blob_mut;
 pub use render::{call_text, render, render_call, ret_text, summary};
 pub use restart::RestartError;
+pub use stack::{SiteStack, StackFrame};
 pub use signature::ParamType;
 pub use write::blob_frame;
 
@@ -110,6 +112,9 @@ pub struct Trace {
     pub dump: Option<DumpInfo>,
     /// Every call site the calls name.
     pub sites: BTreeMap<SiteId, SiteDef>,
+    /// The Python stack of each site that has one (`Frame::Stack`: a driver-level recording
+    /// of a Python program).
+    pub stacks: BTreeMap<SiteId, SiteStack>,
     /// Every blob, read from the file as it is asked for (see `BlobStore`).
     pub blobs: BlobStore,
     /// The code of every module a recorded kernel came from, in the order written.
@@ -278,6 +283,9 @@ impl Trace {
                 } => {
                     t.sites.insert(id, SiteDef { file, line, col });
                 }
+                Frame::Stack { site, stack } => {
+                    t.stacks.insert(site, stack);
+                }
                 Frame::Blob {
                     id,
                     len,
@@ -410,12 +418,16 @@ impl Trace {
         }
     }
 
-    /// A site as `file:line:col`, or `<site4>` if the trace does not define it.
+    /// A site as `file:line:col` (with its function where the site has a Python stack), or
+    /// `<site4>` if the trace does not define it.
     pub fn site(&self, id: SiteId) -> String {
-        self.sites
-            .get(&id)
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| format!("<{id}>"))
+        let Some(s) = self.sites.get(&id) else {
+            return format!("<{id}>");
+        };
+        match self.stacks.get(&id).and_then(SiteStack::named) {
+            Some(f) => format!("{s} in {}", f.function),
+            None => s.to_string(),
+        }
     }
 
     /// Whether `c` was the recording tool's own call (a red-zone scan `gputape record` makes

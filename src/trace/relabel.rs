@@ -45,6 +45,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         | Frame::Dumped(_)
         | Frame::KernelElems { .. }
         | Frame::Clock { .. }
+        | Frame::Stack { .. }
         | Frame::KernelCluster { .. } => {}
     }
 }

@@ -77,6 +77,12 @@ impl Trace {
                 line: s.line,
                 col: s.col,
             })?;
+            if let Some(stack) = self.stacks.get(id) {
+                w.write(&Frame::Stack {
+                    site: *id,
+                    stack: stack.clone(),
+                })?;
+            }
         }
         for f in self.blobs.frames() {
             w.write(&f?)?;

@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! file   := MAGIC (8) version:u16 pid:u32 driver_version:i32  record*
-//! record := body_len:u32 tag:u8 t_ns:u64 thread:u32 status:i32 body
+//! record := body_len:u32 tag:u8 t_ns:u64 thread:u32 status:i32 stack:u32 body
 //! bytes  := len:u64 data      string := len:u32 utf8-ish data
 //! ```
 //!
@@ -26,12 +26,21 @@ use std::fmt;
 
 /// The file's first 8 bytes.
 pub const MAGIC: [u8; 8] = *b"GTSHMLOG";
-/// The layout this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The layout this build writes. 2 added each record's `stack` (the calling Python thread's
+/// frames, `Rec::Stack`) and the `Code` and `Stack` records; a layout-1 log reads as one whose
+/// records have no stack.
+pub const VERSION: u16 = 2;
+/// The oldest layout this build reads.
+pub const OLDEST_READ: u16 = 1;
 /// Bytes before the first record.
 pub const HEADER_LEN: usize = 8 + 2 + 4 + 4;
-/// Bytes of a record's fixed part after `body_len`: tag, time, thread, status.
-const FIXED: usize = 1 + 8 + 4 + 4;
+/// Bytes of a record's fixed part after `body_len`: tag, time, thread, status, stack.
+const FIXED: usize = 1 + 8 + 4 + 4 + 4;
+/// The fixed part in layout 1, which had no stack.
+const FIXED_V1: usize = FIXED - 4;
+/// A record's `stack` when the call's Python frames are not known: no Python in the process,
+/// a thread Python never ran on, lines off, or a layout-1 log.
+pub const NO_STACK: u32 = 0;
 
 /// A record's status when the call's result is not known: an opaque call, logged before it
 /// ran.
@@ -80,9 +89,16 @@ pub struct Record<'a> {
     pub thread: u32,
     /// What the driver returned (`CUresult`; 0 is success).
     pub status: i32,
+    /// The calling thread's Python frames when it called (a `Rec::Stack` written before), or
+    /// [`NO_STACK`].
+    pub stack: u32,
     /// Which call, and its arguments and results.
     pub call: Rec<'a>,
 }
+
+/// What every record's fixed part holds besides its type: (time, thread, status, stack), as
+/// in [`Record`].
+pub type Head = (u64, u32, i32, u32);
 
 /// Where a copy or memset ran: `stream` is the handle passed; `sync` says the call was the
 /// blocking form (no stream argument: the legacy stream, and the host waits).
@@ -235,6 +251,32 @@ pub enum Rec<'a> {
     /// record of a dump; a hang's blocked calls come just before it, with
     /// `STATUS_NOT_RETURNED`.
     Dump { reason: &'a [u8] },
+    /// A Python code object, the first time a stack holds it: what turns a frame's
+    /// instruction offset into a line, read offline (`co_linetable`'s format is CPython's, of
+    /// minor version `py_minor`). `id` is the log's own number for it: a freed code object's
+    /// address is reused, so addresses are not names.
+    Code {
+        id: u32,
+        py_minor: u8,
+        first_line: i32,
+        filename: &'a [u8],
+        qualname: &'a [u8],
+        linetable: &'a [u8],
+    },
+    /// A calling thread's Python frames, innermost first, named once: `frames` is
+    /// little-endian (code id, instruction index) pairs, 8 bytes each ([`stack_frames`]); none
+    /// for a Python thread with no Python frame (autograd's backward thread).
+    Stack { id: u32, frames: &'a [u8] },
+}
+
+/// The (code id, instruction index) pairs of a `Rec::Stack`'s `frames`, innermost first.
+pub fn stack_frames(frames: &[u8]) -> impl Iterator<Item = (u32, u32)> + '_ {
+    frames.chunks_exact(8).map(|p| {
+        (
+            u32::from_le_bytes(p[..4].try_into().expect("4 bytes")),
+            u32::from_le_bytes(p[4..].try_into().expect("4 bytes")),
+        )
+    })
 }
 
 impl Rec<'_> {
@@ -277,6 +319,8 @@ impl Rec<'_> {
             Rec::GraphDestroy { .. } => "cuGraphDestroy",
             Rec::Gap { .. } => "(dropped records)",
             Rec::Dump { .. } => "(flight dump)",
+            Rec::Code { .. } => "(Python code object)",
+            Rec::Stack { .. } => "(Python stack)",
         }
     }
 
@@ -308,7 +352,10 @@ impl Rec<'_> {
             | Rec::CaptureEnd { .. }
             | Rec::GraphInstantiate { .. }
             | Rec::GraphExecDestroy { .. }
-            | Rec::GraphDestroy { .. } => true,
+            | Rec::GraphDestroy { .. }
+            // Named once and used by every later record that carries them.
+            | Rec::Code { .. }
+            | Rec::Stack { .. } => true,
             Rec::CopyH2D { .. }
             | Rec::CopyD2H { .. }
             | Rec::D2HBytes { .. }
@@ -367,6 +414,8 @@ impl Rec<'_> {
             Rec::GraphLaunch { .. } => 35,
             Rec::GraphExecDestroy { .. } => 36,
             Rec::GraphDestroy { .. } => 37,
+            Rec::Code { .. } => 38,
+            Rec::Stack { .. } => 39,
         }
     }
 }
@@ -383,7 +432,7 @@ pub fn header(h: Header) -> [u8; HEADER_LEN] {
 
 /// Appends `r`'s bytes to `out`.
 pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
-    let start = begin(out, r.call.tag(), (r.t_ns, r.thread, r.status));
+    let start = begin(out, r.call.tag(), (r.t_ns, r.thread, r.status, r.stack));
     let on = |out: &mut Vec<u8>, on: &On| {
         put64(out, on.stream);
         out.push(u8::from(on.sync));
@@ -572,19 +621,39 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         }
         Rec::GraphExecDestroy { exec: h } | Rec::GraphDestroy { graph: h } => put64(out, *h),
         Rec::Dump { reason } => put_str(out, reason),
+        Rec::Code {
+            id,
+            py_minor,
+            first_line,
+            filename,
+            qualname,
+            linetable,
+        } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.push(*py_minor);
+            out.extend_from_slice(&first_line.to_le_bytes());
+            put_str(out, filename);
+            put_str(out, qualname);
+            put_bytes(out, linetable);
+        }
+        Rec::Stack { id, frames } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            put_bytes(out, frames);
+        }
     }
     end(out, start);
 }
 
 /// A record's framing and common fields: its length (filled in by `end`), type byte, time,
-/// thread and status. Returns where it starts.
-fn begin(out: &mut Vec<u8>, tag: u8, (t_ns, thread, status): (u64, u32, i32)) -> usize {
+/// thread, status and stack. Returns where it starts.
+fn begin(out: &mut Vec<u8>, tag: u8, (t_ns, thread, status, stack): Head) -> usize {
     let start = out.len();
-    let mut h = [0u8; 21];
+    let mut h = [0u8; 25];
     h[4] = tag;
     h[5..13].copy_from_slice(&t_ns.to_le_bytes());
     h[13..17].copy_from_slice(&thread.to_le_bytes());
     h[17..21].copy_from_slice(&status.to_le_bytes());
+    h[21..25].copy_from_slice(&stack.to_le_bytes());
     out.extend_from_slice(&h);
     start
 }
@@ -612,7 +681,7 @@ pub struct LaunchHead {
 /// parameters straight into its ring this way, with no buffer between.
 pub fn encode_launch(
     out: &mut Vec<u8>,
-    head: (u64, u32, i32),
+    head: Head,
     h: &LaunchHead,
     layout: Option<&[(u32, u32)]>,
     len: usize,
@@ -693,7 +762,7 @@ impl fmt::Display for LogError {
             LogError::NotALog => write!(f, "not a driver shim call log (no {:?} magic)", "GTSHMLOG"),
             LogError::Version { found } => write!(
                 f,
-                "call log layout {found}, this build reads layout {VERSION}"
+                "call log layout {found}, this build reads layouts {OLDEST_READ} to {VERSION}"
             ),
             LogError::Cut { offset } => write!(
                 f,
@@ -717,6 +786,8 @@ pub struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
     failed: bool,
+    /// The fixed part's length in this file's layout.
+    fixed: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -729,7 +800,7 @@ impl<'a> Reader<'a> {
             return Err(LogError::Cut { offset: 0 });
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != VERSION {
+        if !(OLDEST_READ..=VERSION).contains(&version) {
             return Err(LogError::Version { found: version });
         }
         let h = Header {
@@ -742,6 +813,7 @@ impl<'a> Reader<'a> {
                 bytes,
                 pos: HEADER_LEN,
                 failed: false,
+                fixed: if version == 1 { FIXED_V1 } else { FIXED },
             },
         ))
     }
@@ -761,7 +833,7 @@ impl<'a> Reader<'a> {
         if rest.len() - 4 < body_len {
             return Err(LogError::Cut { offset });
         }
-        if body_len < FIXED {
+        if body_len < self.fixed {
             return Err(LogError::Field {
                 offset,
                 what: "fixed part",
@@ -777,6 +849,11 @@ impl<'a> Reader<'a> {
         let t_ns = f.u64("time")?;
         let thread = f.u32("thread")?;
         let status = f.u32("status")? as i32;
+        let stack = if self.fixed == FIXED {
+            f.u32("stack")?
+        } else {
+            NO_STACK
+        };
         let on = |f: &mut Fields<'a>| -> Result<On, LogError> {
             Ok(On {
                 stream: f.u64("stream")?,
@@ -967,6 +1044,27 @@ impl<'a> Reader<'a> {
             37 => Rec::GraphDestroy {
                 graph: f.u64("graph")?,
             },
+            38 => Rec::Code {
+                id: f.u32("code id")?,
+                py_minor: f.u8("Python minor version")?,
+                first_line: f.u32("first line")? as i32,
+                filename: f.str("file name")?,
+                qualname: f.str("qualified name")?,
+                linetable: f.bytes("line table")?,
+            },
+            39 => Rec::Stack {
+                id: f.u32("stack id")?,
+                frames: {
+                    let b = f.bytes("stack frames")?;
+                    if b.len() % 8 != 0 {
+                        return Err(LogError::Field {
+                            offset,
+                            what: "stack frames (not whole pairs)",
+                        });
+                    }
+                    b
+                },
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -974,6 +1072,7 @@ impl<'a> Reader<'a> {
             t_ns,
             thread,
             status,
+            stack,
             call,
         })
     }
@@ -1197,6 +1296,19 @@ mod tests {
             Rec::Dump {
                 reason: b"CUDA_ERROR_ASSERT (710) from cuStreamSynchronize",
             },
+            Rec::Code {
+                id: 3,
+                py_minor: 12,
+                first_line: 40,
+                filename: b"/home/u/model.py",
+                qualname: b"Block.forward",
+                linetable: &[0x80, 0x00, 0xd8, 0x08, 0x0c],
+            },
+            Rec::Stack {
+                id: 5,
+                frames: &[3, 0, 0, 0, 17, 0, 0, 0, 4, 0, 0, 0, 2, 0, 0, 0],
+            },
+            Rec::Stack { id: 6, frames: &[] },
         ]
     }
 
@@ -1212,6 +1324,7 @@ mod tests {
                     t_ns: i as u64 * 10,
                     thread: 7,
                     status: 0,
+                    stack: i as u32,
                     call: call.clone(),
                 },
                 &mut out,
@@ -1227,8 +1340,47 @@ mod tests {
         let (h, r) = Reader::new(&bytes).unwrap();
         assert_eq!(h.pid, 42);
         assert_eq!(h.driver_version, 13000);
-        let back: Vec<Rec<'_>> = r.map(|r| r.unwrap().call).collect();
-        assert_eq!(back, recs);
+        let back: Vec<Record<'_>> = r.map(|r| r.unwrap()).collect();
+        assert_eq!(back.iter().map(|r| r.call.clone()).collect::<Vec<_>>(), recs);
+        assert!(back.iter().enumerate().all(|(i, r)| r.stack == i as u32));
+        let Rec::Stack { frames, .. } = &back[back.len() - 2].call else {
+            panic!("not a stack")
+        };
+        assert_eq!(stack_frames(frames).collect::<Vec<_>>(), [(3, 17), (4, 2)]);
+    }
+
+    /// A layout-1 log (records without a stack) still reads, its records with `NO_STACK`.
+    #[test]
+    fn a_layout_1_log_reads_with_no_stacks() {
+        let mut v1 = header(Header {
+            pid: 1,
+            driver_version: 0,
+        })
+        .to_vec();
+        v1[8..10].copy_from_slice(&1u16.to_le_bytes());
+        for call in [Rec::Free { ptr: 0x10 }, Rec::CtxSync] {
+            let mut one = Vec::new();
+            encode(
+                &Record {
+                    t_ns: 5,
+                    thread: 2,
+                    status: 0,
+                    stack: 9,
+                    call,
+                },
+                &mut one,
+            );
+            // Layout 1 had no stack: drop its 4 bytes and shorten the length.
+            let body = u32::from_le_bytes(one[..4].try_into().unwrap()) - 4;
+            one.drain(21..25);
+            one[..4].copy_from_slice(&body.to_le_bytes());
+            v1.extend_from_slice(&one);
+        }
+        let (_, r) = Reader::new(&v1).unwrap();
+        let back: Vec<Record<'_>> = r.map(|r| r.unwrap()).collect();
+        assert_eq!(back.len(), 2);
+        assert!(back.iter().all(|r| r.stack == NO_STACK && r.thread == 2));
+        assert_eq!(back[0].call, Rec::Free { ptr: 0x10 });
     }
 
     /// The flight recorder's hot path writes a launch's bytes as `encode` does, whatever
@@ -1250,6 +1402,7 @@ mod tests {
                 t_ns: 12345,
                 thread: 9,
                 status: 700,
+                stack: 4,
                 call: Rec::Launch {
                     func: h.func,
                     grid: h.grid,
@@ -1263,7 +1416,7 @@ mod tests {
             };
             let (mut want, mut got) = (vec![1u8, 2], vec![1u8, 2]);
             encode(&r, &mut want);
-            encode_launch(&mut got, (12345, 9, 700), &h, layout, params.len(), |b| {
+            encode_launch(&mut got, (12345, 9, 700, 4), &h, layout, params.len(), |b| {
                 b.copy_from_slice(&params)
             });
             assert_eq!(got, want, "layout {layout:?}");

@@ -14,6 +14,7 @@ fn log(recs: &[(i32, Rec<'_>)]) -> Vec<u8> {
                 t_ns: i as u64,
                 thread: 100 + (i as u32 % 2),
                 status: *status,
+                stack: gputape_shimlog::NO_STACK,
                 call: call.clone(),
             },
             &mut out,
@@ -384,4 +385,83 @@ fn tensor_maps_are_found_alone_and_inside_structs() {
     assert_eq!(moved[..8], 0x1111u64.to_le_bytes());
     assert!(moved[64..192].iter().all(|b| *b == 0xab));
     assert!(moved[192..].iter().all(|b| *b == 0));
+}
+
+/// A log's Python stacks become sites: the program's own frame (outside torch) names the
+/// site, the stack is kept, a call from a Python thread with no frame says so, and one
+/// without a stack keeps `<driver call>`.
+#[test]
+fn python_stacks_become_sites_naming_the_programs_line() {
+    // Two entries of CPython's location table, one instruction each, no columns (code 13):
+    // line first+2, then first+3.
+    let table = [0xe8, 0x04, 0xe8, 0x02];
+    let frames = |pairs: &[(u32, u32)]| -> Vec<u8> {
+        pairs
+            .iter()
+            .flat_map(|(c, i)| c.to_le_bytes().into_iter().chain(i.to_le_bytes()))
+            .collect()
+    };
+    let inner = frames(&[(0, 1), (1, 0)]);
+    let recs = [
+        Rec::Code {
+            id: 0,
+            py_minor: 12,
+            first_line: 100,
+            filename: b"/venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+            qualname: b"Module._call_impl",
+            linetable: &table,
+        },
+        Rec::Code {
+            id: 1,
+            py_minor: 12,
+            first_line: 10,
+            filename: b"/home/u/model.py",
+            qualname: b"Block.forward",
+            linetable: &table,
+        },
+        Rec::Stack {
+            id: 1,
+            frames: &inner,
+        },
+        Rec::Stack { id: 2, frames: &[] },
+        Rec::Alloc {
+            ptr: A,
+            bytes: 64,
+            managed: false,
+        },
+        Rec::Free { ptr: A },
+        Rec::CtxSync,
+    ];
+    let mut bytes = header(Header {
+        pid: 7,
+        driver_version: 13000,
+    })
+    .to_vec();
+    for (i, call) in recs.into_iter().enumerate() {
+        let stack = [0, 0, 0, 0, 1, 2, 0][i];
+        encode(
+            &Record {
+                t_ns: i as u64,
+                thread: 5,
+                status: 0,
+                stack,
+                call,
+            },
+            &mut bytes,
+        );
+    }
+    let (t, summary) = convert("lines", &bytes, vec![]).unwrap();
+    assert_eq!(summary.calls, 3, "code and stack records are not calls");
+    let site = |i: usize| t.site(t.calls[i].site);
+    assert_eq!(site(0), "/home/u/model.py:12:0 in Block.forward");
+    assert_eq!(site(1), "<no Python frame>:0:0");
+    assert_eq!(site(2), "<driver call>:0:0");
+    let stack = &t.stacks[&t.calls[0].site];
+    assert_eq!((stack.user, stack.script), (Some(1), Some(1)));
+    assert_eq!(stack.frames[0].line, 103, "the torch frame at its instruction 1");
+    assert_eq!(stack.frames[0].function, "Module._call_impl");
+    // Written and read back whole.
+    let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.stacks, t.stacks);
+    assert_eq!(back.site(back.calls[0].site), site(0));
 }

@@ -201,6 +201,7 @@ fn gap(out: &mut Vec<u8>, dropped: u64) {
             t_ns: 0,
             thread: 0,
             status: 0,
+            stack: gputape_shimlog::NO_STACK,
             call: Rec::Gap { dropped },
         },
         out,
@@ -254,8 +255,8 @@ impl Blocked {
     }
 }
 
-/// Threads waiting in a blocking call: (thread, since, what).
-static WAITING: Mutex<Vec<(u32, Instant, Blocked)>> = Mutex::new(Vec::new());
+/// Threads waiting in a blocking call: (thread, since, what, the stack it was called from).
+static WAITING: Mutex<Vec<(u32, Instant, Blocked, u32)>> = Mutex::new(Vec::new());
 
 /// The hang deadline, when a flight recording wants one.
 fn hang_after() -> Option<Duration> {
@@ -298,28 +299,29 @@ pub fn waiting(what: Blocked) -> Option<Waiting> {
         });
     }
     let tid = super::log::thread_id();
+    let stack = super::log::stack_here();
     WAITING
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push((tid, Instant::now(), what));
+        .push((tid, Instant::now(), what, stack));
     Some(Waiting(tid))
 }
 
-/// The calls threads wait in now, the longest waiting first: (thread, since, what).
-fn waiting_now() -> Vec<(u32, Instant, Blocked)> {
+/// The calls threads wait in now, the longest waiting first: (thread, since, what, stack).
+fn waiting_now() -> Vec<(u32, Instant, Blocked, u32)> {
     let mut w = WAITING.lock().unwrap_or_else(|p| p.into_inner()).clone();
     w.sort_by_key(|e| e.1);
     w
 }
 
 /// The calls threads wait in now, the longest waiting first, as a dump writes them.
-pub fn blocked_now() -> Vec<(u32, Rec<'static>)> {
+pub fn blocked_now() -> Vec<(u32, u32, Rec<'static>)> {
     as_blocked(&waiting_now())
 }
 
-/// Waiting calls as a dump writes them: (thread, record).
-fn as_blocked(w: &[(u32, Instant, Blocked)]) -> Vec<(u32, Rec<'static>)> {
-    w.iter().map(|e| (e.0, e.2.rec())).collect()
+/// Waiting calls as a dump writes them: (thread, stack, record).
+fn as_blocked(w: &[(u32, Instant, Blocked, u32)]) -> Vec<(u32, u32, Rec<'static>)> {
+    w.iter().map(|e| (e.0, e.3, e.2.rec())).collect()
 }
 
 /// The watcher: when some thread has waited longer than `after`, the process dumps (once), with

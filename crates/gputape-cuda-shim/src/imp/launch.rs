@@ -277,11 +277,11 @@ pub(super) fn log(
 }
 
 /// Bytes of a launch record before its pairs: the common head (length, type, time, thread,
-/// status) and the fixed fields (function, grid, block, cluster, shared memory, stream, the
+/// status, stack) and the fixed fields (function, grid, block, cluster, shared memory, stream, the
 /// pairs' count).
-const FIXED: usize = 21 + 60;
+const FIXED: usize = 25 + 60;
 
-/// Appends the launch record `encode_launch` would: `head` (time, thread, status), `h`, the
+/// Appends the launch record `encode_launch` would: `head` (time, thread, status, stack), `h`, the
 /// plan's layout and the parameter bytes `src` names, written once each into reserved memory.
 ///
 /// # Safety
@@ -290,7 +290,7 @@ const FIXED: usize = 21 + 60;
 #[inline]
 unsafe fn encode(
     out: &mut Vec<u8>,
-    (t_ns, thread, status): (u64, u32, i32),
+    (t_ns, thread, status, stack): gputape_shimlog::Head,
     h: &LaunchHead,
     plan: &Plan,
     src: &ParamSource,
@@ -304,14 +304,15 @@ unsafe fn encode(
     f[5..13].copy_from_slice(&t_ns.to_le_bytes());
     f[13..17].copy_from_slice(&thread.to_le_bytes());
     f[17..21].copy_from_slice(&status.to_le_bytes());
-    f[21..29].copy_from_slice(&h.func.to_le_bytes());
+    f[21..25].copy_from_slice(&stack.to_le_bytes());
+    f[25..33].copy_from_slice(&h.func.to_le_bytes());
     for (i, v) in h.grid.iter().chain(&h.block).chain(&h.cluster).enumerate() {
-        f[29 + 4 * i..33 + 4 * i].copy_from_slice(&v.to_le_bytes());
+        f[33 + 4 * i..37 + 4 * i].copy_from_slice(&v.to_le_bytes());
     }
-    f[65..69].copy_from_slice(&h.shared_mem.to_le_bytes());
-    f[69..77].copy_from_slice(&h.stream.to_le_bytes());
-    f[77..81].copy_from_slice(&plan.count().to_le_bytes());
-    f[81..89].copy_from_slice(&(len as u64).to_le_bytes());
+    f[69..73].copy_from_slice(&h.shared_mem.to_le_bytes());
+    f[73..81].copy_from_slice(&h.stream.to_le_bytes());
+    f[81..85].copy_from_slice(&plan.count().to_le_bytes());
+    f[85..93].copy_from_slice(&(len as u64).to_le_bytes());
     out.reserve(total);
     let start = out.len();
     // SAFETY: `reserve` made room for `total` bytes after `start`; each byte of them is written
@@ -378,7 +379,7 @@ mod tests {
     /// What `gputape_shimlog::encode_launch` writes for the same launch: the reference.
     fn reference(layout: Option<&[(u32, u32)]>, params: &[u8]) -> Vec<u8> {
         let mut out = vec![9u8; 3];
-        gputape_shimlog::encode_launch(&mut out, (77, 5, 0), &head(), layout, params.len(), |b| {
+        gputape_shimlog::encode_launch(&mut out, (77, 5, 0, 3), &head(), layout, params.len(), |b| {
             b.copy_from_slice(params)
         });
         out
@@ -387,7 +388,7 @@ mod tests {
     fn ours(plan: &Plan, src: &ParamSource) -> Vec<u8> {
         let mut out = vec![9u8; 3];
         // SAFETY: the sources below point at live bytes their plans size.
-        unsafe { encode(&mut out, (77, 5, 0), &head(), plan, src) };
+        unsafe { encode(&mut out, (77, 5, 0, 3), &head(), plan, src) };
         out
     }
 

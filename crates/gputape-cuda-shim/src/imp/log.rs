@@ -15,11 +15,13 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
 
-use gputape_shimlog::{Header, Rec, Record};
+use gputape_shimlog::{Header, NO_STACK, Rec, Record};
 
 use super::clock::Clock;
 use super::flags::{FLAGS, MODE_FILE, MODE_FLIGHT, MODE_NONE, MODE_UNKNOWN};
 use super::flight::{self, Ring};
+use super::lines::Lines;
+use super::python;
 
 /// Where logs go: one file per process.
 pub const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
@@ -94,6 +96,8 @@ struct Log {
     pid: u32,
     file: Option<std::fs::File>,
     buf: Vec<u8>,
+    /// The Python stacks and code objects named so far.
+    lines: Lines,
 }
 
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
@@ -184,6 +188,7 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
             t_ns: head.0,
             thread: head.1,
             status,
+            stack: head.2,
             call,
         };
         match to {
@@ -197,10 +202,10 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
 /// encoded where it is kept, with no record built and no buffer between (every launch a
 /// program makes passes here; `launch.rs`).
 #[inline]
-pub fn write_launch(status: i32, enc: impl FnOnce(&mut Vec<u8>, (u64, u32, i32))) -> Option<u64> {
+pub fn write_launch(status: i32, enc: impl FnOnce(&mut Vec<u8>, gputape_shimlog::Head)) -> Option<u64> {
     let kind = (gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel", false);
     write_with(status, kind, |to, head| {
-        let head = (head.0, head.1, status);
+        let head = (head.0, head.1, status, head.2);
         match to {
             To::Ring(ring, index) => ring.push_work(index, |b| enc(b, head)),
             To::Buf(buf) => enc(buf, head),
@@ -215,12 +220,12 @@ enum To<'a> {
 }
 
 /// `write` with the record's (type byte, family, whether it is state) given and its bytes
-/// put where they go by `put`, handed the time and thread they carry.
+/// put where they go by `put`, handed the time, thread and stack they carry.
 #[inline(always)]
 fn write_with(
     status: i32,
     (tag, family, state): (u8, &'static str, bool),
-    put: impl FnOnce(To<'_>, (u64, u32)),
+    put: impl FnOnce(To<'_>, (u64, u32, u32)),
 ) -> Option<u64> {
     if !wanted() || !FLAGS.healthy.load(Ordering::Relaxed) {
         return None;
@@ -230,6 +235,8 @@ fn write_with(
     }
     let _t = super::selftime::Guard::start(|| (tag, family));
     let thread = thread_id();
+    // Read before the lock: only this thread's own memory.
+    let here = python::here();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // A forked child starts a file of its own: what the parent had gathered is the parent's.
     // A load first: a swap on every record would be a locked write to a shared line.
@@ -240,20 +247,65 @@ fn write_with(
     }
     let log = g.as_mut()?;
     let t_ns = log.clock.now_ns();
+    let stack = match &here {
+        Some(raw) => name_stack(log, raw, t_ns, thread),
+        None => NO_STACK,
+    };
     let index = log.records;
     log.records += 1;
     if let Some(ring) = &mut log.ring {
-        put(To::Ring(ring, index), (t_ns, thread));
+        put(To::Ring(ring, index), (t_ns, thread, stack));
         if flight::is_fault(status) {
             dump_at_fault(log, family, index, thread, status);
         }
         return Some(index);
     }
-    put(To::Buf(&mut log.buf), (t_ns, thread));
+    put(To::Buf(&mut log.buf), (t_ns, thread, stack));
     if log.buf.len() >= FLUSH_AT {
         flush_locked(log);
     }
     Some(index)
+}
+
+/// The number of the stack `raw` (read on this thread, in this call), naming it and its new
+/// code objects in the log first, as records of their own.
+fn name_stack(log: &mut Log, raw: &python::Raw, t_ns: u64, thread: u32) -> u32 {
+    let mut lines = std::mem::take(&mut log.lines);
+    let id = lines.intern(raw, |call| {
+        let rec = Record {
+            t_ns,
+            thread,
+            status: 0,
+            stack: NO_STACK,
+            call,
+        };
+        let index = log.records;
+        log.records += 1;
+        match &mut log.ring {
+            Some(ring) => ring.push(index, &rec),
+            None => gputape_shimlog::encode(&rec, &mut log.buf),
+        }
+    });
+    log.lines = lines;
+    id
+}
+
+/// The calling thread's stack, named in the log (for a call that blocks: its record is written
+/// later, by whichever thread dumps); `NO_STACK` when there is none or nothing is logged.
+pub fn stack_here() -> u32 {
+    if !wanted() {
+        return NO_STACK;
+    }
+    let Some(raw) = python::here() else {
+        return NO_STACK;
+    };
+    let thread = thread_id();
+    let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(log) = g.as_mut() else {
+        return NO_STACK;
+    };
+    let t_ns = log.clock.now_ns();
+    name_stack(log, &raw, t_ns, thread)
 }
 
 /// The flight recorder's dump at a record whose status is a fault (record `index`, of the
@@ -273,7 +325,7 @@ fn dump_at_fault(log: &mut Log, family: &str, index: u64, thread: u32, status: i
 /// the calls threads are waiting in, the longest waiting first, written as not returned;
 /// `announce`: tell the run's other processes (`peers.rs`), which a peer's dump does not.
 /// Whether this call wrote it (not: no flight ring, or dumped already).
-pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) -> bool {
+pub fn dump_watched(reason: &str, blocked: &[(u32, u32, Rec<'_>)], announce: bool) -> bool {
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     let Some(log) = g.as_mut() else {
         return false;
@@ -282,10 +334,11 @@ pub fn dump_watched(reason: &str, blocked: &[(u32, Rec<'_>)], announce: bool) ->
     let t_ns = log.clock.elapsed_ns();
     let tail: Vec<Record<'_>> = blocked
         .iter()
-        .map(|(thread, call)| Record {
+        .map(|(thread, stack, call)| Record {
             t_ns,
             thread: *thread,
             status: gputape_shimlog::STATUS_NOT_RETURNED,
+            stack: *stack,
             call: call.clone(),
         })
         .collect();
@@ -322,6 +375,7 @@ fn dump_locked(
         t_ns: log.clock.elapsed_ns(),
         thread,
         status,
+        stack: NO_STACK,
         call: Rec::Dump {
             reason: why.as_bytes(),
         },
@@ -386,6 +440,7 @@ fn open(pid: u32) -> Option<Log> {
                 pid,
                 records: 0,
                 clock: Clock::new(),
+                lines: Lines::default(),
             });
         }
     };
@@ -413,6 +468,7 @@ fn open(pid: u32) -> Option<Log> {
         pid,
         records: 0,
         clock: Clock::new(),
+        lines: Lines::default(),
     })
 }
 
