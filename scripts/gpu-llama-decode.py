@@ -12,7 +12,10 @@ where a process's own speed, which varies more between processes than the record
 is the same for both. `paused_minflt` and `recording_minflt` are the median page faults the
 generating thread took per generate (the recorder's fresh memory shows there). With
 GPUTAPE_SHIM_SELFTIME=1 too, `recording_self_ms` and `recording_records` are the median time the
-recorder's own code took per recording generate, and its records (gputape_shim_selftime)."""
+recorder's own code took per recording generate, and its records (gputape_shim_selftime).
+GPUTAPE_DECODE_TOGGLE=lines: the generates alternate between the recording's Python lines off
+and on (gputape_shim_lines), `lines_off_ms` and `lines_on_ms`: what reading the program's frames
+at each call costs, inside one process."""
 
 import hashlib
 import json
@@ -27,14 +30,20 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def shim_pause():
-    """gputape_shim_pause from the libcuda.so.1 this process loaded, or None without the shim."""
-    if os.environ.get("GPUTAPE_DECODE_TOGGLE") != "1":
+def shim_toggle():
+    """(switch(off), (name off, name on)) from the libcuda.so.1 this process loaded, per
+    GPUTAPE_DECODE_TOGGLE (1: recording paused / running; lines: lines off / on), or None."""
+    mode = os.environ.get("GPUTAPE_DECODE_TOGGLE")
+    name = {"1": "gputape_shim_pause", "lines": "gputape_shim_lines"}.get(mode)
+    if name is None:
         return None
     try:
-        return ctypes.CDLL("libcuda.so.1").gputape_shim_pause
+        f = getattr(ctypes.CDLL("libcuda.so.1"), name)
     except (OSError, AttributeError):
         return None
+    if mode == "1":
+        return (lambda off: f(1 if off else 0)), ("paused", "recording")
+    return (lambda off: f(0 if off else 1)), ("lines_off", "lines_on")
 
 
 def shim_selftime():
@@ -78,9 +87,10 @@ def main():
     ids = torch.randint(0, cfg.vocab_size, (1, 8), device="cuda")
     kw = dict(max_new_tokens=4, do_sample=False, return_dict_in_generate=True, output_logits=True)
     reps = int(os.environ.get("GPUTAPE_DECODE_REPS", "20"))
-    pause = shim_pause()
-    times, by_mode = [], {"paused_ms": [], "recording_ms": []}
-    faults = {"paused_minflt": [], "recording_minflt": []}
+    toggle = shim_toggle()
+    pause, (off_name, on_name) = toggle if toggle else (None, ("paused", "recording"))
+    times, by_mode = [], {f"{off_name}_ms": [], f"{on_name}_ms": []}
+    faults = {f"{off_name}_minflt": [], f"{on_name}_minflt": []}
     selftime = shim_selftime()
     own = {"recording_self_ms": [], "recording_records": []}
     with torch.no_grad():
@@ -89,7 +99,7 @@ def main():
         for i in range(reps):
             paused = pause is not None and i % 2 == 0
             if pause is not None:
-                pause(1 if paused else 0)
+                pause(paused)
             torch.cuda.synchronize()
             f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
             s0 = selftime() if selftime else None
@@ -103,10 +113,10 @@ def main():
                 own["recording_self_ms"].append((s1[0] - s0[0]) / 1e6)
                 own["recording_records"].append(s1[1] - s0[1])
             if pause is not None:
-                by_mode["paused_ms" if paused else "recording_ms"].append(times[-1])
-                faults["paused_minflt" if paused else "recording_minflt"].append(f1 - f0)
+                by_mode[f"{off_name if paused else on_name}_ms"].append(times[-1])
+                faults[f"{off_name if paused else on_name}_minflt"].append(f1 - f0)
         if pause is not None:
-            pause(0)
+            pause(False)
     logits = torch.stack(out.logits).float().cpu()
     print(
         "GPUTAPE_DECODE "

@@ -869,7 +869,10 @@ fn pythons() -> Vec<(String, String)> {
         .ok()
         .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/.pyenv")));
     if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(format!("{r}/versions"))) {
-        let mut vs: Vec<_> = dir.flatten().map(|e| e.path().join("bin/python3")).collect();
+        let mut vs: Vec<_> = dir
+            .flatten()
+            .map(|e| e.path().join("bin/python3"))
+            .collect();
         vs.sort();
         candidates.extend(vs.iter().map(|p| p.display().to_string()));
     }
@@ -898,8 +901,8 @@ fn pythons() -> Vec<(String, String)> {
 fn each_call_of_a_python_program_carries_the_line_it_was_made_from() {
     let pythons = pythons();
     assert!(!pythons.is_empty(), "no python3 of 3.11-3.13 on PATH");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/python/lines.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/lines.py");
     for (exe, version) in &pythons {
         let d = support::scratch(&format!("lines-{version}"));
         let trace = d.join("lines.gtape");
@@ -941,7 +944,9 @@ fn each_call_of_a_python_program_carries_the_line_it_was_made_from() {
                     let (head, tail) = as_site(e);
                     s.starts_with(&head) && s.ends_with(&tail)
                 })
-                .unwrap_or_else(|| panic!("{version}: call at {s} is none of {expected:?} from {next}"));
+                .unwrap_or_else(|| {
+                    panic!("{version}: call at {s} is none of {expected:?} from {next}")
+                });
             next += at + 1;
         }
         assert_eq!(sites.len(), expected.len() - 1, "{version}: {sites:?}");
@@ -954,23 +959,31 @@ fn each_call_of_a_python_program_carries_the_line_it_was_made_from() {
             ("the module", "<module>"),
         ] {
             assert!(
-                sites.iter().any(|s| s.ends_with(&format!(" in {function}"))),
+                sites
+                    .iter()
+                    .any(|s| s.ends_with(&format!(" in {function}"))),
                 "{version}: no call from {what}: {sites:?}"
             );
         }
         let _ = std::fs::remove_dir_all(d);
     }
-    eprintln!("checked on Python {:?}", pythons.iter().map(|p| &p.1).collect::<Vec<_>>());
+    eprintln!(
+        "checked on Python {:?}",
+        pythons.iter().map(|p| &p.1).collect::<Vec<_>>()
+    );
 }
 
 /// A flight dump keeps the stacks its calls were made from (named once, long before the
 /// window): the dump's calls carry their lines too.
 #[test]
 fn a_python_program_s_flight_dump_carries_its_lines() {
-    let (exe, version) = pythons().into_iter().next().expect("a python3 of 3.11-3.13");
+    let (exe, version) = pythons()
+        .into_iter()
+        .next()
+        .expect("a python3 of 3.11-3.13");
     let d = support::scratch("lines-flight");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/python/lines.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/lines.py");
     let expected = d.join("expected.json");
     let o = flight(
         &d,

@@ -30,6 +30,10 @@ pub struct Args {
     /// Print as JSON (schema gputape.show.v1): the header and the calls shown.
     #[arg(long)]
     json: bool,
+    /// Under each call, the Python stack it was made from (a `gputape run` recording of a
+    /// Python program), innermost first; `>` marks the program's own line, the call's site.
+    #[arg(long)]
+    stacks: bool,
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
@@ -44,6 +48,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             kind: a.kind.as_deref(),
         },
         a.json,
+        a.stacks,
     )?;
     Ok(Exit::Pass)
 }
@@ -83,6 +88,7 @@ fn show(
     summary_only: bool,
     mut filter: ShowFilter<'_>,
     json: bool,
+    stacks: bool,
 ) -> Result<()> {
     let t = open_trace(ctx, path)?;
     if let Some(s) = filter.steps.take() {
@@ -113,6 +119,11 @@ fn show(
                     "ok": c.ret.as_ref().map(|r| r.is_ok()),
                     "error": c.ret.as_ref().and_then(|r| r.as_ref().err()).map(|e| serde_json::json!({"code": e.code, "message": e.message})),
                     "site": t.site(c.site),
+                    "stack": t.stacks.get(&c.site).map(|s| serde_json::json!({
+                        "frames": s.frames.iter().map(|f| serde_json::json!({"file": f.file, "function": f.function, "line": f.line, "col": f.col})).collect::<Vec<_>>(),
+                        "user": s.user,
+                        "script": s.script,
+                    })),
                 })
             })
             .collect();
@@ -188,13 +199,16 @@ fn show(
             "columns: #seq, t<thread> (recording thread, in order of first call), call -> result, @ site"
         );
     }
-    if !summary_only && !filter.any() {
+    if !summary_only && !filter.any() && !stacks {
         print!("{}", crate::trace::render(&t));
         println!();
     } else if !summary_only {
         let mut n = 0;
         for c in t.calls.iter().filter(|c| filter.keeps(&t, c)) {
             println!("{}", crate::trace::render_call(&t, c));
+            if stacks {
+                print_stack(&t, c.site);
+            }
             n += 1;
         }
         println!("({n} call(s) shown)\n");
@@ -209,4 +223,19 @@ fn show(
         );
     }
     Ok(())
+}
+
+/// A site's Python stack under its call, innermost first, `>` on the frame the site names.
+fn print_stack(t: &crate::trace::Trace, site: crate::trace::SiteId) {
+    let Some(s) = t.stacks.get(&site) else {
+        return;
+    };
+    if s.frames.is_empty() {
+        println!("        (a Python thread with no Python frame)");
+    }
+    let named = s.user.or(s.script).unwrap_or(0);
+    for (i, f) in s.frames.iter().enumerate() {
+        let mark = if i == usize::from(named) { '>' } else { ' ' };
+        println!("      {mark} {f}");
+    }
 }

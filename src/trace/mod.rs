@@ -39,8 +39,8 @@ pub use refs::{refs, written_by, Refs};
 pub use relabel::each_blob_mut;
 pub use render::{call_text, render, render_call, ret_text, summary};
 pub use restart::RestartError;
-pub use stack::{SiteStack, StackFrame};
 pub use signature::ParamType;
+pub use stack::{SiteStack, StackFrame};
 pub use write::blob_frame;
 
 use crate::backend::{KernelInfo, ModuleCode};

@@ -19,7 +19,11 @@ pub struct StackFrame {
 
 impl std::fmt::Display for StackFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{} in {}", self.file, self.line, self.col, self.function)
+        write!(
+            f,
+            "{}:{}:{} in {}",
+            self.file, self.line, self.col, self.function
+        )
     }
 }
 

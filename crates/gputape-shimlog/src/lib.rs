@@ -1341,7 +1341,10 @@ mod tests {
         assert_eq!(h.pid, 42);
         assert_eq!(h.driver_version, 13000);
         let back: Vec<Record<'_>> = r.map(|r| r.unwrap()).collect();
-        assert_eq!(back.iter().map(|r| r.call.clone()).collect::<Vec<_>>(), recs);
+        assert_eq!(
+            back.iter().map(|r| r.call.clone()).collect::<Vec<_>>(),
+            recs
+        );
         assert!(back.iter().enumerate().all(|(i, r)| r.stack == i as u32));
         let Rec::Stack { frames, .. } = &back[back.len() - 2].call else {
             panic!("not a stack")
@@ -1416,9 +1419,14 @@ mod tests {
             };
             let (mut want, mut got) = (vec![1u8, 2], vec![1u8, 2]);
             encode(&r, &mut want);
-            encode_launch(&mut got, (12345, 9, 700, 4), &h, layout, params.len(), |b| {
-                b.copy_from_slice(&params)
-            });
+            encode_launch(
+                &mut got,
+                (12345, 9, 700, 4),
+                &h,
+                layout,
+                params.len(),
+                |b| b.copy_from_slice(&params),
+            );
             assert_eq!(got, want, "layout {layout:?}");
         }
     }

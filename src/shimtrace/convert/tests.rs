@@ -458,7 +458,10 @@ fn python_stacks_become_sites_naming_the_programs_line() {
     assert_eq!(site(2), "<driver call>:0:0");
     let stack = &t.stacks[&t.calls[0].site];
     assert_eq!((stack.user, stack.script), (Some(1), Some(1)));
-    assert_eq!(stack.frames[0].line, 103, "the torch frame at its instruction 1");
+    assert_eq!(
+        stack.frames[0].line, 103,
+        "the torch frame at its instruction 1"
+    );
     assert_eq!(stack.frames[0].function, "Module._call_impl");
     // Written and read back whole.
     let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();

@@ -379,9 +379,14 @@ mod tests {
     /// What `gputape_shimlog::encode_launch` writes for the same launch: the reference.
     fn reference(layout: Option<&[(u32, u32)]>, params: &[u8]) -> Vec<u8> {
         let mut out = vec![9u8; 3];
-        gputape_shimlog::encode_launch(&mut out, (77, 5, 0, 3), &head(), layout, params.len(), |b| {
-            b.copy_from_slice(params)
-        });
+        gputape_shimlog::encode_launch(
+            &mut out,
+            (77, 5, 0, 3),
+            &head(),
+            layout,
+            params.len(),
+            |b| b.copy_from_slice(params),
+        );
         out
     }
 

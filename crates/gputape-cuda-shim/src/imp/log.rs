@@ -202,7 +202,10 @@ pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
 /// encoded where it is kept, with no record built and no buffer between (every launch a
 /// program makes passes here; `launch.rs`).
 #[inline]
-pub fn write_launch(status: i32, enc: impl FnOnce(&mut Vec<u8>, gputape_shimlog::Head)) -> Option<u64> {
+pub fn write_launch(
+    status: i32,
+    enc: impl FnOnce(&mut Vec<u8>, gputape_shimlog::Head),
+) -> Option<u64> {
     let kind = (gputape_shimlog::TAG_LAUNCH, "cuLaunchKernel", false);
     write_with(status, kind, |to, head| {
         let head = (head.0, head.1, status, head.2);

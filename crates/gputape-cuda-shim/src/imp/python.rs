@@ -152,6 +152,16 @@ struct Py {
 static PY: OnceLock<Option<Py>> = OnceLock::new();
 /// Cleared when a read finds an object of the wrong type: the layout is not what we think.
 static READABLE: AtomicBool = AtomicBool::new(true);
+/// Cleared by `gputape_shim_lines(0)`.
+static ON: AtomicBool = AtomicBool::new(true);
+
+/// Turns the recording of Python lines off (`on` 0) or on again in this process: for
+/// benchmarks that compare what lines cost inside one process (through ctypes), where a
+/// program's own speed is the same for both.
+#[unsafe(no_mangle)]
+pub extern "C" fn gputape_shim_lines(on: c_int) {
+    ON.store(on != 0, Ordering::Relaxed);
+}
 
 fn sym(name: &[u8]) -> usize {
     debug_assert_eq!(name.last(), Some(&0));
@@ -282,6 +292,9 @@ unsafe fn rd<T: Copy>(a: usize) -> T {
 /// (or the process has no Python, or lines are off).
 #[inline]
 pub fn here() -> Option<Raw> {
+    if !ON.load(Ordering::Relaxed) {
+        return None;
+    }
     let py = py()?;
     if !READABLE.load(Ordering::Relaxed) {
         return None;
@@ -356,7 +369,9 @@ unsafe fn walk(py: &Py, ts: usize) -> Raw {
 #[cold]
 fn unreadable(why: &str) {
     if READABLE.swap(false, Ordering::Relaxed) {
-        refuse(&format!("this Python's frames do not read as expected ({why})"));
+        refuse(&format!(
+            "this Python's frames do not read as expected ({why})"
+        ));
     }
 }
 
@@ -397,7 +412,11 @@ unsafe fn string(py: &Py, o: usize) -> Option<Vec<u8>> {
         if compact == 0 {
             return Some(b"?".to_vec());
         }
-        let data = o + if ascii == 1 { l.str_ascii } else { l.str_compact };
+        let data = o + if ascii == 1 {
+            l.str_ascii
+        } else {
+            l.str_compact
+        };
         let ch = |i: usize| -> u32 {
             match kind {
                 2 => u32::from(rd::<u16>(data + 2 * i)),
