@@ -8,9 +8,11 @@ use std::collections::HashMap;
 
 use crate::trace::{SiteDef, SiteId, SiteStack, StackFrame, Trace};
 
-/// Path fragments of the libraries a program calls through, whose frames are not the
-/// program's own line (`GPUTAPE_LIBRARY_FRAMES`, comma-separated, replaces them).
-const LIBRARIES: &[&str] = &["/torch/", "/triton/"];
+/// The packages a program calls through, whose frames are not the program's own line
+/// (`GPUTAPE_LIBRARY_FRAMES`, comma-separated, replaces them): matched as directories of the
+/// path below its last `site-packages/` (`is_library`), so a virtual environment under
+/// `/opt/torch/` does not make every installed package PyTorch.
+const LIBRARIES: &[&str] = &["torch/", "triton/"];
 /// Set to replace `LIBRARIES`.
 pub const ENV_LIBRARY_FRAMES: &str = "GPUTAPE_LIBRARY_FRAMES";
 /// Path fragments of installed packages: the script's line is the innermost frame outside them.
@@ -104,7 +106,7 @@ impl Lines {
                 .and_then(|i| u16::try_from(i).ok())
         };
         let stack = SiteStack {
-            user: outside(&|f| self.libraries.iter().any(|l| f.contains(l.as_str()))),
+            user: outside(&|f| is_library(f, &self.libraries)),
             script: outside(&|f| INSTALLED.iter().any(|l| f.contains(l))),
             frames,
         };
@@ -137,6 +139,20 @@ impl Lines {
     pub fn site(&self, id: u32) -> Option<SiteId> {
         self.sites.get(&id).copied()
     }
+}
+
+/// Whether `file` lies in one of `libraries` (directories such as `torch/`): below the path's
+/// last `site-packages/` or `dist-packages/` when it has one, else anywhere in it.
+fn is_library(file: &str, libraries: &[String]) -> bool {
+    let tail = ["site-packages/", "dist-packages/"]
+        .iter()
+        .filter_map(|p| file.rfind(p).map(|i| &file[i + p.len()..]))
+        .min_by_key(|t| t.len())
+        .unwrap_or(file);
+    libraries.iter().any(|l| {
+        let l = l.trim_start_matches('/');
+        tail.starts_with(l) || tail.contains(&format!("/{l}"))
+    })
 }
 
 /// The 1-based line and column of instruction `instr` (in code units) of `c`, from its location
@@ -264,6 +280,22 @@ mod tests {
             "fixtures from each minor version claimed"
         );
         assert!(checked > 500, "only {checked} instructions checked");
+    }
+
+    #[test]
+    fn library_frames_are_judged_below_site_packages() {
+        let libs: Vec<String> = LIBRARIES.iter().map(|s| s.to_string()).collect();
+        for (file, want) in [
+            ("/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", true),
+            ("/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/llama/modeling_llama.py", false),
+            ("/usr/lib/python3/dist-packages/triton/runtime/jit.py", true),
+            ("/home/u/pytorch/torch/nn/functional.py", true),
+            ("/home/u/model.py", false),
+            ("/opt/torch/.venv/lib/python3.12/site-packages/torchvision/ops/boxes.py", false),
+            ("<frozen runpy>", false),
+        ] {
+            assert_eq!(is_library(file, &libs), want, "{file}");
+        }
     }
 
     #[test]
