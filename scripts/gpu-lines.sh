@@ -8,6 +8,7 @@
 #   3. decode: scripts/gpu-llama-decode.py under `-o`: how many calls carry a line, the sites;
 #   4. cost: the decode under --flight and -o, its timed generates alternating between lines
 #      off and on inside one process (GPUTAPE_DECODE_TOGGLE=lines), INPROC processes each.
+#   5. fixtures: the fault dumps cut to share (`trim --drop-images`) into FIXTURES.
 # SECTIONS (default "faults backward decode cost") picks some. Builds nothing (scripts/gpu-bin.sh
 # first). OUT gets dumps, traces and logs; a table last.
 set -uo pipefail
@@ -48,6 +49,18 @@ if want faults; then
     fault eager-assert scripts/gpu-lines.py eager-assert
     fault graph-assert scripts/gpu-lines.py graph-assert
     fault triton-oob scripts/gpu-triton-oob.py
+fi
+
+# fixtures: the fault dumps, cut to share (module images left out: NVIDIA's kernels are not
+# ours to ship), into $FIXTURES for traces/.
+if want fixtures; then
+    mkdir -p "${FIXTURES:=$OUT/fixtures}"
+    for name in eager-assert graph-assert triton-oob; do
+        dump=$(ls "$OUT/$name"/*.gtape 2>/dev/null | head -1)
+        [ -z "$dump" ] && continue
+        "$G" trim "$dump" --range 0.. --drop-images -o "$FIXTURES/h200_py_${name//-/_}.gtape"
+    done
+    ls -l "$FIXTURES"
 fi
 
 if want backward; then

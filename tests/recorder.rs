@@ -316,19 +316,19 @@ fn bad_headers_are_typed_errors() {
         Err(TraceError::BadMagic { .. })
     ));
     let mut newer = sample();
-    newer[8..10].copy_from_slice(&13u16.to_le_bytes());
-    newer[10..12].copy_from_slice(&12u16.to_le_bytes());
+    newer[8..10].copy_from_slice(&14u16.to_le_bytes());
+    newer[10..12].copy_from_slice(&13u16.to_le_bytes());
     let e = Trace::from_bytes(p, &newer).unwrap_err();
     assert!(matches!(
         e,
         TraceError::TooNew {
-            format: 13,
-            min_reader: 12,
-            ours: 11,
+            format: 14,
+            min_reader: 13,
+            ours: 12,
             ..
         }
     ));
-    assert!(e.to_string().contains("format 13"), "{e}");
+    assert!(e.to_string().contains("format 14"), "{e}");
     // A newer format that old readers may still read opens.
     let mut compatible = sample();
     compatible[8..10].copy_from_slice(&3u16.to_le_bytes());

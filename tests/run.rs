@@ -884,10 +884,11 @@ fn pythons() -> Vec<(String, String)> {
             continue;
         };
         let v = text(&o.stdout).trim().to_string();
-        if o.status.success() && ["3.11", "3.12", "3.13"].contains(&v.as_str()) {
-            if !found.iter().any(|(_, have)| *have == v) {
-                found.push((exe.clone(), v));
-            }
+        if o.status.success()
+            && ["3.11", "3.12", "3.13"].contains(&v.as_str())
+            && !found.iter().any(|(_, have)| *have == v)
+        {
+            found.push((exe.clone(), v));
         }
     }
     found
@@ -1005,5 +1006,77 @@ fn a_python_program_s_flight_dump_carries_its_lines() {
         assert!(shown.contains(want), "{version}: no {want} in\n{shown}");
     }
     assert!(!shown.contains("<driver call>"), "{shown}");
+    assert!(shown.contains("(image: blob"), "{shown}");
+    // Cut to share (the whole dump, its module images left out): the lines stay.
+    let cut = d.join("cut.gtape");
+    let o = gputape(&[
+        "trim".as_ref(),
+        dump.as_ref(),
+        "--range".as_ref(),
+        "0..".as_ref(),
+        "--drop-images".as_ref(),
+        "-o".as_ref(),
+        cut.as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = gputape(&["show".as_ref(), cut.as_ref()]);
+    let cut_shown = text(&o.stdout);
+    assert!(
+        cut_shown.contains("lines.py:79:30 in capture"),
+        "{cut_shown}"
+    );
+    assert!(!cut_shown.contains("(image: blob"), "{cut_shown}");
+    assert!(
+        cut_shown.contains("::scale"),
+        "the kernel keeps its name: {cut_shown}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// An eager program's step (its work on the legacy stream, as PyTorch's is) gets capture
+/// verdicts as `torch.cuda.graph` would capture it, judged on the step it repeats, not on the
+/// weight upload before: the step's host sync is named first, with its line.
+#[test]
+fn analyze_capture_of_an_eager_python_program_names_its_host_sync_line_first() {
+    let (exe, version) = pythons()
+        .into_iter()
+        .next()
+        .expect("a python3 of 3.11-3.13");
+    let d = support::scratch("eager-capture");
+    let trace = d.join("eager.gtape");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/python/eager_step.py");
+    let o = run(&[
+        "-o".as_ref(),
+        trace.as_ref(),
+        "--".as_ref(),
+        exe.as_ref(),
+        script.as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{version}: {}", text(&o.stderr));
+    let line = std::fs::read_to_string(&script)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("# the step's host sync"))
+        .unwrap()
+        + 1;
+    let o = gputape(&["analyze".as_ref(), "--capture".as_ref(), trace.as_ref()]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(out.contains("an eager program"), "{out}");
+    // Four steps; the first also looked its kernel up, so three are alike.
+    assert!(out.contains("seen 3 times between host syncs"), "{out}");
+    let first = out
+        .lines()
+        .find(|l| l.contains("first to break it"))
+        .unwrap_or_else(|| panic!("no breaker named:\n{out}"));
+    assert!(
+        first.contains("copy_d2h")
+            && first.contains(&format!("eager_step.py:{line}:"))
+            && first.contains(" in step"),
+        "{first}"
+    );
+    // The launches of the step are captured: nothing else of the step breaks it.
+    assert!(!out.contains("launch at"), "{out}");
     let _ = std::fs::remove_dir_all(d);
 }

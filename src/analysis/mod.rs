@@ -5,6 +5,7 @@
 //! emulates and the GPU suite checks against the driver.
 
 mod access;
+mod eager;
 pub mod export;
 mod idle;
 mod plan;
@@ -13,12 +14,15 @@ pub mod report;
 pub mod timeline;
 pub mod window;
 
+pub use eager::{eager_step, is_eager, EagerStep};
 pub use idle::{idle_capture, IdleCapture, IdleVerdicts};
 
 pub use access::{accesses, Access};
 pub use plan::{plan_segments, Breaker, Segment, SegmentPlan};
 
-use crate::backend::{decide, CaptureContext, CaptureMode, Relation, StreamKind, Verdict};
+use crate::backend::{
+    decide, CaptureContext, CaptureMode, CaptureOp, Relation, StreamKind, Verdict,
+};
 use crate::trace::*;
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
@@ -382,6 +386,10 @@ fn verdicts(t: &Trace, q: CaptureQuery, who: CaptureThread) -> Vec<CaptureVerdic
     {
         let capture_thread = *thread.get_or_insert(c.thread);
         let (op, stream) = c.call.capture_op(&|e| captured_events.contains(&e));
+        // An eager program's step judged as torch.cuda.graph captures it: PyTorch's allocator
+        // switches its thread to relaxed mode around each allocation it makes meanwhile.
+        let allocator = origin == StreamRef::Legacy
+            && matches!(op, CaptureOp::DeviceAlloc | CaptureOp::DeviceFree);
         let relation = match stream {
             None => Relation::NoStream,
             Some(s) if capturing.contains(&s) => Relation::Capturing,
@@ -393,7 +401,11 @@ fn verdicts(t: &Trace, q: CaptureQuery, who: CaptureThread) -> Vec<CaptureVerdic
             CaptureContext {
                 relation,
                 kind: q.kind,
-                mode: q.mode,
+                mode: if allocator {
+                    CaptureMode::Relaxed
+                } else {
+                    q.mode
+                },
                 same_thread: who == CaptureThread::EachCall || c.thread == capture_thread,
             },
         );
@@ -406,6 +418,11 @@ fn verdicts(t: &Trace, q: CaptureQuery, who: CaptureThread) -> Vec<CaptureVerdic
             ),
             Verdict::Fails { .. } => ("fails", format!("{}: {}", rule.verdict.name(), rule.why)),
         };
+        if allocator {
+            detail = format!(
+                "PyTorch's caching allocator allocates in relaxed mode while capturing: {detail}"
+            );
+        }
         if category == "captured" {
             if let Some(h) = rule.hazard {
                 category = "hazard";
@@ -549,6 +566,16 @@ pub struct Lifetime {
     pub detail: String,
 }
 
+impl Lifetime {
+    /// A leak or a use after free: not memory a program that frees nothing holds to its end.
+    pub fn is_problem(&self) -> bool {
+        self.kind != HELD
+    }
+}
+
+/// `Lifetime::kind` of a buffer a program that frees nothing holds to the end.
+pub const HELD: &str = "held-until-exit";
+
 pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
     let mut out = Vec::new();
     let mut live: BTreeMap<BufferId, (u64, String)> = BTreeMap::new();
@@ -626,16 +653,41 @@ pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
             }
         }
     }
+    // A program that frees nothing it allocated, and ran without a failure, keeps its memory
+    // on purpose, as a caching allocator (PyTorch's) keeps its segments until exit: what it
+    // holds at the end is no leak. Where the program does free, or failed on the way (and so
+    // may have skipped its frees), what it never freed is.
+    let frees = t.calls.iter().any(|c| {
+        let freed = matches!(
+            c.call,
+            Call::Free {
+                ptr: DevAddr::Buf { .. }
+            }
+        );
+        let failed = matches!(c.ret, Some(Err(_)));
+        (freed || failed) && c.seq >= range.0 && c.seq < range.1
+    });
     for (b, (seq, site)) in live {
-        out.push(Lifetime {
-            kind: "leak",
-            buffer: b.to_string(),
-            seq,
-            site,
-            detail: format!(
-                "allocated in the trace and never freed ({} bytes)",
-                t.buffer_size(b).unwrap_or(0)
-            ),
+        let bytes = t.buffer_size(b).unwrap_or(0);
+        out.push(if frees {
+            Lifetime {
+                kind: "leak",
+                buffer: b.to_string(),
+                seq,
+                site,
+                detail: format!("allocated in the trace and never freed ({bytes} bytes)"),
+            }
+        } else {
+            Lifetime {
+                kind: HELD,
+                buffer: b.to_string(),
+                seq,
+                site,
+                detail: format!(
+                    "allocated in the trace and held to its end ({bytes} bytes); the program \
+                     frees nothing it allocates, as a caching allocator keeps its memory: no leak"
+                ),
+            }
         });
     }
     out
@@ -657,8 +709,13 @@ pub struct Report {
     /// When the capture asked about is of a stream the trace does no work on: what breaks it
     /// in each mode.
     pub idle_capture: Option<IdleCapture>,
-    /// The graph replay's plan: captures that follow forks across streams.
+    /// The graph replay's plan: captures that follow forks across streams (none for an
+    /// eager program: a replay does not move its legacy-stream work).
     pub graph_plan: Option<SegmentPlan>,
+    /// How the capture judged was chosen, when the trace is an eager program's.
+    pub capture_note: Option<String>,
+    /// The calls the capture verdicts judge.
+    pub capture_range: (u64, u64),
     pub races: Vec<Race>,
     pub lifetimes: Vec<Lifetime>,
     /// What was asked for: a section not asked for is absent, not "nothing found".
@@ -676,7 +733,8 @@ pub struct Sections {
 pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
     let g = DepGraph::build(t, q.range, q.kind);
     let (cp, work) = g.critical_path();
-    let stream = q.stream.or_else(|| main_stream(t, q.range));
+    let (cq, capture_note) = capture_of(t, q);
+    let stream = cq.stream;
     Report {
         calls: t
             .calls
@@ -689,15 +747,17 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         capture_mode: q.mode.name(),
         stream_kind: q.kind.name(),
         verdicts: if s.capture {
-            capture_verdicts(t, CaptureQuery { stream, ..q })
+            capture_verdicts(t, cq)
         } else {
             vec![]
         },
-        idle_capture: s
+        idle_capture: s.capture.then(|| idle_capture(t, cq)).flatten(),
+        graph_plan: s
             .capture
-            .then(|| idle_capture(t, CaptureQuery { stream, ..q }))
-            .flatten(),
-        graph_plan: s.capture.then(|| plan_segments(t, q.range, q.mode, q.kind)),
+            .then(|| plan_segments(t, q.range, q.mode, q.kind))
+            .filter(|_| capture_note.is_none()),
+        capture_note: capture_note.filter(|_| s.capture),
+        capture_range: cq.range,
         races: if s.races { races(t, &g) } else { vec![] },
         lifetimes: if s.leaks {
             lifetimes(t, &g, q.range)
@@ -706,6 +766,41 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         },
         sections: s,
     }
+}
+
+/// The capture the verdicts judge, and a note on how it was chosen when the trace is an eager
+/// program's (`eager.rs`): its legacy-stream work judged as a side stream's, on its repeated
+/// step unless a range was asked for.
+fn capture_of(t: &Trace, q: CaptureQuery) -> (CaptureQuery, Option<String>) {
+    if q.stream.is_some() || !is_eager(t, q.range) {
+        let stream = q.stream.or_else(|| main_stream(t, q.range));
+        return (CaptureQuery { stream, ..q }, None);
+    }
+    let step = (q.range == (0, u64::MAX)).then(|| eager_step(t)).flatten();
+    let range = step.map_or(q.range, |s| s.range);
+    let on = match step {
+        Some(s) => format!(
+            "on the step it repeats (calls {}..{}, seen {} times between host syncs; --range for another)",
+            s.range.0, s.range.1, s.times
+        ),
+        None if q.range == (0, u64::MAX) => {
+            "on every call (no step repeats between host syncs; --range to judge one)".into()
+        }
+        None => format!("on calls {}..{}", q.range.0, q.range.1),
+    };
+    let note = format!(
+        "an eager program: its work runs on the legacy stream, which no capture can begin on; \
+         judged as torch.cuda.graph captures it (the step's work moved to a side stream, \
+         allocations in relaxed mode as PyTorch's allocator makes them), {on}"
+    );
+    (
+        CaptureQuery {
+            range,
+            stream: Some(StreamRef::Legacy),
+            ..q
+        },
+        Some(note),
+    )
 }
 
 /// Verdicts grouped by (category, site, call, rule), one line each with its count and first
@@ -762,6 +857,15 @@ impl Report {
                     .filter(|v| matches!(v.category, "fails" | "outside-graph" | "hazard")),
                 "  ",
             );
+            if let Some(note) = &self.capture_note {
+                s.push_str(&format!("  {note}\n"));
+            }
+            if let Some(v) = self.verdicts.iter().find(|v| v.category == "fails") {
+                s.push_str(&format!(
+                    "  first to break it: #{} {} at {}: [{}] {}\n",
+                    v.seq, v.call, v.site, v.rule, v.detail
+                ));
+            }
             if offenders.is_empty() && !self.verdicts.is_empty() {
                 s.push_str("  the whole range captures into one graph\n");
             }
@@ -817,13 +921,24 @@ impl Report {
                 ));
             }
         }
-        if self.sections.leaks && self.lifetimes.is_empty() {
+        if self.sections.leaks && !self.lifetimes.iter().any(Lifetime::is_problem) {
             s.push_str("no leaks or use-after-free found\n");
         }
-        for l in &self.lifetimes {
+        for l in self.lifetimes.iter().filter(|l| l.is_problem()) {
             s.push_str(&format!(
                 "{} {} at #{} ({}): {}\n",
                 l.kind, l.buffer, l.seq, l.site, l.detail
+            ));
+        }
+        let held: Vec<&Lifetime> = self.lifetimes.iter().filter(|l| !l.is_problem()).collect();
+        if !held.is_empty() {
+            s.push_str(&format!(
+                "{} buffer(s) held until exit, first {} at #{} ({}): the program frees nothing it \
+                 allocates, as a caching allocator keeps its memory; no leak\n",
+                held.len(),
+                held[0].buffer,
+                held[0].seq,
+                held[0].site
             ));
         }
         s

@@ -141,6 +141,8 @@ fn header(s: &mut String, t: &Trace, title: &str) {
 fn faults(s: &mut String, t: &Trace) {
     s.push_str("<h2 id=\"faults\">Faults</h2>\n");
     let windows = super::window::fault_windows(t);
+    let captured = super::window::captured_work(t);
+    let by = super::window::by_seq(t);
     if windows.is_empty() {
         s.push_str("<p class=\"ok\">No call failed and no red zone was found written.</p>\n");
         return;
@@ -158,11 +160,43 @@ fn faults(s: &mut String, t: &Trace) {
             Some(Ok(Value::Count(n))) => format!("{n} red zone(s) written"),
             _ => "the process died in this call".into(),
         };
+        // Launches and graph launches alike: a fault raised inside a graph is raised by one of
+        // its nodes, named here from the calls it was captured from.
         let launches: Vec<String> = t
             .calls
             .iter()
-            .filter(|x| w.contains(x.seq) && x.call.launch().is_some())
-            .map(|x| format!("#{} {}", x.seq, call_name(t, x)))
+            .filter(|x| w.contains(x.seq))
+            .filter_map(|x| match &x.call {
+                Call::LaunchGraph { graph, .. } => {
+                    let nodes: Vec<String> = captured
+                        .get(graph)
+                        .map(|n| {
+                            n.iter()
+                                .filter_map(|seq| by.get(seq))
+                                .filter(|n| n.call.launch().is_some())
+                                .map(|n| format!("{} ({})", call_name(t, n), t.site(n.site)))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Some(format!(
+                        "#{} {graph} ({}) with node(s) {}",
+                        x.seq,
+                        t.site(x.site),
+                        if nodes.is_empty() {
+                            "not recorded".into()
+                        } else {
+                            nodes.join("; ")
+                        }
+                    ))
+                }
+                c if c.launch().is_some() => Some(format!(
+                    "#{} {} ({})",
+                    x.seq,
+                    call_name(t, x),
+                    t.site(x.site)
+                )),
+                _ => None,
+            })
             .collect();
         let _ = writeln!(
             s,
@@ -295,6 +329,9 @@ fn capture(s: &mut String, r: &Report) {
             )
         }
     );
+    if let Some(note) = &r.capture_note {
+        let _ = writeln!(s, "<p>{}</p>", esc(note));
+    }
     if bad.is_empty() {
         return;
     }
@@ -339,14 +376,22 @@ fn races_and_leaks(s: &mut String, r: &Report) {
         s.push_str("</table>\n");
     }
     s.push_str("<h2 id=\"leaks\">Leaks and use after free</h2>\n");
-    if r.lifetimes.is_empty() {
+    let held = r.lifetimes.iter().filter(|l| !l.is_problem()).count();
+    if held > 0 {
+        let _ = writeln!(
+            s,
+            "<p>{held} buffer(s) held until exit: the program frees nothing it allocates, as a \
+             caching allocator (PyTorch's) keeps its memory. Not leaks.</p>"
+        );
+    }
+    if !r.lifetimes.iter().any(|l| l.is_problem()) {
         s.push_str("<p class=\"ok\">None found.</p>\n");
         return;
     }
     s.push_str(
         "<table><tr><th>kind</th><th>buffer</th><th>call</th><th>site</th><th>detail</th></tr>\n",
     );
-    for l in &r.lifetimes {
+    for l in r.lifetimes.iter().filter(|l| l.is_problem()) {
         let _ = writeln!(
             s,
             "<tr><td class=\"bad\">{}</td><td>{}</td><td>#{}</td><td><code>{}</code></td><td>{}</td></tr>",

@@ -131,7 +131,7 @@ impl FailOn {
             FailOn::Capture => r.verdicts.iter().any(|v| v.category == "fails"),
             FailOn::Hazard => r.verdicts.iter().any(|v| v.category == "hazard"),
             FailOn::Race => !r.races.is_empty(),
-            FailOn::Leak => !r.lifetimes.is_empty(),
+            FailOn::Leak => r.lifetimes.iter().any(|l| l.is_problem()),
         }
     }
 }

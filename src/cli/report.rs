@@ -60,7 +60,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         faults: crate::analysis::window::fault_windows(&t).len(),
         capture_breakers: r.verdicts.iter().filter(|v| v.category == "fails").count(),
         races: r.races.len(),
-        lifetimes: r.lifetimes.len(),
+        lifetimes: r.lifetimes.iter().filter(|l| l.is_problem()).count(),
     })?;
     Ok(Exit::Pass)
 }

@@ -32,6 +32,11 @@ pub struct Args {
     /// Print a summary as JSON (schema gputape.trim.v1).
     #[arg(long)]
     json: bool,
+    /// Leave the module images out of the cut (names, parameter layouts and calls kept): a
+    /// trace to share without the vendors' kernels it ran (cuBLAS's, PyTorch's). Every verb
+    /// but a replay of those kernels reads it.
+    #[arg(long)]
+    drop_images: bool,
 }
 
 /// `trim --json`: what was kept, and the state it starts from.
@@ -56,15 +61,22 @@ struct Summary<'a> {
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     match (a.checkpoint, a.range) {
-        (Some(k), _) => at_checkpoint(ctx, &a.trace, k, &a.output, a.json)?,
-        (None, Some(range)) => trim(ctx, &a.trace, range, &a.output, a.on, a.json)?,
+        (Some(k), _) => at_checkpoint(ctx, &a.trace, k, (&a.output, a.drop_images), a.json)?,
+        (None, Some(range)) => trim(
+            ctx,
+            &a.trace,
+            range,
+            (&a.output, a.drop_images),
+            a.on,
+            a.json,
+        )?,
         (None, None) => anyhow::bail!("say where to cut: --range A..B or --checkpoint K"),
     }
     Ok(Exit::Pass)
 }
 
 /// `trim --checkpoint K`: the dump begun at its later checkpoint `k` (`Trace::rebased`).
-fn at_checkpoint(ctx: &Ctx, path: &Path, k: usize, out: &Path, json: bool) -> Result<()> {
+fn at_checkpoint(ctx: &Ctx, path: &Path, k: usize, out: (&Path, bool), json: bool) -> Result<()> {
     let t = open_trace(ctx, path)?;
     let cut = t
         .rebased(k)
@@ -72,35 +84,55 @@ fn at_checkpoint(ctx: &Ctx, path: &Path, k: usize, out: &Path, json: bool) -> Re
     let from = t.restarts[k].first_seq;
     let to = t.calls.last().map_or(0, |c| c.seq + 1);
     let how = "none (the dump's own checkpoint)";
-    write_cut((&t, path), &cut, out, (how, from, to), json)
+    write_cut((&t, path), cut, out, (how, from, to), json)
 }
 
 fn trim(
     ctx: &Ctx,
     path: &Path,
     range: (u64, u64),
-    out: &Path,
+    out: (&Path, bool),
     on: Backend,
     json: bool,
 ) -> Result<()> {
     let t = open_trace(ctx, path)?;
+    let to = range.1.min(t.calls.last().map_or(0, |c| c.seq + 1));
+    if range.0 == 0 {
+        // Nothing before the cut to replay: the trace itself, its calls from B on left out
+        // (no backend needed, so a trace of kernels the mock cannot run cuts too).
+        let mut cut = t.clone();
+        if cut.calls.iter().any(|c| c.seq >= range.1) {
+            cut.calls.retain(|c| c.seq < range.1);
+            cut.stopped = true;
+        }
+        return write_cut(
+            (&t, path),
+            cut,
+            out,
+            ("none (nothing before the cut)", 0, to),
+            json,
+        );
+    }
     let o = backends::open(ctx, on, Want::replay())?;
     let load = |m: &crate::backend::ModuleCode| o.load_trace_code(m);
     let cut = crate::replayer::Replayer::new(&t).trim(o.gpu.as_ref(), range, Some(&load))?;
-    let to = range.1.min(t.calls.last().map_or(0, |c| c.seq + 1));
-    write_cut((&t, path), &cut, out, (on.name(), range.0, to), json)
+    write_cut((&t, path), cut, out, (on.name(), range.0, to), json)
 }
 
-/// Write `cut` of trace `t` (from `path`) to `out`, and say what it holds: `how` its state
-/// was had, and the calls `from..to` of the original it keeps.
+/// Write `cut` of trace `t` (from `path`) to `out` (its module images left out when
+/// `drop_images`), and say what it holds: `how` its state was had, and the calls `from..to`
+/// of the original it keeps.
 fn write_cut(
     (t, path): (&crate::trace::Trace, &Path),
-    cut: &crate::trace::Trace,
-    out: &Path,
+    mut cut: crate::trace::Trace,
+    (out, drop_images): (&Path, bool),
     (how, from, to): (&'static str, u64, u64),
     json: bool,
 ) -> Result<()> {
-    let bytes = write_trace_atomically(cut, out)?;
+    if drop_images {
+        cut.drop_module_images()?;
+    }
+    let bytes = write_trace_atomically(&cut, out)?;
     let s = Summary {
         schema: "gputape.trim.v1",
         trace: path,

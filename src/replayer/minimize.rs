@@ -503,6 +503,7 @@ impl<'t> Shrink<'t> {
             provenance: t.provenance.clone(),
             dump: t.dump.clone(),
             sites: t.sites.clone(),
+            stacks: t.stacks.clone(),
             stopped: true,
             ..Default::default()
         };

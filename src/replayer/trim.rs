@@ -101,6 +101,7 @@ impl Replayer<'_> {
             provenance: t.provenance.clone(),
             dump: t.dump.clone(),
             sites: t.sites.clone(),
+            stacks: t.stacks.clone(),
             modules: t.modules.clone(),
             module_images: t.module_images.clone(),
             kernel_clusters: t.kernel_clusters.clone(),

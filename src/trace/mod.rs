@@ -439,6 +439,27 @@ impl Trace {
             .is_some_and(|s| s.file.starts_with(TOOL_SITE))
     }
 
+    /// Leaves out every module image (`Frame::ModuleImage`) and its blob: names, layouts and
+    /// calls stay, so the trace reads as before, but a replay cannot run those kernels. For a
+    /// trace shared without the vendors' code it ran. Returns how many images were dropped.
+    pub fn drop_module_images(&mut self) -> Result<usize, TraceError> {
+        let images: std::collections::HashSet<BlobId> =
+            self.module_images.values().copied().collect();
+        let mut kept = BlobStore::default();
+        for id in self.blobs.ids() {
+            if !images.contains(&id) {
+                self.blobs.copy_to(&id, &mut kept)?;
+            }
+        }
+        if let Some(dir) = self.blobs.store_dir() {
+            kept.set_store(dir.to_path_buf());
+        }
+        self.blobs = kept;
+        let n = self.module_images.len();
+        self.module_images.clear();
+        Ok(n)
+    }
+
     /// `module::name` of a kernel, or its id if the trace does not define it.
     pub fn kernel_name(&self, k: KernelId) -> String {
         self.kernels
