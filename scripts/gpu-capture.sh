@@ -37,7 +37,7 @@ for mode in item cpu sync tensor clean; do
     fi
     [ "$predicted" = "$actual" ] && agree=$((agree + 1))
     "$G" analyze --leaks "$OUT/$mode.gtape" >"$OUT/$mode.leaks" 2>&1
-    leaks=$(grep -c '^leak ' "$OUT/$mode.leaks"); held=$(grep -h -o '^[0-9]* buffer(s) held until exit' "$OUT/$mode.leaks")
+    leaks=$(grep -c '^leak ' "$OUT/$mode.leaks"); held=$(grep -h -o '^[0-9]* buffer(s) live at the end and no leak' "$OUT/$mode.leaks")
     rows+=("| $mode | $predicted | $actual | $line_ok | ${first:-none} | $(echo "$real" | $PY -c 'import json,sys; d=json.loads(sys.stdin.read() or "{}"); print((d.get("error") or "-")[:120])') | $leaks leak(s); ${held:-0 held} |")
 done
 if [ -n "${FIXTURES:-}" ]; then

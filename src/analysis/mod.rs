@@ -656,7 +656,8 @@ pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
     // A program that frees nothing it allocated, and ran without a failure, keeps its memory
     // on purpose, as a caching allocator (PyTorch's) keeps its segments until exit: what it
     // holds at the end is no leak. Where the program does free, or failed on the way (and so
-    // may have skipped its frees), what it never freed is.
+    // may have skipped its frees), what it never freed is. A flight dump ends where it was
+    // taken, not where the program would have freed: nothing live then is a leak.
     let frees = t.calls.iter().any(|c| {
         let freed = matches!(
             c.call,
@@ -667,27 +668,34 @@ pub fn lifetimes(t: &Trace, g: &DepGraph, range: (u64, u64)) -> Vec<Lifetime> {
         let failed = matches!(c.ret, Some(Err(_)));
         (freed || failed) && c.seq >= range.0 && c.seq < range.1
     });
+    let dumped = t.dump.is_some();
     for (b, (seq, site)) in live {
         let bytes = t.buffer_size(b).unwrap_or(0);
-        out.push(if frees {
-            Lifetime {
-                kind: "leak",
-                buffer: b.to_string(),
-                seq,
-                site,
-                detail: format!("allocated in the trace and never freed ({bytes} bytes)"),
-            }
+        let (kind, detail) = if dumped {
+            (
+                HELD,
+                format!("live when the dump was taken ({bytes} bytes): the program had not ended"),
+            )
+        } else if frees {
+            (
+                "leak",
+                format!("allocated in the trace and never freed ({bytes} bytes)"),
+            )
         } else {
-            Lifetime {
-                kind: HELD,
-                buffer: b.to_string(),
-                seq,
-                site,
-                detail: format!(
+            (
+                HELD,
+                format!(
                     "allocated in the trace and held to its end ({bytes} bytes); the program \
                      frees nothing it allocates, as a caching allocator keeps its memory: no leak"
                 ),
-            }
+            )
+        };
+        out.push(Lifetime {
+            kind,
+            buffer: b.to_string(),
+            seq,
+            site,
+            detail,
         });
     }
     out
@@ -755,7 +763,7 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         graph_plan: s
             .capture
             .then(|| plan_segments(t, q.range, q.mode, q.kind))
-            .filter(|_| capture_note.is_none()),
+            .filter(|_| cq.stream != Some(StreamRef::Legacy)),
         capture_note: capture_note.filter(|_| s.capture),
         capture_range: cq.range,
         races: if s.races { races(t, &g) } else { vec![] },
@@ -772,6 +780,28 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
 /// program's (`eager.rs`): its legacy-stream work judged as a side stream's, on its repeated
 /// step unless a range was asked for.
 fn capture_of(t: &Trace, q: CaptureQuery) -> (CaptureQuery, Option<String>) {
+    if let (None, (0, u64::MAX), Some((stream, range, n))) = (q.stream, q.range, own_capture(t)) {
+        let site = t
+            .calls
+            .iter()
+            .find(|c| c.seq + 1 == range.0)
+            .map(|c| t.site(c.site))
+            .unwrap_or_default();
+        let note = format!(
+            "the program captures its graphs itself ({n} capture(s) recorded): judged is its first, \
+             of {stream}, calls {}..{} (begun at {site}); --stream and --range for another",
+            range.0 - 1,
+            range.1
+        );
+        return (
+            CaptureQuery {
+                range,
+                stream: Some(stream),
+                ..q
+            },
+            Some(note),
+        );
+    }
     if q.stream.is_some() || !is_eager(t, q.range) {
         let stream = q.stream.or_else(|| main_stream(t, q.range));
         return (CaptureQuery { stream, ..q }, None);
@@ -801,6 +831,29 @@ fn capture_of(t: &Trace, q: CaptureQuery) -> (CaptureQuery, Option<String>) {
         },
         Some(note),
     )
+}
+
+/// The first capture the program made itself and ended without error: its stream, its calls
+/// (after `BeginCapture`, to `EndCapture` included) and how many such captures the trace holds.
+fn own_capture(t: &Trace) -> Option<(StreamRef, (u64, u64), usize)> {
+    let mut found = Vec::new();
+    let mut open: BTreeMap<StreamRef, u64> = BTreeMap::new();
+    for c in &t.calls {
+        match (&c.call, &c.ret) {
+            (Call::BeginCapture { stream }, Some(Ok(_))) => {
+                open.insert(*stream, c.seq);
+            }
+            (Call::EndCapture { stream }, Some(Ok(_))) => {
+                if let Some(b) = open.remove(stream) {
+                    // The calls inside it, and its end (where the verdicts stop).
+                    found.push((*stream, (b + 1, c.seq + 1)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let (stream, range) = *found.first()?;
+    Some((stream, range, found.len()))
 }
 
 /// Verdicts grouped by (category, site, call, rule), one line each with its count and first
@@ -931,14 +984,14 @@ impl Report {
             ));
         }
         let held: Vec<&Lifetime> = self.lifetimes.iter().filter(|l| !l.is_problem()).collect();
-        if !held.is_empty() {
+        if let Some(first) = held.first() {
             s.push_str(&format!(
-                "{} buffer(s) held until exit, first {} at #{} ({}): the program frees nothing it \
-                 allocates, as a caching allocator keeps its memory; no leak\n",
+                "{} buffer(s) live at the end and no leak, first {} at #{} ({}): {}\n",
                 held.len(),
-                held[0].buffer,
-                held[0].seq,
-                held[0].site
+                first.buffer,
+                first.seq,
+                first.site,
+                first.detail
             ));
         }
         s

@@ -381,7 +381,8 @@ fn races_and_leaks(s: &mut String, r: &Report) {
         let _ = writeln!(
             s,
             "<p>{held} buffer(s) held until exit: the program frees nothing it allocates, as a \
-             caching allocator (PyTorch's) keeps its memory. Not leaks.</p>"
+             caching allocator (PyTorch's) keeps its memory, or the trace is a dump, taken \
+             before the program ended. Not leaks.</p>"
         );
     }
     if !r.lifetimes.iter().any(|l| l.is_problem()) {

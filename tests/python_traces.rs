@@ -1,0 +1,82 @@
+//! Traces of PyTorch programs recorded on the H200 by `gputape run` (`traces/python/`: an
+//! embedding's device-side assert eager and inside a `torch.cuda.CUDAGraph`, a Triton kernel
+//! reading out of bounds, an eager step with `.item()`; scripts/gpu-lines.sh and
+//! gpu-capture.sh made them, `trim --drop-images` left NVIDIA's kernels out). What `show`,
+//! `analyze` and `report` say of them, the program's lines included, is snapshotted; CI cannot
+//! run their kernels, so nothing here replays them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixtures() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir("traces/python")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gtape"))
+        .collect();
+    paths.sort();
+    assert_eq!(paths.len(), 4, "{paths:?}");
+    paths
+}
+
+fn gputape(args: &[&std::ffi::OsStr]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn name(p: &Path) -> String {
+    p.file_stem().unwrap().to_string_lossy().into_owned()
+}
+
+/// `show`, every call with its line (and `--stacks` of the calls around the fault), and
+/// `analyze`, for each fixture. The provenance line (when, pid, host) is left out.
+#[test]
+fn show_and_analyze_of_python_traces_name_the_programs_lines() {
+    for p in fixtures() {
+        let shown: String = gputape(&["show".as_ref(), "--stacks".as_ref(), p.as_ref()])
+            .lines()
+            .filter(|l| !l.starts_with("recorded at"))
+            .map(|l| format!("{}\n", l.trim_end()))
+            .collect();
+        assert!(!shown.contains("<driver call>"), "{}: {shown}", name(&p));
+        insta::assert_snapshot!(format!("show_{}", name(&p)), shown);
+        let analyzed = gputape(&["analyze".as_ref(), p.as_ref()]);
+        insta::assert_snapshot!(format!("analyze_{}", name(&p)), analyzed);
+    }
+}
+
+/// The HTML report of each fixture: its fault's window names the launches (a graph launch by
+/// its nodes) with their lines, and a program that frees nothing has no leak rows.
+#[test]
+fn reports_of_python_traces_name_lines_and_no_false_leaks() {
+    for p in fixtures() {
+        let page = gputape(&["report".as_ref(), "-o".as_ref(), "-".as_ref(), p.as_ref()]);
+        let n = name(&p);
+        assert!(!page.contains(">leak<"), "{n}: a leak row");
+        match n.as_str() {
+            "h200_py_eager_assert" => assert!(
+                page.contains("indexSelectSmallIndex")
+                    && page.contains("gpu-lines.py:18:12 in embed"),
+                "{n}"
+            ),
+            "h200_py_graph_assert" => assert!(
+                page.contains("with node(s)") && page.contains("gpu-lines.py:18:12 in embed"),
+                "{n}: the graph launch's nodes with their capture line"
+            ),
+            "h200_py_triton_oob" => assert!(page.contains("gather_scaled"), "{n}"),
+            "h200_py_capture_item" => assert!(
+                page.contains("gpu-capture.py:30:17 in step") && page.contains("held until exit"),
+                "{n}"
+            ),
+            other => panic!("no check for {other}"),
+        }
+    }
+}
