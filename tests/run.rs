@@ -1080,3 +1080,48 @@ fn analyze_capture_of_an_eager_python_program_names_its_host_sync_line_first() {
     assert!(!out.contains("launch at"), "{out}");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// A module variable (a `__constant__` table filled as `cudaMemcpyToSymbol` fills it) is a
+/// buffer of its own in the trace: the copy into it and the read back are ordinary calls on
+/// it, and a replay finds the variable where its backend loaded the module (the mock, which
+/// loads no images, a stand-in), instead of refusing an address no allocation holds.
+#[test]
+fn a_module_variable_is_recorded_as_a_buffer_and_replayed() {
+    let d = support::scratch("run-globals");
+    let prog = support::globals_program(&d);
+    let trace = d.join("globals.gtape");
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("table 64 bytes, back[3] = 9, errors 0"),
+        "{out}"
+    );
+    assert!(
+        !err.contains("cuModuleGetGlobal_v2 x"),
+        "kept by name: {err}"
+    );
+    let o = gputape(&["show".as_ref(), trace.as_ref()]);
+    let shown = text(&o.stdout);
+    assert!(shown.contains("global buf1 = ptx-"), "{shown}");
+    assert!(shown.contains("::table (64 bytes,"), "{shown}");
+    assert!(shown.contains("copy_h2d(buf1+0, 64 bytes"), "{shown}");
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        trace.as_ref(),
+    ]);
+    let rout = text(&o.stdout);
+    assert!(
+        !rout.contains("cannot be remapped"),
+        "{rout}{}",
+        text(&o.stderr)
+    );
+    assert!(
+        rout.contains("1 of 1 match the recording"),
+        "{rout}{}",
+        text(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

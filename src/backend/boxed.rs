@@ -208,6 +208,11 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn module_global(&self, module: &str, name: &str) -> Result<(DevicePtr, u64)> {
+                (**self).module_global(module, name)
+            }
+
+            #[track_caller]
             fn copy_h2d_async(&self, src: &[u8], dst: DevicePtr, stream: u64) -> Result<()> {
                 (**self).copy_h2d_async(src, dst, stream)
             }

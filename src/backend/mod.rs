@@ -282,6 +282,14 @@ pub trait GpuBackend: Send + Sync {
         )
     }
 
+    /// Where module `module`'s variable `name` (a `__constant__` or `__device__` symbol) lies in
+    /// this backend, and its size: what a driver-level recording's copies to such a table are
+    /// replayed into. Not a recorded call. Default: refused (the mock loads no images).
+    #[track_caller]
+    fn module_global(&self, module: &str, name: &str) -> Result<(DevicePtr, u64)> {
+        anyhow::bail!("this backend has no module variables (asked for {module}::{name})")
+    }
+
     /// Launch `kernel` from now on in thread-block clusters of `dims` blocks (what a
     /// driver-level recording's `cuLaunchKernelEx` asked for; Hopper kernels built for
     /// clusters fault without). Not a recorded call. Default: refused.

@@ -517,6 +517,11 @@ impl GpuBackend for CudaBackend {
     }
 
     #[track_caller]
+    fn module_global(&self, module: &str, name: &str) -> Result<(DevicePtr, u64)> {
+        self.global(module, name)
+    }
+
+    #[track_caller]
     fn set_kernel_cluster(&self, kernel: KernelHandle, dims: [u32; 3]) -> Result<()> {
         anyhow::ensure!(
             dims.iter().all(|d| *d >= 1) && dims.iter().map(|d| *d as u64).product::<u64>() <= 16,

@@ -753,6 +753,21 @@ pub(super) unsafe fn module_get_function(m: sys::CUmodule, name: &CStr) -> R<sys
     Ok(f)
 }
 
+/// `cuModuleGetGlobal`: where a module's variable lies, and its size.
+///
+/// # Safety
+/// `m` is a loaded module.
+#[inline]
+pub(super) unsafe fn module_get_global(m: sys::CUmodule, name: &CStr) -> R<(u64, usize)> {
+    let (mut p, mut bytes): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: the module handle is the caller's obligation; `name` is a live NUL-terminated
+    // string for the whole call; both out-pointers are locals that outlive it.
+    check("cuModuleGetGlobal", unsafe {
+        sys::cuModuleGetGlobal_v2(&mut p, &mut bytes, m, name.as_ptr())
+    })?;
+    Ok((p, bytes))
+}
+
 /// `cuFuncGetParamInfo`: (offset, size) of parameter `index`. Past the last parameter the driver
 /// returns an error.
 ///

@@ -96,6 +96,20 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// `GpuBackend::module_global`: a loaded module's variable, by symbol.
+    pub fn global(&self, module: &str, name: &str) -> Result<(crate::backend::DevicePtr, u64)> {
+        let sym = CString::new(name)?;
+        // Held across the lookup: a module leaves this map (and is unloaded) only under it.
+        let modules = self.modules.lock();
+        let Some(m) = modules.get(module).copied() else {
+            anyhow::bail!("variable {module}::{name}: module {module} is not loaded");
+        };
+        // SAFETY: `m` is in the module map, whose lock is held, so it is loaded.
+        let (p, bytes) = unsafe { driver::module_get_global(m as sys::CUmodule, &sym) }
+            .map_err(|e| e.with(format!("variable {module}::{name}")))?;
+        Ok((crate::backend::DevicePtr(p), bytes as u64))
+    }
+
     /// Compile CUDA C with NVRTC for this device and load it. FMA contraction is off, so the
     /// kernels do the same roundings as their CPU twins on the mock.
     pub fn load_source(&self, name: &str, source: &str) -> Result<()> {

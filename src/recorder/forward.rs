@@ -595,6 +595,15 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn module_global(
+        &self,
+        module: &str,
+        name: &str,
+    ) -> anyhow::Result<(crate::backend::DevicePtr, u64)> {
+        self.inner.module_global(module, name)
+    }
+
+    #[track_caller]
     fn set_kernel_cluster(
         &self,
         kernel: crate::backend::KernelHandle,

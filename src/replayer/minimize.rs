@@ -504,6 +504,7 @@ impl<'t> Shrink<'t> {
             dump: t.dump.clone(),
             sites: t.sites.clone(),
             stacks: t.stacks.clone(),
+            globals: t.globals.clone(),
             stopped: true,
             ..Default::default()
         };

@@ -30,6 +30,7 @@ impl State {
     ) -> State {
         State {
             bufs: HashMap::default(),
+            globals: HashSet::default(),
             freed: HashMap::default(),
             streams: HashMap::default(),
             events: HashMap::default(),
@@ -52,6 +53,8 @@ impl State {
 
 pub(crate) struct State {
     pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
+    /// Buffers that are the loaded modules' variables (`Trace::globals`): not freed.
+    pub globals: HashSet<BufferId>,
     /// Every buffer, stream and event the replay made, with the backend's handle for it,
     /// kept after they go: what names a backend's own log of the replay
     /// (`ReplayReport::seen`).
@@ -329,6 +332,36 @@ impl<'t> Replayer<'t> {
                 _ => {}
             }
         }
+        // Module variables: found in the modules loaded (the replay's own memory, not
+        // freed by it); a backend without them (the mock) gets a stand-in buffer, zeroed.
+        for (id, g) in &self.trace.globals {
+            if st.bufs.contains_key(id) {
+                continue;
+            }
+            match gpu.module_global(&g.module, &g.name) {
+                Ok((p, n)) => {
+                    if n < g.bytes {
+                        return Err(ReplayError::Setup {
+                            what: format!("finding variable {}::{} ({id})", g.module, g.name),
+                            cause: format!("{n} bytes here, {} when recorded", g.bytes),
+                        });
+                    }
+                    st.globals.insert(*id);
+                    st.bufs.insert(*id, (p, g.bytes));
+                    st.seen.bufs.push((*id, p.0, g.bytes));
+                }
+                Err(_) => {
+                    let p = self
+                        .alloc_buf(gpu, *id, g.bytes, false)
+                        .map_err(setup(format!(
+                            "allocating a stand-in for {}::{}",
+                            g.module, g.name
+                        )))?;
+                    st.bufs.insert(*id, (p, g.bytes));
+                    st.seen.bufs.push((*id, p.0, g.bytes));
+                }
+            }
+        }
         let mut fills = Vec::with_capacity(self.trace.initial.len());
         let mut sizes = Vec::with_capacity(self.trace.initial.len());
         for i in &self.trace.initial {
@@ -370,7 +403,7 @@ impl<'t> Replayer<'t> {
         }
         let initial: HashSet<BufferId> = self.trace.initial.iter().map(|i| i.buf).collect();
         st.bufs.retain(|id, (p, _)| {
-            let keep = initial.contains(id);
+            let keep = initial.contains(id) || self.trace.globals.contains_key(id);
             if !keep {
                 let _ = gpu.free(*p);
             }
@@ -407,8 +440,11 @@ impl<'t> Replayer<'t> {
         for (_, g) in st.graphs.drain() {
             let _ = gpu.destroy_graph(g);
         }
-        for (_, (p, _)) in st.bufs.drain() {
-            let _ = gpu.free(p);
+        for (id, (p, _)) in st.bufs.drain() {
+            // A module variable is the module's, not the replay's to free.
+            if !st.globals.contains(&id) {
+                let _ = gpu.free(p);
+            }
         }
         for (_, e) in st.events.drain() {
             let _ = gpu.destroy_event(e);

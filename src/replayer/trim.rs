@@ -102,6 +102,7 @@ impl Replayer<'_> {
             dump: t.dump.clone(),
             sites: t.sites.clone(),
             stacks: t.stacks.clone(),
+            globals: t.globals.clone(),
             modules: t.modules.clone(),
             module_images: t.module_images.clone(),
             kernel_clusters: t.kernel_clusters.clone(),

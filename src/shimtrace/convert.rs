@@ -424,6 +424,33 @@ impl Converter {
                 };
                 (Call::Kernel { module, func }, v)
             }
+            // A module variable: a buffer of its own at its address (named once; asked again,
+            // the same buffer), so copies to it and launches given it spell it as any buffer.
+            Rec::Global {
+                owner,
+                library,
+                name,
+                ptr,
+                bytes,
+            } => {
+                self.summary.records -= 1;
+                let module = self.modules.get(&(owner, library)).cloned();
+                if let (true, Some(module), false) = (ok, module, self.live.contains_key(&ptr)) {
+                    let id = BufferId(self.next_buf);
+                    self.next_buf += 1;
+                    self.live.insert(ptr, (id, bytes));
+                    self.t.addresses.insert(id, ptr);
+                    self.t.globals.insert(
+                        id,
+                        crate::trace::ModuleGlobal {
+                            module,
+                            name: String::from_utf8_lossy(name).into_owned(),
+                            bytes,
+                        },
+                    );
+                }
+                return;
+            }
             Rec::KernelFunction { kernel, func } => {
                 if ok {
                     if let Some(named) = self.functions.get(&kernel).cloned() {

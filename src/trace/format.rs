@@ -163,6 +163,7 @@ impl FrameClass {
             | Frame::ModuleImage { .. }
             | Frame::Clock { .. }
             | Frame::Stack { .. }
+            | Frame::Global { .. }
             | Frame::KernelCluster { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize, Serializer};
 /// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). 10 added
 /// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). 11 added `Frame::Restart`
 /// (a dump's later checkpoints) and `Frame::Clock` (the wall time of a trace's time 0). 12 added
-/// `Frame::Stack` (a site's Python stack). A format-2 to 11 file reads the same as before.
+/// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). A format-2
+/// to 11 file reads the same as before.
 pub const FORMAT_VERSION: u16 = 12;
 /// The oldest reader that can read what this build writes: a format-11 reader does not know
 /// `Frame::Stack` and would call the trace corrupt where one is.
@@ -412,6 +413,27 @@ pub enum Frame {
         /// Its frames and marks.
         stack: super::SiteStack,
     },
+    /// Buffer `buf` is a module's variable (format 12): a `__constant__` or `__device__` symbol
+    /// a driver-level recording's program asked the address of (`cuModuleGetGlobal`,
+    /// `cuLibraryGetGlobal`). No allocation holds it; a replay finds it in the module it loaded
+    /// and uses it where the recording's copies and launches used the recorded address.
+    Global {
+        /// The buffer the calls name.
+        buf: BufferId,
+        /// Its module and symbol, and size.
+        global: ModuleGlobal,
+    },
+}
+
+/// A module's variable, as a driver-level recording found it (`Frame::Global`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleGlobal {
+    /// The module, as `Frame::ModuleImage` names it.
+    pub module: String,
+    /// The variable's symbol.
+    pub name: String,
+    /// Its size.
+    pub bytes: u64,
 }
 
 /// Why a flight dump was taken: a failed call, a signal, a hang's deadline, the engine's own

@@ -121,6 +121,8 @@ pub struct Trace {
     pub modules: Vec<ModuleCode>,
     /// Binary images of modules, by module name (a driver-level recording's: `Frame::ModuleImage`).
     pub module_images: BTreeMap<String, BlobId>,
+    /// Buffers that are module variables, not allocations (`Frame::Global`).
+    pub globals: BTreeMap<BufferId, ModuleGlobal>,
     /// The thread-block cluster each kernel is launched in, where one was asked for
     /// (`Frame::KernelCluster`).
     pub kernel_clusters: BTreeMap<KernelId, [u32; 3]>,
@@ -324,6 +326,9 @@ impl Trace {
                 Frame::ModuleImage { name, image } => {
                     t.module_images.insert(name, image);
                 }
+                Frame::Global { buf, global } => {
+                    t.globals.insert(buf, global);
+                }
                 Frame::KernelCluster { id, dims } => {
                     t.kernel_clusters.insert(id, dims);
                 }
@@ -407,6 +412,8 @@ impl Trace {
     /// change of either (a trim, a dump begun at a later checkpoint).
     pub fn size_buffers(&mut self) {
         self.sizes = self.initial.iter().map(|i| (i.buf, i.bytes)).collect();
+        self.sizes
+            .extend(self.globals.iter().map(|(b, g)| (*b, g.bytes)));
         for c in &self.calls {
             if let (
                 Call::Alloc { bytes } | Call::AllocManaged { bytes },

@@ -46,6 +46,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         | Frame::KernelElems { .. }
         | Frame::Clock { .. }
         | Frame::Stack { .. }
+        | Frame::Global { .. }
         | Frame::KernelCluster { .. } => {}
     }
 }

@@ -344,6 +344,13 @@ pub fn render(t: &Trace) -> String {
             has(&m.ptx)
         );
     }
+    for (buf, g) in &t.globals {
+        let _ = writeln!(
+            s,
+            "global {buf} = {}::{} ({} bytes, the module's own memory)",
+            g.module, g.name, g.bytes
+        );
+    }
     for a in &t.adopted {
         let _ = match a {
             Adopted::Stream { id, is_default } => writeln!(

@@ -96,6 +96,12 @@ impl Trace {
                 image: *image,
             })?;
         }
+        for (buf, global) in &self.globals {
+            w.write(&Frame::Global {
+                buf: *buf,
+                global: global.clone(),
+            })?;
+        }
         for (id, info) in &self.kernels {
             w.write(&Frame::Kernel {
                 id: *id,

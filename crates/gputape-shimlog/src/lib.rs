@@ -170,6 +170,16 @@ pub enum Rec<'a> {
     },
     /// `cuKernelGetFunction`: the `CUfunction` of a `CUkernel` in the current context.
     KernelFunction { kernel: u64, func: u64 },
+    /// `cuModuleGetGlobal_v2` (`library` false) or `cuLibraryGetGlobal` (true): module
+    /// variable `name` of `owner` (a `__constant__` or `__device__` symbol) lies at `ptr`,
+    /// `bytes` long. Memory of its own that no allocation holds.
+    Global {
+        owner: u64,
+        library: bool,
+        name: &'a [u8],
+        ptr: u64,
+        bytes: u64,
+    },
     /// `cuLaunchKernel*`, `cuLaunchKernelEx*`: `func` as passed (a `CUfunction` or a
     /// `CUkernel`); `cluster` the thread-block cluster `cuLaunchKernelEx` asked for (zeros:
     /// none); `layout` the parameters' (offset, size) as the driver gave them (`None` when it
@@ -295,6 +305,7 @@ impl Rec<'_> {
             Rec::ModuleUnload { .. } => "cuModuleUnload",
             Rec::Function { .. } => "cuModuleGetFunction",
             Rec::KernelFunction { .. } => "cuKernelGetFunction",
+            Rec::Global { .. } => "cuModuleGetGlobal",
             Rec::Launch { .. } => "cuLaunchKernel",
             Rec::StreamCreate { .. } => "cuStreamCreate",
             Rec::StreamDestroy { .. } => "cuStreamDestroy",
@@ -337,6 +348,7 @@ impl Rec<'_> {
             | Rec::ModuleUnload { .. }
             | Rec::Function { .. }
             | Rec::KernelFunction { .. }
+            | Rec::Global { .. }
             | Rec::StreamCreate { .. }
             | Rec::StreamDestroy { .. }
             | Rec::EventCreate { .. }
@@ -416,6 +428,7 @@ impl Rec<'_> {
             Rec::GraphDestroy { .. } => 37,
             Rec::Code { .. } => 38,
             Rec::Stack { .. } => 39,
+            Rec::Global { .. } => 40,
         }
     }
 }
@@ -639,6 +652,19 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         Rec::Stack { id, frames } => {
             out.extend_from_slice(&id.to_le_bytes());
             put_bytes(out, frames);
+        }
+        Rec::Global {
+            owner,
+            library,
+            name,
+            ptr,
+            bytes,
+        } => {
+            put64(out, *owner);
+            out.push(u8::from(*library));
+            put_str(out, name);
+            put64(out, *ptr);
+            put64(out, *bytes);
         }
     }
     end(out, start);
@@ -1065,6 +1091,13 @@ impl<'a> Reader<'a> {
                     b
                 },
             },
+            40 => Rec::Global {
+                owner: f.u64("owner")?,
+                library: f.u8("library flag")? != 0,
+                name: f.str("name")?,
+                ptr: f.u64("address")?,
+                bytes: f.u64("size")?,
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -1309,6 +1342,13 @@ mod tests {
                 frames: &[3, 0, 0, 0, 17, 0, 0, 0, 4, 0, 0, 0, 2, 0, 0, 0],
             },
             Rec::Stack { id: 6, frames: &[] },
+            Rec::Global {
+                owner: 0x9000,
+                library: true,
+                name: b"table",
+                ptr: 0x7f00_0000_1000,
+                bytes: 64,
+            },
         ]
     }
 
@@ -1346,8 +1386,12 @@ mod tests {
             recs
         );
         assert!(back.iter().enumerate().all(|(i, r)| r.stack == i as u32));
-        let Rec::Stack { frames, .. } = &back[back.len() - 2].call else {
-            panic!("not a stack")
+        let Some(Rec::Stack { frames, .. }) = back
+            .iter()
+            .map(|r| &r.call)
+            .find(|c| matches!(c, Rec::Stack { id: 5, .. }))
+        else {
+            panic!("no stack 5")
         };
         assert_eq!(stack_frames(frames).collect::<Vec<_>>(), [(3, 17), (4, 2)]);
     }

@@ -714,6 +714,37 @@ unsafe extern "C" fn get_function<const I: usize, const LIB: bool>(
     r
 }
 
+/// `cuModuleGetGlobal_v2` (LIB false) and `cuLibraryGetGlobal` (LIB true): where a module
+/// variable lies, and its size (either out pointer may be null).
+unsafe extern "C" fn get_global<const I: usize, const LIB: bool>(
+    ptr: *mut u64,
+    bytes: *mut usize,
+    owner: u64,
+    name: *const c_char,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, *mut usize, u64, *const c_char) -> R;
+    // SAFETY: entry point I is cuModuleGetGlobal_v2 or cuLibraryGetGlobal, of signature F.
+    let r = unsafe { real_at::<F>(I)(ptr, bytes, owner, name) };
+    if r != 0 || ptr.is_null() || bytes.is_null() || name.is_null() {
+        // Without both answers there is nothing a replay could place: forwarded only.
+        return r;
+    }
+    // SAFETY: non-null, and the driver just wrote them (it returned success); the driver read
+    // `name` as a NUL-terminated symbol.
+    let (at, n, name) = unsafe { (*ptr, *bytes as u64, CStr::from_ptr(name).to_bytes()) };
+    log::write(
+        r,
+        Rec::Global {
+            owner,
+            library: LIB,
+            name,
+            ptr: at,
+            bytes: n,
+        },
+    );
+    r
+}
+
 unsafe extern "C" fn kernel_get_function<const I: usize>(out: *mut u64, kernel: u64) -> R {
     // SAFETY: entry point I is cuKernelGetFunction: (CUfunction*, CUkernel).
     let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u64) -> R>(I)(out, kernel) };
@@ -1340,6 +1371,8 @@ hooks! {
     "cuModuleGetFunction" => get_function<false>,
     "cuLibraryGetKernel" => get_function<true>,
     "cuKernelGetFunction" => kernel_get_function,
+    "cuModuleGetGlobal_v2" => get_global<false>,
+    "cuLibraryGetGlobal" => get_global<true>,
     "cuLaunchKernel" => launch,
     "cuLaunchKernel_ptsz" => launch,
     "cuLaunchKernelEx" => launch_ex,

@@ -105,6 +105,12 @@ pub fn records_program(dir: &Path) -> PathBuf {
     link_program(dir, "records", include_str!("c/records.c"))
 }
 
+/// `c/globals.c` compiled into `dir` and linked like `records_program`: a module variable's
+/// address asked of the driver, filled, and read back.
+pub fn globals_program(dir: &Path) -> PathBuf {
+    link_program(dir, "globals", include_str!("c/globals.c"))
+}
+
 /// `c/faults.c` compiled into `dir` and linked like `records_program`: an engine-shaped loop
 /// whose step FAULT runs a kernel off the end of device memory.
 pub fn faults_program(dir: &Path) -> PathBuf {
