@@ -435,6 +435,14 @@ impl Converter {
             } => {
                 self.summary.records -= 1;
                 let module = self.modules.get(&(owner, library)).cloned();
+                if ok && module.is_none() {
+                    // Of a module the log never named: listed with what a replay lacks.
+                    *self
+                        .summary
+                        .opaque
+                        .entry("cuModuleGetGlobal (of a module not logged)".into())
+                        .or_default() += 1;
+                }
                 if let (true, Some(module), false) = (ok, module, self.live.contains_key(&ptr)) {
                     let id = BufferId(self.next_buf);
                     self.next_buf += 1;
@@ -448,6 +456,14 @@ impl Converter {
                             bytes,
                         },
                     );
+                }
+                return;
+            }
+            // The module behind a library: named as the library is.
+            Rec::LibraryModule { library, module } => {
+                self.summary.records -= 1;
+                if let (true, Some(name)) = (ok, self.modules.get(&(library, true)).cloned()) {
+                    self.modules.insert((module, false), name);
                 }
                 return;
             }

@@ -180,6 +180,9 @@ pub enum Rec<'a> {
         ptr: u64,
         bytes: u64,
     },
+    /// `cuLibraryGetModule`: `module` is library `library`'s module in the current context
+    /// (the CUDA runtime asks a variable's address of it).
+    LibraryModule { library: u64, module: u64 },
     /// `cuLaunchKernel*`, `cuLaunchKernelEx*`: `func` as passed (a `CUfunction` or a
     /// `CUkernel`); `cluster` the thread-block cluster `cuLaunchKernelEx` asked for (zeros:
     /// none); `layout` the parameters' (offset, size) as the driver gave them (`None` when it
@@ -306,6 +309,7 @@ impl Rec<'_> {
             Rec::Function { .. } => "cuModuleGetFunction",
             Rec::KernelFunction { .. } => "cuKernelGetFunction",
             Rec::Global { .. } => "cuModuleGetGlobal",
+            Rec::LibraryModule { .. } => "cuLibraryGetModule",
             Rec::Launch { .. } => "cuLaunchKernel",
             Rec::StreamCreate { .. } => "cuStreamCreate",
             Rec::StreamDestroy { .. } => "cuStreamDestroy",
@@ -349,6 +353,7 @@ impl Rec<'_> {
             | Rec::Function { .. }
             | Rec::KernelFunction { .. }
             | Rec::Global { .. }
+            | Rec::LibraryModule { .. }
             | Rec::StreamCreate { .. }
             | Rec::StreamDestroy { .. }
             | Rec::EventCreate { .. }
@@ -429,6 +434,7 @@ impl Rec<'_> {
             Rec::Code { .. } => 38,
             Rec::Stack { .. } => 39,
             Rec::Global { .. } => 40,
+            Rec::LibraryModule { .. } => 41,
         }
     }
 }
@@ -464,6 +470,10 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         Rec::HostAlloc { ptr, bytes } => {
             put64(out, *ptr);
             put64(out, *bytes);
+        }
+        Rec::LibraryModule { library, module } => {
+            put64(out, *library);
+            put64(out, *module);
         }
         Rec::CopyH2D { dst, on: o, data } => {
             put64(out, *dst);
@@ -1098,6 +1108,10 @@ impl<'a> Reader<'a> {
                 ptr: f.u64("address")?,
                 bytes: f.u64("size")?,
             },
+            41 => Rec::LibraryModule {
+                library: f.u64("library")?,
+                module: f.u64("module")?,
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -1348,6 +1362,10 @@ mod tests {
                 name: b"table",
                 ptr: 0x7f00_0000_1000,
                 bytes: 64,
+            },
+            Rec::LibraryModule {
+                library: 0x9000,
+                module: 0x9100,
             },
         ]
     }

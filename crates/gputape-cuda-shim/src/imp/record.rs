@@ -745,6 +745,18 @@ unsafe extern "C" fn get_global<const I: usize, const LIB: bool>(
     r
 }
 
+/// `cuLibraryGetModule`: the module behind a library, which the CUDA runtime asks variables'
+/// addresses of.
+unsafe extern "C" fn library_get_module<const I: usize>(out: *mut u64, library: u64) -> R {
+    // SAFETY: entry point I is cuLibraryGetModule: (CUmodule*, CUlibrary).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u64) -> R>(I)(out, library) };
+    if r == 0 {
+        let module = read_out(out);
+        log::write(r, Rec::LibraryModule { library, module });
+    }
+    r
+}
+
 unsafe extern "C" fn kernel_get_function<const I: usize>(out: *mut u64, kernel: u64) -> R {
     // SAFETY: entry point I is cuKernelGetFunction: (CUfunction*, CUkernel).
     let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u64) -> R>(I)(out, kernel) };
@@ -1373,6 +1385,7 @@ hooks! {
     "cuKernelGetFunction" => kernel_get_function,
     "cuModuleGetGlobal_v2" => get_global<false>,
     "cuLibraryGetGlobal" => get_global<true>,
+    "cuLibraryGetModule" => library_get_module,
     "cuLaunchKernel" => launch,
     "cuLaunchKernel_ptsz" => launch,
     "cuLaunchKernelEx" => launch_ex,

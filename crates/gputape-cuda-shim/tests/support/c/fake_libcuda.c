@@ -112,13 +112,34 @@ API CUresult cuModuleGetFunction(void **f, void *module, const char *name) {
     return 0;
 }
 
+/* A library holding the same module: its module is LIB_MODULE, a handle of its own (the CUDA
+ * runtime's way to a variable: cuLibraryLoadData, cuLibraryGetModule, cuModuleGetGlobal). */
+#define LIBRARY ((void *)0x41000)
+#define LIB_MODULE ((void *)0x42000)
+
+API CUresult cuLibraryLoadData(void **library, const void *code, void *jit_options,
+                               void **jit_values, unsigned n_jit, void *lib_options,
+                               void **lib_values, unsigned n_lib) {
+    (void)jit_options, (void)jit_values, (void)n_jit, (void)lib_options, (void)lib_values;
+    (void)n_lib;
+    *library = LIBRARY;
+    return code ? 0 : 1;
+}
+
+API CUresult cuLibraryGetModule(void **module, void *library) {
+    if (library != LIBRARY) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    *module = LIB_MODULE;
+    return 0;
+}
+
 /* The module's one variable, `table` (64 bytes), at the arena's last page: memory no
  * allocation holds, as a __constant__ array's. */
 #define TABLE (BASE + ARENA - 4096)
 
 API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, void *module,
                                   const char *name) {
-    if (module != MODULE || strcmp(name, "table")) return 500; /* CUDA_ERROR_NOT_FOUND */
+    if ((module != MODULE && module != LIB_MODULE) || strcmp(name, "table"))
+        return 500; /* CUDA_ERROR_NOT_FOUND */
     if (dptr) *dptr = TABLE;
     if (bytes) *bytes = 64;
     return 0;

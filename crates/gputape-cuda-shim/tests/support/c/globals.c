@@ -1,6 +1,6 @@
 /* A program that fills a module variable (a __constant__ table, as cudaMemcpyToSymbol does: the
- * symbol's address asked of the driver, then a copy to it), launches a kernel, and reads the
- * table back. Linked with -lcuda, like records.c. */
+ * library's module asked for, the symbol's address asked of it, then a copy to it), launches a
+ * kernel, and reads the table back. Linked with -lcuda, like records.c. */
 #include <stdio.h>
 #include <stddef.h>
 
@@ -12,6 +12,9 @@ int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 int cuModuleLoadData(void **module, const void *image);
 int cuModuleGetFunction(void **f, void *module, const char *name);
 int cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, void *module, const char *name);
+int cuLibraryLoadData(void **library, const void *code, void *jit_options, void **jit_values,
+                      unsigned n_jit, void *lib_options, void **lib_values, unsigned n_lib);
+int cuLibraryGetModule(void **module, void *library);
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuStreamSynchronize(void *stream);
@@ -24,7 +27,7 @@ static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_s
 int main(void) {
     CUdeviceptr x, table;
     size_t bytes = 0;
-    void *m, *f;
+    void *m, *f, *lib, *lm;
     float host[16], back[16];
     int n = 16, bad = 0;
     float k = 2.0f;
@@ -33,7 +36,9 @@ int main(void) {
     bad |= cuMemAlloc_v2(&x, sizeof host);
     bad |= cuModuleLoadData(&m, ptx);
     bad |= cuModuleGetFunction(&f, m, "scale");
-    bad |= cuModuleGetGlobal_v2(&table, &bytes, m, "table");
+    bad |= cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0);
+    bad |= cuLibraryGetModule(&lm, lib);
+    bad |= cuModuleGetGlobal_v2(&table, &bytes, lm, "table");
     bad |= cuMemcpyHtoD_v2(table, host, bytes);
     void *params[] = {&x, &n, &k};
     bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, params, NULL);
