@@ -857,6 +857,13 @@ fn an_installed_binary_runs_programs_with_the_shim_built_into_it() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// `tests/fixtures/python/NAME`: the Python programs these tests run.
+fn python_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/python")
+        .join(name)
+}
+
 /// The Python interpreters of each minor version gputape reads frames of (3.11-3.13) found on
 /// PATH (pyenv's shims included), one per version.
 fn pythons() -> Vec<(String, String)> {
@@ -902,8 +909,7 @@ fn pythons() -> Vec<(String, String)> {
 fn each_call_of_a_python_program_carries_the_line_it_was_made_from() {
     let pythons = pythons();
     assert!(!pythons.is_empty(), "no python3 of 3.11-3.13 on PATH");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/lines.py");
+    let script = python_fixture("lines.py");
     for (exe, version) in &pythons {
         let d = support::scratch(&format!("lines-{version}"));
         let trace = d.join("lines.gtape");
@@ -983,8 +989,7 @@ fn a_python_program_s_flight_dump_carries_its_lines() {
         .next()
         .expect("a python3 of 3.11-3.13");
     let d = support::scratch("lines-flight");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/lines.py");
+    let script = python_fixture("lines.py");
     let expected = d.join("expected.json");
     let o = flight(
         &d,
@@ -1044,8 +1049,7 @@ fn analyze_capture_of_an_eager_python_program_names_its_host_sync_line_first() {
         .expect("a python3 of 3.11-3.13");
     let d = support::scratch("eager-capture");
     let trace = d.join("eager.gtape");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/python/eager_step.py");
+    let script = python_fixture("eager_step.py");
     let o = run(&[
         "-o".as_ref(),
         trace.as_ref(),

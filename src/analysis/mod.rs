@@ -14,6 +14,7 @@ pub mod report;
 pub mod timeline;
 pub mod window;
 
+use eager::capture_of;
 pub use eager::{eager_step, is_eager, EagerStep};
 pub use idle::{idle_capture, IdleCapture, IdleVerdicts};
 
@@ -774,86 +775,6 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         },
         sections: s,
     }
-}
-
-/// The capture the verdicts judge, and a note on how it was chosen when the trace is an eager
-/// program's (`eager.rs`): its legacy-stream work judged as a side stream's, on its repeated
-/// step unless a range was asked for.
-fn capture_of(t: &Trace, q: CaptureQuery) -> (CaptureQuery, Option<String>) {
-    if let (None, (0, u64::MAX), Some((stream, range, n))) = (q.stream, q.range, own_capture(t)) {
-        let site = t
-            .calls
-            .iter()
-            .find(|c| c.seq + 1 == range.0)
-            .map(|c| t.site(c.site))
-            .unwrap_or_default();
-        let note = format!(
-            "the program captures its graphs itself ({n} capture(s) recorded): judged is its first, \
-             of {stream}, calls {}..{} (begun at {site}); --stream and --range for another",
-            range.0 - 1,
-            range.1
-        );
-        return (
-            CaptureQuery {
-                range,
-                stream: Some(stream),
-                ..q
-            },
-            Some(note),
-        );
-    }
-    if q.stream.is_some() || !is_eager(t, q.range) {
-        let stream = q.stream.or_else(|| main_stream(t, q.range));
-        return (CaptureQuery { stream, ..q }, None);
-    }
-    let step = (q.range == (0, u64::MAX)).then(|| eager_step(t)).flatten();
-    let range = step.map_or(q.range, |s| s.range);
-    let on = match step {
-        Some(s) => format!(
-            "on the step it repeats (calls {}..{}, seen {} times between host syncs; --range for another)",
-            s.range.0, s.range.1, s.times
-        ),
-        None if q.range == (0, u64::MAX) => {
-            "on every call (no step repeats between host syncs; --range to judge one)".into()
-        }
-        None => format!("on calls {}..{}", q.range.0, q.range.1),
-    };
-    let note = format!(
-        "an eager program: its work runs on the legacy stream, which no capture can begin on; \
-         judged as torch.cuda.graph captures it (the step's work moved to a side stream, \
-         allocations in relaxed mode as PyTorch's allocator makes them), {on}"
-    );
-    (
-        CaptureQuery {
-            range,
-            stream: Some(StreamRef::Legacy),
-            ..q
-        },
-        Some(note),
-    )
-}
-
-/// The first capture the program made itself and ended without error: its stream, its calls
-/// (after `BeginCapture`, to `EndCapture` included) and how many such captures the trace holds.
-fn own_capture(t: &Trace) -> Option<(StreamRef, (u64, u64), usize)> {
-    let mut found = Vec::new();
-    let mut open: BTreeMap<StreamRef, u64> = BTreeMap::new();
-    for c in &t.calls {
-        match (&c.call, &c.ret) {
-            (Call::BeginCapture { stream }, Some(Ok(_))) => {
-                open.insert(*stream, c.seq);
-            }
-            (Call::EndCapture { stream }, Some(Ok(_))) => {
-                if let Some(b) = open.remove(stream) {
-                    // The calls inside it, and its end (where the verdicts stop).
-                    found.push((*stream, (b + 1, c.seq + 1)));
-                }
-            }
-            _ => {}
-        }
-    }
-    let (stream, range) = *found.first()?;
-    Some((stream, range, found.len()))
 }
 
 /// Verdicts grouped by (category, site, call, rule), one line each with its count and first
