@@ -80,3 +80,35 @@ fn reports_of_python_traces_name_lines_and_no_false_leaks() {
         }
     }
 }
+
+/// The Perfetto export of each fixture: every host call's slice names its line (a timeline is
+/// where a slow call is found, and its line is what the user changes).
+#[test]
+fn perfetto_exports_of_python_traces_carry_each_call_s_line() {
+    for p in fixtures() {
+        let json = gputape(&[
+            "export".as_ref(),
+            "--perfetto".as_ref(),
+            "-".as_ref(),
+            p.as_ref(),
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&json).expect("trace-event JSON");
+        let events = v["traceEvents"]
+            .as_array()
+            .or(v.as_array())
+            .expect("events");
+        let calls: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["args"]["seq"].is_u64() && e["args"]["site"].is_string())
+            .collect();
+        assert!(!calls.is_empty(), "{}: no call slices", name(&p));
+        for e in &calls {
+            let site = e["args"]["site"].as_str().unwrap();
+            assert!(
+                site.contains(".py:") || site == "<no Python frame>",
+                "{}: a slice without a line: {e}",
+                name(&p)
+            );
+        }
+    }
+}

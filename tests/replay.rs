@@ -176,8 +176,8 @@ fn the_decode_step_is_kept_out_of_one_graph_by_its_token_copy() {
     let plan = gputape::replayer::plan_segments(
         &t,
         (0, u64::MAX),
-        CaptureMode::Global,
-        StreamKind::Blocking,
+        (CaptureMode::Global, StreamKind::Blocking),
+        false,
     );
     let copy = plan
         .breakers
@@ -588,8 +588,8 @@ fn a_fork_join_step_is_one_graph_that_starts_on_the_side_stream() {
     let plan = gputape::replayer::plan_segments(
         &t,
         (0, u64::MAX),
-        CaptureMode::Global,
-        StreamKind::Blocking,
+        (CaptureMode::Global, StreamKind::Blocking),
+        false,
     );
     let graphs: Vec<_> = plan
         .segments
@@ -618,8 +618,8 @@ fn an_event_used_after_the_step_keeps_its_record_out_of_the_graph() {
     let plan = gputape::replayer::plan_segments(
         &t,
         (0, u64::MAX),
-        CaptureMode::Global,
-        StreamKind::Blocking,
+        (CaptureMode::Global, StreamKind::Blocking),
+        false,
     );
     assert!(
         plan.segments.iter().all(|s| s.forked.is_empty()),
@@ -1063,4 +1063,72 @@ fn a_replay_s_layout_shows_the_order_the_mock_ran_the_work_in() {
         differed |= text != plain;
     }
     assert!(differed, "some seed interleaves the streams otherwise");
+}
+
+/// Record, on the mock, an eager program: its work on the legacy stream (as PyTorch's is), an
+/// upload, then three steps of a fill, a saxpy and a readback.
+fn eager_trace() -> Trace {
+    use gputape::recorder::{BackendDesc, RecordingBackend};
+    let sink = trace::VecSink::default();
+    let bytes = sink.0.clone();
+    let rec = RecordingBackend::new(mock(), Box::new(sink), BackendDesc::new("mock")).unwrap();
+    rec.start().unwrap();
+    gputape::workloads::load_kernels(&rec).unwrap();
+    let legacy = rec.default_stream();
+    let (x, y) = (rec.alloc(64).unwrap(), rec.alloc(64).unwrap());
+    rec.copy_h2d(&gputape::workloads::f32_bytes(&[1.0; 16]), x)
+        .unwrap();
+    for _ in 0..3 {
+        rec.memset_async(y, 0, 64, legacy).unwrap();
+        gputape::workloads::saxpy(&rec, x, y, 16, 2.0, legacy).unwrap();
+        let mut out = [0u8; 64];
+        rec.copy_d2h(y, &mut out).unwrap();
+        assert_eq!(out[..4], 2.0f32.to_le_bytes());
+    }
+    rec.stop().unwrap();
+    let b = bytes.lock().clone();
+    let mut t = Trace::from_bytes(Path::new("eager"), &b).unwrap();
+    // The trait names its default stream as a stream of the backend's; a driver-level
+    // recording names it the legacy stream, as here.
+    for c in &mut t.calls {
+        if let gputape::trace::Call::MemsetAsync { stream, .. }
+        | gputape::trace::Call::LaunchTyped { stream, .. } = &mut c.call
+        {
+            *stream = gputape::trace::StreamRef::Legacy;
+        }
+    }
+    t
+}
+
+/// `replay --as-graph` of an eager program: no capture can begin on the legacy stream, so its
+/// repeated step is moved to a stream of the replay's and captured there, as
+/// `torch.cuda.graph` would; the readback that ends the step is what stays out.
+#[test]
+fn an_eager_program_s_step_is_replayed_as_a_graph_on_a_stream_of_its_own() {
+    let t = eager_trace();
+    let legacy_only = gputape::replayer::plan_segments(
+        &t,
+        (0, u64::MAX),
+        (CaptureMode::Global, StreamKind::Blocking),
+        false,
+    );
+    assert_eq!(legacy_only.graph_count(), 0, "{legacy_only:#?}");
+    let r = Replayer::new(&t)
+        .run_as_graph(&mock(), None, 3, None)
+        .unwrap();
+    let summary = r.summary();
+    assert!(
+        r.eager
+            .as_deref()
+            // The first step also looked its kernel up: two of the three are alike.
+            .is_some_and(|n| n.contains("repeated 2 times")),
+        "{summary}"
+    );
+    assert_eq!(r.plan.graph_count(), 1, "{summary}");
+    let graph = r.plan.segments.iter().find(|s| s.stream.is_some()).unwrap();
+    assert_eq!(graph.calls.len(), 2, "the fill and the saxpy: {summary}");
+    let breakers: Vec<_> = r.plan.breakers.iter().map(|b| b.call.as_str()).collect();
+    assert_eq!(breakers, ["copy_d2h"], "{summary}");
+    assert_eq!((r.d2h_checked, r.d2h_matched), (3, 3), "{summary}");
+    assert!(r.recorded_ms.is_some(), "{summary}");
 }

@@ -139,6 +139,21 @@ fn run_refuses_a_missing_shim_or_command_and_its_help_says_what_it_records() {
 }
 
 /// `gputape VERB ARGS` (no shim involved).
+/// `shown` with the parts of native sites that depend on where the test ran and which compiler
+/// built the program (the scratch directory, offsets) written as `<dir>` and `+0x…`.
+fn native_sites(shown: &str, dir: &std::path::Path) -> String {
+    let shown = shown.replace(&dir.display().to_string(), "<dir>");
+    let mut out = String::with_capacity(shown.len());
+    let mut rest = shown.as_str();
+    while let Some(at) = rest.find("+0x") {
+        out.push_str(&rest[..at + 3]);
+        rest = rest[at + 3..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+        out.push('…');
+    }
+    out.push_str(rest);
+    out
+}
+
 fn gputape(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gputape"))
         .args(args)
@@ -211,7 +226,7 @@ fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
         .filter(|l| !l.starts_with("recorded at"))
         .map(|l| format!("{}\n", l.trim_end()))
         .collect();
-    insta::assert_snapshot!("run_o_records_show", shown);
+    insta::assert_snapshot!("run_o_records_show", native_sites(&shown, &d));
 
     // On the mock the compiled kernel has no body: skipped, and the read back that depends on
     // it unchecked, which the replay says rather than passing; the opaque calls are named.
@@ -382,7 +397,7 @@ fn run_o_records_a_captured_graph_and_its_launches() {
         .filter(|l| !l.starts_with("recorded at"))
         .map(|l| format!("{}\n", l.trim_end()))
         .collect();
-    insta::assert_snapshot!("run_o_graphs_show", shown);
+    insta::assert_snapshot!("run_o_graphs_show", native_sites(&shown, &d));
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -1126,6 +1141,81 @@ fn a_module_variable_is_recorded_as_a_buffer_and_replayed() {
         rout.contains("1 of 1 match the recording"),
         "{rout}{}",
         text(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// A program without Python: each call's site is the native frame it was made from, module +
+/// offset (and the exported symbol around it), the innermost outside the libraries a program
+/// calls the driver through; where that frame lies is what the program itself says.
+#[test]
+fn a_c_program_s_calls_carry_the_module_and_offset_they_were_made_from() {
+    let d = support::scratch("run-sites");
+    let prog = support::sites_program(&d);
+    let trace = d.join("sites.gtape");
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let hex = |key: &str| {
+        let at = out.find(key).unwrap_or_else(|| panic!("{key} in {out}")) + key.len();
+        let word = out[at..].split([',', ' ', '\n']).next().unwrap();
+        u64::from_str_radix(word.trim_start_matches("0x"), 16).unwrap()
+    };
+    let (launch_here, main) = (hex("launch_here at "), hex("main at "));
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let shown = text(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(&shown).expect("show --json");
+    let calls = v["calls"].as_array().expect("calls");
+    // The program's own frame, as module+offset of its own file, and the offset lies in the
+    // function that made the call (the symbol's start is the program's own offset for it).
+    let sites = prog.display().to_string();
+    let offset_in = |site: &str, symbol: &str| -> (u64, u64) {
+        let rest = site
+            .strip_prefix(&format!("{sites}+0x"))
+            .unwrap_or_else(|| panic!("{site} is not of {sites}"));
+        let (off, func) = rest.split_once(" in ").expect("a symbol");
+        let sym_off = func
+            .strip_prefix(&format!("{symbol}+0x"))
+            .unwrap_or_else(|| panic!("{func} is not in {symbol}"));
+        (
+            u64::from_str_radix(off, 16).unwrap(),
+            u64::from_str_radix(sym_off, 16).unwrap(),
+        )
+    };
+    let alloc = calls
+        .iter()
+        .find(|c| c["kind"] == "alloc")
+        .unwrap_or_else(|| panic!("no alloc in {shown}"));
+    let alloc_site = alloc["site"].as_str().unwrap();
+    let (off, into) = offset_in(alloc_site, "main");
+    assert_eq!(off - into, main, "{alloc_site}");
+    let launches: Vec<_> = calls.iter().filter(|c| c["kind"] == "launch").collect();
+    assert_eq!(launches.len(), 2, "{shown}");
+    let own = launches[0]["site"].as_str().unwrap();
+    let (off, into) = offset_in(own, "launch_here");
+    assert_eq!(off - into, launch_here, "{own}");
+    // Made inside the library: named by main's frame, the library's frame kept below it.
+    let (lib_site, lib_frames) = (
+        launches[1]["site"].as_str().unwrap(),
+        launches[1]["stack"]["frames"].as_array().unwrap(),
+    );
+    let (off, into) = offset_in(lib_site, "main");
+    assert_eq!(off - into, main, "{lib_site}");
+    assert_eq!(lib_frames.len(), 2, "{lib_frames:?}");
+    assert!(
+        lib_frames[0]["file"]
+            .as_str()
+            .unwrap()
+            .contains("libcublas_sites.so+0x"),
+        "{lib_frames:?}"
+    );
+    assert!(
+        lib_frames[0]["function"]
+            .as_str()
+            .unwrap()
+            .starts_with("sites_lib_launch+0x"),
+        "{lib_frames:?}"
     );
     let _ = std::fs::remove_dir_all(d);
 }

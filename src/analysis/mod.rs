@@ -763,7 +763,7 @@ pub fn analyze(t: &Trace, q: CaptureQuery, s: Sections) -> Report {
         idle_capture: s.capture.then(|| idle_capture(t, cq)).flatten(),
         graph_plan: s
             .capture
-            .then(|| plan_segments(t, q.range, q.mode, q.kind))
+            .then(|| plan_segments(t, q.range, (q.mode, q.kind), false))
             .filter(|_| cq.stream != Some(StreamRef::Legacy)),
         capture_note: capture_note.filter(|_| s.capture),
         capture_range: cq.range,

@@ -104,14 +104,17 @@ impl SegmentPlan {
 }
 
 /// Device work that can sit in a graph on the given stream. (Launches of graphs the trace
-/// recorded stay eager: their lifetime is the trace's own business.)
-fn graphable(c: &Call) -> Option<StreamRef> {
+/// recorded stay eager: their lifetime is the trace's own business.) The legacy stream's work
+/// can when it is `moved` to a stream of the replay's (an eager program's step).
+fn graphable(c: &Call, moved: bool) -> Option<StreamRef> {
     match c {
         Call::Launch { stream, .. }
         | Call::LaunchTyped { stream, .. }
         | Call::MemsetAsync { stream, .. }
         | Call::CopyD2DAsync { stream, .. }
-        | Call::CopyD2D2DAsync { stream, .. } => Some(*stream).filter(|s| *s != StreamRef::Legacy),
+        | Call::CopyD2D2DAsync { stream, .. } => {
+            Some(*stream).filter(|s| moved || *s != StreamRef::Legacy)
+        }
         _ => None,
     }
 }
@@ -124,12 +127,14 @@ fn neutral(c: &Call) -> bool {
 /// Cut calls `[a, b)` into segments, and name every call that keeps the range from being one
 /// graph of its main stream (the stream with the most capturable work), with the rule that
 /// decides it for a capture in `mode` on a stream of `kind` (a replay's: global and blocking,
-/// the defaults and the strictest; `analyze`'s: the ones asked for).
+/// the defaults and the strictest; `analyze`'s: the ones asked for). With `moved`, the legacy
+/// stream's work is judged as a stream of the replay's own, which it is moved to (as
+/// `torch.cuda.graph` moves an eager step to a side stream).
 pub fn plan_segments(
     t: &Trace,
     range: (u64, u64),
-    mode: CaptureMode,
-    kind: StreamKind,
+    (mode, kind): (CaptureMode, StreamKind),
+    moved: bool,
 ) -> SegmentPlan {
     // Calls inside a capture the trace itself recorded are replayed as recorded (re-captured),
     // in eager segments, and are not reported: they are already in a graph.
@@ -155,7 +160,7 @@ pub fn plan_segments(
         .collect();
     let mut counts: std::collections::BTreeMap<StreamRef, usize> = Default::default();
     for (_, c, inside) in &calls {
-        if let (Some(s), false) = (graphable(&c.call), inside) {
+        if let (Some(s), false) = (graphable(&c.call, moved), inside) {
             *counts.entry(s).or_default() += 1;
         }
     }
@@ -163,11 +168,11 @@ pub fn plan_segments(
         .iter()
         .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
         .map(|(s, _)| *s);
-    let forked = forked_segments(&calls);
+    let forked = forked_segments(&calls, moved);
     let segments = if events_stay_inside(t, &forked) {
         forked
     } else {
-        single_stream_segments(&calls)
+        single_stream_segments(&calls, moved)
     };
     let in_graph: std::collections::HashSet<usize> = segments
         .iter()
@@ -188,8 +193,8 @@ pub fn plan_segments(
         let (op, stream) = c.call.capture_op(&|_| false);
         let relation = match stream {
             None => Relation::NoStream,
-            Some(StreamRef::Legacy) => Relation::Legacy,
             Some(s) if s == main => Relation::Capturing,
+            Some(StreamRef::Legacy) => Relation::Legacy,
             Some(_) => Relation::Other,
         };
         let rule = decide(
@@ -221,11 +226,15 @@ pub fn plan_segments(
 }
 
 /// Runs of asynchronous device work on one stream each: graphs; everything else eager.
-fn single_stream_segments(calls: &[(usize, &CallRecord, bool)]) -> Vec<Segment> {
+fn single_stream_segments(calls: &[(usize, &CallRecord, bool)], moved: bool) -> Vec<Segment> {
     let mut out = vec![];
     let mut cur: Option<Segment> = None;
     for &(i, c, inside) in calls {
-        let g = if inside { None } else { graphable(&c.call) };
+        let g = if inside {
+            None
+        } else {
+            graphable(&c.call, moved)
+        };
         if g != cur.as_ref().and_then(|s| s.stream) {
             out.extend(cur.take());
         }
@@ -246,7 +255,7 @@ fn single_stream_segments(calls: &[(usize, &CallRecord, bool)]) -> Vec<Segment> 
 /// stable for the graph's life), an event recorded on a capturing stream, and a wait on such an
 /// event, which forks the waiting stream into the capture. This is how an engine's step with a
 /// copy stream (upload, record, compute waits) becomes one graph.
-fn forked_segments(calls: &[(usize, &CallRecord, bool)]) -> Vec<Segment> {
+fn forked_segments(calls: &[(usize, &CallRecord, bool)], moved: bool) -> Vec<Segment> {
     let mut out = vec![];
     let mut eager: Option<Segment> = None;
     let mut graph: Option<(Segment, Vec<StreamRef>, Vec<EventId>)> = None;
@@ -254,8 +263,10 @@ fn forked_segments(calls: &[(usize, &CallRecord, bool)]) -> Vec<Segment> {
         let start = if inside {
             None
         } else {
-            graphable(&c.call).or(match &c.call {
-                Call::CopyH2DAsync { stream, .. } if *stream != StreamRef::Legacy => Some(*stream),
+            graphable(&c.call, moved).or(match &c.call {
+                Call::CopyH2DAsync { stream, .. } if moved || *stream != StreamRef::Legacy => {
+                    Some(*stream)
+                }
                 _ => None,
             })
         };

@@ -83,6 +83,18 @@ pub struct GraphReport {
     /// between processes, so a ratio across two runs can be off by a fifth.
     #[serde(default)]
     pub eager_step_ms: Vec<f64>,
+    /// The step's wall time as the program ran it (its first call's start to its last call's
+    /// end, in the recording), in milliseconds: what the user would compare with.
+    #[serde(default)]
+    pub recorded_ms: Option<f64>,
+    /// For an eager program (its work on the legacy stream), how its step was chosen and moved
+    /// to a stream of the replay's own.
+    #[serde(default)]
+    pub eager: Option<String>,
+    /// The calls replayed as the step, when the replay chose them (an eager program's step):
+    /// what an eager replay to compare with should replay too.
+    #[serde(default)]
+    pub step_range: Option<(u64, u64)>,
     /// Device-to-host results compared with the recording, over all launches of the step.
     pub d2h_checked: u64,
     /// How many of the checked device-to-host results matched the recording.
@@ -131,8 +143,12 @@ impl GraphReport {
             return None;
         }
         let (g, e) = (median(&self.loop_ms), median(&self.eager_step_ms));
+        let recorded = self
+            .recorded_ms
+            .map(|r| format!("; as recorded {r:.3} ms (the program's own run of it)"))
+            .unwrap_or_default();
         Some(format!(
-            "whole step, same process: graph replay {g:.3} ms, eager replay {e:.3} ms (median of {} and {}): graph {:.2}x faster\n",
+            "whole step, same process: graph replay {g:.3} ms, eager replay {e:.3} ms (median of {} and {}): graph {:.2}x faster{recorded}\n",
             self.loop_ms.len(),
             self.eager_step_ms.len(),
             e / g
@@ -142,7 +158,12 @@ impl GraphReport {
     /// A short human summary of the plan and the checks (stable: no times), for snapshots and the
     /// CLI.
     pub fn summary(&self) -> String {
-        let mut s = format!(
+        let mut s = self
+            .eager
+            .as_ref()
+            .map(|n| format!("{n}\n"))
+            .unwrap_or_default();
+        s += &format!(
             "{} segment(s): {} graph(s), {} eager; {} call(s) keep the range from being one graph\n",
             self.plan.segments.len(),
             self.plan.graph_count(),
@@ -174,6 +195,53 @@ impl GraphReport {
     }
 }
 
+/// An eager program's step, chosen for a graph replay, and how.
+struct EagerChoice {
+    range: (u64, u64),
+    note: String,
+}
+
+/// When the range (or, with none asked for, the trace) is an eager program's, the step to
+/// capture: the asked range, or the step it repeats between host syncs.
+fn eager_step_of(t: &crate::trace::Trace, range: Option<(u64, u64)>) -> Option<EagerChoice> {
+    let moved = "its work, on the legacy stream (which no capture can begin on), moved to a \
+                 stream of the replay's as torch.cuda.graph moves it";
+    if let Some(r) = range {
+        return crate::analysis::is_eager(t, r).then(|| EagerChoice {
+            range: r,
+            note: format!("an eager program's calls {}..{}: {moved}", r.0, r.1),
+        });
+    }
+    if !crate::analysis::is_eager(t, (0, u64::MAX)) {
+        return None;
+    }
+    Some(match crate::analysis::eager_step(t) {
+        Some(s) => EagerChoice {
+            range: s.range,
+            note: format!(
+                "an eager program: its step, calls {}..{} (repeated {} times between host syncs; \
+                 --range for another), {moved}",
+                s.range.0, s.range.1, s.times
+            ),
+        },
+        None => EagerChoice {
+            range: (0, u64::MAX),
+            note: format!("an eager program (no step repeats; --range to pick one): {moved}"),
+        },
+    })
+}
+
+/// The wall time calls `range` took as recorded: the first one's start to the last one's end.
+fn recorded_ms(t: &crate::trace::Trace, (a, b): (u64, u64)) -> Option<f64> {
+    let mut calls = t.calls.iter().filter(|c| c.seq >= a && c.seq < b);
+    let first = calls.next()?;
+    let end = std::iter::once(first)
+        .chain(calls)
+        .map(|c| c.t_ns + c.dur_ns.unwrap_or(0))
+        .max()?;
+    Some(end.saturating_sub(first.t_ns) as f64 / 1e6)
+}
+
 impl Replayer<'_> {
     /// Build the step's graphs once (launching each right after capture, so the eager calls
     /// between them see its results), then launch the whole step `launches` times, checking the
@@ -185,13 +253,21 @@ impl Replayer<'_> {
         launches: usize,
         loader: Option<super::ModuleLoader<'_>>,
     ) -> Result<GraphReport, ReplayError> {
-        let (a, b) = range.unwrap_or((0, u64::MAX));
+        let eager = eager_step_of(self.trace, range);
+        let (a, b) = eager
+            .as_ref()
+            .map(|e| e.range)
+            .or(range)
+            .unwrap_or((0, u64::MAX));
         // Captured in the backend's mode, global unless configured otherwise: judged as global.
         let plan = plan_segments(
             self.trace,
             (a, b),
-            crate::backend::CaptureMode::Global,
-            crate::backend::StreamKind::Blocking,
+            (
+                crate::backend::CaptureMode::Global,
+                crate::backend::StreamKind::Blocking,
+            ),
+            eager.is_some(),
         );
         let kernels = self.kernels(gpu, loader)?;
         let mut guard = super::Guard {
@@ -203,6 +279,9 @@ impl Replayer<'_> {
         let st = &mut guard.st;
         let mut report = GraphReport {
             plan,
+            recorded_ms: recorded_ms(self.trace, (a, b)),
+            step_range: eager.as_ref().map(|e| e.range),
+            eager: eager.map(|e| e.note),
             ..Default::default()
         };
         let fail = |c: &CallRecord, what: &str, e: String| ReplayError::Unsupported {
@@ -216,6 +295,20 @@ impl Replayer<'_> {
                 return Err(fail(c, "fast-forward", format!("{e:#}")));
             }
         }
+        // An eager program's work goes to a stream of the replay's, where a capture can begin
+        // (the legacy stream's implicit ordering with blocking streams keeps what stays eager
+        // ordered with it).
+        let side = if report.eager.is_some() {
+            let s = gpu.create_stream().map_err(|e| ReplayError::Unsupported {
+                seq: a,
+                site: String::new(),
+                msg: format!("a stream for the eager step: {e:#}"),
+            })?;
+            st.legacy = s;
+            Some(s)
+        } else {
+            None
+        };
         // Build.
         let mut graphs = Vec::new();
         for seg in &report.plan.segments {
@@ -341,6 +434,9 @@ impl Replayer<'_> {
                 }
             }
             let _ = gpu.synchronize(gpu.default_stream());
+            if let Some(s) = side {
+                let _ = gpu.synchronize(s);
+            }
             report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         // The captured part alone: the graphs, then the same calls eagerly.
@@ -390,6 +486,12 @@ impl Replayer<'_> {
             for e in [b.join, b.after].into_iter().flatten() {
                 let _ = gpu.destroy_event(e);
             }
+        }
+        // The stream lives as long as the backend, as every stream a replay makes does (the
+        // trait has no call that destroys one).
+        if let Some(s) = side {
+            let _ = gpu.synchronize(s);
+            guard.st.legacy = 0;
         }
         drop(guard);
         Ok(report)

@@ -33,6 +33,7 @@ impl State {
             globals: HashSet::default(),
             freed: HashMap::default(),
             streams: HashMap::default(),
+            legacy: 0,
             events: HashMap::default(),
             comms: HashMap::default(),
             comm_ids: HashMap::default(),
@@ -63,6 +64,9 @@ pub(crate) struct State {
     /// aims there again, so the fault it caused can happen again.
     pub freed: HashMap<BufferId, DevicePtr>,
     pub streams: HashMap<StreamId, u64>,
+    /// What the recording's legacy stream is in the replay: the backend's legacy stream (0),
+    /// or a stream of the replay's own that an eager program's step is moved to, to be captured.
+    pub legacy: u64,
     pub events: HashMap<EventId, u64>,
     /// Communicators joined by the replay (single-rank ones: a rank set replays together).
     pub comms: HashMap<crate::trace::CommId, crate::backend::CommHandle>,
@@ -476,7 +480,7 @@ pub(super) fn taint_copy(st: &mut State, src: &DevAddr, dst: &DevAddr) {
 
 pub(crate) fn resolve_stream(st: &State, s: StreamRef, c: &CallRecord) -> Result<u64, ReplayError> {
     match s {
-        StreamRef::Legacy => Ok(0),
+        StreamRef::Legacy => Ok(st.legacy),
         StreamRef::Id(id) => st
             .streams
             .get(&id)

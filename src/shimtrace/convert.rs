@@ -319,6 +319,24 @@ impl Converter {
                     .stack(&mut self.t, id, gputape_shimlog::stack_frames(frames));
                 return;
             }
+            Rec::NativeFrame {
+                id,
+                module,
+                offset,
+                symbol,
+                symbol_offset,
+            } => {
+                self.summary.records -= 1;
+                self.lines
+                    .native_frame(id, module, offset, (symbol, symbol_offset));
+                return;
+            }
+            Rec::NativeStack { id, frames } => {
+                self.summary.records -= 1;
+                self.lines
+                    .native_stack(&mut self.t, id, gputape_shimlog::native_frames(frames));
+                return;
+            }
             Rec::CopyH2D { dst, on, data } => {
                 let dst = self.addr(dst);
                 let len = data.len() as u64;

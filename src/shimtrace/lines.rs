@@ -30,6 +30,8 @@ struct Code {
 /// The stacks of one log, as they are named.
 pub struct Lines {
     codes: HashMap<u32, Code>,
+    /// Native frames by the log's number for them.
+    natives: HashMap<u32, StackFrame>,
     /// The log's stack numbers -> the trace's sites.
     sites: HashMap<u32, SiteId>,
     /// Sites made so far, by what they hold (two log stacks at different instructions of the
@@ -50,6 +52,7 @@ impl Lines {
         };
         Lines {
             codes: HashMap::new(),
+            natives: HashMap::new(),
             sites: HashMap::new(),
             made: HashMap::new(),
             libraries,
@@ -110,6 +113,59 @@ impl Lines {
             script: outside(&|f| INSTALLED.iter().any(|l| f.contains(l))),
             frames,
         };
+        self.name(t, id, stack, "<no Python frame>");
+    }
+
+    /// A `Rec::NativeFrame`: kept as the frame it will be in a stack, `module+0x1a2b`.
+    pub fn native_frame(&mut self, id: u32, module: &[u8], offset: u64, symbol: (&[u8], u64)) {
+        let function = match symbol {
+            (b"", _) => String::new(),
+            (s, 0) => String::from_utf8_lossy(s).into_owned(),
+            (s, off) => format!("{}+{off:#x}", String::from_utf8_lossy(s)),
+        };
+        self.natives.insert(
+            id,
+            StackFrame {
+                file: format!("{}+{offset:#x}", String::from_utf8_lossy(module)),
+                function,
+                line: 0,
+                col: 0,
+            },
+        );
+    }
+
+    /// A `Rec::NativeStack`: its frames, and the site that names it, the innermost frame
+    /// outside the libraries a program calls the driver through (`native_library`).
+    pub fn native_stack(&mut self, t: &mut Trace, id: u32, frames: impl Iterator<Item = u32>) {
+        let frames: Vec<StackFrame> = frames
+            .map(|f| match self.natives.get(&f) {
+                Some(n) => n.clone(),
+                None => StackFrame {
+                    file: format!("<native frame {f} not in the log>"),
+                    function: String::new(),
+                    line: 0,
+                    col: 0,
+                },
+            })
+            .collect();
+        let user = frames
+            .iter()
+            .position(|f| {
+                let module = f.file.rsplit_once('+').map_or(f.file.as_str(), |m| m.0);
+                !gputape_shimlog::native_library(module.as_bytes())
+            })
+            .and_then(|i| u16::try_from(i).ok());
+        let stack = SiteStack {
+            user,
+            script: None,
+            frames,
+        };
+        self.name(t, id, stack, "<no native frame>");
+    }
+
+    /// Makes the log's stack `id` name the site of `stack` (made, with its `SiteDef`, in `t`
+    /// the first time); `empty` is the site's file when the stack has no frame.
+    fn name(&mut self, t: &mut Trace, id: u32, stack: SiteStack, empty: &str) {
         let site = match self.made.get(&stack) {
             Some(&s) => s,
             None => {
@@ -121,7 +177,7 @@ impl Lines {
                         col: f.col,
                     },
                     None => SiteDef {
-                        file: "<no Python frame>".into(),
+                        file: empty.into(),
                         line: 0,
                         col: 0,
                     },

@@ -60,6 +60,10 @@ pub struct SiteDef {
 
 impl std::fmt::Display for SiteDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A site with no line (a native frame's `module+0x1a2b`, `<driver call>`) is its file.
+        if self.line == 0 && self.col == 0 {
+            return f.write_str(&self.file);
+        }
         write!(f, "{}:{}:{}", self.file, self.line, self.col)
     }
 }
@@ -432,8 +436,8 @@ impl Trace {
             return format!("<{id}>");
         };
         match self.stacks.get(&id).and_then(SiteStack::named) {
-            Some(f) => format!("{s} in {}", f.function),
-            None => s.to_string(),
+            Some(f) if !f.function.is_empty() => format!("{s} in {}", f.function),
+            _ => s.to_string(),
         }
     }
 

@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One Python frame.
+/// One frame: a Python one, or a native one (`file` its module and offset, `app+0x1a2b`,
+/// `function` the nearest exported symbol or empty, line and column 0).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StackFrame {
     /// The source file, as the code object names it.
@@ -19,6 +20,13 @@ pub struct StackFrame {
 
 impl std::fmt::Display for StackFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 && self.col == 0 {
+            f.write_str(&self.file)?;
+            if !self.function.is_empty() {
+                write!(f, " in {}", self.function)?;
+            }
+            return Ok(());
+        }
         write!(
             f,
             "{}:{}:{} in {}",

@@ -46,7 +46,18 @@ fn a_program_s_calls_are_logged_in_order_with_their_bytes() {
     assert_eq!(h.driver_version, 12345);
     let recs: Vec<_> = r.map(|r| r.unwrap()).collect();
     assert!(recs.iter().all(|r| r.status == 0 || r.status == i32::MIN));
-    let calls: Vec<&Rec<'_>> = recs.iter().map(|r| &r.call).collect();
+    // Each call made from main carries where in it (a native stack, named before its first use).
+    assert!(
+        recs.iter()
+            .filter(|r| !matches!(r.call, Rec::NativeFrame { .. } | Rec::NativeStack { .. }))
+            .all(|r| r.stack != gputape_shimlog::NO_STACK),
+        "{recs:?}"
+    );
+    let calls: Vec<&Rec<'_>> = recs
+        .iter()
+        .map(|r| &r.call)
+        .filter(|c| !matches!(c, Rec::NativeFrame { .. } | Rec::NativeStack { .. }))
+        .collect();
 
     const BASE: u64 = 0xfa00_0000_0000;
     let x = BASE + 64;
@@ -155,7 +166,11 @@ fn a_program_s_calls_are_logged_in_order_with_their_bytes() {
     assert_eq!(
         calls[12],
         &Rec::D2HBytes {
-            copy: 9,
+            // The copy's record index in the log (naming records count).
+            copy: recs
+                .iter()
+                .position(|r| matches!(r.call, Rec::CopyD2H { .. }))
+                .unwrap() as u64,
             data: &floats(&tripled)
         }
     );

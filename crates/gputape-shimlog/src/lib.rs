@@ -280,6 +280,63 @@ pub enum Rec<'a> {
     /// little-endian (code id, instruction index) pairs, 8 bytes each ([`stack_frames`]); none
     /// for a Python thread with no Python frame (autograd's backward thread).
     Stack { id: u32, frames: &'a [u8] },
+    /// A native frame, the first time a stack holds it: the module (its path as the loader
+    /// has it) and the offset of the return address in it, and the nearest exported symbol
+    /// the loader knows (empty when none) with the offset into it. A program without Python
+    /// has no line: its sites are these.
+    NativeFrame {
+        id: u32,
+        module: &'a [u8],
+        offset: u64,
+        symbol: &'a [u8],
+        symbol_offset: u64,
+    },
+    /// A calling thread's native frames outside the shim, innermost first, named once:
+    /// `frames` is little-endian `NativeFrame` ids, 4 bytes each ([`native_frames`]). Its id is
+    /// of the same numbering as `Stack`'s: a record's stack is one or the other.
+    NativeStack { id: u32, frames: &'a [u8] },
+}
+
+/// The `NativeFrame` ids of a `Rec::NativeStack`'s `frames`, innermost first.
+pub fn native_frames(frames: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    frames
+        .chunks_exact(4)
+        .map(|p| u32::from_le_bytes(p.try_into().expect("4 bytes")))
+}
+
+/// Whether a native module (a path) is one a program calls the driver through rather than
+/// the program itself: CUDA's own libraries, PyTorch's, the C and C++ runtimes and the
+/// loader. A native site names the innermost frame outside them.
+pub fn native_library(module: &[u8]) -> bool {
+    const LIBRARIES: [&[u8]; 22] = [
+        b"libcuda.",
+        b"libcudart",
+        b"libcublas",
+        b"libcudnn",
+        b"libnccl",
+        b"libnvrtc",
+        b"libnvJitLink",
+        b"libcufft",
+        b"libcurand",
+        b"libcusparse",
+        b"libcusolver",
+        b"libnvToolsExt",
+        b"libnvperf",
+        b"libcupti",
+        b"libtorch",
+        b"libc10",
+        b"libstdc++",
+        b"libc.so",
+        b"libgcc_s",
+        b"libgomp",
+        b"ld-linux",
+        b"libpython",
+    ];
+    let name = module
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(module, |i| &module[i + 1..]);
+    LIBRARIES.iter().any(|l| name.starts_with(l))
 }
 
 /// The (code id, instruction index) pairs of a `Rec::Stack`'s `frames`, innermost first.
@@ -336,6 +393,8 @@ impl Rec<'_> {
             Rec::Dump { .. } => "(flight dump)",
             Rec::Code { .. } => "(Python code object)",
             Rec::Stack { .. } => "(Python stack)",
+            Rec::NativeFrame { .. } => "(native frame)",
+            Rec::NativeStack { .. } => "(native stack)",
         }
     }
 
@@ -372,7 +431,9 @@ impl Rec<'_> {
             | Rec::GraphDestroy { .. }
             // Named once and used by every later record that carries them.
             | Rec::Code { .. }
-            | Rec::Stack { .. } => true,
+            | Rec::Stack { .. }
+            | Rec::NativeFrame { .. }
+            | Rec::NativeStack { .. } => true,
             Rec::CopyH2D { .. }
             | Rec::CopyD2H { .. }
             | Rec::D2HBytes { .. }
@@ -435,6 +496,8 @@ impl Rec<'_> {
             Rec::Stack { .. } => 39,
             Rec::Global { .. } => 40,
             Rec::LibraryModule { .. } => 41,
+            Rec::NativeFrame { .. } => 42,
+            Rec::NativeStack { .. } => 43,
         }
     }
 }
@@ -659,9 +722,22 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             put_str(out, qualname);
             put_bytes(out, linetable);
         }
-        Rec::Stack { id, frames } => {
+        Rec::Stack { id, frames } | Rec::NativeStack { id, frames } => {
             out.extend_from_slice(&id.to_le_bytes());
             put_bytes(out, frames);
+        }
+        Rec::NativeFrame {
+            id,
+            module,
+            offset,
+            symbol,
+            symbol_offset,
+        } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            put_str(out, module);
+            put64(out, *offset);
+            put_str(out, symbol);
+            put64(out, *symbol_offset);
         }
         Rec::Global {
             owner,
@@ -1112,6 +1188,26 @@ impl<'a> Reader<'a> {
                 library: f.u64("library")?,
                 module: f.u64("module")?,
             },
+            42 => Rec::NativeFrame {
+                id: f.u32("native frame id")?,
+                module: f.str("module")?,
+                offset: f.u64("offset")?,
+                symbol: f.str("symbol")?,
+                symbol_offset: f.u64("symbol offset")?,
+            },
+            43 => Rec::NativeStack {
+                id: f.u32("stack id")?,
+                frames: {
+                    let b = f.bytes("native frames")?;
+                    if b.len() % 4 != 0 {
+                        return Err(LogError::Field {
+                            offset,
+                            what: "native frames (not whole ids)",
+                        });
+                    }
+                    b
+                },
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -1367,6 +1463,17 @@ mod tests {
                 library: 0x9000,
                 module: 0x9100,
             },
+            Rec::NativeFrame {
+                id: 2,
+                module: b"/usr/bin/app",
+                offset: 0x1a2b,
+                symbol: b"",
+                symbol_offset: 0,
+            },
+            Rec::NativeStack {
+                id: 7,
+                frames: &[2, 0, 0, 0, 9, 0, 0, 0],
+            },
         ]
     }
 
@@ -1412,6 +1519,14 @@ mod tests {
             panic!("no stack 5")
         };
         assert_eq!(stack_frames(frames).collect::<Vec<_>>(), [(3, 17), (4, 2)]);
+        let Some(Rec::NativeStack { frames, .. }) = back
+            .iter()
+            .map(|r| &r.call)
+            .find(|c| matches!(c, Rec::NativeStack { .. }))
+        else {
+            panic!("no native stack")
+        };
+        assert_eq!(native_frames(frames).collect::<Vec<_>>(), [2, 9]);
     }
 
     /// A layout-1 log (records without a stack) still reads, its records with `NO_STACK`.

@@ -302,7 +302,7 @@ fn graphs(
     if launches > 1 {
         // The same step eagerly, right after in this process: the ratio that matters.
         let eager = crate::replayer::ReplayOptions {
-            range: opts.range,
+            range: g.step_range.or(opts.range),
             loops: launches,
             verify: opts.verify,
             ..Default::default()

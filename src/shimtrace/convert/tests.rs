@@ -424,12 +424,32 @@ fn python_stacks_become_sites_naming_the_programs_line() {
             frames: &inner,
         },
         Rec::Stack { id: 2, frames: &[] },
+        // A native stack: CUDA's runtime, then the program (named), then its caller.
+        Rec::NativeFrame {
+            id: 0,
+            module: b"/usr/local/cuda/lib64/libcudart.so.13",
+            offset: 0x4_1000,
+            symbol: b"cudaMalloc",
+            symbol_offset: 0x40,
+        },
+        Rec::NativeFrame {
+            id: 1,
+            module: b"/home/u/a.out",
+            offset: 0x11e5,
+            symbol: b"",
+            symbol_offset: 0,
+        },
+        Rec::NativeStack {
+            id: 3,
+            frames: &[0, 0, 0, 0, 1, 0, 0, 0],
+        },
         Rec::Alloc {
             ptr: A,
             bytes: 64,
             managed: false,
         },
         Rec::Free { ptr: A },
+        Rec::CtxSync,
         Rec::CtxSync,
     ];
     let mut bytes = header(Header {
@@ -438,7 +458,7 @@ fn python_stacks_become_sites_naming_the_programs_line() {
     })
     .to_vec();
     for (i, call) in recs.into_iter().enumerate() {
-        let stack = [0, 0, 0, 0, 1, 2, 0][i];
+        let stack = [0, 0, 0, 0, 0, 0, 0, 1, 2, 0, 3][i];
         encode(
             &Record {
                 t_ns: i as u64,
@@ -451,11 +471,18 @@ fn python_stacks_become_sites_naming_the_programs_line() {
         );
     }
     let (t, summary) = convert("lines", &bytes, vec![]).unwrap();
-    assert_eq!(summary.calls, 3, "code and stack records are not calls");
+    assert_eq!(summary.calls, 4, "code and stack records are not calls");
     let site = |i: usize| t.site(t.calls[i].site);
     assert_eq!(site(0), "/home/u/model.py:12:0 in Block.forward");
-    assert_eq!(site(1), "<no Python frame>:0:0");
-    assert_eq!(site(2), "<driver call>:0:0");
+    assert_eq!(site(1), "<no Python frame>");
+    assert_eq!(site(2), "<driver call>");
+    assert_eq!(site(3), "/home/u/a.out+0x11e5");
+    let native = &t.stacks[&t.calls[3].site];
+    assert_eq!((native.user, native.script), (Some(1), None));
+    assert_eq!(
+        native.frames[0].to_string(),
+        "/usr/local/cuda/lib64/libcudart.so.13+0x41000 in cudaMalloc+0x40"
+    );
     let stack = &t.stacks[&t.calls[0].site];
     assert_eq!((stack.user, stack.script), (Some(1), Some(1)));
     assert_eq!(

@@ -20,8 +20,7 @@ use gputape_shimlog::{Header, NO_STACK, Rec, Record};
 use super::clock::Clock;
 use super::flags::{FLAGS, MODE_FILE, MODE_FLIGHT, MODE_NONE, MODE_UNKNOWN};
 use super::flight::{self, Ring};
-use super::lines::Lines;
-use super::python;
+use super::lines::{Here, Lines};
 
 /// Where logs go: one file per process.
 pub const ENV_LOG_DIR: &str = "GPUTAPE_SHIM_LOG_DIR";
@@ -239,7 +238,7 @@ fn write_with(
     let _t = super::selftime::Guard::start(|| (tag, family));
     let thread = thread_id();
     // Read before the lock: only this thread's own memory.
-    let here = python::here();
+    let here = Here::read();
     let mut g = LOG.lock().unwrap_or_else(|p| p.into_inner());
     // A forked child starts a file of its own: what the parent had gathered is the parent's.
     // A load first: a swap on every record would be a locked write to a shared line.
@@ -251,7 +250,7 @@ fn write_with(
     let log = g.as_mut()?;
     let t_ns = log.clock.now_ns();
     let stack = match &here {
-        Some(raw) => name_stack(log, raw, t_ns, thread),
+        Some(h) => name_stack(log, h, t_ns, thread),
         None => NO_STACK,
     };
     let index = log.records;
@@ -272,9 +271,9 @@ fn write_with(
 
 /// The number of the stack `raw` (read on this thread, in this call), naming it and its new
 /// code objects in the log first, as records of their own.
-fn name_stack(log: &mut Log, raw: &python::Raw, t_ns: u64, thread: u32) -> u32 {
+fn name_stack(log: &mut Log, here: &Here, t_ns: u64, thread: u32) -> u32 {
     let mut lines = std::mem::take(&mut log.lines);
-    let id = lines.intern(raw, |call| {
+    let id = lines.intern_here(here, |call| {
         let rec = Record {
             t_ns,
             thread,
@@ -299,7 +298,7 @@ pub fn stack_here() -> u32 {
     if !wanted() {
         return NO_STACK;
     }
-    let Some(raw) = python::here() else {
+    let Some(here) = Here::read() else {
         return NO_STACK;
     };
     let thread = thread_id();
@@ -308,7 +307,7 @@ pub fn stack_here() -> u32 {
         return NO_STACK;
     };
     let t_ns = log.clock.now_ns();
-    name_stack(log, &raw, t_ns, thread)
+    name_stack(log, &here, t_ns, thread)
 }
 
 /// The flight recorder's dump at a record whose status is a fault (record `index`, of the

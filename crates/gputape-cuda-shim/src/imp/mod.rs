@@ -10,6 +10,7 @@ mod hooks;
 mod launch;
 mod lines;
 mod log;
+mod native;
 mod peers;
 mod python;
 mod record;

@@ -163,6 +163,20 @@ pub extern "C" fn gputape_shim_lines(on: c_int) {
     ON.store(on != 0, Ordering::Relaxed);
 }
 
+/// Whether lines are wanted: not turned off by `GPUTAPE_LINES=0` or `gputape_shim_lines(0)`.
+pub fn lines_on() -> bool {
+    static ENV_OFF: OnceLock<bool> = OnceLock::new();
+    ON.load(Ordering::Relaxed)
+        && !*ENV_OFF.get_or_init(|| std::env::var(ENV_LINES).is_ok_and(|v| v == "0"))
+}
+
+/// Whether the process holds a Python interpreter, of whatever version: its calls are named by
+/// their Python lines (or by none), not by a walk of native frames on every call.
+pub fn in_process() -> bool {
+    static IN: OnceLock<bool> = OnceLock::new();
+    *IN.get_or_init(|| sym(b"Py_IsInitialized\0") != 0)
+}
+
 fn sym(name: &[u8]) -> usize {
     debug_assert_eq!(name.last(), Some(&0));
     // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the process's global scope.

@@ -106,9 +106,14 @@ macro_rules! save_call_jump {
         $vis unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 // Entered by a jump from a forwarder that was called: rsp = 8 (mod 16). One
-                // push of rbp and eight more leave it at 0, as the call below needs.
+                // push of rbp and eight more leave it at 0, as the call below needs. The CFI
+                // lines let an unwinder walk through (`native.rs`: where a call was made from).
+                ".cfi_startproc",
                 "push rbp",
+                ".cfi_def_cfa_offset 16",
+                ".cfi_offset rbp, -16",
                 "mov rbp, rsp",
+                ".cfi_def_cfa_register rbp",
                 "push rdi",
                 "push rsi",
                 "push rdx",
@@ -146,8 +151,10 @@ macro_rules! save_call_jump {
                 "pop rsi",
                 "pop rdi",
                 "pop rbp",
+                ".cfi_def_cfa rsp, 8",
                 "lea r10, [rip + {table}]",
                 "jmp qword ptr [r10 + r11 * 8]",
+                ".cfi_endproc",
                 f = sym $f,
                 table = sym $table,
             )

@@ -111,6 +111,38 @@ pub fn globals_program(dir: &Path) -> PathBuf {
     link_program(dir, "globals", include_str!("c/globals.c"))
 }
 
+/// `c/sites.c` compiled into `dir`, linked like `records_program` with `-rdynamic`, and
+/// `c/sites_lib.c` beside it as `libcublas_sites.so` (which it links): calls made from main,
+/// from a function of its own and from a library that launches for it.
+pub fn sites_program(dir: &Path) -> PathBuf {
+    let lib_src = source(dir, "sites_lib.c", include_str!("c/sites_lib.c"));
+    let lib = dir.join("libcublas_sites.so");
+    let cuda = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&cuda);
+    std::os::unix::fs::symlink(shim(), &cuda).unwrap();
+    let l = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cc(&[
+        &"-shared", &"-fPIC", &"-O1", &"-o", &lib, &lib_src, &l, &"-lcuda",
+    ]);
+    let src = source(dir, "sites.c", include_str!("c/sites.c"));
+    let out = dir.join("sites");
+    cc(&[
+        &"-O1",
+        &"-rdynamic",
+        &"-o",
+        &out,
+        &src,
+        &l,
+        &rpath,
+        &"-lcublas_sites",
+        &"-lcuda",
+        &"-ldl",
+    ]);
+    std::fs::remove_file(&cuda).unwrap();
+    out
+}
+
 /// `c/faults.c` compiled into `dir` and linked like `records_program`: an engine-shaped loop
 /// whose step FAULT runs a kernel off the end of device memory.
 pub fn faults_program(dir: &Path) -> PathBuf {
