@@ -112,3 +112,67 @@ fn perfetto_exports_of_python_traces_carry_each_call_s_line() {
         }
     }
 }
+
+/// Every kernel of the fixtures gets the element type a person reads from its name
+/// (`tests/fixtures/kernel_types.txt`), or none where the name gives none, and `show` says
+/// which and how.
+#[test]
+fn the_fixtures_kernels_get_their_element_types_from_their_names() {
+    use gputape::trace::kernel_types::from_name;
+    let table = std::fs::read_to_string("tests/fixtures/kernel_types.txt").unwrap();
+    let expected: Vec<(&str, &str)> = table
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_once(' ').unwrap())
+        .collect();
+    let mut used = std::collections::HashSet::new();
+    for p in fixtures() {
+        let t = gputape::trace::Trace::open(&p).unwrap();
+        let shown = gputape(&["show".as_ref(), p.as_ref()]);
+        for (id, k) in &t.kernels {
+            let (pattern, want) = expected
+                .iter()
+                .find(|(pat, _)| k.name.contains(pat))
+                .unwrap_or_else(|| panic!("{}: {} is not in the table", name(&p), k.name));
+            used.insert(*pattern);
+            let got = from_name(&k.name).map(|t| t.ty.name()).unwrap_or("none");
+            assert_eq!(got, *want, "{}: {}", name(&p), k.name);
+            let line = format!("  {id} elements: {want} (from ");
+            assert_eq!(
+                shown.contains(&line),
+                *want != "none",
+                "{}: {line} in {shown}",
+                name(&p)
+            );
+        }
+    }
+    let unused: Vec<_> = expected.iter().filter(|(p, _)| !used.contains(p)).collect();
+    assert!(unused.is_empty(), "rows no kernel matched: {unused:?}");
+}
+
+/// `--dtype` takes a kernel rule as well as a buffer's type; a rule that does not parse is a
+/// usage error that says what is wrong.
+#[test]
+fn dtype_rules_are_parsed_and_refused_with_reasons() {
+    let p = PathBuf::from("traces/python/h200_py_triton_oob.gtape");
+    let run = |dtype: &str| {
+        Command::new(env!("CARGO_BIN_EXE_gputape"))
+            .args(["replay", "--on", "mock", "--check-finite", "--dtype", dtype])
+            .arg(&p)
+            .output()
+            .unwrap()
+    };
+    for (bad, why) in [
+        ("gather_scaled:x=f32", "not N or N.M"),
+        ("gather_scaled=f33", "unknown type"),
+        ("buf1=i64", "not an element type a buffer is read as"),
+    ] {
+        let o = run(bad);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+    let o = run("gather_scaled:0=f32");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(2), "a rule is accepted: {err}");
+}

@@ -1132,3 +1132,85 @@ fn an_eager_program_s_step_is_replayed_as_a_graph_on_a_stream_of_its_own() {
     assert_eq!((r.d2h_checked, r.d2h_matched), (3, 3), "{summary}");
     assert!(r.recorded_ms.is_some(), "{summary}");
 }
+
+/// A mock with two compiled-looking kernels nobody described (no declared element types, no
+/// source: only their mangled template names say `float`): `fill<float>(float*, int)` writes
+/// finite values, `poison<float>(float*, int)` writes a NaN at element 3.
+fn undescribed_kernels() -> MockGpuBackend {
+    use gputape::backend::{ParamAccess::*, ParamInfo};
+    let m = mock();
+    for (name, nan) in [("_Z4fillIfEvPT_i", false), ("_Z6poisonIfEvPT_i", true)] {
+        m.register_kernel(
+            "compiled",
+            name,
+            ParamInfo::packed(&[(8, Unknown), (4, Value)]),
+            Some(std::sync::Arc::new(move |ctx| {
+                let (p, n) = (ctx.ptr(0)?, ctx.u32(1)? as usize);
+                let mut v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                if nan {
+                    v[3] = f32::NAN;
+                }
+                ctx.write_f32(p, &v)
+            })),
+        );
+    }
+    m
+}
+
+/// `--check-finite` on kernels nobody described: the element type comes from the kernel's
+/// name, the poisoning launch is named as the first writer (its inputs clean), and the tensor
+/// it wrote is the second of a shared allocation, as a caching allocator lays them out.
+#[test]
+fn check_finite_types_undescribed_kernels_by_their_names() {
+    use gputape::backend::KernelArg;
+    let sink = trace::VecSink::default();
+    let bytes = sink.0.clone();
+    let rec = gputape::recorder::RecordingBackend::new(
+        undescribed_kernels(),
+        Box::new(sink),
+        gputape::recorder::BackendDesc::new("mock"),
+    )
+    .unwrap();
+    rec.start().unwrap();
+    let s = rec.create_stream().unwrap();
+    let segment = rec.alloc(1024).unwrap();
+    let fill = rec.kernel("compiled", "_Z4fillIfEvPT_i").unwrap();
+    let poison = rec.kernel("compiled", "_Z6poisonIfEvPT_i").unwrap();
+    let n = 16u32;
+    for (k, off) in [(fill, 0), (poison, 512), (fill, 0)] {
+        rec.launch_typed(
+            k,
+            [1, 1, 1],
+            [32, 1, 1],
+            0,
+            s,
+            &[KernelArg::Buffer(segment.offset(off)), KernelArg::u32(&n)],
+        )
+        .unwrap();
+    }
+    rec.synchronize(s).unwrap();
+    let mut out = [0u8; 1024];
+    rec.copy_d2h(segment, &mut out).unwrap();
+    rec.stop().unwrap();
+    let t = Trace::from_bytes(Path::new("undescribed"), &bytes.lock().clone()).unwrap();
+    let r = Replayer::new(&t)
+        .check_finite(
+            &undescribed_kernels(),
+            &gputape::replayer::FiniteOptions::default(),
+            None,
+        )
+        .unwrap();
+    let summary = r.summary();
+    let first = r.first.as_ref().unwrap_or_else(|| panic!("{summary}"));
+    assert!(first.kernel.contains("poison"), "{summary}");
+    assert_eq!(
+        (first.elem, first.elem_how, first.offset, first.index),
+        ("f32", "its name's template arguments", 512, 3),
+        "{summary}"
+    );
+    assert!(first.inputs.is_empty(), "{summary}");
+    // The later fill of the same allocation's first tensor is no writer: the NaN it sees
+    // beyond its pointer was there before it ran.
+    assert_eq!(r.writers.len(), 1, "{summary}");
+    assert!(r.untyped.is_empty(), "{summary}");
+}

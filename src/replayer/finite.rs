@@ -39,6 +39,8 @@ pub struct FiniteOptions {
     pub ignore: Vec<BufferId>,
     /// Element types given by the user, which win over the kernel's and the signature's.
     pub dtypes: Vec<(BufferId, ElemType)>,
+    /// `--dtype` rules for kernels whose names say no type.
+    pub rules: Vec<crate::trace::kernel_types::TypeRule>,
 }
 
 /// A non-finite value a launch wrote.
@@ -58,6 +60,9 @@ pub struct NonFinite {
     pub call: String,
     /// Which parameter points at the values.
     pub param: usize,
+    /// Which pointer inside that by-value parameter, when it holds several (PyTorch's array
+    /// of data pointers).
+    pub pointer: Option<usize>,
     /// The buffer the pointer points into.
     pub buffer: String,
     /// The pointer's byte offset in it.
@@ -66,6 +71,9 @@ pub struct NonFinite {
     pub buffer_site: String,
     /// The element type the values were read as.
     pub elem: &'static str,
+    /// How that type was known (`declared`, `its C signature`, `its name's template
+    /// arguments`, ...).
+    pub elem_how: &'static str,
     /// The first non-finite element, counted from the pointer.
     pub index: u64,
     /// `NaN`, `inf` or `-inf`.
@@ -168,7 +176,7 @@ impl FiniteReport {
         for u in &self.untyped {
             let _ = writeln!(
                 s,
-                "  not checked: {u} (element type unknown: declare it with KernelDesc::with_elems or pass --dtype BUF=TYPE)"
+                "  not checked: {u} (element type unknown: declare it with KernelDesc::with_elems, or pass --dtype BUF=TYPE or --dtype 'KERNEL_GLOB:ARG=TYPE')"
             );
         }
         for o in &self.opaque {
@@ -190,8 +198,18 @@ impl FiniteReport {
             );
             let _ = writeln!(
                 s,
-                "  into parameter {} = {}+{} ({}, allocated at {}): element {} is {}; {} NaN, {} inf from the pointer to the end of the buffer",
-                f.param, f.buffer, f.offset, f.elem, f.buffer_site, f.index, f.value, f.nan, f.inf
+                "  into parameter {}{} = {}+{} ({} from {}, allocated at {}): element {} is {}; {} NaN, {} inf from the pointer to the end of the buffer",
+                f.param,
+                f.pointer.map(|j| format!(" pointer {j}")).unwrap_or_default(),
+                f.buffer,
+                f.offset,
+                f.elem,
+                f.elem_how,
+                f.buffer_site,
+                f.index,
+                f.value,
+                f.nan,
+                f.inf
             );
             let _ = writeln!(s, "  the launch: {}", f.call);
             if f.inputs.is_empty() {
@@ -270,6 +288,8 @@ impl FiniteReport {
 #[derive(Clone, Copy, Debug)]
 struct View {
     param: usize,
+    pointer: Option<usize>,
+    how: &'static str,
     buf: BufferId,
     off: u64,
     n: u64,
@@ -463,7 +483,7 @@ impl Replayer<'_> {
             events: Vec::new(),
             known: HashSet::default(),
             touched: HashSet::default(),
-            typing: Typing::new(&opts.dtypes, &opts.ignore),
+            typing: Typing::new(&opts.dtypes, &opts.rules, &opts.ignore),
         };
         let t_run = Instant::now();
         let st = &mut guard.st;
@@ -587,6 +607,16 @@ impl Run<'_, '_> {
         if runs && scans.iter().any(|(v, _, _)| v.written) {
             report.checked += 1;
         }
+        // Other views of a buffer this launch wrote are stale: a caching allocator's segment
+        // holds many tensors, reached through many pointers, so the next launch that uses one
+        // scans it first.
+        let now: Vec<Key> = scans
+            .iter()
+            .filter(|(v, _, _)| runs && v.written)
+            .map(|(v, _, _)| v.key())
+            .collect();
+        self.known
+            .retain(|k| !now.iter().any(|n| n.0 == k.0) || now.contains(k));
         for (v, before, after) in scans.iter_mut() {
             if runs && v.written {
                 self.touched.insert(v.buf);
@@ -637,6 +667,8 @@ impl Run<'_, '_> {
                 let n = v.bytes / elem.size();
                 (n > 0).then_some(View {
                     param: v.param,
+                    pointer: v.inner,
+                    how: v.how,
                     buf: v.buf,
                     off: v.off,
                     n,
@@ -759,9 +791,14 @@ impl Run<'_, '_> {
                         let Some(c) = after.and_then(|s| done.get(s)) else {
                             continue;
                         };
-                        let was_bad = status
-                            .get(&v.key())
-                            .is_some_and(|(p, _)| p.bad(inf).is_some());
+                        // A view reaches to the end of its allocation, which a caching
+                        // allocator shares among tensors: what counts is more bad values
+                        // than before, not any.
+                        let was_bad = status.get(&v.key()).is_some_and(|(p, _)| {
+                            (0..fk::CLASSES)
+                                .filter(|k| *k == 0 || inf)
+                                .all(|k| c.count[k] <= p.count[k])
+                        });
                         let writer = format!("written by call #{seq} {}", t.kernel_name(*kernel));
                         status.insert(v.key(), (*c, writer.clone()));
                         source.insert(v.buf, writer);
@@ -779,6 +816,7 @@ impl Run<'_, '_> {
                             site: rec.map(|c| t.site(c.site)).unwrap_or_default(),
                             call: rec.map(|c| render_call(t, c)).unwrap_or_default(),
                             param: v.param,
+                            pointer: v.pointer,
                             buffer: v.buf.to_string(),
                             offset: v.off,
                             buffer_site: alloc_sites
@@ -786,6 +824,7 @@ impl Run<'_, '_> {
                                 .cloned()
                                 .unwrap_or_else(|| "?".into()),
                             elem: v.elem.name(),
+                            elem_how: v.how,
                             index,
                             value: class_name(class),
                             nan: c.count[0],

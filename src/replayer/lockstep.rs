@@ -61,6 +61,8 @@ pub struct LockstepOptions {
     pub tolerance: Tolerance,
     /// Element types given by the user, which win over the kernels'.
     pub dtypes: Vec<(BufferId, ElemType)>,
+    /// `--dtype` rules for kernels whose names say no type.
+    pub rules: Vec<crate::trace::kernel_types::TypeRule>,
     /// Buffers never compared.
     pub ignore: Vec<BufferId>,
     /// Read each launch's output back on its own stream without waiting, and compare when
@@ -341,7 +343,7 @@ impl Replayer<'_> {
             ),
             None => None,
         };
-        let mut typing = Typing::new(&opts.dtypes, &opts.ignore);
+        let mut typing = Typing::new(&opts.dtypes, &opts.rules, &opts.ignore);
         let mut skipped = std::collections::BTreeSet::new();
         let mut pending: Vec<Pending<'_, '_>> = Vec::new();
         let mut pending_bytes = 0u64;

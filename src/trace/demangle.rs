@@ -12,22 +12,25 @@ const SHOWN: usize = 160;
 /// `symbol` demangled (with its parameter list dropped), cut to `SHOWN` characters; a name
 /// that is not a mangled C++ symbol, as it is.
 pub fn readable(symbol: &str) -> Cow<'_, str> {
-    if !symbol.starts_with("_Z") {
-        return Cow::Borrowed(symbol);
-    }
-    let Ok(sym) = cpp_demangle::Symbol::new(symbol) else {
-        return Cow::Borrowed(symbol);
-    };
-    let opts = cpp_demangle::DemangleOptions::new()
-        .no_params()
-        .no_return_type();
-    let Ok(mut s) = sym.demangle(&opts) else {
+    let Some(mut s) = full(symbol) else {
         return Cow::Borrowed(symbol);
     };
     if s.chars().count() > SHOWN {
         s = s.chars().take(SHOWN).collect::<String>() + "...";
     }
     Cow::Owned(s)
+}
+
+/// `symbol` demangled whole (parameter list dropped), for reading its template arguments;
+/// `None` for a name that is not a mangled C++ symbol.
+pub fn full(symbol: &str) -> Option<String> {
+    if !symbol.starts_with("_Z") {
+        return None;
+    }
+    let opts = cpp_demangle::DemangleOptions::new()
+        .no_params()
+        .no_return_type();
+    cpp_demangle::Symbol::new(symbol).ok()?.demangle(&opts).ok()
 }
 
 #[cfg(test)]

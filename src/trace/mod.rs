@@ -13,6 +13,7 @@ mod diff;
 mod elems;
 mod format;
 mod frame;
+pub mod kernel_types;
 mod operands;
 mod prefault;
 mod reader;

@@ -327,6 +327,13 @@ pub fn render(t: &Trace) -> String {
                 format!(" [opaque: no code for module {} in the trace]", k.module)
             }
         );
+        // A compiled kernel's element type where its name gives one (what the value checks
+        // read its buffers as), and how it was known.
+        if k.elems.iter().all(Option::is_none) {
+            if let Some(t) = super::kernel_types::from_name(&k.name) {
+                let _ = writeln!(s, "  {id} elements: {} (from {})", t.ty, t.how);
+            }
+        }
     }
     // What code is embedded, not its size: a snapshot should not move when a kernel's text
     // does.

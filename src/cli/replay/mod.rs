@@ -98,9 +98,12 @@ pub struct Args {
     #[arg(long = "ignore", value_name = "BUF", value_parser = parse_buffer)]
     ignore: Vec<crate::trace::BufferId>,
     /// With --check-finite or --against: read buffer BUF as TYPE (f32, f16, bf16), whatever
-    /// its kernels say; repeatable (`--dtype buf12=bf16`).
-    #[arg(long = "dtype", value_name = "BUF=TYPE", value_parser = parse_dtype)]
-    dtypes: Vec<(crate::trace::BufferId, crate::backend::ElemType)>,
+    /// its kernels say (`--dtype buf12=bf16`); or the pointers of kernels whose name matches
+    /// GLOB, parameter ARG (`N`, or `N.M` for the M-th pointer inside a by-value parameter
+    /// such as PyTorch's array of data pointers), when their names say no type
+    /// (`--dtype '*gemm*:2=bf16'`). Repeatable; the first rule that matches wins.
+    #[arg(long = "dtype", value_name = "BUF=TYPE|GLOB[:ARG]=TYPE", value_parser = parse_dtype)]
+    dtypes: Vec<modes::Dtype>,
     /// Replay on --on and on this backend in lockstep and name the first launch whose
     /// written bytes differ (exit 1), e.g. `--on cuda --against mock`: the kernels against
     /// their CPU twins on a real recorded step.

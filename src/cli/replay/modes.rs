@@ -15,7 +15,8 @@ pub(super) fn check_finite(ctx: &Ctx, mut a: Args) -> Result<Exit> {
     let opts = crate::replayer::FiniteOptions {
         inf: a.inf,
         ignore: a.ignore,
-        dtypes: a.dtypes,
+        dtypes: buffer_types(&a.dtypes),
+        rules: type_rules(&a.dtypes),
     };
     finite(ctx, (&t, &a.trace), a.on, &opts, a.json, a.max_memory)
 }
@@ -56,7 +57,8 @@ pub(super) fn lockstep(ctx: &Ctx, mut a: Args) -> Result<Exit> {
     let t = a.take_trace(ctx)?;
     let opts = crate::replayer::LockstepOptions {
         tolerance: a.tolerance,
-        dtypes: a.dtypes,
+        dtypes: buffer_types(&a.dtypes),
+        rules: type_rules(&a.dtypes),
         ignore: a.ignore,
         in_stream_order: false,
         delays: None,
@@ -163,7 +165,8 @@ pub(super) fn chaos(ctx: &Ctx, mut a: Args) -> Result<Exit> {
     let seed = a.chaos.expect("dispatched on --chaos");
     let opts = crate::replayer::LockstepOptions {
         tolerance: crate::replayer::Tolerance::Exact,
-        dtypes: a.dtypes,
+        dtypes: buffer_types(&a.dtypes),
+        rules: type_rules(&a.dtypes),
         ignore: a.ignore,
         in_stream_order: true,
         delays: (!a.on.runs_cpu_twins()).then_some((seed, a.chaos_max_delay_us * 1000)),
@@ -244,15 +247,47 @@ pub(in crate::cli) fn parse_buffer(s: &str) -> Result<crate::trace::BufferId, St
 }
 
 /// `buf12=bf16`.
-pub(super) fn parse_dtype(
-    s: &str,
-) -> Result<(crate::trace::BufferId, crate::backend::ElemType), String> {
-    let (b, t) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?} is not BUF=TYPE (try `buf12=bf16`)"))?;
-    let e = crate::backend::ElemType::parse(t)
-        .ok_or_else(|| format!("{t:?} is not an element type (f32, f16, bf16)"))?;
-    Ok((parse_buffer(b)?, e))
+/// A `--dtype`: a buffer's type, or a rule for kernels' pointers.
+#[derive(Clone, Debug)]
+pub(super) enum Dtype {
+    Buf(crate::trace::BufferId, crate::backend::ElemType),
+    Rule(crate::trace::kernel_types::TypeRule),
+}
+
+pub(super) fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    let (b, t) = s.rsplit_once('=').ok_or_else(|| {
+        format!("{s:?} is not BUF=TYPE or GLOB[:ARG]=TYPE (try `buf12=bf16` or `'*gemm*=bf16'`)")
+    })?;
+    let is_buf = b
+        .strip_prefix("buf")
+        .is_some_and(|n| n.parse::<u32>().is_ok());
+    if !is_buf {
+        return crate::trace::kernel_types::TypeRule::parse(s).map(Dtype::Rule);
+    }
+    let e = crate::backend::ElemType::parse(t).ok_or_else(|| {
+        format!("{t:?} is not an element type a buffer is read as (f32, f16, bf16)")
+    })?;
+    Ok(Dtype::Buf(parse_buffer(b)?, e))
+}
+
+/// The `--dtype`s of buffers.
+fn buffer_types(d: &[Dtype]) -> Vec<(crate::trace::BufferId, crate::backend::ElemType)> {
+    d.iter()
+        .filter_map(|d| match d {
+            Dtype::Buf(b, e) => Some((*b, *e)),
+            Dtype::Rule(_) => None,
+        })
+        .collect()
+}
+
+/// The `--dtype` rules for kernels.
+fn type_rules(d: &[Dtype]) -> Vec<crate::trace::kernel_types::TypeRule> {
+    d.iter()
+        .filter_map(|d| match d {
+            Dtype::Rule(r) => Some(r.clone()),
+            Dtype::Buf(..) => None,
+        })
+        .collect()
 }
 
 /// Refuse buffers the trace does not have, named on the command line.
