@@ -36,6 +36,10 @@ for mode in item cpu sync tensor clean; do
         echo "$first" | grep -q "gpu-capture.py:$want:" && line_ok="line $want named" || line_ok="line $want NOT named"
     fi
     [ "$predicted" = "$actual" ] && agree=$((agree + 1))
+    # What the user would win: the step replayed as graphs (an eager program's step moved to
+    # a stream of the replay's) against the eager replay and the recorded run.
+    timeout 300 "$G" replay --as-graph --loop 20 --on cuda "$OUT/$mode.gtape" >"$OUT/$mode.asgraph" 2>&1
+    echo "replay --as-graph exit $?:"; grep -h -E 'eager program|graph\(s\)|match the recording|whole step|captured calls' "$OUT/$mode.asgraph" | cut -c1-300
     "$G" analyze --leaks "$OUT/$mode.gtape" >"$OUT/$mode.leaks" 2>&1
     leaks=$(grep -c '^leak ' "$OUT/$mode.leaks"); held=$(grep -h -o '^[0-9]* buffer(s) live at the end and no leak' "$OUT/$mode.leaks")
     rows+=("| $mode | $predicted | $actual | $line_ok | ${first:-none} | $(echo "$real" | $PY -c 'import json,sys; d=json.loads(sys.stdin.read() or "{}"); print((d.get("error") or "-")[:120])') | $leaks leak(s); ${held:-0 held} |")

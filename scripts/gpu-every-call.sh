@@ -20,6 +20,8 @@ echo "=============== recorded"
 "$G" run -o "$OUT/constant.gtape" -- "$OUT/constant" 2>"$OUT/constant.err"; echo "exit $?"
 grep -h -o 'recorded process.*' "$OUT/constant.err"
 "$G" show "$OUT/constant.gtape" | grep -E '^global|copy_h2d|copy_d2h|launch|Opaque|not understood' | cut -c1-200
+echo "--- where each call was made (native sites: module+offset)"
+"$G" show --stacks "$OUT/constant.gtape" | grep -E '^#|^      ' | sed -E 's/^(#[0-9]+ +t[0-9]+ [a-z_0-9]+).*@ /\1 @ /' | head -24
 echo "=============== replay --on cuda"
 "$G" replay --on cuda "$OUT/constant.gtape"; echo "replay exit $?"
 echo "=============== fault under --flight"
@@ -28,3 +30,13 @@ rm -rf "$OUT/flight"
 grep -E 'flight|dump' "$OUT/fault.err" | head -4 | cut -c1-300
 dump=$(ls "$OUT/flight"/*.gtape 2>/dev/null | head -1)
 [ -n "$dump" ] && { "$G" replay --on cuda "$dump" 2>&1 | grep -v WARN | head -20; echo "replay exit ${PIPESTATUS[0]}"; }
+echo "=============== native sites' cost: scripts/cuda/launches.cu, lines off/on alternating in one process"
+nvcc -O2 -arch=sm_90 -o "$OUT/launches" scripts/cuda/launches.cu || exit 2
+echo "plain: $("$OUT/launches")"
+for mode in --flight -o; do
+    for i in 1 2 3; do
+        rm -rf "$OUT/lf"; arg="$OUT/lf"; [ "$mode" = -o ] && arg="$OUT/launches.gtape"
+        echo "$mode $i: $("$G" run $mode "$arg" -- "$OUT/launches" 2>/dev/null | grep GPUTAPE_LAUNCHES)"
+    done
+done
+"$G" show "$OUT/launches.gtape" | grep -m2 -o '@ .*launch_batch.*\|@ .*launches+0x[0-9a-f]*.*' | head -2
