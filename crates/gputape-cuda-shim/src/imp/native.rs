@@ -53,9 +53,10 @@ fn depth() -> usize {
 }
 
 /// Whether the user asked for a depth (then every frame up to it is kept, not only those up to
-/// the program's own).
+/// the program's own). Read once: it is asked on every recorded call.
 pub fn asked() -> bool {
-    std::env::var_os(ENV_NATIVE_FRAMES).is_some()
+    static ASKED: OnceLock<bool> = OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var_os(ENV_NATIVE_FRAMES).is_some())
 }
 
 /// The address range of the shim's own code: frames in it are ours, not the caller's.
@@ -180,14 +181,14 @@ pub fn name(ip: usize) -> Named {
     } else {
         // The main program (the loader names it as it was started, `./app`, or "") or a
         // library loaded by a relative path: absolute, so the trace says which file it was.
-        let exe = std::fs::read_link("/proc/self/exe").ok();
         let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&module));
-        match std::fs::canonicalize(path).ok() {
-            Some(p) if !module.is_empty() => p,
-            _ => exe.unwrap_or_else(|| "<main program>".into()),
-        }
-        .into_os_string()
-        .into_encoded_bytes()
+        std::fs::canonicalize(path)
+            .ok()
+            .filter(|_| !module.is_empty())
+            .or_else(|| std::fs::read_link("/proc/self/exe").ok())
+            .unwrap_or_else(|| "<main program>".into())
+            .into_os_string()
+            .into_encoded_bytes()
     };
     let (symbol, symbol_offset) = if info.dli_sname.is_null() {
         (Vec::new(), 0)
