@@ -16,6 +16,15 @@ export GPUTAPE_REQUIRE_GPU=1
 nvcc --version | tail -1
 nvcc -O2 -arch=sm_90 -o "$OUT/constant" scripts/cuda/constant.cu || exit 2
 echo "=============== plain"; "$OUT/constant"
+echo "=============== what the runtime calls to reach a __constant__ (counts, static and shared cudart)"
+"$G" run --counts "$OUT/constant.counts.json" -- "$OUT/constant" >/dev/null 2>"$OUT/constant.counts.err"; echo "exit $?"
+cat "$OUT/constant.counts.json" | head -c 6000; echo
+nvcc -O2 -arch=sm_90 -cudart shared -o "$OUT/constant-shared" scripts/cuda/constant.cu && {
+    "$G" run --counts "$OUT/constant-shared.counts.json" -- "$OUT/constant-shared" 2>&1 | tail -3
+    cat "$OUT/constant-shared.counts.json" | head -c 6000; echo
+    "$G" run -o "$OUT/constant-shared.gtape" -- "$OUT/constant-shared" 2>&1 | grep -o 'recorded process.*'
+    "$G" replay --on cuda "$OUT/constant-shared.gtape" 2>&1 | tail -4; echo "shared-cudart replay exit ${PIPESTATUS[0]}"
+}
 echo "=============== recorded"
 "$G" run -o "$OUT/constant.gtape" -- "$OUT/constant" 2>"$OUT/constant.err"; echo "exit $?"
 grep -h -o 'recorded process.*' "$OUT/constant.err"

@@ -34,6 +34,7 @@ mod minimize;
 mod minimize_ranks;
 mod ranks;
 mod record;
+mod reference;
 mod replay;
 mod report;
 mod run;
@@ -138,6 +139,10 @@ enum Cmd {
     /// fault (a step that hangs, numbers that look wrong), with a reason; prints the dump's
     /// path, which every verb opens as it is.
     Dump(dump::Args),
+    /// Write the book's reference pages (commands, environment variables) from the code, or
+    /// check them (`--check`): for gputape's own docs and CI.
+    #[command(hide = true)]
+    Reference(reference::Args),
 }
 
 /// What `gputape` exits with, the same for every verb (README and `--help` list them).
@@ -337,5 +342,6 @@ fn exec(cmd: Cmd, ctx: &Ctx) -> Result<Exit> {
         Cmd::Ranks(a) => ranks::exec(a, ctx),
         Cmd::Run(a) => run::exec(a, ctx),
         Cmd::Dump(a) => dump::exec(a, ctx),
+        Cmd::Reference(a) => reference::exec(a, ctx),
     }
 }

@@ -24,6 +24,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+pub mod env;
+
 /// The file's first 8 bytes.
 pub const MAGIC: [u8; 8] = *b"GTSHMLOG";
 /// The layout this build writes. 2 added each record's `stack` (the calling Python thread's
