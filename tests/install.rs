@@ -65,7 +65,12 @@ fn the_wheel_installs_into_a_fresh_environment_and_runs_a_program_from_there() {
         .arg(&whl)
         .output()
         .unwrap();
-    assert!(o.status.success(), "pip: {}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        o.status.success(),
+        "pip: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
     let exe = venv.join("bin/gputape");
     assert!(exe.is_file(), "pip put no gputape in {}", venv.display());
 
@@ -110,8 +115,8 @@ fn the_book_s_reference_pages_match_the_code() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let commands = std::fs::read_to_string(root().join("docs/book/src/reference/commands.md"))
-        .unwrap();
+    let commands =
+        std::fs::read_to_string(root().join("docs/book/src/reference/commands.md")).unwrap();
     // The page is the command line's: each verb `--help` lists has a section.
     for verb in ["replay", "run", "minimize", "analyze", "show", "dump"] {
         assert!(
@@ -169,7 +174,10 @@ fn every_environment_variable_in_the_source_is_in_the_table() {
         .filter(|v| !seen.contains(v.name))
         .map(|v| v.name)
         .collect();
-    assert!(unread.is_empty(), "in the table but read nowhere: {unread:?}");
+    assert!(
+        unread.is_empty(),
+        "in the table but read nowhere: {unread:?}"
+    );
 }
 
 /// The book's table of contents names pages that exist, and every relative link in a page
@@ -181,15 +189,21 @@ fn the_book_s_pages_and_links_resolve() {
     let mut pages = vec![src.join("SUMMARY.md")];
     for target in links(&summary) {
         let p = src.join(&target);
-        assert!(p.is_file(), "SUMMARY.md lists {target}, which does not exist");
+        assert!(
+            p.is_file(),
+            "SUMMARY.md lists {target}, which does not exist"
+        );
         pages.push(p);
     }
-    assert!(pages.len() > 5, "SUMMARY.md lists {} pages", pages.len() - 1);
+    assert!(
+        pages.len() > 5,
+        "SUMMARY.md lists {} pages",
+        pages.len() - 1
+    );
     for page in pages.iter().chain([&root().join("README.md")]) {
         let text = std::fs::read_to_string(page).unwrap();
         for target in links(&text) {
-            if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:")
-            {
+            if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
                 continue;
             }
             let path = target.split('#').next().unwrap();

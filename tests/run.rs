@@ -186,7 +186,7 @@ fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
         "{err}"
     );
     assert!(
-        err.contains("kept by name only (a replay skips them): cuMemcpy2D_v2 x1, cuMemsetD32 x1"),
+        err.contains("kept by name only (a replay skips them): cuMemcpyAtoH_v2 x1, cuMemsetD32 x1"),
         "{err}"
     );
     // The table says how the recording took each entry point.
@@ -201,8 +201,8 @@ fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
         "{err}"
     );
     assert_eq!(
-        how("cuMemcpy2D_v2").as_deref(),
-        Some("by name cuMemcpy2D_v2"),
+        how("cuMemcpyAtoH_v2").as_deref(),
+        Some("by name cuMemcpyAtoH_v2"),
         "{err}"
     );
     assert_eq!(how("cuInit").as_deref(), Some("no cuInit"), "{err}");
@@ -213,7 +213,7 @@ fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
         .unwrap()
         .iter()
         .any(|n| n == "cuStreamSynchronize"));
-    assert_eq!(v["entry_points_by_name"][0], "cuMemcpy2D_v2");
+    assert_eq!(v["entry_points_by_name"][0], "cuMemcpyAtoH_v2");
     assert_eq!(v["traces"][0], trace.to_str().unwrap());
 
     // The trace reads like any other: the calls in order, the kernel by its symbol and layout,
@@ -243,7 +243,7 @@ fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
         "{rout}"
     );
     assert!(
-        rout.contains("not replayed (what they did is missing here): cuMemcpy2D_v2 x1 (first #9), cuMemsetD32 x1 (first #6)"),
+        rout.contains("not replayed (what they did is missing here): cuMemcpyAtoH_v2 x1 (first #9), cuMemsetD32 x1 (first #6)"),
         "{rout}"
     );
     assert!(rout.contains("NOTHING CHECKED"), "{rout}");
@@ -1142,6 +1142,81 @@ fn a_module_variable_is_recorded_as_a_buffer_and_replayed() {
         "{rout}{}",
         text(&o.stderr)
     );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Copies of every shape a CUDA C++ program makes: 2D copies between pitched and packed memory
+/// (with a sub-rectangle read back asynchronously into a unified address), a 3D box there and
+/// back, the generic `cuMemcpy` both ways and a peer copy are recorded as the plain copies they
+/// amount to (a pitched device side row by row, a packed one whole with the host's rows packed),
+/// none kept by name only; the replay on the mock, which runs copies itself, reads back every
+/// byte the program read.
+#[test]
+fn copies_of_every_shape_are_recorded_and_replayed_byte_for_byte() {
+    let d = support::scratch("run-copies");
+    let prog = support::copies_program(&d);
+    let trace = d.join("copies.gtape");
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("copies: errors 0"), "{out}");
+    assert!(
+        out.contains("(same: 1)"),
+        "the 3D copy came back changed: {out}"
+    );
+    // What the program must have read back, computed here: the shim forwarded every copy
+    // as the program made it.
+    let sum = |b: &[u8]| {
+        b.iter()
+            .fold(0u32, |s, &x| s.wrapping_mul(31).wrapping_add(x as u32))
+    };
+    let host = |y: usize, x: usize| (y * 24 + x + 1) as u8;
+    let round: Vec<u8> = (0..8)
+        .flat_map(|y| (0..40).map(move |x| if x < 24 { host(y, x) } else { 0 }))
+        .collect();
+    let sub: Vec<u8> = (0..3)
+        .flat_map(|r| (0..8).map(move |c| host(2 + r, 4 + c)))
+        .collect();
+    let lin: Vec<u8> = (0..64).map(|i| 255 - i as u8).collect();
+    for want in [
+        format!("2D round trip {}", sum(&round)),
+        format!("2D sub-rectangle {}", sum(&sub)),
+        format!("generic and peer {}", sum(&lin)),
+    ] {
+        assert!(out.contains(&want), "{want} not in {out}");
+    }
+    assert!(!err.contains("kept by name only"), "{err}");
+    let o = gputape(&["show".as_ref(), trace.as_ref()]);
+    let shown = text(&o.stdout);
+    // The pitched upload: a copy per row, each 24 bytes, 32 bytes apart on the device.
+    assert!(shown.contains("copy_h2d(buf0+0, 24 bytes"), "{shown}");
+    assert!(shown.contains("copy_h2d(buf0+224, 24 bytes"), "{shown}");
+    // The packed read back: one copy of all eight rows.
+    assert!(shown.contains("copy_d2h(buf1+0, 192 bytes)"), "{shown}");
+    // The sub-rectangle (x 4, y 2) read back a row at a time, asynchronously.
+    assert!(shown.contains("copy_d2h_async(buf0+68, 8 bytes"), "{shown}");
+    // The 3D box: three rows of 12 bytes in each of two slices of 64 bytes.
+    assert!(shown.contains("copy_h2d(buf2+80, 12 bytes"), "{shown}");
+    assert!(!shown.contains("not understood"), "{shown}");
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        trace.as_ref(),
+    ]);
+    let rout = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{rout}{}", text(&o.stderr));
+    // Every read back compared (the async rows' bytes together, at their sync), none apart.
+    let (matched, of) = rout
+        .split_once(" match the recording")
+        .and_then(|(head, _)| {
+            let mut w = head.rsplit(' ');
+            let of = w.next()?.parse::<u32>().ok()?;
+            w.next();
+            Some((w.next()?.parse::<u32>().ok()?, of))
+        })
+        .unwrap_or_else(|| panic!("no read back count: {rout}"));
+    assert!(matched == of && of >= 9, "{rout}");
     let _ = std::fs::remove_dir_all(d);
 }
 

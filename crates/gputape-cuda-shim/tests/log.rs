@@ -158,7 +158,7 @@ fn a_program_s_calls_are_logged_in_order_with_their_bytes() {
     assert_eq!(
         calls[10],
         &Rec::Opaque {
-            name: b"cuMemcpy2D_v2"
+            name: b"cuMemcpyAtoH_v2"
         }
     );
     assert_eq!(calls[11], &Rec::StreamSync { stream });

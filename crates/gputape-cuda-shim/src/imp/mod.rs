@@ -3,6 +3,7 @@
 
 mod chunks;
 mod clock;
+mod copies;
 mod counts;
 mod flags;
 mod flight;

@@ -19,17 +19,21 @@ use std::sync::Mutex;
 
 use gputape_shimlog::{On, Rec};
 
+use super::copies::{
+    copy_2d, copy_2d_async, copy_3d, copy_3d_async, copy_any, copy_any_async, copy_peer,
+    copy_peer_async,
+};
 use super::flight::{self, Blocked};
 use super::log;
 use super::table::{NAMES, entry, real};
 
-type R = c_int;
+pub(super) type R = c_int;
 
 /// The driver's function of entry point `I`, as the signature `F`.
 ///
 /// # Safety
 /// `F` is the C signature of entry point `I` (a stub that ignores its arguments also fits).
-unsafe fn real_at<F: Copy>(i: usize) -> F {
+pub(super) unsafe fn real_at<F: Copy>(i: usize) -> F {
     let p = real(i);
     debug_assert_eq!(size_of::<F>(), size_of::<*mut ()>());
     // SAFETY: `F` is a function pointer type of entry point `i`'s signature (the contract);
@@ -48,16 +52,16 @@ pub fn driver_version() -> i32 {
 
 /// What the hooks remember between calls.
 #[derive(Default)]
-struct Pending {
+pub(super) struct Pending {
     /// Async device-to-host copies not yet read: (log index, host destination, bytes, stream).
-    copies: Vec<(u64, usize, usize, u64)>,
+    pub(super) copies: Vec<(u64, usize, usize, u64)>,
     /// Each event's last record: (its stream, the log index of that record).
     events: HashMap<u64, (u64, u64)>,
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 
-fn with_pending<T>(f: impl FnOnce(&mut Pending) -> T) -> T {
+pub(super) fn with_pending<T>(f: impl FnOnce(&mut Pending) -> T) -> T {
     let mut g = PENDING.lock().unwrap_or_else(|p| p.into_inner());
     f(g.get_or_insert_with(Pending::default))
 }
@@ -296,7 +300,7 @@ fn read_out(p: *mut u64) -> u64 {
 // ---- copies and memsets ----
 
 /// Where a blocking copy or memset runs: the legacy stream, the host waiting.
-const BLOCKING: On = On {
+pub(super) const BLOCKING: On = On {
     stream: 0,
     sync: true,
 };
@@ -1360,6 +1364,24 @@ hooks! {
     "cuMemcpyDtoD_v2_ptds" => d2d,
     "cuMemcpyDtoDAsync_v2" => d2d_async,
     "cuMemcpyDtoDAsync_v2_ptsz" => d2d_async,
+    "cuMemcpy2D_v2" => copy_2d,
+    "cuMemcpy2D_v2_ptds" => copy_2d,
+    "cuMemcpy2DUnaligned_v2" => copy_2d,
+    "cuMemcpy2DUnaligned_v2_ptds" => copy_2d,
+    "cuMemcpy2DAsync_v2" => copy_2d_async,
+    "cuMemcpy2DAsync_v2_ptsz" => copy_2d_async,
+    "cuMemcpy3D_v2" => copy_3d,
+    "cuMemcpy3D_v2_ptds" => copy_3d,
+    "cuMemcpy3DAsync_v2" => copy_3d_async,
+    "cuMemcpy3DAsync_v2_ptsz" => copy_3d_async,
+    "cuMemcpy" => copy_any,
+    "cuMemcpy_ptds" => copy_any,
+    "cuMemcpyAsync" => copy_any_async,
+    "cuMemcpyAsync_ptsz" => copy_any_async,
+    "cuMemcpyPeer" => copy_peer,
+    "cuMemcpyPeer_ptds" => copy_peer,
+    "cuMemcpyPeerAsync" => copy_peer_async,
+    "cuMemcpyPeerAsync_ptsz" => copy_peer_async,
     "cuMemsetD8_v2" => memset<1>,
     "cuMemsetD8_v2_ptds" => memset<1>,
     "cuMemsetD16_v2" => memset<2>,

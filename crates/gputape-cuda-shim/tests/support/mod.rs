@@ -105,6 +105,12 @@ pub fn records_program(dir: &Path) -> PathBuf {
     link_program(dir, "records", include_str!("c/records.c"))
 }
 
+/// `c/copies.c` compiled into `dir` and linked like `records_program`: 2D, 3D, generic and
+/// peer copies, each read back.
+pub fn copies_program(dir: &Path) -> PathBuf {
+    link_program(dir, "copies", include_str!("c/copies.c"))
+}
+
 /// `c/globals.c` compiled into `dir` and linked like `records_program`: a module variable's
 /// address asked of the driver, filled, and read back.
 pub fn globals_program(dir: &Path) -> PathBuf {

@@ -153,9 +153,101 @@ API CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *offset, size_t *size)
     return 0;
 }
 
-/* Understood by nobody: the shim logs it as opaque. */
-API CUresult cuMemcpy2D_v2(const void *desc) {
-    (void)desc;
+/* Understood by nobody: the shim logs it as opaque (a copy from a CUDA array). */
+API CUresult cuMemcpyAtoH_v2(void *dst, void *array, size_t offset, size_t n) {
+    (void)dst, (void)array, (void)offset, (void)n;
+    return 0;
+}
+
+/* Unified addressing: the arena is device memory, anything else the host's. */
+static int in_arena(CUdeviceptr p) { return p >= BASE && p < BASE + ARENA; }
+
+API CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p) {
+    if (attribute != 2 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */ || !in_arena(p)) return 1;
+    *(unsigned *)data = 2; /* CU_MEMORYTYPE_DEVICE */
+    return 0;
+}
+
+/* The address of one side of a 2D/3D copy: host (1), device (2) or unified (4). */
+static unsigned char *side(unsigned type, const void *host, CUdeviceptr device) {
+    if (type == 1) return (unsigned char *)host;
+    if (type == 2 || (type == 4 && in_arena(device))) return at(device);
+    if (type == 4) return (unsigned char *)(size_t)device;
+    return NULL;
+}
+
+typedef struct {
+    size_t src_x, src_y;
+    unsigned src_type;
+    const void *src_host;
+    CUdeviceptr src_device;
+    void *src_array;
+    size_t src_pitch, dst_x, dst_y;
+    unsigned dst_type;
+    void *dst_host;
+    CUdeviceptr dst_device;
+    void *dst_array;
+    size_t dst_pitch, width, height;
+} Memcpy2D;
+
+API CUresult cuMemcpy2D_v2(const Memcpy2D *d) {
+    if (!d) return 1;
+    unsigned char *src = side(d->src_type, d->src_host, d->src_device);
+    unsigned char *dst = side(d->dst_type, d->dst_host, d->dst_device);
+    if (!src || !dst || d->src_pitch < d->width || d->dst_pitch < d->width) return 1;
+    for (size_t y = 0; y < d->height; y++)
+        memmove(dst + d->dst_x + (d->dst_y + y) * d->dst_pitch,
+                src + d->src_x + (d->src_y + y) * d->src_pitch, d->width);
+    return 0;
+}
+
+/* Done at once: nothing else is queued on the streams these tests use. */
+API CUresult cuMemcpy2DAsync_v2(const Memcpy2D *d, void *stream) {
+    (void)stream;
+    return cuMemcpy2D_v2(d);
+}
+
+typedef struct {
+    size_t src_x, src_y, src_z, src_lod;
+    unsigned src_type;
+    const void *src_host;
+    CUdeviceptr src_device;
+    void *src_array, *reserved0;
+    size_t src_pitch, src_height, dst_x, dst_y, dst_z, dst_lod;
+    unsigned dst_type;
+    void *dst_host;
+    CUdeviceptr dst_device;
+    void *dst_array, *reserved1;
+    size_t dst_pitch, dst_height, width, height, depth;
+} Memcpy3D;
+
+API CUresult cuMemcpy3D_v2(const Memcpy3D *d) {
+    if (!d) return 1;
+    unsigned char *src = side(d->src_type, d->src_host, d->src_device);
+    unsigned char *dst = side(d->dst_type, d->dst_host, d->dst_device);
+    if (!src || !dst || d->src_pitch < d->width || d->dst_pitch < d->width) return 1;
+    for (size_t z = 0; z < d->depth; z++)
+        for (size_t y = 0; y < d->height; y++)
+            memmove(dst + d->dst_x + (d->dst_y + y) * d->dst_pitch +
+                        (d->dst_z + z) * d->dst_pitch * d->dst_height,
+                    src + d->src_x + (d->src_y + y) * d->src_pitch +
+                        (d->src_z + z) * d->src_pitch * d->src_height,
+                    d->width);
+    return 0;
+}
+
+/* cudaMemcpyDefault: the direction is the pointers'. */
+API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    memmove(in_arena(dst) ? at(dst) : (unsigned char *)(size_t)dst,
+            in_arena(src) ? at(src) : (unsigned char *)(size_t)src, n);
+    return 0;
+}
+
+API CUresult cuMemcpyPeer(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx,
+                          size_t n) {
+    (void)dst_ctx, (void)src_ctx;
+    if (!in_arena(dst) || !in_arena(src)) return 1;
+    memmove(at(dst), at(src), n);
     return 0;
 }
 

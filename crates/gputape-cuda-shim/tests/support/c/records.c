@@ -19,7 +19,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamSynchronize(void *stream);
-int cuMemcpy2D_v2(const void *desc);
+int cuMemcpyAtoH_v2(void *dst, void *array, size_t offset, size_t n);
 
 static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
@@ -44,7 +44,7 @@ int main(void) {
     bad |= cuMemsetD32_v2(y, 0x01020304u, 8);
     bad |= cuMemcpyDtoD_v2(y, x + 8, 8);
     bad |= cuMemcpyDtoHAsync_v2(out, x, sizeof out, s);
-    bad |= cuMemcpy2D_v2(NULL);
+    bad |= cuMemcpyAtoH_v2(NULL, NULL, 0, 0);
     bad |= cuStreamSynchronize(s);
     bad |= cuMemFree_v2(y);
     bad |= cuMemFree_v2(x);

@@ -1,0 +1,571 @@
+//! Copies of every shape the runtime makes besides the plain ones (`record.rs` has those):
+//! 2D and 3D copies (`cuMemcpy2D*`, `cuMemcpy3D*`: pitched memory, `cudaMemcpy2D`,
+//! `cudaMemcpy3D`), the generic `cuMemcpy`/`cuMemcpyAsync` of unified addressing
+//! (`cudaMemcpyDefault`: the direction is the pointers'), and `cuMemcpyPeer*`.
+//!
+//! Each is logged as the plain copies it amounts to, so the trace, every analysis, `minimize`
+//! and the replay understand it with nothing new: a side that is contiguous in device memory
+//! is one copy (the host side's rows packed together: the bytes copied, not the pitch's
+//! padding); a pitched device side is one copy per row. Copies involving CUDA arrays, and
+//! host-to-host copies, touch nothing a trace holds: they are logged by name, as opaque.
+
+use core::ffi::c_void;
+
+use gputape_shimlog::{On, Rec};
+
+use super::flight::{self, Blocked};
+use super::log;
+use super::record::{BLOCKING, R, real_at, with_pending};
+use super::table::{NAMES, entry};
+
+/// `CUmemorytype`.
+const MEM_HOST: u32 = 1;
+const MEM_DEVICE: u32 = 2;
+const MEM_UNIFIED: u32 = 4;
+/// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`.
+const ATTR_MEMORY_TYPE: u32 = 2;
+
+/// `CUDA_MEMCPY2D` (the `_v2` layout: 64-bit sizes and addresses).
+#[repr(C)]
+pub struct Memcpy2D {
+    src_x: usize,
+    src_y: usize,
+    src_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: *mut c_void,
+    src_pitch: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: *mut c_void,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_MEMCPY3D` (`_v2`).
+#[repr(C)]
+pub struct Memcpy3D {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: *mut c_void,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: *mut c_void,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+/// Where one side of a copy lies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mem {
+    Host,
+    Device,
+    /// A CUDA array, or a memory type this build does not know.
+    Other,
+}
+
+/// One side of a copy: its first byte (the offsets already applied), and the distance from a
+/// row to the next and from a slice to the next.
+#[derive(Clone, Copy)]
+struct Side {
+    mem: Mem,
+    base: u64,
+    pitch: u64,
+    slice: u64,
+}
+
+/// A copy of `depth` slices of `height` rows of `width` bytes.
+#[derive(Clone, Copy)]
+struct Shape {
+    src: Side,
+    dst: Side,
+    width: u64,
+    height: u64,
+    depth: u64,
+}
+
+impl Side {
+    /// Whether the rows of `s` lie end to end here, so that the copy is one range.
+    fn contiguous(&self, s: &Shape) -> bool {
+        (s.height <= 1 || self.pitch == s.width)
+            && (s.depth <= 1 || self.slice == s.width.saturating_mul(s.height))
+    }
+
+    /// Where row `y` of slice `z` begins.
+    fn row(&self, y: u64, z: u64) -> u64 {
+        self.base
+            .wrapping_add(y.wrapping_mul(self.pitch))
+            .wrapping_add(z.wrapping_mul(self.slice))
+    }
+}
+
+/// Whether `ptr` is device memory as the driver sees it (pinned host memory is host): asked of
+/// the driver for the unified forms, which leave it to the pointer.
+fn is_device(ptr: u64) -> bool {
+    type F = unsafe extern "C" fn(*mut c_void, u32, u64) -> R;
+    let mut t: u32 = 0;
+    // SAFETY: cuPointerGetAttribute's signature; the memory type is an unsigned int, written
+    // through a valid pointer. It only reads the driver's own tables.
+    let r = unsafe {
+        real_at::<F>(entry("cuPointerGetAttribute"))(
+            (&raw mut t).cast::<c_void>(),
+            ATTR_MEMORY_TYPE,
+            ptr,
+        )
+    };
+    r == 0 && t == MEM_DEVICE
+}
+
+/// The side a descriptor's memory type, host pointer and device address name.
+fn side(kind: u32, host: u64, device: u64, offset: u64, pitch: u64, rows: u64) -> Side {
+    let (mem, base) = match kind {
+        MEM_HOST => (Mem::Host, host),
+        MEM_DEVICE => (Mem::Device, device),
+        MEM_UNIFIED if is_device(device) => (Mem::Device, device),
+        MEM_UNIFIED => (Mem::Host, device),
+        _ => (Mem::Other, 0),
+    };
+    Side {
+        mem,
+        base: base.wrapping_add(offset),
+        pitch,
+        slice: pitch.wrapping_mul(rows),
+    }
+}
+
+impl Shape {
+    fn of_2d(d: &Memcpy2D) -> Shape {
+        let (sp, dp) = (d.src_pitch as u64, d.dst_pitch as u64);
+        let src_off = (d.src_x as u64).wrapping_add((d.src_y as u64).wrapping_mul(sp));
+        let dst_off = (d.dst_x as u64).wrapping_add((d.dst_y as u64).wrapping_mul(dp));
+        Shape {
+            src: side(d.src_type, d.src_host as u64, d.src_device, src_off, sp, 0),
+            dst: side(d.dst_type, d.dst_host as u64, d.dst_device, dst_off, dp, 0),
+            width: d.width as u64,
+            height: d.height as u64,
+            depth: 1,
+        }
+    }
+
+    fn of_3d(d: &Memcpy3D) -> Shape {
+        let at = |x: usize, y: usize, z: usize, pitch: usize, rows: usize| {
+            (x as u64)
+                .wrapping_add((y as u64).wrapping_mul(pitch as u64))
+                .wrapping_add(
+                    (z as u64)
+                        .wrapping_mul(pitch as u64)
+                        .wrapping_mul(rows as u64),
+                )
+        };
+        let src_off = at(d.src_x, d.src_y, d.src_z, d.src_pitch, d.src_height);
+        let dst_off = at(d.dst_x, d.dst_y, d.dst_z, d.dst_pitch, d.dst_height);
+        Shape {
+            src: side(
+                d.src_type,
+                d.src_host as u64,
+                d.src_device,
+                src_off,
+                d.src_pitch as u64,
+                d.src_height as u64,
+            ),
+            dst: side(
+                d.dst_type,
+                d.dst_host as u64,
+                d.dst_device,
+                dst_off,
+                d.dst_pitch as u64,
+                d.dst_height as u64,
+            ),
+            width: d.width as u64,
+            height: d.height as u64,
+            depth: d.depth as u64,
+        }
+    }
+
+    /// A plain copy of `n` bytes as a shape of one row.
+    fn linear(src: Side, dst: Side, n: u64) -> Shape {
+        Shape {
+            src,
+            dst,
+            width: n,
+            height: 1,
+            depth: 1,
+        }
+    }
+
+    fn rows(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.depth).flat_map(move |z| (0..self.height).map(move |y| (y, z)))
+    }
+
+    fn bytes(&self) -> u64 {
+        self.width
+            .saturating_mul(self.height)
+            .saturating_mul(self.depth)
+    }
+}
+
+/// The bytes of host row (`y`, `z`) of `side`.
+///
+/// # Safety
+/// The program handed the driver this side's rows as readable host memory for the copy.
+unsafe fn host_row<'a>(side: &Side, s: &Shape, y: u64, z: u64) -> &'a [u8] {
+    let p = side.row(y, z) as usize as *const u8;
+    if p.is_null() || s.width == 0 {
+        return &[];
+    }
+    // SAFETY: the contract.
+    unsafe { core::slice::from_raw_parts(p, s.width as usize) }
+}
+
+/// The host side's rows packed together (borrowed when they already lie end to end).
+///
+/// # Safety
+/// As `host_row`.
+unsafe fn host_rows<'a>(side: &Side, s: &Shape) -> std::borrow::Cow<'a, [u8]> {
+    if side.contiguous(s) {
+        let p = side.base as usize as *const u8;
+        if p.is_null() || s.bytes() == 0 {
+            return std::borrow::Cow::Borrowed(&[]);
+        }
+        // SAFETY: the contract; the rows lie end to end.
+        return std::borrow::Cow::Borrowed(unsafe {
+            core::slice::from_raw_parts(p, s.bytes() as usize)
+        });
+    }
+    let mut v = Vec::with_capacity(s.bytes() as usize);
+    for (y, z) in s.rows() {
+        // SAFETY: the contract.
+        v.extend_from_slice(unsafe { host_row(side, s, y, z) });
+    }
+    std::borrow::Cow::Owned(v)
+}
+
+/// Logs the copy `s` made with status `r` as the plain copies it amounts to (`name` names the
+/// entry point when it is logged as opaque).
+///
+/// # Safety
+/// The copy's host sides are the program's memory as it handed it to the driver: readable
+/// for its source, written by the driver (when `r` is 0 and `on.sync`) for its destination.
+unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str) {
+    // A failed copy is logged once, at its first row: it did nothing, and its status is what
+    // the log must keep.
+    let single = r != 0;
+    match (s.src.mem, s.dst.mem) {
+        (Mem::Host, Mem::Device) => {
+            if s.dst.contiguous(s) || single {
+                // SAFETY: the contract.
+                let data = unsafe { host_rows(&s.src, s) };
+                let data = if single { &[][..] } else { &data[..] };
+                log::write(
+                    r,
+                    Rec::CopyH2D {
+                        dst: s.dst.base,
+                        on,
+                        data,
+                    },
+                );
+            } else {
+                for (y, z) in s.rows() {
+                    // SAFETY: the contract.
+                    let data = unsafe { host_row(&s.src, s, y, z) };
+                    log::write(
+                        r,
+                        Rec::CopyH2D {
+                            dst: s.dst.row(y, z),
+                            on,
+                            data,
+                        },
+                    );
+                }
+            }
+        }
+        (Mem::Device, Mem::Host) => {
+            let whole = (s.src.contiguous(s) && (on.sync || s.dst.contiguous(s))) || single;
+            let pieces: Vec<(u64, u64, u64)> = if whole {
+                vec![(s.src.base, s.dst.base, s.bytes())]
+            } else {
+                s.rows()
+                    .map(|(y, z)| (s.src.row(y, z), s.dst.row(y, z), s.width))
+                    .collect()
+            };
+            for (src, dst_host, len) in pieces {
+                // The bytes read: now for a blocking copy, at the sync that completes it
+                // (`record::settle`) for an async one.
+                let data = if r == 0 && on.sync {
+                    if whole {
+                        // SAFETY: the contract: the driver wrote the destination's rows.
+                        unsafe { host_rows(&s.dst, s) }
+                    } else {
+                        // SAFETY: as above, one row.
+                        std::borrow::Cow::Borrowed(unsafe {
+                            core::slice::from_raw_parts(
+                                dst_host as usize as *const u8,
+                                len as usize,
+                            )
+                        })
+                    }
+                } else {
+                    std::borrow::Cow::Borrowed(&[][..])
+                };
+                let rec = Rec::CopyD2H {
+                    src,
+                    dst_host,
+                    len,
+                    on,
+                    data: &data,
+                };
+                if let Some(i) = log::write(r, rec)
+                    && r == 0
+                    && !on.sync
+                    && dst_host != 0
+                    && len > 0
+                {
+                    with_pending(|p| {
+                        p.copies
+                            .push((i, dst_host as usize, len as usize, on.stream))
+                    });
+                }
+            }
+        }
+        (Mem::Device, Mem::Device) => {
+            if (s.src.contiguous(s) && s.dst.contiguous(s)) || single {
+                let len = if single { s.width } else { s.bytes() };
+                log::write(
+                    r,
+                    Rec::CopyD2D {
+                        src: s.src.base,
+                        dst: s.dst.base,
+                        len,
+                        on,
+                    },
+                );
+            } else {
+                for (y, z) in s.rows() {
+                    log::write(
+                        r,
+                        Rec::CopyD2D {
+                            src: s.src.row(y, z),
+                            dst: s.dst.row(y, z),
+                            len: s.width,
+                            on,
+                        },
+                    );
+                }
+            }
+        }
+        _ => {
+            log::write(
+                r,
+                Rec::Opaque {
+                    name: name.as_bytes(),
+                },
+            );
+        }
+    }
+}
+
+/// The name of entry point `i`, for an opaque record.
+fn name_of(i: usize) -> &'static str {
+    NAMES.get(i).copied().unwrap_or("cuMemcpy")
+}
+
+/// Runs a copy of `shape` (None: the descriptor was null) through `call`, the host waiting
+/// when it is `on.sync` (a hang's dump names a blocking device-to-host copy as the call it
+/// was blocked in), and logs it.
+///
+/// # Safety
+/// As `log_copy`'s.
+unsafe fn copy(shape: Option<Shape>, on: On, name: &'static str, call: impl FnOnce() -> R) -> R {
+    let r = {
+        let _w = shape
+            .filter(|s| on.sync && s.src.mem == Mem::Device && s.dst.mem == Mem::Host)
+            .and_then(|s| {
+                flight::waiting(Blocked::D2H {
+                    src: s.src.base,
+                    dst: s.dst.base,
+                    len: s.bytes(),
+                })
+            });
+        call()
+    };
+    match shape {
+        // SAFETY: the contract.
+        Some(s) => unsafe { log_copy(r, &s, on, name) },
+        None => {
+            log::write(
+                r,
+                Rec::Opaque {
+                    name: name.as_bytes(),
+                },
+            );
+        }
+    }
+    r
+}
+
+fn on_stream(stream: u64) -> On {
+    On {
+        stream,
+        sync: false,
+    }
+}
+
+/// `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2` and their `_ptds` forms: (const CUDA_MEMCPY2D*).
+pub unsafe extern "C" fn copy_2d<const I: usize>(d: *const Memcpy2D) -> R {
+    // SAFETY: non-null, the program's descriptor, which the driver reads as well.
+    let shape = (!d.is_null()).then(|| Shape::of_2d(unsafe { &*d }));
+    // SAFETY: entry point I takes (const CUDA_MEMCPY2D*); the descriptor's host sides are the
+    // program's memory as it handed it to the driver.
+    unsafe {
+        copy(shape, BLOCKING, name_of(I), || {
+            real_at::<unsafe extern "C" fn(*const Memcpy2D) -> R>(I)(d)
+        })
+    }
+}
+
+/// `cuMemcpy2DAsync_v2(_ptsz)`: (const CUDA_MEMCPY2D*, CUstream).
+pub unsafe extern "C" fn copy_2d_async<const I: usize>(d: *const Memcpy2D, stream: u64) -> R {
+    // SAFETY: as in copy_2d.
+    let shape = (!d.is_null()).then(|| Shape::of_2d(unsafe { &*d }));
+    // SAFETY: entry point I takes (const CUDA_MEMCPY2D*, CUstream); as in copy_2d.
+    unsafe {
+        copy(shape, on_stream(stream), name_of(I), || {
+            real_at::<unsafe extern "C" fn(*const Memcpy2D, u64) -> R>(I)(d, stream)
+        })
+    }
+}
+
+/// `cuMemcpy3D_v2(_ptds)`: (const CUDA_MEMCPY3D*).
+pub unsafe extern "C" fn copy_3d<const I: usize>(d: *const Memcpy3D) -> R {
+    // SAFETY: as in copy_2d.
+    let shape = (!d.is_null()).then(|| Shape::of_3d(unsafe { &*d }));
+    // SAFETY: entry point I takes (const CUDA_MEMCPY3D*); as in copy_2d.
+    unsafe {
+        copy(shape, BLOCKING, name_of(I), || {
+            real_at::<unsafe extern "C" fn(*const Memcpy3D) -> R>(I)(d)
+        })
+    }
+}
+
+/// `cuMemcpy3DAsync_v2(_ptsz)`: (const CUDA_MEMCPY3D*, CUstream).
+pub unsafe extern "C" fn copy_3d_async<const I: usize>(d: *const Memcpy3D, stream: u64) -> R {
+    // SAFETY: as in copy_2d.
+    let shape = (!d.is_null()).then(|| Shape::of_3d(unsafe { &*d }));
+    // SAFETY: entry point I takes (const CUDA_MEMCPY3D*, CUstream); as in copy_2d.
+    unsafe {
+        copy(shape, on_stream(stream), name_of(I), || {
+            real_at::<unsafe extern "C" fn(*const Memcpy3D, u64) -> R>(I)(d, stream)
+        })
+    }
+}
+
+/// A side of a generic copy: device memory when the driver says so, else the host's.
+fn unified(ptr: u64) -> Side {
+    Side {
+        mem: if is_device(ptr) {
+            Mem::Device
+        } else {
+            Mem::Host
+        },
+        base: ptr,
+        pitch: 0,
+        slice: 0,
+    }
+}
+
+/// `cuMemcpy(_ptds)`: (CUdeviceptr dst, CUdeviceptr src, size_t), either side host or device.
+pub unsafe extern "C" fn copy_any<const I: usize>(dst: u64, src: u64, n: usize) -> R {
+    let shape = Shape::linear(unified(src), unified(dst), n as u64);
+    // SAFETY: entry point I is cuMemcpy(_ptds): (CUdeviceptr, CUdeviceptr, size_t); the
+    // program handed the driver `n` bytes at each side.
+    unsafe {
+        copy(Some(shape), BLOCKING, name_of(I), || {
+            real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n)
+        })
+    }
+}
+
+/// `cuMemcpyAsync(_ptsz)`: (CUdeviceptr dst, CUdeviceptr src, size_t, CUstream).
+pub unsafe extern "C" fn copy_any_async<const I: usize>(
+    dst: u64,
+    src: u64,
+    n: usize,
+    stream: u64,
+) -> R {
+    let shape = Shape::linear(unified(src), unified(dst), n as u64);
+    type F = unsafe extern "C" fn(u64, u64, usize, u64) -> R;
+    // SAFETY: entry point I is cuMemcpyAsync(_ptsz), whose signature F is; as in copy_any.
+    unsafe {
+        copy(Some(shape), on_stream(stream), name_of(I), || {
+            real_at::<F>(I)(dst, src, n, stream)
+        })
+    }
+}
+
+fn device(base: u64) -> Side {
+    Side {
+        mem: Mem::Device,
+        base,
+        pitch: 0,
+        slice: 0,
+    }
+}
+
+/// `cuMemcpyPeer(_ptds)`: (CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t):
+/// a device-to-device copy (a trace holds one device's memory; the contexts are not kept).
+pub unsafe extern "C" fn copy_peer<const I: usize>(
+    dst: u64,
+    dst_ctx: u64,
+    src: u64,
+    src_ctx: u64,
+    n: usize,
+) -> R {
+    type F = unsafe extern "C" fn(u64, u64, u64, u64, usize) -> R;
+    let shape = Shape::linear(device(src), device(dst), n as u64);
+    // SAFETY: entry point I is cuMemcpyPeer(_ptds), whose signature F is; no host side.
+    unsafe {
+        copy(Some(shape), BLOCKING, name_of(I), || {
+            real_at::<F>(I)(dst, dst_ctx, src, src_ctx, n)
+        })
+    }
+}
+
+/// `cuMemcpyPeerAsync(_ptsz)`: `cuMemcpyPeer`'s arguments and a stream.
+pub unsafe extern "C" fn copy_peer_async<const I: usize>(
+    dst: u64,
+    dst_ctx: u64,
+    src: u64,
+    src_ctx: u64,
+    n: usize,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(u64, u64, u64, u64, usize, u64) -> R;
+    let shape = Shape::linear(device(src), device(dst), n as u64);
+    // SAFETY: entry point I is cuMemcpyPeerAsync(_ptsz), whose signature F is; no host side.
+    unsafe {
+        copy(Some(shape), on_stream(stream), name_of(I), || {
+            real_at::<F>(I)(dst, dst_ctx, src, src_ctx, n, stream)
+        })
+    }
+}
