@@ -39,6 +39,14 @@ rm -rf "$OUT/flight"
 grep -E 'flight|dump' "$OUT/fault.err" | head -4 | cut -c1-300
 dump=$(ls "$OUT/flight"/*.gtape 2>/dev/null | head -1)
 [ -n "$dump" ] && { "$G" replay --on cuda "$dump" 2>&1 | grep -v WARN | head -20; echo "replay exit ${PIPESTATUS[0]}"; }
+echo "=============== copies of every shape: scripts/cuda/copies.cu (cudaMemcpy2D/3D, pitched, default kind)"
+nvcc -O2 -arch=sm_90 -o "$OUT/copies" scripts/cuda/copies.cu && {
+    echo "plain:"; "$OUT/copies"
+    "$G" run -o "$OUT/copies.gtape" -- "$OUT/copies" 2>"$OUT/copies.err"; echo "recorded exit $?"
+    grep -h -o 'recorded process.*' "$OUT/copies.err" | cut -c1-400
+    "$G" show "$OUT/copies.gtape" | grep -E '^#' | cut -c1-110 | head -30
+    "$G" replay --on cuda "$OUT/copies.gtape" 2>&1 | tail -5; echo "copies replay exit ${PIPESTATUS[0]}"
+}
 echo "=============== native sites' cost: scripts/cuda/launches.cu, lines off/on alternating in one process"
 nvcc -O2 -arch=sm_90 -o "$OUT/launches" scripts/cuda/launches.cu || exit 2
 echo "plain: $("$OUT/launches")"
