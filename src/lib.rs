@@ -55,6 +55,7 @@ pub mod mock;
 pub mod model;
 pub mod recorder;
 pub mod replayer;
+pub mod repro;
 pub mod shimtrace;
 pub mod testing;
 pub mod trace;

@@ -1220,6 +1220,88 @@ fn copies_of_every_shape_are_recorded_and_replayed_byte_for_byte() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// `export --program`: a recorded fault becomes a C program that needs only the driver. Built
+/// here against the fake driver (through the shim, so its own calls are recorded too), it makes
+/// the trace's calls in order with their recorded arguments, reproduces the fault (the sync
+/// that reported the bad launch reports it again) and says so; its own recording has the
+/// original's calls. A trace with a call kept by name only is refused, naming the call.
+#[test]
+fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
+    let d = support::scratch("run-program");
+    let prog = support::faults_program(&d);
+    let trace = d.join("faults.gtape");
+    let o = run(&[
+        "-o".as_ref(),
+        trace.as_ref(),
+        "--".as_ref(),
+        prog.as_ref(),
+        "4".as_ref(),
+        "2".as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let dir = d.join("repro");
+    let o = gputape(&[
+        "export".as_ref(),
+        "--program".as_ref(),
+        dir.as_ref(),
+        trace.as_ref(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("repro.c"), "{err}");
+    let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+    assert!(source.contains("cuLaunchKernel(fn[0]"), "{source}");
+    let bin = support::link_program(&dir, "repro", &source);
+    let again = d.join("repro.gtape");
+    let o = run(&[
+        "-o".as_ref(),
+        again.as_ref(),
+        "--".as_ref(),
+        bin.as_ref(),
+        dir.join("data").as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("the recorded fault (status 700 at call #") && out.contains("REPRODUCED"),
+        "{out}"
+    );
+    // The repro's own calls, recorded: the original's launches, copies and syncs, in order.
+    let calls = |t: &std::path::Path| -> Vec<String> {
+        let o = gputape(&["show".as_ref(), t.as_ref()]);
+        text(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with('#'))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(2)
+                    .map(|w| w.split('(').next().unwrap().to_string())
+            })
+            .filter(|k| !k.starts_with("cuCtxSetCurrent"))
+            .collect()
+    };
+    assert_eq!(calls(&again), calls(&trace));
+
+    // A call kept by name only: refused, and the call named.
+    let records = support::records_program(&d);
+    let t2 = d.join("records.gtape");
+    let o = run(&["-o".as_ref(), t2.as_ref(), "--".as_ref(), records.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = gputape(&[
+        "export".as_ref(),
+        "--program".as_ref(),
+        d.join("refused").as_ref(),
+        t2.as_ref(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("call #6") && err.contains("kept cuMemsetD32 by name only"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A program without Python: each call's site is the native frame it was made from, module +
 /// offset (and the exported symbol around it), the innermost outside the libraries a program
 /// calls the driver through; where that frame lies is what the program itself says.

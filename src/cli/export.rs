@@ -1,5 +1,6 @@
 //! `gputape export`: a trace in the formats other tools draw (Perfetto, Graphviz), for when a
-//! picture says more than `show` or `report`.
+//! picture says more than `show` or `report`; or as a standalone C program that makes its
+//! driver calls (`--program`), for a bug report to a kernel's owner.
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,14 @@ pub struct Args {
     /// Write the dependency graph as Graphviz DOT here (`-` for stdout).
     #[arg(long)]
     dot: Option<PathBuf>,
+    /// Write a standalone program into DIR that makes the trace's driver calls in order with
+    /// their recorded arguments and checks each status and read back: `repro.c` (C, also valid
+    /// C++), `build.sh` (`cc -O1 -o repro repro.c -lcuda`) and `data/` (module images,
+    /// uploads, expected read backs). It needs the CUDA driver only, not gputape. Refused,
+    /// naming the call, for a trace with calls it cannot make as recorded (kept by name only,
+    /// collectives, tensor maps). Best on a `minimize`d trace: a few hundred lines.
+    #[arg(long, value_name = "DIR")]
+    program: Option<PathBuf>,
     /// Print a summary of what was written as JSON (schema gputape.export.v1); the exports
     /// then go to files, not stdout.
     #[arg(long)]
@@ -35,6 +44,7 @@ struct Summary<'a> {
     trace: &'a Path,
     perfetto: Option<Written<'a>>,
     dot: Option<Written<'a>>,
+    program: Option<crate::repro::Written>,
 }
 
 #[derive(Serialize)]
@@ -50,6 +60,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         traces,
         perfetto,
         dot,
+        program,
         json,
     } = a;
     stdout_free_for_json(
@@ -60,12 +71,12 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         ],
     )?;
     anyhow::ensure!(
-        perfetto.is_some() || dot.is_some(),
-        "nothing to export: give --perfetto FILE and/or --dot FILE"
+        perfetto.is_some() || dot.is_some() || program.is_some(),
+        "nothing to export: give --perfetto FILE, --dot FILE and/or --program DIR"
     );
     anyhow::ensure!(
-        traces.len() == 1 || dot.is_none(),
-        "--dot draws one trace's dependency graph: give one trace"
+        traces.len() == 1 || (dot.is_none() && program.is_none()),
+        "--dot and --program take one trace"
     );
     let opened = traces
         .iter()
@@ -78,6 +89,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         trace: &traces[0],
         perfetto: None,
         dot: None,
+        program: None,
     };
     if let Some(p) = &perfetto {
         // One trace as it was recorded; several (a rank set) on one time line.
@@ -118,6 +130,25 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
             bytes: text.len(),
             items: text.lines().filter(|l| is_node(l)).count(),
         });
+    }
+    if let Some(dir) = &program {
+        let w = crate::repro::write_program(t, dir, &traces[0].display().to_string())?;
+        if !json {
+            eprintln!(
+                "wrote {} ({} lines: {} of the trace's calls, {} that change nothing on the \
+                 device left out) and {} ({} files, {} bytes); build: (cd {} && {})",
+                w.source.display(),
+                w.lines,
+                w.calls,
+                w.skipped,
+                w.data.display(),
+                w.data_files,
+                w.data_bytes,
+                dir.display(),
+                w.build
+            );
+        }
+        summary.program = Some(w);
     }
     if json {
         print_json(&summary)?;

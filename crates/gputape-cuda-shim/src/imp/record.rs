@@ -729,13 +729,26 @@ unsafe extern "C" fn get_global<const I: usize, const LIB: bool>(
     type F = unsafe extern "C" fn(*mut u64, *mut usize, u64, *const c_char) -> R;
     // SAFETY: entry point I is cuModuleGetGlobal_v2 or cuLibraryGetGlobal, of signature F.
     let r = unsafe { real_at::<F>(I)(ptr, bytes, owner, name) };
-    if r != 0 || ptr.is_null() || bytes.is_null() || name.is_null() {
-        // Without both answers there is nothing a replay could place: forwarded only.
+    if r != 0 || name.is_null() || (ptr.is_null() && bytes.is_null()) {
         return r;
     }
-    // SAFETY: non-null, and the driver just wrote them (it returned success); the driver read
-    // `name` as a NUL-terminated symbol.
-    let (at, n, name) = unsafe { (*ptr, *bytes as u64, CStr::from_ptr(name).to_bytes()) };
+    // The CUDA runtime asks for the address alone (its size out-parameter null): the other
+    // answer is asked of the driver again, into the shim's own variables, as a replay needs
+    // both to place the variable.
+    let (mut at, mut n) = (0u64, 0usize);
+    let (p, b) = (
+        if ptr.is_null() { &raw mut at } else { ptr },
+        if bytes.is_null() { &raw mut n } else { bytes },
+    );
+    if (ptr.is_null() || bytes.is_null())
+        // SAFETY: as above; both out-pointers valid, `name` the one the driver just read.
+        && unsafe { real_at::<F>(I)(p, b, owner, name) } != 0
+    {
+        return r;
+    }
+    // SAFETY: `p` and `b` point at what the driver wrote (it returned success); the driver
+    // read `name` as a NUL-terminated symbol.
+    let (at, n, name) = unsafe { (*p, *b as u64, CStr::from_ptr(name).to_bytes()) };
     log::write(
         r,
         Rec::Global {

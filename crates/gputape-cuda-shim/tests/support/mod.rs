@@ -168,7 +168,7 @@ pub fn linked_program(dir: &Path) -> PathBuf {
 }
 
 /// A C program `name` compiled into `dir` and linked with `-lcuda` against the shim.
-fn link_program(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub fn link_program(dir: &Path, name: &str, text: &str) -> PathBuf {
     let src = source(dir, &format!("{name}.c"), text);
     let lib = dir.join("libcuda.so");
     let _ = std::fs::remove_file(&lib);

@@ -18,6 +18,19 @@ API CUresult cuDriverGetVersion(int *version) {
     return 0;
 }
 
+/* One device, its primary context current. */
+API CUresult cuDeviceGet(int *dev, int ordinal) {
+    *dev = ordinal;
+    return ordinal == 0 ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */
+}
+
+API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    *ctx = (void *)0xc7c7;
+    return dev == 0 ? 0 : 101;
+}
+
+API CUresult cuCtxSetCurrent(void *ctx) { return ctx == (void *)0xc7c7 || !ctx ? 0 : 201; }
+
 /* Device memory: an arena at BASE. An allocation of n bytes starts n bytes past the cursor, so
  * the first answer is BASE + n, which the forwarding test checks. */
 #define BASE 0xfa0000000000ull
@@ -86,6 +99,8 @@ API CUresult cuStreamSynchronize(void *stream) {
     return 0;
 }
 
+API CUresult cuCtxSynchronize(void) { return cuStreamSynchronize(NULL); }
+
 API CUresult cuStreamCreate(void **stream, unsigned flags) {
     static size_t next = 0x57000;
     *stream = (void *)(next++);
@@ -143,6 +158,12 @@ API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, void *module
     if (dptr) *dptr = TABLE;
     if (bytes) *bytes = 64;
     return 0;
+}
+
+API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, void *library,
+                                const char *name) {
+    if (library != LIBRARY) return 400;
+    return cuModuleGetGlobal_v2(dptr, bytes, LIB_MODULE, name);
 }
 
 API CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *offset, size_t *size) {

@@ -1,6 +1,7 @@
 /* A program that fills a module variable (a __constant__ table, as cudaMemcpyToSymbol does: the
- * library's module asked for, the symbol's address asked of it, then a copy to it), launches a
- * kernel, and reads the table back. Linked with -lcuda, like records.c. */
+ * symbol's address asked of the library alone, as the CUDA runtime asks it, its size asked of
+ * the library's module, then a copy to it), launches a kernel, and reads the table back.
+ * Linked with -lcuda, like records.c. */
 #include <stdio.h>
 #include <stddef.h>
 
@@ -15,6 +16,7 @@ int cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, void *module, const char
 int cuLibraryLoadData(void **library, const void *code, void *jit_options, void **jit_values,
                       unsigned n_jit, void *lib_options, void **lib_values, unsigned n_lib);
 int cuLibraryGetModule(void **module, void *library);
+int cuLibraryGetGlobal(CUdeviceptr *p, size_t *bytes, void *library, const char *name);
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuStreamSynchronize(void *stream);
@@ -38,7 +40,8 @@ int main(void) {
     bad |= cuModuleGetFunction(&f, m, "scale");
     bad |= cuLibraryLoadData(&lib, ptx, NULL, NULL, 0, NULL, NULL, 0);
     bad |= cuLibraryGetModule(&lm, lib);
-    bad |= cuModuleGetGlobal_v2(&table, &bytes, lm, "table");
+    bad |= cuLibraryGetGlobal(&table, NULL, lib, "table");
+    bad |= cuModuleGetGlobal_v2(NULL, &bytes, lm, "table");
     bad |= cuMemcpyHtoD_v2(table, host, bytes);
     void *params[] = {&x, &n, &k};
     bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, params, NULL);
