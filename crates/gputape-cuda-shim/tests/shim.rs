@@ -227,7 +227,7 @@ fn child_probe() {
             }
             "missing" => {
                 // Listed, exported, absent from the driver: CUDA_ERROR_NOT_FOUND.
-                assert_eq!(lib.sym::<NoArgs>(c"cuCtxSynchronize")(), 500);
+                assert_eq!(lib.sym::<NoArgs>(c"cuCtxResetPersistingL2Cache")(), 500);
                 let mut v = 0;
                 assert_eq!(lib.sym::<Version>(c"cuDriverGetVersion")(&mut v), 0);
             }
