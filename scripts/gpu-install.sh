@@ -24,17 +24,17 @@ HOME="$OUT/home" "$G" replay "$OUT/t.gtape" >"$OUT/replay.out" 2>"$OUT/replay.er
 echo "replay (no --on) exit $?"
 head -6 "$OUT/replay.out" | cut -c1-300; head -3 "$OUT/replay.err" | cut -c1-300
 # The wheel (scripts/wheel.py) built from the same binary, installed into a fresh virtual
-# environment that sees the image's PyTorch (--system-site-packages): `gputape` on the
-# environment's PATH records and replays the same program.
+# environment: its `gputape`, first on PATH, records the image's PyTorch program (run by the
+# image's Python, whose environment holds torch) and replays it.
 echo "=============== the wheel, in a fresh virtual environment"
 $PY scripts/wheel.py "$B/gputape" --out "$OUT/dist" || exit 2
 rm -rf "$OUT/venv" "$OUT/home2"; mkdir -p "$OUT/home2"
-$PY -m venv --system-site-packages "$OUT/venv" && "$OUT/venv/bin/pip" install -q --no-index "$OUT"/dist/*.whl
+$PY -m venv "$OUT/venv" && "$OUT/venv/bin/pip" install -q --no-index "$OUT"/dist/*.whl
 echo "pip exit $?: $(ls "$OUT"/dist)"
 V="$OUT/venv/bin"
 env -u GPUTAPE_SHIM_DIR HOME="$OUT/home2" PATH="$V:$PATH" gputape info 2>&1 | head -8
-env -u GPUTAPE_SHIM_DIR HOME="$OUT/home2" PATH="$V:$PATH" gputape run -o "$OUT/w.gtape" -- python scripts/gpu-shim.py "$OUT/out2.pt" \
+env -u GPUTAPE_SHIM_DIR HOME="$OUT/home2" PATH="$V:$PATH" gputape run -o "$OUT/w.gtape" -- $PY scripts/gpu-shim.py "$OUT/out2.pt" \
     >"$OUT/wrun.out" 2>"$OUT/wrun.err"
-echo "wheel run exit $?"; grep -E '^recorded' "$OUT/wrun.err" | cut -c1-300
+echo "wheel run exit $?"; grep -E '^recorded' "$OUT/wrun.err" | cut -c1-300; tail -5 "$OUT/wrun.err" | cut -c1-300
 HOME="$OUT/home2" PATH="$V:$PATH" gputape replay "$OUT/w.gtape" 2>&1 | head -4 | cut -c1-300
 echo "wheel replay exit ${PIPESTATUS[0]}"

@@ -1302,6 +1302,108 @@ fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A kernel Triton compiled (a cubin whose name says no type) is typed from Triton's cache:
+/// the cubin the program loaded is found there byte for byte beside its TTIR, whose signature
+/// types each float pointer; a cached cubin of the same name but other bytes (another compile)
+/// is not taken for it.
+#[test]
+fn a_triton_kernel_is_typed_from_triton_s_cache() {
+    let d = support::scratch("run-triton");
+    let src = r#"
+#include <stdio.h>
+#include <stddef.h>
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned flags);
+int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+int cuModuleLoadData(void **module, const void *image);
+int cuModuleGetFunction(void **f, void *module, const char *name);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
+int cuStreamSynchronize(void *stream);
+/* The smallest ELF64 header the shim sizes: no sections, 64 bytes. */
+static unsigned char cubin[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+int main(int argc, char **argv) {
+    CUdeviceptr x;
+    void *m, *f;
+    int n = 16, bad = 0;
+    float k = 2.0f;
+    cubin[0x3A] = 0x40;
+    cubin[8] = argc > 1; /* another compile: other bytes */
+    bad |= cuInit(0);
+    bad |= cuMemAlloc_v2(&x, 64);
+    bad |= cuModuleLoadData(&m, cubin);
+    bad |= cuModuleGetFunction(&f, m, "scale");
+    void *params[] = {&x, &n, &k};
+    bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, params, NULL);
+    bad |= cuStreamSynchronize(NULL);
+    printf("triton: errors %d\n", bad);
+    return bad;
+}
+"#;
+    let prog = support::link_program(&d, "triton", src);
+    let cache = d.join("triton-cache");
+    let mut cubin = vec![0u8; 64];
+    cubin[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]);
+    cubin[0x3A] = 0x40;
+    let ours = cache.join("HASHA");
+    let other = cache.join("HASHB");
+    std::fs::create_dir_all(&ours).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let mut changed = cubin.clone();
+    changed[8] = 1;
+    std::fs::write(other.join("scale.cubin"), &changed).unwrap();
+    std::fs::write(
+        other.join("scale.ttir"),
+        "tt.func public @scale(%arg0: !tt.ptr<bf16>, %arg1: i32, %arg2: f32) {",
+    )
+    .unwrap();
+    std::fs::write(ours.join("scale.cubin"), &cubin).unwrap();
+    std::fs::write(
+        ours.join("scale.ttir"),
+        "module {\n  tt.func public @scale(%arg0: !tt.ptr<f32> {tt.divisibility = 16 : i32} \
+         loc(\"k.py\":3:0), %arg1: i32 loc(\"k.py\":3:0), %arg2: f32 loc(\"k.py\":3:0)) \
+         attributes {noinline = false} {",
+    )
+    .unwrap();
+    let trace = d.join("triton.gtape");
+    let cache_s = cache.to_str().unwrap();
+    let o = run_with(
+        &["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()],
+        &[("TRITON_CACHE_DIR", cache_s)],
+    );
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        err.contains("1 Triton kernels typed from Triton's cache"),
+        "{err}"
+    );
+    let shown = text(&gputape(&["show".as_ref(), trace.as_ref()]).stdout);
+    assert!(
+        shown.contains("elements: param 0 f32 (from its Triton signature)"),
+        "{shown}"
+    );
+    // Another compile's bytes: the cache's cubin of that name is not this one.
+    let trace2 = d.join("other.gtape");
+    let o = run_with(
+        &[
+            "-o".as_ref(),
+            trace2.as_ref(),
+            "--".as_ref(),
+            prog.as_ref(),
+            "x".as_ref(),
+        ],
+        &[("TRITON_CACHE_DIR", cache_s)],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let shown = text(&gputape(&["show".as_ref(), trace2.as_ref()]).stdout);
+    assert!(
+        shown.contains("elements: param 0 bf16"),
+        "the other compile's types: {shown}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A program without Python: each call's site is the native frame it was made from, module +
 /// offset (and the exported symbol around it), the innermost outside the libraries a program
 /// calls the driver through; where that frame lies is what the program itself says.

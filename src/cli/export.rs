@@ -76,7 +76,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     );
     anyhow::ensure!(
         traces.len() == 1 || (dot.is_none() && program.is_none()),
-        "--dot and --program take one trace"
+        "--dot and --program take one trace: give one trace"
     );
     let opened = traces
         .iter()

@@ -265,7 +265,19 @@ impl FiniteReport {
                 "-> NOTHING CHECKED: no launch that writes floats could run and be scanned here"
                     .to_string()
             }
-            (None, None) => format!("-> no {what} written"),
+            (None, None) if self.untyped.is_empty() && self.opaque.is_empty() => {
+                format!("-> no {what} written")
+            }
+            // Said with what it rests on: a launch not checked may have written one.
+            (None, None) => format!(
+                "-> no {what} written by the {} of {} launches checked; {} pointer(s) of \
+                 unknown element type and {} kernel(s) this backend cannot run were not \
+                 (listed above)",
+                self.checked,
+                self.launches,
+                self.untyped.len(),
+                self.opaque.len()
+            ),
             (Some(r), Some(f)) if f.at < r.seq => format!(
                 "-> {} REPRODUCED: first written by {} at #{}",
                 r.value, f.kernel, f.seq

@@ -110,6 +110,13 @@ impl<'a> Typing<'a> {
                 };
                 let (elem, how) = match (given, declared, signature) {
                     (Some(e), _, _) => (Some(e), "--dtype"),
+                    // A driver-level recording declares nothing: its types came from
+                    // Triton's cache (`shimtrace::triton`).
+                    (None, Some(e), _)
+                        if info.is_some_and(|k| t.module_images.contains_key(&k.module)) =>
+                    {
+                        (Some(e), "its Triton signature")
+                    }
                     (None, Some(e), _) => (Some(e), "declared"),
                     (None, None, Some(e)) => (Some(e), "its C signature"),
                     (None, None, None) => named().unwrap_or((None, "")),

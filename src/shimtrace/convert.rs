@@ -54,7 +54,11 @@ pub fn convert(
     for r in records {
         c.record(r);
     }
-    Ok(c.finish())
+    let (mut t, mut summary) = c.finish();
+    if let Some(cache) = super::triton::cache_dir() {
+        summary.triton_typed = super::triton::type_kernels(&mut t, &cache);
+    }
+    Ok((t, summary))
 }
 
 /// How far each reservation of virtual addresses (by the index of its `Reserve` record) was

@@ -32,6 +32,7 @@
 
 mod convert;
 mod lines;
+pub mod triton;
 
 use std::collections::BTreeMap;
 
@@ -96,6 +97,8 @@ pub struct Summary {
     pub dropped: u64,
     /// The first trace call after the last gap: where the dump's window of work begins.
     pub window_from: Option<u64>,
+    /// Kernels typed from Triton's cache (`triton.rs`).
+    pub triton_typed: usize,
 }
 
 impl Summary {
@@ -135,6 +138,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} launches in a cluster shape other than their kernel's first (replayed in the first)",
                 self.other_clusters
+            ));
+        }
+        if self.triton_typed > 0 {
+            s.push_str(&format!(
+                "; {} Triton kernels typed from Triton's cache",
+                self.triton_typed
             ));
         }
         if let Some(d) = &self.dump {

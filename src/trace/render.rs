@@ -333,6 +333,19 @@ pub fn render(t: &Trace) -> String {
             if let Some(t) = super::kernel_types::from_name(&k.name) {
                 let _ = writeln!(s, "  {id} elements: {} (from {})", t.ty, t.how);
             }
+        } else {
+            let each: Vec<String> = k
+                .elems
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.map(|e| format!("param {i} {}", e.name())))
+                .collect();
+            let how = if has_code && t.module_images.contains_key(&k.module) {
+                "its Triton signature"
+            } else {
+                "its declaration"
+            };
+            let _ = writeln!(s, "  {id} elements: {} (from {how})", each.join(", "));
         }
     }
     // What code is embedded, not its size: a snapshot should not move when a kernel's text
