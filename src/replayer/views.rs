@@ -110,14 +110,11 @@ impl<'a> Typing<'a> {
                 };
                 let (elem, how) = match (given, declared, signature) {
                     (Some(e), _, _) => (Some(e), "--dtype"),
-                    // A driver-level recording declares nothing: its types came from
-                    // Triton's cache (`shimtrace::triton`).
-                    (None, Some(e), _)
-                        if info.is_some_and(|k| t.module_images.contains_key(&k.module)) =>
-                    {
-                        (Some(e), "its Triton signature")
-                    }
-                    (None, Some(e), _) => (Some(e), "declared"),
+                    (None, Some(e), _) => (
+                        Some(e),
+                        info.and_then(|k| kernel_types::declared_by_triton(t, &k.module))
+                            .unwrap_or("declared"),
+                    ),
                     (None, None, Some(e)) => (Some(e), "its C signature"),
                     (None, None, None) => named().unwrap_or((None, "")),
                 };

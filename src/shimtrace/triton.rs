@@ -46,7 +46,13 @@ pub fn type_kernels(t: &mut Trace, cache: &Path) -> usize {
             continue;
         }
         let Some(ttir) = dirs.iter().find_map(|d| {
-            let cubin = std::fs::read(d.join(format!("{name}.cubin"))).ok()?;
+            let path = d.join(format!("{name}.cubin"));
+            // Sizes first: a cache holds many compiles of a kernel, read only the one that
+            // could be this.
+            if std::fs::metadata(&path).ok()?.len() != image.len() as u64 {
+                return None;
+            }
+            let cubin = std::fs::read(&path).ok()?;
             if cubin != image {
                 return None;
             }

@@ -159,6 +159,15 @@ pub struct Typed {
     pub how: How,
 }
 
+/// Where a kernel's declared element types (`KernelInfo::elems`) came from: a driver-level
+/// recording declares nothing, so in a trace that holds the module's image they are Triton's
+/// (`shimtrace::triton`); `None` where the engine declared them.
+pub fn declared_by_triton(t: &super::Trace, module: &str) -> Option<&'static str> {
+    t.module_images
+        .contains_key(module)
+        .then_some("its Triton signature")
+}
+
 /// The type a kernel's name gives, from its symbol (mangled or not): `None` when the name
 /// names none (see the module's table for what is read).
 pub fn from_name(symbol: &str) -> Option<Typed> {

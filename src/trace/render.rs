@@ -340,11 +340,8 @@ pub fn render(t: &Trace) -> String {
                 .enumerate()
                 .filter_map(|(i, e)| e.map(|e| format!("param {i} {}", e.name())))
                 .collect();
-            let how = if has_code && t.module_images.contains_key(&k.module) {
-                "its Triton signature"
-            } else {
-                "its declaration"
-            };
+            let how =
+                super::kernel_types::declared_by_triton(t, &k.module).unwrap_or("its declaration");
             let _ = writeln!(s, "  {id} elements: {} (from {how})", each.join(", "));
         }
     }
