@@ -74,6 +74,14 @@ fn the_wheel_installs_into_a_fresh_environment_and_runs_a_program_from_there() {
     let exe = venv.join("bin/gputape");
     assert!(exe.is_file(), "pip put no gputape in {}", venv.display());
 
+    installed_binary_works(&exe, &d);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// `exe`, wherever it was installed, with no gputape environment and an empty cache: `info`
+/// names the shim built into it, and `run` records a program's calls through that shim with
+/// only the real driver's location set (the tests' fake driver).
+fn installed_binary_works(exe: &Path, d: &Path) {
     let cache = d.join("cache");
     let clean = |c: &mut Command| {
         c.env("XDG_CACHE_HOME", &cache)
@@ -81,7 +89,7 @@ fn the_wheel_installs_into_a_fresh_environment_and_runs_a_program_from_there() {
             .env_remove("GPUTAPE_SHIM_COUNTS")
             .env_remove("LD_PRELOAD");
     };
-    let mut info = Command::new(&exe);
+    let mut info = Command::new(exe);
     info.arg("info");
     clean(&mut info);
     let o = info.output().unwrap();
@@ -89,9 +97,9 @@ fn the_wheel_installs_into_a_fresh_environment_and_runs_a_program_from_there() {
     assert!(o.status.success(), "{out}{}", text(&o.stderr));
     assert!(out.contains("built into this binary"), "{out}");
 
-    let prog = support::records_program(&d);
+    let prog = support::records_program(d);
     let counts = d.join("counts.json");
-    let mut run = Command::new(&exe);
+    let mut run = Command::new(exe);
     run.args(["run", "--counts"])
         .arg(&counts)
         .arg("--")
@@ -102,6 +110,36 @@ fn the_wheel_installs_into_a_fresh_environment_and_runs_a_program_from_there() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let c: serde_json::Value = serde_json::from_slice(&std::fs::read(&counts).unwrap()).unwrap();
     assert!(c["calls"]["cuInit"].as_u64().unwrap_or(0) >= 1, "{c}");
+}
+
+/// `cargo install --path .` (the dev profile, as CI can afford; into the build's own target
+/// directory, so nothing is compiled twice) puts a `gputape` in the install root's `bin/`
+/// that works from there with no environment: the shim is inside it.
+#[test]
+fn cargo_install_gives_a_gputape_that_runs_with_no_environment() {
+    let d = support::scratch("install-cargo");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let o = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["install", "--debug", "--offline", "--quiet", "--no-track", "--path"])
+        .arg(root())
+        .arg("--root")
+        .arg(d.join("root"))
+        .arg("--target-dir")
+        .arg(&target)
+        .args(["--bin", "gputape"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cargo install: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let exe = d.join("root/bin/gputape");
+    assert!(exe.is_file(), "cargo install put no gputape in {}", d.display());
+    installed_binary_works(&exe, &d);
     let _ = std::fs::remove_dir_all(d);
 }
 
