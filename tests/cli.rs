@@ -969,3 +969,115 @@ fn minimize_sanitize_wants_a_cuda_replay() {
     assert!(stderr(&o).contains("add --on cuda"), "{}", stderr(&o));
     assert!(!std::path::Path::new(&out).exists());
 }
+
+/// `replay --debug` runs this same replay, in one process, under cuda-gdb: in batch mode when
+/// stdin is no terminal (a script or a log), stopping where the fault stops it. A stand-in
+/// debugger here records what it was asked to run.
+#[test]
+fn replay_debug_runs_the_replay_in_one_process_under_cuda_gdb() {
+    let d = scratch("debug");
+    let gdb = d.join("cuda-gdb");
+    let seen = d.join("seen");
+    std::fs::write(
+        &gdb,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\necho \"under=$GPUTAPE_UNDER_DEBUGGER\" >> {}\n",
+            seen.display(),
+            seen.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&gdb, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let trace = "traces/python/h200_py_triton_oob.gtape";
+    let launch = Trace::open(Path::new(trace))
+        .unwrap()
+        .calls
+        .iter()
+        .find(|c| c.call.launch().is_some())
+        .map(|c| c.seq)
+        .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(["replay", "--on", "cuda", "--debug", "--break-at"])
+        .arg(launch.to_string())
+        .arg(trace)
+        .env("CUDA_GDB", &gdb)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let args: Vec<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let at = |s: &str| args.iter().position(|a| a == s);
+    assert!(at("-batch").is_some(), "no terminal: batch mode: {args:?}");
+    // Stopped by the replay before the launch, then on into that kernel.
+    let (run, cont) = (at("run").unwrap(), at("continue").unwrap());
+    assert!(at("set cuda break_on_launch application").is_some_and(|b| run < b && b < cont));
+    let inner = &args[at("--args").unwrap() + 1..];
+    assert!(inner[0].ends_with("gputape"), "{inner:?}");
+    assert!(inner.contains(&"--no-isolate".to_string()), "{inner:?}");
+    assert!(inner.contains(&launch.to_string()), "{inner:?}");
+    assert_eq!(args.last().map(String::as_str), Some("under=1"));
+
+    // A --break-at that names no launch, and no debugger at all.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args([
+            "replay",
+            "--on",
+            "cuda",
+            "--debug",
+            "--break-at",
+            "0",
+            trace,
+        ])
+        .env("CUDA_GDB", &gdb)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a launch"), "{}", stderr(&o));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(["replay", "--on", "cuda", "--debug", trace])
+        .env("CUDA_GDB", d.join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("CUDA_GDB"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// `report --bug` on a machine without a GPU writes what needs none (the README with where
+/// the trace was recorded, the report page, each step's log) and exits 4: its verdict needs
+/// a CUDA replay.
+#[test]
+fn report_bug_writes_what_it_can_without_a_gpu_and_exits_4() {
+    if gputape::cuda::driver_present() {
+        eprintln!(
+            "SKIPPED: this machine has a CUDA driver (scripts/gpu-bugreport.sh runs --bug there)"
+        );
+        return;
+    }
+    let d = scratch("bug");
+    let dir = d.join("report");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gputape"))
+        .args(["report", "--bug"])
+        .arg(&dir)
+        .arg("traces/python/h200_py_triton_oob.gtape")
+        .env("COMPUTE_SANITIZER", d.join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for want in [
+        "Not minimized",
+        "compute-sanitizer was not found",
+        "`python3 scripts/gpu-triton-oob.py`",
+        "no standalone program",
+    ] {
+        assert!(readme.contains(want), "{want:?} not in:\n{readme}");
+    }
+    assert!(dir.join("report.html").is_file());
+    assert!(dir.join("minimize.log").is_file());
+    let _ = std::fs::remove_dir_all(d);
+}

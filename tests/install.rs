@@ -122,7 +122,14 @@ fn cargo_install_gives_a_gputape_that_runs_with_no_environment() {
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
     let o = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["install", "--debug", "--offline", "--quiet", "--no-track", "--path"])
+        .args([
+            "install",
+            "--debug",
+            "--offline",
+            "--quiet",
+            "--no-track",
+            "--path",
+        ])
         .arg(root())
         .arg("--root")
         .arg(d.join("root"))
@@ -138,7 +145,11 @@ fn cargo_install_gives_a_gputape_that_runs_with_no_environment() {
         text(&o.stderr)
     );
     let exe = d.join("root/bin/gputape");
-    assert!(exe.is_file(), "cargo install put no gputape in {}", d.display());
+    assert!(
+        exe.is_file(),
+        "cargo install put no gputape in {}",
+        d.display()
+    );
     installed_binary_works(&exe, &d);
     let _ = std::fs::remove_dir_all(d);
 }

@@ -376,7 +376,7 @@ fn verdicts(t: &Trace, q: CaptureQuery, who: CaptureThread) -> Vec<CaptureVerdic
         .iter()
         .filter_map(|f| match f {
             Finding::RetainedSourceChanged { seq, .. } => Some(*seq),
-            Finding::ArgsNotRecorded { .. } => None,
+            Finding::ArgsNotRecorded { .. } | Finding::Sanitizer { .. } => None,
         })
         .collect();
     let mut out = Vec::new();

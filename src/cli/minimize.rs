@@ -289,9 +289,34 @@ fn minimize(
         Ok(signature(&report).map(|(s, _)| s))
     };
     let mut progress = progress("candidate");
-    let m = match observed {
-        Some(at) => minimize_value(&t, at, &mut oracle, max_attempts, &mut progress),
-        None => minimize(&t, &mut oracle, max_attempts, &mut progress),
+    // Under the sanitizer, a trace with no recorded fault (a race, a read of unwritten
+    // memory) keeps what the tool finds in the whole trace, ending at that kernel's last launch.
+    let finding_at = match sanitize {
+        Some(_) if observed.is_none() && !crate::replayer::records_fault(&t) => {
+            let Some(want) = oracle(&t)? else {
+                anyhow::bail!(
+                    "{}: compute-sanitizer {} finds nothing in a kernel in the whole trace, so there is nothing to keep",
+                    path.display(),
+                    sanitize.unwrap_or_default()
+                );
+            };
+            let kernel = want.kernel.clone().unwrap_or_default();
+            let at = crate::replayer::sanitizer::last_launch_of(&t, &kernel).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: compute-sanitizer names {kernel}, which no launch of the trace ran",
+                    path.display()
+                )
+            })?;
+            Some((at, want))
+        }
+        _ => None,
+    };
+    let m = match (observed, &finding_at) {
+        (Some(at), _) => minimize_value(&t, at, &mut oracle, max_attempts, &mut progress),
+        (None, Some((at, _))) => {
+            crate::replayer::minimize_at(&t, *at, &mut oracle, max_attempts, &mut progress)
+        }
+        (None, None) => minimize(&t, &mut oracle, max_attempts, &mut progress),
     };
     let _ = std::fs::remove_file(&attempt_file);
     let m = match m {
@@ -315,6 +340,19 @@ fn minimize(
         }
         Err(e) => return Err(e.into()),
     };
+    let mut m = m;
+    if let (Some((_, want)), Some(tool)) = (&finding_at, sanitize) {
+        // What the tool found is the trace's fault from now on: `replay --sanitize` checks it.
+        let kernel = want.kernel.clone().unwrap_or_default();
+        if let Some(seq) = crate::replayer::sanitizer::last_launch_of(&m.trace, &kernel) {
+            m.trace.findings.push(crate::trace::Finding::Sanitizer {
+                seq,
+                tool: tool.to_string(),
+                what: want.finding.clone().unwrap_or_default(),
+                kernel,
+            });
+        }
+    }
     let after = write_trace_atomically(&m.trace, out)?;
     let initial_bytes = |t: &crate::trace::Trace| t.initial.iter().map(|i| i.bytes).sum::<u64>();
     let before_after = |f: &dyn Fn(&crate::trace::Trace) -> u64| Before {

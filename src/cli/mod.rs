@@ -37,6 +37,7 @@ mod record;
 mod reference;
 mod replay;
 mod report;
+mod report_bug;
 mod run;
 mod show;
 mod trim;

@@ -13,8 +13,19 @@ pub struct Args {
     /// The trace to report on.
     trace: PathBuf,
     /// Where to write the page (`-` for stdout).
-    #[arg(short, long)]
-    output: PathBuf,
+    #[arg(short, long, required_unless_present = "bug")]
+    output: Option<PathBuf>,
+    /// Write a bug report into directory DIR instead: the trace minimized on CUDA (under
+    /// compute-sanitizer --tool, when there is one, keeping its finding), the sanitizer's
+    /// findings on the result, a standalone C program that reproduces it with only the CUDA
+    /// driver (`export --program`), the report page, and a README with the verdict and where
+    /// it was recorded. Exit 0 when the minimized repro reproduces it.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["output", "json"])]
+    bug: Option<PathBuf>,
+    /// With --bug: the compute-sanitizer tool (memcheck for faults; racecheck for a race in
+    /// shared memory; initcheck for reads of never-written memory; synccheck).
+    #[arg(long, value_name = "TOOL", default_value = "memcheck", requires = "bug", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS))]
+    tool: String,
     /// Print a summary of the page written as JSON (schema gputape.report.v1); the page then
     /// goes to a file, not stdout.
     #[arg(long)]
@@ -40,20 +51,28 @@ struct Summary<'a> {
 }
 
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
-    stdout_free_for_json(a.json, &[("--output", Some(&a.output))])?;
+    if let Some(dir) = &a.bug {
+        let dir = super::report_bug::check_dir(dir)?;
+        return super::report_bug::exec(ctx, &a.trace, &dir, &a.tool);
+    }
+    let output = a
+        .output
+        .clone()
+        .expect("clap requires --output without --bug");
+    stdout_free_for_json(a.json, &[("--output", Some(&output))])?;
     let t = open_trace(ctx, &a.trace)?;
     let (page, r) = crate::analysis::report::page(&t, &a.trace.display().to_string());
-    let written = write_out(&a.output, page.as_bytes())?;
+    let written = write_out(&output, page.as_bytes())?;
     if !a.json {
         if written {
-            eprintln!("wrote {} ({} bytes)", a.output.display(), page.len());
+            eprintln!("wrote {} ({} bytes)", output.display(), page.len());
         }
         return Ok(Exit::Pass);
     }
     print_json(&Summary {
         schema: "gputape.report.v1",
         trace: &a.trace,
-        output: &a.output,
+        output: &output,
         bytes: page.len(),
         calls: t.calls.len(),
         dump_reason: t.dump.as_ref().map(|d| d.reason.as_str()),

@@ -187,6 +187,30 @@ pub fn minimize(
     shrink_to(t, failed, true, oracle, max_attempts, progress)
 }
 
+/// Whether `t` records a fault `minimize` can keep: a fault window, or a launch refused.
+pub fn records_fault(t: &Trace) -> bool {
+    !fault_windows(t).is_empty() || launch_failure(t).is_some()
+}
+
+/// Shrink `t` while `oracle` still finds what it finds in launch `seq` and before (a
+/// compute-sanitizer finding no driver error marks: a race, a read of unwritten memory); the
+/// launch is kept, and nothing after it.
+pub fn minimize_at(
+    t: &Trace,
+    seq: u64,
+    oracle: &mut Oracle<'_>,
+    max_attempts: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Minimized, MinimizeError> {
+    let w = FaultWindow {
+        start: seq,
+        observed: seq,
+        kind: WindowKind::Error,
+        code: None,
+    };
+    shrink_to(t, w, true, oracle, max_attempts, progress)
+}
+
 /// The first launch whose recorded result is a driver error, as a window of its own.
 fn launch_failure(t: &Trace) -> Option<FaultWindow> {
     t.calls.iter().find_map(|c| {

@@ -10,6 +10,7 @@
 
 mod chaos;
 pub mod child;
+pub mod debugger;
 mod delay_kernel;
 mod fault;
 mod finite;
@@ -42,7 +43,8 @@ pub use graph::GraphReport;
 pub use layout::{render_layout, replay_layout};
 pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance};
 pub use minimize::{
-    minimize, minimize_value, signature, FaultSignature, MinimizeError, Minimized, Oracle,
+    minimize, minimize_at, minimize_value, records_fault, signature, FaultSignature, MinimizeError,
+    Minimized, Oracle,
 };
 pub use minimize_ranks::{faulting_rank, minimize_ranks, RanksMinimized, RanksOracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
@@ -182,6 +184,9 @@ pub struct ReplayOptions {
     /// rest): a rank's collectives made before another rank's flight dump begins, which no
     /// rank of the replay can meet (`replay_ranks`).
     pub skip: std::collections::BTreeMap<u64, String>,
+    /// Stop this process just before issuing this launch, for the debugger running it
+    /// (`replay --debug --break-at N`: `debugger::stop_before`).
+    pub break_before: Option<u64>,
 }
 
 /// A replay checks its results against the recording unless told not to, as the CLI does.
@@ -197,6 +202,7 @@ impl Default for ReplayOptions {
             per_call_timing: false,
             comms: Default::default(),
             skip: Default::default(),
+            break_before: None,
         }
     }
 }
@@ -245,7 +251,7 @@ impl<'t> Replayer<'t> {
                 .iter()
                 .filter_map(|f| match f {
                     Finding::ArgsNotRecorded { seq, params } => Some((*seq, *params)),
-                    Finding::RetainedSourceChanged { .. } => None,
+                    Finding::RetainedSourceChanged { .. } | Finding::Sanitizer { .. } => None,
                 })
                 .collect(),
         }
@@ -406,6 +412,9 @@ impl<'t> Replayer<'t> {
                     }
                 }
                 pinning = pin;
+                if opts.break_before == Some(c.seq) && lp == 0 {
+                    debugger::stop_before(self.trace, st, c);
+                }
                 let expand = match (&c.call, pin) {
                     (Call::LaunchGraph { graph, .. }, true) => self.captured.get(graph),
                     _ => None,

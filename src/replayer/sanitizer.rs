@@ -5,7 +5,7 @@
 //! fault counts as reproduced when the sanitizer names a launch of the recorded fault's window,
 //! whatever the driver said.
 
-use crate::trace::Trace;
+use crate::trace::{BufferId, Call, DevAddr, Trace, Value};
 use std::path::{Path, PathBuf};
 
 /// The tools a replay runs under.
@@ -41,9 +41,6 @@ pub fn wrap_args(tool: &str, log: &Path) -> Vec<std::ffi::OsString> {
         "--print-limit".into(),
         "64".into(),
     ];
-    if tool == "racecheck" {
-        v.extend(["--racecheck-report".into(), "hazard".into()]);
-    }
     v.push("--log-file".into());
     v.push(log.as_os_str().to_owned());
     v
@@ -68,6 +65,13 @@ pub struct Finding {
     /// Its other lines (the address, how far from the nearest allocation), host frames left
     /// out.
     pub detail: Vec<String>,
+    /// The device address it names ("Access to 0x... is out of bounds", "Address 0x...").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<u64>,
+    /// That address as the trace names it: inside or nearest below which of the trace's
+    /// buffers, and where the program allocated it (`name_addresses`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<String>,
 }
 
 impl Finding {
@@ -101,8 +105,36 @@ impl Finding {
         for d in &self.detail {
             s.push_str(&format!("; {d}"));
         }
+        if let Some(b) = &self.buffer {
+            s.push_str(&format!("; the address is {b}"));
+        }
         s
     }
+}
+
+/// "KERNEL+0xOFF in FILE:LINE" (the `in` part only with line information) as kernel, offset
+/// and source.
+fn code_location(rest: &str) -> (String, Option<String>, Option<String>) {
+    let (code, src) = match rest.rsplit_once(" in ") {
+        Some((c, s)) => (c, Some(s.trim().to_string())),
+        None => (rest, None),
+    };
+    match code.rsplit_once('+') {
+        Some((k, o)) if o.starts_with("0x") => (k.to_string(), Some(o.to_string()), src),
+        _ => (code.to_string(), None, src),
+    }
+}
+
+/// The first `0x...` word of `text` that follows "Access to " or "Address ".
+fn address_in(text: &str) -> Option<u64> {
+    let at = ["Access to 0x", "Address 0x", "address 0x"]
+        .iter()
+        .find_map(|p| text.find(p).map(|i| i + p.len()))?;
+    let hex: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect();
+    u64::from_str_radix(&hex, 16).ok()
 }
 
 /// The findings of a compute-sanitizer report (its `--log-file`, or its output), in order.
@@ -144,16 +176,8 @@ pub fn parse(report: &str) -> Vec<Finding> {
             continue;
         }
         if let Some(rest) = text.strip_prefix("at ").filter(|_| f.kernel.is_none()) {
-            // "at KERNEL+0xOFF in FILE:LINE" (the `in` part only with line information).
-            let (code, src) = match rest.split_once(" in ") {
-                Some((c, s)) => (c, Some(s.to_string())),
-                None => (rest, None),
-            };
-            let (k, off) = match code.rsplit_once('+') {
-                Some((k, o)) if o.starts_with("0x") => (k, Some(o.to_string())),
-                _ => (code, None),
-            };
-            f.kernel = Some(k.to_string());
+            let (k, off, src) = code_location(rest);
+            f.kernel = Some(k);
             f.offset = off;
             f.source = src;
         } else if let Some(rest) = text.strip_prefix("by thread ") {
@@ -161,10 +185,95 @@ pub fn parse(report: &str) -> Vec<Finding> {
             f.thread = Some(t.to_string());
             f.block = (!b.is_empty()).then(|| b.to_string());
         } else {
+            f.address = f.address.or_else(|| address_in(text));
             f.detail.push(text.to_string());
         }
     }
+    for f in &mut out {
+        // racecheck names both accesses on the finding's own lines: "Race reported between
+        // Write access at KERNEL+0xOFF in FILE:LINE", then "and Read access at ...".
+        if f.kernel.is_none() {
+            if let Some((head, rest)) = f.what.split_once(" access at ") {
+                let (k, off, src) = code_location(rest);
+                f.what = format!("{head} access");
+                f.kernel = Some(k);
+                f.offset = off;
+                f.source = src;
+            }
+        }
+    }
     out
+}
+
+/// The kernel a finding names (compute-sanitizer writes a C++ kernel demangled, with its
+/// parameter types: "scale(float *, int)"; Triton's as its symbol) without its parameters.
+fn finding_kernel(k: &str) -> &str {
+    match k.find('(') {
+        Some(i) if i > 0 => k[..i].trim_end(),
+        _ => k,
+    }
+}
+
+/// Whether the trace's kernel `name` (a module-qualified symbol, mangled for C++) is the
+/// kernel a finding names.
+pub fn same_kernel(name: &str, finding: &str) -> bool {
+    let k = finding_kernel(finding);
+    if k.is_empty() {
+        return false;
+    }
+    let symbol = name.rsplit_once("::").map_or(name, |(_, s)| s);
+    let demangled = crate::trace::demangle::full(symbol);
+    let hit = [Some(name), Some(symbol), demangled.as_deref()]
+        .into_iter()
+        .flatten()
+        .any(|n| n == k || n.ends_with(&format!("::{k}")) || n.contains(k));
+    hit
+}
+
+/// Each finding's address named as the trace names it, from where the replay placed each
+/// buffer (`placed`: buffer, replay address, bytes, in the order placed, so a later buffer at
+/// a reused address wins).
+pub fn name_addresses(t: &Trace, placed: &[(BufferId, u64, u64)], findings: &mut [Finding]) {
+    for f in findings {
+        f.buffer = f.address.and_then(|a| name_address(t, placed, a));
+    }
+}
+
+fn name_address(t: &Trace, placed: &[(BufferId, u64, u64)], a: u64) -> Option<String> {
+    let inside = placed
+        .iter()
+        .rev()
+        .find(|(_, p, n)| a >= *p && a - *p < (*n).max(1));
+    let (buf, bytes, what) = match inside {
+        Some(&(b, p, n)) => (b, n, format!("{b}+{:#x}", a - p)),
+        None => {
+            let &(b, p, n) = placed
+                .iter()
+                .filter(|(_, p, _)| *p <= a)
+                .max_by_key(|(_, p, _)| *p)?;
+            (b, n, format!("{} bytes past the end of {b}", a - p - n))
+        }
+    };
+    let mut s = format!("{what} ({bytes} bytes");
+    if let Some(c) = t.calls.iter().find(|c| {
+        matches!(&c.call, Call::Alloc { .. } | Call::AllocManaged { .. })
+            && matches!(&c.ret, Some(Ok(Value::Buffer(id))) if *id == buf)
+    }) {
+        s.push_str(&format!(
+            ", allocated by call #{} at {}",
+            c.seq,
+            t.site(c.site)
+        ));
+    }
+    if let Some(c) = t
+        .calls
+        .iter()
+        .find(|c| matches!(&c.call, Call::Free { ptr: DevAddr::Buf { buf: b, .. } } if *b == buf))
+    {
+        s.push_str(&format!(", freed by call #{}", c.seq));
+    }
+    s.push(')');
+    Some(s)
 }
 
 /// The findings a person reads: those in kernels first, then the failed calls that followed,
@@ -177,10 +286,16 @@ pub fn for_report(findings: &[Finding]) -> Vec<&Finding> {
     kernel.into_iter().chain(host).collect()
 }
 
-/// Whether `findings` show the fault `t` recorded: a kernel finding in a launch of one of its
-/// fault windows (the kernel's name as the trace has it ends with the sanitizer's, which
-/// drops the module). The first such finding.
+/// Whether `findings` show the fault `t` recorded: the finding `minimize --sanitize` kept
+/// (`Finding::Sanitizer`: the same first line in the same kernel), else a kernel finding in a
+/// launch of one of its fault windows. The first such finding.
 pub fn reproduces<'f>(t: &Trace, findings: &'f [Finding]) -> Option<&'f Finding> {
+    if let Some((what, kernel)) = kept(t) {
+        return findings.iter().filter(|f| f.in_kernel()).find(|f| {
+            f.what == what
+                && f.kernel.as_deref().map(finding_kernel) == Some(finding_kernel(kernel))
+        });
+    }
     let windows = crate::analysis::window::fault_windows(t);
     let in_windows: Vec<String> = t
         .calls
@@ -190,10 +305,48 @@ pub fn reproduces<'f>(t: &Trace, findings: &'f [Finding]) -> Option<&'f Finding>
         .collect();
     findings.iter().filter(|f| f.in_kernel()).find(|f| {
         let k = f.kernel.as_deref().unwrap_or_default();
-        in_windows
-            .iter()
-            .any(|name| name == k || name.ends_with(&format!("::{k}")) || name.contains(k))
+        in_windows.iter().any(|name| same_kernel(name, k))
     })
+}
+
+/// The finding a minimized trace keeps (`Finding::Sanitizer`): its first line and kernel.
+pub fn kept(t: &Trace) -> Option<(&str, &str)> {
+    t.findings.iter().find_map(|f| match f {
+        crate::trace::Finding::Sanitizer { what, kernel, .. } => {
+            Some((what.as_str(), kernel.as_str()))
+        }
+        _ => None,
+    })
+}
+
+/// The launch a minimized trace's kept finding was found in.
+pub fn kept_launch(t: &Trace) -> Option<u64> {
+    t.findings.iter().find_map(|f| match f {
+        crate::trace::Finding::Sanitizer { seq, .. } => Some(*seq),
+        _ => None,
+    })
+}
+
+/// The tool a minimized trace's kept finding came from.
+pub fn kept_tool(t: &Trace) -> Option<&str> {
+    t.findings.iter().find_map(|f| match f {
+        crate::trace::Finding::Sanitizer { tool, .. } => Some(tool.as_str()),
+        _ => None,
+    })
+}
+
+/// The last launch of `t` that ran the kernel a finding names: a minimized trace ends there
+/// (the tool says which kernel, not which of its launches).
+pub fn last_launch_of(t: &Trace, kernel: &str) -> Option<u64> {
+    t.calls
+        .iter()
+        .rev()
+        .find(|c| {
+            c.call
+                .launch()
+                .is_some_and(|(k, _)| same_kernel(&t.kernel_name(k), kernel))
+        })
+        .map(|c| c.seq)
 }
 
 #[cfg(test)]
@@ -302,6 +455,86 @@ mod tests {
         let clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n";
         assert!(parse(clean).is_empty());
         assert!(parse("").is_empty());
+    }
+
+    /// racecheck's analysis report names both accesses on the finding's own lines; composed
+    /// after the tool's documented shape (`scripts/gpu-bugreport.sh` records real ones).
+    #[test]
+    fn a_race_report_names_its_kernel_and_both_lines() {
+        let r = "\
+========= Error: Race reported between Write access at block_sum(float const *, float *)+0x1c0 in race.cu:14
+=========     and Read access at block_sum(float const *, float *)+0x200 in race.cu:16 [248 hazards]
+=========
+";
+        let f = parse(r);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].what, "Race reported between Write access");
+        assert_eq!(
+            f[0].kernel.as_deref(),
+            Some("block_sum(float const *, float *)")
+        );
+        assert_eq!(f[0].offset.as_deref(), Some("0x1c0"));
+        assert_eq!(f[0].source.as_deref(), Some("race.cu:14"));
+        assert!(f[0].detail[0].contains("race.cu:16"));
+        assert!(f[0].in_kernel());
+        assert!(same_kernel(
+            "race::_Z9block_sumPKfPf",
+            "block_sum(float const *, float *)"
+        ));
+        assert!(!same_kernel(
+            "race::_Z9other_sumPKfPf",
+            "block_sum(float const *, float *)"
+        ));
+    }
+
+    /// A finding's address, read from its lines, is named as the trace's buffer it lies in or
+    /// past, with the call that allocated it.
+    #[test]
+    fn a_finding_s_address_is_named_as_the_trace_s_buffer() {
+        let t = Trace::open(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/traces/python/h200_py_capture_item.gtape"
+        )))
+        .unwrap();
+        let bufs: Vec<BufferId> = t
+            .calls
+            .iter()
+            .filter_map(|c| match (&c.call, &c.ret) {
+                (Call::Alloc { .. }, Some(Ok(Value::Buffer(b)))) => Some(*b),
+                _ => None,
+            })
+            .take(2)
+            .collect();
+        let placed = [(bufs[0], 0x1000, 0x100), (bufs[1], 0x2000, 0x40)];
+        let mut f = parse(
+            "========= Invalid __global__ read of size 4 bytes\n\
+             =========     at k+0x70\n\
+             =========     Access to 0x2048 is out of bounds\n\
+             =========     and is 8 bytes after the nearest allocation at 0x2000 of size 64 bytes\n",
+        );
+        assert_eq!(f[0].address, Some(0x2048));
+        name_addresses(&t, &placed, &mut f);
+        let named = f[0].buffer.as_deref().unwrap();
+        assert!(
+            named.starts_with(&format!(
+                "8 bytes past the end of {} (64 bytes, allocated by call #",
+                bufs[1]
+            )),
+            "{named}"
+        );
+        f[0].address = Some(0x1010);
+        name_addresses(&t, &placed, &mut f);
+        assert!(
+            f[0].buffer
+                .as_deref()
+                .unwrap()
+                .starts_with(&format!("{}+0x10 (256 bytes", bufs[0])),
+            "{:?}",
+            f[0].buffer
+        );
+        f[0].address = Some(0x10);
+        name_addresses(&t, &placed, &mut f);
+        assert_eq!(f[0].buffer, None, "below every buffer: no name");
     }
 
     #[test]

@@ -18,12 +18,13 @@ use serde::{Deserialize, Serialize, Serializer};
 /// 9 added collective groups (`Call::CommGroupStart`, `CommGroupEnd`). 10 added
 /// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). 11 added `Frame::Restart`
 /// (a dump's later checkpoints) and `Frame::Clock` (the wall time of a trace's time 0). 12 added
-/// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). A format-2
-/// to 11 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 12;
-/// The oldest reader that can read what this build writes: a format-11 reader does not know
-/// `Frame::Stack` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 12;
+/// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). 13 added
+/// `Finding::Sanitizer` (what `minimize --sanitize` kept). A format-2 to 12 file reads the same
+/// as before.
+pub const FORMAT_VERSION: u16 = 13;
+/// The oldest reader that can read what this build writes: a format-12 reader does not know
+/// `Finding::Sanitizer` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 13;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -181,6 +182,19 @@ pub enum Finding {
         seq: u64,
         /// How many parameters the launch passed.
         params: u32,
+    },
+    /// What compute-sanitizer found in launch `seq` when `minimize --sanitize` kept it (a
+    /// race, a read of unwritten memory: no driver error marks it), so a replay under the same
+    /// tool knows what reproducing means (format 13).
+    Sanitizer {
+        /// The launch it was found in (its last launch of the kernel).
+        seq: u64,
+        /// The tool: memcheck, racecheck, initcheck or synccheck.
+        tool: String,
+        /// The finding's first line, as the tool wrote it.
+        what: String,
+        /// The kernel, as the tool names it.
+        kernel: String,
     },
 }
 

@@ -8,7 +8,7 @@ mod blobs;
 mod call;
 pub mod codec;
 pub mod crc;
-mod demangle;
+pub(crate) mod demangle;
 mod diff;
 mod elems;
 mod format;

@@ -452,6 +452,17 @@ pub fn render(t: &Trace) -> String {
                     "FINDING retained source of #{seq} ({site}) changed before the sync at #{at_sync}"
                 );
             }
+            Finding::Sanitizer {
+                seq,
+                tool,
+                what,
+                kernel,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "FINDING compute-sanitizer {tool}: {what} in {kernel} at #{seq} (replay --on cuda --sanitize {tool} reproduces it)"
+                );
+            }
         }
     }
     if let Some(c) = &t.cut {

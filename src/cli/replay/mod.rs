@@ -146,6 +146,17 @@ pub struct Args {
     /// a launch of the fault's window, whatever code the driver returned under it.
     #[arg(long, value_name = "TOOL", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS), conflicts_with_all = ["as_graph", "perfetto", "check_finite", "against", "chaos", "layout"])]
     sanitize: Option<String>,
+    /// On CUDA, run the replay under NVIDIA's cuda-gdb (found as `CUDA_GDB`, on PATH or under
+    /// CUDA_HOME): it stops in the kernel at a recorded fault's device exception, or in the
+    /// launch --break-at names. At a terminal you get the debugger's prompt there; otherwise
+    /// (a script, a log) it prints the kernel, the stack and the instructions where it
+    /// stopped, and exits.
+    #[arg(long, conflicts_with_all = ["as_graph", "perfetto", "check_finite", "against", "chaos", "layout", "sanitize", "loops"])]
+    debug: bool,
+    /// With --debug: stop in the kernel of launch #N, whatever happens first; its arguments
+    /// are printed as the trace names them, with where this replay put each buffer.
+    #[arg(long, value_name = "N", requires = "debug")]
+    break_at: Option<u64>,
     /// The trace, once opened (to choose `--on`): opened once, whatever reads it.
     #[arg(skip)]
     opened: Option<Box<crate::trace::Trace>>,

@@ -24,6 +24,7 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         scan_redzones_each: a.scan_redzones,
         verify: !a.no_verify,
         per_call_timing: a.timing || a.perfetto.is_some(),
+        break_before: a.break_at,
         ..Default::default()
     };
     let t = a.take_trace(ctx)?;
@@ -40,6 +41,8 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         steps,
         ref child_report,
         ref sanitize,
+        debug,
+        break_at,
         ..
     } = a;
     let sanitize = sanitize.as_deref();
@@ -75,6 +78,15 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
             t.calls.iter().filter(|c| c.ret.is_some()).count()
         );
     }
+    if let (None, None, Some((what, kernel))) =
+        (sanitize, child_report, crate::replayer::sanitizer::kept(&t))
+    {
+        eprintln!(
+            "note: {} keeps a compute-sanitizer finding ({what} in {kernel}) that no driver error shows: replay it with --on cuda --sanitize {}",
+            path.display(),
+            crate::replayer::sanitizer::kept_tool(&t).unwrap_or("memcheck")
+        );
+    }
     // What the trace records decides how it replays (see `replayer::ReplayPolicy`).
     let policy = crate::replayer::ReplayPolicy::of(&t);
     if as_graph && !policy.as_graph(true) && child_report.is_none() {
@@ -99,6 +111,9 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
             )
         })?;
         return in_child(ctx, &t, json, Some((tool, exe)));
+    }
+    if debug && std::env::var_os(crate::replayer::debugger::ENV_UNDER_DEBUGGER).is_none() {
+        return under_debugger(ctx, &t, path, on, break_at);
     }
     if (policy.isolate(on.fault_poisons_process()) || hang_dump)
         && !no_isolate
@@ -178,6 +193,61 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
     Ok(pass_if(passed))
 }
 
+/// `--debug`: this same command again, in this process's place, under cuda-gdb (the replay
+/// in one process: the debugger must see the faulting kernel).
+fn under_debugger(
+    ctx: &Ctx,
+    t: &crate::trace::Trace,
+    path: &std::path::Path,
+    on: super::super::backends::Backend,
+    break_at: Option<u64>,
+) -> Result<Exit> {
+    use crate::replayer::debugger;
+    use std::io::IsTerminal;
+    anyhow::ensure!(
+        !on.runs_cpu_twins(),
+        "--debug runs the replay under cuda-gdb, which debugs CUDA kernels: add --on cuda"
+    );
+    let exe = debugger::find().ok_or_else(|| {
+        super::super::backends::NeedsTool(
+            "cuda-gdb (set CUDA_GDB, put it on PATH, or CUDA_HOME)".into(),
+        )
+    })?;
+    // A kept sanitizer finding (a race, a read of unwritten memory) raises nothing on the
+    // device: stop in the launch it was found in.
+    let auto = break_at
+        .is_none()
+        .then(|| crate::replayer::sanitizer::kept_launch(t))
+        .flatten();
+    let mut inner = ctx.args.clone();
+    if let Some(n) = auto {
+        eprintln!(
+            "note: {} keeps a compute-sanitizer finding in launch #{n}: stopping in it",
+            path.display()
+        );
+        inner.extend(["--break-at".into(), n.to_string().into()]);
+    }
+    let break_at = break_at.or(auto);
+    if let Some(n) = break_at {
+        debugger::check_break_at(t, path, n)?;
+    } else if !crate::replayer::records_fault(t) {
+        eprintln!(
+            "note: {} records no fault, so nothing stops the debugger unless the replay faults; --break-at N stops in launch #N",
+            path.display()
+        );
+    }
+    let batch = !std::io::stdin().is_terminal();
+    let status = std::process::Command::new(&exe)
+        .args(debugger::args(break_at, batch))
+        .arg(std::env::current_exe()?)
+        .args(&inner)
+        .arg("--no-isolate")
+        .env(debugger::ENV_UNDER_DEBUGGER, "1")
+        .status()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", exe.display()))?;
+    Ok(pass_if(status.success()))
+}
+
 /// Replay in a child process (this same command again), so a fault that kills the CUDA
 /// context, or a hang, leaves this one to report it; a child killed as hung is judged by
 /// `replayer::child::HangVerdict`.
@@ -225,11 +295,17 @@ fn in_child(
         );
     };
     let mut v: serde_json::Value = serde_json::from_str(&text)?;
+    let placed: Vec<(crate::trace::BufferId, u64, u64)> = v["report"]
+        .as_object_mut()
+        .and_then(|r| r.remove("placed"))
+        .and_then(|p| serde_json::from_value(p).ok())
+        .unwrap_or_default();
     let mut extra = String::new();
     if let Some((tool, _)) = &sanitize {
         let report = std::fs::read_to_string(&log).unwrap_or_default();
         let _ = std::fs::remove_file(&log);
-        let findings = sanitizer::parse(&report);
+        let mut findings = sanitizer::parse(&report);
+        sanitizer::name_addresses(t, &placed, &mut findings);
         let shown = sanitizer::reproduces(t, &findings);
         let listed = sanitizer::for_report(&findings);
         extra.push_str(&format!(
@@ -239,13 +315,31 @@ fn in_child(
         for f in listed.iter().take(8) {
             extra.push_str(&format!("  {}\n", f.line()));
         }
-        if let Some(f) = shown {
-            extra.push_str(&format!(
-                "-> fault REPRODUCED under {tool}: {} names {} in the recorded fault's window (the driver's own code under the tool may differ from the recording's)\n",
-                f.what,
-                f.kernel.as_deref().unwrap_or_default()
-            ));
-            v["passed"] = true.into();
+        match (shown, sanitizer::kept(t)) {
+            (Some(f), Some(_)) => {
+                extra.push_str(&format!(
+                    "-> finding REPRODUCED under {tool}: {} in {}, as minimize kept it\n",
+                    f.what,
+                    f.kernel.as_deref().unwrap_or_default()
+                ));
+                v["passed"] = true.into();
+            }
+            (Some(f), None) => {
+                extra.push_str(&format!(
+                    "-> fault REPRODUCED under {tool}: {} names {} in the recorded fault's window (the driver's own code under the tool may differ from the recording's)\n",
+                    f.what,
+                    f.kernel.as_deref().unwrap_or_default()
+                ));
+                v["passed"] = true.into();
+            }
+            (None, Some((what, kernel))) => {
+                extra.push_str(&format!(
+                    "-> NOT REPRODUCED: the trace keeps {what} in {kernel} (compute-sanitizer {}), and {tool} did not find it\n",
+                    sanitizer::kept_tool(t).unwrap_or_default()
+                ));
+                v["passed"] = false.into();
+            }
+            (None, None) => {}
         }
         v["report"]["sanitizer"] = serde_json::json!({
             "tool": tool,
@@ -413,7 +507,12 @@ fn eager(
             out.push_str(&format!("  #{:<6} {:10.1} us\n", c.seq, c.us));
         }
     }
-    let report = crate::replayer::replay_json(Some(&rep), None);
+    let mut report = crate::replayer::replay_json(Some(&rep), None);
+    if child {
+        // Where each buffer landed, for the parent to name the addresses a sanitizer's
+        // findings give (taken out of the report before anyone sees it).
+        report["placed"] = serde_json::to_value(&rep.seen.bufs)?;
+    }
     Ok(Outcome {
         text: out,
         report,
