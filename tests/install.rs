@@ -266,6 +266,42 @@ fn the_book_s_pages_and_links_resolve() {
     }
 }
 
+/// The trace-format page describes every kind of frame the code writes: a variant added to
+/// `Frame` without a line in the page fails here, naming it.
+#[test]
+fn the_trace_format_page_names_every_frame_kind() {
+    let code = std::fs::read_to_string(root().join("src/trace/frame.rs")).unwrap();
+    let body = code
+        .split("pub enum Frame {")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}").next())
+        .expect("src/trace/frame.rs declares `pub enum Frame`");
+    let kinds: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| {
+            l.split(|c: char| !c.is_ascii_alphanumeric())
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        kinds.len() > 20,
+        "read {} frame kinds: {kinds:?}",
+        kinds.len()
+    );
+    let page = std::fs::read_to_string(root().join("docs/book/src/trace-format.md")).unwrap();
+    let missing: Vec<&&str> = kinds
+        .iter()
+        .filter(|k| !page.contains(&format!("Frame::{k}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "trace-format.md does not describe {missing:?}"
+    );
+}
+
 /// The targets of a markdown page's inline links, `[text](target)`, outside code.
 fn links(md: &str) -> Vec<String> {
     let mut out = Vec::new();

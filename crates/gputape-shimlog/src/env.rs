@@ -315,6 +315,13 @@ pub const VARS: &[Var] = &[
         User,
         "`1`: each process says at exit how long its threads spent in the recorder's own code.",
     ),
+    var(
+        "GPUTAPE_UNDER_DEBUGGER",
+        "unset",
+        "`replay --debug`",
+        Run,
+        "Marks the replay cuda-gdb runs, so it replays in place instead of starting the debugger again (set by `replay --debug`, not by hand).",
+    ),
 ];
 
 /// The row of `name`, if gputape reads it.
