@@ -147,6 +147,14 @@ print('reproduced', s.get('reproduced'), '| what', f.get('what'), '| kernel', f.
         fi
     fi
 
+    case $name in uaf)
+        # Whether cuda-gdb stops in a kernel here at all: the program itself, no gputape.
+        echo "--- f0. cuda-gdb on the program itself (break on launch)"
+        step "cuda-gdb ./$name" 120 "$OUT/$name.gdb-direct.log" cuda-gdb -q -batch \
+            -ex 'set pagination off' -ex 'set cuda break_on_launch application' -ex run \
+            -ex 'info cuda kernels' -ex 'bt 4' -ex 'info cuda devices' --args "${prog[@]}"
+        grep -v '^\[' "$OUT/$name.gdb-direct.log" | tail -25 | cut -c1-250 ;;
+    esac
     case $name in triton-oob | embedding | uaf)
         echo "--- f. replay --debug"
         if have "$min" "minimized trace"; then

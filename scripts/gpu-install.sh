@@ -7,7 +7,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-gpu-bin}
-PY=${PYTHON:-python3}
+# The image's Python (whose environment holds torch) by its full path: the wheel's venv goes
+# first on PATH below, and a bare python3 would then be the venv's, which has no torch.
+PY=$(command -v "${PYTHON:-python3}")
 OUT=${OUT:-/tmp/gt-install}
 rm -rf "$OUT"; mkdir -p "$OUT/bin" "$OUT/home"
 cp "$B/gputape" "$OUT/bin/gputape"; chmod +x "$OUT/bin/gputape"

@@ -1145,6 +1145,70 @@ fn a_module_variable_is_recorded_as_a_buffer_and_replayed() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A kernel launched cooperatively (`cuLaunchCooperativeKernel`, and `cuLaunchKernelEx` with
+/// the cooperative attribute) is recorded as a launch of a kernel marked cooperative, not kept
+/// by name; the mark survives into the standalone program, which launches it cooperatively
+/// again, and that program's own recording marks it too.
+#[test]
+fn a_cooperative_launch_is_recorded_and_exported_as_one() {
+    let d = support::scratch("run-cooperative");
+    let prog = support::cooperative_program(&d);
+    let trace = d.join("coop.gtape");
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("back[3] = 54, errors 0"), "{out}");
+    assert!(
+        !err.contains("cuLaunchCooperativeKernel x"),
+        "kept by name: {err}"
+    );
+    assert!(!err.contains("cuLaunchKernelEx x"), "kept by name: {err}");
+    let shown = |t: &std::path::Path| text(&gputape(&["show".as_ref(), t.as_ref()]).stdout);
+    let s = shown(&trace);
+    let kernel_line = s
+        .lines()
+        .find(|l| l.starts_with("kernel k0 ="))
+        .unwrap_or("");
+    assert!(
+        kernel_line.ends_with(" cooperative") || kernel_line.contains(" cooperative "),
+        "{s}"
+    );
+    let launches = s.lines().filter(|l| l.contains("<<<")).count();
+    assert_eq!(launches, 2, "{s}");
+    let dir = d.join("repro");
+    let o = gputape(&[
+        "export".as_ref(),
+        "--program".as_ref(),
+        dir.as_ref(),
+        trace.as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+    assert_eq!(
+        source.matches("cuLaunchCooperativeKernel(fn[0]").count(),
+        2,
+        "{source}"
+    );
+    let bin = support::link_program(&dir, "repro", &source);
+    let again = d.join("repro.gtape");
+    let o = run(&[
+        "-o".as_ref(),
+        again.as_ref(),
+        "--".as_ref(),
+        bin.as_ref(),
+        dir.join("data").as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let s = shown(&again);
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("kernel k0 =") && l.contains(" cooperative")),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// Copies of every shape a CUDA C++ program makes: 2D copies between pitched and packed memory
 /// (with a sub-rectangle read back asynchronously into a unified address), a 3D box there and
 /// back, the generic `cuMemcpy` both ways and a peer copy are recorded as the plain copies they
@@ -1266,7 +1330,8 @@ fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
         out.contains("the recorded fault (status 700 at call #") && out.contains("REPRODUCED"),
         "{out}"
     );
-    // The repro's own calls, recorded: the original's launches, copies and syncs, in order.
+    // The repro's own calls, recorded: the original's launches, copies and syncs, in order,
+    // then its final wait for the device.
     let calls = |t: &std::path::Path| -> Vec<String> {
         let o = gputape(&["show".as_ref(), t.as_ref()]);
         text(&o.stdout)
@@ -1280,7 +1345,9 @@ fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
             .filter(|k| !k.starts_with("cuCtxSetCurrent"))
             .collect()
     };
-    assert_eq!(calls(&again), calls(&trace));
+    let mut want = calls(&trace);
+    want.push("synchronize".into());
+    assert_eq!(calls(&again), want);
 
     // A call kept by name only: refused, and the call named.
     let records = support::records_program(&d);

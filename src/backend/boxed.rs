@@ -208,6 +208,11 @@ macro_rules! forward_through {
             }
 
             #[track_caller]
+            fn set_kernel_cooperative(&self, kernel: KernelHandle) -> Result<()> {
+                (**self).set_kernel_cooperative(kernel)
+            }
+
+            #[track_caller]
             fn module_global(&self, module: &str, name: &str) -> Result<(DevicePtr, u64)> {
                 (**self).module_global(module, name)
             }

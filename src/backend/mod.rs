@@ -299,6 +299,16 @@ pub trait GpuBackend: Send + Sync {
         anyhow::bail!("this backend cannot launch in thread-block clusters (asked for {dims:?})")
     }
 
+    /// Launch `kernel` from now on cooperatively (what a driver-level recording's
+    /// `cuLaunchCooperativeKernel` did: every block resident at once, so a grid-wide sync
+    /// returns; launched plainly, such a kernel can wait forever). Not a recorded call.
+    /// Default: refused.
+    #[track_caller]
+    fn set_kernel_cooperative(&self, kernel: KernelHandle) -> Result<()> {
+        let _ = kernel;
+        anyhow::bail!("this backend cannot launch kernels cooperatively")
+    }
+
     /// Async host-to-device copy whose source may be dropped or reused as soon as this returns.
     /// Default: the synchronous copy, which trivially keeps that promise.
     #[track_caller]

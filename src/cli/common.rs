@@ -126,6 +126,16 @@ pub fn with_tag(p: &Path, tag: &str) -> PathBuf {
 }
 
 /// `dir/.name.partial-PID`, beside `out`.
+/// A file removed when this is dropped, however the function that made it returns (a scratch
+/// file an error must not leave in the user's directory).
+pub struct Scratch(pub PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 pub fn temp_beside(out: &Path) -> PathBuf {
     let name = out
         .file_name()

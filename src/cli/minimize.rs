@@ -221,16 +221,17 @@ fn minimize(
         verify: false,
         ..Default::default()
     };
-    let attempt_file = temp_beside(out).with_extension("attempt.gtape");
+    let scratch = super::common::Scratch(temp_beside(out).with_extension("attempt.gtape"));
+    let attempt_file = &scratch.0;
     // A candidate replayed on `on` by a child `replay --json` with `extra` arguments: its
     // report, or `None` where it printed none (it died first).
     let child_json =
         |cand: &crate::trace::Trace, extra: &[&str]| -> Result<Option<serde_json::Value>> {
-            std::fs::write(&attempt_file, cand.to_bytes()?)?;
+            std::fs::write(attempt_file, cand.to_bytes()?)?;
             let child = std::process::Command::new(std::env::current_exe()?)
                 .args(["replay", "--on", on.name(), "--json"])
                 .args(extra)
-                .arg(&attempt_file)
+                .arg(attempt_file)
                 .stderr(std::process::Stdio::null())
                 .output()?;
             Ok(serde_json::from_slice(&child.stdout).ok())
@@ -240,10 +241,10 @@ fn minimize(
             return finite_signature(ctx, on, cand);
         }
         if hang {
-            std::fs::write(&attempt_file, cand.to_bytes()?)?;
+            std::fs::write(attempt_file, cand.to_bytes()?)?;
             let child = std::process::Command::new(std::env::current_exe()?)
                 .args(["replay", "--on", on.name(), "--json"])
-                .arg(&attempt_file)
+                .arg(attempt_file)
                 .env("GPUTAPE_REPLAY_DEADLINE_S", &deadline)
                 .stderr(std::process::Stdio::null())
                 .output()?;
@@ -318,7 +319,6 @@ fn minimize(
         }
         (None, None) => minimize(&t, &mut oracle, max_attempts, &mut progress),
     };
-    let _ = std::fs::remove_file(&attempt_file);
     let m = match m {
         Ok(m) => m,
         // A recorded fault the replay does not reproduce is a finding (exit 1), as for

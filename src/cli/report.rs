@@ -23,9 +23,11 @@ pub struct Args {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["output", "json"])]
     bug: Option<PathBuf>,
     /// With --bug: the compute-sanitizer tool (memcheck for faults; racecheck for a race in
-    /// shared memory; initcheck for reads of never-written memory; synccheck).
-    #[arg(long, value_name = "TOOL", default_value = "memcheck", requires = "bug", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS))]
-    tool: String,
+    /// shared memory; initcheck for reads of never-written memory; synccheck). Default:
+    /// memcheck, then, when it finds nothing to keep, racecheck, initcheck and synccheck in
+    /// turn.
+    #[arg(long, value_name = "TOOL", requires = "bug", value_parser = clap::builder::PossibleValuesParser::new(crate::replayer::sanitizer::TOOLS))]
+    tool: Option<String>,
     /// Print a summary of the page written as JSON (schema gputape.report.v1); the page then
     /// goes to a file, not stdout.
     #[arg(long)]
@@ -53,7 +55,7 @@ struct Summary<'a> {
 pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if let Some(dir) = &a.bug {
         let dir = super::report_bug::check_dir(dir)?;
-        return super::report_bug::exec(ctx, &a.trace, &dir, &a.tool);
+        return super::report_bug::exec(ctx, &a.trace, &dir, a.tool.as_deref());
     }
     let output = a
         .output

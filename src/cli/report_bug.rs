@@ -43,33 +43,61 @@ fn last_line(text: &str) -> &str {
         .unwrap_or("")
 }
 
-pub fn exec(ctx: &Ctx, trace: &Path, dir: &Path, tool: &str) -> Result<Exit> {
+/// The tools `--bug` tries in turn when none is named: what a fault needs first, then what
+/// finds a bug that faults nothing.
+const TOOL_ORDER: [&str; 4] = ["memcheck", "racecheck", "initcheck", "synccheck"];
+
+pub fn exec(ctx: &Ctx, trace: &Path, dir: &Path, tool: Option<&str>) -> Result<Exit> {
     let t = super::common::open_trace(ctx, trace)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let sanitizer = crate::replayer::sanitizer::find();
     let os = |s: &str| std::ffi::OsString::from(s);
     let min = dir.join("min.gtape");
 
-    // 1. The fewest calls that still fail the same way.
-    let mut args = vec![
-        os("minimize"),
-        os("--on"),
-        os("cuda"),
-        os("-o"),
-        min.clone().into(),
-    ];
-    if sanitizer.is_some() {
-        args.extend([os("--sanitize"), os(tool)]);
+    // 1. The fewest calls that still fail the same way: under the tool named, or under each
+    //    in turn until one finds something to keep.
+    let tools: Vec<&str> = match (tool, &sanitizer) {
+        (_, None) => vec![tool.unwrap_or(TOOL_ORDER[0])],
+        (Some(named), Some(_)) => vec![named],
+        (None, Some(_)) => TOOL_ORDER.to_vec(),
+    };
+    let mut log = String::new();
+    let mut tool = tools[0];
+    let mut m = None;
+    for &each in &tools {
+        let mut args = vec![
+            os("minimize"),
+            os("--on"),
+            os("cuda"),
+            os("-o"),
+            min.clone().into(),
+        ];
+        if sanitizer.is_some() {
+            args.extend([os("--sanitize"), os(each)]);
+        }
+        args.push(trace.into());
+        let s = step(
+            &format!("minimize under {each}"),
+            &args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>(),
+        )?;
+        let under = if sanitizer.is_some() {
+            format!(" --sanitize {each}")
+        } else {
+            String::new()
+        };
+        log.push_str(&format!(
+            "$ gputape minimize{under}\n{}{}",
+            s.stdout, s.stderr
+        ));
+        tool = each;
+        let nothing = s.stderr.contains("finds nothing in a kernel");
+        m = Some(s);
+        if !nothing {
+            break;
+        }
     }
-    args.push(trace.into());
-    let m = step(
-        "minimize",
-        &args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>(),
-    )?;
-    std::fs::write(
-        dir.join("minimize.log"),
-        format!("{}{}", m.stdout, m.stderr),
-    )?;
+    let m = m.expect("at least one tool is tried");
+    std::fs::write(dir.join("minimize.log"), log)?;
     let (repro, minimized) = if m.ok && min.is_file() {
         (min.clone(), true)
     } else {

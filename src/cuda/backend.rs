@@ -89,6 +89,8 @@ pub struct CudaBackend {
     pub(super) smem_allowed: RwLock<HashMap<u64, u32>>,
     /// Functions launched in thread-block clusters (`set_kernel_cluster`), and of what shape.
     pub(super) clusters: RwLock<HashMap<u64, [u32; 3]>>,
+    /// Functions launched cooperatively (`set_kernel_cooperative`).
+    pub(super) cooperative: RwLock<std::collections::HashSet<u64>>,
 }
 
 // SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
@@ -191,6 +193,7 @@ impl CudaBackend {
             word_params: RwLock::new(HashMap::new()),
             smem_allowed: RwLock::new(HashMap::new()),
             clusters: RwLock::new(HashMap::new()),
+            cooperative: RwLock::new(std::collections::HashSet::new()),
             cfg,
         };
         b.default_stream = b.new_stream()?;
@@ -528,6 +531,12 @@ impl GpuBackend for CudaBackend {
             "a thread-block cluster of {dims:?} blocks is not one the device launches"
         );
         self.clusters.write().insert(kernel.0, dims);
+        Ok(())
+    }
+
+    #[track_caller]
+    fn set_kernel_cooperative(&self, kernel: KernelHandle) -> Result<()> {
+        self.cooperative.write().insert(kernel.0);
         Ok(())
     }
 

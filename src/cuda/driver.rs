@@ -52,9 +52,27 @@ pub(super) fn st(s: u64) -> sys::CUstream {
 /// is absent, so this is checked before anything else touches the driver).
 #[inline]
 pub(super) fn library_present() -> bool {
+    pin_by_soname();
     // SAFETY: only tries to dlopen the driver library by its usual names and drops the handle;
     // no symbol is called.
     unsafe { sys::is_culib_present() }
+}
+
+/// Loads the driver as `libcuda.so.1` and keeps it loaded, before cudarc loads it by its
+/// first candidate name, `libcuda.so`. The loader maps one file once: cudarc's later load of
+/// the `libcuda.so` link returns this one, so the process holds the driver under its soname.
+/// cuda-gdb looks for the driver by that name: loaded as `libcuda.so`, it never attaches to
+/// the GPU side (no kernel breakpoint, no device exception: `replay --debug` stopped nowhere
+/// on an H100 until this). Where there is no `libcuda.so.1`, nothing changes.
+fn pin_by_soname() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: dlopen of the system's driver library by its soname; the handle is kept
+        // for the life of the process on purpose (as cudarc keeps its own) and no symbol of
+        // it is called here.
+        let _ =
+            unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    });
 }
 
 // ---- initialisation, devices, contexts ----

@@ -39,7 +39,10 @@ impl CudaBackend {
                 .map_err(|e| self.probe(e))?;
             self.smem_allowed.write().insert(func.0, shared_mem);
         }
-        if self.launches_programmatically(func) || self.clusters.read().contains_key(&func.0) {
+        if self.launches_programmatically(func)
+            || self.clusters.read().contains_key(&func.0)
+            || self.cooperative.read().contains(&func.0)
+        {
             // SAFETY: the trait's contract: `func` is a kernel of this backend, `stream` one of
             // its streams or 0, and `params[i]` points at the i-th argument's value.
             unsafe { self.launch_programmatic(func, grid, block, shared_mem, stream, params) }

@@ -227,7 +227,8 @@ impl CudaBackend {
 
     /// `cuLaunchKernelEx` with programmatic stream serialization allowed (PDL: the kernel may
     /// begin while its predecessor in the stream runs, and waits for it in
-    /// `griddepcontrol.wait`) and/or in the thread-block clusters `set_kernel_cluster` gave.
+    /// `griddepcontrol.wait`) and/or in the thread-block clusters `set_kernel_cluster` gave,
+    /// and/or cooperatively (`set_kernel_cooperative`).
     ///
     /// # Safety
     /// As `GpuBackend::launch`: `func` is a kernel of this backend, `stream` one of its streams
@@ -242,7 +243,7 @@ impl CudaBackend {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         // SAFETY: a plain C struct and union; all-zero is a valid value (id 0 is "ignore").
-        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut attrs: [sys::CUlaunchAttribute; 3] = unsafe { std::mem::zeroed() };
         let mut n = 0;
         if self.launches_programmatically(func) {
             attrs[n].id =
@@ -255,6 +256,11 @@ impl CudaBackend {
             attrs[n].value.clusterDim.x = x;
             attrs[n].value.clusterDim.y = y;
             attrs[n].value.clusterDim.z = z;
+            n += 1;
+        }
+        if self.cooperative.read().contains(&func.0) {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[n].value.cooperative = 1;
             n += 1;
         }
         let config = sys::CUlaunchConfig {

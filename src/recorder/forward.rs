@@ -613,6 +613,11 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
     }
 
     #[track_caller]
+    fn set_kernel_cooperative(&self, kernel: crate::backend::KernelHandle) -> anyhow::Result<()> {
+        self.inner.set_kernel_cooperative(kernel)
+    }
+
+    #[track_caller]
     fn kernel_registry(&self) -> Option<Arc<KernelRegistry>> {
         let tok = self.begin(Location::caller(), |_| Call::KernelRegistry);
         let v = self.inner.kernel_registry();

@@ -578,6 +578,12 @@ impl<'t> Shrink<'t> {
             .filter(|(k, _)| out.kernels.contains_key(k))
             .map(|(k, d)| (*k, *d))
             .collect();
+        out.kernel_cooperative = t
+            .kernel_cooperative
+            .iter()
+            .filter(|k| out.kernels.contains_key(k))
+            .copied()
+            .collect();
         out.addresses = t
             .addresses
             .iter()

@@ -5,7 +5,7 @@
 //! fault counts as reproduced when the sanitizer names a launch of the recorded fault's window,
 //! whatever the driver said.
 
-use crate::trace::{BufferId, Call, DevAddr, Trace, Value};
+use crate::trace::{Arg, BufferId, Call, DevAddr, Trace, Value};
 use std::path::{Path, PathBuf};
 
 /// The tools a replay runs under.
@@ -155,8 +155,13 @@ pub fn parse(report: &str) -> Vec<Finding> {
         let text = body.trim();
         if !indented {
             in_frames = false;
-            if text.starts_with("COMPUTE-SANITIZER")
-                || text.starts_with("ERROR SUMMARY")
+            // A tool's tallies ("ERROR SUMMARY: ...", racecheck's "RACECHECK SUMMARY: 3
+            // hazards displayed ...") are not findings.
+            let tally = text
+                .split_once(" SUMMARY:")
+                .is_some_and(|(h, _)| h.chars().all(|c| c.is_ascii_uppercase() || c == ' '));
+            if tally
+                || text.starts_with("COMPUTE-SANITIZER")
                 || text.starts_with("Target application returned")
             {
                 continue;
@@ -244,14 +249,27 @@ fn name_address(t: &Trace, placed: &[(BufferId, u64, u64)], a: u64) -> Option<St
         .iter()
         .rev()
         .find(|(_, p, n)| a >= *p && a - *p < (*n).max(1));
-    let (buf, bytes, what) = match inside {
-        Some(&(b, p, n)) => (b, n, format!("{b}+{:#x}", a - p)),
-        None => {
-            let &(b, p, n) = placed
-                .iter()
-                .filter(|(_, p, _)| *p <= a)
-                .max_by_key(|(_, p, _)| *p)?;
+    let below = placed
+        .iter()
+        .filter(|(_, p, _)| *p <= a)
+        .max_by_key(|(_, p, _)| *p);
+    // An address the recording passed as it was, in no buffer (a freed one, or memory the
+    // recording never saw allocated), reaches the replay unchanged: the fault is there, not
+    // past whichever buffer the replay happened to place below it.
+    let raw = raw_pointer_below(t, a);
+    let (buf, bytes, what) = match (inside, below) {
+        (Some(&(b, p, n)), _) => (b, n, format!("{b}+{:#x}", a - p)),
+        (None, Some(&(b, p, n))) if raw.is_none_or(|v| a - p - n < a - v) => {
             (b, n, format!("{} bytes past the end of {b}", a - p - n))
+        }
+        _ => {
+            let v = raw?;
+            return Some(format!(
+                "{v:#x}+{:#x}: an address the recording passed as it was, in none of its \
+                 buffers when recorded (freed before the launch, or allocated where gputape \
+                 did not see it), so no buffer of the replay holds it",
+                a - v
+            ));
         }
     };
     let mut s = format!("{what} ({bytes} bytes");
@@ -274,6 +292,22 @@ fn name_address(t: &Trace, placed: &[(BufferId, u64, u64)], a: u64) -> Option<St
     }
     s.push(')');
     Some(s)
+}
+
+/// The greatest pointer-like value a launch of `t` passed as a plain value (in no buffer when
+/// recorded) at or below `a`, within 1 GiB of it.
+fn raw_pointer_below(t: &Trace, a: u64) -> Option<u64> {
+    const REACH: u64 = 1 << 30;
+    t.calls
+        .iter()
+        .filter_map(|c| c.call.launch())
+        .flat_map(|(_, args)| args.iter())
+        .filter_map(|arg| match arg {
+            Arg::Val(b) if b.len() == 8 => Some(u64::from_le_bytes(b[..].try_into().ok()?)),
+            _ => None,
+        })
+        .filter(|v| *v >= 1 << 32 && *v <= a && a - *v < REACH)
+        .max()
 }
 
 /// The findings a person reads: those in kernels first, then the failed calls that followed,
@@ -457,33 +491,56 @@ mod tests {
         assert!(parse("").is_empty());
     }
 
-    /// racecheck's analysis report names both accesses on the finding's own lines; composed
-    /// after the tool's documented shape (`scripts/gpu-bugreport.sh` records real ones).
+    /// racecheck's analysis report names both accesses on the finding's own lines: the report
+    /// of `scripts/cuda/race.cu` on an H100 (compute-sanitizer 2025.3.1), three launches.
     #[test]
     fn a_race_report_names_its_kernel_and_both_lines() {
-        let r = "\
-========= Error: Race reported between Write access at block_sum(float const *, float *)+0x1c0 in race.cu:14
-=========     and Read access at block_sum(float const *, float *)+0x200 in race.cu:16 [248 hazards]
-=========
-";
+        let r = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/racecheck-race.log"
+        ));
         let f = parse(r);
-        assert_eq!(f.len(), 1, "{f:#?}");
-        assert_eq!(f[0].what, "Race reported between Write access");
+        assert_eq!(f.len(), 3, "{f:#?}");
+        let kernel = "neighbor_sum(const float *, float *, int)";
+        for x in &f {
+            assert_eq!(x.what, "Race reported between Write access");
+            assert_eq!(x.kernel.as_deref(), Some(kernel));
+            assert_eq!(x.offset.as_deref(), Some("0xf0"));
+            assert_eq!(x.source.as_deref(), Some("race.cu:15"));
+            assert!(x.detail[0].contains("Read access"), "{:?}", x.detail);
+            assert!(x.detail[0].contains("race.cu:17"), "{:?}", x.detail);
+            assert!(x.in_kernel());
+        }
+        assert!(same_kernel("race::_Z12neighbor_sumPKfPfi", kernel));
+        assert!(!same_kernel("race::_Z12neighbor_maxPKfPfi", kernel));
+    }
+
+    /// initcheck's report: the first four of its 65,536 findings on `scripts/cuda/uninit.cu`
+    /// (an H100, compute-sanitizer 2025.3.1) and its two tallies, which are not findings.
+    #[test]
+    fn an_initcheck_report_names_the_kernel_line_thread_and_address() {
+        let r = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/initcheck-uninit.log"
+        ));
+        let f = parse(r);
+        assert_eq!(f.len(), 4, "{f:#?}");
+        assert_eq!(
+            f[0].what,
+            "Uninitialized __global__ memory read of size 4 bytes"
+        );
         assert_eq!(
             f[0].kernel.as_deref(),
-            Some("block_sum(float const *, float *)")
+            Some("twice(const float *, float *, int)")
         );
-        assert_eq!(f[0].offset.as_deref(), Some("0x1c0"));
-        assert_eq!(f[0].source.as_deref(), Some("race.cu:14"));
-        assert!(f[0].detail[0].contains("race.cu:16"));
-        assert!(f[0].in_kernel());
+        assert_eq!(f[0].source.as_deref(), Some("uninit.cu:11"));
+        assert_eq!(f[0].thread.as_deref(), Some("(64,0,0)"));
+        assert_eq!(f[0].block.as_deref(), Some("(8,0,0)"));
+        assert_eq!(f[0].address, Some(0x7f64_b484_2100));
+        assert_eq!(f[3].address, Some(0x7f64_b484_210c));
         assert!(same_kernel(
-            "race::_Z9block_sumPKfPf",
-            "block_sum(float const *, float *)"
-        ));
-        assert!(!same_kernel(
-            "race::_Z9other_sumPKfPf",
-            "block_sum(float const *, float *)"
+            "uninit::_Z5twicePKfPfi",
+            f[0].kernel.as_deref().unwrap()
         ));
     }
 
@@ -535,6 +592,64 @@ mod tests {
         f[0].address = Some(0x10);
         name_addresses(&t, &placed, &mut f);
         assert_eq!(f[0].buffer, None, "below every buffer: no name");
+    }
+
+    /// A use after free, minimized: the freed buffer's recorded address reaches the replay as
+    /// a plain value, and the sanitizer's address near it is named as that address, not as
+    /// some distance past whichever buffer the replay placed below it.
+    #[test]
+    fn an_address_a_launch_passed_raw_is_named_as_that_not_as_past_a_buffer() {
+        let mut t = Trace::open(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/traces/python/h200_py_capture_item.gtape"
+        )))
+        .unwrap();
+        let stale: u64 = 0x7fc9_dfe0_0000;
+        let mut launch = t
+            .calls
+            .iter()
+            .find(|c| c.call.launch().is_some())
+            .unwrap()
+            .clone();
+        if let Call::Launch { args, .. } | Call::LaunchTyped { args, .. } = &mut launch.call {
+            *args = vec![Arg::Val(crate::trace::ArgBytes(
+                stale.to_le_bytes().into_iter().collect(),
+            ))]
+            .into();
+        }
+        t.calls.push(launch);
+        let buf = t
+            .calls
+            .iter()
+            .find_map(|c| match (&c.call, &c.ret) {
+                (Call::Alloc { .. }, Some(Ok(Value::Buffer(b)))) => Some(*b),
+                _ => None,
+            })
+            .unwrap();
+        // The replay placed a buffer far below the stale address.
+        let placed = [(buf, 0x7f29_5ec0_0000, 0x100000)];
+        let mut f = parse(
+            "========= Invalid __global__ read of size 4 bytes\n\
+             =========     at scale_copy(const float *, float *, int)+0xc0 in uaf.cu:12\n\
+             =========     Access to 0x7fc9dfe02000 is out of bounds\n",
+        );
+        name_addresses(&t, &placed, &mut f);
+        let named = f[0].buffer.as_deref().unwrap();
+        assert!(
+            named.starts_with("0x7fc9dfe00000+0x2000: an address the recording passed as it was"),
+            "{named}"
+        );
+        // Just past the buffer, the buffer still names it.
+        f[0].address = Some(0x7f29_5ec0_0000 + 0x100000 + 4);
+        name_addresses(&t, &placed, &mut f);
+        assert!(
+            f[0].buffer
+                .as_deref()
+                .unwrap()
+                .starts_with(&format!("4 bytes past the end of {buf}")),
+            "{:?}",
+            f[0].buffer
+        );
     }
 
     #[test]

@@ -220,6 +220,16 @@ impl<'t> Replayer<'t> {
                 });
             }
         }
+        // Kernels a driver-level recording launched cooperatively.
+        for id in &self.trace.kernel_cooperative {
+            let Some(h) = out.get(id) else { continue };
+            if let Err(e) = gpu.set_kernel_cooperative(*h) {
+                return Err(ReplayError::Setup {
+                    what: format!("launching {} cooperatively", self.trace.kernel_name(*id)),
+                    cause: format!("{e:#}"),
+                });
+            }
+        }
         Ok((out, opaque))
     }
 

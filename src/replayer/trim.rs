@@ -106,6 +106,7 @@ impl Replayer<'_> {
             modules: t.modules.clone(),
             module_images: t.module_images.clone(),
             kernel_clusters: t.kernel_clusters.clone(),
+            kernel_cooperative: t.kernel_cooperative.clone(),
             kernels: t.kernels.clone(),
             stopped: true,
             ..Default::default()

@@ -181,8 +181,14 @@ impl Gen<'_> {
                     ptrs.join(", ")
                 };
                 let _ = writeln!(s, "    void *p[] = {{{list}}};");
+                // A cooperative kernel's launch takes no `extra`.
+                let (entry, extra) = if t.kernel_cooperative.contains(kernel) {
+                    ("cuLaunchCooperativeKernel", "")
+                } else {
+                    ("cuLaunchKernel", ", 0")
+                };
                 let expr = format!(
-                    "cuLaunchKernel(fn[{f}], {}, {}, {}, {}, {}, {}, {shared_mem}, {}, p, 0)",
+                    "{entry}(fn[{f}], {}, {}, {}, {}, {}, {}, {shared_mem}, {}, p{extra})",
                     grid[0],
                     grid[1],
                     grid[2],
@@ -195,7 +201,7 @@ impl Gen<'_> {
                     self,
                     s,
                     &expr,
-                    &format!("cuLaunchKernel {}", t.kernel_name(*kernel)),
+                    &format!("{entry} {}", t.kernel_name(*kernel)),
                 );
                 s.push_str("    }\n");
             }

@@ -585,9 +585,10 @@ impl<'a> Gen<'a> {
         for c in &t.calls {
             self.call(&mut s, c, &mut pending)?;
         }
-        if !pending.is_empty() {
-            s.push_str("    cuCtxSynchronize();\n");
-        }
+        // The work still running is waited for, always: a tool that judges a kernel once it
+        // has finished (compute-sanitizer's racecheck) sees nothing of a kernel the exit
+        // tears down, and an error the device raises late is said, not lost.
+        s.push_str("    finish(cuCtxSynchronize());\n");
         for (seq, var, file, len, _) in pending.drain(..) {
             let _ = writeln!(s, "    bytes({seq}, {var}, {}, {len});", c_str(&file));
         }

@@ -33,6 +33,9 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
                         void **extra);
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                   CUstream s, void **params);
 CUresult cuStreamCreate(CUstream *s, unsigned flags);
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
@@ -97,13 +100,22 @@ static void bytes(int seq, const void *got, const char *name, size_t n) {
     free(want);
 }
 
+/* The status of the final wait for the device: an error there that no recorded fault
+ * explains is the repro's own finding. */
+static void finish(CUresult r) {
+    if (r && first_fault < 0) {
+        printf("repro: waiting for the device at the end returned %d\n", r);
+        if (first_off < 0) first_off = -2;
+    }
+}
+
 static int verdict(void) {
     if (first_fault >= 0)
         printf("repro: the recorded fault (status %d at call #%d) %s\n", fault_code, first_fault,
                fault_as_recorded ? "REPRODUCED" : "NOT reproduced");
     if (first_off >= 0)
         printf("repro: first call not as recorded: #%d\n", first_off);
-    else
+    else if (first_off == -1)
         printf("repro: every call as recorded\n");
-    return first_fault >= 0 ? !fault_as_recorded : first_off >= 0;
+    return first_fault >= 0 ? !fault_as_recorded : first_off != -1;
 }

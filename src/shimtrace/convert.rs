@@ -6,7 +6,7 @@
 //! none of that state (reservation extents, launch arguments as addresses) are free functions
 //! here, and the summary's text is `mod.rs`'s.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gputape_shimlog::{LogError, On, Reader, Rec, Record};
 
@@ -123,6 +123,8 @@ struct Converter {
     modules: HashMap<(u64, bool), String>,
     /// Function and kernel handles -> (module, symbol).
     functions: HashMap<u64, (String, String)>,
+    /// Functions whose next launch a `Cooperative` record marked, and not yet launched.
+    cooperative: HashSet<u64>,
     kernels: HashMap<(String, String), KernelId>,
     /// Log index of an async read back -> its call's seq.
     copies: HashMap<u64, u64>,
@@ -196,6 +198,7 @@ impl Converter {
             next_event: 0,
             modules: HashMap::new(),
             functions: HashMap::new(),
+            cooperative: HashSet::new(),
             kernels: HashMap::new(),
             copies: HashMap::new(),
             threads: HashMap::new(),
@@ -489,6 +492,12 @@ impl Converter {
                 }
                 return;
             }
+            // Marks the launch record that follows it.
+            Rec::Cooperative { func } => {
+                self.summary.records -= 1;
+                self.cooperative.insert(func);
+                return;
+            }
             Rec::KernelFunction { kernel, func } => {
                 if ok {
                     if let Some(named) = self.functions.get(&kernel).cloned() {
@@ -525,6 +534,9 @@ impl Converter {
                     if first != cluster {
                         self.summary.other_clusters += 1;
                     }
+                }
+                if self.cooperative.remove(&func) {
+                    self.t.kernel_cooperative.insert(kernel);
                 }
                 let args = self.args(layout.as_deref(), params);
                 self.summary.launches += 1;

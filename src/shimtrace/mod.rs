@@ -17,6 +17,7 @@
 //! | `cuModuleGetFunction`, `cuLibraryGetKernel` | `Kernel` (module, symbol) |
 //! | `cuModuleGetGlobal_v2`, `cuLibraryGetGlobal` | no call: the variable is a buffer of its own at its address (`Frame::Global`: module, symbol, size), which a replay finds in the module it loaded |
 //! | `cuLaunchKernel*`, `cuLaunchKernelEx*` | `Launch`: each parameter by the driver's layout; an 8-byte one holding an address inside a live buffer is that buffer plus offset, a larger one with such words is `Arg::Words`; a cluster shape asked for is the kernel's (`Frame::KernelCluster`) |
+//! | `cuLaunchCooperativeKernel*`, `cuLaunchKernelEx*` (cooperative attribute) | `Launch`, its kernel marked cooperative (`Frame::KernelCooperative`): replayed with the cooperative attribute |
 //! | `cuTensorMapEncodeTiled` | `EncodeTensorMap`; a parameter holding the map's bytes is `Arg::TensorMap` (or a map inside `Arg::Words`) |
 //! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
 //! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |

@@ -164,7 +164,8 @@ impl FrameClass {
             | Frame::Clock { .. }
             | Frame::Stack { .. }
             | Frame::Global { .. }
-            | Frame::KernelCluster { .. } => FrameClass::Definition,
+            | Frame::KernelCluster { .. }
+            | Frame::KernelCooperative { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint
             }

@@ -21,10 +21,10 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). 13 added
 /// `Finding::Sanitizer` (what `minimize --sanitize` kept). A format-2 to 12 file reads the same
 /// as before.
-pub const FORMAT_VERSION: u16 = 13;
+pub const FORMAT_VERSION: u16 = 14;
 /// The oldest reader that can read what this build writes: a format-12 reader does not know
 /// `Finding::Sanitizer` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 13;
+pub const MIN_READER_VERSION: u16 = 14;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -436,6 +436,14 @@ pub enum Frame {
         buf: BufferId,
         /// Its module and symbol, and size.
         global: ModuleGlobal,
+    },
+    /// Kernel `id` is launched cooperatively (format 14: a driver-level recording's
+    /// `cuLaunchCooperativeKernel`, or `cuLaunchKernelEx` with the cooperative attribute): all
+    /// its blocks resident at once, so that `this_grid().sync()` can return. A replay that
+    /// launched it plainly could hang in that sync. Its own frame, as `KernelCluster` is.
+    KernelCooperative {
+        /// The kernel, named by an earlier `Frame::Kernel`.
+        id: KernelId,
     },
 }
 

@@ -45,7 +45,7 @@ pub use stack::{SiteStack, StackFrame};
 pub use write::blob_frame;
 
 use crate::backend::{KernelInfo, ModuleCode};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// A site, as the trace stores it.
@@ -131,6 +131,8 @@ pub struct Trace {
     /// The thread-block cluster each kernel is launched in, where one was asked for
     /// (`Frame::KernelCluster`).
     pub kernel_clusters: BTreeMap<KernelId, [u32; 3]>,
+    /// Kernels launched cooperatively (`Frame::KernelCooperative`).
+    pub kernel_cooperative: BTreeSet<KernelId>,
     /// Every kernel the calls name: module, name, layout.
     pub kernels: BTreeMap<KernelId, KernelInfo>,
     /// Buffers live when recording started, with their contents then.
@@ -336,6 +338,9 @@ impl Trace {
                 }
                 Frame::KernelCluster { id, dims } => {
                     t.kernel_clusters.insert(id, dims);
+                }
+                Frame::KernelCooperative { id } => {
+                    t.kernel_cooperative.insert(id);
                 }
                 Frame::Initial {
                     buf,

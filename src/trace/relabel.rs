@@ -47,6 +47,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         | Frame::Clock { .. }
         | Frame::Stack { .. }
         | Frame::Global { .. }
-        | Frame::KernelCluster { .. } => {}
+        | Frame::KernelCluster { .. }
+        | Frame::KernelCooperative { .. } => {}
     }
 }

@@ -320,7 +320,12 @@ pub fn render(t: &Trace) -> String {
             t.kernel_clusters
                 .get(id)
                 .map(|d| format!(" cluster {d:?}"))
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                + if t.kernel_cooperative.contains(id) {
+                    " cooperative"
+                } else {
+                    ""
+                },
             if has_code {
                 String::new()
             } else {

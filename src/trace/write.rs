@@ -119,6 +119,9 @@ impl Trace {
                     dims: *dims,
                 })?;
             }
+            if self.kernel_cooperative.contains(id) {
+                w.write(&Frame::KernelCooperative { id: *id })?;
+            }
         }
         for a in &self.adopted {
             w.write(&Frame::Adopt(a.clone()))?;

@@ -297,6 +297,10 @@ pub enum Rec<'a> {
     /// `frames` is little-endian `NativeFrame` ids, 4 bytes each ([`native_frames`]). Its id is
     /// of the same numbering as `Stack`'s: a record's stack is one or the other.
     NativeStack { id: u32, frames: &'a [u8] },
+    /// `cuLaunchCooperativeKernel*`, or `cuLaunchKernelEx*` with the cooperative attribute:
+    /// written just before the launch's own `Launch` record, which it marks as one whose
+    /// blocks must all be resident at once (`this_grid().sync()`).
+    Cooperative { func: u64 },
 }
 
 /// The `NativeFrame` ids of a `Rec::NativeStack`'s `frames`, innermost first.
@@ -397,6 +401,7 @@ impl Rec<'_> {
             Rec::Stack { .. } => "(Python stack)",
             Rec::NativeFrame { .. } => "(native frame)",
             Rec::NativeStack { .. } => "(native stack)",
+            Rec::Cooperative { .. } => "cuLaunchCooperativeKernel",
         }
     }
 
@@ -450,7 +455,9 @@ impl Rec<'_> {
             | Rec::Opaque { .. }
             | Rec::GraphLaunch { .. }
             | Rec::Gap { .. }
-            | Rec::Dump { .. } => false,
+            | Rec::Dump { .. }
+            // Travels with the launch it precedes.
+            | Rec::Cooperative { .. } => false,
         }
     }
 
@@ -500,6 +507,7 @@ impl Rec<'_> {
             Rec::LibraryModule { .. } => 41,
             Rec::NativeFrame { .. } => 42,
             Rec::NativeStack { .. } => 43,
+            Rec::Cooperative { .. } => 44,
         }
     }
 }
@@ -540,6 +548,7 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             put64(out, *library);
             put64(out, *module);
         }
+        Rec::Cooperative { func } => put64(out, *func),
         Rec::CopyH2D { dst, on: o, data } => {
             put64(out, *dst);
             on(out, o);
@@ -1210,6 +1219,9 @@ impl<'a> Reader<'a> {
                     b
                 },
             },
+            44 => Rec::Cooperative {
+                func: f.u64("function")?,
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -1476,6 +1488,7 @@ mod tests {
                 id: 7,
                 frames: &[2, 0, 0, 0, 9, 0, 0, 0],
             },
+            Rec::Cooperative { func: 0x5000 },
         ]
     }
 

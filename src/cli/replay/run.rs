@@ -78,9 +78,14 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
             t.calls.iter().filter(|c| c.ret.is_some()).count()
         );
     }
-    if let (None, None, Some((what, kernel))) =
-        (sanitize, child_report, crate::replayer::sanitizer::kept(&t))
-    {
+    // Said once, by the process the user started: not again by the replay cuda-gdb runs.
+    let inside_debugger = std::env::var_os(crate::replayer::debugger::ENV_UNDER_DEBUGGER).is_some();
+    if let (None, None, false, Some((what, kernel))) = (
+        sanitize,
+        child_report,
+        inside_debugger,
+        crate::replayer::sanitizer::kept(&t),
+    ) {
         eprintln!(
             "note: {} keeps a compute-sanitizer finding ({what} in {kernel}) that no driver error shows: replay it with --on cuda --sanitize {}",
             path.display(),

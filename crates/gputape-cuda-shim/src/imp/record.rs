@@ -824,6 +824,37 @@ unsafe extern "C" fn launch<const I: usize>(
     r
 }
 
+/// `cuLaunchCooperativeKernel(_ptsz)`: `cuLaunchKernel`'s arguments less `extra`. Its launch
+/// is logged as any other, after a `Cooperative` record that marks it.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn launch_cooperative<const I: usize>(
+    f: u64,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    smem: u32,
+    stream: u64,
+    params: *mut *mut c_void,
+) -> R {
+    type F =
+        unsafe extern "C" fn(u64, u32, u32, u32, u32, u32, u32, u32, u64, *mut *mut c_void) -> R;
+    // SAFETY: entry point I is cuLaunchCooperativeKernel(_ptsz), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params) };
+    let dims = super::launch::LaunchDims {
+        grid: [gx, gy, gz],
+        block: [bx, by, bz],
+        shared_mem: smem,
+        stream,
+        cluster: [0; 3],
+    };
+    log::write(r, Rec::Cooperative { func: f });
+    super::launch::log(r, f, dims, params, core::ptr::null_mut());
+    r
+}
+
 /// `CUlaunchConfig`, as `cuLaunchKernelEx` takes it.
 #[repr(C)]
 struct LaunchConfig {
@@ -846,17 +877,29 @@ struct LaunchAttribute {
 /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`: the value is the cluster's x, y, z.
 const ATTR_CLUSTER_DIMENSION: u32 = 4;
 
+/// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`: the value's first word is non-zero for a cooperative
+/// launch.
+const ATTR_COOPERATIVE: u32 = 2;
+
+/// The attributes of a launch configuration (none when it has none).
+///
+/// # Safety
+/// `c` is a configuration the driver just read, its `attrs` valid for `num_attrs` entries.
+unsafe fn attrs_of(c: &LaunchConfig) -> &[LaunchAttribute] {
+    if c.attrs.is_null() {
+        return &[];
+    }
+    // SAFETY: the contract.
+    unsafe { core::slice::from_raw_parts(c.attrs, c.num_attrs as usize) }
+}
+
 /// The cluster a launch configuration asks for (zeros: none).
 ///
 /// # Safety
 /// `c` is a configuration the driver just read, its `attrs` valid for `num_attrs` entries.
 unsafe fn cluster_of(c: &LaunchConfig) -> [u32; 3] {
-    if c.attrs.is_null() {
-        return [0; 3];
-    }
     // SAFETY: the contract.
-    let attrs = unsafe { core::slice::from_raw_parts(c.attrs, c.num_attrs as usize) };
-    attrs
+    unsafe { attrs_of(c) }
         .iter()
         .find(|a| a.id == ATTR_CLUSTER_DIMENSION)
         .map_or([0; 3], |a| [a.value[0], a.value[1], a.value[2]])
@@ -883,6 +926,14 @@ unsafe extern "C" fn launch_ex<const I: usize>(
             // SAFETY: the driver read the attributes through this configuration.
             cluster: unsafe { cluster_of(c) },
         };
+        // SAFETY: as above.
+        let attrs = unsafe { attrs_of(c) };
+        if attrs
+            .iter()
+            .any(|a| a.id == ATTR_COOPERATIVE && a.value[0] != 0)
+        {
+            log::write(r, Rec::Cooperative { func: f });
+        }
         super::launch::log(r, f, dims, params, extra);
     }
     r
@@ -1425,6 +1476,8 @@ hooks! {
     "cuLaunchKernel_ptsz" => launch,
     "cuLaunchKernelEx" => launch_ex,
     "cuLaunchKernelEx_ptsz" => launch_ex,
+    "cuLaunchCooperativeKernel" => launch_cooperative,
+    "cuLaunchCooperativeKernel_ptsz" => launch_cooperative,
     "cuTensorMapEncodeTiled" => tensor_map_tiled,
     "cuStreamCreate" => stream_create,
     "cuStreamCreateWithPriority" => stream_create_prio,

@@ -117,6 +117,13 @@ pub fn globals_program(dir: &Path) -> PathBuf {
     link_program(dir, "globals", include_str!("c/globals.c"))
 }
 
+/// `c/cooperative.c` compiled into `dir` and linked like `records_program`: one kernel
+/// launched cooperatively by `cuLaunchCooperativeKernel`, then by `cuLaunchKernelEx` with the
+/// cooperative attribute, and read back.
+pub fn cooperative_program(dir: &Path) -> PathBuf {
+    link_program(dir, "cooperative", include_str!("c/cooperative.c"))
+}
+
 /// `c/sites.c` compiled into `dir`, linked like `records_program` with `-rdynamic`, and
 /// `c/sites_lib.c` beside it as `libcublas_sites.so` (which it links): calls made from main,
 /// from a function of its own and from a library that launches for it.

@@ -354,6 +354,28 @@ static CUresult scale(CUdeviceptr p, int n, float k) {
     return 0;
 }
 
+/* A cooperative launch: `scale` runs as a plain launch of it would (one thread does it all). */
+API CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                       void *stream, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
+}
+
+/* `CUlaunchConfig` and `CUlaunchAttribute` (an id, padding, a 64-byte value). */
+typedef struct { unsigned id, pad, value[16]; } LaunchAttribute;
+typedef struct {
+    unsigned grid[3], block[3], shmem;
+    void *stream;
+    LaunchAttribute *attrs;
+    unsigned nattrs;
+} LaunchConfig;
+
+API CUresult cuLaunchKernelEx(const LaunchConfig *c, void *f, void **params, void **extra) {
+    if (!c || (c->nattrs && !c->attrs)) return 1;
+    return cuLaunchKernel(f, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
+                          c->block[2], c->shmem, c->stream, params, extra);
+}
+
 API CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shmem, void *stream,
                                  void **params, void **extra) {
