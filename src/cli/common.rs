@@ -125,7 +125,6 @@ pub fn with_tag(p: &Path, tag: &str) -> PathBuf {
     p.with_file_name(name)
 }
 
-/// `dir/.name.partial-PID`, beside `out`.
 /// A file removed when this is dropped, however the function that made it returns (a scratch
 /// file an error must not leave in the user's directory).
 pub struct Scratch(pub PathBuf);
@@ -136,6 +135,7 @@ impl Drop for Scratch {
     }
 }
 
+/// `dir/.name.partial-PID`, beside `out`.
 pub fn temp_beside(out: &Path) -> PathBuf {
     let name = out
         .file_name()

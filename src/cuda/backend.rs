@@ -87,10 +87,19 @@ pub struct CudaBackend {
     /// launch that asks for more (a driver-level recording's cuBLAS kernels did, through a
     /// `cuFuncSetAttribute` of their own) raises it first.
     pub(super) smem_allowed: RwLock<HashMap<u64, u32>>,
-    /// Functions launched in thread-block clusters (`set_kernel_cluster`), and of what shape.
-    pub(super) clusters: RwLock<HashMap<u64, [u32; 3]>>,
-    /// Functions launched cooperatively (`set_kernel_cooperative`).
-    pub(super) cooperative: RwLock<std::collections::HashSet<u64>>,
+    /// How a recording launched each function beyond its grid (`set_kernel_cluster`,
+    /// `set_kernel_cooperative`): one map, so a launch asks once.
+    pub(super) recorded_launch: RwLock<HashMap<u64, RecordedLaunch>>,
+}
+
+/// What a driver-level recording's launches of one function asked for, which a replay's
+/// launches must ask for too.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct RecordedLaunch {
+    /// The thread-block cluster shape, when one was asked for.
+    pub cluster: Option<[u32; 3]>,
+    /// Launched cooperatively (every block resident at once).
+    pub cooperative: bool,
 }
 
 // SAFETY: the raw pointers inside (`Staging`'s pinned regions) are only touched under their
@@ -192,8 +201,7 @@ impl CudaBackend {
             captures: AtomicUsize::new(0),
             word_params: RwLock::new(HashMap::new()),
             smem_allowed: RwLock::new(HashMap::new()),
-            clusters: RwLock::new(HashMap::new()),
-            cooperative: RwLock::new(std::collections::HashSet::new()),
+            recorded_launch: RwLock::new(HashMap::new()),
             cfg,
         };
         b.default_stream = b.new_stream()?;
@@ -530,13 +538,21 @@ impl GpuBackend for CudaBackend {
             dims.iter().all(|d| *d >= 1) && dims.iter().map(|d| *d as u64).product::<u64>() <= 16,
             "a thread-block cluster of {dims:?} blocks is not one the device launches"
         );
-        self.clusters.write().insert(kernel.0, dims);
+        self.recorded_launch
+            .write()
+            .entry(kernel.0)
+            .or_default()
+            .cluster = Some(dims);
         Ok(())
     }
 
     #[track_caller]
     fn set_kernel_cooperative(&self, kernel: KernelHandle) -> Result<()> {
-        self.cooperative.write().insert(kernel.0);
+        self.recorded_launch
+            .write()
+            .entry(kernel.0)
+            .or_default()
+            .cooperative = true;
         Ok(())
     }
 

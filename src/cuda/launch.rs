@@ -39,13 +39,13 @@ impl CudaBackend {
                 .map_err(|e| self.probe(e))?;
             self.smem_allowed.write().insert(func.0, shared_mem);
         }
-        if self.launches_programmatically(func)
-            || self.clusters.read().contains_key(&func.0)
-            || self.cooperative.read().contains(&func.0)
-        {
+        let pdl = self.launches_programmatically(func);
+        let recorded = self.recorded_launch.read().get(&func.0).copied();
+        if pdl || recorded.is_some() {
+            let how = (pdl, recorded.unwrap_or_default());
             // SAFETY: the trait's contract: `func` is a kernel of this backend, `stream` one of
             // its streams or 0, and `params[i]` points at the i-th argument's value.
-            unsafe { self.launch_programmatic(func, grid, block, shared_mem, stream, params) }
+            unsafe { self.launch_programmatic(func, how, grid, block, shared_mem, stream, params) }
                 .map_err(|e| match e.downcast::<DeviceError>() {
                     Ok(d) => anyhow::Error::from(self.probe(d)),
                     Err(e) => e,

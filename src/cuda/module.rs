@@ -227,15 +227,17 @@ impl CudaBackend {
 
     /// `cuLaunchKernelEx` with programmatic stream serialization allowed (PDL: the kernel may
     /// begin while its predecessor in the stream runs, and waits for it in
-    /// `griddepcontrol.wait`) and/or in the thread-block clusters `set_kernel_cluster` gave,
-    /// and/or cooperatively (`set_kernel_cooperative`).
+    /// `griddepcontrol.wait`) when `how.0`, and as `how.1` says a recording launched it: in
+    /// thread-block clusters (`set_kernel_cluster`), cooperatively (`set_kernel_cooperative`).
     ///
     /// # Safety
     /// As `GpuBackend::launch`: `func` is a kernel of this backend, `stream` one of its streams
     /// (or 0), and `params` points at the kernel's parameter values.
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn launch_programmatic(
         &self,
         func: KernelHandle,
+        how: (bool, super::backend::RecordedLaunch),
         grid: [u32; 3],
         block: [u32; 3],
         shared_mem: u32,
@@ -245,20 +247,21 @@ impl CudaBackend {
         // SAFETY: a plain C struct and union; all-zero is a valid value (id 0 is "ignore").
         let mut attrs: [sys::CUlaunchAttribute; 3] = unsafe { std::mem::zeroed() };
         let mut n = 0;
-        if self.launches_programmatically(func) {
+        let (pdl, recorded) = how;
+        if pdl {
             attrs[n].id =
                 sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
             attrs[n].value.programmaticStreamSerializationAllowed = 1;
             n += 1;
         }
-        if let Some([x, y, z]) = self.clusters.read().get(&func.0).copied() {
+        if let Some([x, y, z]) = recorded.cluster {
             attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
             attrs[n].value.clusterDim.x = x;
             attrs[n].value.clusterDim.y = y;
             attrs[n].value.clusterDim.z = z;
             n += 1;
         }
-        if self.cooperative.read().contains(&func.0) {
+        if recorded.cooperative {
             attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             attrs[n].value.cooperative = 1;
             n += 1;

@@ -239,12 +239,21 @@ pub fn same_kernel(name: &str, finding: &str) -> bool {
 /// buffer (`placed`: buffer, replay address, bytes, in the order placed, so a later buffer at
 /// a reused address wins).
 pub fn name_addresses(t: &Trace, placed: &[(BufferId, u64, u64)], findings: &mut [Finding]) {
+    if findings.iter().all(|f| f.address.is_none()) {
+        return;
+    }
+    let raws = raw_pointers(t);
     for f in findings {
-        f.buffer = f.address.and_then(|a| name_address(t, placed, a));
+        f.buffer = f.address.and_then(|a| name_address(t, placed, &raws, a));
     }
 }
 
-fn name_address(t: &Trace, placed: &[(BufferId, u64, u64)], a: u64) -> Option<String> {
+fn name_address(
+    t: &Trace,
+    placed: &[(BufferId, u64, u64)],
+    raws: &[u64],
+    a: u64,
+) -> Option<String> {
     let inside = placed
         .iter()
         .rev()
@@ -256,7 +265,11 @@ fn name_address(t: &Trace, placed: &[(BufferId, u64, u64)], a: u64) -> Option<St
     // An address the recording passed as it was, in no buffer (a freed one, or memory the
     // recording never saw allocated), reaches the replay unchanged: the fault is there, not
     // past whichever buffer the replay happened to place below it.
-    let raw = raw_pointer_below(t, a);
+    // The greatest such value at or below `a`, within 1 GiB of it.
+    let raw = raws[..raws.partition_point(|v| *v <= a)]
+        .last()
+        .copied()
+        .filter(|v| a - v < 1 << 30);
     let (buf, bytes, what) = match (inside, below) {
         (Some(&(b, p, n)), _) => (b, n, format!("{b}+{:#x}", a - p)),
         (None, Some(&(b, p, n))) if raw.is_none_or(|v| a - p - n < a - v) => {
@@ -294,11 +307,11 @@ fn name_address(t: &Trace, placed: &[(BufferId, u64, u64)], a: u64) -> Option<St
     Some(s)
 }
 
-/// The greatest pointer-like value a launch of `t` passed as a plain value (in no buffer when
-/// recorded) at or below `a`, within 1 GiB of it.
-fn raw_pointer_below(t: &Trace, a: u64) -> Option<u64> {
-    const REACH: u64 = 1 << 30;
-    t.calls
+/// The pointer-like values (at or above 4 GiB) the launches of `t` passed as plain values, in
+/// no buffer when recorded: sorted, each once.
+fn raw_pointers(t: &Trace) -> Vec<u64> {
+    let mut v: Vec<u64> = t
+        .calls
         .iter()
         .filter_map(|c| c.call.launch())
         .flat_map(|(_, args)| args.iter())
@@ -306,8 +319,11 @@ fn raw_pointer_below(t: &Trace, a: u64) -> Option<u64> {
             Arg::Val(b) if b.len() == 8 => Some(u64::from_le_bytes(b[..].try_into().ok()?)),
             _ => None,
         })
-        .filter(|v| *v >= 1 << 32 && *v <= a && a - *v < REACH)
-        .max()
+        .filter(|v| *v >= 1 << 32)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// The findings a person reads: those in kernels first, then the failed calls that followed,

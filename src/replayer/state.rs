@@ -207,27 +207,23 @@ impl<'t> Replayer<'t> {
                 }
             }
         }
-        // Cluster shapes a driver-level recording's launches asked for.
+        // How a driver-level recording launched its kernels beyond their grid: cluster
+        // shapes, cooperatively.
+        let setup = |id: &KernelId, how: String, r: anyhow::Result<()>| {
+            r.map_err(|e| ReplayError::Setup {
+                what: format!("launching {} {how}", self.trace.kernel_name(*id)),
+                cause: format!("{e:#}"),
+            })
+        };
         for (id, dims) in &self.trace.kernel_clusters {
-            let Some(h) = out.get(id) else { continue };
-            if let Err(e) = gpu.set_kernel_cluster(*h, *dims) {
-                return Err(ReplayError::Setup {
-                    what: format!(
-                        "launching {} in clusters of {dims:?}",
-                        self.trace.kernel_name(*id)
-                    ),
-                    cause: format!("{e:#}"),
-                });
+            if let Some(h) = out.get(id) {
+                let how = format!("in clusters of {dims:?}");
+                setup(id, how, gpu.set_kernel_cluster(*h, *dims))?;
             }
         }
-        // Kernels a driver-level recording launched cooperatively.
         for id in &self.trace.kernel_cooperative {
-            let Some(h) = out.get(id) else { continue };
-            if let Err(e) = gpu.set_kernel_cooperative(*h) {
-                return Err(ReplayError::Setup {
-                    what: format!("launching {} cooperatively", self.trace.kernel_name(*id)),
-                    cause: format!("{e:#}"),
-                });
+            if let Some(h) = out.get(id) {
+                setup(id, "cooperatively".into(), gpu.set_kernel_cooperative(*h))?;
             }
         }
         Ok((out, opaque))

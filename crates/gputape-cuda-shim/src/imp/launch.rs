@@ -33,6 +33,19 @@ pub(super) struct LaunchDims {
     pub cluster: [u32; 3],
 }
 
+impl LaunchDims {
+    /// A launch of `cuLaunchKernel`'s kind: no cluster.
+    pub fn plain(grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: u64) -> Self {
+        LaunchDims {
+            grid,
+            block,
+            shared_mem,
+            stream,
+            cluster: [0; 3],
+        }
+    }
+}
+
 /// One parameter's place: `repr(C)`, two little-endian u32s on this target, so a plan's
 /// pairs are also the bytes a launch record holds for them.
 #[repr(C)]

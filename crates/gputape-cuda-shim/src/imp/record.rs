@@ -813,13 +813,7 @@ unsafe extern "C" fn launch<const I: usize>(
     ) -> R;
     // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
-    let dims = super::launch::LaunchDims {
-        grid: [gx, gy, gz],
-        block: [bx, by, bz],
-        shared_mem: smem,
-        stream,
-        cluster: [0; 3],
-    };
+    let dims = super::launch::LaunchDims::plain([gx, gy, gz], [bx, by, bz], smem, stream);
     super::launch::log(r, f, dims, params, extra);
     r
 }
@@ -843,13 +837,7 @@ unsafe extern "C" fn launch_cooperative<const I: usize>(
         unsafe extern "C" fn(u64, u32, u32, u32, u32, u32, u32, u32, u64, *mut *mut c_void) -> R;
     // SAFETY: entry point I is cuLaunchCooperativeKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params) };
-    let dims = super::launch::LaunchDims {
-        grid: [gx, gy, gz],
-        block: [bx, by, bz],
-        shared_mem: smem,
-        stream,
-        cluster: [0; 3],
-    };
+    let dims = super::launch::LaunchDims::plain([gx, gy, gz], [bx, by, bz], smem, stream);
     log::write(r, Rec::Cooperative { func: f });
     super::launch::log(r, f, dims, params, core::ptr::null_mut());
     r
@@ -893,13 +881,9 @@ unsafe fn attrs_of(c: &LaunchConfig) -> &[LaunchAttribute] {
     unsafe { core::slice::from_raw_parts(c.attrs, c.num_attrs as usize) }
 }
 
-/// The cluster a launch configuration asks for (zeros: none).
-///
-/// # Safety
-/// `c` is a configuration the driver just read, its `attrs` valid for `num_attrs` entries.
-unsafe fn cluster_of(c: &LaunchConfig) -> [u32; 3] {
-    // SAFETY: the contract.
-    unsafe { attrs_of(c) }
+/// The cluster a launch's attributes ask for (zeros: none).
+fn cluster_in(attrs: &[LaunchAttribute]) -> [u32; 3] {
+    attrs
         .iter()
         .find(|a| a.id == ATTR_CLUSTER_DIMENSION)
         .map_or([0; 3], |a| [a.value[0], a.value[1], a.value[2]])
@@ -918,16 +902,15 @@ unsafe extern "C" fn launch_ex<const I: usize>(
     if !cfg.is_null() {
         // SAFETY: the driver read the config through this pointer.
         let c = unsafe { &*cfg };
+        // SAFETY: the driver read the attributes through this configuration.
+        let attrs = unsafe { attrs_of(c) };
         let dims = super::launch::LaunchDims {
             grid: c.grid,
             block: c.block,
             shared_mem: c.shared_mem,
             stream: c.stream,
-            // SAFETY: the driver read the attributes through this configuration.
-            cluster: unsafe { cluster_of(c) },
+            cluster: cluster_in(attrs),
         };
-        // SAFETY: as above.
-        let attrs = unsafe { attrs_of(c) };
         if attrs
             .iter()
             .any(|a| a.id == ATTR_COOPERATIVE && a.value[0] != 0)
