@@ -1209,6 +1209,73 @@ fn a_cooperative_launch_is_recorded_and_exported_as_one() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A program built for per-thread default streams (`nvcc --default-stream per-thread`: every
+/// stream-taking call its `_ptsz`/`_ptds` form): each thread's stream 0 is a stream of its own
+/// in the trace, two threads two streams, and neither is the legacy stream, which the main
+/// thread's one explicit use (`CU_STREAM_LEGACY`) keeps. The mock replays it, every read back
+/// it can check (those no kernel feeds) matching.
+#[test]
+fn each_thread_s_per_thread_default_stream_is_a_stream_of_its_own() {
+    let d = support::scratch("run-per-thread");
+    let prog = support::per_thread_program(&d);
+    let trace = d.join("pt.gtape");
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("thread 0: back[3] = 6, errors 0"), "{out}");
+    assert!(out.contains("thread 1: back[3] = 39, errors 0"), "{out}");
+    assert!(
+        err.contains("2 threads' per-thread default streams"),
+        "{err}"
+    );
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let calls = v["calls"].as_array().unwrap();
+    // Each work call's stream, with the thread that made it.
+    let on = |kind: &str| -> Vec<(u64, String)> {
+        calls
+            .iter()
+            .filter(|c| c["kind"] == kind)
+            .map(|c| (c["thread"].as_u64().unwrap(), c["stream"].to_string()))
+            .collect()
+    };
+    let launches = on("launch");
+    assert_eq!(launches.len(), 2, "{launches:?}");
+    assert_ne!(launches[0].0, launches[1].0, "{launches:?}");
+    assert_ne!(
+        launches[0].1, launches[1].1,
+        "two threads, two streams: {launches:?}"
+    );
+    for (thread, stream) in &launches {
+        assert!(!stream.contains("legacy"), "{launches:?}");
+        let synced = on("synchronize");
+        assert!(
+            synced.contains(&(*thread, stream.clone())),
+            "thread {thread} syncs its own stream {stream}: {synced:?}"
+        );
+    }
+    let synced = on("synchronize");
+    assert!(
+        synced.iter().any(|(_, s)| s.contains("legacy")),
+        "CU_STREAM_LEGACY stays the legacy stream: {synced:?}"
+    );
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        trace.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    // The reads before each thread's kernel; the mock cannot run the fake PTX kernel.
+    assert!(
+        out.contains("2 of 2 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// Copies of every shape a CUDA C++ program makes: 2D copies between pitched and packed memory
 /// (with a sub-rectangle read back asynchronously into a unified address), a 3D box there and
 /// back, the generic `cuMemcpy` both ways and a peer copy are recorded as the plain copies they

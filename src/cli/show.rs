@@ -115,6 +115,7 @@ fn show(
                     "thread": c.thread,
                     "kind": c.call.kind().name(),
                     "kernel": c.call.launch().map(|(k, _)| t.kernel_name(k)),
+                    "stream": named_stream(&c.call).map(|s| s.to_string()),
                     "call": crate::trace::call_text(&t, &c.call),
                     "ok": c.ret.as_ref().map(|r| r.is_ok()),
                     "error": c.ret.as_ref().and_then(|r| r.as_ref().err()).map(|e| serde_json::json!({"code": e.code, "message": e.message})),
@@ -238,4 +239,15 @@ fn print_stack(t: &crate::trace::Trace, site: crate::trace::SiteId) {
         let mark = if i == usize::from(named) { '>' } else { ' ' };
         println!("      {mark} {f}");
     }
+}
+
+/// The stream a call queues work on, or else the one it names (a sync, a capture's ends).
+fn named_stream(c: &crate::trace::Call) -> Option<crate::trace::StreamRef> {
+    let mut named = None;
+    c.operands(&mut |o| {
+        if let crate::trace::Operand::Stream(s, _) = o {
+            named = named.or(Some(*s));
+        }
+    });
+    c.work_stream().or(named)
 }

@@ -130,6 +130,10 @@ struct Converter {
     copies: HashMap<u64, u64>,
     /// The recording thread ids (gettid) in order of first call.
     threads: HashMap<u32, u16>,
+    /// The thread (gettid) of the record being converted.
+    thread: u32,
+    /// Each thread's per-thread default stream, once used.
+    per_thread: HashMap<u32, StreamId>,
     /// Each reservation's extent, by the index of its record (`reservation_extents`).
     extents: HashMap<u64, u64>,
     /// Tensor maps encoded so far, by their 128 bytes: what a launch parameter holding those
@@ -202,6 +206,8 @@ impl Converter {
             kernels: HashMap::new(),
             copies: HashMap::new(),
             threads: HashMap::new(),
+            thread: 0,
+            per_thread: HashMap::new(),
             extents: HashMap::new(),
             tensor_maps: HashMap::new(),
             graphs: HashMap::new(),
@@ -252,6 +258,7 @@ impl Converter {
         let index = self.index;
         self.index += 1;
         self.summary.records += 1;
+        self.thread = r.thread;
         let ok = r.status == 0;
         let ret = |v: Value| -> Result<Value, ErrorRec> {
             if ok {
@@ -820,10 +827,12 @@ impl Converter {
     }
 
     fn stream(&mut self, h: u64) -> StreamRef {
-        // 0 and CU_STREAM_LEGACY (1) are the legacy stream; CU_STREAM_PER_THREAD (2) is taken
-        // for it too (see the module docs).
-        if h <= 2 {
-            return StreamRef::Legacy;
+        // 0 and CU_STREAM_LEGACY (1) are the legacy stream; CU_STREAM_PER_THREAD (2), as the
+        // shim logs a per-thread form's 0 too, is the calling thread's own.
+        match h {
+            0 | 1 => return StreamRef::Legacy,
+            2 => return StreamRef::Id(self.per_thread_stream()),
+            _ => {}
         }
         if let Some(id) = self.streams.get(&h) {
             return StreamRef::Id(*id);
@@ -844,6 +853,23 @@ impl Converter {
         }
         let id = self.new_event(h);
         self.t.adopted.push(Adopted::Event { id });
+        id
+    }
+
+    /// The calling thread's per-thread default stream: adopted at its first use, a blocking
+    /// stream as the driver's is (it orders against the legacy stream both ways).
+    fn per_thread_stream(&mut self) -> StreamId {
+        if let Some(id) = self.per_thread.get(&self.thread) {
+            return *id;
+        }
+        let id = StreamId(self.next_stream);
+        self.next_stream += 1;
+        self.per_thread.insert(self.thread, id);
+        self.t.adopted.push(Adopted::Stream {
+            id,
+            is_default: false,
+        });
+        self.summary.per_thread_streams += 1;
         id
     }
 

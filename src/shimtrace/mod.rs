@@ -25,8 +25,12 @@
 //! | anything else that changes the device | `Opaque` by name |
 //! | the calling thread's Python frames (`Rec::Code`, `Rec::Stack`) | each call's site: the program's own line (the innermost frame outside PyTorch and Triton), its stack kept (`Frame::Stack`; `lines.rs`) |
 //!
-//! Approximations, said here so nobody relies on them: the legacy and per-thread default
-//! streams are one (`legacy`); `cuCtxSynchronize` is a sync of the legacy stream; a capture's
+//! Each thread's per-thread default stream (stream 0 through a `_ptsz`/`_ptds` entry point, or
+//! `CU_STREAM_PER_THREAD`) is a stream of its own, adopted at its first use (a blocking stream,
+//! as the driver's is); the legacy stream is `legacy`.
+//!
+//! Approximations, said here so nobody relies on them: `cuCtxSynchronize` is a sync of the
+//! legacy stream; a capture's
 //! mode (global, thread-local, relaxed) is not kept: a replay captures in its backend's; pinned host
 //! allocations are not calls (copies through them are recorded with their bytes); an 8-byte
 //! value that equals an address inside a live buffer is taken for a pointer.
@@ -100,6 +104,8 @@ pub struct Summary {
     pub window_from: Option<u64>,
     /// Kernels typed from Triton's cache (`triton.rs`).
     pub triton_typed: usize,
+    /// Threads whose per-thread default stream was used (each a stream of its own).
+    pub per_thread_streams: usize,
 }
 
 impl Summary {
@@ -145,6 +151,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} Triton kernels typed from Triton's cache",
                 self.triton_typed
+            ));
+        }
+        if self.per_thread_streams > 0 {
+            s.push_str(&format!(
+                "; {} threads' per-thread default streams (a stream each)",
+                self.per_thread_streams
             ));
         }
         if let Some(d) = &self.dump {

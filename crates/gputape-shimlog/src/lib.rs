@@ -103,10 +103,12 @@ pub struct Record<'a> {
 pub type Head = (u64, u32, i32, u32);
 
 /// Where a copy or memset ran: `stream` is the handle passed; `sync` says the call was the
-/// blocking form (no stream argument: the legacy stream, and the host waits).
+/// blocking form (no stream argument: the legacy stream, or the per-thread one through a
+/// `_ptds` form, and the host waits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct On {
-    /// The stream handle as passed (0 for the blocking forms).
+    /// The stream handle as passed (0 for the blocking forms); 0 through a `_ptsz`/`_ptds`
+    /// form is logged as `CU_STREAM_PER_THREAD` (2).
     pub stream: u64,
     /// The blocking form of the call.
     pub sync: bool,

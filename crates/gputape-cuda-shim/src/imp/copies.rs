@@ -15,7 +15,7 @@ use gputape_shimlog::{On, Rec};
 
 use super::flight::{self, Blocked};
 use super::log;
-use super::record::{BLOCKING, R, real_at, with_pending};
+use super::record::{R, async_on, blocking, real_at, with_pending};
 use super::table::{NAMES, entry};
 
 /// `CUmemorytype`.
@@ -405,6 +405,7 @@ unsafe fn copy(shape: Option<Shape>, on: On, name: &'static str, call: impl FnOn
                     src: s.src.base,
                     dst: s.dst.base,
                     len: s.bytes(),
+                    on,
                 })
             });
         call()
@@ -424,13 +425,6 @@ unsafe fn copy(shape: Option<Shape>, on: On, name: &'static str, call: impl FnOn
     r
 }
 
-fn on_stream(stream: u64) -> On {
-    On {
-        stream,
-        sync: false,
-    }
-}
-
 /// `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2` and their `_ptds` forms: (const CUDA_MEMCPY2D*).
 pub unsafe extern "C" fn copy_2d<const I: usize>(d: *const Memcpy2D) -> R {
     // SAFETY: non-null, the program's descriptor, which the driver reads as well.
@@ -438,7 +432,7 @@ pub unsafe extern "C" fn copy_2d<const I: usize>(d: *const Memcpy2D) -> R {
     // SAFETY: entry point I takes (const CUDA_MEMCPY2D*); the descriptor's host sides are the
     // program's memory as it handed it to the driver.
     unsafe {
-        copy(shape, BLOCKING, name_of(I), || {
+        copy(shape, blocking::<I>(), name_of(I), || {
             real_at::<unsafe extern "C" fn(*const Memcpy2D) -> R>(I)(d)
         })
     }
@@ -450,7 +444,7 @@ pub unsafe extern "C" fn copy_2d_async<const I: usize>(d: *const Memcpy2D, strea
     let shape = (!d.is_null()).then(|| Shape::of_2d(unsafe { &*d }));
     // SAFETY: entry point I takes (const CUDA_MEMCPY2D*, CUstream); as in copy_2d.
     unsafe {
-        copy(shape, on_stream(stream), name_of(I), || {
+        copy(shape, async_on::<I>(stream), name_of(I), || {
             real_at::<unsafe extern "C" fn(*const Memcpy2D, u64) -> R>(I)(d, stream)
         })
     }
@@ -462,7 +456,7 @@ pub unsafe extern "C" fn copy_3d<const I: usize>(d: *const Memcpy3D) -> R {
     let shape = (!d.is_null()).then(|| Shape::of_3d(unsafe { &*d }));
     // SAFETY: entry point I takes (const CUDA_MEMCPY3D*); as in copy_2d.
     unsafe {
-        copy(shape, BLOCKING, name_of(I), || {
+        copy(shape, blocking::<I>(), name_of(I), || {
             real_at::<unsafe extern "C" fn(*const Memcpy3D) -> R>(I)(d)
         })
     }
@@ -474,7 +468,7 @@ pub unsafe extern "C" fn copy_3d_async<const I: usize>(d: *const Memcpy3D, strea
     let shape = (!d.is_null()).then(|| Shape::of_3d(unsafe { &*d }));
     // SAFETY: entry point I takes (const CUDA_MEMCPY3D*, CUstream); as in copy_2d.
     unsafe {
-        copy(shape, on_stream(stream), name_of(I), || {
+        copy(shape, async_on::<I>(stream), name_of(I), || {
             real_at::<unsafe extern "C" fn(*const Memcpy3D, u64) -> R>(I)(d, stream)
         })
     }
@@ -500,7 +494,7 @@ pub unsafe extern "C" fn copy_any<const I: usize>(dst: u64, src: u64, n: usize) 
     // SAFETY: entry point I is cuMemcpy(_ptds): (CUdeviceptr, CUdeviceptr, size_t); the
     // program handed the driver `n` bytes at each side.
     unsafe {
-        copy(Some(shape), BLOCKING, name_of(I), || {
+        copy(Some(shape), blocking::<I>(), name_of(I), || {
             real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n)
         })
     }
@@ -517,7 +511,7 @@ pub unsafe extern "C" fn copy_any_async<const I: usize>(
     type F = unsafe extern "C" fn(u64, u64, usize, u64) -> R;
     // SAFETY: entry point I is cuMemcpyAsync(_ptsz), whose signature F is; as in copy_any.
     unsafe {
-        copy(Some(shape), on_stream(stream), name_of(I), || {
+        copy(Some(shape), async_on::<I>(stream), name_of(I), || {
             real_at::<F>(I)(dst, src, n, stream)
         })
     }
@@ -545,7 +539,7 @@ pub unsafe extern "C" fn copy_peer<const I: usize>(
     let shape = Shape::linear(device(src), device(dst), n as u64);
     // SAFETY: entry point I is cuMemcpyPeer(_ptds), whose signature F is; no host side.
     unsafe {
-        copy(Some(shape), BLOCKING, name_of(I), || {
+        copy(Some(shape), blocking::<I>(), name_of(I), || {
             real_at::<F>(I)(dst, dst_ctx, src, src_ctx, n)
         })
     }
@@ -564,7 +558,7 @@ pub unsafe extern "C" fn copy_peer_async<const I: usize>(
     let shape = Shape::linear(device(src), device(dst), n as u64);
     // SAFETY: entry point I is cuMemcpyPeerAsync(_ptsz), whose signature F is; no host side.
     unsafe {
-        copy(Some(shape), on_stream(stream), name_of(I), || {
+        copy(Some(shape), async_on::<I>(stream), name_of(I), || {
             real_at::<F>(I)(dst, dst_ctx, src, src_ctx, n, stream)
         })
     }

@@ -230,8 +230,13 @@ pub enum Blocked {
     Ctx,
     /// `cuEventSynchronize`.
     Event(u64),
-    /// A blocking `cuMemcpyDtoH`.
-    D2H { src: u64, dst: u64, len: u64 },
+    /// A blocking `cuMemcpyDtoH`, `on` the stream it runs on.
+    D2H {
+        src: u64,
+        dst: u64,
+        len: u64,
+        on: gputape_shimlog::On,
+    },
 }
 
 impl Blocked {
@@ -241,14 +246,11 @@ impl Blocked {
             Blocked::Stream(stream) => Rec::StreamSync { stream },
             Blocked::Ctx => Rec::CtxSync,
             Blocked::Event(event) => Rec::EventSync { event },
-            Blocked::D2H { src, dst, len } => Rec::CopyD2H {
+            Blocked::D2H { src, dst, len, on } => Rec::CopyD2H {
                 src,
                 dst_host: dst,
                 len,
-                on: gputape_shimlog::On {
-                    stream: 0,
-                    sync: true,
-                },
+                on,
                 data: &[],
             },
         }

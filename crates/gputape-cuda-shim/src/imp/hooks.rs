@@ -168,6 +168,18 @@ fn kinship(symbol: &[u8], name: &[u8]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::kinship;
+    use crate::imp::table::{index, per_thread};
+
+    #[test]
+    fn per_thread_default_stream_forms_are_told_by_their_names() {
+        let is = |n: &str| per_thread(index(n).unwrap());
+        assert!(is("cuLaunchKernel_ptsz"));
+        assert!(is("cuMemcpyHtoD_v2_ptds"));
+        assert!(is("cuStreamSynchronize_ptsz"));
+        assert!(!is("cuLaunchKernel"));
+        assert!(!is("cuMemcpyHtoD_v2"));
+        assert!(!is("cuMemcpy"));
+    }
 
     #[test]
     fn variants_of_the_name_asked_for_are_preferred() {

@@ -25,7 +25,7 @@ use super::copies::{
 };
 use super::flight::{self, Blocked};
 use super::log;
-use super::table::{NAMES, entry, real};
+use super::table::{NAMES, entry, per_thread, real};
 
 pub(super) type R = c_int;
 
@@ -299,11 +299,38 @@ fn read_out(p: *mut u64) -> u64 {
 
 // ---- copies and memsets ----
 
-/// Where a blocking copy or memset runs: the legacy stream, the host waiting.
-pub(super) const BLOCKING: On = On {
-    stream: 0,
-    sync: true,
-};
+/// `CU_STREAM_PER_THREAD`: what a stream of 0 through a `_ptsz`/`_ptds` entry point is logged
+/// as, so the converter tells the calling thread's per-thread default stream from the legacy
+/// stream (the driver takes either spelling as the same stream).
+const PER_THREAD_STREAM: u64 = 2;
+
+/// Where a blocking copy or memset of entry point `I` runs, the host waiting: the legacy
+/// stream, or through a `_ptds` form the calling thread's per-thread default stream.
+pub(super) const fn blocking<const I: usize>() -> On {
+    On {
+        stream: if per_thread(I) { PER_THREAD_STREAM } else { 0 },
+        sync: true,
+    }
+}
+
+/// The stream a call of entry point `I` names by `s`, as logged: 0 through a `_ptsz`/`_ptds`
+/// form is the calling thread's per-thread default stream. What the driver gets is unchanged.
+#[inline]
+pub(super) fn stream_of<const I: usize>(s: u64) -> u64 {
+    if s == 0 && const { per_thread(I) } {
+        PER_THREAD_STREAM
+    } else {
+        s
+    }
+}
+
+/// Where an asynchronous copy or memset of entry point `I` on stream `s` runs.
+pub(super) fn async_on<const I: usize>(s: u64) -> On {
+    On {
+        stream: stream_of::<I>(s),
+        sync: false,
+    }
+}
 
 /// `n` bytes at `src` (empty for a null pointer).
 ///
@@ -322,7 +349,7 @@ unsafe extern "C" fn h2d<const I: usize>(dst: u64, src: *const c_void, n: usize)
     type F = unsafe extern "C" fn(u64, *const c_void, usize) -> R;
     // SAFETY: entry point I is cuMemcpyHtoD(_v2[_ptds]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n) };
-    let on = BLOCKING;
+    let on = blocking::<I>();
     // SAFETY: the program passed `n` readable bytes at `src` to the driver.
     let data = unsafe { host_bytes(src, n) };
     log::write(r, Rec::CopyH2D { dst, on, data });
@@ -338,10 +365,7 @@ unsafe extern "C" fn h2d_async<const I: usize>(
     type F = unsafe extern "C" fn(u64, *const c_void, usize, u64) -> R;
     // SAFETY: entry point I is cuMemcpyHtoDAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
-    let on = On {
-        stream,
-        sync: false,
-    };
+    let on = async_on::<I>(stream);
     // SAFETY: as in h2d; the bytes are taken as they are when the call is made.
     let data = unsafe { host_bytes(src, n) };
     log::write(r, Rec::CopyH2D { dst, on, data });
@@ -355,6 +379,7 @@ unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -
             src,
             dst: dst as u64,
             len: n as u64,
+            on: blocking::<I>(),
         });
         // SAFETY: entry point I is cuMemcpyDtoH(_v2[_ptds]), whose signature F is.
         unsafe { real_at::<F>(I)(dst, src, n) }
@@ -365,7 +390,7 @@ unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -
     } else {
         &[]
     };
-    let on = BLOCKING;
+    let on = blocking::<I>();
     log::write(
         r,
         Rec::CopyD2H {
@@ -388,10 +413,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
     type F = unsafe extern "C" fn(*mut c_void, u64, usize, u64) -> R;
     // SAFETY: entry point I is cuMemcpyDtoHAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
-    let on = On {
-        stream,
-        sync: false,
-    };
+    let on = async_on::<I>(stream);
     let rec = Rec::CopyD2H {
         src,
         dst_host: dst as u64,
@@ -404,7 +426,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
         && !dst.is_null()
         && n > 0
     {
-        with_pending(|p| p.copies.push((i, dst as usize, n, stream)));
+        with_pending(|p| p.copies.push((i, dst as usize, n, on.stream)));
     }
     r
 }
@@ -412,7 +434,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
 unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
     // SAFETY: entry point I is cuMemcpyDtoD(_v2[_ptds]): (CUdeviceptr, CUdeviceptr, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n) };
-    let on = BLOCKING;
+    let on = blocking::<I>();
     log::write(
         r,
         Rec::CopyD2D {
@@ -429,10 +451,7 @@ unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, str
     type F = unsafe extern "C" fn(u64, u64, usize, u64) -> R;
     // SAFETY: entry point I is cuMemcpyDtoDAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
-    let on = On {
-        stream,
-        sync: false,
-    };
+    let on = async_on::<I>(stream);
     log::write(
         r,
         Rec::CopyD2D {
@@ -451,7 +470,7 @@ unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, str
 unsafe extern "C" fn memset<const I: usize, const ELEM: u8>(dst: u64, value: u32, n: usize) -> R {
     // SAFETY: entry point I is cuMemsetD8/D16/D32(_v2[_ptds]): (CUdeviceptr, value, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32, usize) -> R>(I)(dst, value, n) };
-    let on = BLOCKING;
+    let on = blocking::<I>();
     log::write(r, memset_rec::<ELEM>(dst, value, n, on));
     r
 }
@@ -465,10 +484,7 @@ unsafe extern "C" fn memset_async<const I: usize, const ELEM: u8>(
     type F = unsafe extern "C" fn(u64, u32, usize, u64) -> R;
     // SAFETY: entry point I is cuMemsetD8/D16/D32Async([_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, value, n, stream) };
-    let on = On {
-        stream,
-        sync: false,
-    };
+    let on = async_on::<I>(stream);
     log::write(r, memset_rec::<ELEM>(dst, value, n, on));
     r
 }
@@ -813,7 +829,8 @@ unsafe extern "C" fn launch<const I: usize>(
     ) -> R;
     // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
-    let dims = super::launch::LaunchDims::plain([gx, gy, gz], [bx, by, bz], smem, stream);
+    let dims =
+        super::launch::LaunchDims::plain([gx, gy, gz], [bx, by, bz], smem, stream_of::<I>(stream));
     super::launch::log(r, f, dims, params, extra);
     r
 }
@@ -837,7 +854,8 @@ unsafe extern "C" fn launch_cooperative<const I: usize>(
         unsafe extern "C" fn(u64, u32, u32, u32, u32, u32, u32, u32, u64, *mut *mut c_void) -> R;
     // SAFETY: entry point I is cuLaunchCooperativeKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params) };
-    let dims = super::launch::LaunchDims::plain([gx, gy, gz], [bx, by, bz], smem, stream);
+    let dims =
+        super::launch::LaunchDims::plain([gx, gy, gz], [bx, by, bz], smem, stream_of::<I>(stream));
     log::write(r, Rec::Cooperative { func: f });
     super::launch::log(r, f, dims, params, core::ptr::null_mut());
     r
@@ -908,7 +926,7 @@ unsafe extern "C" fn launch_ex<const I: usize>(
             grid: c.grid,
             block: c.block,
             shared_mem: c.shared_mem,
-            stream: c.stream,
+            stream: stream_of::<I>(c.stream),
             cluster: cluster_in(attrs),
         };
         if attrs
@@ -1062,14 +1080,14 @@ fn log_event_record(r: R, event: u64, stream: u64) {
 unsafe extern "C" fn event_record<const I: usize>(e: u64, s: u64) -> R {
     // SAFETY: entry point I is cuEventRecord(_ptsz): (CUevent, CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(e, s) };
-    log_event_record(r, e, s);
+    log_event_record(r, e, stream_of::<I>(s));
     r
 }
 
 unsafe extern "C" fn event_record_flags<const I: usize>(e: u64, s: u64, flags: u32) -> R {
     // SAFETY: entry point I is cuEventRecordWithFlags(_ptsz): (CUevent, CUstream, unsigned).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32) -> R>(I)(e, s, flags) };
-    log_event_record(r, e, s);
+    log_event_record(r, e, stream_of::<I>(s));
     r
 }
 
@@ -1079,7 +1097,7 @@ unsafe extern "C" fn stream_wait_event<const I: usize>(s: u64, e: u64, flags: u3
     log::write(
         r,
         Rec::StreamWaitEvent {
-            stream: s,
+            stream: stream_of::<I>(s),
             event: e,
         },
     );
@@ -1122,10 +1140,11 @@ unsafe extern "C" fn event_query<const I: usize>(e: u64) -> R {
 }
 
 unsafe extern "C" fn stream_sync<const I: usize>(s: u64) -> R {
-    let _w = flight::waiting(Blocked::Stream(s));
+    let _w = flight::waiting(Blocked::Stream(stream_of::<I>(s)));
     // SAFETY: entry point I is cuStreamSynchronize(_ptsz): (CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
     drop(_w);
+    let s = stream_of::<I>(s);
     log::write(r, Rec::StreamSync { stream: s });
     if r == 0 {
         settle(Done::Stream(s));
@@ -1137,6 +1156,7 @@ unsafe extern "C" fn stream_sync<const I: usize>(s: u64) -> R {
 unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
     // SAFETY: entry point I is cuStreamQuery(_ptsz): (CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    let s = stream_of::<I>(s);
     let pending = r == 0 && with_pending(|p| p.copies.iter().any(|c| same_stream(c.3, s)));
     if pending {
         log::write(r, Rec::StreamSync { stream: s });
@@ -1184,7 +1204,13 @@ unsafe extern "C" fn begin_capture<const I: usize, const V2: bool>(s: u64, mode:
     // integer-class arguments passed on as they came.
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32) -> R>(I)(s, mode) };
     let mode = if V2 { mode } else { 0 };
-    log::write(r, Rec::CaptureBegin { stream: s, mode });
+    log::write(
+        r,
+        Rec::CaptureBegin {
+            stream: stream_of::<I>(s),
+            mode,
+        },
+    );
     r
 }
 
@@ -1200,7 +1226,7 @@ unsafe extern "C" fn end_capture<const I: usize>(s: u64, graph: *mut u64) -> R {
     log::write(
         r,
         Rec::CaptureEnd {
-            stream: s,
+            stream: stream_of::<I>(s),
             graph: g,
         },
     );
@@ -1234,7 +1260,13 @@ unsafe extern "C" fn graph_instantiate<const I: usize>(
 unsafe extern "C" fn graph_launch<const I: usize>(exec: u64, s: u64) -> R {
     // SAFETY: entry point I is cuGraphLaunch(_ptsz): (CUgraphExec, CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(exec, s) };
-    log::write(r, Rec::GraphLaunch { exec, stream: s });
+    log::write(
+        r,
+        Rec::GraphLaunch {
+            exec,
+            stream: stream_of::<I>(s),
+        },
+    );
     r
 }
 

@@ -70,6 +70,17 @@ pub const fn entry(name: &str) -> usize {
     panic!("not an entry point of the shim's list")
 }
 
+/// Whether entry point `i` is a per-thread default stream form (`_ptsz`, `_ptds`), at compile
+/// time: through one, stream 0 is the calling thread's own default stream, not the legacy one.
+pub const fn per_thread(i: usize) -> bool {
+    let n = NAME_LIST[i].as_bytes();
+    if n.len() < 5 {
+        return false;
+    }
+    let (_, tail) = n.split_at(n.len() - 5);
+    same(tail, b"_ptsz") || same(tail, b"_ptds")
+}
+
 const fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;

@@ -124,6 +124,12 @@ pub fn cooperative_program(dir: &Path) -> PathBuf {
     link_program(dir, "cooperative", include_str!("c/cooperative.c"))
 }
 
+/// `c/per_thread.c` compiled into `dir`, linked like `cooperative_program`: a program built
+/// for per-thread default streams, its stream-taking calls the `_ptsz`/`_ptds` forms.
+pub fn per_thread_program(dir: &Path) -> PathBuf {
+    link_program(dir, "per_thread", include_str!("c/per_thread.c"))
+}
+
 /// `c/sites.c` compiled into `dir`, linked like `records_program` with `-rdynamic`, and
 /// `c/sites_lib.c` beside it as `libcublas_sites.so` (which it links): calls made from main,
 /// from a function of its own and from a library that launches for it.

@@ -382,6 +382,20 @@ API CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz,
     return 1000000 + launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
+/* The per-thread default stream forms a program built with `--default-stream per-thread` calls
+ * (this device has one queue, so they do what the legacy forms do). */
+API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, void *stream) {
+    (void)stream;
+    return cuMemcpyHtoD_v2(dst, src, n);
+}
+API CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) {
+    return cuMemcpyDtoH_v2(dst, src, n);
+}
+API CUresult cuLaunchKernelEx_ptsz(const LaunchConfig *c, void *f, void **params, void **extra) {
+    return cuLaunchKernelEx(c, f, params, extra);
+}
+API CUresult cuStreamSynchronize_ptsz(void *stream) { return cuStreamSynchronize(stream); }
+
 /* A float argument (xmm0). */
 API CUresult cuTexRefSetMipmapLevelBias(void *tex, float bias) {
     return (CUresult)((size_t)tex + (size_t)(bias * 100.0f));
