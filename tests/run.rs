@@ -1209,6 +1209,80 @@ fn a_cooperative_launch_is_recorded_and_exported_as_one() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A graph built node by node (a memset node, a kernel node after it, a copy node after that,
+/// as `cudaGraphAdd*Node` make them), instantiated once and launched twice with its copy's
+/// source changed between: the trace holds the graph as a capture of its three nodes in the
+/// order added, on a stream of its own, where the program instantiated it, and both launches as
+/// launches of it; the mock replays it, every read back it can check (the memset's and the
+/// copy's: it cannot run the fake PTX kernel) matching, the second copy's the changed source.
+#[test]
+fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays() {
+    let d = support::scratch("run-graph-nodes");
+    let prog = support::graph_nodes_program(&d);
+    let trace = d.join("gn.gtape");
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("launch 1: w[3] = 0.7471, y[3] = 3, x[3] = 6, errors 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("launch 2: w[3] = 0.7471, y[3] = 103, x[3] = 12, errors 0"),
+        "{out}"
+    );
+    assert!(err.contains("1 graphs built node by node"), "{err}");
+    assert!(!err.contains("not understood"), "{err}");
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kinds: Vec<(String, String)> = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["stream"].to_string(),
+            )
+        })
+        .filter(|(k, _)| !matches!(k.as_str(), "alloc" | "kernel" | "copy_h2d" | "copy_d2h"))
+        .collect();
+    let graph_stream = kinds
+        .iter()
+        .find(|(k, _)| k == "begin_capture")
+        .map(|(_, s)| s.clone())
+        .unwrap_or_default();
+    assert!(!graph_stream.contains("legacy"), "{kinds:?}");
+    let on = |k: &str| (k.to_string(), graph_stream.clone());
+    assert_eq!(
+        kinds[..5],
+        [
+            on("begin_capture"),
+            on("memset_async"),
+            on("launch"),
+            on("copy_d2d_async"),
+            on("end_capture")
+        ],
+        "{kinds:?}"
+    );
+    let graph_launches = kinds.iter().filter(|(k, _)| k == "launch_graph").count();
+    assert_eq!(graph_launches, 2, "{kinds:?}");
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        trace.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("4 of 4 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A program built for per-thread default streams (`nvcc --default-stream per-thread`: every
 /// stream-taking call its `_ptsz`/`_ptds` form): each thread's stream 0 is a stream of its own
 /// in the trace, two threads two streams, and neither is the legacy stream, which the main

@@ -18,8 +18,8 @@ use crate::backend::{
 use crate::recorder::Addrs;
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
-    HostAddr, KernelId, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace,
-    TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
+    HostAddr, KernelId, OperandMut, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg,
+    Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -134,6 +134,12 @@ struct Converter {
     thread: u32,
     /// Each thread's per-thread default stream, once used.
     per_thread: HashMap<u32, StreamId>,
+    /// Threads whose next record is a node added to a graph (`GraphNode`): thread -> graph.
+    node_of: HashMap<u32, u64>,
+    /// The record being converted is a graph's node, not work queued now.
+    in_node: bool,
+    /// Graphs built node by node: their nodes so far, in the order added.
+    nodes: HashMap<u64, Vec<CallRecord>>,
     /// Each reservation's extent, by the index of its record (`reservation_extents`).
     extents: HashMap<u64, u64>,
     /// Tensor maps encoded so far, by their 128 bytes: what a launch parameter holding those
@@ -208,6 +214,9 @@ impl Converter {
             threads: HashMap::new(),
             thread: 0,
             per_thread: HashMap::new(),
+            node_of: HashMap::new(),
+            in_node: false,
+            nodes: HashMap::new(),
             extents: HashMap::new(),
             tensor_maps: HashMap::new(),
             graphs: HashMap::new(),
@@ -259,6 +268,12 @@ impl Converter {
         self.index += 1;
         self.summary.records += 1;
         self.thread = r.thread;
+        // The record after a thread's `GraphNode` is a node of that graph.
+        let node = match r.call {
+            Rec::GraphNode { .. } => None,
+            _ => self.node_of.remove(&r.thread),
+        };
+        self.in_node = node.is_some();
         let ok = r.status == 0;
         let ret = |v: Value| -> Result<Value, ErrorRec> {
             if ok {
@@ -381,7 +396,7 @@ impl Converter {
                 } else {
                     // A copy captured into a graph delivers its bytes at each graph launch,
                     // not at a sync now: none are matched to it.
-                    if self.capture_depth == 0 {
+                    if self.capture_depth == 0 && !self.in_node {
                         self.copies.insert(index, self.seq);
                     }
                     let call = Call::CopyD2HAsync {
@@ -503,6 +518,11 @@ impl Converter {
             Rec::Cooperative { func } => {
                 self.summary.records -= 1;
                 self.cooperative.insert(func);
+                return;
+            }
+            Rec::GraphNode { graph } => {
+                self.summary.records -= 1;
+                self.node_of.insert(r.thread, graph);
                 return;
             }
             Rec::KernelFunction { kernel, func } => {
@@ -710,6 +730,10 @@ impl Converter {
             // The trace's graph is instantiated when its capture ends: instantiating it again
             // is no call, only another handle for the same graph.
             Rec::GraphInstantiate { exec, graph } => {
+                if !self.graphs.contains_key(&graph) && self.nodes.contains_key(&graph) {
+                    let head = (self.thread_id(r.thread), self.site(r.stack), r.t_ns);
+                    self.build_graph(graph, head);
+                }
                 if let Some(&id) = self.graphs.get(&graph) {
                     self.execs.insert(exec, id);
                     *self.exec_count.entry(id).or_default() += 1;
@@ -724,8 +748,8 @@ impl Converter {
                     },
                     ret(Value::Unit),
                 ),
-                // A graph made some other way (built node by node, or before a flight
-                // dump's window): not replayable, and said.
+                // A graph made some other way (of nodes the recording does not understand, or
+                // before a flight dump's window): not replayable, and said.
                 None => {
                     let name = "cuGraphLaunch".to_string();
                     *self.summary.opaque.entry(name.clone()).or_default() += 1;
@@ -751,18 +775,71 @@ impl Converter {
         if value.is_err() && returned {
             self.summary.failed += 1;
         }
-        let next = self.threads.len() as u16;
-        let thread = *self.threads.entry(r.thread).or_insert(next);
         let rec = CallRecord {
             seq: 0,
-            thread,
-            site: self.lines.site(r.stack).unwrap_or(SITE),
+            thread: self.thread_id(r.thread),
+            site: self.site(r.stack),
             t_ns: r.t_ns,
             dur_ns: returned.then_some(0),
             call,
             ret: returned.then_some(value),
         };
+        if let Some(graph) = node {
+            self.nodes.entry(graph).or_default().push(rec);
+            return;
+        }
         self.place(rec);
+    }
+
+    /// The trace's number for recording thread `tid` (gettid), in order of first call.
+    fn thread_id(&mut self, tid: u32) -> u16 {
+        let next = self.threads.len() as u16;
+        *self.threads.entry(tid).or_insert(next)
+    }
+
+    /// The site of a record whose stack is `stack`.
+    fn site(&mut self, stack: u32) -> SiteId {
+        self.lines.site(stack).unwrap_or(SITE)
+    }
+
+    /// A graph built node by node (`handle`), as the trace says a graph: a capture of its
+    /// nodes, in the order they were added, on a stream of the graph's own, made where it is
+    /// first instantiated (`head`: the instantiating call's thread, site and time). A replay
+    /// rebuilds it as it rebuilds a captured graph.
+    fn build_graph(&mut self, handle: u64, head: (u16, SiteId, u64)) -> GraphId {
+        let nodes = self.nodes.get(&handle).cloned().unwrap_or_default();
+        let stream = StreamRef::Id(StreamId(self.next_stream));
+        self.t.adopted.push(Adopted::Stream {
+            id: StreamId(self.next_stream),
+            is_default: false,
+        });
+        self.next_stream += 1;
+        let id = GraphId(self.next_graph);
+        self.next_graph += 1;
+        let (thread, site, t_ns) = head;
+        let around = |call, value| CallRecord {
+            seq: 0,
+            thread,
+            site,
+            t_ns,
+            dur_ns: Some(0),
+            call,
+            ret: Some(Ok(value)),
+        };
+        self.number(around(Call::BeginCapture { stream }, Value::Unit));
+        for mut n in nodes {
+            // Logged as if queued on stream 0: each node is the graph stream's work.
+            n.call.operands_mut(&mut |o| {
+                if let OperandMut::Stream(s, _) = o {
+                    *s = stream;
+                }
+            });
+            self.number(n);
+        }
+        self.number(around(Call::EndCapture { stream }, Value::Graph(id)));
+        self.graphs.insert(handle, id);
+        self.summary.node_graphs += 1;
+        id
     }
 
     /// Adds `rec` to the trace, numbered in order, with one exception: while a capture is open

@@ -106,6 +106,8 @@ pub struct Summary {
     pub triton_typed: usize,
     /// Threads whose per-thread default stream was used (each a stream of its own).
     pub per_thread_streams: usize,
+    /// Graphs built node by node, each made a capture of its nodes where it was instantiated.
+    pub node_graphs: usize,
 }
 
 impl Summary {
@@ -157,6 +159,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} threads' per-thread default streams (a stream each)",
                 self.per_thread_streams
+            ));
+        }
+        if self.node_graphs > 0 {
+            s.push_str(&format!(
+                "; {} graphs built node by node (each replayed as a capture of its nodes)",
+                self.node_graphs
             ));
         }
         if let Some(d) = &self.dump {

@@ -303,6 +303,11 @@ pub enum Rec<'a> {
     /// written just before the launch's own `Launch` record, which it marks as one whose
     /// blocks must all be resident at once (`this_grid().sync()`).
     Cooperative { func: u64 },
+    /// `cuGraphAdd*Node` (a kernel, copy or memset node): the same thread's next record is
+    /// not work queued now but a node added to `graph`, run at each launch of an executable
+    /// made from it. Nodes are logged in the order they were added, which their dependencies
+    /// allow (a node's dependencies exist before it).
+    GraphNode { graph: u64 },
 }
 
 /// The `NativeFrame` ids of a `Rec::NativeStack`'s `frames`, innermost first.
@@ -404,6 +409,7 @@ impl Rec<'_> {
             Rec::NativeFrame { .. } => "(native frame)",
             Rec::NativeStack { .. } => "(native stack)",
             Rec::Cooperative { .. } => "cuLaunchCooperativeKernel",
+            Rec::GraphNode { .. } => "cuGraphAddNode",
         }
     }
 
@@ -438,6 +444,8 @@ impl Rec<'_> {
             | Rec::GraphInstantiate { .. }
             | Rec::GraphExecDestroy { .. }
             | Rec::GraphDestroy { .. }
+            // A node's work (the record after it) is kept for good too (`flight.rs`).
+            | Rec::GraphNode { .. }
             // Named once and used by every later record that carries them.
             | Rec::Code { .. }
             | Rec::Stack { .. }
@@ -510,6 +518,7 @@ impl Rec<'_> {
             Rec::NativeFrame { .. } => 42,
             Rec::NativeStack { .. } => 43,
             Rec::Cooperative { .. } => 44,
+            Rec::GraphNode { .. } => 45,
         }
     }
 }
@@ -551,6 +560,7 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
             put64(out, *module);
         }
         Rec::Cooperative { func } => put64(out, *func),
+        Rec::GraphNode { graph } => put64(out, *graph),
         Rec::CopyH2D { dst, on: o, data } => {
             put64(out, *dst);
             on(out, o);
@@ -1224,6 +1234,9 @@ impl<'a> Reader<'a> {
             44 => Rec::Cooperative {
                 func: f.u64("function")?,
             },
+            45 => Rec::GraphNode {
+                graph: f.u64("graph")?,
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -1491,6 +1504,7 @@ mod tests {
                 frames: &[2, 0, 0, 0, 9, 0, 0, 0],
             },
             Rec::Cooperative { func: 0x5000 },
+            Rec::GraphNode { graph: 0x6a00 },
         ]
     }
 

@@ -262,12 +262,21 @@ unsafe fn host_rows<'a>(side: &Side, s: &Shape) -> std::borrow::Cow<'a, [u8]> {
 }
 
 /// Logs the copy `s` made with status `r` as the plain copies it amounts to (`name` names the
-/// entry point when it is logged as opaque).
+/// entry point when it is logged as opaque). `node`: the graph whose copy node this is, which
+/// copies at each launch of the graph, not now: a device-to-host one has no bytes for a sync
+/// to settle.
 ///
 /// # Safety
 /// The copy's host sides are the program's memory as it handed it to the driver: readable
 /// for its source, written by the driver (when `r` is 0 and `on.sync`) for its destination.
-unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str) {
+unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str, node: Option<u64>) {
+    // Each record a node's copy is logged as follows a marker naming its graph.
+    let write = |rec: Rec<'_>| {
+        if let Some(graph) = node {
+            log::write(0, Rec::GraphNode { graph });
+        }
+        log::write(r, rec)
+    };
     // A failed copy is logged once, at its first row: it did nothing, and its status is what
     // the log must keep.
     let single = r != 0;
@@ -277,26 +286,20 @@ unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str) {
                 // SAFETY: the contract.
                 let data = unsafe { host_rows(&s.src, s) };
                 let data = if single { &[][..] } else { &data[..] };
-                log::write(
-                    r,
-                    Rec::CopyH2D {
-                        dst: s.dst.base,
-                        on,
-                        data,
-                    },
-                );
+                write(Rec::CopyH2D {
+                    dst: s.dst.base,
+                    on,
+                    data,
+                });
             } else {
                 for (y, z) in s.rows() {
                     // SAFETY: the contract.
                     let data = unsafe { host_row(&s.src, s, y, z) };
-                    log::write(
-                        r,
-                        Rec::CopyH2D {
-                            dst: s.dst.row(y, z),
-                            on,
-                            data,
-                        },
-                    );
+                    write(Rec::CopyH2D {
+                        dst: s.dst.row(y, z),
+                        on,
+                        data,
+                    });
                 }
             }
         }
@@ -335,8 +338,9 @@ unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str) {
                     on,
                     data: &data,
                 };
-                if let Some(i) = log::write(r, rec)
+                if let Some(i) = write(rec)
                     && r == 0
+                    && node.is_none()
                     && !on.sync
                     && dst_host != 0
                     && len > 0
@@ -351,38 +355,49 @@ unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str) {
         (Mem::Device, Mem::Device) => {
             if (s.src.contiguous(s) && s.dst.contiguous(s)) || single {
                 let len = if single { s.width } else { s.bytes() };
-                log::write(
-                    r,
-                    Rec::CopyD2D {
-                        src: s.src.base,
-                        dst: s.dst.base,
-                        len,
-                        on,
-                    },
-                );
+                write(Rec::CopyD2D {
+                    src: s.src.base,
+                    dst: s.dst.base,
+                    len,
+                    on,
+                });
             } else {
                 for (y, z) in s.rows() {
-                    log::write(
-                        r,
-                        Rec::CopyD2D {
-                            src: s.src.row(y, z),
-                            dst: s.dst.row(y, z),
-                            len: s.width,
-                            on,
-                        },
-                    );
+                    write(Rec::CopyD2D {
+                        src: s.src.row(y, z),
+                        dst: s.dst.row(y, z),
+                        len: s.width,
+                        on,
+                    });
                 }
             }
         }
         _ => {
-            log::write(
-                r,
-                Rec::Opaque {
-                    name: name.as_bytes(),
-                },
-            );
+            write(Rec::Opaque {
+                name: name.as_bytes(),
+            });
         }
     }
+}
+
+/// Logs a graph's copy node, described by `d` and added with status `r` (a failed one added
+/// nothing: not logged): each record it is logged as after a `GraphNode` record for `graph`,
+/// as if queued on stream 0 (the converter gives the graph a stream of its own).
+///
+/// # Safety
+/// `d` is null or the descriptor the driver just read; its host sides as in `log_copy`.
+pub(super) unsafe fn log_node_copy(r: R, graph: u64, d: *const Memcpy3D) {
+    if d.is_null() || r != 0 {
+        return;
+    }
+    // SAFETY: non-null, and read by the driver just now (the contract).
+    let s = Shape::of_3d(unsafe { &*d });
+    let on = On {
+        stream: 0,
+        sync: false,
+    };
+    // SAFETY: the contract.
+    unsafe { log_copy(r, &s, on, "cuGraphAddMemcpyNode", Some(graph)) };
 }
 
 /// The name of entry point `i`, for an opaque record.
@@ -412,7 +427,7 @@ unsafe fn copy(shape: Option<Shape>, on: On, name: &'static str, call: impl FnOn
     };
     match shape {
         // SAFETY: the contract.
-        Some(s) => unsafe { log_copy(r, &s, on, name) },
+        Some(s) => unsafe { log_copy(r, &s, on, name, None) },
         None => {
             log::write(
                 r,

@@ -43,6 +43,8 @@ pub struct Ring {
     cap: usize,
     /// Captures begun and not yet ended.
     capturing: u32,
+    /// A `GraphNode` record came last: the next one is a node's work, kept for good.
+    node_next: bool,
     /// Work records dropped so far.
     pub dropped: u64,
     spare: Option<Chunk>,
@@ -64,6 +66,7 @@ impl Ring {
             spare: None,
             held: 0,
             capturing: 0,
+            node_next: false,
             cap: mb.saturating_mul(1 << 20),
             dropped: 0,
         }
@@ -76,11 +79,13 @@ impl Ring {
 
     /// Keeps record `index`.
     pub fn push(&mut self, index: u64, r: &Record<'_>) {
-        // What a capture records runs at every launch of its graph, for the process's life.
-        let captured = self.capturing > 0;
+        // What a capture records, or a graph node's record, runs at every launch of its
+        // graph, for the process's life.
+        let captured = self.capturing > 0 || core::mem::take(&mut self.node_next);
         match r.call {
             Rec::CaptureBegin { .. } if r.status == 0 => self.capturing += 1,
             Rec::CaptureEnd { .. } => self.capturing = self.capturing.saturating_sub(1),
+            Rec::GraphNode { .. } => self.node_next = true,
             _ => {}
         }
         if r.call.is_state() || captured {
@@ -104,7 +109,7 @@ impl Ring {
     /// capture), which `enc` appends: while recent, or for good when a capture records it.
     #[inline(always)]
     pub fn push_work(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
-        if self.capturing > 0 {
+        if self.capturing > 0 || core::mem::take(&mut self.node_next) {
             self.keep_for_good(index, enc);
         } else {
             self.keep_recent(index, enc);

@@ -12,6 +12,7 @@ mod launch;
 mod lines;
 mod log;
 mod native;
+mod nodes;
 mod peers;
 mod python;
 mod record;

@@ -25,6 +25,7 @@ use super::copies::{
 };
 use super::flight::{self, Blocked};
 use super::log;
+use super::nodes::{add_kernel_node, add_memcpy_node, add_memset_node, add_node, add_node_v2};
 use super::table::{NAMES, entry, per_thread, real};
 
 pub(super) type R = c_int;
@@ -1328,6 +1329,14 @@ fn changes_device(name: &str) -> bool {
         "cuGraphInstantiate",
         "cuGraphExec",
         "cuGraphUpload",
+        // Nodes the recording does not understand (host functions, child graphs, events,
+        // allocations, memory operations); kernel, copy and memset nodes are hooked.
+        "cuGraphAddHostNode",
+        "cuGraphAddChildGraphNode",
+        "cuGraphAddEvent",
+        "cuGraphAddMem",
+        "cuGraphAddBatchMemOpNode",
+        "cuGraphAddExternalSemaphores",
         "cuStreamBeginCapture",
         "cuStreamEndCapture",
         "cuStreamWriteValue",
@@ -1528,6 +1537,12 @@ hooks! {
     "cuGraphLaunch_ptsz" => graph_launch,
     "cuGraphUpload" => graph_upload,
     "cuGraphUpload_ptsz" => graph_upload,
+    "cuGraphAddKernelNode" => add_kernel_node<false>,
+    "cuGraphAddKernelNode_v2" => add_kernel_node<true>,
+    "cuGraphAddMemsetNode" => add_memset_node,
+    "cuGraphAddMemcpyNode" => add_memcpy_node,
+    "cuGraphAddNode" => add_node,
+    "cuGraphAddNode_v2" => add_node_v2,
     "cuGraphExecDestroy" => graph_exec_destroy,
     "cuGraphDestroy" => graph_destroy,
 }

@@ -124,6 +124,12 @@ pub fn cooperative_program(dir: &Path) -> PathBuf {
     link_program(dir, "cooperative", include_str!("c/cooperative.c"))
 }
 
+/// `c/graph_nodes.c` compiled into `dir`, linked like `cooperative_program`: a graph built
+/// node by node (memset, kernel and copy nodes), launched twice.
+pub fn graph_nodes_program(dir: &Path) -> PathBuf {
+    link_program(dir, "graph_nodes", include_str!("c/graph_nodes.c"))
+}
+
 /// `c/per_thread.c` compiled into `dir`, linked like `cooperative_program`: a program built
 /// for per-thread default streams, its stream-taking calls the `_ptsz`/`_ptds` forms.
 pub fn per_thread_program(dir: &Path) -> PathBuf {

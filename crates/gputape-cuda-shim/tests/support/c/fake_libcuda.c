@@ -286,6 +286,10 @@ static struct { CUdeviceptr x; int n; float k; } captured[8];
 static int ncaptured, graph_made;
 #define GRAPH 0x6a0000ull
 #define GRAPH_EXEC 0x6e0000ull
+/* The graph built node by node (below), and its executable. */
+#define NODE_GRAPH 0x6b0000ull
+#define NODE_EXEC 0x6f0000ull
+static int graph_created;
 
 API CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     if (capturing || mode < 0 || mode > 2) return 1;
@@ -304,22 +308,112 @@ API CUresult cuStreamEndCapture(void *stream, void **graph) {
 
 API CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     (void)flags;
+    if ((size_t)graph == NODE_GRAPH && graph_created) {
+        *exec = (void *)NODE_EXEC;
+        return 0;
+    }
     if ((size_t)graph != GRAPH || !graph_made) return 1;
     *exec = (void *)GRAPH_EXEC;
     return 0;
 }
 
 static CUresult scale(CUdeviceptr p, int n, float k);
+static CUresult run_built(void);
 
 API CUresult cuGraphLaunch(void *exec, void *stream) {
     (void)stream;
+    if ((size_t)exec == NODE_EXEC) return run_built();
     if ((size_t)exec != GRAPH_EXEC) return 1;
     for (int i = 0; i < ncaptured; i++) scale(captured[i].x, captured[i].n, captured[i].k);
     return 0;
 }
 
-API CUresult cuGraphExecDestroy(void *exec) { return (size_t)exec == GRAPH_EXEC ? 0 : 1; }
-API CUresult cuGraphDestroy(void *graph) { return (size_t)graph == GRAPH ? 0 : 1; }
+/* A graph built node by node: the one graph cuGraphCreate makes holds `scale` kernel nodes,
+ * 32-bit memset nodes and copy nodes (by value), each launch of its executable running them in
+ * the order they were added. */
+static struct {
+    int kind; /* 0 scale, 1 memset, 2 copy */
+    CUdeviceptr x;
+    int n;
+    float k;
+    unsigned value;
+    Memcpy3D copy;
+} built[8];
+static int nbuilt;
+
+API CUresult cuGraphCreate(void **graph, unsigned flags) {
+    if (graph_created || flags) return 1;
+    graph_created = 1;
+    *graph = (void *)NODE_GRAPH;
+    return 0;
+}
+
+typedef struct {
+    void *func;
+    unsigned grid[3], block[3], shmem;
+    void **params, **extra;
+    void *kern, *ctx;
+} KernelNodeParams;
+
+typedef struct {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned value, element_size;
+    size_t width, height;
+} MemsetNodeParams;
+
+static CUresult add_node(void **node, void *graph, int kind) {
+    if ((size_t)graph != NODE_GRAPH || nbuilt == 8) return 1;
+    built[nbuilt].kind = kind;
+    *node = (void *)(0x6c0000ull + (size_t)nbuilt);
+    nbuilt++;
+    return 0;
+}
+
+API CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t ndeps,
+                                     const KernelNodeParams *p) {
+    (void)deps, (void)ndeps;
+    if (!p || (size_t)p->func != SCALE || add_node(node, graph, 0)) return 1;
+    built[nbuilt - 1].x = *(CUdeviceptr *)p->params[0];
+    built[nbuilt - 1].n = *(int *)p->params[1];
+    built[nbuilt - 1].k = *(float *)p->params[2];
+    return 0;
+}
+
+API CUresult cuGraphAddMemsetNode(void **node, void *graph, void **deps, size_t ndeps,
+                                  const MemsetNodeParams *p, void *ctx) {
+    (void)deps, (void)ndeps, (void)ctx;
+    if (!p || p->element_size != 4 || p->height != 1 || add_node(node, graph, 1)) return 1;
+    built[nbuilt - 1].x = p->dst;
+    built[nbuilt - 1].n = (int)p->width;
+    built[nbuilt - 1].value = p->value;
+    return 0;
+}
+
+API CUresult cuGraphAddMemcpyNode(void **node, void *graph, void **deps, size_t ndeps,
+                                  const Memcpy3D *p, void *ctx) {
+    (void)deps, (void)ndeps, (void)ctx;
+    if (!p || add_node(node, graph, 2)) return 1;
+    built[nbuilt - 1].copy = *p;
+    return 0;
+}
+
+static CUresult run_built(void) {
+    CUresult r = 0;
+    for (int i = 0; i < nbuilt && !r; i++) {
+        if (built[i].kind == 0) r = scale(built[i].x, built[i].n, built[i].k);
+        if (built[i].kind == 1) r = cuMemsetD32_v2(built[i].x, built[i].value, built[i].n);
+        if (built[i].kind == 2) r = cuMemcpy3D_v2(&built[i].copy);
+    }
+    return r;
+}
+
+API CUresult cuGraphExecDestroy(void *exec) {
+    return (size_t)exec == GRAPH_EXEC || (size_t)exec == NODE_EXEC ? 0 : 1;
+}
+API CUresult cuGraphDestroy(void *graph) {
+    return (size_t)graph == GRAPH || (size_t)graph == NODE_GRAPH ? 0 : 1;
+}
 
 API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                             unsigned by, unsigned bz, unsigned shmem, void *stream, void **params,

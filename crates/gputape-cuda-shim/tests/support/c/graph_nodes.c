@@ -1,0 +1,99 @@
+/* A program that builds a CUDA graph node by node, as cudaGraphAddKernelNode and friends do:
+ * a memset node filling `w`, a `scale` kernel node on `x` depending on it, and a copy node
+ * (a CUDA_MEMCPY3D, device to device) from `z` to `y` depending on the kernel. The graph is
+ * instantiated once and launched twice, `z` changed between the launches; after each, `w`, `y`
+ * and `x` are read back. Linked with -lcuda, like records.c. */
+#include <stdio.h>
+#include <stddef.h>
+#include <string.h>
+
+typedef unsigned long long CUdeviceptr;
+typedef struct {
+    size_t src_x, src_y, src_z, src_lod;
+    unsigned src_type;
+    const void *src_host;
+    CUdeviceptr src_device;
+    void *src_array, *reserved0;
+    size_t src_pitch, src_height, dst_x, dst_y, dst_z, dst_lod;
+    unsigned dst_type;
+    void *dst_host;
+    CUdeviceptr dst_device;
+    void *dst_array, *reserved1;
+    size_t dst_pitch, dst_height, width, height, depth;
+} Memcpy3D;
+typedef struct {
+    void *func;
+    unsigned grid[3], block[3], shmem;
+    void **params, **extra;
+    void *kern, *ctx;
+} KernelNodeParams;
+typedef struct {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned value, element_size;
+    size_t width, height;
+} MemsetNodeParams;
+int cuInit(unsigned flags);
+int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+int cuModuleLoadData(void **module, const void *image);
+int cuModuleGetFunction(void **f, void *module, const char *name);
+int cuGraphCreate(void **graph, unsigned flags);
+int cuGraphAddMemsetNode(void **node, void *graph, void **deps, size_t n,
+                         const MemsetNodeParams *p, void *ctx);
+int cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t n,
+                            const KernelNodeParams *p);
+int cuGraphAddMemcpyNode(void **node, void *graph, void **deps, size_t n, const Memcpy3D *p,
+                         void *ctx);
+int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+int cuGraphLaunch(void *exec, void *stream);
+int cuStreamSynchronize(void *stream);
+
+static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
+                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
+                          "{ ret; }\n";
+
+int main(void) {
+    CUdeviceptr x, y, z, w;
+    void *m, *f, *g, *e, *n1, *n2, *n3;
+    float host[16], back[16];
+    int n = 16, bad = 0;
+    float k = 2.0f;
+    for (int i = 0; i < 16; i++) host[i] = (float)i;
+    bad |= cuInit(0);
+    bad |= cuMemAlloc_v2(&x, sizeof host);
+    bad |= cuMemAlloc_v2(&y, sizeof host);
+    bad |= cuMemAlloc_v2(&z, sizeof host);
+    bad |= cuMemAlloc_v2(&w, sizeof host);
+    bad |= cuModuleLoadData(&m, ptx);
+    bad |= cuModuleGetFunction(&f, m, "scale");
+    bad |= cuMemcpyHtoD_v2(x, host, sizeof host);
+    bad |= cuMemcpyHtoD_v2(z, host, sizeof host);
+    bad |= cuGraphCreate(&g, 0);
+    MemsetNodeParams ms = {w, 0, 0x3f3f3f3fu, 4, 16, 1};
+    bad |= cuGraphAddMemsetNode(&n1, g, NULL, 0, &ms, NULL);
+    void *params[] = {&x, &n, &k};
+    KernelNodeParams kp = {f, {1, 1, 1}, {16, 1, 1}, 0, params, NULL, NULL, NULL};
+    bad |= cuGraphAddKernelNode_v2(&n2, g, &n1, 1, &kp);
+    Memcpy3D c;
+    memset(&c, 0, sizeof c);
+    c.src_type = 2, c.src_device = z, c.src_pitch = sizeof host, c.src_height = 1;
+    c.dst_type = 2, c.dst_device = y, c.dst_pitch = sizeof host, c.dst_height = 1;
+    c.width = sizeof host, c.height = 1, c.depth = 1;
+    bad |= cuGraphAddMemcpyNode(&n3, g, &n2, 1, &c, NULL);
+    bad |= cuGraphInstantiateWithFlags(&e, g, 0);
+    for (int launch = 1; launch <= 2; launch++) {
+        bad |= cuGraphLaunch(e, NULL);
+        bad |= cuStreamSynchronize(NULL);
+        bad |= cuMemcpyDtoH_v2(back, w, sizeof back);
+        printf("launch %d: w[3] = %.4f", launch, back[3]);
+        bad |= cuMemcpyDtoH_v2(back, y, sizeof back);
+        printf(", y[3] = %g", back[3]);
+        bad |= cuMemcpyDtoH_v2(back, x, sizeof back);
+        printf(", x[3] = %g, errors %d\n", back[3], bad);
+        for (int i = 0; i < 16; i++) host[i] += 100.0f;
+        bad |= cuMemcpyHtoD_v2(z, host, sizeof host);
+    }
+    return bad;
+}
