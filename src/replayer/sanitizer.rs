@@ -353,11 +353,19 @@ pub fn reproduces<'f>(t: &Trace, findings: &'f [Finding]) -> Option<&'f Finding>
         .filter(|c| windows.iter().any(|w| w.contains(c.seq)))
         .filter_map(|c| c.call.launch().map(|(k, _)| t.kernel_name(k)))
         .collect();
+    // A device-side assert stops in `__assertfail`, the function every `assert` calls, which
+    // the tool names instead of the kernel (compiled without line information, as PyTorch's
+    // are, it has no frame of its own): for a recorded assert it is the fault itself.
+    let assert_recorded = windows.iter().any(|w| w.code == Some(CUDA_ERROR_ASSERT));
     findings.iter().filter(|f| f.in_kernel()).find(|f| {
         let k = f.kernel.as_deref().unwrap_or_default();
-        in_windows.iter().any(|name| same_kernel(name, k))
+        (assert_recorded && k == "__assertfail" && !in_windows.is_empty())
+            || in_windows.iter().any(|name| same_kernel(name, k))
     })
 }
+
+/// `CUDA_ERROR_ASSERT`: a device-side `assert` failed.
+const CUDA_ERROR_ASSERT: u32 = 710;
 
 /// The finding a minimized trace keeps (`Finding::Sanitizer`): its first line and kernel.
 pub fn kept(t: &Trace) -> Option<(&str, &str)> {
@@ -498,6 +506,28 @@ mod tests {
             ..Finding::default()
         }];
         assert!(reproduces(&t, &host_only).is_none());
+    }
+
+    /// memcheck names a device-side assert's `__assertfail`, not the kernel that asserted
+    /// (PyTorch's `indexSelectSmallIndex`, an H100's report, compute-sanitizer 2025.3.1): it
+    /// reproduces a recorded assert, and no other fault.
+    #[test]
+    fn a_warp_assert_reproduces_a_recorded_assert_only() {
+        let r = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/memcheck-assert.log"
+        ));
+        let f = parse(r);
+        assert_eq!(f.len(), 2, "{f:#?}");
+        assert_eq!(f[0].what, "Warp assert");
+        assert_eq!(f[0].kernel.as_deref(), Some("__assertfail"));
+        let open = |name: &str| {
+            Trace::open(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
+        };
+        let asserted = open("traces/python/h200_py_eager_assert.gtape");
+        assert!(reproduces(&asserted, &f).is_some());
+        let illegal_address = open("traces/mock_tiny_fault_step4.gtape");
+        assert!(reproduces(&illegal_address, &f).is_none());
     }
 
     #[test]
