@@ -1287,7 +1287,8 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
 /// stream-taking call its `_ptsz`/`_ptds` form): each thread's stream 0 is a stream of its own
 /// in the trace, two threads two streams, and neither is the legacy stream, which the main
 /// thread's one explicit use (`CU_STREAM_LEGACY`) keeps. The mock replays it, every read back
-/// it can check (those no kernel feeds) matching.
+/// it can check (those no kernel feeds) matching. (Its context made as the runtime makes one,
+/// the trace also names the device, as the driver does.)
 #[test]
 fn each_thread_s_per_thread_default_stream_is_a_stream_of_its_own() {
     let d = support::scratch("run-per-thread");
@@ -1302,6 +1303,9 @@ fn each_thread_s_per_thread_default_stream_is_a_stream_of_its_own() {
         err.contains("2 threads' per-thread default streams"),
         "{err}"
     );
+    // The device its context was made on, as the driver named it.
+    let shown = text(&gputape(&["show".as_ref(), trace.as_ref()]).stdout);
+    assert!(shown.contains("recorded on cuda Fake GPU 9000,"), "{shown}");
     let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -525,6 +525,23 @@ impl Converter {
                 self.node_of.insert(r.thread, graph);
                 return;
             }
+            // The first device a context was made on is the one the trace says it was
+            // recorded on.
+            Rec::Device {
+                ordinal,
+                sm_count,
+                total_memory,
+                name,
+            } => {
+                self.summary.records -= 1;
+                if let Some(h) = self.t.header.as_mut().filter(|h| h.device_name.is_none()) {
+                    h.device_ordinal = ordinal;
+                    h.device_name = Some(String::from_utf8_lossy(name).into_owned());
+                    h.sm_count = (sm_count > 0).then_some(sm_count);
+                    h.total_memory = (total_memory > 0).then_some(total_memory);
+                }
+                return;
+            }
             Rec::KernelFunction { kernel, func } => {
                 if ok {
                     if let Some(named) = self.functions.get(&kernel).cloned() {

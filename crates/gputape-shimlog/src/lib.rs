@@ -308,6 +308,15 @@ pub enum Rec<'a> {
     /// made from it. Nodes are logged in the order they were added, which their dependencies
     /// allow (a node's dependencies exist before it).
     GraphNode { graph: u64 },
+    /// The device a context was made on (`cuDevicePrimaryCtxRetain`, `cuCtxCreate*`), the first
+    /// time it is: its ordinal, name, SMs and bytes of memory, as the driver reports them
+    /// (what a trace says it was recorded on).
+    Device {
+        ordinal: u32,
+        sm_count: u32,
+        total_memory: u64,
+        name: &'a [u8],
+    },
 }
 
 /// The `NativeFrame` ids of a `Rec::NativeStack`'s `frames`, innermost first.
@@ -410,6 +419,7 @@ impl Rec<'_> {
             Rec::NativeStack { .. } => "(native stack)",
             Rec::Cooperative { .. } => "cuLaunchCooperativeKernel",
             Rec::GraphNode { .. } => "cuGraphAddNode",
+            Rec::Device { .. } => "cuDevicePrimaryCtxRetain",
         }
     }
 
@@ -446,6 +456,7 @@ impl Rec<'_> {
             | Rec::GraphDestroy { .. }
             // A node's work (the record after it) is kept for good too (`flight.rs`).
             | Rec::GraphNode { .. }
+            | Rec::Device { .. }
             // Named once and used by every later record that carries them.
             | Rec::Code { .. }
             | Rec::Stack { .. }
@@ -519,6 +530,7 @@ impl Rec<'_> {
             Rec::NativeStack { .. } => 43,
             Rec::Cooperative { .. } => 44,
             Rec::GraphNode { .. } => 45,
+            Rec::Device { .. } => 46,
         }
     }
 }
@@ -561,6 +573,17 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         }
         Rec::Cooperative { func } => put64(out, *func),
         Rec::GraphNode { graph } => put64(out, *graph),
+        Rec::Device {
+            ordinal,
+            sm_count,
+            total_memory,
+            name,
+        } => {
+            out.extend_from_slice(&ordinal.to_le_bytes());
+            out.extend_from_slice(&sm_count.to_le_bytes());
+            put64(out, *total_memory);
+            put_bytes(out, name);
+        }
         Rec::CopyH2D { dst, on: o, data } => {
             put64(out, *dst);
             on(out, o);
@@ -1237,6 +1260,12 @@ impl<'a> Reader<'a> {
             45 => Rec::GraphNode {
                 graph: f.u64("graph")?,
             },
+            46 => Rec::Device {
+                ordinal: f.u32("device ordinal")?,
+                sm_count: f.u32("SM count")?,
+                total_memory: f.u64("device memory")?,
+                name: f.bytes("device name")?,
+            },
             tag => return Err(LogError::UnknownTag { offset, tag }),
         };
         self.pos += 4 + body_len;
@@ -1505,6 +1534,12 @@ mod tests {
             },
             Rec::Cooperative { func: 0x5000 },
             Rec::GraphNode { graph: 0x6a00 },
+            Rec::Device {
+                ordinal: 1,
+                sm_count: 132,
+                total_memory: 150_000_000_000,
+                name: b"NVIDIA H200",
+            },
         ]
     }
 

@@ -40,6 +40,26 @@ static size_t cursor;
 
 static unsigned char *at(CUdeviceptr p) { return arena + (p - BASE); }
 
+/* The device's name, SMs and memory, as a recording asks them once. */
+API CUresult cuDeviceGetName(char *name, int len, int dev) {
+    if (dev != 0 || len < 1) return 101;
+    strncpy(name, "Fake GPU 9000", (size_t)len - 1);
+    name[len - 1] = 0;
+    return 0;
+}
+
+API CUresult cuDeviceGetAttribute(int *value, int attribute, int dev) {
+    if (dev != 0) return 101;
+    *value = attribute == 16 /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */ ? 7 : 0;
+    return 0;
+}
+
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+    if (dev != 0) return 101;
+    *bytes = ARENA;
+    return 0;
+}
+
 API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     size_t off = cursor + bytes;
     if (off + bytes > ARENA) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */

@@ -2,7 +2,8 @@
  * its _ptsz/_ptds form, and stream 0 (NULL) is the calling thread's own default stream. Two
  * threads, one after the other, each upload, scale and read back a buffer of their own, and
  * the main thread uses the legacy stream (CU_STREAM_LEGACY, 1) once. Each thread reads its
- * upload back before the kernel too, a result no kernel feeds. Linked with -lcuda. */
+ * upload back before the kernel too, a result no kernel feeds. It makes its context as the
+ * runtime does (cuDevicePrimaryCtxRetain). Linked with -lcuda. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -16,6 +17,8 @@ typedef struct {
     unsigned nattrs;
 } LaunchConfig;
 int cuInit(unsigned flags);
+int cuDeviceGet(int *dev, int ordinal);
+int cuDevicePrimaryCtxRetain(void **ctx, int dev);
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, void *stream);
 int cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
@@ -51,9 +54,11 @@ static void *work(void *arg) {
 }
 
 int main(void) {
-    void *m, *r0, *r1;
+    void *m, *r0, *r1, *ctx;
     float back[8];
-    int bad = cuInit(0);
+    int dev, bad = cuInit(0);
+    bad |= cuDeviceGet(&dev, 0);
+    bad |= cuDevicePrimaryCtxRetain(&ctx, dev);
     bad |= cuModuleLoadData(&m, ptx);
     bad |= cuModuleGetFunction(&f, m, "scale");
     pthread_t a, b;
