@@ -19,7 +19,7 @@ use crate::recorder::Addrs;
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
     HostAddr, KernelId, OperandMut, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg,
-    Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
+    Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION, TOOL_SITE,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -525,6 +525,38 @@ impl Converter {
                 self.node_of.insert(r.thread, graph);
                 return;
             }
+            // Managed memory the host wrote before the work after it: a copy of those bytes,
+            // made where the program made that work.
+            Rec::ManagedWrite { dst, data } => {
+                self.summary.records -= 1;
+                self.summary.managed_writes += 1;
+                let dst = self.addr(dst);
+                let len = data.len() as u64;
+                let data = self.t.blobs.insert_content(data.to_vec());
+                (Call::CopyH2D { dst, data, len }, Ok(Value::Unit))
+            }
+            // Managed memory the device changed, as the host saw it after a context sync: a
+            // read back of it, the tool's own (not the program's call), which a replay compares.
+            Rec::ManagedRead { src, data } => {
+                self.summary.records -= 1;
+                self.summary.managed_reads += 1;
+                let call = Call::CopyD2H {
+                    src: self.addr(src),
+                    len: data.len() as u64,
+                };
+                let blob = self.t.blobs.insert_content(data.to_vec());
+                let rec = CallRecord {
+                    seq: 0,
+                    thread: self.thread_id(r.thread),
+                    site: self.managed_site(),
+                    t_ns: r.t_ns,
+                    dur_ns: Some(0),
+                    call,
+                    ret: Some(Ok(Value::Bytes(blob))),
+                };
+                self.place(rec);
+                return;
+            }
             // The first device a context was made on is the one the trace says it was
             // recorded on.
             Rec::Device {
@@ -812,6 +844,25 @@ impl Converter {
     fn thread_id(&mut self, tid: u32) -> u16 {
         let next = self.threads.len() as u16;
         *self.threads.entry(tid).or_insert(next)
+    }
+
+    /// The site of the host's reads of managed memory: the tool's own (`TOOL_SITE`), so the
+    /// analyses leave them out while a replay still compares them.
+    fn managed_site(&mut self) -> SiteId {
+        let file = format!("{TOOL_SITE} managed memory as the host saw it after a context sync");
+        if let Some((id, _)) = self.t.sites.iter().find(|(_, s)| s.file == file) {
+            return *id;
+        }
+        let id = SiteId(self.t.sites.keys().next_back().map_or(0, |k| k.0 + 1));
+        self.t.sites.insert(
+            id,
+            SiteDef {
+                file,
+                line: 0,
+                col: 0,
+            },
+        );
+        id
     }
 
     /// The site of a record whose stack is `stack`.

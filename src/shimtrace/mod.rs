@@ -109,6 +109,10 @@ pub struct Summary {
     pub per_thread_streams: usize,
     /// Graphs built node by node, each made a capture of its nodes where it was instantiated.
     pub node_graphs: usize,
+    /// Runs of managed memory the host wrote (copies before the work that followed).
+    pub managed_writes: usize,
+    /// Runs of managed memory the device changed (read backs after a context sync).
+    pub managed_reads: usize,
 }
 
 impl Summary {
@@ -166,6 +170,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} graphs built node by node (each replayed as a capture of its nodes)",
                 self.node_graphs
+            ));
+        }
+        if self.managed_writes + self.managed_reads > 0 {
+            s.push_str(&format!(
+                "; managed memory: {} host writes, {} device results read as the host saw them",
+                self.managed_writes, self.managed_reads
             ));
         }
         if let Some(d) = &self.dump {

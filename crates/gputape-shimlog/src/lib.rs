@@ -317,6 +317,13 @@ pub enum Rec<'a> {
         total_memory: u64,
         name: &'a [u8],
     },
+    /// Managed memory the host wrote since the device last ran: `data` at `dst`, as the host
+    /// left it before the work this record precedes (the shim compares each managed
+    /// allocation with what it last saw while the device was idle).
+    ManagedWrite { dst: u64, data: &'a [u8] },
+    /// Managed memory the device changed, as the host sees it once a context sync returned:
+    /// `data` at `src` (what the program can read with plain loads, no copy).
+    ManagedRead { src: u64, data: &'a [u8] },
 }
 
 /// The `NativeFrame` ids of a `Rec::NativeStack`'s `frames`, innermost first.
@@ -420,6 +427,7 @@ impl Rec<'_> {
             Rec::Cooperative { .. } => "cuLaunchCooperativeKernel",
             Rec::GraphNode { .. } => "cuGraphAddNode",
             Rec::Device { .. } => "cuDevicePrimaryCtxRetain",
+            Rec::ManagedWrite { .. } | Rec::ManagedRead { .. } => "(managed memory)",
         }
     }
 
@@ -477,6 +485,8 @@ impl Rec<'_> {
             | Rec::GraphLaunch { .. }
             | Rec::Gap { .. }
             | Rec::Dump { .. }
+            | Rec::ManagedWrite { .. }
+            | Rec::ManagedRead { .. }
             // Travels with the launch it precedes.
             | Rec::Cooperative { .. } => false,
         }
@@ -531,6 +541,8 @@ impl Rec<'_> {
             Rec::Cooperative { .. } => 44,
             Rec::GraphNode { .. } => 45,
             Rec::Device { .. } => 46,
+            Rec::ManagedWrite { .. } => 47,
+            Rec::ManagedRead { .. } => 48,
         }
     }
 }
@@ -573,6 +585,10 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         }
         Rec::Cooperative { func } => put64(out, *func),
         Rec::GraphNode { graph } => put64(out, *graph),
+        Rec::ManagedWrite { dst: at, data } | Rec::ManagedRead { src: at, data } => {
+            put64(out, *at);
+            put_bytes(out, data);
+        }
         Rec::Device {
             ordinal,
             sm_count,
@@ -1260,6 +1276,14 @@ impl<'a> Reader<'a> {
             45 => Rec::GraphNode {
                 graph: f.u64("graph")?,
             },
+            47 => Rec::ManagedWrite {
+                dst: f.u64("managed address")?,
+                data: f.bytes("managed bytes")?,
+            },
+            48 => Rec::ManagedRead {
+                src: f.u64("managed address")?,
+                data: f.bytes("managed bytes")?,
+            },
             46 => Rec::Device {
                 ordinal: f.u32("device ordinal")?,
                 sm_count: f.u32("SM count")?,
@@ -1539,6 +1563,14 @@ mod tests {
                 sm_count: 132,
                 total_memory: 150_000_000_000,
                 name: b"NVIDIA H200",
+            },
+            Rec::ManagedWrite {
+                dst: 0x7000,
+                data: &[1, 2, 3],
+            },
+            Rec::ManagedRead {
+                src: 0x7000,
+                data: &[4, 5],
             },
         ]
     }

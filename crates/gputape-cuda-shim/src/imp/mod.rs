@@ -11,6 +11,7 @@ mod hooks;
 mod launch;
 mod lines;
 mod log;
+mod managed;
 mod native;
 mod nodes;
 mod peers;

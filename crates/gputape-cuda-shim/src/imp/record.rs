@@ -26,6 +26,7 @@ use super::copies::{
 };
 use super::flight::{self, Blocked};
 use super::log;
+use super::managed;
 use super::nodes::{add_kernel_node, add_memcpy_node, add_memset_node, add_node, add_node_v2};
 use super::table::{NAMES, entry, per_thread, real};
 
@@ -147,6 +148,9 @@ unsafe extern "C" fn mem_free<const I: usize>(ptr: u64) -> R {
     // SAFETY: entry point I is cuMemFree(_v2): (CUdeviceptr).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ptr) };
     log::write(r, Rec::Free { ptr });
+    if r == 0 {
+        managed::freed(ptr);
+    }
     r
 }
 
@@ -286,6 +290,9 @@ fn log_alloc(r: R, out: *mut u64, bytes: u64, managed: bool) -> R {
             managed,
         },
     );
+    if managed && r == 0 {
+        managed::allocated(ptr, bytes);
+    }
     r
 }
 
@@ -349,6 +356,7 @@ unsafe fn host_bytes<'a>(src: *const c_void, n: usize) -> &'a [u8] {
 
 unsafe extern "C" fn h2d<const I: usize>(dst: u64, src: *const c_void, n: usize) -> R {
     type F = unsafe extern "C" fn(u64, *const c_void, usize) -> R;
+    managed::before_work(false);
     // SAFETY: entry point I is cuMemcpyHtoD(_v2[_ptds]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n) };
     let on = blocking::<I>();
@@ -365,6 +373,7 @@ unsafe extern "C" fn h2d_async<const I: usize>(
     stream: u64,
 ) -> R {
     type F = unsafe extern "C" fn(u64, *const c_void, usize, u64) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuMemcpyHtoDAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
     let on = async_on::<I>(stream);
@@ -376,6 +385,7 @@ unsafe extern "C" fn h2d_async<const I: usize>(
 
 unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -> R {
     type F = unsafe extern "C" fn(*mut c_void, u64, usize) -> R;
+    managed::before_work(false);
     let r = {
         let _w = flight::waiting(Blocked::D2H {
             src,
@@ -413,6 +423,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
     stream: u64,
 ) -> R {
     type F = unsafe extern "C" fn(*mut c_void, u64, usize, u64) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuMemcpyDtoHAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
     let on = async_on::<I>(stream);
@@ -434,6 +445,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
 }
 
 unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
+    managed::before_work(false);
     // SAFETY: entry point I is cuMemcpyDtoD(_v2[_ptds]): (CUdeviceptr, CUdeviceptr, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n) };
     let on = blocking::<I>();
@@ -451,6 +463,7 @@ unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
 
 unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, stream: u64) -> R {
     type F = unsafe extern "C" fn(u64, u64, usize, u64) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuMemcpyDtoDAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
     let on = async_on::<I>(stream);
@@ -470,6 +483,7 @@ unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, str
 /// `unsigned char`/`unsigned short` arrives in the same register, its upper bits unspecified,
 /// and is masked here; the driver gets the register as the caller left it.
 unsafe extern "C" fn memset<const I: usize, const ELEM: u8>(dst: u64, value: u32, n: usize) -> R {
+    managed::before_work(false);
     // SAFETY: entry point I is cuMemsetD8/D16/D32(_v2[_ptds]): (CUdeviceptr, value, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32, usize) -> R>(I)(dst, value, n) };
     let on = blocking::<I>();
@@ -484,6 +498,7 @@ unsafe extern "C" fn memset_async<const I: usize, const ELEM: u8>(
     stream: u64,
 ) -> R {
     type F = unsafe extern "C" fn(u64, u32, usize, u64) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuMemsetD8/D16/D32Async([_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, value, n, stream) };
     let on = async_on::<I>(stream);
@@ -829,6 +844,7 @@ unsafe extern "C" fn launch<const I: usize>(
         *mut *mut c_void,
         *mut *mut c_void,
     ) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
     let dims =
@@ -854,6 +870,7 @@ unsafe extern "C" fn launch_cooperative<const I: usize>(
 ) -> R {
     type F =
         unsafe extern "C" fn(u64, u32, u32, u32, u32, u32, u32, u32, u64, *mut *mut c_void) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuLaunchCooperativeKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params) };
     let dims =
@@ -917,6 +934,7 @@ unsafe extern "C" fn launch_ex<const I: usize>(
 ) -> R {
     type F =
         unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> R;
+    managed::before_work(true);
     // SAFETY: entry point I is cuLaunchKernelEx(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(cfg, f, params, extra) };
     if !cfg.is_null() {
@@ -1240,6 +1258,7 @@ unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
     let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
     drop(_w);
     log::write(r, Rec::CtxSync);
+    managed::after_ctx_sync(r);
     if r == 0 {
         settle(Done::All);
     }
@@ -1255,6 +1274,7 @@ unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
     drop(_w);
     log::write(r, Rec::CtxSync);
+    managed::after_ctx_sync(r);
     if r == 0 {
         settle(Done::All);
     }
@@ -1272,6 +1292,9 @@ unsafe extern "C" fn begin_capture<const I: usize, const V2: bool>(s: u64, mode:
     // SAFETY: entry point I is a cuStreamBeginCapture form: (CUstream[, CUstreamCaptureMode]),
     // integer-class arguments passed on as they came.
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32) -> R>(I)(s, mode) };
+    if r == 0 {
+        managed::capturing(true);
+    }
     let mode = if V2 { mode } else { 0 };
     log::write(
         r,
@@ -1286,6 +1309,10 @@ unsafe extern "C" fn begin_capture<const I: usize, const V2: bool>(s: u64, mode:
 unsafe extern "C" fn end_capture<const I: usize>(s: u64, graph: *mut u64) -> R {
     // SAFETY: entry point I is cuStreamEndCapture(_ptsz): (CUstream, CUgraph*).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, *mut u64) -> R>(I)(s, graph) };
+    // The capture is over when it ended, or ended invalidated (901).
+    if r == 0 || r == 901 {
+        managed::capturing(false);
+    }
     // SAFETY: on success the driver wrote the graph through the caller's pointer.
     let g = if r == 0 && !graph.is_null() {
         unsafe { *graph }
@@ -1327,6 +1354,7 @@ unsafe extern "C" fn graph_instantiate<const I: usize>(
 }
 
 unsafe extern "C" fn graph_launch<const I: usize>(exec: u64, s: u64) -> R {
+    managed::before_work(true);
     // SAFETY: entry point I is cuGraphLaunch(_ptsz): (CUgraphExec, CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(exec, s) };
     log::write(

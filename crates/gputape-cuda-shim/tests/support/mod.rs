@@ -130,6 +130,12 @@ pub fn graph_nodes_program(dir: &Path) -> PathBuf {
     link_program(dir, "graph_nodes", include_str!("c/graph_nodes.c"))
 }
 
+/// `c/managed.c` compiled into `dir`, linked like `cooperative_program`: managed memory the
+/// host writes and reads with plain stores and loads.
+pub fn managed_program(dir: &Path) -> PathBuf {
+    link_program(dir, "managed", include_str!("c/managed.c"))
+}
+
 /// `c/per_thread.c` compiled into `dir`, linked like `cooperative_program`: a program built
 /// for per-thread default streams, its stream-taking calls the `_ptsz`/`_ptds` forms.
 pub fn per_thread_program(dir: &Path) -> PathBuf {

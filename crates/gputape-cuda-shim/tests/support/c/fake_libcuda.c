@@ -38,7 +38,24 @@ API CUresult cuCtxSetCurrent(void *ctx) { return ctx == (void *)0xc7c7 || !ctx ?
 static unsigned char arena[ARENA];
 static size_t cursor;
 
-static unsigned char *at(CUdeviceptr p) { return arena + (p - BASE); }
+/* Managed memory: host memory whose address is also the device's, as unified memory is. */
+static unsigned char managed[1 << 16];
+static size_t managed_cursor;
+
+static int in_managed(CUdeviceptr p) {
+    return p >= (size_t)managed && p < (size_t)managed + sizeof managed;
+}
+
+static unsigned char *at(CUdeviceptr p) {
+    return in_managed(p) ? (unsigned char *)(size_t)p : arena + (p - BASE);
+}
+
+API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
+    if (flags != 1 /* CU_MEM_ATTACH_GLOBAL */ || managed_cursor + bytes > sizeof managed) return 2;
+    *dptr = (CUdeviceptr)(size_t)(managed + managed_cursor);
+    managed_cursor = (managed_cursor + bytes + 255) & ~(size_t)255;
+    return 0;
+}
 
 /* The device's name, SMs and memory, as a recording asks them once. */
 API CUresult cuDeviceGetName(char *name, int len, int dev) {
@@ -125,6 +142,14 @@ API CUresult cuStreamCreate(void **stream, unsigned flags) {
     static size_t next = 0x57000;
     *stream = (void *)(next++);
     return flags <= 1 ? 0 : 1;
+}
+
+API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t n);
+
+/* Done at once: nothing else is queued on the streams these tests use. */
+API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, void *stream) {
+    (void)stream;
+    return cuMemsetD32_v2(dst, value, n);
 }
 
 API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned value, size_t n) {
@@ -460,7 +485,7 @@ static CUresult scale(CUdeviceptr p, int n, float k) {
     }
     /* Past the arena's end: the device would fault (CUDA_ERROR_ILLEGAL_ADDRESS), and say so at
      * the next sync. */
-    if ((size_t)((unsigned char *)x - arena) + (size_t)n * sizeof(float) > ARENA) {
+    if (!in_managed(p) && (size_t)((unsigned char *)x - arena) + (size_t)n * sizeof(float) > ARENA) {
         sticky = 700;
         return 0;
     }

@@ -1,0 +1,167 @@
+//! Managed memory (`cudaMallocManaged`), which the host reads and writes with plain loads and
+//! stores no driver call sees: a program that fills a managed buffer on the host, launches on
+//! it and reads the result on the host would otherwise record a launch on bytes the trace never
+//! had and no result to compare.
+//!
+//! So, while recording to a file (`-o`; not the flight recorder, which must stay cheap), the
+//! shim keeps a copy of each managed allocation as it last saw it, and looks again only when
+//! the device cannot be touching it:
+//! - before the first work queued after the device was idle (a launch, a copy, a memset, a
+//!   graph launch), it compares each allocation with its copy and logs what the host changed
+//!   (`ManagedWrite`), which a replay writes before that work;
+//! - once a context sync returns (`cudaDeviceSynchronize`: every stream done), it logs what the
+//!   device changed (`ManagedRead`), which a replay reads back and compares.
+//!
+//! The device counts as idle at the start and after each successful context sync, until
+//! asynchronous work is queued (a synchronous copy or memset leaves it idle when it returns).
+//! Nothing is read while a capture is open (captured work does not run) or after a failed
+//! sync. Reading managed memory on the host moves its pages there; the program's results are
+//! unchanged, its timing is not. Allocations past `LIMIT` bytes in all are not followed (said
+//! once on stderr).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use gputape_shimlog::Rec;
+
+use super::log;
+
+/// Bytes of managed memory followed at most (each is copied once more in the shim).
+const LIMIT: usize = 1 << 30;
+
+/// Whether any managed allocation is followed: one load on every work call's path.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+/// Captures begun and not ended.
+static CAPTURING: AtomicU32 = AtomicU32::new(0);
+
+struct Followed {
+    /// Each allocation's base -> the bytes as last seen (empty: not seen yet).
+    bufs: BTreeMap<u64, (usize, Vec<u8>)>,
+    /// Bytes followed.
+    total: usize,
+    /// Asynchronous work may be running.
+    busy: bool,
+    /// The limit was reached and said.
+    said: bool,
+}
+
+static STATE: Mutex<Followed> = Mutex::new(Followed {
+    bufs: BTreeMap::new(),
+    total: 0,
+    busy: false,
+    said: false,
+});
+
+fn state() -> std::sync::MutexGuard<'static, Followed> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A managed allocation of `bytes` at `ptr` was made.
+pub fn allocated(ptr: u64, bytes: u64) {
+    if ptr == 0 || !log::wanted() || log::is_flight() {
+        return;
+    }
+    let mut s = state();
+    let bytes = bytes as usize;
+    if s.total.saturating_add(bytes) > LIMIT {
+        if !s.said {
+            s.said = true;
+            eprintln!(
+                "gputape-shim: managed memory past {} MiB is not followed: host reads and writes of it are not recorded",
+                LIMIT >> 20
+            );
+        }
+        return;
+    }
+    s.total += bytes;
+    s.bufs.insert(ptr, (bytes, Vec::new()));
+    ANY.store(true, Ordering::Relaxed);
+}
+
+/// The allocation at `ptr` was freed (if it was followed).
+pub fn freed(ptr: u64) {
+    if !ANY.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut s = state();
+    if let Some((bytes, _)) = s.bufs.remove(&ptr) {
+        s.total -= bytes;
+    }
+}
+
+/// A capture began (`true`) or ended.
+pub fn capturing(begun: bool) {
+    if begun {
+        CAPTURING.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let _ = CAPTURING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// Called before a call that queues device work is forwarded: while the device is idle, logs
+/// what the host wrote to managed memory since it was last seen; `asynchronous` work leaves
+/// the device busy until the next context sync.
+#[inline]
+pub fn before_work(asynchronous: bool) {
+    if ANY.load(Ordering::Relaxed) && CAPTURING.load(Ordering::Relaxed) == 0 {
+        before_work_slow(asynchronous);
+    }
+}
+
+#[cold]
+fn before_work_slow(asynchronous: bool) {
+    let mut s = state();
+    if !s.busy {
+        look(&mut s, |dst, data| Rec::ManagedWrite { dst, data });
+    }
+    s.busy |= asynchronous;
+}
+
+/// A context sync returned `r`: after a successful one the device is idle, and what it
+/// changed in managed memory is logged.
+pub fn after_ctx_sync(r: i32) {
+    if !ANY.load(Ordering::Relaxed) || r != 0 || CAPTURING.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let mut s = state();
+    look(&mut s, |src, data| Rec::ManagedRead { src, data });
+    s.busy = false;
+}
+
+/// Compares each followed allocation with its copy and logs each changed run of 4 KiB pages
+/// (the whole allocation the first time) as `rec` makes it, then keeps what it saw.
+fn look(s: &mut Followed, rec: impl Fn(u64, &[u8]) -> Rec<'_>) {
+    const PAGE: usize = 4096;
+    for (&base, (bytes, seen)) in s.bufs.iter_mut() {
+        // SAFETY: a live managed allocation of `bytes` bytes (freed ones are dropped from the
+        // map by `freed` before the driver could hand the range out again), read while no
+        // device work touches it (the callers' contract: idle device, no capture).
+        let now = unsafe { core::slice::from_raw_parts(base as usize as *const u8, *bytes) };
+        if seen.len() != now.len() {
+            log::write(0, rec(base, now));
+            *seen = now.to_vec();
+            continue;
+        }
+        let mut at = 0;
+        while at < now.len() {
+            let end = (at + PAGE).min(now.len());
+            if now[at..end] == seen[at..end] {
+                at = end;
+                continue;
+            }
+            // A run of changed pages, logged as one record.
+            let start = at;
+            while at < now.len() {
+                let end = (at + PAGE).min(now.len());
+                if now[at..end] == seen[at..end] {
+                    break;
+                }
+                at = end;
+            }
+            log::write(0, rec(base + start as u64, &now[start..at]));
+            seen[start..at].copy_from_slice(&now[start..at]);
+        }
+    }
+}

@@ -1,0 +1,42 @@
+/* A program on managed memory, as cudaMallocManaged programs are written: the host fills the
+ * buffer with plain stores, a memset and a kernel change it on the device, and the host reads
+ * the results with plain loads after cudaDeviceSynchronize (cuCtxSynchronize); between the two
+ * steps the host changes one element. No copy moves these bytes. Linked with -lcuda. */
+#include <stdio.h>
+#include <stddef.h>
+
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned flags);
+int cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags);
+int cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, void *stream);
+int cuModuleLoadData(void **module, const void *image);
+int cuModuleGetFunction(void **f, void *module, const char *name);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
+int cuCtxSynchronize(void);
+
+static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
+                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
+                          "{ ret; }\n";
+
+int main(void) {
+    CUdeviceptr m;
+    void *mod, *f;
+    int n = 16, bad = cuInit(0);
+    float k = 2.0f;
+    bad |= cuModuleLoadData(&mod, ptx);
+    bad |= cuModuleGetFunction(&f, mod, "scale");
+    bad |= cuMemAllocManaged(&m, 16 * sizeof(float), 1);
+    float *x = (float *)(size_t)m;
+    for (int i = 0; i < 16; i++) x[i] = (float)i;
+    /* Elements 8..11 set on the device (every byte 0x3f). */
+    bad |= cuMemsetD32Async(m + 8 * sizeof(float), 0x3f3f3f3fu, 4, NULL);
+    bad |= cuCtxSynchronize();
+    printf("step 1: x[3] = %g, x[9] = %.4f, errors %d\n", x[3], x[9], bad);
+    x[3] = 100.0f;
+    void *p[] = {&m, &n, &k};
+    bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, p, NULL);
+    bad |= cuCtxSynchronize();
+    printf("step 2: x[3] = %g, x[4] = %g, errors %d\n", x[3], x[4], bad);
+    return bad;
+}
