@@ -1585,6 +1585,90 @@ fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// The standalone program of each committed fault fixture recorded on a GPU (`export
+/// --program`), built against the tests' fake driver through the shim, makes the trace's calls
+/// in order: each returns what the recording saw, up to the recorded fault (which the fake
+/// driver, running no kernel, does not raise: the program says so there), and the program's own
+/// recording launches the fixture's kernels in the fixture's order.
+#[test]
+fn each_committed_fault_fixture_s_program_builds_and_makes_its_calls_in_order() {
+    let kernels = |t: &std::path::Path| -> Vec<String> {
+        let o = gputape(&["show".as_ref(), "--json".as_ref(), t.as_ref()]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["kind"] == "launch" || c["kind"] == "launch_typed")
+            .map(|c| {
+                let k = c["kernel"].as_str().unwrap_or_default();
+                k.rsplit("::").next().unwrap_or(k).to_string()
+            })
+            .collect()
+    };
+    for name in [
+        "h200_graph_fault",
+        "h200_tiny_async_illegal_step4",
+        "h200_tiny_fault_step4",
+        "h200_tiny_illegal_step4",
+        "h200_tiny_redzone_step4",
+    ] {
+        let d = support::scratch(&format!("run-export-{name}"));
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("traces")
+            .join(format!("{name}.gtape"));
+        let dir = d.join("repro");
+        let o = gputape(&[
+            "export".as_ref(),
+            "--program".as_ref(),
+            dir.as_ref(),
+            fixture.as_ref(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
+        let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+        let bin = support::link_program(&dir, "repro", &source);
+        let again = d.join("again.gtape");
+        let o = run_with(
+            &[
+                "-o".as_ref(),
+                again.as_ref(),
+                "--".as_ref(),
+                bin.as_ref(),
+                dir.join("data").as_ref(),
+            ],
+            &[("FAKE_CUDA_LAUNCHES_RUN", "1")],
+        );
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        // Where the program says its calls stopped being as recorded: nowhere, or at the
+        // recorded fault.
+        let fault = out
+            .split("the recorded fault (status ")
+            .nth(1)
+            .and_then(|r| r.split("at call #").nth(1))
+            .and_then(|r| r.split(')').next())
+            .map(str::to_string);
+        match o.status.code() {
+            Some(0) => assert!(out.contains("every call as recorded"), "{name}: {out}{err}"),
+            Some(1) => {
+                let fault = fault.unwrap_or_else(|| panic!("{name}: no fault named: {out}"));
+                assert!(
+                    out.contains(&format!("first call not as recorded: #{fault}\n")),
+                    "{name}: a call before the fault was not as recorded: {out}"
+                );
+            }
+            other => panic!("{name}: exit {other:?}: {out}{err}"),
+        }
+        let (want, got) = (kernels(&fixture), kernels(&again));
+        assert!(!got.is_empty(), "{name}: no launch made");
+        assert_eq!(got[..], want[..got.len()], "{name}");
+        if o.status.code() == Some(0) {
+            assert_eq!(got.len(), want.len(), "{name}");
+        }
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 /// A kernel Triton compiled (a cubin whose name says no type) is typed from Triton's cache:
 /// the cubin the program loaded is found there byte for byte beside its TTIR, whose signature
 /// types each float pointer; a cached cubin of the same name but other bytes (another compile)
