@@ -161,6 +161,34 @@ fn gputape(args: &[&std::ffi::OsStr]) -> Output {
         .unwrap()
 }
 
+/// `prog` recorded with `run -o` into `trace` (which must exit 0): its stdout and stderr.
+fn record_ok(prog: &std::path::Path, trace: &std::path::Path) -> (String, String) {
+    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    (out, err)
+}
+
+/// `show --json` of `trace`.
+fn show_json(trace: &std::path::Path) -> serde_json::Value {
+    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `replay --on mock` of `trace` (which must exit 0): what it printed.
+fn replay_on_mock_ok(trace: &std::path::Path) -> String {
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        trace.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    out
+}
+
 #[test]
 fn run_o_records_a_program_s_driver_calls_into_a_trace_every_verb_reads() {
     let d = support::scratch("run-record");
@@ -335,9 +363,7 @@ fn run_flight_writes_nothing_until_a_fault_then_a_dump_that_names_it() {
         "{err}"
     );
     let trace = flight_dump(&d);
-    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = show_json(&trace);
     let reason = v["dump"]["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
@@ -1219,9 +1245,7 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
     let d = support::scratch("run-managed");
     let prog = support::managed_program(&d);
     let trace = d.join("mg.gtape");
-    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let (out, err) = record_ok(&prog, &trace);
     assert!(
         out.contains("step 1: x[3] = 3, x[9] = 0.7471, errors 0"),
         "{out}"
@@ -1234,9 +1258,7 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
         err.contains("managed memory: 2 host writes, 2 device results read"),
         "{err}"
     );
-    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = show_json(&trace);
     let calls: Vec<(String, bool)> = v["calls"]
         .as_array()
         .unwrap()
@@ -1265,14 +1287,7 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
             of("copy_d2h", true),
         ]
     );
-    let o = gputape(&[
-        "replay".as_ref(),
-        "--on".as_ref(),
-        "mock".as_ref(),
-        trace.as_ref(),
-    ]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let out = replay_on_mock_ok(&trace);
     assert!(
         out.contains("1 of 1 match") && out.contains("no divergence"),
         "{out}"
@@ -1291,9 +1306,7 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     let d = support::scratch("run-graph-nodes");
     let prog = support::graph_nodes_program(&d);
     let trace = d.join("gn.gtape");
-    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let (out, err) = record_ok(&prog, &trace);
     assert!(
         out.contains("launch 1: w[3] = 0.7471, y[3] = 3, x[3] = 6, errors 0"),
         "{out}"
@@ -1304,9 +1317,7 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     );
     assert!(err.contains("1 graphs built node by node"), "{err}");
     assert!(!err.contains("not understood"), "{err}");
-    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = show_json(&trace);
     let kinds: Vec<(String, String)> = v["calls"]
         .as_array()
         .unwrap()
@@ -1339,14 +1350,7 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     );
     let graph_launches = kinds.iter().filter(|(k, _)| k == "launch_graph").count();
     assert_eq!(graph_launches, 2, "{kinds:?}");
-    let o = gputape(&[
-        "replay".as_ref(),
-        "--on".as_ref(),
-        "mock".as_ref(),
-        trace.as_ref(),
-    ]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let out = replay_on_mock_ok(&trace);
     assert!(
         out.contains("4 of 4 match") && out.contains("no divergence"),
         "{out}"
@@ -1365,9 +1369,7 @@ fn each_thread_s_per_thread_default_stream_is_a_stream_of_its_own() {
     let d = support::scratch("run-per-thread");
     let prog = support::per_thread_program(&d);
     let trace = d.join("pt.gtape");
-    let o = run(&["-o".as_ref(), trace.as_ref(), "--".as_ref(), prog.as_ref()]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let (out, err) = record_ok(&prog, &trace);
     assert!(out.contains("thread 0: back[3] = 6, errors 0"), "{out}");
     assert!(out.contains("thread 1: back[3] = 39, errors 0"), "{out}");
     assert!(
@@ -1377,9 +1379,7 @@ fn each_thread_s_per_thread_default_stream_is_a_stream_of_its_own() {
     // The device its context was made on, as the driver named it.
     let shown = text(&gputape(&["show".as_ref(), trace.as_ref()]).stdout);
     assert!(shown.contains("recorded on cuda Fake GPU 9000,"), "{shown}");
-    let o = gputape(&["show".as_ref(), "--json".as_ref(), trace.as_ref()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = show_json(&trace);
     let calls = v["calls"].as_array().unwrap();
     // Each work call's stream, with the thread that made it.
     let on = |kind: &str| -> Vec<(u64, String)> {
@@ -1409,14 +1409,7 @@ fn each_thread_s_per_thread_default_stream_is_a_stream_of_its_own() {
         synced.iter().any(|(_, s)| s.contains("legacy")),
         "CU_STREAM_LEGACY stays the legacy stream: {synced:?}"
     );
-    let o = gputape(&[
-        "replay".as_ref(),
-        "--on".as_ref(),
-        "mock".as_ref(),
-        trace.as_ref(),
-    ]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let out = replay_on_mock_ok(&trace);
     // The reads before each thread's kernel; the mock cannot run the fake PTX kernel.
     assert!(
         out.contains("2 of 2 match") && out.contains("no divergence"),
@@ -1593,9 +1586,7 @@ fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
 #[test]
 fn each_committed_fault_fixture_s_program_builds_and_makes_its_calls_in_order() {
     let kernels = |t: &std::path::Path| -> Vec<String> {
-        let o = gputape(&["show".as_ref(), "--json".as_ref(), t.as_ref()]);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let v = show_json(t);
         v["calls"]
             .as_array()
             .unwrap()
