@@ -1,10 +1,10 @@
 // A CUDA C++ program whose kernel needs a cooperative launch (issue 53: every call a CUDA
-// program makes), for scripts/gpu-coop.sh: `coop_sum` sums its input in two phases with a
-// grid-wide sync between them (cooperative_groups::this_grid().sync()), which only a
-// cooperative launch (cudaLaunchCooperativeKernel) makes legal: launched plainly, the sync
-// is an error. Three steps, each a new input and a read back of the sum, printed with the
-// host's own sum. `./coop fault` plants a write far past the output in step 3's kernel.
-// Exits 0 when every step's sum is right, 1 otherwise, 2 when an API call failed.
+// program makes), for `FAULT=1 scripts/gpu-cuda-program.sh coop`: `coop_sum` sums its input in
+// two phases with a grid-wide sync between them (cooperative_groups::this_grid().sync()), which
+// only a cooperative launch (cudaLaunchCooperativeKernel) makes legal: launched plainly, the
+// sync is an error. Three steps, each a new input and a read back of the sum, printed with the
+// host's own sum. `./coop fault` plants a write far past the output in step 3's kernel. Exits 0
+// when every step's sum is right, 1 otherwise, 2 when an API call failed.
 #include <cooperative_groups.h>
 #include <cstdio>
 #include <cstring>

@@ -1,14 +1,14 @@
 // A CUDA C++ program that builds a CUDA graph node by node (issue 53: every call a CUDA program
-// makes), for scripts/gpu-graph-nodes.sh: a memset node zeroing `acc`, a memcpy node uploading
-// a bias (host to device, its host bytes set once), a kernel node `axpy_acc` (acc += a*x + b)
-// after both, a second kernel node `square_into` after it, and a memcpy node reading the
-// result back into host memory (device to host). Instantiated once and launched three times,
-// the input `x` uploaded with cudaMemcpy before each launch; each result, as the read-back
-// node left it and as a cudaMemcpy reads it again, checked against the host's. (A host-to-device
-// node reads its host bytes at each launch; a recording holds them as they were when the node
-// was added, so this program keeps them unchanged.) `./graph_nodes fault` runs the third step
-// on the graph built again with its first kernel writing far past `acc`. Exits 0 when every
-// check holds, 1 otherwise, 2 when an API call failed.
+// makes), for `FAULT=1 scripts/gpu-cuda-program.sh graph_nodes`: a memset node zeroing `acc`, a
+// memcpy node uploading a bias (host to device, its host bytes set once), a kernel node
+// `axpy_acc` (acc += a*x + b) after both, a second kernel node `square_into` after it, and a
+// memcpy node reading the result back into host memory (device to host). Instantiated once and
+// launched three times, the input `x` uploaded with cudaMemcpy before each launch; each result,
+// as the read-back node left it and as a cudaMemcpy reads it again, checked against the host's.
+// (A host-to-device node reads its host bytes at each launch; a recording holds them as they
+// were when the node was added, so this program keeps them unchanged.) `./graph_nodes fault`
+// runs the third step on the graph built again with its first kernel writing far past `acc`.
+// Exits 0 when every check holds, 1 otherwise, 2 when an API call failed.
 #include <cstdio>
 #include <cstring>
 #include <cuda_runtime.h>

@@ -1,8 +1,9 @@
 // A CUDA C++ program on unified memory, as the CUDA samples write one (for
-// scripts/gpu-managed.sh): cudaMallocManaged buffers filled on the host with plain stores, a
-// kernel run on them, results read on the host with plain loads after cudaDeviceSynchronize,
-// three steps, the host changing the input between steps. No cudaMemcpy moves these bytes.
-// Exits 0 when every result is right, 1 otherwise, 2 when an API call failed.
+// `scripts/gpu-cuda-program.sh managed`): cudaMallocManaged buffers filled on the host with
+// plain stores, a kernel run on them, results read on the host with plain loads after
+// cudaDeviceSynchronize, three steps, the host changing the input between steps. No cudaMemcpy
+// moves these bytes. Exits 0 when every result is right, 1 otherwise, 2 when an API call
+// failed.
 #include <cstdio>
 #include <cuda_runtime.h>
 

@@ -1,9 +1,10 @@
 // A CUDA C++ program built with `nvcc --default-stream per-thread` (issue 50: per-thread
-// default streams are streams of their own), for scripts/gpu-per-thread.sh. Two host threads
-// at once each upload a vector, run `axpb` twice on their stream 0 (the thread's own default
-// stream), synchronize it and read the result back; the main thread then reads thread 0's
-// buffer again through the legacy stream (cudaStreamLegacy). Each result is checked against
-// the host's. Exits 0 when every check holds, 1 otherwise, 2 when an API call failed.
+// default streams are streams of their own), for `scripts/gpu-cuda-program.sh per_thread
+// --default-stream per-thread`. Two host threads at once each upload a vector, run `axpb` twice
+// on their stream 0 (the thread's own default stream), synchronize it and read the result back;
+// the main thread then reads thread 0's buffer again through the legacy stream
+// (cudaStreamLegacy). Each result is checked against the host's. Exits 0 when every check
+// holds, 1 otherwise, 2 when an API call failed.
 #include <cstdio>
 #include <thread>
 #include <vector>
