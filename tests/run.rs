@@ -1295,12 +1295,14 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-/// A graph built node by node (a memset node, a kernel node after it, a copy node after that,
-/// as `cudaGraphAdd*Node` make them), instantiated once and launched twice with its copy's
-/// source changed between: the trace holds the graph as a capture of its three nodes in the
-/// order added, on a stream of its own, where the program instantiated it, and both launches as
-/// launches of it; the mock replays it, every read back it can check (the memset's and the
-/// copy's: it cannot run the fake PTX kernel) matching, the second copy's the changed source.
+/// A graph built node by node (a memset node, a kernel node after it, a copy node after that
+/// and one to host memory last, as `cudaGraphAdd*Node` make them), instantiated once and
+/// launched twice with its copy's source changed between: the trace holds the graph as a
+/// capture of its four nodes in the order added, on a stream of its own (the host copy's
+/// destination a pinned region of its own), where the program instantiated it, and both
+/// launches as launches of it; the mock replays it, every read back it can check (the memset's
+/// and the copy's: it cannot run the fake PTX kernel) matching, the second copy's the changed
+/// source.
 #[test]
 fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays() {
     let d = support::scratch("run-graph-nodes");
@@ -1308,11 +1310,11 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     let trace = d.join("gn.gtape");
     let (out, err) = record_ok(&prog, &trace);
     assert!(
-        out.contains("launch 1: w[3] = 0.7471, y[3] = 3, x[3] = 6, errors 0"),
+        out.contains("launch 1: w[3] = 0.7471, y[3] = 3, x[3] = 6, seen[3] = 3, errors 0"),
         "{out}"
     );
     assert!(
-        out.contains("launch 2: w[3] = 0.7471, y[3] = 103, x[3] = 12, errors 0"),
+        out.contains("launch 2: w[3] = 0.7471, y[3] = 103, x[3] = 12, seen[3] = 103, errors 0"),
         "{out}"
     );
     assert!(err.contains("1 graphs built node by node"), "{err}");
@@ -1338,12 +1340,13 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     assert!(!graph_stream.contains("legacy"), "{kinds:?}");
     let on = |k: &str| (k.to_string(), graph_stream.clone());
     assert_eq!(
-        kinds[..5],
+        kinds[..6],
         [
             on("begin_capture"),
             on("memset_async"),
             on("launch"),
             on("copy_d2d_async"),
+            on("copy_d2h_async"),
             on("end_capture")
         ],
         "{kinds:?}"

@@ -367,6 +367,29 @@ pub fn reproduces<'f>(t: &Trace, findings: &'f [Finding]) -> Option<&'f Finding>
 /// `CUDA_ERROR_ASSERT`: a device-side `assert` failed.
 const CUDA_ERROR_ASSERT: u32 = 710;
 
+/// `CUDA_ERROR_LAUNCH_FAILED`: what the driver reports for a kernel the tool stopped.
+const CUDA_ERROR_LAUNCH_FAILED: u64 = 719;
+
+/// Where a replay under the tool failed only because the tool stopped a kernel at a finding
+/// (memcheck and synccheck abort the kernel, and the driver then reports
+/// `CUDA_ERROR_LAUNCH_FAILED`) at a call the recording saw succeed: that call's seq and the
+/// first kernel finding, from the replay's report (`report`, its JSON) and the tool's
+/// `findings`. `None` when the replay diverged otherwise, or the tool found nothing in a kernel.
+pub fn stopped_by_tool<'f>(
+    report: &serde_json::Value,
+    findings: &[&'f Finding],
+) -> Option<(u64, &'f Finding)> {
+    let finding = findings.iter().copied().find(|f| f.in_kernel())?;
+    let faults = report["faults"].as_array()?;
+    let only = match faults.as_slice() {
+        [f] => f,
+        _ => return None,
+    };
+    let stopped = only["recorded_code"].is_null()
+        && only["replayed_code"].as_u64() == Some(CUDA_ERROR_LAUNCH_FAILED);
+    stopped.then(|| (only["seq"].as_u64().unwrap_or_default(), finding))
+}
+
 /// The finding a minimized trace keeps (`Finding::Sanitizer`): its first line and kernel.
 pub fn kept(t: &Trace) -> Option<(&str, &str)> {
     t.findings.iter().find_map(|f| match f {
@@ -528,6 +551,49 @@ mod tests {
         assert!(reproduces(&asserted, &f).is_some());
         let illegal_address = open("traces/mock_tiny_fault_step4.gtape");
         assert!(reproduces(&illegal_address, &f).is_none());
+    }
+
+    /// synccheck's report of a barrier only some threads reach (`scripts/cuda/divergent_sync.cu`
+    /// on an H100, compute-sanitizer 2025.3.1): the kernel, its line and each thread.
+    #[test]
+    fn a_synccheck_report_names_the_barrier_s_kernel_and_line() {
+        let r = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/synccheck-divergent.log"
+        ));
+        let f = parse(r);
+        assert_eq!(f.len(), 2, "{f:#?}");
+        for (i, x) in f.iter().enumerate() {
+            assert_eq!(
+                x.what,
+                "Barrier error detected. Divergent thread(s) in warp."
+            );
+            assert_eq!(x.kernel.as_deref(), Some("half_barrier(float *)"));
+            assert_eq!(x.offset.as_deref(), Some("0xe0"));
+            assert_eq!(x.source.as_deref(), Some("divergent_sync.cu:11"));
+            assert_eq!(x.thread.as_deref(), Some(format!("({i},0,0)").as_str()));
+            assert!(x.in_kernel());
+        }
+    }
+
+    /// Under synccheck the barrier bug aborts its kernel and the next sync fails with
+    /// CUDA_ERROR_LAUNCH_FAILED where the recording saw success: the tool's doing, not a
+    /// divergence. A recorded error, or no kernel finding, is not explained so.
+    #[test]
+    fn a_launch_failure_the_tool_caused_is_told_from_a_divergence() {
+        let r = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/synccheck-divergent.log"
+        ));
+        let found = parse(r);
+        let listed: Vec<&Finding> = found.iter().collect();
+        let report = |recorded: serde_json::Value, replayed: u64| serde_json::json!({"faults": [{"seq": 5, "recorded_code": recorded, "replayed_code": replayed}]});
+        let (seq, f) = stopped_by_tool(&report(serde_json::Value::Null, 719), &listed).unwrap();
+        assert_eq!(seq, 5);
+        assert_eq!(f.kernel.as_deref(), Some("half_barrier(float *)"));
+        assert!(stopped_by_tool(&report(700.into(), 719), &listed).is_none());
+        assert!(stopped_by_tool(&report(serde_json::Value::Null, 700), &listed).is_none());
+        assert!(stopped_by_tool(&report(serde_json::Value::Null, 719), &[]).is_none());
     }
 
     #[test]

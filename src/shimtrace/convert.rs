@@ -18,8 +18,9 @@ use crate::backend::{
 use crate::recorder::Addrs;
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
-    HostAddr, KernelId, OperandMut, Provenance, SiteDef, SiteId, StreamId, StreamRef, TensorMapArg,
-    Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION, TOOL_SITE,
+    HostAddr, HostId, KernelId, OperandMut, Provenance, SiteDef, SiteId, StreamId, StreamRef,
+    TensorMapArg, Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
+    TOOL_SITE,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -140,6 +141,8 @@ struct Converter {
     in_node: bool,
     /// Graphs built node by node: their nodes so far, in the order added.
     nodes: HashMap<u64, Vec<CallRecord>>,
+    /// Pinned host regions handed out so far (copy nodes' host sides).
+    next_host: u32,
     /// Each reservation's extent, by the index of its record (`reservation_extents`).
     extents: HashMap<u64, u64>,
     /// Tensor maps encoded so far, by their 128 bytes: what a launch parameter holding those
@@ -217,6 +220,7 @@ impl Converter {
             node_of: HashMap::new(),
             in_node: false,
             nodes: HashMap::new(),
+            next_host: 0,
             extents: HashMap::new(),
             tensor_maps: HashMap::new(),
             graphs: HashMap::new(),
@@ -902,6 +906,19 @@ impl Converter {
                     *s = stream;
                 }
             });
+            // A copy node writing the host writes it at each launch of the graph: a region of
+            // its own, pinned, as a captured copy to the host needs in a replay.
+            if let Call::CopyD2HAsync { len, dst, .. } = &mut n.call {
+                if matches!(dst, HostAddr::Unknown) {
+                    let host = HostId(self.next_host);
+                    self.next_host += 1;
+                    self.t.adopted.push(Adopted::Host {
+                        id: host,
+                        bytes: *len,
+                    });
+                    *dst = HostAddr::Pinned { host, off: 0 };
+                }
+            }
             self.number(n);
         }
         self.number(around(Call::EndCapture { stream }, Value::Graph(id)));

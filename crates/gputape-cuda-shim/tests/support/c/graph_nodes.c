@@ -1,8 +1,9 @@
 /* A program that builds a CUDA graph node by node, as cudaGraphAddKernelNode and friends do:
  * a memset node filling `w`, a `scale` kernel node on `x` depending on it, and a copy node
- * (a CUDA_MEMCPY3D, device to device) from `z` to `y` depending on the kernel. The graph is
- * instantiated once and launched twice, `z` changed between the launches; after each, `w`, `y`
- * and `x` are read back. Linked with -lcuda, like records.c. */
+ * (a CUDA_MEMCPY3D, device to device) from `z` to `y` depending on the kernel, and a copy
+ * node from `y` to host memory after that. The graph is instantiated once and launched twice,
+ * `z` changed between the launches; after each, `w`, `y` and `x` are read back, and what the
+ * last node wrote to the host is printed. Linked with -lcuda, like records.c. */
 #include <stdio.h>
 #include <stddef.h>
 #include <string.h>
@@ -56,8 +57,8 @@ static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_s
 
 int main(void) {
     CUdeviceptr x, y, z, w;
-    void *m, *f, *g, *e, *n1, *n2, *n3;
-    float host[16], back[16];
+    void *m, *f, *g, *e, *n1, *n2, *n3, *n4;
+    float host[16], back[16], seen[16] = {0};
     int n = 16, bad = 0;
     float k = 2.0f;
     for (int i = 0; i < 16; i++) host[i] = (float)i;
@@ -82,6 +83,10 @@ int main(void) {
     c.dst_type = 2, c.dst_device = y, c.dst_pitch = sizeof host, c.dst_height = 1;
     c.width = sizeof host, c.height = 1, c.depth = 1;
     bad |= cuGraphAddMemcpyNode(&n3, g, &n2, 1, &c, NULL);
+    Memcpy3D h = c;
+    h.src_device = y;
+    h.dst_type = 1, h.dst_device = 0, h.dst_host = seen;
+    bad |= cuGraphAddMemcpyNode(&n4, g, &n3, 1, &h, NULL);
     bad |= cuGraphInstantiateWithFlags(&e, g, 0);
     for (int launch = 1; launch <= 2; launch++) {
         bad |= cuGraphLaunch(e, NULL);
@@ -91,7 +96,7 @@ int main(void) {
         bad |= cuMemcpyDtoH_v2(back, y, sizeof back);
         printf(", y[3] = %g", back[3]);
         bad |= cuMemcpyDtoH_v2(back, x, sizeof back);
-        printf(", x[3] = %g, errors %d\n", back[3], bad);
+        printf(", x[3] = %g, seen[3] = %g, errors %d\n", back[3], seen[3], bad);
         for (int i = 0; i < 16; i++) host[i] += 100.0f;
         bad |= cuMemcpyHtoD_v2(z, host, sizeof host);
     }
