@@ -56,6 +56,13 @@ pub fn cc(args: &[&dyn AsRef<std::ffi::OsStr>]) {
 fn source(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
+    // The types the fake driver and the programs share, beside every source that may include
+    // it: written under a name of this process's and renamed into place, so a compiler that
+    // another test process runs in the same directory never reads it half written.
+    let header = dir.join("cuda_types.h");
+    let tmp = dir.join(format!("cuda_types.h.{}", std::process::id()));
+    std::fs::write(&tmp, include_str!("c/cuda_types.h")).unwrap();
+    std::fs::rename(&tmp, &header).unwrap();
     p
 }
 

@@ -1,17 +1,10 @@
 /* A program that launches one kernel cooperatively twice, as cudaLaunchCooperativeKernel does
  * (cuLaunchCooperativeKernel) and as CUTLASS-style code does (cuLaunchKernelEx with the
  * cooperative attribute), and reads the result back. Linked with -lcuda, like records.c. */
+#include "cuda_types.h"
 #include <stdio.h>
 #include <stddef.h>
 
-typedef unsigned long long CUdeviceptr;
-typedef struct { unsigned id, pad, value[16]; } LaunchAttribute;
-typedef struct {
-    unsigned grid[3], block[3], shmem;
-    void *stream;
-    LaunchAttribute *attrs;
-    unsigned nattrs;
-} LaunchConfig;
 int cuInit(unsigned flags);
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);

@@ -3,11 +3,11 @@
  * device, device to host, a sub-rectangle async), a 2D copy whose host side is a unified
  * address, a 3D copy there and back, the generic cuMemcpy both ways, and a peer copy. Prints
  * a checksum of each read back. Linked with -lcuda, like records.c. */
+#include "cuda_types.h"
 #include <stdio.h>
 #include <stddef.h>
 #include <string.h>
 
-typedef unsigned long long CUdeviceptr;
 int cuInit(unsigned flags);
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemFree_v2(CUdeviceptr p);
@@ -16,35 +16,9 @@ int cuStreamSynchronize(void *stream);
 int cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);
 int cuMemcpyPeer(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx, size_t n);
 
-typedef struct {
-    size_t src_x, src_y;
-    unsigned src_type;
-    const void *src_host;
-    CUdeviceptr src_device;
-    void *src_array;
-    size_t src_pitch, dst_x, dst_y;
-    unsigned dst_type;
-    void *dst_host;
-    CUdeviceptr dst_device;
-    void *dst_array;
-    size_t dst_pitch, width, height;
-} Memcpy2D;
 int cuMemcpy2D_v2(const Memcpy2D *d);
 int cuMemcpy2DAsync_v2(const Memcpy2D *d, void *stream);
 
-typedef struct {
-    size_t src_x, src_y, src_z, src_lod;
-    unsigned src_type;
-    const void *src_host;
-    CUdeviceptr src_device;
-    void *src_array, *reserved0;
-    size_t src_pitch, src_height, dst_x, dst_y, dst_z, dst_lod;
-    unsigned dst_type;
-    void *dst_host;
-    CUdeviceptr dst_device;
-    void *dst_array, *reserved1;
-    size_t dst_pitch, dst_height, width, height, depth;
-} Memcpy3D;
 int cuMemcpy3D_v2(const Memcpy3D *d);
 
 enum { HOST = 1, DEVICE = 2, UNIFIED = 4 };

@@ -3,13 +3,13 @@
  * arguments arrived intact. Built at test time with `cc -shared -fPIC -Wl,-Bsymbolic` (the real
  * driver binds its own symbols too: with the shim preloaded, this library's references to its
  * own functions must not resolve to the shim's forwarders). */
+#include "cuda_types.h"
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
 #define API __attribute__((visibility("default")))
 
 API CUresult cuInit(unsigned int flags) { return flags == 0 ? 0 : 1; }
@@ -293,19 +293,6 @@ static unsigned char *side(unsigned type, const void *host, CUdeviceptr device) 
     return NULL;
 }
 
-typedef struct {
-    size_t src_x, src_y;
-    unsigned src_type;
-    const void *src_host;
-    CUdeviceptr src_device;
-    void *src_array;
-    size_t src_pitch, dst_x, dst_y;
-    unsigned dst_type;
-    void *dst_host;
-    CUdeviceptr dst_device;
-    void *dst_array;
-    size_t dst_pitch, width, height;
-} Memcpy2D;
 
 API CUresult cuMemcpy2D_v2(const Memcpy2D *d) {
     if (!d) return 1;
@@ -324,19 +311,6 @@ API CUresult cuMemcpy2DAsync_v2(const Memcpy2D *d, void *stream) {
     return cuMemcpy2D_v2(d);
 }
 
-typedef struct {
-    size_t src_x, src_y, src_z, src_lod;
-    unsigned src_type;
-    const void *src_host;
-    CUdeviceptr src_device;
-    void *src_array, *reserved0;
-    size_t src_pitch, src_height, dst_x, dst_y, dst_z, dst_lod;
-    unsigned dst_type;
-    void *dst_host;
-    CUdeviceptr dst_device;
-    void *dst_array, *reserved1;
-    size_t dst_pitch, dst_height, width, height, depth;
-} Memcpy3D;
 
 API CUresult cuMemcpy3D_v2(const Memcpy3D *d) {
     if (!d) return 1;
@@ -447,19 +421,7 @@ API CUresult cuGraphCreate(void **graph, unsigned flags) {
     return 0;
 }
 
-typedef struct {
-    void *func;
-    unsigned grid[3], block[3], shmem;
-    void **params, **extra;
-    void *kern, *ctx;
-} KernelNodeParams;
 
-typedef struct {
-    CUdeviceptr dst;
-    size_t pitch;
-    unsigned value, element_size;
-    size_t width, height;
-} MemsetNodeParams;
 
 static CUresult add_node(void **node, void *graph, int kind) {
     if ((size_t)graph != NODE_GRAPH || nbuilt == 8) return 1;
@@ -553,15 +515,6 @@ API CUresult cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsign
                                        void *stream, void **params) {
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
 }
-
-/* `CUlaunchConfig` and `CUlaunchAttribute` (an id, padding, a 64-byte value). */
-typedef struct { unsigned id, pad, value[16]; } LaunchAttribute;
-typedef struct {
-    unsigned grid[3], block[3], shmem;
-    void *stream;
-    LaunchAttribute *attrs;
-    unsigned nattrs;
-} LaunchConfig;
 
 API CUresult cuLaunchKernelEx(const LaunchConfig *c, void *f, void **params, void **extra) {
     if (!c || (c->nattrs && !c->attrs)) return 1;

@@ -4,36 +4,11 @@
  * node from `y` to host memory after that. The graph is instantiated once and launched twice,
  * `z` changed between the launches; after each, `w`, `y` and `x` are read back, and what the
  * last node wrote to the host is printed. Linked with -lcuda, like records.c. */
+#include "cuda_types.h"
 #include <stdio.h>
 #include <stddef.h>
 #include <string.h>
 
-typedef unsigned long long CUdeviceptr;
-typedef struct {
-    size_t src_x, src_y, src_z, src_lod;
-    unsigned src_type;
-    const void *src_host;
-    CUdeviceptr src_device;
-    void *src_array, *reserved0;
-    size_t src_pitch, src_height, dst_x, dst_y, dst_z, dst_lod;
-    unsigned dst_type;
-    void *dst_host;
-    CUdeviceptr dst_device;
-    void *dst_array, *reserved1;
-    size_t dst_pitch, dst_height, width, height, depth;
-} Memcpy3D;
-typedef struct {
-    void *func;
-    unsigned grid[3], block[3], shmem;
-    void **params, **extra;
-    void *kern, *ctx;
-} KernelNodeParams;
-typedef struct {
-    CUdeviceptr dst;
-    size_t pitch;
-    unsigned value, element_size;
-    size_t width, height;
-} MemsetNodeParams;
 int cuInit(unsigned flags);
 int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);

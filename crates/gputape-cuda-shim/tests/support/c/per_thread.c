@@ -4,18 +4,11 @@
  * the main thread uses the legacy stream (CU_STREAM_LEGACY, 1) once. Each thread reads its
  * upload back before the kernel too, a result no kernel feeds. It makes its context as the
  * runtime does (cuDevicePrimaryCtxRetain). Linked with -lcuda. */
+#include "cuda_types.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stddef.h>
 
-typedef unsigned long long CUdeviceptr;
-typedef struct { unsigned id, pad, value[16]; } LaunchAttribute;
-typedef struct {
-    unsigned grid[3], block[3], shmem;
-    void *stream;
-    LaunchAttribute *attrs;
-    unsigned nattrs;
-} LaunchConfig;
 int cuInit(unsigned flags);
 int cuDeviceGet(int *dev, int ordinal);
 int cuDevicePrimaryCtxRetain(void **ctx, int dev);
