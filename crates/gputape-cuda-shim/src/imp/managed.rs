@@ -12,8 +12,9 @@
 //! - once a context sync returns (`cudaDeviceSynchronize`: every stream done), it logs what the
 //!   device changed (`ManagedRead`), which a replay reads back and compares.
 //!
-//! The device counts as idle at the start and after each successful context sync, until
-//! asynchronous work is queued (a synchronous copy or memset leaves it idle when it returns).
+//! The device counts as idle at the start and after each successful context sync during which
+//! no other thread queued work, until asynchronous work is queued (a synchronous copy or memset
+//! leaves it idle when it returns).
 //! Nothing is read while a capture is open (captured work does not run) or after a failed
 //! sync. Reading managed memory on the host moves its pages there; the program's results are
 //! unchanged, its timing is not. Allocations past `LIMIT` bytes in all are not followed (said
@@ -21,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use gputape_shimlog::Rec;
 
@@ -35,6 +36,10 @@ static ANY: AtomicBool = AtomicBool::new(false);
 
 /// Captures begun and not ended.
 static CAPTURING: AtomicU32 = AtomicU32::new(0);
+
+/// Asynchronous work queued so far: a context sync leaves the device idle only if none was
+/// queued (by another thread) while it waited.
+static QUEUED: AtomicU64 = AtomicU64::new(0);
 
 struct Followed {
     /// Each allocation's base -> the bytes as last seen (empty: not seen yet).
@@ -116,16 +121,28 @@ fn before_work_slow(asynchronous: bool) {
     if !s.busy {
         look(&mut s, |dst, data| Rec::ManagedWrite { dst, data });
     }
-    s.busy |= asynchronous;
+    if asynchronous {
+        s.busy = true;
+        QUEUED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
-/// A context sync returned `r`: after a successful one the device is idle, and what it
-/// changed in managed memory is logged.
-pub fn after_ctx_sync(r: i32) {
+/// What a context sync about to begin passes to `after_ctx_sync`.
+pub fn before_ctx_sync() -> u64 {
+    QUEUED.load(Ordering::Relaxed)
+}
+
+/// A context sync that began when `before_ctx_sync` said `queued` returned `r`: after a
+/// successful one the device is idle, unless another thread queued work meanwhile, and what
+/// it changed in managed memory is logged.
+pub fn after_ctx_sync(r: i32, queued: u64) {
     if !ANY.load(Ordering::Relaxed) || r != 0 || CAPTURING.load(Ordering::Relaxed) != 0 {
         return;
     }
     let mut s = state();
+    if QUEUED.load(Ordering::Relaxed) != queued {
+        return;
+    }
     look(&mut s, |src, data| Rec::ManagedRead { src, data });
     s.busy = false;
 }

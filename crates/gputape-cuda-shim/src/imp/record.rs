@@ -1254,11 +1254,12 @@ unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
 
 unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
     let _w = flight::waiting(Blocked::Ctx);
+    let queued = managed::before_ctx_sync();
     // SAFETY: entry point I is cuCtxSynchronize: ().
     let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
     drop(_w);
     log::write(r, Rec::CtxSync);
-    managed::after_ctx_sync(r);
+    managed::after_ctx_sync(r, queued);
     if r == 0 {
         settle(Done::All);
     }
@@ -1270,11 +1271,12 @@ unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
 /// `cudaDeviceSynchronize` calls it): the same sync, recorded the same way.
 unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
     let _w = flight::waiting(Blocked::Ctx);
+    let queued = managed::before_ctx_sync();
     // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
     drop(_w);
     log::write(r, Rec::CtxSync);
-    managed::after_ctx_sync(r);
+    managed::after_ctx_sync(r, queued);
     if r == 0 {
         settle(Done::All);
     }
