@@ -1235,6 +1235,48 @@ fn a_cooperative_launch_is_recorded_and_exported_as_one() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A capture during which its thread allocates as PyTorch's allocator does (switching itself
+/// to relaxed capture mode around the allocation, `cuThreadExchangeStreamCaptureMode`): the
+/// allocation goes before the capture in the trace (a replay captures in its own mode), the
+/// summary says it was made in relaxed mode, and the captured launch stays inside the capture.
+#[test]
+fn an_allocation_made_in_relaxed_mode_while_capturing_is_said_and_placed_before_the_capture() {
+    let d = support::scratch("run-capture-mode");
+    let prog = support::capture_mode_program(&d);
+    let trace = d.join("cm.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("back[3] = 12, switched back from mode 2, errors 0"),
+        "{out}"
+    );
+    assert!(
+        err.contains("1 allocations made while a capture was open moved before it (1 by a thread in relaxed capture mode"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("cuThreadExchangeStreamCaptureMode x"),
+        "kept by name: {err}"
+    );
+    let kinds: Vec<String> = show_json(&trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap().to_string())
+        .filter(|k| {
+            matches!(
+                k.as_str(),
+                "alloc" | "begin_capture" | "launch" | "end_capture"
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["alloc", "alloc", "begin_capture", "launch", "end_capture"],
+        "{kinds:?}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// Managed memory the host fills and reads with plain stores and loads (no copy moves those
 /// bytes): the trace holds the host's writes as copies before the work that follows them, and
 /// what the device changed as read backs after each `cudaDeviceSynchronize`, the tool's own

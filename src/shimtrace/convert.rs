@@ -100,6 +100,9 @@ fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
     out
 }
 
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: u32 = 2;
+
 /// Bytes of a `CUtensorMap`.
 const TENSOR_MAP: usize = 128;
 
@@ -143,6 +146,11 @@ struct Converter {
     nodes: HashMap<u64, Vec<CallRecord>>,
     /// Pinned host regions handed out so far (copy nodes' host sides).
     next_host: u32,
+    /// Each thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`), where
+    /// it set one: thread -> mode (2 relaxed).
+    capture_mode: HashMap<u32, u32>,
+    /// The record being placed was made by a thread in relaxed capture mode.
+    relaxed_now: bool,
     /// Each reservation's extent, by the index of its record (`reservation_extents`).
     extents: HashMap<u64, u64>,
     /// Tensor maps encoded so far, by their 128 bytes: what a launch parameter holding those
@@ -221,6 +229,8 @@ impl Converter {
             in_node: false,
             nodes: HashMap::new(),
             next_host: 0,
+            capture_mode: HashMap::new(),
+            relaxed_now: false,
             extents: HashMap::new(),
             tensor_maps: HashMap::new(),
             graphs: HashMap::new(),
@@ -278,6 +288,7 @@ impl Converter {
             _ => self.node_of.remove(&r.thread),
         };
         self.in_node = node.is_some();
+        self.relaxed_now = self.capture_mode.get(&r.thread) == Some(&CAPTURE_MODE_RELAXED);
         let ok = r.status == 0;
         let ret = |v: Value| -> Result<Value, ErrorRec> {
             if ok {
@@ -522,6 +533,11 @@ impl Converter {
             Rec::Cooperative { func } => {
                 self.summary.records -= 1;
                 self.cooperative.insert(func);
+                return;
+            }
+            // No call of its own: what it says is which allocations a capture let through.
+            Rec::CaptureMode { mode } => {
+                self.capture_mode.insert(r.thread, mode);
                 return;
             }
             Rec::GraphNode { graph } => {
@@ -938,6 +954,10 @@ impl Converter {
         let alloc = matches!(rec.call, Call::Alloc { .. } | Call::AllocManaged { .. });
         if opens {
             self.capture_depth += 1;
+        }
+        if self.capture_depth > 0 && alloc {
+            self.summary.allocs_moved += 1;
+            self.summary.relaxed_allocs_moved += usize::from(self.relaxed_now);
         }
         if self.capture_depth > 0 && !alloc {
             let ends = matches!(rec.call, Call::EndCapture { .. });

@@ -30,6 +30,11 @@
 //! `CU_STREAM_PER_THREAD`) is a stream of its own, adopted at its first use (a blocking stream,
 //! as the driver's is); the legacy stream is `legacy`.
 //!
+//! A thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`) is followed: an
+//! allocation made while a capture is open goes before the capture (a replay captures in its
+//! backend's mode, where it would fail), and the summary says how many were, and how many a
+//! thread in relaxed mode made (PyTorch's allocator does, around each allocation).
+//!
 //! Approximations, said here so nobody relies on them: `cuCtxSynchronize` is a sync of the
 //! legacy stream; a capture's
 //! mode (global, thread-local, relaxed) is not kept: a replay captures in its backend's; pinned host
@@ -113,6 +118,10 @@ pub struct Summary {
     pub managed_writes: usize,
     /// Runs of managed memory the device changed (read backs after a context sync).
     pub managed_reads: usize,
+    /// Allocations made while a capture was open, moved before it (`place`).
+    pub allocs_moved: usize,
+    /// Of them, made by a thread in relaxed capture mode (`cuThreadExchangeStreamCaptureMode`).
+    pub relaxed_allocs_moved: usize,
 }
 
 impl Summary {
@@ -176,6 +185,12 @@ impl Summary {
             s.push_str(&format!(
                 "; managed memory: {} host writes, {} device results read as the host saw them",
                 self.managed_writes, self.managed_reads
+            ));
+        }
+        if self.allocs_moved > 0 {
+            s.push_str(&format!(
+                "; {} allocations made while a capture was open moved before it ({} by a thread in relaxed capture mode, as PyTorch's allocator makes them)",
+                self.allocs_moved, self.relaxed_allocs_moved
             ));
         }
         if let Some(d) = &self.dump {

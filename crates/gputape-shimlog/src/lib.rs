@@ -324,6 +324,10 @@ pub enum Rec<'a> {
     /// Managed memory the device changed, as the host sees it once a context sync returned:
     /// `data` at `src` (what the program can read with plain loads, no copy).
     ManagedRead { src: u64, data: &'a [u8] },
+    /// `cuThreadExchangeStreamCaptureMode`: the calling thread's capture interaction mode is
+    /// `mode` from here (0 global, 1 thread-local, 2 relaxed), as PyTorch's allocator sets it
+    /// around each allocation it makes while a capture is open.
+    CaptureMode { mode: u32 },
 }
 
 /// The `NativeFrame` ids of a `Rec::NativeStack`'s `frames`, innermost first.
@@ -428,6 +432,7 @@ impl Rec<'_> {
             Rec::GraphNode { .. } => "cuGraphAddNode",
             Rec::Device { .. } => "cuDevicePrimaryCtxRetain",
             Rec::ManagedWrite { .. } | Rec::ManagedRead { .. } => "(managed memory)",
+            Rec::CaptureMode { .. } => "cuThreadExchangeStreamCaptureMode",
         }
     }
 
@@ -487,6 +492,7 @@ impl Rec<'_> {
             | Rec::Dump { .. }
             | Rec::ManagedWrite { .. }
             | Rec::ManagedRead { .. }
+            | Rec::CaptureMode { .. }
             // Travels with the launch it precedes.
             | Rec::Cooperative { .. } => false,
         }
@@ -543,6 +549,7 @@ impl Rec<'_> {
             Rec::Device { .. } => 46,
             Rec::ManagedWrite { .. } => 47,
             Rec::ManagedRead { .. } => 48,
+            Rec::CaptureMode { .. } => 49,
         }
     }
 }
@@ -585,6 +592,7 @@ pub fn encode(r: &Record<'_>, out: &mut Vec<u8>) {
         }
         Rec::Cooperative { func } => put64(out, *func),
         Rec::GraphNode { graph } => put64(out, *graph),
+        Rec::CaptureMode { mode } => out.extend_from_slice(&mode.to_le_bytes()),
         Rec::ManagedWrite { dst: at, data } | Rec::ManagedRead { src: at, data } => {
             put64(out, *at);
             put_bytes(out, data);
@@ -1284,6 +1292,9 @@ impl<'a> Reader<'a> {
                 src: f.u64("managed address")?,
                 data: f.bytes("managed bytes")?,
             },
+            49 => Rec::CaptureMode {
+                mode: f.u32("capture mode")?,
+            },
             46 => Rec::Device {
                 ordinal: f.u32("device ordinal")?,
                 sm_count: f.u32("SM count")?,
@@ -1572,6 +1583,7 @@ mod tests {
                 src: 0x7000,
                 data: &[4, 5],
             },
+            Rec::CaptureMode { mode: 2 },
         ]
     }
 

@@ -1308,6 +1308,20 @@ unsafe extern "C" fn begin_capture<const I: usize, const V2: bool>(s: u64, mode:
     r
 }
 
+/// `cuThreadExchangeStreamCaptureMode`: (CUstreamCaptureMode* mode), the mode asked for in,
+/// the thread's previous one out.
+unsafe extern "C" fn exchange_capture_mode<const I: usize>(mode: *mut u32) -> R {
+    // SAFETY: the program passes the mode it asks for through `mode` (null is the driver's
+    // to refuse).
+    let asked = (!mode.is_null()).then(|| unsafe { *mode });
+    // SAFETY: entry point I is cuThreadExchangeStreamCaptureMode: (CUstreamCaptureMode*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u32) -> R>(I)(mode) };
+    if let (0, Some(mode)) = (r, asked) {
+        log::write(r, Rec::CaptureMode { mode });
+    }
+    r
+}
+
 unsafe extern "C" fn end_capture<const I: usize>(s: u64, graph: *mut u64) -> R {
     // SAFETY: entry point I is cuStreamEndCapture(_ptsz): (CUstream, CUgraph*).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, *mut u64) -> R>(I)(s, graph) };
@@ -1626,6 +1640,7 @@ hooks! {
     "cuStreamBeginCapture_ptsz" => begin_capture<false>,
     "cuStreamBeginCapture_v2" => begin_capture<true>,
     "cuStreamBeginCapture_v2_ptsz" => begin_capture<true>,
+    "cuThreadExchangeStreamCaptureMode" => exchange_capture_mode,
     "cuStreamEndCapture" => end_capture,
     "cuStreamEndCapture_ptsz" => end_capture,
     "cuGraphInstantiate" => graph_instantiate,

@@ -137,6 +137,12 @@ pub fn graph_nodes_program(dir: &Path) -> PathBuf {
     link_program(dir, "graph_nodes", include_str!("c/graph_nodes.c"))
 }
 
+/// `c/capture_mode.c` compiled into `dir`, linked like `cooperative_program`: an allocation
+/// made in relaxed capture mode while a capture is open.
+pub fn capture_mode_program(dir: &Path) -> PathBuf {
+    link_program(dir, "capture_mode", include_str!("c/capture_mode.c"))
+}
+
 /// `c/managed.c` compiled into `dir`, linked like `cooperative_program`: managed memory the
 /// host writes and reads with plain stores and loads.
 pub fn managed_program(dir: &Path) -> PathBuf {

@@ -371,6 +371,17 @@ API CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     return 0;
 }
 
+/* The calling thread's capture interaction mode (this fake refuses nothing by it). */
+static __thread int thread_capture_mode;
+
+API CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    if (!mode || *mode < 0 || *mode > 2) return 1;
+    int previous = thread_capture_mode;
+    thread_capture_mode = *mode;
+    *mode = previous;
+    return 0;
+}
+
 API CUresult cuStreamEndCapture(void *stream, void **graph) {
     if (!capturing || stream != capturing) return 1;
     capturing = NULL;
