@@ -7,7 +7,9 @@ use super::verify::first_diff;
 use super::*;
 
 impl Replayer<'_> {
-    /// Issue one recorded call. Returns how it went relative to the recording.
+    /// Issue one recorded call. Returns how it went relative to the recording. One long
+    /// function on purpose: an exhaustive match over `Call`, an arm per variant, so a new call
+    /// is a compile error here until a replay knows how to issue it.
     pub(crate) fn issue(
         &self,
         gpu: &dyn GpuBackend,

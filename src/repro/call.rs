@@ -24,7 +24,8 @@ fn c_bytes(bytes: &[u8]) -> String {
 }
 
 impl Gen<'_> {
-    /// One call's text.
+    /// One call's text. One long function on purpose: an exhaustive match over `Call`, an arm
+    /// per variant, so a new call is a compile error here until a program can make it.
     pub(super) fn call(
         &mut self,
         s: &mut String,

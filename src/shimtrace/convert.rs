@@ -277,6 +277,9 @@ impl Converter {
         (self.t, self.summary)
     }
 
+    /// One record of the log into the trace. One long function on purpose: a single match over
+    /// the log's record kinds, an arm each (so a new kind is a compile error until it is
+    /// converted), which arms longer than a few lines leave to a method of their own.
     fn record(&mut self, r: Record<'_>) {
         let index = self.index;
         self.index += 1;
@@ -558,23 +561,7 @@ impl Converter {
             // Managed memory the device changed, as the host saw it after a context sync: a
             // read back of it, the tool's own (not the program's call), which a replay compares.
             Rec::ManagedRead { src, data } => {
-                self.summary.records -= 1;
-                self.summary.managed_reads += 1;
-                let call = Call::CopyD2H {
-                    src: self.addr(src),
-                    len: data.len() as u64,
-                };
-                let blob = self.t.blobs.insert_content(data.to_vec());
-                let rec = CallRecord {
-                    seq: 0,
-                    thread: self.thread_id(r.thread),
-                    site: self.managed_site(),
-                    t_ns: r.t_ns,
-                    dur_ns: Some(0),
-                    call,
-                    ret: Some(Ok(Value::Bytes(blob))),
-                };
-                self.place(rec);
+                self.managed_read(&r, src, data);
                 return;
             }
             // The first device a context was made on is the one the trace says it was
@@ -586,12 +573,7 @@ impl Converter {
                 name,
             } => {
                 self.summary.records -= 1;
-                if let Some(h) = self.t.header.as_mut().filter(|h| h.device_name.is_none()) {
-                    h.device_ordinal = ordinal;
-                    h.device_name = Some(String::from_utf8_lossy(name).into_owned());
-                    h.sm_count = (sm_count > 0).then_some(sm_count);
-                    h.total_memory = (total_memory > 0).then_some(total_memory);
-                }
+                self.device(ordinal, sm_count, total_memory, name);
                 return;
             }
             Rec::KernelFunction { kernel, func } => {
@@ -858,6 +840,38 @@ impl Converter {
             return;
         }
         self.place(rec);
+    }
+
+    /// Managed memory the device changed, `data` at `src` as the host saw it after a context
+    /// sync: a read back of the tool's own, which a replay compares.
+    fn managed_read(&mut self, r: &Record<'_>, src: u64, data: &[u8]) {
+        self.summary.records -= 1;
+        self.summary.managed_reads += 1;
+        let call = Call::CopyD2H {
+            src: self.addr(src),
+            len: data.len() as u64,
+        };
+        let blob = self.t.blobs.insert_content(data.to_vec());
+        let rec = CallRecord {
+            seq: 0,
+            thread: self.thread_id(r.thread),
+            site: self.managed_site(),
+            t_ns: r.t_ns,
+            dur_ns: Some(0),
+            call,
+            ret: Some(Ok(Value::Bytes(blob))),
+        };
+        self.place(rec);
+    }
+
+    /// The device a context was made on, into the trace's header if none is there yet.
+    fn device(&mut self, ordinal: u32, sm_count: u32, total_memory: u64, name: &[u8]) {
+        if let Some(h) = self.t.header.as_mut().filter(|h| h.device_name.is_none()) {
+            h.device_ordinal = ordinal;
+            h.device_name = Some(String::from_utf8_lossy(name).into_owned());
+            h.sm_count = (sm_count > 0).then_some(sm_count);
+            h.total_memory = (total_memory > 0).then_some(total_memory);
+        }
     }
 
     /// The trace's number for recording thread `tid` (gettid), in order of first call.

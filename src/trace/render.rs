@@ -69,7 +69,8 @@ fn host(h: &HostAddr) -> String {
     }
 }
 
-/// One call, without its result.
+/// One call, without its result. One long function on purpose: an exhaustive match over `Call`,
+/// an arm per variant, each a line of text.
 pub fn call_text(t: &Trace, c: &Call) -> String {
     let kname = |k: &KernelId| t.kernel_name(*k);
     match c {
