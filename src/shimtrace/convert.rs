@@ -285,10 +285,16 @@ impl Converter {
         self.index += 1;
         self.summary.records += 1;
         self.thread = r.thread;
-        // The record after a thread's `GraphNode` is a node of that graph.
+        // The work record after a thread's `GraphNode` is a node of that graph (records that
+        // name stacks may come between).
         let node = match r.call {
-            Rec::GraphNode { .. } => None,
-            _ => self.node_of.remove(&r.thread),
+            Rec::Launch { .. }
+            | Rec::CopyH2D { .. }
+            | Rec::CopyD2H { .. }
+            | Rec::CopyD2D { .. }
+            | Rec::Memset { .. }
+            | Rec::Opaque { .. } => self.node_of.remove(&r.thread),
+            _ => None,
         };
         self.in_node = node.is_some();
         self.relaxed_now = self.capture_mode.get(&r.thread) == Some(&CAPTURE_MODE_RELAXED);

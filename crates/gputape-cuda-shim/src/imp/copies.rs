@@ -387,7 +387,8 @@ unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str, node: Option<u64
 /// # Safety
 /// `d` is null or the descriptor the driver just read; its host sides as in `log_copy`.
 pub(super) unsafe fn log_node_copy(r: R, graph: u64, d: *const Memcpy3D) {
-    if d.is_null() || r != 0 {
+    // Not while paused: the marker (state) would be kept and the copy dropped.
+    if d.is_null() || r != 0 || !log::active() {
         return;
     }
     // SAFETY: non-null, and read by the driver just now (the contract).

@@ -82,7 +82,9 @@ const _: () = assert!(size_of::<KernelNodeV2>() <= 29 * 8 && size_of::<MemcpyNod
 /// # Safety
 /// `p` is the node's parameters the driver just read (valid when `r` is 0).
 unsafe fn log_kernel(r: R, graph: u64, p: &KernelNode, kern: u64) {
-    if r != 0 {
+    // While the recording is paused a node's work would be dropped and its marker kept (a
+    // marker is state): neither is written.
+    if r != 0 || !log::active() {
         return;
     }
     let func = if p.func != 0 { p.func } else { kern };
@@ -93,7 +95,7 @@ unsafe fn log_kernel(r: R, graph: u64, p: &KernelNode, kern: u64) {
 
 /// Logs a memset node of `graph` added with status `r`: a memset a row, each after a marker.
 fn log_memset(r: R, graph: u64, p: &MemsetNode) {
-    if r != 0 || !matches!(p.element_size, 1 | 2 | 4) {
+    if r != 0 || !log::active() || !matches!(p.element_size, 1 | 2 | 4) {
         return;
     }
     let on = On {
