@@ -1705,6 +1705,39 @@ fn each_committed_fault_fixture_s_program_builds_and_makes_its_calls_in_order() 
     }
 }
 
+/// A launch with more than 48 KiB of dynamic shared memory, exported as a program: the
+/// program raises the function's limit before it (as the recorded program did, by a call a
+/// recording may keep by name only), and built against the fake driver it makes every call as
+/// recorded.
+#[test]
+fn an_exported_launch_with_large_shared_memory_raises_its_function_s_limit() {
+    let d = support::scratch("run-big-shared");
+    let prog = support::big_shared_program(&d);
+    let trace = d.join("bs.gtape");
+    let (out, _) = record_ok(&prog, &trace);
+    assert!(out.contains("back[3] = 15, errors 0"), "{out}");
+    let dir = d.join("repro");
+    let o = gputape(&[
+        "export".as_ref(),
+        "--program".as_ref(),
+        dir.as_ref(),
+        trace.as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+    let raise = source
+        .find("cuFuncSetAttribute(fn[0], 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, 98304);")
+        .unwrap_or_else(|| panic!("no limit raised: {source}"));
+    let launch = source.find("cuLaunchKernel(fn[0]").unwrap();
+    assert!(raise < launch, "{source}");
+    let bin = support::link_program(&dir, "repro", &source);
+    let o = run(&["--".as_ref(), bin.as_ref(), dir.join("data").as_ref()]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
+    assert!(out.contains("every call as recorded"), "{out}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A kernel Triton compiled (a cubin whose name says no type) is typed from Triton's cache:
 /// the cubin the program loaded is found there byte for byte beside its TTIR, whose signature
 /// types each float pointer; a cached cubin of the same name but other bytes (another compile)

@@ -182,6 +182,15 @@ impl Gen<'_> {
                     ptrs.join(", ")
                 };
                 let _ = writeln!(s, "    void *p[] = {{{list}}};");
+                // More than 48 KiB of dynamic shared memory needs the function's limit raised
+                // first: the recorded program did it (`cuFuncSetAttribute`, or the
+                // `cuKernelSetAttribute` a recording keeps by name only).
+                if *shared_mem > 48 * 1024 {
+                    let _ = writeln!(
+                        s,
+                        "    cuFuncSetAttribute(fn[{f}], 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, {shared_mem});"
+                    );
+                }
                 // A cooperative kernel's launch takes no `extra`.
                 let (entry, extra) = if t.kernel_cooperative.contains(kernel) {
                     ("cuLaunchCooperativeKernel", "")

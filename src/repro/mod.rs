@@ -206,6 +206,21 @@ fn hex_name(b: BlobId) -> String {
     b.0.iter().take(8).map(|x| format!("{x:02x}")).collect()
 }
 
+/// Calls a recording keeps by name that the program does not need to make: what each did is
+/// done another way, or is none of the device's (`Gen::check`).
+fn is_done_otherwise(name: &str) -> bool {
+    matches!(
+        name,
+        "cuCtxSetCurrent"
+            | "cuKernelSetAttribute"
+            | "cuFuncSetAttribute"
+            | "cuLaunchHostFunc"
+            | "cuLaunchHostFunc_ptsz"
+            | "cuStreamAddCallback"
+            | "cuStreamAddCallback_ptsz"
+    )
+}
+
 impl<'a> Gen<'a> {
     fn new(t: &'a Trace) -> Self {
         Gen {
@@ -390,8 +405,10 @@ impl<'a> Gen<'a> {
             }
         };
         match &c.call {
-            // The program makes its own context current before the first call.
-            Call::Opaque { name } if name == "cuCtxSetCurrent" => {}
+            // The program makes its own context current before the first call; a launch that
+            // needs a function's shared memory limit raised raises it itself; a host function
+            // is the recorded program's own code, which ran on the host (no device work).
+            Call::Opaque { name } if is_done_otherwise(name) => {}
             Call::Opaque { name } => {
                 return refuse(&format!(
                     "the recording kept {name} by name only: what it did is not in the trace"

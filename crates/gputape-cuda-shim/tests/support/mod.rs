@@ -137,6 +137,12 @@ pub fn graph_nodes_program(dir: &Path) -> PathBuf {
     link_program(dir, "graph_nodes", include_str!("c/graph_nodes.c"))
 }
 
+/// `c/big_shared.c` compiled into `dir`, linked like `cooperative_program`: a launch with
+/// 96 KiB of dynamic shared memory, its function's limit raised first.
+pub fn big_shared_program(dir: &Path) -> PathBuf {
+    link_program(dir, "big_shared", include_str!("c/big_shared.c"))
+}
+
 /// `c/capture_mode.c` compiled into `dir`, linked like `cooperative_program`: an allocation
 /// made in relaxed capture mode while a capture is open.
 pub fn capture_mode_program(dir: &Path) -> PathBuf {
