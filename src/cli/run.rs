@@ -516,15 +516,6 @@ fn prepend(first: &Path, var: &str) -> OsString {
     v
 }
 
-/// `n thing` or `n things`.
-fn plural(n: usize, thing: &str, suffix: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}{suffix}")
-    }
-}
-
 /// The command's status as a shell gives it: its exit code, or 128 + the signal that ended it.
 fn exit_code(s: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
@@ -716,9 +707,9 @@ impl Merged {
             s,
             "gputape run: the command exited with status {code}; {} to {} in {}, counted and \
              {driver}.",
-            plural(total as usize, "CUDA driver call", "s"),
-            plural(self.calls.len(), "entry point", "s"),
-            plural(self.pids.len(), "process", "es"),
+            crate::shimtrace::count(total as usize, "CUDA driver call", "s"),
+            crate::shimtrace::count(self.calls.len(), "entry point", "s"),
+            crate::shimtrace::count(self.pids.len(), "process", "es"),
         );
         if !recording {
             let _ = writeln!(

@@ -171,26 +171,28 @@ impl Summary {
         }
         if self.per_thread_streams > 0 {
             s.push_str(&format!(
-                "; {} threads' per-thread default streams (a stream each)",
-                self.per_thread_streams
+                "; per-thread default streams of {} (a stream each)",
+                count(self.per_thread_streams, "thread", "s")
             ));
         }
         if self.node_graphs > 0 {
             s.push_str(&format!(
-                "; {} graphs built node by node (each replayed as a capture of its nodes)",
-                self.node_graphs
+                "; {} built node by node (replayed as a capture of its nodes)",
+                count(self.node_graphs, "graph", "s")
             ));
         }
         if self.managed_writes + self.managed_reads > 0 {
             s.push_str(&format!(
-                "; managed memory: {} host writes, {} device results read as the host saw them",
-                self.managed_writes, self.managed_reads
+                "; managed memory: {}, {} read as the host saw them",
+                count(self.managed_writes, "host write", "s"),
+                count(self.managed_reads, "device result", "s")
             ));
         }
         if self.allocs_moved > 0 {
             s.push_str(&format!(
-                "; {} allocations made while a capture was open moved before it ({} by a thread in relaxed capture mode, as PyTorch's allocator makes them)",
-                self.allocs_moved, self.relaxed_allocs_moved
+                "; {} made while a capture was open moved before it ({} by a thread in relaxed capture mode, as PyTorch's allocator makes them)",
+                count(self.allocs_moved, "allocation", "s"),
+                self.relaxed_allocs_moved
             ));
         }
         if let Some(d) = &self.dump {
@@ -200,6 +202,15 @@ impl Summary {
             s.push_str(&format!("; the log stops short: {c}"));
         }
         s
+    }
+}
+
+/// `n thing` or `n things` (`suffix` makes the plural).
+pub(crate) fn count(n: usize, thing: &str, suffix: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}{suffix}")
     }
 }
 
