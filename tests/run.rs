@@ -1279,7 +1279,8 @@ fn an_allocation_made_in_relaxed_mode_while_capturing_is_said_and_placed_before_
 
 /// Managed memory the host fills and reads with plain stores and loads (no copy moves those
 /// bytes): the trace holds the host's writes as copies before the work that follows them, and
-/// what the device changed as read backs after each `cudaDeviceSynchronize`, the tool's own
+/// what the device changed as read backs after `cudaDeviceSynchronize`, and after a sync of the
+/// legacy stream when all the work went there, the tool's own
 /// (named so, left out of the analyses); the mock replays it and compares the read back no
 /// kernel feeds (the memset's), which matches.
 #[test]

@@ -413,7 +413,7 @@ fn name_of(i: usize) -> &'static str {
 /// # Safety
 /// As `log_copy`'s.
 unsafe fn copy(shape: Option<Shape>, on: On, name: &'static str, call: impl FnOnce() -> R) -> R {
-    super::managed::before_work(!on.sync);
+    super::managed::before_work((!on.sync).then_some(on.stream));
     let r = {
         let _w = shape
             .filter(|s| on.sync && s.src.mem == Mem::Device && s.dst.mem == Mem::Host)

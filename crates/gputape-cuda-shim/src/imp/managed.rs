@@ -9,7 +9,8 @@
 //! - before the first work queued after the device was idle (a launch, a copy, a memset, a
 //!   graph launch), it compares each allocation with its copy and logs what the host changed
 //!   (`ManagedWrite`), which a replay writes before that work;
-//! - once a context sync returns (`cudaDeviceSynchronize`: every stream done), it logs what the
+//! - once a context sync returns (`cudaDeviceSynchronize`: every stream done), or a sync of the
+//!   legacy stream when all the work since the device was idle went there, it logs what the
 //!   device changed (`ManagedRead`), which a replay reads back and compares.
 //!
 //! The device counts as idle at the start and after each successful context sync during which
@@ -48,6 +49,8 @@ struct Followed {
     total: usize,
     /// Asynchronous work may be running.
     busy: bool,
+    /// Some of it went to a stream other than the legacy one.
+    off_legacy: bool,
     /// The limit was reached and said.
     said: bool,
 }
@@ -56,6 +59,7 @@ static STATE: Mutex<Followed> = Mutex::new(Followed {
     bufs: BTreeMap::new(),
     total: 0,
     busy: false,
+    off_legacy: false,
     said: false,
 });
 
@@ -106,45 +110,50 @@ pub fn capturing(begun: bool) {
 }
 
 /// Called before a call that queues device work is forwarded: while the device is idle, logs
-/// what the host wrote to managed memory since it was last seen; `asynchronous` work leaves
-/// the device busy until the next context sync.
+/// what the host wrote to managed memory since it was last seen. Work queued asynchronously on
+/// a stream (`Some`, the handle as logged: 0 and 1 the legacy stream) leaves the device busy
+/// until a sync that waits for it; a synchronous call (`None`) leaves it idle when it returns.
 #[inline]
-pub fn before_work(asynchronous: bool) {
+pub fn before_work(on: Option<u64>) {
     if ANY.load(Ordering::Relaxed) && CAPTURING.load(Ordering::Relaxed) == 0 {
-        before_work_slow(asynchronous);
+        before_work_slow(on);
     }
 }
 
 #[cold]
-fn before_work_slow(asynchronous: bool) {
+fn before_work_slow(on: Option<u64>) {
     let mut s = state();
     if !s.busy {
         look(&mut s, |dst, data| Rec::ManagedWrite { dst, data });
     }
-    if asynchronous {
+    if let Some(stream) = on {
         s.busy = true;
+        s.off_legacy |= stream > 1;
         QUEUED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// What a context sync about to begin passes to `after_ctx_sync`.
-pub fn before_ctx_sync() -> u64 {
+/// What a sync about to begin passes to `after_sync`.
+pub fn before_sync() -> u64 {
     QUEUED.load(Ordering::Relaxed)
 }
 
-/// A context sync that began when `before_ctx_sync` said `queued` returned `r`: after a
-/// successful one the device is idle, unless another thread queued work meanwhile, and what
-/// it changed in managed memory is logged.
-pub fn after_ctx_sync(r: i32, queued: u64) {
+/// A sync that began when `before_sync` said `queued` returned `r`: a context sync
+/// (`legacy_only` false), or a sync of the legacy stream, which leaves the device idle only
+/// when all the work since it was last idle went there. After a successful one that leaves it
+/// idle, unless another thread queued work meanwhile, what the device changed in managed memory
+/// is logged.
+pub fn after_sync(r: i32, queued: u64, legacy_only: bool) {
     if !ANY.load(Ordering::Relaxed) || r != 0 || CAPTURING.load(Ordering::Relaxed) != 0 {
         return;
     }
     let mut s = state();
-    if QUEUED.load(Ordering::Relaxed) != queued {
+    if QUEUED.load(Ordering::Relaxed) != queued || (legacy_only && s.off_legacy) {
         return;
     }
     look(&mut s, |src, data| Rec::ManagedRead { src, data });
     s.busy = false;
+    s.off_legacy = false;
 }
 
 /// Compares each followed allocation with its copy and logs each changed run of 4 KiB pages

@@ -356,7 +356,7 @@ unsafe fn host_bytes<'a>(src: *const c_void, n: usize) -> &'a [u8] {
 
 unsafe extern "C" fn h2d<const I: usize>(dst: u64, src: *const c_void, n: usize) -> R {
     type F = unsafe extern "C" fn(u64, *const c_void, usize) -> R;
-    managed::before_work(false);
+    managed::before_work(None);
     // SAFETY: entry point I is cuMemcpyHtoD(_v2[_ptds]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n) };
     let on = blocking::<I>();
@@ -373,7 +373,7 @@ unsafe extern "C" fn h2d_async<const I: usize>(
     stream: u64,
 ) -> R {
     type F = unsafe extern "C" fn(u64, *const c_void, usize, u64) -> R;
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(stream)));
     // SAFETY: entry point I is cuMemcpyHtoDAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
     let on = async_on::<I>(stream);
@@ -385,7 +385,7 @@ unsafe extern "C" fn h2d_async<const I: usize>(
 
 unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -> R {
     type F = unsafe extern "C" fn(*mut c_void, u64, usize) -> R;
-    managed::before_work(false);
+    managed::before_work(None);
     let r = {
         let _w = flight::waiting(Blocked::D2H {
             src,
@@ -423,7 +423,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
     stream: u64,
 ) -> R {
     type F = unsafe extern "C" fn(*mut c_void, u64, usize, u64) -> R;
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(stream)));
     // SAFETY: entry point I is cuMemcpyDtoHAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
     let on = async_on::<I>(stream);
@@ -445,7 +445,7 @@ unsafe extern "C" fn d2h_async<const I: usize>(
 }
 
 unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
-    managed::before_work(false);
+    managed::before_work(None);
     // SAFETY: entry point I is cuMemcpyDtoD(_v2[_ptds]): (CUdeviceptr, CUdeviceptr, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, usize) -> R>(I)(dst, src, n) };
     let on = blocking::<I>();
@@ -463,7 +463,7 @@ unsafe extern "C" fn d2d<const I: usize>(dst: u64, src: u64, n: usize) -> R {
 
 unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, stream: u64) -> R {
     type F = unsafe extern "C" fn(u64, u64, usize, u64) -> R;
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(stream)));
     // SAFETY: entry point I is cuMemcpyDtoDAsync(_v2[_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, src, n, stream) };
     let on = async_on::<I>(stream);
@@ -483,7 +483,7 @@ unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, str
 /// `unsigned char`/`unsigned short` arrives in the same register, its upper bits unspecified,
 /// and is masked here; the driver gets the register as the caller left it.
 unsafe extern "C" fn memset<const I: usize, const ELEM: u8>(dst: u64, value: u32, n: usize) -> R {
-    managed::before_work(false);
+    managed::before_work(None);
     // SAFETY: entry point I is cuMemsetD8/D16/D32(_v2[_ptds]): (CUdeviceptr, value, size_t).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u32, usize) -> R>(I)(dst, value, n) };
     let on = blocking::<I>();
@@ -498,7 +498,7 @@ unsafe extern "C" fn memset_async<const I: usize, const ELEM: u8>(
     stream: u64,
 ) -> R {
     type F = unsafe extern "C" fn(u64, u32, usize, u64) -> R;
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(stream)));
     // SAFETY: entry point I is cuMemsetD8/D16/D32Async([_ptsz]), whose signature F is.
     let r = unsafe { real_at::<F>(I)(dst, value, n, stream) };
     let on = async_on::<I>(stream);
@@ -844,7 +844,7 @@ unsafe extern "C" fn launch<const I: usize>(
         *mut *mut c_void,
         *mut *mut c_void,
     ) -> R;
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(stream)));
     // SAFETY: entry point I is cuLaunchKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) };
     let dims =
@@ -870,7 +870,7 @@ unsafe extern "C" fn launch_cooperative<const I: usize>(
 ) -> R {
     type F =
         unsafe extern "C" fn(u64, u32, u32, u32, u32, u32, u32, u32, u64, *mut *mut c_void) -> R;
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(stream)));
     // SAFETY: entry point I is cuLaunchCooperativeKernel(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(f, gx, gy, gz, bx, by, bz, smem, stream, params) };
     let dims =
@@ -934,7 +934,9 @@ unsafe extern "C" fn launch_ex<const I: usize>(
 ) -> R {
     type F =
         unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> R;
-    managed::before_work(true);
+    // SAFETY: a non-null config is the caller's, valid for the call.
+    let on = (!cfg.is_null()).then(|| stream_of::<I>(unsafe { (*cfg).stream }));
+    managed::before_work(Some(on.unwrap_or(0)));
     // SAFETY: entry point I is cuLaunchKernelEx(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(cfg, f, params, extra) };
     if !cfg.is_null() {
@@ -1228,11 +1230,15 @@ unsafe extern "C" fn event_query<const I: usize>(e: u64) -> R {
 
 unsafe extern "C" fn stream_sync<const I: usize>(s: u64) -> R {
     let _w = flight::waiting(Blocked::Stream(stream_of::<I>(s)));
+    let queued = managed::before_sync();
     // SAFETY: entry point I is cuStreamSynchronize(_ptsz): (CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
     drop(_w);
     let s = stream_of::<I>(s);
     log::write(r, Rec::StreamSync { stream: s });
+    if s <= 1 {
+        managed::after_sync(r, queued, true);
+    }
     if r == 0 {
         settle(Done::Stream(s));
     }
@@ -1254,12 +1260,12 @@ unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
 
 unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
     let _w = flight::waiting(Blocked::Ctx);
-    let queued = managed::before_ctx_sync();
+    let queued = managed::before_sync();
     // SAFETY: entry point I is cuCtxSynchronize: ().
     let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
     drop(_w);
     log::write(r, Rec::CtxSync);
-    managed::after_ctx_sync(r, queued);
+    managed::after_sync(r, queued, false);
     if r == 0 {
         settle(Done::All);
     }
@@ -1271,12 +1277,12 @@ unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
 /// `cudaDeviceSynchronize` calls it): the same sync, recorded the same way.
 unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
     let _w = flight::waiting(Blocked::Ctx);
-    let queued = managed::before_ctx_sync();
+    let queued = managed::before_sync();
     // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
     drop(_w);
     log::write(r, Rec::CtxSync);
-    managed::after_ctx_sync(r, queued);
+    managed::after_sync(r, queued, false);
     if r == 0 {
         settle(Done::All);
     }
@@ -1370,7 +1376,7 @@ unsafe extern "C" fn graph_instantiate<const I: usize>(
 }
 
 unsafe extern "C" fn graph_launch<const I: usize>(exec: u64, s: u64) -> R {
-    managed::before_work(true);
+    managed::before_work(Some(stream_of::<I>(s)));
     // SAFETY: entry point I is cuGraphLaunch(_ptsz): (CUgraphExec, CUstream).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(exec, s) };
     log::write(

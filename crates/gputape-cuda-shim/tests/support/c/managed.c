@@ -1,7 +1,8 @@
 /* A program on managed memory, as cudaMallocManaged programs are written: the host fills the
  * buffer with plain stores, a memset and a kernel change it on the device, and the host reads
- * the results with plain loads after cudaDeviceSynchronize (cuCtxSynchronize); between the two
- * steps the host changes one element. No copy moves these bytes. Linked with -lcuda. */
+ * the results with plain loads after cudaDeviceSynchronize (cuCtxSynchronize), then after
+ * cudaStreamSynchronize(0) (all the work was on the legacy stream); between the two steps the
+ * host changes one element. No copy moves these bytes. Linked with -lcuda. */
 #include <stdio.h>
 #include <stddef.h>
 
@@ -14,6 +15,7 @@ int cuModuleGetFunction(void **f, void *module, const char *name);
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuCtxSynchronize(void);
+int cuStreamSynchronize(void *stream);
 
 static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
@@ -36,7 +38,7 @@ int main(void) {
     x[3] = 100.0f;
     void *p[] = {&m, &n, &k};
     bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, p, NULL);
-    bad |= cuCtxSynchronize();
+    bad |= cuStreamSynchronize(NULL);
     printf("step 2: x[3] = %g, x[4] = %g, errors %d\n", x[3], x[4], bad);
     return bad;
 }
