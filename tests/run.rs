@@ -1404,6 +1404,62 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// The flight recorder keeps a graph's nodes for good, as it keeps a capture: with a 1 MiB ring
+/// that 30,000 later uploads wrap, the dump at exit still holds the graph built node by node,
+/// as a capture of its four nodes.
+#[test]
+fn a_flight_dump_keeps_a_graph_built_node_by_node() {
+    let d = support::scratch("run-graph-nodes-flight");
+    let prog = support::graph_nodes_program(&d);
+    let dir = d.join("flight");
+    let o = run_command(
+        &[
+            "--flight".as_ref(),
+            dir.as_ref(),
+            "--".as_ref(),
+            prog.as_ref(),
+            "30000".as_ref(),
+        ],
+        &[("GPUTAPE_FLIGHT_RING_MB", "1")],
+    )
+    // `run_command` clears it from the environment the tests run in; set here.
+    .env("GPUTAPE_SHIM_FLIGHT_AT_EXIT", "1")
+    .output()
+    .unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let dump = flight_dump(&d);
+    let kinds: Vec<String> = show_json(&dump)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap().to_string())
+        .collect();
+    let uploads = kinds.iter().filter(|k| *k == "copy_h2d").count();
+    assert!(
+        uploads < 30000,
+        "the ring did not wrap: {uploads} uploads kept"
+    );
+    let begin = kinds
+        .iter()
+        .position(|k| k == "begin_capture")
+        .unwrap_or_else(|| panic!("no graph in the dump: {:?}", &kinds[..kinds.len().min(40)]));
+    assert_eq!(
+        kinds[begin..begin + 6],
+        [
+            "begin_capture",
+            "memset_async",
+            "launch",
+            "copy_d2d_async",
+            "copy_d2h_async",
+            "end_capture"
+        ],
+        "{:?}",
+        &kinds[..kinds.len().min(40)]
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A program built for per-thread default streams (`nvcc --default-stream per-thread`: every
 /// stream-taking call its `_ptsz`/`_ptds` form): each thread's stream 0 is a stream of its own
 /// in the trace, two threads two streams, and neither is the legacy stream, which the main

@@ -43,8 +43,9 @@ pub struct Ring {
     cap: usize,
     /// Captures begun and not yet ended.
     capturing: u32,
-    /// A `GraphNode` record came last: the next one is a node's work, kept for good.
-    node_next: bool,
+    /// The thread whose `GraphNode` record came last: its next record is a node's work, kept
+    /// for good (another thread's record between is not).
+    node_next: Option<u32>,
     /// Work records dropped so far.
     pub dropped: u64,
     spare: Option<Chunk>,
@@ -66,7 +67,7 @@ impl Ring {
             spare: None,
             held: 0,
             capturing: 0,
-            node_next: false,
+            node_next: None,
             cap: mb.saturating_mul(1 << 20),
             dropped: 0,
         }
@@ -81,11 +82,13 @@ impl Ring {
     pub fn push(&mut self, index: u64, r: &Record<'_>) {
         // What a capture records, or a graph node's record, runs at every launch of its
         // graph, for the process's life.
-        let captured = self.capturing > 0 || core::mem::take(&mut self.node_next);
+        // (State records, kept anyway, do not take a node's place: a stack's names may come
+        // between a node's marker and its work.)
+        let captured = self.capturing > 0 || (!r.call.is_state() && self.node_work(r.thread));
         match r.call {
             Rec::CaptureBegin { .. } if r.status == 0 => self.capturing += 1,
             Rec::CaptureEnd { .. } => self.capturing = self.capturing.saturating_sub(1),
-            Rec::GraphNode { .. } => self.node_next = true,
+            Rec::GraphNode { .. } => self.node_next = Some(r.thread),
             _ => {}
         }
         if r.call.is_state() || captured {
@@ -93,6 +96,17 @@ impl Ring {
             return;
         }
         self.keep_recent(index, |b| gputape_shimlog::encode(r, b));
+    }
+
+    /// Whether `thread`'s record now is the work of the graph node it just marked (and it is
+    /// no longer awaited).
+    #[inline(always)]
+    fn node_work(&mut self, thread: u32) -> bool {
+        if self.node_next == Some(thread) {
+            self.node_next = None;
+            return true;
+        }
+        false
     }
 
     /// Keeps record `index`, which `enc` appends, for the life of the process.
@@ -108,8 +122,8 @@ impl Ring {
     /// Keeps work record `index` (a launch, a copy: not state, and neither begins nor ends a
     /// capture), which `enc` appends: while recent, or for good when a capture records it.
     #[inline(always)]
-    pub fn push_work(&mut self, index: u64, enc: impl FnOnce(&mut Vec<u8>)) {
-        if self.capturing > 0 || core::mem::take(&mut self.node_next) {
+    pub fn push_work(&mut self, index: u64, thread: u32, enc: impl FnOnce(&mut Vec<u8>)) {
+        if self.capturing > 0 || self.node_work(thread) {
             self.keep_for_good(index, enc);
         } else {
             self.keep_recent(index, enc);

@@ -209,7 +209,7 @@ pub fn write_launch(
     write_with(status, kind, |to, head| {
         let head = (head.0, head.1, status, head.2);
         match to {
-            To::Ring(ring, index) => ring.push_work(index, |b| enc(b, head)),
+            To::Ring(ring, index) => ring.push_work(index, head.1, |b| enc(b, head)),
             To::Buf(buf) => enc(buf, head),
         }
     })

@@ -3,9 +3,11 @@
  * (a CUDA_MEMCPY3D, device to device) from `z` to `y` depending on the kernel, and a copy
  * node from `y` to host memory after that. The graph is instantiated once and launched twice,
  * `z` changed between the launches; after each, `w`, `y` and `x` are read back, and what the
- * last node wrote to the host is printed. Linked with -lcuda, like records.c. */
+ * last node wrote to the host is printed. `graph_nodes N` then makes N more small uploads, so
+ * a flight recorder's ring wraps past the graph's making. Linked with -lcuda, like records.c. */
 #include "cuda_types.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -30,7 +32,7 @@ static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_s
                           ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
                           "{ ret; }\n";
 
-int main(void) {
+int main(int argc, char **argv) {
     CUdeviceptr x, y, z, w;
     void *m, *f, *g, *e, *n1, *n2, *n3, *n4;
     float host[16], back[16], seen[16] = {0};
@@ -75,5 +77,7 @@ int main(void) {
         for (int i = 0; i < 16; i++) host[i] += 100.0f;
         bad |= cuMemcpyHtoD_v2(z, host, sizeof host);
     }
+    int more = argc > 1 ? atoi(argv[1]) : 0;
+    for (int i = 0; i < more; i++) bad |= cuMemcpyHtoD_v2(z, host, sizeof host);
     return bad;
 }
