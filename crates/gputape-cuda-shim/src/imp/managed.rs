@@ -13,10 +13,9 @@
 //!   legacy stream when all the work since the device was idle went there, it logs what the
 //!   device changed (`ManagedRead`), which a replay reads back and compares.
 //!
-//! The device counts as idle at the start and after each successful context sync during which
-//! no other thread queued work, until asynchronous work is queued (a synchronous copy or memset
-//! leaves it idle when it returns).
-//! Nothing is read while a capture is open (captured work does not run) or after a failed
+//! The device counts as idle at the start and after each such sync during which no other
+//! thread queued work, until asynchronous work is queued (a synchronous copy or memset leaves it
+//! idle when it returns). Nothing is read while a capture is open (captured work does not run) or after a failed
 //! sync. Reading managed memory on the host moves its pages there; the program's results are
 //! unchanged, its timing is not. Allocations past `LIMIT` bytes in all are not followed (said
 //! once on stderr).
