@@ -1762,6 +1762,46 @@ fn each_committed_fault_fixture_s_program_builds_and_makes_its_calls_in_order() 
     }
 }
 
+/// Values written on a stream (`cuStreamWriteValue32`/`64`) are the stream-ordered uploads of
+/// their bytes they amount to, and the mock replays them, the read back matching; the wait for
+/// a value (`cuStreamWaitValue32`) stays kept by name.
+#[test]
+fn values_written_on_a_stream_are_recorded_as_uploads_and_replay() {
+    let d = support::scratch("run-stream-values");
+    let prog = support::stream_values_program(&d);
+    let trace = d.join("sv.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("stream_values: cafe 1122334455667788, errors 0"),
+        "{out}"
+    );
+    assert!(
+        !err.contains("cuStreamWriteValue32 x"),
+        "kept by name: {err}"
+    );
+    assert!(
+        !err.contains("cuStreamWriteValue64 x"),
+        "kept by name: {err}"
+    );
+    assert!(err.contains("cuStreamWaitValue32 x1"), "{err}");
+    let calls: Vec<String> = show_json(&trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].as_str().unwrap().to_string())
+        .filter(|c| c.starts_with("copy_h2d_async"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(calls[0].contains("buf0+0, 4 bytes"), "{calls:?}");
+    assert!(calls[1].contains("buf0+8, 8 bytes"), "{calls:?}");
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("1 of 1 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A launch with more than 48 KiB of dynamic shared memory, exported as a program: the
 /// program raises the function's limit before it (as the recorded program did, by a call a
 /// recording may keep by name only), and built against the fake driver it makes every call as

@@ -479,6 +479,36 @@ unsafe extern "C" fn d2d_async<const I: usize>(dst: u64, src: u64, n: usize, str
     r
 }
 
+/// `cuStreamWriteValue32` (and its `_v2`, `_ptsz` forms): (CUstream, CUdeviceptr, cuuint32_t,
+/// unsigned flags). A stream-ordered write of a value, logged as the upload of its bytes on that
+/// stream it amounts to (the flags only relax the memory ordering; a replay keeps the stricter
+/// one).
+unsafe extern "C" fn write_value32<const I: usize>(s: u64, addr: u64, v: u32, flags: u32) -> R {
+    managed::before_work(Some(stream_of::<I>(s)));
+    // SAFETY: entry point I is a cuStreamWriteValue32 form: (CUstream, CUdeviceptr, cuuint32_t,
+    // unsigned).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32, u32) -> R>(I)(s, addr, v, flags) };
+    log_write_value::<I>(r, s, addr, &v.to_le_bytes());
+    r
+}
+
+/// `cuStreamWriteValue64` (and its `_v2`, `_ptsz` forms): `cuStreamWriteValue32`'s, 8 bytes.
+unsafe extern "C" fn write_value64<const I: usize>(s: u64, addr: u64, v: u64, flags: u32) -> R {
+    managed::before_work(Some(stream_of::<I>(s)));
+    // SAFETY: entry point I is a cuStreamWriteValue64 form: (CUstream, CUdeviceptr, cuuint64_t,
+    // unsigned).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(u64, u64, u64, u32) -> R>(I)(s, addr, v, flags) };
+    log_write_value::<I>(r, s, addr, &v.to_le_bytes());
+    r
+}
+
+fn log_write_value<const I: usize>(r: R, s: u64, dst: u64, data: &[u8]) {
+    let on = async_on::<I>(s);
+    log::write(r, Rec::CopyH2D { dst, on, data });
+}
+
 /// A memset of `ELEM`-byte elements. The value is declared `u32` whatever the element: the C
 /// `unsigned char`/`unsigned short` arrives in the same register, its upper bits unspecified,
 /// and is masked here; the driver gets the register as the caller left it.
@@ -1647,6 +1677,14 @@ hooks! {
     "cuStreamBeginCapture_v2" => begin_capture<true>,
     "cuStreamBeginCapture_v2_ptsz" => begin_capture<true>,
     "cuThreadExchangeStreamCaptureMode" => exchange_capture_mode,
+    "cuStreamWriteValue32" => write_value32,
+    "cuStreamWriteValue32_ptsz" => write_value32,
+    "cuStreamWriteValue32_v2" => write_value32,
+    "cuStreamWriteValue32_v2_ptsz" => write_value32,
+    "cuStreamWriteValue64" => write_value64,
+    "cuStreamWriteValue64_ptsz" => write_value64,
+    "cuStreamWriteValue64_v2" => write_value64,
+    "cuStreamWriteValue64_v2_ptsz" => write_value64,
     "cuStreamEndCapture" => end_capture,
     "cuStreamEndCapture_ptsz" => end_capture,
     "cuGraphInstantiate" => graph_instantiate,

@@ -137,6 +137,12 @@ pub fn graph_nodes_program(dir: &Path) -> PathBuf {
     link_program(dir, "graph_nodes", include_str!("c/graph_nodes.c"))
 }
 
+/// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
+/// on a stream, and a wait for one.
+pub fn stream_values_program(dir: &Path) -> PathBuf {
+    link_program(dir, "stream_values", include_str!("c/stream_values.c"))
+}
+
 /// `c/big_shared.c` compiled into `dir`, linked like `cooperative_program`: a launch with
 /// 96 KiB of dynamic shared memory, its function's limit raised first.
 pub fn big_shared_program(dir: &Path) -> PathBuf {

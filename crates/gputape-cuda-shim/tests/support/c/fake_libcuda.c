@@ -146,6 +146,25 @@ API CUresult cuMemFreeHost(void *p) {
     return 0;
 }
 
+/* Stream memory operations, done at once (one queue): a value written, a wait for one. */
+API CUresult cuStreamWriteValue32(void *stream, CUdeviceptr addr, unsigned value, unsigned flags) {
+    (void)stream, (void)flags;
+    memcpy(at(addr), &value, 4);
+    return 0;
+}
+API CUresult cuStreamWriteValue64(void *stream, CUdeviceptr addr, unsigned long long value,
+                                  unsigned flags) {
+    (void)stream, (void)flags;
+    memcpy(at(addr), &value, 8);
+    return 0;
+}
+API CUresult cuStreamWaitValue32(void *stream, CUdeviceptr addr, unsigned value, unsigned flags) {
+    (void)stream, (void)flags;
+    unsigned now;
+    memcpy(&now, at(addr), 4);
+    return now >= value ? 0 : 1; /* CU_STREAM_WAIT_VALUE_GEQ, already met */
+}
+
 /* An async copy to the host lands at the stream's sync, as on a device that is still busy:
  * whoever reads the destination before then sees the old bytes. */
 static struct { void *dst; CUdeviceptr src; size_t n; } pending[16];
