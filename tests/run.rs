@@ -1280,7 +1280,7 @@ fn an_allocation_made_in_relaxed_mode_while_capturing_is_said_and_placed_before_
 /// Managed memory the host fills and reads with plain stores and loads (no copy moves those
 /// bytes): the trace holds the host's writes as copies before the work that follows them, and
 /// what the device changed as read backs after `cudaDeviceSynchronize`, and after a sync of the
-/// legacy stream when all the work went there, the tool's own
+/// legacy stream (or a blocking read of it) when all the work went there, the tool's own
 /// (named so, left out of the analyses); the mock replays it and compares the read back no
 /// kernel feeds (the memset's), which matches.
 #[test]
@@ -1298,7 +1298,11 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
         "{out}"
     );
     assert!(
-        err.contains("managed memory: 2 host writes, 2 device results read"),
+        out.contains("step 3: back[4] = 16, x[4] = 2000, errors 0"),
+        "{out}"
+    );
+    assert!(
+        err.contains("managed memory: 3 host writes, 4 device results read"),
         "{err}"
     );
     let v = show_json(&trace);
@@ -1323,6 +1327,13 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
             of("copy_h2d", false),
             of("memset_async", false),
             of("synchronize", false),
+            of("copy_d2h", true),
+            of("copy_h2d", false),
+            of("launch", false),
+            of("synchronize", false),
+            of("copy_d2h", true),
+            of("launch", false),
+            of("copy_d2h", false),
             of("copy_d2h", true),
             of("copy_h2d", false),
             of("launch", false),

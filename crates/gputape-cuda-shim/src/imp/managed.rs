@@ -9,9 +9,10 @@
 //! - before the first work queued after the device was idle (a launch, a copy, a memset, a
 //!   graph launch), it compares each allocation with its copy and logs what the host changed
 //!   (`ManagedWrite`), which a replay writes before that work;
-//! - once a context sync returns (`cudaDeviceSynchronize`: every stream done), or a sync of the
-//!   legacy stream when all the work since the device was idle went there, it logs what the
-//!   device changed (`ManagedRead`), which a replay reads back and compares.
+//! - once a context sync returns (`cudaDeviceSynchronize`: every stream done), or a sync or a
+//!   blocking read of the legacy stream when all the work since the device was idle went
+//!   there, it logs what the device changed (`ManagedRead`), which a replay reads back and
+//!   compares.
 //!
 //! The device counts as idle at the start and after each such sync during which no other
 //! thread queued work, until asynchronous work is queued (a synchronous copy or memset leaves it

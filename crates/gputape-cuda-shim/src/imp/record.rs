@@ -386,6 +386,7 @@ unsafe extern "C" fn h2d_async<const I: usize>(
 unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -> R {
     type F = unsafe extern "C" fn(*mut c_void, u64, usize) -> R;
     managed::before_work(None);
+    let queued = managed::before_sync();
     let r = {
         let _w = flight::waiting(Blocked::D2H {
             src,
@@ -413,6 +414,11 @@ unsafe extern "C" fn d2h<const I: usize>(dst: *mut c_void, src: u64, n: usize) -
             data,
         },
     );
+    // A blocking read of the legacy stream waited for its work: with all the work there, the
+    // device is idle now (a program reading results with `cudaMemcpy`).
+    if on.stream <= 1 {
+        managed::after_sync(r, queued, true);
+    }
     r
 }
 

@@ -1,8 +1,9 @@
 /* A program on managed memory, as cudaMallocManaged programs are written: the host fills the
  * buffer with plain stores, a memset and a kernel change it on the device, and the host reads
  * the results with plain loads after cudaDeviceSynchronize (cuCtxSynchronize), then after
- * cudaStreamSynchronize(0) (all the work was on the legacy stream); between the two steps the
- * host changes one element. No copy moves these bytes. Linked with -lcuda. */
+ * cudaStreamSynchronize(0) (all the work was on the legacy stream), then after a blocking
+ * cudaMemcpy of the results; between the steps the host changes one element. No copy moves
+ * the bytes the host writes. Linked with -lcuda. */
 #include <stdio.h>
 #include <stddef.h>
 
@@ -16,6 +17,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
                    unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuCtxSynchronize(void);
 int cuStreamSynchronize(void *stream);
+int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
@@ -40,5 +42,12 @@ int main(void) {
     bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, p, NULL);
     bad |= cuStreamSynchronize(NULL);
     printf("step 2: x[3] = %g, x[4] = %g, errors %d\n", x[3], x[4], bad);
+    float back[16];
+    bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, p, NULL);
+    bad |= cuMemcpyDtoH_v2(back, m, sizeof back);
+    x[4] = 1000.0f;
+    bad |= cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, p, NULL);
+    bad |= cuCtxSynchronize();
+    printf("step 3: back[4] = %g, x[4] = %g, errors %d\n", back[4], x[4], bad);
     return bad;
 }
