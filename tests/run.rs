@@ -176,6 +176,20 @@ fn show_json(trace: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// `export --program` of `trace` into `dir` (which must succeed): the program's source and
+/// what `gputape` said.
+fn export_program(trace: &std::path::Path, dir: &std::path::Path) -> (String, String) {
+    let o = gputape(&[
+        "export".as_ref(),
+        "--program".as_ref(),
+        dir.as_ref(),
+        trace.as_ref(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{} {err}", trace.display());
+    (std::fs::read_to_string(dir.join("repro.c")).unwrap(), err)
+}
+
 /// `replay --on mock` of `trace` (which must exit 0): what it printed.
 fn replay_on_mock_ok(trace: &std::path::Path) -> String {
     let o = gputape(&[
@@ -1202,14 +1216,7 @@ fn a_cooperative_launch_is_recorded_and_exported_as_one() {
     let launches = s.lines().filter(|l| l.contains("<<<")).count();
     assert_eq!(launches, 2, "{s}");
     let dir = d.join("repro");
-    let o = gputape(&[
-        "export".as_ref(),
-        "--program".as_ref(),
-        dir.as_ref(),
-        trace.as_ref(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+    let (source, _) = export_program(&trace, &dir);
     assert_eq!(
         source.matches("cuLaunchCooperativeKernel(fn[0]").count(),
         2,
@@ -1626,16 +1633,8 @@ fn a_recorded_fault_exported_as_a_program_reproduces_without_gputape() {
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     let dir = d.join("repro");
-    let o = gputape(&[
-        "export".as_ref(),
-        "--program".as_ref(),
-        dir.as_ref(),
-        trace.as_ref(),
-    ]);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (source, err) = export_program(&trace, &dir);
     assert!(err.contains("repro.c"), "{err}");
-    let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
     assert!(source.contains("cuLaunchKernel(fn[0]"), "{source}");
     let bin = support::link_program(&dir, "repro", &source);
     let again = d.join("repro.gtape");
@@ -1723,14 +1722,7 @@ fn each_committed_fault_fixture_s_program_builds_and_makes_its_calls_in_order() 
             .join("traces")
             .join(format!("{name}.gtape"));
         let dir = d.join("repro");
-        let o = gputape(&[
-            "export".as_ref(),
-            "--program".as_ref(),
-            dir.as_ref(),
-            fixture.as_ref(),
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{name}: {}", text(&o.stderr));
-        let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+        let (source, _) = export_program(&fixture, &dir);
         let bin = support::link_program(&dir, "repro", &source);
         let again = d.join("again.gtape");
         let o = run_with(
@@ -1825,14 +1817,7 @@ fn an_exported_launch_with_large_shared_memory_raises_its_function_s_limit() {
     let (out, _) = record_ok(&prog, &trace);
     assert!(out.contains("back[3] = 15, errors 0"), "{out}");
     let dir = d.join("repro");
-    let o = gputape(&[
-        "export".as_ref(),
-        "--program".as_ref(),
-        dir.as_ref(),
-        trace.as_ref(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let source = std::fs::read_to_string(dir.join("repro.c")).unwrap();
+    let (source, _) = export_program(&trace, &dir);
     let raise = source
         .find("cuFuncSetAttribute(fn[0], 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, 98304);")
         .unwrap_or_else(|| panic!("no limit raised: {source}"));

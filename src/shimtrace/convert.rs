@@ -140,8 +140,6 @@ struct Converter {
     per_thread: HashMap<u32, StreamId>,
     /// Threads whose next record is a node added to a graph (`GraphNode`): thread -> graph.
     node_of: HashMap<u32, u64>,
-    /// The record being converted is a graph's node, not work queued now.
-    in_node: bool,
     /// Graphs built node by node: their nodes so far, in the order added.
     nodes: HashMap<u64, Vec<CallRecord>>,
     /// Pinned host regions handed out so far (copy nodes' host sides).
@@ -226,7 +224,6 @@ impl Converter {
             thread: 0,
             per_thread: HashMap::new(),
             node_of: HashMap::new(),
-            in_node: false,
             nodes: HashMap::new(),
             next_host: 0,
             capture_mode: HashMap::new(),
@@ -296,7 +293,6 @@ impl Converter {
             | Rec::Opaque { .. } => self.node_of.remove(&r.thread),
             _ => None,
         };
-        self.in_node = node.is_some();
         self.relaxed_now = self.capture_mode.get(&r.thread) == Some(&CAPTURE_MODE_RELAXED);
         let ok = r.status == 0;
         let ret = |v: Value| -> Result<Value, ErrorRec> {
@@ -420,7 +416,7 @@ impl Converter {
                 } else {
                     // A copy captured into a graph delivers its bytes at each graph launch,
                     // not at a sync now: none are matched to it.
-                    if self.capture_depth == 0 && !self.in_node {
+                    if self.capture_depth == 0 && node.is_none() {
                         self.copies.insert(index, self.seq);
                     }
                     let call = Call::CopyD2HAsync {
@@ -916,12 +912,7 @@ impl Converter {
     /// rebuilds it as it rebuilds a captured graph.
     fn build_graph(&mut self, handle: u64, head: (u16, SiteId, u64)) -> GraphId {
         let nodes = self.nodes.get(&handle).cloned().unwrap_or_default();
-        let stream = StreamRef::Id(StreamId(self.next_stream));
-        self.t.adopted.push(Adopted::Stream {
-            id: StreamId(self.next_stream),
-            is_default: false,
-        });
-        self.next_stream += 1;
+        let stream = StreamRef::Id(self.adopted_stream());
         let id = GraphId(self.next_graph);
         self.next_graph += 1;
         let (thread, site, t_ns) = head;
@@ -1041,11 +1032,8 @@ impl Converter {
         }
         // A stream the log never saw created (made before the shim was loaded, or by a call
         // it does not log): adopted.
-        let id = self.new_stream(h);
-        self.t.adopted.push(Adopted::Stream {
-            id,
-            is_default: false,
-        });
+        let id = self.adopted_stream();
+        self.streams.insert(h, id);
         StreamRef::Id(id)
     }
 
@@ -1064,14 +1052,21 @@ impl Converter {
         if let Some(id) = self.per_thread.get(&self.thread) {
             return *id;
         }
+        let id = self.adopted_stream();
+        self.per_thread.insert(self.thread, id);
+        self.summary.per_thread_streams += 1;
+        id
+    }
+
+    /// A new stream no trace call creates: adopted, so a replay creates it before the first
+    /// call (a blocking stream).
+    fn adopted_stream(&mut self) -> StreamId {
         let id = StreamId(self.next_stream);
         self.next_stream += 1;
-        self.per_thread.insert(self.thread, id);
         self.t.adopted.push(Adopted::Stream {
             id,
             is_default: false,
         });
-        self.summary.per_thread_streams += 1;
         id
     }
 

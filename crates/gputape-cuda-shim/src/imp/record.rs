@@ -970,9 +970,14 @@ unsafe extern "C" fn launch_ex<const I: usize>(
 ) -> R {
     type F =
         unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> R;
+    // The stream as logged (read once: the driver does not change the config).
     // SAFETY: a non-null config is the caller's, valid for the call.
-    let on = (!cfg.is_null()).then(|| stream_of::<I>(unsafe { (*cfg).stream }));
-    managed::before_work(Some(on.unwrap_or(0)));
+    let stream = if cfg.is_null() {
+        0
+    } else {
+        stream_of::<I>(unsafe { (*cfg).stream })
+    };
+    managed::before_work(Some(stream));
     // SAFETY: entry point I is cuLaunchKernelEx(_ptsz), whose signature F is.
     let r = unsafe { real_at::<F>(I)(cfg, f, params, extra) };
     if !cfg.is_null() {
@@ -984,7 +989,7 @@ unsafe extern "C" fn launch_ex<const I: usize>(
             grid: c.grid,
             block: c.block,
             shared_mem: c.shared_mem,
-            stream: stream_of::<I>(c.stream),
+            stream,
             cluster: cluster_in(attrs),
         };
         if attrs

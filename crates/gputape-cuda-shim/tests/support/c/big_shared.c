@@ -4,20 +4,9 @@
 #include "cuda_types.h"
 #include <stdio.h>
 
-int cuInit(unsigned flags);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-int cuModuleLoadData(void **module, const void *image);
-int cuModuleGetFunction(void **f, void *module, const char *name);
 int cuFuncSetAttribute(void *f, int attribute, int value);
-int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
-int cuCtxSynchronize(void);
 
-static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
-                          "{ ret; }\n";
+static const char ptx[] = SCALE_PTX;
 
 int main(void) {
     CUdeviceptr x;

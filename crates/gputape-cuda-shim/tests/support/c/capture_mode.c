@@ -5,25 +5,13 @@
 #include "cuda_types.h"
 #include <stdio.h>
 
-int cuInit(unsigned flags);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-int cuModuleLoadData(void **module, const void *image);
-int cuModuleGetFunction(void **f, void *module, const char *name);
-int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamBeginCapture_v2(void *stream, int mode);
 int cuThreadExchangeStreamCaptureMode(int *mode);
-int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 int cuStreamEndCapture(void *stream, void **graph);
 int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
 int cuGraphLaunch(void *exec, void *stream);
-int cuStreamSynchronize(void *stream);
 
-static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
-                          "{ ret; }\n";
+static const char ptx[] = SCALE_PTX;
 
 int main(void) {
     CUdeviceptr x, pool;

@@ -5,21 +5,12 @@
 #include <stdio.h>
 #include <stddef.h>
 
-int cuInit(unsigned flags);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-int cuModuleLoadData(void **module, const void *image);
-int cuModuleGetFunction(void **f, void *module, const char *name);
 int cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, unsigned bz, unsigned shmem, void *stream,
                               void **params);
 int cuLaunchKernelEx(const LaunchConfig *c, void *f, void **params, void **extra);
-int cuStreamSynchronize(void *stream);
 
-static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
-                          "{ ret; }\n";
+static const char ptx[] = SCALE_PTX;
 
 int main(void) {
     CUdeviceptr x;

@@ -8,11 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
-int cuInit(unsigned flags);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemFree_v2(CUdeviceptr p);
-int cuStreamCreate(void **stream, unsigned flags);
-int cuStreamSynchronize(void *stream);
 int cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n);
 int cuMemcpyPeer(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx, size_t n);
 

@@ -1,5 +1,6 @@
 /* The driver API's types the fake driver and the test programs share, laid out as cuda.h lays
- * them out (each program declares the functions it calls itself). */
+ * them out, and for the programs (not the fake driver, which defines them) the calls most of
+ * them make and the PTX of the fake driver's kernel. A program declares any other call itself. */
 #ifndef GPUTAPE_TEST_CUDA_TYPES_H
 #define GPUTAPE_TEST_CUDA_TYPES_H
 #include <stddef.h>
@@ -60,5 +61,26 @@ typedef struct {
     unsigned value, element_size;
     size_t width, height;
 } MemsetNodeParams;
+
+#ifndef GPUTAPE_FAKE_DRIVER
+/* What most test programs call, as they declare it (the fake driver defines them). */
+int cuInit(unsigned flags);
+int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
+int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+int cuModuleLoadData(void **module, const void *image);
+int cuModuleGetFunction(void **f, void *module, const char *name);
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
+int cuStreamCreate(void **stream, unsigned flags);
+int cuStreamSynchronize(void *stream);
+int cuCtxSynchronize(void);
+
+/* The PTX of the fake driver's one kernel, `scale` (x[i] *= k for i < n). */
+#define SCALE_PTX                                                                              \
+    "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"                          \
+    ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"                     \
+    "{ ret; }\n"
+#endif
 
 #endif

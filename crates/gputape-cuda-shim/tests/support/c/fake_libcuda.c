@@ -3,6 +3,7 @@
  * arguments arrived intact. Built at test time with `cc -shared -fPIC -Wl,-Bsymbolic` (the real
  * driver binds its own symbols too: with the shim preloaded, this library's references to its
  * own functions must not resolve to the shim's forwarders). */
+#define GPUTAPE_FAKE_DRIVER
 #include "cuda_types.h"
 #include <stddef.h>
 #include <stdlib.h>

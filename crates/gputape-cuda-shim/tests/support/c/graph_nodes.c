@@ -11,12 +11,6 @@
 #include <stddef.h>
 #include <string.h>
 
-int cuInit(unsigned flags);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-int cuModuleLoadData(void **module, const void *image);
-int cuModuleGetFunction(void **f, void *module, const char *name);
 int cuGraphCreate(void **graph, unsigned flags);
 int cuGraphAddMemsetNode(void **node, void *graph, void **deps, size_t n,
                          const MemsetNodeParams *p, void *ctx);
@@ -26,11 +20,8 @@ int cuGraphAddMemcpyNode(void **node, void *graph, void **deps, size_t n, const 
                          void *ctx);
 int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
 int cuGraphLaunch(void *exec, void *stream);
-int cuStreamSynchronize(void *stream);
 
-static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
-                          "{ ret; }\n";
+static const char ptx[] = SCALE_PTX;
 
 int main(int argc, char **argv) {
     CUdeviceptr x, y, z, w;

@@ -4,24 +4,14 @@
  * cudaStreamSynchronize(0) (all the work was on the legacy stream), then after a blocking
  * cudaMemcpy of the results; between the steps the host changes one element. No copy moves
  * the bytes the host writes. Linked with -lcuda. */
+#include "cuda_types.h"
 #include <stdio.h>
 #include <stddef.h>
 
-typedef unsigned long long CUdeviceptr;
-int cuInit(unsigned flags);
 int cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags);
 int cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t n, void *stream);
-int cuModuleLoadData(void **module, const void *image);
-int cuModuleGetFunction(void **f, void *module, const char *name);
-int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
-int cuCtxSynchronize(void);
-int cuStreamSynchronize(void *stream);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
-static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
-                          "{ ret; }\n";
+static const char ptx[] = SCALE_PTX;
 
 int main(void) {
     CUdeviceptr m;

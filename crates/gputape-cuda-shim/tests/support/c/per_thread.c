@@ -9,22 +9,14 @@
 #include <stdio.h>
 #include <stddef.h>
 
-int cuInit(unsigned flags);
 int cuDeviceGet(int *dev, int ordinal);
 int cuDevicePrimaryCtxRetain(void **ctx, int dev);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
 int cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, void *stream);
 int cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-int cuModuleLoadData(void **module, const void *image);
-int cuModuleGetFunction(void **f, void *module, const char *name);
 int cuLaunchKernelEx_ptsz(const LaunchConfig *c, void *f, void **params, void **extra);
 int cuStreamSynchronize_ptsz(void *stream);
-int cuStreamSynchronize(void *stream);
 
-static const char ptx[] = "//\n// scale\n.version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry scale(.param .u64 x, .param .u32 n, .param .f32 k)\n"
-                          "{ ret; }\n";
+static const char ptx[] = SCALE_PTX;
 static void *f;
 static CUdeviceptr bufs[2];
 

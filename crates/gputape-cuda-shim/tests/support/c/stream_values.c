@@ -4,15 +4,10 @@
 #include "cuda_types.h"
 #include <stdio.h>
 
-int cuInit(unsigned flags);
-int cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-int cuStreamCreate(void **stream, unsigned flags);
 int cuStreamWriteValue32(void *stream, CUdeviceptr addr, unsigned value, unsigned flags);
 int cuStreamWriteValue64(void *stream, CUdeviceptr addr, unsigned long long value,
                          unsigned flags);
 int cuStreamWaitValue32(void *stream, CUdeviceptr addr, unsigned value, unsigned flags);
-int cuStreamSynchronize(void *stream);
 
 int main(void) {
     CUdeviceptr x;
