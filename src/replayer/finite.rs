@@ -41,6 +41,10 @@ pub struct FiniteOptions {
     pub dtypes: Vec<(BufferId, ElemType)>,
     /// `--dtype` rules for kernels whose names say no type.
     pub rules: Vec<crate::trace::kernel_types::TypeRule>,
+    /// What a replay measured each launch writing (`Replayer::measure_writes`): a launch's
+    /// undeclared pointers are then checked over the bytes it wrote, and typed from them when
+    /// nothing else says their type.
+    pub writes: Option<std::sync::Arc<super::writes::WriteExtents>>,
 }
 
 /// A non-finite value a launch wrote.
@@ -78,10 +82,16 @@ pub struct NonFinite {
     pub index: u64,
     /// `NaN`, `inf` or `-inf`.
     pub value: &'static str,
-    /// NaN elements from the pointer to the end of the buffer.
+    /// NaN elements in the range checked: the bytes the launch was measured writing
+    /// (`measured`), else from the pointer to the end of the buffer.
     pub nan: u64,
     /// Inf elements (either sign) there.
     pub inf: u64,
+    /// The range is the bytes the launch was measured writing; `offset` is where they start.
+    pub measured: bool,
+    /// The element type was guessed (inferred from the bytes, or an unconfirmed name code):
+    /// the value may be no NaN at all.
+    pub suspected: bool,
     /// The launch's inputs that already held non-finite values before it ran (empty: it
     /// produced them).
     pub inputs: Vec<String>,
@@ -119,6 +129,8 @@ pub struct FiniteReport {
     pub bytes_scanned: u64,
     /// Kernels with a written pointer of unknown element type: `module::kernel param i`.
     pub untyped: Vec<String>,
+    /// Launches whose writes a replay measured (`WriteExtents`), when it did.
+    pub measured_launches: Option<u64>,
     /// Kernels this backend cannot run, so their outputs were not checked.
     pub opaque: Vec<String>,
     /// The first launch that wrote a non-finite value from finite inputs, else the first that
@@ -173,6 +185,12 @@ impl FiniteReport {
             self.replay_ms,
             self.elapsed_ms
         );
+        if let Some(n) = self.measured_launches {
+            let _ = writeln!(
+                s,
+                "  what {n} launches wrote was measured at replay: their undeclared pointers are checked over the bytes they wrote"
+            );
+        }
         for u in &self.untyped {
             let _ = writeln!(
                 s,
@@ -191,14 +209,22 @@ impl FiniteReport {
                 .as_ref()
                 .map(|g| format!(", a node of {g}"))
                 .unwrap_or_default();
+            let suspected = match f.suspected {
+                true => " (suspected: its element type is a guess)",
+                false => "",
+            };
             let _ = writeln!(
                 s,
-                "first non-finite value: {} written by call #{} {}{graph} @ {}",
+                "first non-finite value{suspected}: {} written by call #{} {}{graph} @ {}",
                 f.value, f.seq, f.kernel, f.site
             );
+            let range = match f.measured {
+                true => "in the bytes it wrote (measured at replay)",
+                false => "from the pointer to the end of the buffer",
+            };
             let _ = writeln!(
                 s,
-                "  into parameter {}{} = {}+{} ({} from {}, allocated at {}): element {} is {}; {} NaN, {} inf from the pointer to the end of the buffer",
+                "  into parameter {}{} = {}+{} ({} from {}, allocated at {}): element {} is {}; {} NaN, {} inf {range}",
                 f.param,
                 f.pointer.map(|j| format!(" pointer {j}")).unwrap_or_default(),
                 f.buffer,
@@ -279,16 +305,30 @@ impl FiniteReport {
                 self.opaque.len()
             ),
             (Some(r), Some(f)) if f.at < r.seq => format!(
-                "-> {} REPRODUCED: first written by {} at #{}",
-                r.value, f.kernel, f.seq
+                "-> {} REPRODUCED: first written by {} at #{}{}",
+                r.value,
+                f.kernel,
+                f.seq,
+                if f.suspected {
+                    " (suspected: its element type is a guess)"
+                } else {
+                    ""
+                }
             ),
             (Some(r), _) => format!(
                 "-> the recorded {} at #{} was NOT REPRODUCED before it",
                 r.value, r.seq
             ),
             (None, Some(f)) => format!(
-                "-> {} written by {} at #{}, though the recording read back none",
-                f.value, f.kernel, f.seq
+                "-> {} written by {} at #{}{}, though the recording read back none",
+                f.value,
+                f.kernel,
+                f.seq,
+                if f.suspected {
+                    " (suspected: its element type is a guess)"
+                } else {
+                    ""
+                }
             ),
         };
         let _ = writeln!(s, "{verdict}");
@@ -307,13 +347,14 @@ struct View {
     n: u64,
     elem: ElemType,
     written: bool,
+    measured: bool,
 }
 
-type Key = (BufferId, u64, ElemType);
+type Key = (BufferId, u64, u64, ElemType);
 
 impl View {
     fn key(&self) -> Key {
-        (self.buf, self.off, self.elem)
+        (self.buf, self.off, self.n, self.elem)
     }
 }
 
@@ -351,7 +392,7 @@ impl Counts {
 }
 
 /// `812 B`, `4.0 KiB`, `1.5 GiB`.
-fn bytes_text(b: u64) -> String {
+pub(super) fn bytes_text(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut u = 0;
@@ -497,6 +538,8 @@ impl Replayer<'_> {
             touched: HashSet::default(),
             typing: Typing::new(&opts.dtypes, &opts.rules, &opts.ignore),
         };
+        run.typing.writes = opts.writes.as_deref();
+        report.measured_launches = opts.writes.as_ref().map(|w| w.launches.len() as u64);
         let t_run = Instant::now();
         let st = &mut guard.st;
         for (n, graph) in self.eager_calls() {
@@ -573,7 +616,7 @@ impl Run<'_, '_> {
         let mut stream = 0;
         if let Some((kernel, args)) = launch {
             report.launches += 1;
-            views = self.views(kernel, args);
+            views = self.views(c.seq, kernel, args);
             if !st.opaque.contains(&kernel) {
                 if let Some(s) = c.call.work_stream() {
                     stream = resolve_stream(st, s, c).map_err(|e| fail(&e))?;
@@ -670,9 +713,9 @@ impl Run<'_, '_> {
     }
 
     /// The launch's float pointer arguments, typed, with whether it writes through each.
-    fn views(&mut self, kernel: KernelId, args: &[Arg]) -> Vec<View> {
+    fn views(&mut self, seq: u64, kernel: KernelId, args: &[Arg]) -> Vec<View> {
         self.typing
-            .views(self.r.trace, kernel, args)
+            .views(self.r.trace, seq, kernel, args)
             .into_iter()
             .filter_map(|v| {
                 let elem = v.elem?;
@@ -686,6 +729,7 @@ impl Run<'_, '_> {
                     n,
                     elem,
                     written: v.written,
+                    measured: v.measured,
                 })
             })
             .collect()
@@ -841,6 +885,8 @@ impl Run<'_, '_> {
                             value: class_name(class),
                             nan: c.count[0],
                             inf: c.count[1] + c.count[2],
+                            measured: v.measured,
+                            suspected: super::views::is_guess(v.how),
                             inputs: inputs.clone(),
                         };
                         let better = match &report.first {

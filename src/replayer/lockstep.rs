@@ -74,6 +74,12 @@ pub struct LockstepOptions {
     /// ns): CUDA's chaos, which lets work that should have waited for another stream run
     /// first (see `delay_kernel`).
     pub delays: Option<(u64, u64)>,
+    /// What a replay measured each launch writing (`Replayer::measure_writes`): an undeclared
+    /// pointer is then compared over the bytes it wrote, or from the pointer to the end where
+    /// its parameter was measured writing in another launch of the kernel (a launch that
+    /// wrote the values already there changes nothing a hash sees), and not at all where it
+    /// never was.
+    pub writes: Option<std::sync::Arc<super::writes::WriteExtents>>,
 }
 
 /// The first launch whose output differs between the two backends.
@@ -344,6 +350,8 @@ impl Replayer<'_> {
             None => None,
         };
         let mut typing = Typing::new(&opts.dtypes, &opts.rules, &opts.ignore);
+        typing.writes = opts.writes.as_deref();
+        typing.same_value_writes = true;
         let mut skipped = std::collections::BTreeSet::new();
         let mut pending: Vec<Pending<'_, '_>> = Vec::new();
         let mut pending_bytes = 0u64;
@@ -383,7 +391,7 @@ impl Replayer<'_> {
                 continue;
             }
             let views: Vec<View> = typing
-                .views(self.trace, kernel, args)
+                .views(self.trace, c.seq, kernel, args)
                 .into_iter()
                 .filter(|v| v.written)
                 .collect();

@@ -32,6 +32,8 @@ mod state;
 mod trim;
 mod verify;
 mod views;
+pub mod writes;
+mod writes_kernel;
 
 pub use crate::analysis::window::{
     captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind,

@@ -9,9 +9,9 @@ use crate::trace::signature::{pointer_params, PointerParam};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-/// A pointer argument of a launch: the range from the pointer to the end of its buffer (the
-/// trace has no write extents), what it holds where known and how that was known, and whether
-/// the launch may write it.
+/// A pointer argument of a launch: the bytes it wrote where a replay measured them
+/// (`writes`), else the range from the pointer to the end of its buffer; what it holds where
+/// known and how that was known, and whether the launch may write it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct View {
     pub param: usize,
@@ -19,13 +19,28 @@ pub(super) struct View {
     /// GEMM's parameter struct), counted from 0; `None` for a pointer parameter.
     pub inner: Option<usize>,
     pub buf: BufferId,
+    /// Where the range starts: the pointer, or the first byte it was measured writing.
     pub off: u64,
-    /// Bytes from the pointer to the end of the buffer.
+    /// Bytes in the range.
     pub bytes: u64,
+    /// The range is what a replay measured the launch writing, not the pointer to the end.
+    pub measured: bool,
     pub elem: Option<ElemType>,
     /// Where `elem` came from (`--dtype`, `declared`, `its C signature`, a name rule's words).
     pub how: &'static str,
     pub written: bool,
+}
+
+/// How a type inferred from the bytes a launch wrote is named: a guess, so a NaN found only
+/// under it is reported as suspected.
+pub(super) const GUESS: &str = "the bytes it wrote (inferred: a guess)";
+/// The same, where the bytes disagree with an `nvjet` name's type code.
+pub(super) const GUESS_AGAINST_CODE: &str =
+    "the bytes it wrote (inferred: a guess, against its nvjet type code)";
+
+/// Whether a type was guessed (from bytes, or an unconfirmed `nvjet` code).
+pub(super) fn is_guess(how: &str) -> bool {
+    how == GUESS || how == GUESS_AGAINST_CODE || how.ends_with("(unconfirmed)")
 }
 
 /// Where element types come from beyond the trace, and what to leave out.
@@ -38,6 +53,13 @@ pub(super) struct Typing<'a> {
     ptrs: HashMap<KernelId, Option<Vec<Option<PointerParam>>>>,
     /// Written pointers whose type may be a float the trace does not name: `kernel parameter i`.
     pub untyped: Vec<String>,
+    /// What a replay measured each launch writing (`writes`): decides whether an undeclared
+    /// pointer is written, and how far.
+    pub writes: Option<&'a super::writes::WriteExtents>,
+    /// A parameter measured writing in some launch of its kernel counts as written where a
+    /// launch changed nothing through it (it may have written the values already there):
+    /// what `--against` needs, which compares whole regions.
+    pub same_value_writes: bool,
 }
 
 impl<'a> Typing<'a> {
@@ -54,11 +76,11 @@ impl<'a> Typing<'a> {
         }
     }
 
-    /// The launch's pointer arguments into buffers (and the pointers inside its by-value
+    /// The launch `seq`'s pointer arguments into buffers (and the pointers inside its by-value
     /// parameters), each typed by `--dtype`, else by the kernel's declared element types, else
     /// by its C signature, else by a `--dtype` rule or what its name says
-    /// (`trace::kernel_types`).
-    pub fn views(&mut self, t: &Trace, kernel: KernelId, args: &[Arg]) -> Vec<View> {
+    /// (`trace::kernel_types`), else by the bytes a replay measured it writing (a guess).
+    pub fn views(&mut self, t: &Trace, seq: u64, kernel: KernelId, args: &[Arg]) -> Vec<View> {
         let info = t.kernels.get(&kernel);
         let ptrs = self
             .ptrs
@@ -93,7 +115,40 @@ impl<'a> Typing<'a> {
                 let access = info
                     .and_then(|k| k.params.get(i))
                     .map_or(ParamAccess::Unknown, |p| p.access);
-                let written = writes_through(access, sig);
+                let mut written = writes_through(access, sig);
+                let size = t.sizes.get(buf).copied().unwrap_or(0);
+                let mut range = (off, size.saturating_sub(off));
+                // Declared access is the owner's word; anything else is what was measured.
+                let undeclared = !matches!(
+                    access,
+                    ParamAccess::Read | ParamAccess::Write | ParamAccess::ReadWrite
+                );
+                let measured = self
+                    .writes
+                    .filter(|_| undeclared)
+                    .and_then(|w| w.launch(seq))
+                    .and_then(|l| {
+                        l.pointers.iter().find(|p| {
+                            p.param == i && p.inner == inner && p.buf == *buf && p.off == off
+                        })
+                    });
+                let mut was_measured = false;
+                if let Some(m) = measured {
+                    match m.hull() {
+                        Some((s, e)) => {
+                            written = true;
+                            range = (s, e - s);
+                            was_measured = true;
+                        }
+                        None => {
+                            written = self.same_value_writes
+                                && self.writes.is_some_and(|w| {
+                                    w.ever_writes(&t.kernel_name(kernel), i, inner)
+                                });
+                        }
+                    }
+                }
+                let inferred = measured.and_then(|m| m.inferred);
                 let given = self.dtypes.iter().find(|(b, _)| b == buf).map(|(_, e)| *e);
                 let declared = info
                     .filter(|_| inner.is_none())
@@ -105,9 +160,17 @@ impl<'a> Typing<'a> {
                         kernel_types::How::Rule(_) => "a --dtype rule",
                         kernel_types::How::Template => "its name's template arguments",
                         kernel_types::How::GemmName => "its cuBLAS/CUTLASS name",
+                        kernel_types::How::NvjetCode => match inferred {
+                            Some(g) if Some(g.elem) == typed.ty.scannable() => {
+                                "its nvjet type code, confirmed by the bytes it wrote"
+                            }
+                            Some(_) => return Some((inferred.map(|g| g.elem), GUESS_AGAINST_CODE)),
+                            None => "its nvjet type code (unconfirmed)",
+                        },
                     };
                     Some((typed.ty.scannable(), how))
                 };
+                let guessed = || inferred.map(|g| (Some(g.elem), GUESS));
                 let (elem, how) = match (given, declared, signature) {
                     (Some(e), _, _) => (Some(e), "--dtype"),
                     (None, Some(e), _) => (
@@ -116,7 +179,7 @@ impl<'a> Typing<'a> {
                             .unwrap_or("declared"),
                     ),
                     (None, None, Some(e)) => (Some(e), "its C signature"),
-                    (None, None, None) => named().unwrap_or((None, "")),
+                    (None, None, None) => named().or_else(guessed).unwrap_or((None, "")),
                 };
                 if elem.is_none() && written && sig.is_none_or(|p| p.maybe_float) && how.is_empty()
                 {
@@ -128,7 +191,7 @@ impl<'a> Typing<'a> {
                         self.untyped.push(name);
                     }
                 }
-                let bytes = t.sizes.get(buf).copied().unwrap_or(0).saturating_sub(off);
+                let (off, bytes) = range;
                 let misaligned = elem.is_some_and(|e| off % e.size() != 0);
                 if bytes == 0 || misaligned {
                     continue;
@@ -139,6 +202,7 @@ impl<'a> Typing<'a> {
                     buf: *buf,
                     off,
                     bytes,
+                    measured: was_measured,
                     elem,
                     how,
                     written,

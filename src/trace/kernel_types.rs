@@ -10,8 +10,10 @@
 //! | PyTorch's template arguments | `reduce_kernel<512, 1, ReduceOp<float, ...>>` | the first element type among them: the data's (an index type or an accumulator comes later; a random kernel's is its `distribution_nullary_kernel`'s) |
 //! | cuBLAS and CUTLASS kernel names | `sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn...`, `cutlass_80_tensorop_s1688bf16gemm_...`, `ampere_sgemm_...` | the operand type the name spells: the output's where it names one |
 //!
-//! cuBLAS's `nvjet_*` kernels (Hopper) spell their types in a code NVIDIA does not document:
-//! they, Triton's kernels (plain names) and anything else get no type from the name.
+//! | cuBLAS's `nvjet_*` kernels (Hopper) | `nvjet_sm90_tst_64x8_...` | the output letter of a code NVIDIA does not document (`h` f16, `t` bf16, `s` f32): unconfirmed until a replay's measured writes read as that type (`replayer::writes`) |
+//!
+//! Triton's kernels (plain names) and anything else get no type from the name; a replay that
+//! measures what they wrote may infer one from the bytes, said as a guess.
 
 use std::fmt;
 
@@ -138,6 +140,10 @@ pub enum How {
     Template,
     /// The operand type a cuBLAS or CUTLASS kernel's name spells.
     GemmName,
+    /// The output letter of a cuBLAS `nvjet_*` kernel's type code (`tst`: bf16 in, f32
+    /// compute, bf16 out). NVIDIA does not document the code, so a replay confirms it from the
+    /// bytes the kernel wrote before calling it known.
+    NvjetCode,
 }
 
 impl fmt::Display for How {
@@ -146,6 +152,7 @@ impl fmt::Display for How {
             How::Rule(r) => write!(f, "rule {r}"),
             How::Template => f.write_str("its template arguments"),
             How::GemmName => f.write_str("its cuBLAS/CUTLASS name"),
+            How::NvjetCode => f.write_str("its nvjet type code (undocumented)"),
         }
     }
 }
@@ -179,10 +186,38 @@ pub fn from_name(symbol: &str) -> Option<Typed> {
             });
         }
     }
-    gemm_type(symbol).map(|ty| Typed {
-        ty,
-        how: How::GemmName,
-    })
+    gemm_type(symbol)
+        .map(|ty| Typed {
+            ty,
+            how: How::GemmName,
+        })
+        .or_else(|| {
+            nvjet_type(symbol).map(|ty| Typed {
+                ty,
+                how: How::NvjetCode,
+            })
+        })
+}
+
+/// The output type of a cuBLAS `nvjet_[smNN_]ABC_...` kernel: the code's letters name the
+/// inputs', the compute's and the output's types, `h` f16, `t` bf16, `s` f32 (`hsh`, `tst`,
+/// `sss`, as cuBLAS 12.x profiles show them); other codes (fp8's) are left unnamed.
+fn nvjet_type(symbol: &str) -> Option<ValueType> {
+    let rest = symbol.strip_prefix("nvjet_")?;
+    let code = rest
+        .split('_')
+        .find(|part| !(part.starts_with("sm") && part[2..].chars().all(|c| c.is_ascii_digit())))?;
+    let letter = |c: char| match c {
+        'h' => Some(ValueType::F16),
+        't' => Some(ValueType::Bf16),
+        's' => Some(ValueType::F32),
+        _ => None,
+    };
+    let letters: Vec<char> = code.chars().collect();
+    match letters.as_slice() {
+        [a, 's', out] if letter(*a).is_some() => letter(*out),
+        _ => None,
+    }
 }
 
 /// The C++ spellings of element types, as a demangler writes them.
@@ -426,7 +461,10 @@ mod tests {
             ("_ZN7cutlass7Kernel2I53cutlass_80_tensorop_s1688f16gemm_64x64_16x6_nn_align1EEvNT_6ParamsE", Some(ValueType::F16)),
             ("_ZN7cutlass7Kernel2I41cutlass_80_simt_sgemm_64x64_8x5_nn_align1EEvNT_6ParamsE", Some(ValueType::F32)),
             ("ampere_sgemm_128x64_nn", Some(ValueType::F32)),
-            ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", None),
+            ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", Some(ValueType::Bf16)),
+            ("nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_TNT", Some(ValueType::F16)),
+            ("nvjet_sm90_sss_64x8_64x16_4x1_v_bz_TNN", Some(ValueType::F32)),
+            ("nvjet_sm100_qqtst_128x256_64x4_2x1_v_bz_TNT", None),
             ("triton_poi_fused_add_0", None),
         ];
         for (name, want) in cases {

@@ -134,6 +134,18 @@ pub struct Args {
     /// With --against: how far values may differ (`exact`, `ulps:N`, `rel:X`).
     #[arg(long, default_value = "exact", value_parser = crate::replayer::Tolerance::parse, requires = "against")]
     tolerance: crate::replayer::Tolerance,
+    /// Replay once, measuring what each launch wrote: for every pointer argument, the bytes of
+    /// its allocation that changed (in 512-byte chunks, split among the launch's pointers into
+    /// the same allocation) and the element type they read as. Stored beside the trace
+    /// (TRACE.writes.json) for --check-finite and --against, which measure it themselves when
+    /// the trace launches kernels nobody described and it is not there.
+    #[arg(long, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite", "against", "chaos"])]
+    write_extents: bool,
+    /// With --check-finite or --against: neither measure what launches wrote nor use a stored
+    /// measurement (undeclared pointers are then checked from the pointer to the end of their
+    /// allocation).
+    #[arg(long)]
+    no_write_extents: bool,
     /// Replay once on the mock and print, from what the mock did, what the replay allocated
     /// (size, buffer, placement against the recording's) and freed, and per stream the work
     /// it ran in the order it ran, with the events between: the allocation and ordering a
@@ -188,6 +200,8 @@ pub fn exec(mut a: Args, ctx: &Ctx) -> Result<Exit> {
     };
     if a.layout {
         modes::layout(ctx, a)
+    } else if a.write_extents {
+        modes::write_extents(ctx, a)
     } else if a.chaos.is_some() {
         modes::chaos(ctx, a)
     } else if a.against.is_some() {

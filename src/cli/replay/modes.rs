@@ -17,19 +17,64 @@ pub(super) fn check_finite(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         ignore: a.ignore,
         dtypes: buffer_types(&a.dtypes),
         rules: type_rules(&a.dtypes),
+        writes: None,
     };
-    finite(ctx, (&t, &a.trace), a.on, &opts, a.json, a.max_memory)
+    let measure = !a.no_write_extents;
+    finite(
+        ctx,
+        (&t, &a.trace),
+        a.on,
+        opts,
+        (a.json, a.max_memory, measure),
+    )
+}
+
+/// `replay --write-extents`: measure what every launch wrote, print it, store it beside the
+/// trace for the checks that use it.
+pub(super) fn write_extents(ctx: &Ctx, mut a: Args) -> Result<Exit> {
+    use crate::replayer::writes::{trace_key, WriteExtents, WriteOptions};
+    let t = a.take_trace(ctx)?;
+    let opened = backends::open(ctx, a.on, Want::replay())?;
+    let load = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
+    let mut r = crate::replayer::Replayer::new(&t).with_max_memory(a.max_memory);
+    if a.on.runs_cpu_twins() {
+        r = r.with_opaque_kernels();
+    }
+    let key = match a.trace.is_file() {
+        true => trace_key(&a.trace)?,
+        false => String::new(),
+    };
+    let w = r.measure_writes(
+        opened.gpu.as_ref(),
+        &WriteOptions::default(),
+        key.clone(),
+        Some(&load),
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&w)?);
+    } else {
+        print!("{}", w.summary(&t));
+    }
+    if !key.is_empty() && w.stopped.is_none() {
+        let stored = WriteExtents::path_for(&a.trace);
+        match w.save(&stored) {
+            Ok(()) => eprintln!("stored in {}", stored.display()),
+            Err(e) => eprintln!("warning: {e}: not stored"),
+        }
+    }
+    Ok(pass_if(w.stopped.is_none()))
 }
 
 /// The first launch that wrote a NaN (see `replayer::finite`); also what a dump taken for a
 /// NaN replays as.
+/// Measures what each launch wrote first (or reads it from beside the trace) when the trace
+/// launches kernels nobody described and `measure` is on.
 pub(super) fn finite(
     ctx: &Ctx,
     (t, path): (&crate::trace::Trace, &Path),
     on: Backend,
-    opts: &crate::replayer::FiniteOptions,
-    json: bool,
-    max_memory: u64,
+    mut opts: crate::replayer::FiniteOptions,
+    (json, max_memory, measure): (bool, u64, bool),
 ) -> Result<Exit> {
     known_buffers(t, path, &opts.ignore, &opts.dtypes)?;
     let opened = backends::open(ctx, on, Want::replay())?;
@@ -38,7 +83,12 @@ pub(super) fn finite(
     if on.runs_cpu_twins() {
         r = r.with_opaque_kernels();
     }
-    let rep = r.check_finite(opened.gpu.as_ref(), opts, Some(&load_cuda))?;
+    if measure && opts.writes.is_none() && crate::replayer::writes::wanted(t) {
+        let (w, note) = r.writes_for(opened.gpu.as_ref(), path, Some(&load_cuda))?;
+        eprintln!("{note}");
+        opts.writes = Some(std::sync::Arc::new(w));
+    }
+    let rep = r.check_finite(opened.gpu.as_ref(), &opts, Some(&load_cuda))?;
     if json {
         let v = serde_json::json!({
             "schema": crate::replayer::REPLAY_SCHEMA,
@@ -62,6 +112,7 @@ pub(super) fn lockstep(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         ignore: a.ignore,
         in_stream_order: false,
         delays: None,
+        writes: None,
     };
     let substitute = match &a.substitute {
         None => None,
@@ -79,9 +130,9 @@ pub(super) fn lockstep(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         ctx,
         (t, &a.trace),
         (a.on, against),
-        &opts,
+        opts,
         substitute,
-        (a.json, a.max_memory),
+        (a.json, a.max_memory, !a.no_write_extents),
     )
 }
 
@@ -90,9 +141,9 @@ fn two_backends(
     ctx: &Ctx,
     (t, path): (crate::trace::Trace, &Path),
     (on, against): (Backend, Backend),
-    opts: &crate::replayer::LockstepOptions,
+    mut opts: crate::replayer::LockstepOptions,
     substitute: Option<(String, String)>,
-    (json, max_memory): (bool, u64),
+    (json, max_memory, measure): (bool, u64, bool),
 ) -> Result<Exit> {
     known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
     if let Some((module, _)) = &substitute {
@@ -134,10 +185,15 @@ fn two_backends(
         None => against.name().to_string(),
     };
     let names = (on.name(), b_name.as_str());
+    if measure && opts.writes.is_none() && crate::replayer::writes::wanted(&t) {
+        let (w, note) = r.writes_for(a.gpu.as_ref(), path, Some(&load_a))?;
+        eprintln!("{note}");
+        opts.writes = Some(std::sync::Arc::new(w));
+    }
     let rep = r.lockstep(
         (a.gpu.as_ref(), b.gpu.as_ref()),
         names,
-        opts,
+        &opts,
         (Some(&load_a), Some(&load_b)),
     )?;
     print_lockstep(&rep, json)
@@ -170,6 +226,7 @@ pub(super) fn chaos(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         ignore: a.ignore,
         in_stream_order: true,
         delays: (!a.on.runs_cpu_twins()).then_some((seed, a.chaos_max_delay_us * 1000)),
+        writes: None,
     };
     perturbed(
         ctx,

@@ -56,7 +56,7 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
             path.display()
         );
         let finite = crate::replayer::FiniteOptions::default();
-        return super::modes::finite(ctx, (&t, path), on, &finite, json, max_memory);
+        return super::modes::finite(ctx, (&t, path), on, finite, (json, max_memory, true));
     }
     let stepped;
     let opts = match steps {

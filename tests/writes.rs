@@ -1,0 +1,234 @@
+//! Write extents measured at replay (`replayer::writes`), on the mock, with kernels whose
+//! access nobody declared: what the replay finds each launch wrote is checked against what the
+//! kernels' CPU bodies are known to write.
+
+use gputape::backend::{GpuBackend, KernelArg, ParamAccess::*, ParamInfo};
+use gputape::mock::MockGpuBackend;
+use gputape::replayer::writes::{LaunchWrites, WriteExtents, WriteOptions};
+use gputape::replayer::{FiniteOptions, Replayer};
+use gputape::trace::{self, Trace};
+use std::path::Path;
+use std::sync::Arc;
+
+const FILL: &str = "_Z4fillIfEvPT_i";
+const SCALE: &str = "_Z5scaleIfEvPT_PKS0_i";
+const POISON: &str = "_Z6poisonIfEvPT_i";
+
+/// Kernels as a compiled program's arrive: no declared access, no source. `fill(out, n)` writes
+/// 1..=n, `scale(out, in, n)` writes 2*in, `poison(out, n)` writes 1..=n with a NaN at 3.
+fn compiled() -> MockGpuBackend {
+    let m = MockGpuBackend::new(gputape::mock::MockConfig::default());
+    for (name, nan) in [(FILL, false), (POISON, true)] {
+        m.register_kernel(
+            "compiled",
+            name,
+            ParamInfo::packed(&[(8, Unknown), (4, Value)]),
+            Some(Arc::new(move |ctx| {
+                let (p, n) = (ctx.ptr(0)?, ctx.u32(1)? as usize);
+                let mut v: Vec<f32> = (1..=n).map(|i| i as f32).collect();
+                if nan {
+                    v[3] = f32::NAN;
+                }
+                ctx.write_f32(p, &v)
+            })),
+        );
+    }
+    m.register_kernel(
+        "compiled",
+        SCALE,
+        ParamInfo::packed(&[(8, Unknown), (8, Unknown), (4, Value)]),
+        Some(Arc::new(|ctx| {
+            let (out, inp, n) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize);
+            let v: Vec<f32> = ctx
+                .read(inp, n * 4)?
+                .chunks_exact(4)
+                .map(|w| 2.0 * f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect();
+            ctx.write_f32(out, &v)
+        })),
+    );
+    m
+}
+
+/// One 4 KiB allocation holding several tensors, as a caching allocator's segment does:
+/// fill its first 16 floats, scale them into the tensor at 1024, fill the first again (the same
+/// values: a write nothing can see), poison the tensor at 2048, and read it all back.
+fn recorded() -> Trace {
+    let sink = trace::VecSink::default();
+    let bytes = sink.0.clone();
+    let rec = gputape::recorder::RecordingBackend::new(
+        compiled(),
+        Box::new(sink),
+        gputape::recorder::BackendDesc::new("mock"),
+    )
+    .unwrap();
+    rec.start().unwrap();
+    let s = rec.create_stream().unwrap();
+    let seg = rec.alloc(4096).unwrap();
+    let (fill, scale, poison) = (
+        rec.kernel("compiled", FILL).unwrap(),
+        rec.kernel("compiled", SCALE).unwrap(),
+        rec.kernel("compiled", POISON).unwrap(),
+    );
+    let n = 16u32;
+    let launch = |k, args: &[KernelArg]| {
+        rec.launch_typed(k, [1, 1, 1], [32, 1, 1], 0, s, args)
+            .unwrap()
+    };
+    launch(fill, &[KernelArg::Buffer(seg), KernelArg::u32(&n)]);
+    launch(
+        scale,
+        &[
+            KernelArg::Buffer(seg.offset(1024)),
+            KernelArg::Buffer(seg),
+            KernelArg::u32(&n),
+        ],
+    );
+    launch(fill, &[KernelArg::Buffer(seg), KernelArg::u32(&n)]);
+    launch(
+        poison,
+        &[KernelArg::Buffer(seg.offset(2048)), KernelArg::u32(&n)],
+    );
+    rec.synchronize(s).unwrap();
+    let mut out = [0u8; 4096];
+    rec.copy_d2h(seg, &mut out).unwrap();
+    rec.stop().unwrap();
+    let recorded = bytes.lock().clone();
+    Trace::from_bytes(Path::new("compiled"), &recorded).unwrap()
+}
+
+fn measure(t: &Trace, chunk: u64) -> WriteExtents {
+    Replayer::new(t)
+        .measure_writes(&compiled(), &WriteOptions { chunk }, "key".into(), None)
+        .unwrap()
+}
+
+/// A pointer's parameter and the byte ranges found written through it.
+type Found = (usize, Vec<(u64, u64)>);
+
+/// Each launch's pointers as (param, ranges), in launch order.
+fn ranges(w: &WriteExtents) -> Vec<Vec<Found>> {
+    w.launches
+        .iter()
+        .map(|l: &LaunchWrites| {
+            l.pointers
+                .iter()
+                .map(|p| (p.param, p.ranges.clone()))
+                .collect()
+        })
+        .collect()
+}
+
+/// With 4-byte chunks the extents are exactly the bytes each body writes that changed; the
+/// input of `scale` is found read-only; the second fill, which wrote what was there, is found
+/// writing nothing (the pitfall the module names).
+#[test]
+fn extents_found_equal_what_the_kernels_write() {
+    let t = recorded();
+    let w = measure(&t, 4);
+    assert!(w.stopped.is_none(), "{}", w.summary(&t));
+    assert_eq!(
+        ranges(&w),
+        vec![
+            vec![(0, vec![(0, 64)])],
+            vec![(0, vec![(1024, 1088)]), (1, vec![])],
+            vec![(0, vec![])],
+            vec![(0, vec![(2048, 2112)])],
+        ],
+        "{}",
+        w.summary(&t)
+    );
+    assert_eq!(w.replayed, 4);
+}
+
+/// With the default 512-byte chunks an extent is rounded up to its chunk and cut at the
+/// buffer's end and the next pointer; the type of what `fill` wrote is inferred from its bytes.
+#[test]
+fn extents_are_rounded_to_chunks_and_typed_from_their_bytes() {
+    let t = recorded();
+    let w = measure(&t, 512);
+    assert_eq!(
+        ranges(&w),
+        vec![
+            vec![(0, vec![(0, 512)])],
+            vec![(0, vec![(1024, 1536)]), (1, vec![])],
+            vec![(0, vec![])],
+            vec![(0, vec![(2048, 2560)])],
+        ],
+        "{}",
+        w.summary(&t)
+    );
+    let inferred = w.launches[0].pointers[0]
+        .inferred
+        .expect("fill's bytes typed");
+    assert_eq!(inferred.elem, gputape::backend::ElemType::F32);
+    assert_eq!(inferred.values, 128, "the sample is the written chunk");
+}
+
+/// A stored measurement is used only for the trace and chunk size it was made for, and a
+/// damaged one is an error naming the file.
+#[test]
+fn stored_extents_are_keyed_by_trace_and_chunk() {
+    let t = recorded();
+    let w = measure(&t, 512);
+    let dir = std::env::temp_dir().join(format!("gputape-writes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = WriteExtents::path_for(&dir.join("t.gtape"));
+    w.save(&path).unwrap();
+    let back = WriteExtents::load(&path, "key", 512)
+        .unwrap()
+        .expect("same key");
+    assert_eq!(back.launches, w.launches);
+    assert!(back.ever_writes(&w.launches[0].kernel, 0, None));
+    assert!(!back.ever_writes(&w.launches[1].kernel, 1, None));
+    assert!(WriteExtents::load(&path, "other", 512).unwrap().is_none());
+    assert!(WriteExtents::load(&path, "key", 4).unwrap().is_none());
+    std::fs::write(&path, b"{\"format\": 1, \"trac").unwrap();
+    let e = WriteExtents::load(&path, "key", 512)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("t.gtape.writes.json"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// With measured extents, `--check-finite` scans only what each launch wrote: the NaN of the
+/// tensor at 2048 is named in the poison launch's own tensor, and the earlier launches'
+/// pointers into the same allocation are not charged with it.
+#[test]
+fn check_finite_reads_only_the_measured_writes() {
+    let t = recorded();
+    let w = measure(&t, 512);
+    let opts = FiniteOptions {
+        writes: Some(Arc::new(w)),
+        ..Default::default()
+    };
+    let r = Replayer::new(&t)
+        .check_finite(&compiled(), &opts, None)
+        .unwrap();
+    let summary = r.summary();
+    let first = r.first.as_ref().unwrap_or_else(|| panic!("{summary}"));
+    assert!(first.kernel.contains("poison"), "{summary}");
+    assert_eq!(
+        (first.offset, first.index, first.nan),
+        (2048, 3, 1),
+        "{summary}"
+    );
+    assert!(first.measured, "{summary}");
+    assert!(summary.contains("in the bytes it wrote"), "{summary}");
+    assert_eq!(r.writers.len(), 1, "{summary}");
+}
+
+#[test]
+fn a_chunk_that_is_no_power_of_two_is_refused() {
+    let t = recorded();
+    let e = Replayer::new(&t)
+        .measure_writes(
+            &compiled(),
+            &WriteOptions { chunk: 24 },
+            String::new(),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("24 bytes"), "{e}");
+}
