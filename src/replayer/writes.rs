@@ -962,6 +962,10 @@ impl Replayer<'_> {
         }
         let w = self.measure_writes(gpu, &opts, key.clone().unwrap_or_default(), loader)?;
         let note = match (&key, &w.stopped) {
+            _ if w.launches.is_empty() => {
+                "write extents: none measured (this backend runs none of the trace's kernels)"
+                    .to_string()
+            }
             (Some(_), None) => match w.save(&stored) {
                 Ok(()) => format!(
                     "write extents: measured at replay in {:.0} ms, stored in {}",
