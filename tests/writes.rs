@@ -218,6 +218,32 @@ fn check_finite_reads_only_the_measured_writes() {
     assert_eq!(r.writers.len(), 1, "{summary}");
 }
 
+/// What `inspect --writes` shows of a launch: each written tensor cut to its measured bytes and
+/// typed (here from its name's template arguments); without a measurement, from the pointer
+/// to the end of the allocation, the read-only input included.
+#[test]
+fn written_tensors_are_the_measured_ranges() {
+    use gputape::replayer::written_tensors;
+    let t = recorded();
+    let w = measure(&t, 512);
+    let scale = w.launches[1].seq;
+    let got: Vec<(u64, u64, bool)> = written_tensors(&t, scale, Some(&w), &[])
+        .iter()
+        .map(|x| (x.off, x.bytes, x.measured))
+        .collect();
+    assert_eq!(got, vec![(1024, 512, true)]);
+    let typed = &written_tensors(&t, scale, Some(&w), &[])[0];
+    assert_eq!(
+        (typed.elem.map(|e| e.name()), typed.how),
+        (Some("f32"), "its name's template arguments")
+    );
+    let got: Vec<(u64, u64, bool)> = written_tensors(&t, scale, None, &[])
+        .iter()
+        .map(|x| (x.off, x.bytes, x.measured))
+        .collect();
+    assert_eq!(got, vec![(1024, 3072, false), (0, 4096, false)]);
+}
+
 #[test]
 fn a_chunk_that_is_no_power_of_two_is_refused() {
     let t = recorded();

@@ -56,6 +56,7 @@ pub use report::{
     replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
 };
 pub use state::Seen;
+pub use views::{written_tensors, WrittenTensor};
 
 use fault::{err_code, Bands};
 use state::{resolve_stream, sync_all, Guard, State};

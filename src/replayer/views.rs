@@ -213,6 +213,66 @@ impl<'a> Typing<'a> {
     }
 }
 
+/// A range of a buffer a call wrote, with its element type where known.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct WrittenTensor {
+    /// The allocation.
+    pub buf: BufferId,
+    /// Where the range starts in it.
+    pub off: u64,
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// What it holds, where known.
+    pub elem: Option<ElemType>,
+    /// How that was known (empty when it was not).
+    pub how: &'static str,
+    /// The range is what a replay measured the call writing (`writes`), not what the trace
+    /// says it may reach.
+    pub measured: bool,
+}
+
+/// What call `seq` wrote: a launch's written pointers, each typed and, where `writes` measured
+/// it, cut to the bytes it wrote (else from the pointer to the end of its buffer); a copy's or
+/// memset's destination buffer whole.
+pub fn written_tensors(
+    t: &Trace,
+    seq: u64,
+    writes: Option<&super::writes::WriteExtents>,
+    rules: &[TypeRule],
+) -> Vec<WrittenTensor> {
+    let Some(c) = t.calls.iter().find(|c| c.seq == seq) else {
+        return Vec::new();
+    };
+    let Some((kernel, args)) = c.call.launch() else {
+        return crate::trace::written_through(t, c)
+            .into_iter()
+            .map(|buf| WrittenTensor {
+                buf,
+                off: 0,
+                bytes: t.sizes.get(&buf).copied().unwrap_or(0),
+                elem: None,
+                how: "",
+                measured: false,
+            })
+            .collect();
+    };
+    let mut typing = Typing::new(&[], rules, &[]);
+    typing.writes = writes;
+    typing
+        .views(t, seq, kernel, args)
+        .into_iter()
+        .filter(|v| v.written)
+        .map(|v| WrittenTensor {
+            buf: v.buf,
+            off: v.off,
+            bytes: v.bytes,
+            elem: v.elem,
+            how: v.how,
+            measured: v.measured,
+        })
+        .collect()
+}
+
 impl<'t> Replayer<'t> {
     /// The calls in the order a value check replays them: captures are not replayed as
     /// captures; each graph launch is replaced by its captured calls, tagged with (the launch's
