@@ -3,7 +3,8 @@
 
   decode    a transformers Llama (bf16, random weights from a seed, nothing downloaded) whose
             first MLP up-projection gets one +inf planted by the program (`w[5, 7] = inf`),
-            then one greedy generate step: the logits come out NaN.
+            then one forward step: the logits come out NaN. A clean forward runs first and
+            prints its last position's first 8 logits (`logits8`), for `inspect`.
   graph     a small bf16 MLP step captured into a torch.cuda.CUDAGraph; an inf planted into
             its input buffer, then the graph replayed: its output comes out NaN.
   compile   a torch.compile'd function (Inductor, Triton) computing log(x) * y for an x with
@@ -43,6 +44,11 @@ if MODE == "decode":
     model = LlamaForCausalLM(cfg).to(dev, torch.bfloat16).eval()
     ids = torch.randint(0, 512, (1, 8), device=dev)
     with torch.no_grad():
+        # A clean forward first: its last logits, as PyTorch reads them back, are what
+        # `gputape inspect` must show of the tensor the last GEMM wrote.
+        ref = model(ids).logits
+        out["logits8"] = ref[0, -1, :8].tolist()
+        out["logits_dtype"] = str(ref.dtype)
         w = model.model.layers[0].mlp.up_proj.weight
         w[5, 7] = float("inf")  # PLANT
         logits = model(ids).logits

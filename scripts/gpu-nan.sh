@@ -6,7 +6,12 @@
 #     for its Triton kernels (their names say no type);
 #   indexadd, clean: `replay --on cuda --against cuda`: the first launch whose output differs
 #     between two replays from identical inputs, or none;
-#   the cost: a plain replay against --check-finite of the decode, each 3 times.
+#   every mode first: `replay --on cuda --write-extents` (what each launch wrote, measured,
+#     stored beside the trace for the checks after it);
+#   decode: `inspect --writes` of the tensor the last GEMM wrote, read by numpy, against the
+#     logits PyTorch printed (scripts/gpu-inspect-check.py);
+#   the cost on the decode: plain replay, --check-finite measuring extents, --check-finite with
+#     them stored, --against cuda, alternating, 3 rounds.
 # Builds nothing (scripts/gpu-bin.sh first). OUT gets traces and logs; a table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,34 +36,73 @@ for mode in decode graph compile indexadd clean; do
     grep ' elements: ' "$OUT/$mode.show" | sort | uniq -c | sort -rn | head -5
 done
 
+for mode in decode graph compile indexadd clean; do
+    echo; echo "=============== $mode: replay --on cuda --write-extents"
+    rm -f "$OUT/$mode.gtape.writes.json"
+    timeout 300 "$G" replay --on cuda --write-extents "$OUT/$mode.gtape" >"$OUT/$mode.writes" 2>&1
+    rc=$?
+    head -1 "$OUT/$mode.writes"; grep -E "^not measured|stopped|stored" "$OUT/$mode.writes" | head -5
+    echo "typed from their bytes: $(grep -c 'its bytes read as' "$OUT/$mode.writes") pointers; exit $rc"
+    row "$mode --write-extents" "exit $rc" "$(head -1 "$OUT/$mode.writes" | cut -c1-200)"
+done
+grep -E "nvjet" -A4 "$OUT/decode.writes" | grep -E "nvjet|wrote" | head -6
+
 for mode in decode graph compile; do
     for inf in "" "--inf"; do
         echo; echo "=============== $mode: replay --on cuda --check-finite $inf"
         timeout 300 "$G" replay --on cuda --check-finite $inf "$OUT/$mode.gtape" >"$OUT/$mode.finite$inf" 2>&1
         rc=$?
-        cut -c1-400 "$OUT/$mode.finite$inf" | head -24; echo "exit $rc"
-        row "$mode --check-finite $inf" "exit $rc" "$(first 'first non-finite|into parameter|produced|held' "$OUT/$mode.finite$inf" 4)"
+        grep -v "not checked" "$OUT/$mode.finite$inf" | cut -c1-400 | head -16
+        echo "($(grep -c 'not checked' "$OUT/$mode.finite$inf") pointers not checked) exit $rc"
+        row "$mode --check-finite $inf" "exit $rc" "$(first 'first non-finite|into parameter|produced|held|REPRODUCED|NOTHING|no NaN' "$OUT/$mode.finite$inf" 5)"
     done
 done
 echo; echo "=============== compile with a rule for its Triton kernels"
 timeout 300 "$G" replay --on cuda --check-finite --dtype 'triton_*=f32' "$OUT/compile.gtape" >"$OUT/compile.rule" 2>&1
-rc=$?; cut -c1-400 "$OUT/compile.rule" | head -20; echo "exit $rc"
+rc=$?; grep -v "not checked" "$OUT/compile.rule" | cut -c1-400 | head -12; echo "exit $rc"
 row "compile --dtype 'triton_*=f32'" "exit $rc" "$(first 'first non-finite|into parameter' "$OUT/compile.rule" 2)"
 
-for mode in indexadd clean; do
+for mode in indexadd clean decode; do
     echo; echo "=============== $mode: replay --on cuda --against cuda"
     timeout 300 "$G" replay --on cuda --against cuda "$OUT/$mode.gtape" >"$OUT/$mode.against" 2>&1
     rc=$?
-    cut -c1-400 "$OUT/$mode.against" | head -24; echo "exit $rc"
+    cut -c1-400 "$OUT/$mode.against" | head -12; echo "exit $rc"
     row "$mode --against cuda" "exit $rc" "$(first 'DIFFERENT|no difference|first|differ' "$OUT/$mode.against" 3)"
 done
 
-echo; echo "=============== cost on the decode: plain replay and --check-finite, alternating"
+echo; echo "=============== decode: inspect the logits the last GEMM wrote, against PyTorch's"
+$PY scripts/gpu-inspect-check.py "$G" "$OUT/decode.gtape" "$OUT/decode.out" "$OUT/inspect" >"$OUT/inspect.log" 2>&1
+rc=$?; cut -c1-400 "$OUT/inspect.log"; echo "exit $rc"
+row "decode inspect --writes -o .npy" "exit $rc" "$(grep -h -E 'INSPECT|written by' "$OUT/inspect.log" 2>/dev/null | head -2 | tr '\n' ' ')"
+
+echo; echo "=============== cost on the decode, alternating (ms, wall of the whole command)"
+ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
 for i in 1 2 3; do
-    s=$(date +%s.%N); "$G" replay --on cuda "$OUT/decode.gtape" >"$OUT/cost.plain.$i" 2>&1; e=$(date +%s.%N)
-    echo "plain $i: wall $(echo "$e - $s" | bc) s; $(grep -h 'eager replay' "$OUT/cost.plain.$i")"
-    s=$(date +%s.%N); "$G" replay --on cuda --check-finite "$OUT/decode.gtape" >"$OUT/cost.finite.$i" 2>&1; e=$(date +%s.%N)
-    echo "finite $i: wall $(echo "$e - $s" | bc) s; $(grep -h -o 'launches replayed.*' "$OUT/cost.finite.$i")"
+    plain=$(ms "$G" replay --on cuda "$OUT/decode.gtape")
+    rm -f "$OUT/decode.gtape.writes.json"
+    measuring=$(ms "$G" replay --on cuda --check-finite "$OUT/decode.gtape")
+    stored=$(ms "$G" replay --on cuda --check-finite "$OUT/decode.gtape")
+    against=$(ms "$G" replay --on cuda --against cuda "$OUT/decode.gtape")
+    echo "round $i: plain $plain | --check-finite measuring $measuring | --check-finite stored $stored | --against cuda $against"
+done
+"$G" replay --on cuda --check-finite "$OUT/decode.gtape" 2>&1 | grep -h -o 'launches replayed.*'
+"$G" replay --on cuda "$OUT/decode.gtape" 2>&1 | grep -h 'eager replay'
+
+echo; echo "=============== a plain CUDA C++ program (scripts/cuda/nan.cu): its own kernels, nvcc"
+export PATH="/usr/local/cuda/bin:$PATH"
+timeout 300 nvcc -O2 -lineinfo -arch=sm_90 -o "$OUT/nanprog" scripts/cuda/nan.cu >"$OUT/nvcc.log" 2>&1
+echo "nvcc exit $?"; tail -3 "$OUT/nvcc.log"
+for arg in nan clean; do
+    "$OUT/nanprog" $arg; echo "plain $arg: exit $?"
+    "$G" run -o "$OUT/prog-$arg.gtape" -- "$OUT/nanprog" $arg >"$OUT/prog-$arg.out" 2>"$OUT/prog-$arg.err"
+    echo "recorded $arg: exit $?: $(cat "$OUT/prog-$arg.out")"
+    timeout 120 "$G" replay --on cuda --write-extents "$OUT/prog-$arg.gtape" 2>&1 | cut -c1-300 | head -14
+    timeout 120 "$G" replay --on cuda --check-finite "$OUT/prog-$arg.gtape" >"$OUT/prog-$arg.finite" 2>&1
+    rc=$?; cut -c1-400 "$OUT/prog-$arg.finite" | head -14; echo "check-finite exit $rc"
+    row "nan.cu $arg --check-finite" "exit $rc" "$(first 'first non-finite|into parameter|produced|REPRODUCED|no NaN' "$OUT/prog-$arg.finite" 4)"
+    timeout 120 "$G" replay --on cuda --against cuda "$OUT/prog-$arg.gtape" >"$OUT/prog-$arg.against" 2>&1
+    rc=$?; cut -c1-300 "$OUT/prog-$arg.against" | head -6; echo "against exit $rc"
+    row "nan.cu $arg --against cuda" "exit $rc" "$(first 'DIFFERENT|no difference' "$OUT/prog-$arg.against" 1)"
 done
 
 echo

@@ -1205,7 +1205,7 @@ fn check_finite_types_undescribed_kernels_by_their_names() {
     assert!(first.kernel.contains("poison"), "{summary}");
     assert_eq!(
         (first.elem, first.elem_how, first.offset, first.index),
-        ("f32", "its name's template arguments", 512, 3),
+        ("f32", "its mangled name's parameter types", 512, 3),
         "{summary}"
     );
     assert!(first.inputs.is_empty(), "{summary}");

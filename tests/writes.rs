@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 const FILL: &str = "_Z4fillIfEvPT_i";
-const SCALE: &str = "_Z5scaleIfEvPT_PKS0_i";
+const SCALE: &str = "_Z5scaleIfEvPT_S1_i";
 const POISON: &str = "_Z6poisonIfEvPT_i";
 
 /// Kernels as a compiled program's arrive: no declared access, no source. `fill(out, n)` writes
@@ -235,7 +235,7 @@ fn written_tensors_are_the_measured_ranges() {
     let typed = &written_tensors(&t, scale, Some(&w), &[])[0];
     assert_eq!(
         (typed.elem.map(|e| e.name()), typed.how),
-        (Some("f32"), "its name's template arguments")
+        (Some("f32"), "its mangled name's parameter types")
     );
     let got: Vec<(u64, u64, bool)> = written_tensors(&t, scale, None, &[])
         .iter()

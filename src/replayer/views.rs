@@ -5,7 +5,7 @@
 use super::Replayer;
 use crate::backend::{ElemType, ParamAccess};
 use crate::trace::kernel_types::{self, TypeRule};
-use crate::trace::signature::{pointer_params, PointerParam};
+use crate::trace::signature::{pointer_params, pointer_params_from_name, PointerParam};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -49,8 +49,9 @@ pub(super) struct Typing<'a> {
     pub dtypes: &'a [(BufferId, ElemType)],
     pub rules: &'a [TypeRule],
     pub ignore: &'a [BufferId],
-    /// Pointer parameters per kernel, from its C signature (cached).
-    ptrs: HashMap<KernelId, Option<Vec<Option<PointerParam>>>>,
+    /// Pointer parameters per kernel, from its C signature or else its mangled name, and
+    /// whether from the name (cached).
+    ptrs: HashMap<KernelId, Option<(Vec<Option<PointerParam>>, bool)>>,
     /// Written pointers whose type may be a float the trace does not name: `kernel parameter i`.
     pub untyped: Vec<String>,
     /// What a replay measured each launch writing (`writes`): decides whether an undeclared
@@ -87,10 +88,22 @@ impl<'a> Typing<'a> {
             .entry(kernel)
             .or_insert_with(|| {
                 let info = info?;
-                let m = t.modules.iter().find(|m| m.name == info.module)?;
-                pointer_params(m.source.as_deref()?, &info.name)
+                let source = t
+                    .modules
+                    .iter()
+                    .find(|m| m.name == info.module)
+                    .and_then(|m| m.source.as_deref());
+                match source.and_then(|src| pointer_params(src, &info.name)) {
+                    Some(p) => Some((p, false)),
+                    None => pointer_params_from_name(&info.name).map(|p| (p, true)),
+                }
             })
             .clone();
+        let (ptrs, sig_how) = match ptrs {
+            Some((p, true)) => (Some(p), "its mangled name's parameter types"),
+            Some((p, false)) => (Some(p), "its C signature"),
+            None => (None, ""),
+        };
         let symbol = info.map_or("", |k| k.name.as_str());
         let mut out = Vec::new();
         for (i, a) in args.iter().enumerate() {
@@ -178,7 +191,7 @@ impl<'a> Typing<'a> {
                         info.and_then(|k| kernel_types::declared_by_triton(t, &k.module))
                             .unwrap_or("declared"),
                     ),
-                    (None, None, Some(e)) => (Some(e), "its C signature"),
+                    (None, None, Some(e)) => (Some(e), sig_how),
                     (None, None, None) => named().or_else(guessed).unwrap_or((None, "")),
                 };
                 if elem.is_none() && written && sig.is_none_or(|p| p.maybe_float) && how.is_empty()

@@ -33,9 +33,58 @@ pub fn full(symbol: &str) -> Option<String> {
     cpp_demangle::Symbol::new(symbol).ok()?.demangle(&opts).ok()
 }
 
+/// The parameter types of a mangled kernel, as the demangler spells them (`float const*`):
+/// what an `nvcc`-compiled kernel that is not `extern "C"` tells of its arguments without its
+/// source. `None` for a name that is not a mangled C++ function.
+pub fn params(symbol: &str) -> Option<Vec<String>> {
+    if !symbol.starts_with("_Z") {
+        return None;
+    }
+    let opts = cpp_demangle::DemangleOptions::new().no_return_type();
+    let s = cpp_demangle::Symbol::new(symbol)
+        .ok()?
+        .demangle(&opts)
+        .ok()?;
+    // The list is the parenthesized text that ends the name.
+    let body = s.strip_suffix(')')?;
+    let mut depth = 0usize;
+    let open = body.char_indices().rev().find_map(|(i, c)| match c {
+        ')' | '>' | ']' => {
+            depth += 1;
+            None
+        }
+        '(' | '<' | '[' if depth > 0 => {
+            depth -= 1;
+            None
+        }
+        '(' => Some(i),
+        _ => None,
+    })?;
+    let list = &body[open + 1..];
+    if list.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    Some(
+        super::signature::split_top(list)
+            .into_iter()
+            .map(|p| p.trim().to_string())
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::readable;
+    use super::{params, readable};
+
+    #[test]
+    fn parameter_lists_come_from_mangled_names() {
+        assert_eq!(
+            params("_Z6sqrt_kPfPKfi").unwrap(),
+            vec!["float*", "float const*", "int"]
+        );
+        assert_eq!(params("_Z4fillIfEvPT_i").unwrap(), vec!["float*", "int"]);
+        assert_eq!(params("plain_c_kernel"), None);
+    }
 
     #[test]
     fn mangled_symbols_read_as_their_functions() {

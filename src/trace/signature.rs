@@ -141,47 +141,73 @@ pub fn pointees(src: &str, kernel: &str) -> Option<Vec<Option<(String, bool)>>> 
         c_params(src, kernel)?
             .iter()
             .filter(|p| !matches!(p.trim(), "" | "void"))
-            .map(|p| {
-                let p = p.split('=').next().unwrap_or(p);
-                let star = p.find('*')?;
-                let words: Vec<&str> = p[..star]
-                    .split_whitespace()
-                    .filter(|w| !matches!(*w, "volatile" | "__restrict__" | "restrict"))
-                    .collect();
-                let is_const = words.contains(&"const");
-                let ty: Vec<&str> = words.into_iter().filter(|w| *w != "const").collect();
-                Some((ty.join(" "), is_const))
-            })
+            .map(|p| pointee(p.split('=').next().unwrap_or(p)))
             .collect(),
     )
 }
 
+/// One parameter's pointee (without qualifiers) and whether it is `const`; `None` for a value.
+/// The pointer's `*` must end the declaration (a name after it in C source, qualifiers after
+/// it in either), so a by-value template holding pointers (`Array<char*, 2>`) is a value.
+fn pointee(p: &str) -> Option<(String, bool)> {
+    let star = p.rfind('*')?;
+    let after = p[star + 1..].split_whitespace().filter(|w| {
+        !matches!(
+            *w,
+            "const" | "volatile" | "__restrict__" | "restrict" | "__restrict"
+        )
+    });
+    if after.count() > 1 || p[star + 1..].contains(['<', '>']) {
+        return None;
+    }
+    let head = p[..star].trim_end_matches('*');
+    if head.contains(['<', '>']) && !head.trim_end().ends_with('>') {
+        return None;
+    }
+    let words: Vec<&str> = head
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "volatile" | "__restrict__" | "restrict"))
+        .collect();
+    let is_const = words.contains(&"const");
+    let ty: Vec<&str> = words.into_iter().filter(|w| *w != "const").collect();
+    Some((ty.join(" "), is_const))
+}
+
 /// Each parameter of `kernel` from its C source: `Some` for a pointer, `None` for a value.
 pub fn pointer_params(src: &str, kernel: &str) -> Option<Vec<Option<PointerParam>>> {
-    Some(
-        pointees(src, kernel)?
-            .into_iter()
-            .map(|p| {
-                let (ty, is_const) = p?;
-                let t = c_type(&ty);
-                let elem = match t {
-                    ParamType::F32 => Some(crate::backend::ElemType::F32),
-                    ParamType::F16 => Some(crate::backend::ElemType::F16),
-                    ParamType::Bf16 => Some(crate::backend::ElemType::Bf16),
-                    _ => None,
-                };
-                // 16-bit words are how half and bf16 travel without their headers; `void` and
-                // unknown types could be anything.
-                let maybe_float = elem.is_some()
-                    || matches!(t, ParamType::U16 | ParamType::I16 | ParamType::Unknown);
-                Some(PointerParam {
-                    elem,
-                    is_const,
-                    maybe_float,
-                })
+    Some(typed_pointees(pointees(src, kernel)?))
+}
+
+/// Each parameter of a kernel from its mangled name's parameter list
+/// (`demangle::params`): `Some` for a pointer, `None` for a value.
+pub fn pointer_params_from_name(symbol: &str) -> Option<Vec<Option<PointerParam>>> {
+    let params = super::demangle::params(symbol)?;
+    Some(typed_pointees(params.iter().map(|p| pointee(p)).collect()))
+}
+
+fn typed_pointees(pointees: Vec<Option<(String, bool)>>) -> Vec<Option<PointerParam>> {
+    pointees
+        .into_iter()
+        .map(|p| {
+            let (ty, is_const) = p?;
+            let t = c_type(&ty);
+            let elem = match t {
+                ParamType::F32 => Some(crate::backend::ElemType::F32),
+                ParamType::F16 => Some(crate::backend::ElemType::F16),
+                ParamType::Bf16 => Some(crate::backend::ElemType::Bf16),
+                _ => None,
+            };
+            // 16-bit words are how half and bf16 travel without their headers; `void` and
+            // unknown types could be anything.
+            let maybe_float =
+                elem.is_some() || matches!(t, ParamType::U16 | ParamType::I16 | ParamType::Unknown);
+            Some(PointerParam {
+                elem,
+                is_const,
+                maybe_float,
             })
-            .collect(),
-    )
+        })
+        .collect()
 }
 
 /// The text up to the `)` that closes an already-opened `(`.
@@ -199,7 +225,7 @@ fn balanced(s: &str) -> Option<&str> {
 }
 
 /// Split at commas outside brackets.
-fn split_top(s: &str) -> Vec<&str> {
+pub(crate) fn split_top(s: &str) -> Vec<&str> {
     let (mut out, mut depth, mut start) = (Vec::new(), 0usize, 0);
     for (i, c) in s.char_indices() {
         match c {
@@ -253,8 +279,8 @@ fn c_type(t: &str) -> ParamType {
     match t {
         "float" => F32,
         "double" => F64,
-        "__half" | "half" => F16,
-        "__nv_bfloat16" | "nv_bfloat16" | "__bf16" => Bf16,
+        "__half" | "half" | "c10::Half" => F16,
+        "__nv_bfloat16" | "nv_bfloat16" | "__bf16" | "c10::BFloat16" => Bf16,
         "char" | "signed char" | "int8_t" => I8,
         "unsigned char" | "uint8_t" | "bool" => U8,
         "short" | "signed short" | "int16_t" => I16,
@@ -320,6 +346,38 @@ pub fn from_ptx(ptx: &str, kernel: &str) -> Option<Vec<ParamType>> {
 mod tests {
     use super::ParamType::*;
     use super::*;
+
+    /// A kernel compiled by nvcc without `extern "C"` says its pointers' types and constness in
+    /// its name; a by-value array of pointers (PyTorch's) is a value, not a pointer.
+    #[test]
+    fn pointer_parameters_from_mangled_names() {
+        use crate::backend::ElemType;
+        let p = pointer_params_from_name("_Z6sqrt_kPfPKfi").unwrap();
+        let got: Vec<Option<(Option<ElemType>, bool)>> =
+            p.iter().map(|x| x.map(|x| (x.elem, x.is_const))).collect();
+        assert_eq!(
+            got,
+            vec![
+                Some((Some(ElemType::F32), false)),
+                Some((Some(ElemType::F32), true)),
+                None
+            ]
+        );
+        assert_eq!(pointee("at::detail::Array<char*, 2>"), None);
+        assert_eq!(
+            pointee("c10::Half const*"),
+            Some(("c10::Half".into(), true))
+        );
+        assert_eq!(
+            pointee("float* __restrict__"),
+            Some(("float".into(), false))
+        );
+        assert_eq!(
+            pointee("const float* __restrict__ x"),
+            Some(("float".into(), true))
+        );
+        assert_eq!(pointee("int n"), None);
+    }
 
     /// IEEE half to double as this file did it by hand before `half`: the reference half's
     /// widening is checked against.
