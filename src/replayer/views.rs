@@ -43,6 +43,10 @@ pub(super) fn is_guess(how: &str) -> bool {
     how == GUESS || how == GUESS_AGAINST_CODE || how.ends_with("(unconfirmed)")
 }
 
+/// A kernel's parameters as pointers (`None`: a value), and whether that came from its
+/// mangled name rather than its C source.
+type Pointers = (Vec<Option<PointerParam>>, bool);
+
 /// Where element types come from beyond the trace, and what to leave out.
 #[derive(Default)]
 pub(super) struct Typing<'a> {
@@ -51,7 +55,7 @@ pub(super) struct Typing<'a> {
     pub ignore: &'a [BufferId],
     /// Pointer parameters per kernel, from its C signature or else its mangled name, and
     /// whether from the name (cached).
-    ptrs: HashMap<KernelId, Option<(Vec<Option<PointerParam>>, bool)>>,
+    ptrs: HashMap<KernelId, Option<Pointers>>,
     /// Written pointers whose type may be a float the trace does not name: `kernel parameter i`.
     pub untyped: Vec<String>,
     /// What a replay measured each launch writing (`writes`): decides whether an undeclared
