@@ -15,7 +15,8 @@ const SCALE: &str = "_Z5scaleIfEvPT_S1_i";
 const POISON: &str = "_Z6poisonIfEvPT_i";
 
 /// Kernels as a compiled program's arrive: no declared access, no source. `fill(out, n)` writes
-/// 1..=n, `scale(out, in, n)` writes 2*in, `poison(out, n)` writes 1..=n with a NaN at 3.
+/// the square roots of 1..=n, `scale(out, in, n)` writes 2*in, `poison(out, n)` writes what
+/// fill does with a NaN at 3.
 fn compiled() -> MockGpuBackend {
     let m = MockGpuBackend::new(gputape::mock::MockConfig::default());
     for (name, nan) in [(FILL, false), (POISON, true)] {
@@ -25,7 +26,7 @@ fn compiled() -> MockGpuBackend {
             ParamInfo::packed(&[(8, Unknown), (4, Value)]),
             Some(Arc::new(move |ctx| {
                 let (p, n) = (ctx.ptr(0)?, ctx.u32(1)? as usize);
-                let mut v: Vec<f32> = (1..=n).map(|i| i as f32).collect();
+                let mut v: Vec<f32> = (1..=n).map(|i| (i as f32).sqrt()).collect();
                 if nan {
                     v[3] = f32::NAN;
                 }
@@ -50,10 +51,11 @@ fn compiled() -> MockGpuBackend {
     m
 }
 
-/// One 4 KiB allocation holding several tensors, as a caching allocator's segment does:
-/// fill its first 16 floats, scale them into the tensor at 1024, fill the first again (the same
-/// values: a write nothing can see), poison the tensor at 2048, and read it all back.
-fn recorded() -> Trace {
+/// One allocation holding several tensors, as a caching allocator's segment does: fill its
+/// first `n` floats, scale 16 of them into the tensor at 1024 (at 16384 when `n` is larger),
+/// fill the first again (the same values: a write nothing can see), poison the tensor after it,
+/// and read it all back.
+fn recorded(n: u32) -> Trace {
     let sink = trace::VecSink::default();
     let bytes = sink.0.clone();
     let rec = gputape::recorder::RecordingBackend::new(
@@ -64,13 +66,14 @@ fn recorded() -> Trace {
     .unwrap();
     rec.start().unwrap();
     let s = rec.create_stream().unwrap();
-    let seg = rec.alloc(4096).unwrap();
+    let (second, third) = if n > 16 { (16384, 20480) } else { (1024, 2048) };
+    let seg = rec.alloc(2 * third).unwrap();
     let (fill, scale, poison) = (
         rec.kernel("compiled", FILL).unwrap(),
         rec.kernel("compiled", SCALE).unwrap(),
         rec.kernel("compiled", POISON).unwrap(),
     );
-    let n = 16u32;
+    let small = 16u32;
     let launch = |k, args: &[KernelArg]| {
         rec.launch_typed(k, [1, 1, 1], [32, 1, 1], 0, s, args)
             .unwrap()
@@ -79,18 +82,18 @@ fn recorded() -> Trace {
     launch(
         scale,
         &[
-            KernelArg::Buffer(seg.offset(1024)),
+            KernelArg::Buffer(seg.offset(second)),
             KernelArg::Buffer(seg),
-            KernelArg::u32(&n),
+            KernelArg::u32(&small),
         ],
     );
     launch(fill, &[KernelArg::Buffer(seg), KernelArg::u32(&n)]);
     launch(
         poison,
-        &[KernelArg::Buffer(seg.offset(2048)), KernelArg::u32(&n)],
+        &[KernelArg::Buffer(seg.offset(third)), KernelArg::u32(&small)],
     );
     rec.synchronize(s).unwrap();
-    let mut out = [0u8; 4096];
+    let mut out = vec![0u8; 2 * third];
     rec.copy_d2h(seg, &mut out).unwrap();
     rec.stop().unwrap();
     let recorded = bytes.lock().clone();
@@ -124,7 +127,7 @@ fn ranges(w: &WriteExtents) -> Vec<Vec<Found>> {
 /// writing nothing (the pitfall the module names).
 #[test]
 fn extents_found_equal_what_the_kernels_write() {
-    let t = recorded();
+    let t = recorded(16);
     let w = measure(&t, 4);
     assert!(w.stopped.is_none(), "{}", w.summary(&t));
     assert_eq!(
@@ -141,19 +144,19 @@ fn extents_found_equal_what_the_kernels_write() {
     assert_eq!(w.replayed, 4);
 }
 
-/// With the default 512-byte chunks an extent is rounded up to its chunk and cut at the
-/// buffer's end and the next pointer; the type of what `fill` wrote is inferred from its bytes.
+/// With the default 512-byte chunks, changes that lie in the 4 KiB sampled at each pointer are
+/// known to the byte; the type of what `fill` wrote is inferred from its bytes.
 #[test]
-fn extents_are_rounded_to_chunks_and_typed_from_their_bytes() {
-    let t = recorded();
+fn small_extents_are_exact_and_typed_from_their_bytes() {
+    let t = recorded(16);
     let w = measure(&t, 512);
     assert_eq!(
         ranges(&w),
         vec![
-            vec![(0, vec![(0, 512)])],
-            vec![(0, vec![(1024, 1536)]), (1, vec![])],
+            vec![(0, vec![(0, 64)])],
+            vec![(0, vec![(1024, 1088)]), (1, vec![])],
             vec![(0, vec![])],
-            vec![(0, vec![(2048, 2560)])],
+            vec![(0, vec![(2048, 2112)])],
         ],
         "{}",
         w.summary(&t)
@@ -162,14 +165,38 @@ fn extents_are_rounded_to_chunks_and_typed_from_their_bytes() {
         .inferred
         .expect("fill's bytes typed");
     assert_eq!(inferred.elem, gputape::backend::ElemType::F32);
-    assert_eq!(inferred.values, 128, "the sample is the written chunk");
+    assert_eq!(
+        inferred.values, 16,
+        "what it wrote, not the rest of the sample"
+    );
+}
+
+/// A write reaching past the sampled bytes is known to its chunk: `fill` of 3000 floats
+/// (12000 bytes) from the start of the allocation changes 24 chunks.
+#[test]
+fn large_extents_are_rounded_to_their_chunks() {
+    let t = recorded(3000);
+    let w = measure(&t, 512);
+    assert_eq!(
+        w.launches[0].pointers[0].ranges,
+        vec![(0, 12288)],
+        "{}",
+        w.summary(&t)
+    );
+    assert_eq!(
+        w.launches[0].pointers[0]
+            .inferred
+            .map(|i| (i.values, i.elem)),
+        Some((1024, gputape::backend::ElemType::F32)),
+        "typed from the 4 KiB sampled"
+    );
 }
 
 /// A stored measurement is used only for the trace and chunk size it was made for, and a
 /// damaged one is an error naming the file.
 #[test]
 fn stored_extents_are_keyed_by_trace_and_chunk() {
-    let t = recorded();
+    let t = recorded(16);
     let w = measure(&t, 512);
     let dir = std::env::temp_dir().join(format!("gputape-writes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -196,7 +223,7 @@ fn stored_extents_are_keyed_by_trace_and_chunk() {
 /// pointers into the same allocation are not charged with it.
 #[test]
 fn check_finite_reads_only_the_measured_writes() {
-    let t = recorded();
+    let t = recorded(16);
     let w = measure(&t, 512);
     let opts = FiniteOptions {
         writes: Some(Arc::new(w)),
@@ -224,14 +251,14 @@ fn check_finite_reads_only_the_measured_writes() {
 #[test]
 fn written_tensors_are_the_measured_ranges() {
     use gputape::replayer::written_tensors;
-    let t = recorded();
+    let t = recorded(16);
     let w = measure(&t, 512);
     let scale = w.launches[1].seq;
     let got: Vec<(u64, u64, bool)> = written_tensors(&t, scale, Some(&w), &[])
         .iter()
         .map(|x| (x.off, x.bytes, x.measured))
         .collect();
-    assert_eq!(got, vec![(1024, 512, true)]);
+    assert_eq!(got, vec![(1024, 64, true)]);
     let typed = &written_tensors(&t, scale, Some(&w), &[])[0];
     assert_eq!(
         (typed.elem.map(|e| e.name()), typed.how),
@@ -246,7 +273,7 @@ fn written_tensors_are_the_measured_ranges() {
 
 #[test]
 fn a_chunk_that_is_no_power_of_two_is_refused() {
-    let t = recorded();
+    let t = recorded(16);
     let e = Replayer::new(&t)
         .measure_writes(
             &compiled(),
@@ -257,4 +284,55 @@ fn a_chunk_that_is_no_power_of_two_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("24 bytes"), "{e}");
+}
+
+/// An Inf the host uploads (a weight set from Python, `w[5, 7] = inf`) is no launch's doing:
+/// `--check-finite --inf` names the upload that planted it and the launch that first read it.
+#[test]
+fn an_uploaded_inf_is_named_as_planted_with_its_first_reader() {
+    let sink = trace::VecSink::default();
+    let bytes = sink.0.clone();
+    let rec = gputape::recorder::RecordingBackend::new(
+        compiled(),
+        Box::new(sink),
+        gputape::recorder::BackendDesc::new("mock"),
+    )
+    .unwrap();
+    rec.start().unwrap();
+    let s = rec.create_stream().unwrap();
+    let seg = rec.alloc(4096).unwrap();
+    let scale = rec.kernel("compiled", SCALE).unwrap();
+    let n = 16u32;
+    let mut weight: Vec<u8> = (0..n)
+        .flat_map(|i| (i as f32 + 0.5).to_le_bytes())
+        .collect();
+    weight[20..24].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    rec.copy_h2d(&weight, seg).unwrap();
+    let args = [
+        KernelArg::Buffer(seg.offset(1024)),
+        KernelArg::Buffer(seg),
+        KernelArg::u32(&n),
+    ];
+    rec.launch_typed(scale, [1, 1, 1], [32, 1, 1], 0, s, &args)
+        .unwrap();
+    rec.synchronize(s).unwrap();
+    rec.stop().unwrap();
+    let recorded = bytes.lock().clone();
+    let t = Trace::from_bytes(Path::new("planted"), &recorded).unwrap();
+    let opts = FiniteOptions {
+        inf: true,
+        writes: Some(Arc::new(measure(&t, 512))),
+        ..Default::default()
+    };
+    let r = Replayer::new(&t)
+        .check_finite(&compiled(), &opts, None)
+        .unwrap();
+    let summary = r.summary();
+    let p = r.planted.as_ref().unwrap_or_else(|| panic!("{summary}"));
+    assert_eq!((p.offset, p.value, p.elem), (20, "inf", "f32"), "{summary}");
+    assert!(p.call.contains("copy_h2d"), "{summary}");
+    assert!(p.reader.contains("scale"), "{summary}");
+    assert!(summary.contains("-> inf PLANTED by call #"), "{summary}");
+    let f = r.first.as_ref().expect("the reader wrote the inf on");
+    assert!(!f.inputs.is_empty(), "{summary}");
 }

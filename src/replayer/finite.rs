@@ -140,6 +140,9 @@ pub struct FiniteReport {
     pub writers: Vec<NonFinite>,
     /// The first recorded readback holding non-finite values.
     pub recorded: Option<RecordedNonFinite>,
+    /// Where the non-finite value the first writer read came from, when that writer's inputs
+    /// already held one and an upload or memset put it there.
+    pub planted: Option<Planted>,
     /// Why the flight recorder dumped, when the trace is a dump.
     pub dump_reason: Option<String>,
     /// The replay stopped early: the call and the error.
@@ -202,6 +205,15 @@ impl FiniteReport {
         }
         if let Some(r) = &self.dump_reason {
             let _ = writeln!(s, "dumped because: {r}");
+        }
+        if let Some(p) = &self.planted {
+            let _ = writeln!(
+                s,
+                "non-finite value planted: {} at {}+{} ({} as launch #{} reads it), put there by call #{} @ {}",
+                p.value, p.buffer, p.offset, p.elem, p.reader_seq, p.seq, p.site
+            );
+            let _ = writeln!(s, "  the call: {}", p.call);
+            let _ = writeln!(s, "  its first reader: #{} {}", p.reader_seq, p.reader);
         }
         if let Some(f) = &self.first {
             let graph = f
@@ -285,8 +297,19 @@ impl FiniteReport {
         if let Some(e) = &self.stopped {
             let _ = writeln!(s, "the replay stopped: {e}");
         }
+        let planted = self
+            .planted
+            .as_ref()
+            .filter(|_| self.first.as_ref().is_none_or(|f| !f.inputs.is_empty()));
         let verdict = match (&self.recorded, &self.first) {
             _ if self.stopped.is_some() => "-> check INCOMPLETE".to_string(),
+            (_, Some(f)) if planted.is_some_and(|p| p.reader_seq <= f.seq) => {
+                let p = planted.expect("checked");
+                format!(
+                    "-> {} PLANTED by call #{} (no launch made it), first read by {} at #{}",
+                    p.value, p.seq, p.reader, p.reader_seq
+                )
+            }
             _ if self.checked_nothing() => {
                 "-> NOTHING CHECKED: no launch that writes floats could run and be scanned here"
                     .to_string()
@@ -352,6 +375,39 @@ struct View {
 
 type Key = (BufferId, u64, u64, ElemType);
 
+/// What a copy or memset put in place.
+#[derive(Clone, Copy)]
+enum Fill {
+    /// An upload's bytes, in the trace.
+    Blob(BlobId),
+    /// One byte, repeated.
+    Byte(u8),
+}
+
+/// Where a non-finite value some launch read came from, when no launch made it: an upload or a
+/// memset, found by reading its bytes as the launch read them.
+#[derive(Clone, Debug, Serialize)]
+pub struct Planted {
+    /// The copy's or memset's seq.
+    pub seq: u64,
+    /// It, as `show` prints it.
+    pub call: String,
+    /// Where the recorded program made it.
+    pub site: String,
+    /// The buffer and byte offset of the first non-finite element it put there.
+    pub buffer: String,
+    /// That byte offset.
+    pub offset: u64,
+    /// The element type it was read as (the reading launch's).
+    pub elem: &'static str,
+    /// `NaN`, `inf` or `-inf`.
+    pub value: &'static str,
+    /// The first launch that read it.
+    pub reader_seq: u64,
+    /// That launch's kernel.
+    pub reader: String,
+}
+
 impl View {
     fn key(&self) -> Key {
         (self.buf, self.off, self.n, self.elem)
@@ -362,6 +418,15 @@ impl View {
 enum Event {
     /// Bytes reached `buf` without a kernel: every view of it is unknown again.
     Untyped { buf: BufferId, seq: u64 },
+    /// Bytes the trace holds reached `buf` at `off`: what the host uploaded or a memset's
+    /// byte, which may be where a non-finite value came from.
+    Planting {
+        seq: u64,
+        buf: BufferId,
+        off: u64,
+        len: u64,
+        bytes: Fill,
+    },
     /// A launch and its scans (slot before, slot after).
     Launch {
         seq: u64,
@@ -536,6 +601,7 @@ impl Replayer<'_> {
             events: Vec::new(),
             known: HashSet::default(),
             touched: HashSet::default(),
+            written_as: HashMap::default(),
             typing: Typing::new(&opts.dtypes, &opts.rules, &opts.ignore),
         };
         run.typing.writes = opts.writes.as_deref();
@@ -595,7 +661,14 @@ struct Run<'a, 't> {
     /// (a step's weights are not read twice on the device to learn they are finite).
     touched: HashSet<BufferId>,
     typing: Typing<'a>,
+    /// The element type each tensor (buffer, offset) was last written as. A kernel reads its
+    /// inputs as what wrote them: a conversion kernel's name gives one type for every pointer
+    /// (`direct_copy_kernel<float>` reading bf16), the writer's view is the input's truth.
+    written_as: HashMap<(BufferId, u64), ElemType>,
 }
+
+/// How an input's type is said when it came from the launch that wrote it.
+const AS_WRITTEN: &str = "the launch that wrote it";
 
 impl Run<'_, '_> {
     /// Issue one call (scans around a launch); an error that stops the check.
@@ -644,6 +717,27 @@ impl Run<'_, '_> {
             _ => {}
         }
         if launch.is_none() {
+            let planting = match &c.call {
+                Call::CopyH2D { dst, data, len }
+                | Call::CopyH2DAsync { dst, data, len, .. }
+                | Call::CopyH2DAsyncRetained { dst, data, len, .. } => {
+                    Some((dst, *len, Fill::Blob(*data)))
+                }
+                Call::Memset { dst, value, len }
+                | Call::MemsetAsync {
+                    dst, value, len, ..
+                } => Some((dst, *len, Fill::Byte(*value))),
+                _ => None,
+            };
+            if let Some((DevAddr::Buf { buf, off }, len, bytes)) = planting {
+                self.events.push(Event::Planting {
+                    seq: c.seq,
+                    buf: *buf,
+                    off: *off,
+                    len,
+                    bytes,
+                });
+            }
             for buf in written_by(&c.call) {
                 self.touched.insert(buf);
                 self.known.retain(|k| k.0 != buf);
@@ -675,6 +769,7 @@ impl Run<'_, '_> {
         for (v, before, after) in scans.iter_mut() {
             if runs && v.written {
                 self.touched.insert(v.buf);
+                self.written_as.insert((v.buf, v.off), v.elem);
                 *after = Some(
                     self.scan(gpu, st, scanner, v, stream, report)
                         .map_err(|e| fail(&format!("{e:#}")))?,
@@ -718,12 +813,15 @@ impl Run<'_, '_> {
             .views(self.r.trace, seq, kernel, args)
             .into_iter()
             .filter_map(|v| {
-                let elem = v.elem?;
+                let (elem, how) = match self.written_as.get(&(v.buf, v.off)) {
+                    Some(e) if !v.written && v.elem != Some(*e) => (*e, AS_WRITTEN),
+                    _ => (v.elem?, v.how),
+                };
                 let n = v.bytes / elem.size();
                 (n > 0).then_some(View {
                     param: v.param,
                     pointer: v.inner,
-                    how: v.how,
+                    how,
                     buf: v.buf,
                     off: v.off,
                     n,
@@ -745,8 +843,10 @@ impl Run<'_, '_> {
         let mut source: HashMap<BufferId, String> = HashMap::default();
         let mut last_elem: HashMap<BufferId, ElemType> = HashMap::default();
         let alloc_sites = alloc_sites(t);
+        let mut plantings: Vec<&Event> = Vec::new();
         for ev in &self.events {
             match ev {
+                Event::Planting { .. } => plantings.push(ev),
                 Event::Untyped { buf, seq } => {
                     status.retain(|k, _| k.0 != *buf);
                     source.insert(*buf, format!("written by call #{seq}"));
@@ -839,6 +939,21 @@ impl Run<'_, '_> {
                             ))
                         })
                         .collect();
+                    if report.planted.is_none() && !inputs.is_empty() {
+                        let bad = views.iter().map(|(v, _, _)| v).filter(|v| {
+                            status
+                                .get(&v.key())
+                                .is_some_and(|(c, _)| c.bad(inf).is_some())
+                        });
+                        report.planted = bad
+                            .into_iter()
+                            .find_map(|v| planted_in(t, &plantings, v, inf))
+                            .map(|mut p| {
+                                p.reader_seq = *seq;
+                                p.reader = t.kernel_name(*kernel);
+                                p
+                            });
+                    }
                     let rec = self.r.by_seq.get(seq).copied();
                     for (v, _, _) in views.iter().filter(|(v, _, _)| v.written) {
                         last_elem.insert(v.buf, v.elem);
@@ -904,6 +1019,56 @@ impl Run<'_, '_> {
             }
         }
     }
+}
+
+/// The latest upload or memset before now that put a non-finite value (as `v` reads its
+/// elements) where `v` reads.
+fn planted_in(t: &Trace, plantings: &[&Event], v: &View, inf: bool) -> Option<Planted> {
+    let size = v.elem.size();
+    let (lo, hi) = (v.off, v.off + v.n * size);
+    plantings.iter().rev().find_map(|ev| {
+        let Event::Planting {
+            seq,
+            buf,
+            off,
+            len,
+            bytes,
+        } = ev
+        else {
+            return None;
+        };
+        let (from, to) = ((*off).max(lo), (off + len).min(hi));
+        if *buf != v.buf || from >= to || (from - lo) % size != 0 {
+            return None;
+        }
+        let (class, at) = match bytes {
+            Fill::Byte(b) => {
+                let one = vec![*b; size as usize];
+                let (first, count) = fk::scan_bytes(&one, v.elem);
+                let c = Counts { first, count };
+                (c.bad(inf)?.0, from)
+            }
+            Fill::Blob(id) => {
+                let data = t.try_blob(*id).ok().flatten()?;
+                let part = data.get((from - off) as usize..(to - off) as usize)?;
+                let (first, count) = fk::scan_bytes(part, v.elem);
+                let (class, index) = Counts { first, count }.bad(inf)?;
+                (class, from + index * size)
+            }
+        };
+        let c = t.calls.iter().find(|c| c.seq == *seq)?;
+        Some(Planted {
+            seq: *seq,
+            call: render_call(t, c),
+            site: t.site(c.site),
+            buffer: buf.to_string(),
+            offset: at,
+            elem: v.elem.name(),
+            value: class_name(class),
+            reader_seq: 0,
+            reader: String::new(),
+        })
+    })
 }
 
 /// What a view of a buffer the replay never wrote holds: its initial snapshot, scanned on the

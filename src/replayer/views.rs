@@ -140,30 +140,31 @@ impl<'a> Typing<'a> {
                     access,
                     ParamAccess::Read | ParamAccess::Write | ParamAccess::ReadWrite
                 );
-                let measured = self
+                let launch = self
                     .writes
                     .filter(|_| undeclared)
-                    .and_then(|w| w.launch(seq))
-                    .and_then(|l| {
-                        l.pointers.iter().find(|p| {
-                            p.param == i && p.inner == inner && p.buf == *buf && p.off == off
-                        })
-                    });
+                    .and_then(|w| w.launch(seq));
+                let measured = launch.and_then(|l| {
+                    l.pointers
+                        .iter()
+                        .find(|p| p.param == i && p.inner == inner && p.buf == *buf && p.off == off)
+                });
                 let mut was_measured = false;
-                if let Some(m) = measured {
-                    match m.hull() {
-                        Some((s, e)) => {
-                            written = true;
-                            range = (s, e - s);
-                            was_measured = true;
-                        }
-                        None => {
-                            written = self.same_value_writes
-                                && self.writes.is_some_and(|w| {
-                                    w.ever_writes(&t.kernel_name(kernel), i, inner)
-                                });
-                        }
+                match measured.map(|m| m.hull()) {
+                    Some(Some((s, e))) => {
+                        written = true;
+                        range = (s, e - s);
+                        was_measured = true;
                     }
+                    // Measured writing nothing, or left out of a measured launch because earlier
+                    // launches of the kernel found it writing nothing.
+                    Some(None) | None if launch.is_some() => {
+                        written = self.same_value_writes
+                            && self
+                                .writes
+                                .is_some_and(|w| w.ever_writes(&t.kernel_name(kernel), i, inner));
+                    }
+                    _ => {}
                 }
                 let inferred = measured.and_then(|m| m.inferred);
                 let given = self.dtypes.iter().find(|(b, _)| b == buf).map(|(_, e)| *e);

@@ -43,10 +43,12 @@ const FORMAT: u32 = 1;
 const HASH_SLOTS: u64 = 1 << 22;
 /// Bitmap words on the device.
 const BIT_WORDS: u64 = HASH_SLOTS / 32 + 4096;
-/// Bytes kept per writing pointer for inferring its type.
+/// Bytes kept at each pointer before and after the launch: the changes among them are known to
+/// the byte (a small tensor's extent is exact, not its chunk), and what was written there is
+/// what its type is inferred from.
 const SAMPLE: u64 = 4096;
 /// Samples on the device per batch.
-const SAMPLE_SLOTS: u64 = 512;
+const SAMPLE_SLOTS: u64 = 1024;
 /// Regions pending before a batch is read back, so parameters found not to write stop being
 /// hashed early in a long replay.
 const MAX_PENDING: usize = 1024;
@@ -375,7 +377,13 @@ pub fn infer(bytes: &[u8]) -> Option<Inferred> {
         .chunks_exact(2)
         .map(|w| u16::from_le_bytes([w[0], w[1]]))
         .collect();
-    let low_zero = halves.iter().step_by(2).filter(|h| **h == 0).count();
+    // (Read as bf16, such a low half is a signed zero: f32s holding small integers, or few
+    // mantissa bits, have them too.)
+    let low_zero = halves
+        .iter()
+        .step_by(2)
+        .filter(|h| **h & 0x7fff == 0)
+        .count();
     let high_nonzero = halves
         .iter()
         .skip(1)
@@ -430,8 +438,21 @@ struct Pending {
     /// Its first hash slot, and its first word in the bitmap.
     slot: u64,
     word: u64,
-    /// The launch's pointers into `buf`: (param, inner, offset, sample slot).
-    ptrs: Vec<(usize, Option<usize>, u64, Option<u64>)>,
+    /// The launch's pointers into `buf`.
+    ptrs: Vec<Ptr>,
+}
+
+/// One pointer of a pending region, with the sample slots of the bytes at it before and after
+/// the launch.
+#[derive(Clone, Copy)]
+struct Ptr {
+    param: usize,
+    inner: Option<usize>,
+    off: u64,
+    /// Bytes sampled at the pointer (up to `SAMPLE`, to the buffer's end).
+    len: u64,
+    before: u64,
+    after: u64,
 }
 
 /// The device side: the hash kernel, its hash slots, bitmap and samples.
@@ -524,6 +545,25 @@ impl Hasher {
         )
     }
 
+    /// Copy `len` bytes at `p` into the next sample slot, on `stream`; the slot.
+    fn sample(
+        &mut self,
+        gpu: &dyn GpuBackend,
+        p: DevicePtr,
+        len: u64,
+        stream: u64,
+    ) -> anyhow::Result<u64> {
+        let at = self.sample_used;
+        gpu.copy_d2d_async(
+            p,
+            self.samples.offset((at * SAMPLE) as usize),
+            len as usize,
+            stream,
+        )?;
+        self.sample_used += 1;
+        Ok(at)
+    }
+
     /// Wait for every stream and turn the batch's bitmaps and samples into writes.
     fn flush(&mut self, gpu: &dyn GpuBackend, st: &State, out: &mut Collect) -> anyhow::Result<()> {
         if self.pending.is_empty() {
@@ -588,6 +628,30 @@ fn split(changed: &[(u64, u64)], offsets: &[u64]) -> HashMap<u64, Vec<(u64, u64)
     out
 }
 
+/// The byte ranges where `before` and `after` (sampled at offset `off`) differ, aligned to 8
+/// bytes from the pointer (a value's bytes that happen to be unchanged do not split it), gaps
+/// under 64 bytes closed; the first starts at the pointer, where the tensor does.
+fn exact(before: &[u8], after: &[u8], off: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (i, (x, y)) in before.iter().zip(after).enumerate() {
+        if x == y {
+            continue;
+        }
+        let (a, z) = (i as u64 / 8 * 8, (i as u64 / 8 + 1) * 8);
+        match out.last_mut() {
+            Some(last) if a <= last.1 + 64 => last.1 = last.1.max(z),
+            _ => out.push((a, z)),
+        }
+    }
+    if let Some(first) = out.first_mut() {
+        first.0 = 0;
+    }
+    let len = before.len().min(after.len()) as u64;
+    out.into_iter()
+        .map(|(a, z)| (off + a, off + z.min(len)))
+        .collect()
+}
+
 /// Merge `more` into sorted, disjoint `ranges`.
 fn merge(ranges: &mut Vec<(u64, u64)>, more: &[(u64, u64)]) {
     ranges.extend_from_slice(more);
@@ -612,15 +676,27 @@ struct Collect {
 
 impl Collect {
     fn add(&mut self, p: &Pending, changed: &[(u64, u64)], samples: &[u8]) {
-        let offsets: Vec<u64> = p.ptrs.iter().map(|x| x.2).collect();
+        let offsets: Vec<u64> = p.ptrs.iter().map(|x| x.off).collect();
         let mut by_off = split(changed, &offsets);
         let l = self.launches.entry(p.seq).or_insert_with(|| LaunchWrites {
             seq: p.seq,
             kernel: String::new(),
             pointers: Vec::new(),
         });
-        for &(param, inner, off, sample) in &p.ptrs {
-            let ranges = by_off.get(&off).cloned().unwrap_or_default();
+        for ptr in &p.ptrs {
+            let (param, inner, off) = (ptr.param, ptr.inner, ptr.off);
+            let sample = |slot: u64| {
+                let at = (slot * SAMPLE) as usize;
+                samples.get(at..at + ptr.len as usize)
+            };
+            let (before, after) = (sample(ptr.before), sample(ptr.after));
+            let mut ranges = by_off.get(&off).cloned().unwrap_or_default();
+            // Changes that all lie in the bytes sampled at the pointer are known exactly.
+            if let (Some(b), Some(a), Some(last)) = (before, after, ranges.last()) {
+                if last.1 <= off + ptr.len {
+                    ranges = exact(b, a, off);
+                }
+            }
             let wrote = !ranges.is_empty();
             let q = self
                 .quiet
@@ -631,12 +707,10 @@ impl Collect {
                 (Some(n), false) => Some(n + 1),
             };
             // The sample is the first bytes at the pointer; only what was written counts.
-            let inferred = sample.and_then(|slot| {
+            let inferred = after.and_then(|a| {
                 let (s, e) = *ranges.first()?;
                 (s == off).then_some(())?;
-                let at = (slot * SAMPLE) as usize;
-                let len = (e - s).min(SAMPLE) as usize;
-                infer(samples.get(at..at + len)?)
+                infer(a.get(..(e - s).min(ptr.len) as usize)?)
             });
             match l
                 .pointers
@@ -803,7 +877,14 @@ impl Replayer<'_> {
                 match regions.iter_mut().find(|r| r.buf == buf) {
                     Some(r) => {
                         r.start = r.start.min(off / hasher.chunk * hasher.chunk);
-                        r.ptrs.push((param, inner, off, None));
+                        r.ptrs.push(Ptr {
+                            param,
+                            inner,
+                            off,
+                            len: SAMPLE.min(size - off),
+                            before: 0,
+                            after: 0,
+                        });
                     }
                     None => regions.push(Pending {
                         seq: c.seq,
@@ -814,7 +895,14 @@ impl Replayer<'_> {
                         chunks: 0,
                         slot: 0,
                         word: 0,
-                        ptrs: vec![(param, inner, off, None)],
+                        ptrs: vec![Ptr {
+                            param,
+                            inner,
+                            off,
+                            len: SAMPLE.min(size - off),
+                            before: 0,
+                            after: 0,
+                        }],
                     }),
                 }
             }
@@ -822,7 +910,7 @@ impl Replayer<'_> {
                 r.chunks = (r.size - r.start).div_ceil(hasher.chunk);
             }
             let chunks: u64 = regions.iter().map(|r| r.chunks).sum();
-            let samples: u64 = regions.iter().map(|r| r.ptrs.len() as u64).sum();
+            let samples: u64 = 2 * regions.iter().map(|r| r.ptrs.len() as u64).sum::<u64>();
             if !hasher.fits(chunks, samples) || hasher.pending.len() + regions.len() > MAX_PENDING {
                 hasher
                     .flush(gpu, st, got)
@@ -855,6 +943,11 @@ impl Replayer<'_> {
                         stream,
                     )
                     .map_err(|e| fail(&format!("{e:#}")))?;
+                for p in r.ptrs.iter_mut() {
+                    p.before = hasher
+                        .sample(gpu, base.offset(p.off as usize), p.len, stream)
+                        .map_err(|e| fail(&format!("keeping what it held: {e:#}")))?;
+                }
             }
         }
         if let Some(e) = self.issue_checked(gpu, st, c)? {
@@ -875,17 +968,9 @@ impl Replayer<'_> {
                 )
                 .map_err(|e| fail(&format!("{e:#}")))?;
             for p in r.ptrs.iter_mut() {
-                let at = hasher.sample_used;
-                let len = SAMPLE.min(r.size - p.2);
-                gpu.copy_d2d_async(
-                    base.offset(p.2 as usize),
-                    hasher.samples.offset((at * SAMPLE) as usize),
-                    len as usize,
-                    stream,
-                )
-                .map_err(|e| fail(&format!("keeping what it wrote: {e:#}")))?;
-                hasher.sample_used += 1;
-                p.3 = Some(at);
+                p.after = hasher
+                    .sample(gpu, base.offset(p.off as usize), p.len, stream)
+                    .map_err(|e| fail(&format!("keeping what it wrote: {e:#}")))?;
             }
             hasher.pending.push(r);
         }
