@@ -1930,6 +1930,25 @@ int main(int argc, char **argv) {
         shown.contains("elements: param 0 bf16"),
         "the other compile's types: {shown}"
     );
+    // torch.compile's kernels: Inductor points Triton at a cache of its own from inside the
+    // program, which the converter finds by Inductor's rule (`triton/<device>` under it).
+    let inductor = d.join("inductor");
+    let dev0 = inductor.join("triton/0/HASHA");
+    std::fs::create_dir_all(&dev0).unwrap();
+    for f in ["scale.cubin", "scale.ttir"] {
+        std::fs::copy(ours.join(f), dev0.join(f)).unwrap();
+    }
+    let trace3 = d.join("inductor.gtape");
+    let o = run_with(
+        &["-o".as_ref(), trace3.as_ref(), "--".as_ref(), prog.as_ref()],
+        &[("TORCHINDUCTOR_CACHE_DIR", inductor.to_str().unwrap())],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("1 Triton kernels typed from Triton's cache"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(d);
 }
 

@@ -904,16 +904,31 @@ impl Run<'_, '_> {
                             status.insert(v.key(), (*c, from));
                         }
                     }
-                    // A launch that turned a view non-finite: what its inputs held before it
+                    // A launch that turned a view non-finite (more bad values than before it
+                    // ran: a view may reach past its tensor): what its inputs held before it
                     // ran decides whether it produced the values.
-                    let suspect = views.iter().any(|(v, _, after)| {
-                        after
-                            .and_then(|s| done.get(s))
-                            .is_some_and(|c| c.bad(inf).is_some())
-                            && status
-                                .get(&v.key())
-                                .is_none_or(|(p, _)| p.bad(inf).is_none())
-                    });
+                    let grew = |v: &View, after: &Option<usize>| {
+                        let Some(c) = after.and_then(|s| done.get(s)) else {
+                            return false;
+                        };
+                        c.bad(inf).is_some()
+                            && status.get(&v.key()).is_none_or(|(p, _)| {
+                                (0..fk::CLASSES)
+                                    .filter(|k| *k == 0 || inf)
+                                    .any(|k| c.count[k] > p.count[k])
+                            })
+                    };
+                    let suspect = views.iter().any(|(v, _, after)| grew(v, after));
+                    // What a measured output held before the launch is not its input, unless
+                    // another pointer of the launch names the same bytes (an in-place op).
+                    let is_input = |v: &View| {
+                        !v.written
+                            || !v.measured
+                            || views.iter().any(|(o, _, _)| {
+                                (o.param, o.pointer) != (v.param, v.pointer)
+                                    && (o.buf, o.off) == (v.buf, v.off)
+                            })
+                    };
                     for (v, _, _) in views.iter().filter(|_| suspect) {
                         if !status.contains_key(&v.key()) && !source.contains_key(&v.buf) {
                             if let Some(c) = snapshot_counts(t, v) {
@@ -923,7 +938,7 @@ impl Run<'_, '_> {
                     }
                     let inputs: Vec<String> = views
                         .iter()
-                        .filter(|_| suspect)
+                        .filter(|(v, _, _)| suspect && is_input(v))
                         .filter_map(|(v, _, _)| {
                             let (c, from) = status.get(&v.key())?;
                             let (class, index) = c.bad(inf)?;
@@ -941,9 +956,10 @@ impl Run<'_, '_> {
                         .collect();
                     if report.planted.is_none() && !inputs.is_empty() {
                         let bad = views.iter().map(|(v, _, _)| v).filter(|v| {
-                            status
-                                .get(&v.key())
-                                .is_some_and(|(c, _)| c.bad(inf).is_some())
+                            is_input(v)
+                                && status
+                                    .get(&v.key())
+                                    .is_some_and(|(c, _)| c.bad(inf).is_some())
                         });
                         report.planted = bad
                             .into_iter()

@@ -156,8 +156,7 @@ impl<'a> Typing<'a> {
                         range = (s, e - s);
                         was_measured = true;
                     }
-                    // Measured writing nothing, or left out of a measured launch because earlier
-                    // launches of the kernel found it writing nothing.
+                    // Measured writing nothing (or not listed: it points past its buffer).
                     Some(None) | None if launch.is_some() => {
                         written = self.same_value_writes
                             && self

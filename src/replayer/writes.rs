@@ -49,11 +49,8 @@ const BIT_WORDS: u64 = HASH_SLOTS / 32 + 4096;
 const SAMPLE: u64 = 4096;
 /// Samples on the device per batch.
 const SAMPLE_SLOTS: u64 = 1024;
-/// Regions pending before a batch is read back, so parameters found not to write stop being
-/// hashed early in a long replay.
+/// Regions pending before a batch is read back.
 const MAX_PENDING: usize = 1024;
-/// Launches of a kernel that must find a parameter not writing before it is no longer hashed.
-const QUIET_AFTER: u32 = 2;
 /// The largest stored file read back (it is untrusted input like the trace).
 const MAX_FILE: u64 = 256 << 20;
 
@@ -113,8 +110,8 @@ pub struct LaunchWrites {
     pub seq: u64,
     /// `module::kernel`.
     pub kernel: String,
-    /// Its pointers that were measured; one not listed was not (found not to write in
-    /// earlier launches of the kernel, or its region did not fit).
+    /// Its pointers into live buffers, each measured (a launch whose regions did not fit a
+    /// batch is not listed at all).
     pub pointers: Vec<PointerWrites>,
 }
 
@@ -429,7 +426,6 @@ fn octaves_as_bf16<'a>(halves: impl Iterator<Item = &'a u16>) -> i32 {
 /// A region pending on the device: one allocation a launch points into.
 struct Pending {
     seq: u64,
-    kernel: KernelId,
     buf: BufferId,
     /// Where the hashed region starts in `buf`, and the buffer's size.
     start: u64,
@@ -666,12 +662,12 @@ fn merge(ranges: &mut Vec<(u64, u64)>, more: &[(u64, u64)]) {
     *ranges = out;
 }
 
-/// The measurements as they come back, by seq, and which parameters were found quiet.
+/// The measurements as they come back, by seq. Every pointer of every launch is measured:
+/// a parameter that wrote nothing in earlier launches may write now (a benchmark loop writes
+/// the same values again and again, then the real call writes a NaN).
 #[derive(Default)]
 struct Collect {
     launches: HashMap<u64, LaunchWrites>,
-    /// (kernel, param, inner) -> launches that found it not writing; `None` once it wrote.
-    quiet: HashMap<(KernelId, usize, Option<usize>), Option<u32>>,
 }
 
 impl Collect {
@@ -697,15 +693,6 @@ impl Collect {
                     ranges = exact(b, a, off);
                 }
             }
-            let wrote = !ranges.is_empty();
-            let q = self
-                .quiet
-                .entry((p.kernel, param, inner))
-                .or_insert(Some(0));
-            *q = match (*q, wrote) {
-                (_, true) | (None, _) => None,
-                (Some(n), false) => Some(n + 1),
-            };
             // The sample is the first bytes at the pointer; only what was written counts.
             let inferred = after.and_then(|a| {
                 let (s, e) = *ranges.first()?;
@@ -732,10 +719,6 @@ impl Collect {
             }
         }
         by_off.clear();
-    }
-
-    fn is_quiet(&self, k: KernelId, param: usize, inner: Option<usize>) -> bool {
-        matches!(self.quiet.get(&(k, param, inner)), Some(Some(n)) if *n >= QUIET_AFTER)
     }
 }
 
@@ -865,9 +848,6 @@ impl Replayer<'_> {
                 stream = resolve_stream(st, s, c).map_err(|e| fail(&e))?;
             }
             for (param, inner, buf, off) in pointers(args) {
-                if got.is_quiet(kernel, param, inner) {
-                    continue;
-                }
                 let Some((_, size)) = st.bufs.get(&buf).copied() else {
                     continue;
                 };
@@ -888,7 +868,6 @@ impl Replayer<'_> {
                     }
                     None => regions.push(Pending {
                         seq: c.seq,
-                        kernel,
                         buf,
                         start: off / hasher.chunk * hasher.chunk,
                         size,

@@ -56,8 +56,8 @@ pub fn convert(
         c.record(r);
     }
     let (mut t, mut summary) = c.finish();
-    if let Some(cache) = super::triton::cache_dir() {
-        summary.triton_typed = super::triton::type_kernels(&mut t, &cache);
+    for cache in super::triton::cache_dirs() {
+        summary.triton_typed += super::triton::type_kernels(&mut t, &cache);
     }
     Ok((t, summary))
 }

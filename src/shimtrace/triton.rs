@@ -7,8 +7,9 @@
 //! byte for byte against the module image the program loaded, and its float pointers' element
 //! types are kept in the trace (`Frame::KernelElems`), as a kernel's owner would declare them.
 //!
-//! The cache is `TRITON_CACHE_DIR`, else `~/.triton/cache` (Triton's own rule); a kernel not
-//! found there keeps no types (the `--dtype` rules still apply). Parameters Triton appends at
+//! The caches searched are Triton's (`TRITON_CACHE_DIR`, else `~/.triton/cache`) and
+//! Inductor's (`cache_dirs`); a kernel found in none keeps no types (the `--dtype` rules and
+//! the types a replay infers from the bytes it wrote still apply). Parameters Triton appends at
 //! launch (its scratch pointers) follow the TTIR's and stay untyped.
 
 use std::path::{Path, PathBuf};
@@ -16,11 +17,35 @@ use std::path::{Path, PathBuf};
 use crate::backend::ElemType;
 use crate::trace::Trace;
 
-/// Where Triton keeps what it compiled, by its own rule.
-pub fn cache_dir() -> Option<PathBuf> {
-    std::env::var_os("TRITON_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".triton/cache")))
+/// Where Triton keeps what it compiled: `TRITON_CACHE_DIR`, else `~/.triton/cache` (Triton's
+/// own rule); and where `torch.compile` points it, which the converter cannot see (Inductor
+/// sets `TRITON_CACHE_DIR` inside the program): `TORCHINDUCTOR_CACHE_DIR`, else
+/// `$TMPDIR/torchinductor_$USER` (Inductor's default), each's `triton/<device>`.
+pub fn cache_dirs() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("TRITON_CACHE_DIR") {
+        out.push(PathBuf::from(d));
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        out.push(Path::new(&h).join(".triton/cache"));
+    }
+    let inductor = match std::env::var_os("TORCHINDUCTOR_CACHE_DIR") {
+        Some(d) => Some(PathBuf::from(d)),
+        None => std::env::var_os("USER")
+            .or_else(|| std::env::var_os("LOGNAME"))
+            .map(|u| {
+                let user = u.to_string_lossy().replace(|c: char| !c.is_alphanumeric(), "_");
+                std::env::temp_dir().join(format!("torchinductor_{user}"))
+            }),
+    };
+    if let Some(root) = inductor {
+        if let Ok(devices) = std::fs::read_dir(root.join("triton")) {
+            let mut devices: Vec<PathBuf> = devices.flatten().map(|e| e.path()).collect();
+            devices.sort();
+            out.extend(devices);
+        }
+    }
+    out
 }
 
 /// Types the kernels of `t` whose module image Triton compiled, from the cache at `cache`;
