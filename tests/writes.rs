@@ -13,10 +13,11 @@ use std::sync::Arc;
 const FILL: &str = "_Z4fillIfEvPT_i";
 const SCALE: &str = "_Z5scaleIfEvPT_S1_i";
 const POISON: &str = "_Z6poisonIfEvPT_i";
+const LOG: &str = "_Z4logfIfEvPT_S1_i";
 
 /// Kernels as a compiled program's arrive: no declared access, no source. `fill(out, n)` writes
 /// the square roots of 1..=n, `scale(out, in, n)` writes 2*in, `poison(out, n)` writes what
-/// fill does with a NaN at 3.
+/// fill does with a NaN at 3, `logf(out, in, n)` writes ln(in - 2) (NaN below 2).
 fn compiled() -> MockGpuBackend {
     let m = MockGpuBackend::new(gputape::mock::MockConfig::default());
     for (name, nan) in [(FILL, false), (POISON, true)] {
@@ -34,6 +35,20 @@ fn compiled() -> MockGpuBackend {
             })),
         );
     }
+    m.register_kernel(
+        "compiled",
+        LOG,
+        ParamInfo::packed(&[(8, Unknown), (8, Unknown), (4, Value)]),
+        Some(Arc::new(|ctx| {
+            let (out, inp, n) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize);
+            let v: Vec<f32> = ctx
+                .read(inp, n * 4)?
+                .chunks_exact(4)
+                .map(|w| (f32::from_le_bytes([w[0], w[1], w[2], w[3]]) - 2.0).ln())
+                .collect();
+            ctx.write_f32(out, &v)
+        })),
+    );
     m.register_kernel(
         "compiled",
         SCALE,
@@ -335,4 +350,63 @@ fn an_uploaded_inf_is_named_as_planted_with_its_first_reader() {
     assert!(summary.contains("-> inf PLANTED by call #"), "{summary}");
     let f = r.first.as_ref().expect("the reader wrote the inf on");
     assert!(!f.inputs.is_empty(), "{summary}");
+}
+
+/// A launch's input is the tensor its writer wrote, not the rest of the allocation from its
+/// pointer: NaN left in later tensors of the same segment does not make `logf`, which makes
+/// its own NaN from finite inputs below 2, look like it only passed one on.
+#[test]
+fn an_input_is_the_tensor_its_writer_wrote() {
+    let sink = trace::VecSink::default();
+    let bytes = sink.0.clone();
+    let rec = gputape::recorder::RecordingBackend::new(
+        compiled(),
+        Box::new(sink),
+        gputape::recorder::BackendDesc::new("mock"),
+    )
+    .unwrap();
+    rec.start().unwrap();
+    let s = rec.create_stream().unwrap();
+    let seg = rec.alloc(8192).unwrap();
+    let (fill, poison, scale, log) = (
+        rec.kernel("compiled", FILL).unwrap(),
+        rec.kernel("compiled", POISON).unwrap(),
+        rec.kernel("compiled", SCALE).unwrap(),
+        rec.kernel("compiled", LOG).unwrap(),
+    );
+    let (n, three) = (16u32, 3u32);
+    let launch = |k, args: &[KernelArg]| {
+        rec.launch_typed(k, [1, 1, 1], [32, 1, 1], 0, s, args)
+            .unwrap()
+    };
+    let at = |off: usize| KernelArg::Buffer(seg.offset(off));
+    launch(poison, &[at(4096), KernelArg::u32(&n)]);
+    launch(scale, &[at(1024), at(4096), KernelArg::u32(&n)]);
+    launch(fill, &[at(0), KernelArg::u32(&n)]);
+    launch(log, &[at(2048), at(0), KernelArg::u32(&three)]);
+    rec.synchronize(s).unwrap();
+    rec.stop().unwrap();
+    let recorded = bytes.lock().clone();
+    let t = Trace::from_bytes(Path::new("inputs"), &recorded).unwrap();
+    let opts = FiniteOptions {
+        writes: Some(Arc::new(measure(&t, 512))),
+        ..Default::default()
+    };
+    let r = Replayer::new(&t)
+        .check_finite(&compiled(), &opts, None)
+        .unwrap();
+    let summary = r.summary();
+    let by = |k: &str| r.writers.iter().find(|w| w.kernel.contains(k));
+    assert!(
+        by("poison").is_some_and(|w| w.inputs.is_empty()),
+        "{summary}"
+    );
+    assert!(
+        by("scale").is_some_and(|w| !w.inputs.is_empty()),
+        "{summary}"
+    );
+    assert!(
+        by("logf").is_some_and(|w| w.inputs.is_empty()),
+        "logf made its NaN from the 16 finite floats fill wrote: {summary}"
+    );
 }

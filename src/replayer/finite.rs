@@ -664,7 +664,9 @@ struct Run<'a, 't> {
     /// The element type each tensor (buffer, offset) was last written as. A kernel reads its
     /// inputs as what wrote them: a conversion kernel's name gives one type for every pointer
     /// (`direct_copy_kernel<float>` reading bf16), the writer's view is the input's truth.
-    written_as: HashMap<(BufferId, u64), ElemType>,
+    /// And how many bytes were written there: a later reader's input is that tensor, not the
+    /// rest of the allocation from its pointer (where other tensors' stale values lie).
+    written_as: HashMap<(BufferId, u64), (ElemType, u64)>,
 }
 
 /// How an input's type is said when it came from the launch that wrote it.
@@ -769,7 +771,8 @@ impl Run<'_, '_> {
         for (v, before, after) in scans.iter_mut() {
             if runs && v.written {
                 self.touched.insert(v.buf);
-                self.written_as.insert((v.buf, v.off), v.elem);
+                self.written_as
+                    .insert((v.buf, v.off), (v.elem, v.n * v.elem.size()));
                 *after = Some(
                     self.scan(gpu, st, scanner, v, stream, report)
                         .map_err(|e| fail(&format!("{e:#}")))?,
@@ -813,11 +816,13 @@ impl Run<'_, '_> {
             .views(self.r.trace, seq, kernel, args)
             .into_iter()
             .filter_map(|v| {
-                let (elem, how) = match self.written_as.get(&(v.buf, v.off)) {
-                    Some(e) if !v.written && v.elem != Some(*e) => (*e, AS_WRITTEN),
+                let written = self.written_as.get(&(v.buf, v.off)).filter(|_| !v.written);
+                let (elem, how) = match written {
+                    Some((e, _)) if v.elem != Some(*e) => (*e, AS_WRITTEN),
                     _ => (v.elem?, v.how),
                 };
-                let n = v.bytes / elem.size();
+                let bytes = written.map_or(v.bytes, |(_, b)| v.bytes.min(*b));
+                let n = bytes / elem.size();
                 (n > 0).then_some(View {
                     param: v.param,
                     pointer: v.inner,
@@ -841,6 +846,8 @@ impl Run<'_, '_> {
         // What each view held when last scanned, and where its contents came from.
         let mut status: HashMap<Key, (Counts, String)> = HashMap::default();
         let mut source: HashMap<BufferId, String> = HashMap::default();
+        // Who wrote the tensor at (buffer, offset) last.
+        let mut writer_of: HashMap<(BufferId, u64), String> = HashMap::default();
         let mut last_elem: HashMap<BufferId, ElemType> = HashMap::default();
         let alloc_sites = alloc_sites(t);
         let mut plantings: Vec<&Event> = Vec::new();
@@ -897,9 +904,17 @@ impl Run<'_, '_> {
                 } => {
                     for (v, before, _) in views {
                         if let Some(c) = before.and_then(|s| done.get(s)) {
-                            let from = source
-                                .get(&v.buf)
+                            let from = writer_of
+                                .get(&(v.buf, v.off))
                                 .cloned()
+                                .or_else(|| {
+                                    source.get(&v.buf).map(|s| {
+                                        format!(
+                                            "no launch checked wrote it there ({} {s} last)",
+                                            v.buf
+                                        )
+                                    })
+                                })
                                 .unwrap_or_else(|| "from the initial snapshot".into());
                             status.insert(v.key(), (*c, from));
                         }
@@ -936,7 +951,7 @@ impl Run<'_, '_> {
                             }
                         }
                     }
-                    let inputs: Vec<String> = views
+                    let mut inputs: Vec<String> = views
                         .iter()
                         .filter(|(v, _, _)| suspect && is_input(v))
                         .filter_map(|(v, _, _)| {
@@ -954,6 +969,9 @@ impl Run<'_, '_> {
                             ))
                         })
                         .collect();
+                    // A parameter struct names one tensor many times (cuBLAS's).
+                    let mut seen = HashSet::default();
+                    inputs.retain(|i| seen.insert(i.clone()));
                     if report.planted.is_none() && !inputs.is_empty() {
                         let bad = views.iter().map(|(v, _, _)| v).filter(|v| {
                             is_input(v)
@@ -988,6 +1006,7 @@ impl Run<'_, '_> {
                         });
                         let writer = format!("written by call #{seq} {}", t.kernel_name(*kernel));
                         status.insert(v.key(), (*c, writer.clone()));
+                        writer_of.insert((v.buf, v.off), writer.clone());
                         source.insert(v.buf, writer);
                         let Some((class, index)) = c.bad(inf) else {
                             continue;

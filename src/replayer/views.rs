@@ -165,7 +165,10 @@ impl<'a> Typing<'a> {
                     }
                     _ => {}
                 }
-                let inferred = measured.and_then(|m| m.inferred);
+                let inferred = measured.and_then(|m| m.inferred).or_else(|| {
+                    let w = self.writes?;
+                    w.param_type(&t.kernel_name(kernel), i, inner)
+                });
                 let given = self.dtypes.iter().find(|(b, _)| b == buf).map(|(_, e)| *e);
                 let declared = info
                     .filter(|_| inner.is_none())

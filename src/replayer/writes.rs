@@ -140,6 +140,11 @@ pub struct WriteExtents {
     /// a parameter where a launch wrote the values already there.
     #[serde(skip)]
     writers: HashSet<(String, usize, Option<usize>)>,
+    /// (kernel, param, inner) -> a type inferred from the bytes some launch of it wrote there:
+    /// a compiled kernel's parameter has one type, so a launch that changed only a few bytes
+    /// (or none at its pointer) reads as the others did.
+    #[serde(skip)]
+    param_types: HashMap<(String, usize, Option<usize>), Inferred>,
 }
 
 impl WriteExtents {
@@ -147,6 +152,14 @@ impl WriteExtents {
     pub fn launch(&self, seq: u64) -> Option<&LaunchWrites> {
         let i = self.launches.binary_search_by_key(&seq, |l| l.seq).ok()?;
         self.launches.get(i)
+    }
+
+    /// The type inferred for parameter (`param`, `inner`) of `kernel` from what any of its
+    /// launches wrote there (the most values read wins).
+    pub fn param_type(&self, kernel: &str, param: usize, inner: Option<usize>) -> Option<Inferred> {
+        self.param_types
+            .get(&(kernel.to_string(), param, inner))
+            .copied()
     }
 
     /// Whether parameter (`param`, `inner`) of `kernel` was measured writing in any launch.
@@ -166,6 +179,19 @@ impl WriteExtents {
                     .map(|p| (l.kernel.clone(), p.param, p.inner))
             })
             .collect();
+        self.param_types.clear();
+        for l in &self.launches {
+            for p in &l.pointers {
+                let Some(i) = p.inferred else { continue };
+                let e = self
+                    .param_types
+                    .entry((l.kernel.clone(), p.param, p.inner))
+                    .or_insert(i);
+                if i.values > e.values {
+                    *e = i;
+                }
+            }
+        }
     }
 
     /// The report as text: each launch's written ranges, by pointer.

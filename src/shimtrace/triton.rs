@@ -19,8 +19,8 @@ use crate::trace::Trace;
 
 /// Where Triton keeps what it compiled: `TRITON_CACHE_DIR`, else `~/.triton/cache` (Triton's
 /// own rule); and where `torch.compile` points it, which the converter cannot see (Inductor
-/// sets `TRITON_CACHE_DIR` inside the program): `TORCHINDUCTOR_CACHE_DIR`, else
-/// `$TMPDIR/torchinductor_$USER` (Inductor's default), each's `triton/<device>`.
+/// sets `TRITON_CACHE_DIR` inside the program): `TORCHINDUCTOR_CACHE_DIR`, else every
+/// `$TMPDIR/torchinductor_*` (Inductor's default names one per user), each's `triton/<device>`.
 pub fn cache_dirs() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     if let Some(d) = std::env::var_os("TRITON_CACHE_DIR") {
@@ -29,16 +29,25 @@ pub fn cache_dirs() -> Vec<PathBuf> {
     if let Some(h) = std::env::var_os("HOME") {
         out.push(Path::new(&h).join(".triton/cache"));
     }
-    let inductor = match std::env::var_os("TORCHINDUCTOR_CACHE_DIR") {
-        Some(d) => Some(PathBuf::from(d)),
-        None => std::env::var_os("USER")
-            .or_else(|| std::env::var_os("LOGNAME"))
-            .map(|u| {
-                let user = u.to_string_lossy().replace(|c: char| !c.is_alphanumeric(), "_");
-                std::env::temp_dir().join(format!("torchinductor_{user}"))
-            }),
+    // Inductor's default is `torchinductor_<user>` in the temporary directory; the user's name
+    // is not always in the environment (a container's root), so every such directory is read:
+    // a cubin is only taken when its bytes are the module's.
+    let roots: Vec<PathBuf> = match std::env::var_os("TORCHINDUCTOR_CACHE_DIR") {
+        Some(d) => vec![PathBuf::from(d)],
+        None => std::fs::read_dir(std::env::temp_dir())
+            .map(|dir| {
+                dir.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("torchinductor_"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     };
-    if let Some(root) = inductor {
+    for root in roots {
         if let Ok(devices) = std::fs::read_dir(root.join("triton")) {
             let mut devices: Vec<PathBuf> = devices.flatten().map(|e| e.path()).collect();
             devices.sort();
