@@ -1081,3 +1081,24 @@ fn report_bug_writes_what_it_can_without_a_gpu_and_exits_4() {
     assert!(dir.join("minimize.log").is_file());
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `--against --loop N` repeats the lockstep until a round differs (a race that loses rarely),
+/// and says how many rounds ran.
+#[test]
+fn against_with_loop_runs_rounds_until_one_differs() {
+    let o = gputape(&[
+        "replay",
+        "traces/mock_tiny_step5.gtape",
+        "--against",
+        "mock",
+        "--loop",
+        "3",
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("lockstep round 3 of 3: no round differed"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("-> no difference"), "{}", stdout(&o));
+}

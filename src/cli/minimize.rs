@@ -134,7 +134,7 @@ fn finite_signature(
     if on.runs_cpu_twins() {
         r = r.with_opaque_kernels();
     }
-    let opts = crate::replayer::FiniteOptions::default();
+    let opts = finite_options(&r, m.gpu.as_ref(), cand, None, &load);
     let Ok(rep) = r.check_finite(m.gpu.as_ref(), &opts, Some(&load)) else {
         return Ok(None);
     };
@@ -142,6 +142,28 @@ fn finite_signature(
         (Some(f), true) => Some(crate::replayer::FaultSignature::value(f.value, &f.kernel)),
         _ => None,
     })
+}
+
+/// A finite check's options for `t`: with what each launch wrote, where its kernels are ones
+/// nobody described (read from beside the trace at `path`, else measured on `gpu`), so each
+/// candidate's first writer is judged as `replay --check-finite` judges it.
+fn finite_options(
+    r: &crate::replayer::Replayer<'_>,
+    gpu: &dyn crate::backend::GpuBackend,
+    t: &crate::trace::Trace,
+    path: Option<&Path>,
+    load: crate::replayer::ModuleLoader<'_>,
+) -> crate::replayer::FiniteOptions {
+    use crate::replayer::writes::{wanted, WriteOptions};
+    let mut opts = crate::replayer::FiniteOptions::default();
+    if wanted(t) {
+        let w = match path {
+            Some(p) => r.writes_for(gpu, p, Some(load)).map(|(w, _)| w),
+            None => r.measure_writes(gpu, &WriteOptions::default(), String::new(), Some(load)),
+        };
+        opts.writes = w.ok().map(std::sync::Arc::new);
+    }
+    opts
 }
 
 /// What a long search says on stderr, at most every two seconds: the attempt, and how many
@@ -178,11 +200,8 @@ fn minimize(
             if on.runs_cpu_twins() {
                 r = r.with_opaque_kernels();
             }
-            let rep = r.check_finite(
-                m.gpu.as_ref(),
-                &crate::replayer::FiniteOptions::default(),
-                Some(&load),
-            )?;
+            let opts = finite_options(&r, m.gpu.as_ref(), &t, Some(path), &load);
+            let rep = r.check_finite(m.gpu.as_ref(), &opts, Some(&load))?;
             match &rep.recorded {
                 Some(rec) => Some(rec.seq),
                 None => anyhow::bail!(

@@ -107,7 +107,9 @@ pub struct Args {
     /// Replay on --on and on this backend in lockstep and name the first launch whose
     /// written bytes differ (exit 1), e.g. `--on cuda --against mock`: the kernels against
     /// their CPU twins on a real recorded step.
-    #[arg(long, value_enum, conflicts_with_all = ["as_graph", "perfetto", "loops", "check_finite"])]
+    /// With --loop N, the lockstep runs up to N times and stops at the first round that differs
+    /// (a race that loses rarely).
+    #[arg(long, value_enum, conflicts_with_all = ["as_graph", "perfetto", "check_finite"])]
     against: Option<Backend>,
     /// Replay on the mock twice in lockstep, as recorded and under chaos seeded with SEED
     /// (the same seed, the same schedule): streams run deferred and out of order as far as

@@ -132,7 +132,7 @@ pub(super) fn lockstep(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         (a.on, against),
         opts,
         substitute,
-        (a.json, a.max_memory, !a.no_write_extents),
+        (a.json, a.max_memory, !a.no_write_extents, a.loops),
     )
 }
 
@@ -143,7 +143,7 @@ fn two_backends(
     (on, against): (Backend, Backend),
     mut opts: crate::replayer::LockstepOptions,
     substitute: Option<(String, String)>,
-    (json, max_memory, measure): (bool, u64, bool),
+    (json, max_memory, measure, rounds): (bool, u64, bool, u32),
 ) -> Result<Exit> {
     known_buffers(&t, path, &opts.ignore, &opts.dtypes)?;
     if let Some((module, _)) = &substitute {
@@ -190,12 +190,26 @@ fn two_backends(
         eprintln!("{note}");
         opts.writes = Some(std::sync::Arc::new(w));
     }
-    let rep = r.lockstep(
-        (a.gpu.as_ref(), b.gpu.as_ref()),
-        names,
-        &opts,
-        (Some(&load_a), Some(&load_b)),
-    )?;
+    let mut round = 1;
+    let rep = loop {
+        let rep = r.lockstep(
+            (a.gpu.as_ref(), b.gpu.as_ref()),
+            names,
+            &opts,
+            (Some(&load_a), Some(&load_b)),
+        )?;
+        if !rep.passed() || round >= rounds {
+            break rep;
+        }
+        round += 1;
+    };
+    if rounds > 1 {
+        let what = match rep.passed() {
+            true => "no round differed",
+            false => "this round differed",
+        };
+        eprintln!("lockstep round {round} of {rounds}: {what}");
+    }
     print_lockstep(&rep, json)
 }
 
