@@ -279,11 +279,11 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         };
         for s in &summaries {
             let from = match s["dtype_from"].as_str() {
-                Some(h) if !h.is_empty() => format!(" (from {h})"),
+                Some(h) if !h.is_empty() => format!(" (type from {h})"),
                 _ => String::new(),
             };
             println!(
-                "{} after call #{}: {} {}{from} elements; min {} max {} mean {} (finite values); {} NaN, {} Inf",
+                "{} after call #{}: {} {} elements{from}; min {} max {} mean {} (finite values); {} NaN, {} Inf",
                 s["range"].as_str().unwrap_or_default(),
                 a.at,
                 s["elements"],

@@ -51,7 +51,7 @@ const ENV_RUN: &str = "GPUTAPE_SHIM_RUN";
                   exits, and gputape exits with the command's status. With -o, the calls are also \
                   recorded into a trace, which show, analyze, replay --on cuda and minimize read \
                   like any other (what is recorded and what is kept by name only: \
-                  ARCHITECTURE.md, \"The driver shim\").\n\n\
+                  the book's reference, \"Driver entry points\").\n\n\
                   With --flight, nothing is written unless a process faults (or, with \
                   GPUTAPE_FLIGHT_HANG_S=SECS, a host sync waits longer than SECS): that process's \
                   dump becomes DIR/PID.gtape, and every other process of the command that called \

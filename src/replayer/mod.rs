@@ -14,7 +14,6 @@ pub mod debugger;
 mod delay_kernel;
 mod fault;
 mod finite;
-mod finite_kernel;
 mod graph;
 mod inspect;
 mod issue;
@@ -33,14 +32,13 @@ mod trim;
 mod verify;
 mod views;
 pub mod writes;
-mod writes_kernel;
 
 pub use crate::analysis::window::{
     captured_work, fault_windows, is_async_fault, FaultWindow, WindowKind,
 };
 pub use crate::analysis::{plan_segments, Breaker, Segment, SegmentPlan};
 pub use chaos::Cause;
-pub use finite::{FiniteOptions, FiniteReport, NonFinite, RecordedNonFinite};
+pub use finite::{FiniteOptions, FiniteReport, NonFinite, Planted, RecordedNonFinite};
 pub use graph::GraphReport;
 pub use layout::{render_layout, replay_layout};
 pub use lockstep::{LaunchDifference, LockstepOptions, LockstepReport, Tolerance};

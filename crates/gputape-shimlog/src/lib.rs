@@ -24,6 +24,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+pub mod entry;
 pub mod env;
 
 /// The file's first 8 bytes.

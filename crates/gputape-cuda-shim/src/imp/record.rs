@@ -1464,94 +1464,15 @@ pub extern "C" fn note_opaque(i: usize) {
     }
 }
 
-/// Whether a call of `name` (one the hooks do not take) changes what the device holds or
-/// runs, and so is logged as opaque.
-fn changes_device(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "cuMemcpy",
-        "cuMemset",
-        "cuMemAlloc",
-        "cuMemFree",
-        // cuMemCreate, cuMemRelease and cuMemSetAccess are not here: physical handles and
-        // access rights say nothing a replay needs beyond the reservations and maps logged.
-        "cuMemMap",
-        "cuMemUnmap",
-        "cuMemAddressReserve",
-        "cuMemPool",
-        "cuMemPrefetch",
-        "cuMemAdvise",
-        "cuMemHostRegister",
-        "cuMemHostUnregister",
-        "cuMemDiscard",
-        "cuLaunch",
-        "cuGraphLaunch",
-        "cuGraphInstantiate",
-        "cuGraphExec",
-        "cuGraphUpload",
-        // Nodes the recording does not understand (host functions, child graphs, events,
-        // allocations, memory operations); kernel, copy and memset nodes are hooked.
-        "cuGraphAddHostNode",
-        "cuGraphAddChildGraphNode",
-        "cuGraphAddEvent",
-        "cuGraphAddMem",
-        "cuGraphAddBatchMemOpNode",
-        "cuGraphAddExternalSemaphores",
-        "cuStreamBeginCapture",
-        "cuStreamEndCapture",
-        "cuStreamWriteValue",
-        "cuStreamWaitValue",
-        "cuStreamBatchMemOp",
-        "cuStreamAttach",
-        "cuStreamCopyAttributes",
-        "cuStreamSetAttribute",
-        "cuTensorMapEncode",
-        "cuTensorMapReplace",
-        "cuModuleLoad",
-        "cuLibraryLoad",
-        "cuModuleGetGlobal",
-        "cuLibraryGetGlobal",
-        "cuLibraryGetManaged",
-        "cuImportExternal",
-        "cuSignalExternal",
-        "cuWaitExternal",
-        "cuIpc",
-        "cuCtxSetCurrent",
-        "cuCtxPushCurrent",
-        "cuCtxPopCurrent",
-        "cuCtxCreate",
-        "cuCtxDestroy",
-        "cuFuncSetAttribute",
-        "cuKernelSetAttribute",
-        "cuFuncSetCache",
-        "cuFuncSetShared",
-        "cuCtxSetLimit",
-        "cuCtxResetPersistingL2Cache",
-    ];
-    PREFIXES.iter().any(|p| name.starts_with(p))
-}
-
 // ---- the table ----
 
-/// How a recording process treats an entry point's calls.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A hook of its own logs each call with its arguments and result.
-    Recorded,
-    /// Logged by name only (it changes the device in a way not understood).
-    Opaque,
-    /// Forwarded and counted only (a query, or bookkeeping a replay does not need).
-    Forwarded,
-}
+pub use gputape_shimlog::entry::Kind;
 
 /// How entry point `i`'s calls are treated when recording.
 pub fn kind_of(i: usize) -> Kind {
-    if own_hook(i).is_some() {
-        Kind::Recorded
-    } else if NAMES.get(i).is_some_and(|n| changes_device(n)) {
-        Kind::Opaque
-    } else {
-        Kind::Forwarded
-    }
+    NAMES
+        .get(i)
+        .map_or(Kind::Forwarded, |n| gputape_shimlog::entry::kind(n))
 }
 
 /// The recording hook of entry point `i`, when the call log is wanted: a hook of its own for
@@ -1569,6 +1490,11 @@ pub fn hook_for(i: usize, opaque: *mut ()) -> Option<*mut ()> {
 
 macro_rules! hooks {
     ($($name:literal => $f:ident $(<$($g:literal),*>)?,)*) => {
+        /// The entry points with a hook below, in its order: `gputape_shimlog::entry::RECORDED`
+        /// must name the same ones (the test `hooked_entry_points_are_the_recorded_ones`).
+        #[cfg(test)]
+        const HOOKED: &[&str] = &[$($name),*];
+
         /// The hook of its own entry point `i` has, if the recording understands it.
         fn own_hook(i: usize) -> Option<*mut ()> {
             $(
@@ -1715,4 +1641,18 @@ hooks! {
     "cuGraphAddNode_v2" => add_node_v2,
     "cuGraphExecDestroy" => graph_exec_destroy,
     "cuGraphDestroy" => graph_destroy,
+}
+
+#[cfg(test)]
+mod tests {
+    /// The shim's hooks and the table gputape documents (`gputape_shimlog::entry`) name the
+    /// same entry points: a hook added without its line there (or the other way) fails here.
+    #[test]
+    fn hooked_entry_points_are_the_recorded_ones() {
+        let mut hooked = super::HOOKED.to_vec();
+        hooked.sort();
+        let mut recorded = gputape_shimlog::entry::RECORDED.to_vec();
+        recorded.sort();
+        assert_eq!(hooked, recorded);
+    }
 }
