@@ -141,6 +141,24 @@ impl Hasher {
         )
     }
 
+    /// One side of a launch for region `r` of the buffer at `base`: the hash pass (`mode`), then
+    /// the bytes at each of its pointers kept; their sample slots, in pointer order.
+    fn around(
+        &mut self,
+        gpu: &dyn GpuBackend,
+        base: DevicePtr,
+        r: &Pending,
+        mode: u32,
+        stream: u64,
+    ) -> anyhow::Result<Vec<u64>> {
+        let region = base.offset(r.start as usize);
+        self.pass(gpu, region, r.size - r.start, mode, r.slot, r.word, stream)?;
+        r.ptrs
+            .iter()
+            .map(|p| self.sample(gpu, base.offset(p.off as usize), p.len, stream))
+            .collect()
+    }
+
     /// Copy `len` bytes at `p` into the next sample slot, on `stream`; the slot.
     fn sample(
         &mut self,
@@ -492,21 +510,11 @@ impl Replayer<'_> {
                 hasher.hash_used += r.chunks;
                 hasher.bit_used += r.chunks.div_ceil(32);
                 out.bytes_hashed += 2 * (r.size - r.start);
-                hasher
-                    .pass(
-                        gpu,
-                        base.offset(r.start as usize),
-                        r.size - r.start,
-                        wk::STORE,
-                        r.slot,
-                        r.word,
-                        stream,
-                    )
-                    .map_err(|e| fail(&format!("{e:#}")))?;
-                for p in r.ptrs.iter_mut() {
-                    p.before = hasher
-                        .sample(gpu, base.offset(p.off as usize), p.len, stream)
-                        .map_err(|e| fail(&format!("keeping what it held: {e:#}")))?;
+                let slots = hasher
+                    .around(gpu, base, r, wk::STORE, stream)
+                    .map_err(|e| fail(&format!("before it: {e:#}")))?;
+                for (p, slot) in r.ptrs.iter_mut().zip(slots) {
+                    p.before = slot;
                 }
             }
         }
@@ -515,22 +523,11 @@ impl Replayer<'_> {
         }
         for mut r in regions {
             let (base, _) = st.bufs[&r.buf];
-            let bytes = r.size - r.start;
-            hasher
-                .pass(
-                    gpu,
-                    base.offset(r.start as usize),
-                    bytes,
-                    wk::COMPARE,
-                    r.slot,
-                    r.word,
-                    stream,
-                )
-                .map_err(|e| fail(&format!("{e:#}")))?;
-            for p in r.ptrs.iter_mut() {
-                p.after = hasher
-                    .sample(gpu, base.offset(p.off as usize), p.len, stream)
-                    .map_err(|e| fail(&format!("keeping what it wrote: {e:#}")))?;
+            let slots = hasher
+                .around(gpu, base, &r, wk::COMPARE, stream)
+                .map_err(|e| fail(&format!("after it: {e:#}")))?;
+            for (p, slot) in r.ptrs.iter_mut().zip(slots) {
+                p.after = slot;
             }
             hasher.pending.push(r);
         }
