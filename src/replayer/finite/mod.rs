@@ -27,6 +27,8 @@ use scan::Scanner;
 use serde::Serialize;
 use std::time::Instant;
 
+/// What a finding under a guessed element type says of itself.
+const SUSPECTED: &str = " (suspected: its element type is a guess)";
 /// Result slots per batch read back.
 const SLOTS: usize = 4096;
 /// Writers listed after the first.
@@ -209,61 +211,7 @@ impl FiniteReport {
         if let Some(r) = &self.dump_reason {
             let _ = writeln!(s, "dumped because: {r}");
         }
-        if let Some(p) = &self.planted {
-            let _ = writeln!(
-                s,
-                "non-finite value planted: {} at {}+{} ({} as launch #{} reads it), put there by call #{} @ {}",
-                p.value, p.buffer, p.offset, p.elem, p.reader_seq, p.seq, p.site
-            );
-            let _ = writeln!(s, "  the call: {}", p.call);
-            let _ = writeln!(s, "  its first reader: #{} {}", p.reader_seq, p.reader);
-        }
-        if let Some(f) = &self.first {
-            let graph = f
-                .in_graph
-                .as_ref()
-                .map(|g| format!(", a node of {g}"))
-                .unwrap_or_default();
-            let suspected = match f.suspected {
-                true => " (suspected: its element type is a guess)",
-                false => "",
-            };
-            let _ = writeln!(
-                s,
-                "first non-finite value{suspected}: {} written by call #{} {}{graph} @ {}",
-                f.value, f.seq, f.kernel, f.site
-            );
-            let range = match f.measured {
-                true => "in the bytes it wrote (measured at replay)",
-                false => "from the pointer to the end of the buffer",
-            };
-            let _ = writeln!(
-                s,
-                "  into parameter {}{} = {}+{} ({} from {}, allocated at {}): element {} is {}; {} NaN, {} inf {range}",
-                f.param,
-                f.pointer.map(|j| format!(" pointer {j}")).unwrap_or_default(),
-                f.buffer,
-                f.offset,
-                f.elem,
-                f.elem_how,
-                f.buffer_site,
-                f.index,
-                f.value,
-                f.nan,
-                f.inf
-            );
-            let _ = writeln!(s, "  the launch: {}", f.call);
-            if f.inputs.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "  its inputs held no {what} before it ran: it produced the value"
-                );
-            } else {
-                for i in &f.inputs {
-                    let _ = writeln!(s, "  an input already held non-finite values: {i}");
-                }
-            }
-        }
+        self.write_found(&mut s, what);
         let later: Vec<&NonFinite> = self
             .writers
             .iter()
@@ -300,11 +248,75 @@ impl FiniteReport {
         if let Some(e) = &self.stopped {
             let _ = writeln!(s, "the replay stopped: {e}");
         }
+        let _ = writeln!(s, "{}", self.verdict(what));
+        s
+    }
+
+    /// Where the first non-finite value came from: the upload that planted it, the first
+    /// launch that wrote one, what that launch read.
+    fn write_found(&self, s: &mut String, what: &str) {
+        use std::fmt::Write;
+        if let Some(p) = &self.planted {
+            let _ = writeln!(
+                s,
+                "non-finite value planted: {} at {}+{} ({} as launch #{} reads it), put there by call #{} @ {}",
+                p.value, p.buffer, p.offset, p.elem, p.reader_seq, p.seq, p.site
+            );
+            let _ = writeln!(s, "  the call: {}", p.call);
+            let _ = writeln!(s, "  its first reader: #{} {}", p.reader_seq, p.reader);
+        }
+        if let Some(f) = &self.first {
+            let graph = f
+                .in_graph
+                .as_ref()
+                .map(|g| format!(", a node of {g}"))
+                .unwrap_or_default();
+            let suspected = if f.suspected { SUSPECTED } else { "" };
+            let _ = writeln!(
+                s,
+                "first non-finite value{suspected}: {} written by call #{} {}{graph} @ {}",
+                f.value, f.seq, f.kernel, f.site
+            );
+            let range = match f.measured {
+                true => "in the bytes it wrote (measured at replay)",
+                false => "from the pointer to the end of the buffer",
+            };
+            let _ = writeln!(
+                s,
+                "  into parameter {}{} = {}+{} ({} from {}, allocated at {}): element {} is {}; {} NaN, {} inf {range}",
+                f.param,
+                f.pointer.map(|j| format!(" pointer {j}")).unwrap_or_default(),
+                f.buffer,
+                f.offset,
+                f.elem,
+                f.elem_how,
+                f.buffer_site,
+                f.index,
+                f.value,
+                f.nan,
+                f.inf
+            );
+            let _ = writeln!(s, "  the launch: {}", f.call);
+            if f.inputs.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  its inputs held no {what} before it ran: it produced the value"
+                );
+            } else {
+                for i in &f.inputs {
+                    let _ = writeln!(s, "  an input already held non-finite values: {i}");
+                }
+            }
+        }
+    }
+
+    /// The last line: what the check concludes, and what it rests on.
+    fn verdict(&self, what: &str) -> String {
         let planted = self
             .planted
             .as_ref()
             .filter(|_| self.first.as_ref().is_none_or(|f| !f.inputs.is_empty()));
-        let verdict = match (&self.recorded, &self.first) {
+        match (&self.recorded, &self.first) {
             _ if self.stopped.is_some() => "-> check INCOMPLETE".to_string(),
             (_, Some(f)) if planted.is_some_and(|p| p.reader_seq <= f.seq) => {
                 let p = planted.expect("checked");
@@ -335,11 +347,7 @@ impl FiniteReport {
                 r.value,
                 f.kernel,
                 f.seq,
-                if f.suspected {
-                    " (suspected: its element type is a guess)"
-                } else {
-                    ""
-                }
+                if f.suspected { SUSPECTED } else { "" }
             ),
             (Some(r), _) => format!(
                 "-> the recorded {} at #{} was NOT REPRODUCED before it",
@@ -350,15 +358,9 @@ impl FiniteReport {
                 f.value,
                 f.kernel,
                 f.seq,
-                if f.suspected {
-                    " (suspected: its element type is a guess)"
-                } else {
-                    ""
-                }
+                if f.suspected { SUSPECTED } else { "" }
             ),
-        };
-        let _ = writeln!(s, "{verdict}");
-        s
+        }
     }
 }
 

@@ -275,219 +275,274 @@ impl<'a, 't> Run<'a, 't> {
     /// Walk the events in order with the scans' results: the writers, the first, and the
     /// recorded readbacks that held non-finite values.
     pub(super) fn verdict(&self, done: &[Counts], report: &mut FiniteReport) {
-        let t = self.r.trace;
-        let inf = self.opts.inf;
-        // What each view held when last scanned, and where its contents came from.
-        let mut status: HashMap<Key, (Counts, String)> = HashMap::default();
-        let mut source: HashMap<BufferId, String> = HashMap::default();
-        // Who wrote the tensor at (buffer, offset) last.
-        let mut writer_of: HashMap<(BufferId, u64), String> = HashMap::default();
-        let mut last_elem: HashMap<BufferId, ElemType> = HashMap::default();
-        let alloc_sites = alloc_sites(t);
-        let mut plantings: Vec<&Event> = Vec::new();
+        let mut v = Verdict {
+            run: self,
+            done,
+            inf: self.opts.inf,
+            status: HashMap::default(),
+            source: HashMap::default(),
+            writer_of: HashMap::default(),
+            last_elem: HashMap::default(),
+            alloc_sites: alloc_sites(self.r.trace),
+            plantings: Vec::new(),
+        };
         for ev in &self.events {
             match ev {
-                Event::Planting { .. } => plantings.push(ev),
+                Event::Planting { .. } => v.plantings.push(ev),
                 Event::Untyped { buf, seq } => {
-                    status.retain(|k, _| k.0 != *buf);
-                    source.insert(*buf, format!("written by call #{seq}"));
+                    v.status.retain(|k, _| k.0 != *buf);
+                    v.source.insert(*buf, format!("written by call #{seq}"));
                 }
-                Event::Readback { seq, buf } => {
-                    if report.recorded.is_some() {
-                        continue;
-                    }
-                    let Some(elem) = self
-                        .opts
-                        .dtypes
-                        .iter()
-                        .find(|(b, _)| b == buf)
-                        .map(|(_, e)| *e)
-                        .or(last_elem.get(buf).copied())
-                    else {
-                        continue;
-                    };
-                    let Some(bytes) = self.r.by_seq.get(seq).and_then(|c| recorded_bytes(t, c))
-                    else {
-                        continue;
-                    };
-                    let (first, count) = fk::scan_bytes(bytes, elem);
-                    let c = Counts { first, count };
-                    if let Some((class, index)) = c.bad(inf) {
-                        let call = self
-                            .r
-                            .by_seq
-                            .get(seq)
-                            .map(|c| format!("call #{seq} {}", c.call.kind().name()))
-                            .unwrap_or_else(|| format!("call #{seq}"));
-                        report.recorded = Some(RecordedNonFinite {
-                            seq: *seq,
-                            call,
-                            buffer: buf.to_string(),
-                            elem: elem.name(),
-                            index,
-                            value: class_name(class),
-                            count: count[0] + if inf { count[1] + count[2] } else { 0 },
-                        });
-                    }
-                }
+                Event::Readback { seq, buf } => v.readback(*seq, *buf, report),
                 Event::Launch {
                     seq,
                     graph,
                     kernel,
                     views,
-                } => {
-                    for (v, before, _) in views {
-                        if let Some(c) = before.and_then(|s| done.get(s)) {
-                            let from = writer_of
-                                .get(&(v.buf, v.off))
-                                .cloned()
-                                .or_else(|| {
-                                    source.get(&v.buf).map(|s| {
-                                        format!(
-                                            "no launch checked wrote it there ({} {s} last)",
-                                            v.buf
-                                        )
-                                    })
-                                })
-                                .unwrap_or_else(|| "from the initial snapshot".into());
-                            status.insert(v.key(), (*c, from));
-                        }
-                    }
-                    // A launch that turned a view non-finite (more bad values than before it
-                    // ran: a view may reach past its tensor): what its inputs held before it
-                    // ran decides whether it produced the values.
-                    let grew = |v: &View, after: &Option<usize>| {
-                        let Some(c) = after.and_then(|s| done.get(s)) else {
-                            return false;
-                        };
-                        c.bad(inf).is_some()
-                            && status.get(&v.key()).is_none_or(|(p, _)| {
-                                (0..fk::CLASSES)
-                                    .filter(|k| *k == 0 || inf)
-                                    .any(|k| c.count[k] > p.count[k])
-                            })
-                    };
-                    let suspect = views.iter().any(|(v, _, after)| grew(v, after));
-                    // What a measured output held before the launch is not its input, unless
-                    // another pointer of the launch names the same bytes (an in-place op).
-                    let is_input = |v: &View| {
-                        !v.written
-                            || !v.measured
-                            || views.iter().any(|(o, _, _)| {
-                                (o.param, o.pointer) != (v.param, v.pointer)
-                                    && (o.buf, o.off) == (v.buf, v.off)
-                            })
-                    };
-                    for (v, _, _) in views.iter().filter(|_| suspect) {
-                        if !status.contains_key(&v.key()) && !source.contains_key(&v.buf) {
-                            if let Some(c) = snapshot_counts(t, v) {
-                                status.insert(v.key(), (c, "from the initial snapshot".into()));
-                            }
-                        }
-                    }
-                    let mut inputs: Vec<String> = views
-                        .iter()
-                        .filter(|(v, _, _)| suspect && is_input(v))
-                        .filter_map(|(v, _, _)| {
-                            let (c, from) = status.get(&v.key())?;
-                            let (class, index) = c.bad(inf)?;
-                            Some(format!(
-                                "parameter {} = {}+{} ({}): {} NaN, {} inf, the first ({}) at element {index}; {from}",
-                                v.param,
-                                v.buf,
-                                v.off,
-                                v.elem.name(),
-                                c.count[0],
-                                c.count[1] + c.count[2],
-                                class_name(class)
-                            ))
-                        })
-                        .collect();
-                    // A parameter struct names one tensor many times (cuBLAS's).
-                    let mut seen = HashSet::default();
-                    inputs.retain(|i| seen.insert(i.clone()));
-                    if report.planted.is_none() && !inputs.is_empty() {
-                        let bad = views.iter().map(|(v, _, _)| v).filter(|v| {
-                            is_input(v)
-                                && status
-                                    .get(&v.key())
-                                    .is_some_and(|(c, _)| c.bad(inf).is_some())
-                        });
-                        report.planted = bad
-                            .into_iter()
-                            .find_map(|v| planted_in(t, &plantings, v, inf))
-                            .map(|mut p| {
-                                p.reader_seq = *seq;
-                                p.reader = t.kernel_name(*kernel);
-                                p
-                            });
-                    }
-                    let rec = self.r.by_seq.get(seq).copied();
-                    for (v, _, _) in views.iter().filter(|(v, _, _)| v.written) {
-                        last_elem.insert(v.buf, v.elem);
-                    }
-                    for (v, _, after) in views {
-                        let Some(c) = after.and_then(|s| done.get(s)) else {
-                            continue;
-                        };
-                        // A view reaches to the end of its allocation, which a caching
-                        // allocator shares among tensors: what counts is more bad values
-                        // than before, not any.
-                        let was_bad = status.get(&v.key()).is_some_and(|(p, _)| {
-                            (0..fk::CLASSES)
-                                .filter(|k| *k == 0 || inf)
-                                .all(|k| c.count[k] <= p.count[k])
-                        });
-                        let writer = format!("written by call #{seq} {}", t.kernel_name(*kernel));
-                        status.insert(v.key(), (*c, writer.clone()));
-                        writer_of.insert((v.buf, v.off), writer.clone());
-                        source.insert(v.buf, writer);
-                        let Some((class, index)) = c.bad(inf) else {
-                            continue;
-                        };
-                        if was_bad {
-                            continue;
-                        }
-                        let found = NonFinite {
-                            seq: *seq,
-                            at: graph.map_or(*seq, |(at, _)| at),
-                            in_graph: graph.map(|(at, g)| format!("{g} launched at #{at}")),
-                            kernel: t.kernel_name(*kernel),
-                            site: rec.map(|c| t.site(c.site)).unwrap_or_default(),
-                            call: rec.map(|c| render_call(t, c)).unwrap_or_default(),
-                            param: v.param,
-                            pointer: v.pointer,
-                            buffer: v.buf.to_string(),
-                            offset: v.off,
-                            buffer_site: alloc_sites
-                                .get(&v.buf)
-                                .cloned()
-                                .unwrap_or_else(|| "?".into()),
-                            elem: v.elem.name(),
-                            elem_how: v.how,
-                            index,
-                            value: class_name(class),
-                            nan: c.count[0],
-                            inf: c.count[1] + c.count[2],
-                            measured: v.measured,
-                            suspected: crate::replayer::views::is_guess(v.how),
-                            inputs: inputs.clone(),
-                        };
-                        let better = match &report.first {
-                            None => true,
-                            Some(f) => !f.inputs.is_empty() && found.inputs.is_empty(),
-                        };
-                        if better {
-                            report.first = Some(found.clone());
-                        }
-                        if report.writers.len() < MAX_WRITERS {
-                            report.writers.push(found);
-                        }
-                    }
-                }
+                } => v.launch((*seq, *graph, *kernel), views, report),
             }
         }
     }
+}
+
+/// A launch's scanned views: each with its scan slot before and after it.
+type Scanned = [(View, Option<usize>, Option<usize>)];
+
+/// The verdict being worked out, event by event.
+struct Verdict<'v, 'a, 't> {
+    run: &'v Run<'a, 't>,
+    done: &'v [Counts],
+    inf: bool,
+    /// What each view held when last scanned, and where its contents came from.
+    status: HashMap<Key, (Counts, String)>,
+    /// Who last wrote each buffer.
+    source: HashMap<BufferId, String>,
+    /// Who wrote the tensor at (buffer, offset) last.
+    writer_of: HashMap<(BufferId, u64), String>,
+    /// The element type each buffer was last written as (how a readback of it is read).
+    last_elem: HashMap<BufferId, ElemType>,
+    alloc_sites: HashMap<BufferId, String>,
+    /// Uploads and memsets so far, where a value no launch made may have come from.
+    plantings: Vec<&'v Event>,
+}
+
+impl Verdict<'_, '_, '_> {
+    /// A recorded readback: the first one holding non-finite values is what the recording saw.
+    fn readback(&mut self, seq: u64, buf: BufferId, report: &mut FiniteReport) {
+        let (t, inf) = (self.run.r.trace, self.inf);
+        if report.recorded.is_some() {
+            return;
+        }
+        let given = self.run.opts.dtypes.iter().find(|(b, _)| *b == buf);
+        let Some(elem) = given.map(|(_, e)| *e).or(self.last_elem.get(&buf).copied()) else {
+            return;
+        };
+        let rec = self.run.r.by_seq.get(&seq);
+        let Some(bytes) = rec.and_then(|c| recorded_bytes(t, c)) else {
+            return;
+        };
+        let (first, count) = fk::scan_bytes(bytes, elem);
+        let Some((class, index)) = (Counts { first, count }).bad(inf) else {
+            return;
+        };
+        let call = rec
+            .map(|c| format!("call #{seq} {}", c.call.kind().name()))
+            .unwrap_or_else(|| format!("call #{seq}"));
+        report.recorded = Some(RecordedNonFinite {
+            seq,
+            call,
+            buffer: buf.to_string(),
+            elem: elem.name(),
+            index,
+            value: class_name(class),
+            count: count[0] + if inf { count[1] + count[2] } else { 0 },
+        });
+    }
+
+    /// A launch: what its views held before it, whether it turned one non-finite, and from
+    /// what inputs.
+    fn launch(
+        &mut self,
+        (seq, graph, kernel): (u64, Option<(u64, GraphId)>, KernelId),
+        views: &Scanned,
+        report: &mut FiniteReport,
+    ) {
+        self.note_before(views);
+        // A launch that turned a view non-finite (more bad values than before it ran: a view
+        // may reach past its tensor): what its inputs held before it ran decides whether it
+        // produced the values.
+        let suspect = views.iter().any(|(v, _, after)| {
+            let c = after.and_then(|s| self.done.get(s));
+            c.is_some_and(|c| c.bad(self.inf).is_some() && !self.no_worse(v, c))
+        });
+        let inputs = match suspect {
+            true => self.inputs(views),
+            false => Vec::new(),
+        };
+        if report.planted.is_none() && !inputs.is_empty() {
+            let t = self.run.r.trace;
+            report.planted = views
+                .iter()
+                .map(|(v, _, _)| v)
+                .filter(|v| is_input(v, views) && self.bad_before(v))
+                .find_map(|v| planted_in(t, &self.plantings, v, self.inf))
+                .map(|mut p| {
+                    p.reader_seq = seq;
+                    p.reader = t.kernel_name(kernel);
+                    p
+                });
+        }
+        for (v, _, _) in views.iter().filter(|(v, _, _)| v.written) {
+            self.last_elem.insert(v.buf, v.elem);
+        }
+        for (v, _, after) in views {
+            if let Some(c) = after.and_then(|s| self.done.get(s)) {
+                self.written((seq, graph, kernel), v, *c, &inputs, report);
+            }
+        }
+    }
+
+    /// Each view's scan before the launch, with where its contents came from.
+    fn note_before(&mut self, views: &Scanned) {
+        for (v, before, _) in views {
+            let Some(c) = before.and_then(|s| self.done.get(s)) else {
+                continue;
+            };
+            let from = self
+                .writer_of
+                .get(&(v.buf, v.off))
+                .cloned()
+                .or_else(|| {
+                    let last = self.source.get(&v.buf)?;
+                    Some(format!(
+                        "no launch checked wrote it there ({} {last} last)",
+                        v.buf
+                    ))
+                })
+                .unwrap_or_else(|| "from the initial snapshot".into());
+            self.status.insert(v.key(), (*c, from));
+        }
+    }
+
+    /// Whether `after` holds no more bad values than `v` did before the launch.
+    fn no_worse(&self, v: &View, after: &Counts) -> bool {
+        self.status.get(&v.key()).is_some_and(|(p, _)| {
+            (0..fk::CLASSES)
+                .filter(|k| *k == 0 || self.inf)
+                .all(|k| after.count[k] <= p.count[k])
+        })
+    }
+
+    /// Whether `v` held bad values before the launch.
+    fn bad_before(&self, v: &View) -> bool {
+        let held = self.status.get(&v.key());
+        held.is_some_and(|(c, _)| c.bad(self.inf).is_some())
+    }
+
+    /// The launch's inputs that already held bad values, each said once (a parameter struct
+    /// names one tensor many times: cuBLAS's).
+    fn inputs(&mut self, views: &Scanned) -> Vec<String> {
+        let t = self.run.r.trace;
+        for (v, _, _) in views {
+            if !self.status.contains_key(&v.key()) && !self.source.contains_key(&v.buf) {
+                if let Some(c) = snapshot_counts(t, v) {
+                    let from = "from the initial snapshot".to_string();
+                    self.status.insert(v.key(), (c, from));
+                }
+            }
+        }
+        let mut seen = HashSet::default();
+        views
+            .iter()
+            .filter(|(v, _, _)| is_input(v, views))
+            .filter_map(|(v, _, _)| {
+                let (c, from) = self.status.get(&v.key())?;
+                let (class, index) = c.bad(self.inf)?;
+                Some(format!(
+                    "parameter {} = {}+{} ({}): {} NaN, {} inf, the first ({}) at element {index}; {from}",
+                    v.param,
+                    v.buf,
+                    v.off,
+                    v.elem.name(),
+                    c.count[0],
+                    c.count[1] + c.count[2],
+                    class_name(class)
+                ))
+            })
+            .filter(|i| seen.insert(i.clone()))
+            .collect()
+    }
+
+    /// View `v` as the launch left it (`c`): a writer when it holds more bad values than before.
+    fn written(
+        &mut self,
+        (seq, graph, kernel): (u64, Option<(u64, GraphId)>, KernelId),
+        v: &View,
+        c: Counts,
+        inputs: &[String],
+        report: &mut FiniteReport,
+    ) {
+        let t = self.run.r.trace;
+        let was_bad = self.no_worse(v, &c);
+        let writer = format!("written by call #{seq} {}", t.kernel_name(kernel));
+        self.status.insert(v.key(), (c, writer.clone()));
+        self.writer_of.insert((v.buf, v.off), writer.clone());
+        self.source.insert(v.buf, writer);
+        let Some((class, index)) = c.bad(self.inf) else {
+            return;
+        };
+        if was_bad {
+            return;
+        }
+        let rec = self.run.r.by_seq.get(&seq).copied();
+        let found = NonFinite {
+            seq,
+            at: graph.map_or(seq, |(at, _)| at),
+            in_graph: graph.map(|(at, g)| format!("{g} launched at #{at}")),
+            kernel: t.kernel_name(kernel),
+            site: rec.map(|c| t.site(c.site)).unwrap_or_default(),
+            call: rec.map(|c| render_call(t, c)).unwrap_or_default(),
+            param: v.param,
+            pointer: v.pointer,
+            buffer: v.buf.to_string(),
+            offset: v.off,
+            buffer_site: self
+                .alloc_sites
+                .get(&v.buf)
+                .cloned()
+                .unwrap_or_else(|| "?".into()),
+            elem: v.elem.name(),
+            elem_how: v.how,
+            index,
+            value: class_name(class),
+            nan: c.count[0],
+            inf: c.count[1] + c.count[2],
+            measured: v.measured,
+            suspected: crate::replayer::views::is_guess(v.how),
+            inputs: inputs.to_vec(),
+        };
+        let better = match &report.first {
+            None => true,
+            Some(f) => !f.inputs.is_empty() && found.inputs.is_empty(),
+        };
+        if better {
+            report.first = Some(found.clone());
+        }
+        if report.writers.len() < MAX_WRITERS {
+            report.writers.push(found);
+        }
+    }
+}
+
+/// Whether `v` is an input of its launch: a view it does not write; what a measured output
+/// held before the launch is not, unless another pointer of the launch names the same bytes
+/// (an in-place op).
+fn is_input(v: &View, views: &Scanned) -> bool {
+    !v.written
+        || !v.measured
+        || views.iter().any(|(o, _, _)| {
+            (o.param, o.pointer) != (v.param, v.pointer) && (o.buf, o.off) == (v.buf, v.off)
+        })
 }
 
 /// The latest upload or memset before now that put a non-finite value (as `v` reads its
