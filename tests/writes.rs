@@ -117,7 +117,15 @@ fn recorded(n: u32) -> Trace {
 
 fn measure(t: &Trace, chunk: u64) -> WriteExtents {
     Replayer::new(t)
-        .measure_writes(&compiled(), &WriteOptions { chunk }, "key".into(), None)
+        .measure_writes(
+            &compiled(),
+            &WriteOptions {
+                chunk,
+                ..Default::default()
+            },
+            "key".into(),
+            None,
+        )
         .unwrap()
 }
 
@@ -207,6 +215,44 @@ fn large_extents_are_rounded_to_their_chunks() {
     );
 }
 
+/// An allocation larger than a launch's reach (an expandable segment holding a whole process's
+/// tensors) is hashed only so far past each pointer, pointers far apart in separate regions;
+/// the cut is counted and said.
+#[test]
+fn regions_stop_at_their_reach_and_say_so() {
+    let t = recorded(3000);
+    let w = Replayer::new(&t)
+        .measure_writes(
+            &compiled(),
+            &WriteOptions {
+                chunk: 512,
+                reach: 4096,
+            },
+            String::new(),
+            None,
+        )
+        .unwrap();
+    let summary = w.summary(&t);
+    assert_eq!(
+        w.launches[0].pointers[0].ranges,
+        vec![(0, 4096)],
+        "{summary}"
+    );
+    // scale's output (16384) and input (0) lie further apart than the reach: both measured.
+    let scale: Vec<(usize, Vec<(u64, u64)>)> = w.launches[1]
+        .pointers
+        .iter()
+        .map(|p| (p.param, p.ranges.clone()))
+        .collect();
+    assert_eq!(
+        scale,
+        vec![(0, vec![(16384, 16448)]), (1, vec![])],
+        "{summary}"
+    );
+    assert!(w.bounded > 0, "{summary}");
+    assert!(summary.contains("hashed only to 4.0 KiB past"), "{summary}");
+}
+
 /// A stored measurement is used only for the trace and chunk size it was made for, and a
 /// damaged one is an error naming the file.
 #[test]
@@ -292,7 +338,10 @@ fn a_chunk_that_is_no_power_of_two_is_refused() {
     let e = Replayer::new(&t)
         .measure_writes(
             &compiled(),
-            &WriteOptions { chunk: 24 },
+            &WriteOptions {
+                chunk: 24,
+                ..Default::default()
+            },
             String::new(),
             None,
         )

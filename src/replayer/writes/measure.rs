@@ -23,11 +23,12 @@ const SAMPLE_SLOTS: u64 = 1024;
 /// Regions pending before a batch is read back.
 const MAX_PENDING: usize = 1024;
 
-/// A region pending on the device: one allocation a launch points into.
+/// A region pending on the device: the part of one allocation a launch's pointers reach.
 struct Pending {
     seq: u64,
     buf: BufferId,
-    /// Where the hashed region starts in `buf`, and the buffer's size.
+    /// Where the hashed region starts in `buf` (its first pointer's chunk) and ends (the
+    /// allocation's end, or `WriteOptions::reach` past its last pointer).
     start: u64,
     size: u64,
     chunks: u64,
@@ -62,11 +63,13 @@ struct Hasher {
     sample_used: u64,
     sm: u32,
     chunk: u64,
+    /// `WriteOptions::reach`.
+    reach: u64,
     pending: Vec<Pending>,
 }
 
 impl Hasher {
-    fn new(gpu: &dyn GpuBackend, chunk: u64) -> anyhow::Result<Hasher> {
+    fn new(gpu: &dyn GpuBackend, opts: &WriteOptions) -> anyhow::Result<Hasher> {
         gpu.load_module(&wk::module())?;
         let handle = gpu.kernel(wk::MODULE, wk::KERNEL)?;
         let hashes = gpu.alloc((HASH_SLOTS * 8) as usize)?;
@@ -82,7 +85,8 @@ impl Hasher {
             bit_used: 0,
             sample_used: 0,
             sm: gpu.sm_count().unwrap_or(1).max(1),
-            chunk,
+            chunk: opts.chunk,
+            reach: opts.reach.max(opts.chunk),
             pending: Vec::new(),
         })
     }
@@ -367,7 +371,7 @@ impl Replayer<'_> {
             st: State::new(&kernels),
         };
         self.setup(gpu, &mut guard.st)?;
-        let mut hasher = Hasher::new(gpu, opts.chunk).map_err(|e| ReplayError::Setup {
+        let mut hasher = Hasher::new(gpu, opts).map_err(|e| ReplayError::Setup {
             what: "loading the write-extent hash kernel".into(),
             cause: format!("{e:#}"),
         })?;
@@ -375,6 +379,7 @@ impl Replayer<'_> {
             format: FORMAT,
             trace: key,
             chunk: opts.chunk,
+            reach: opts.reach.max(opts.chunk),
             ..Default::default()
         };
         let mut got = Collect::default();
@@ -446,42 +451,52 @@ impl Replayer<'_> {
             if let Some(s) = c.call.work_stream() {
                 stream = resolve_stream(st, s, c).map_err(|e| fail(&e))?;
             }
+            let mut ptrs: Vec<(BufferId, u64, Ptr)> = Vec::new();
             for (param, inner, buf, off) in pointers(args) {
                 let Some((_, size)) = st.bufs.get(&buf).copied() else {
                     continue;
                 };
-                if off >= size {
-                    continue;
+                if off < size {
+                    let len = SAMPLE.min(size - off);
+                    let (before, after) = (0, 0);
+                    let ptr = Ptr {
+                        param,
+                        inner,
+                        off,
+                        len,
+                        before,
+                        after,
+                    };
+                    ptrs.push((buf, size, ptr));
                 }
-                match regions.iter_mut().find(|r| r.buf == buf) {
-                    Some(r) => {
-                        r.start = r.start.min(off / hasher.chunk * hasher.chunk);
-                        r.ptrs.push(Ptr {
-                            param,
-                            inner,
-                            off,
-                            len: SAMPLE.min(size - off),
-                            before: 0,
-                            after: 0,
-                        });
-                    }
-                    None => regions.push(Pending {
+            }
+            // By buffer, then offset: a region per run of pointers no further than `REACH`
+            // apart.
+            ptrs.sort_by_key(|(buf, _, p)| (*buf, p.off));
+            for (buf, size, p) in ptrs {
+                match regions.last_mut() {
+                    Some(r) if r.buf == buf && p.off <= r.size => r.ptrs.push(p),
+                    _ => regions.push(Pending {
                         seq: c.seq,
                         buf,
-                        start: off / hasher.chunk * hasher.chunk,
+                        start: p.off / hasher.chunk * hasher.chunk,
                         size,
                         chunks: 0,
                         slot: 0,
                         word: 0,
-                        ptrs: vec![Ptr {
-                            param,
-                            inner,
-                            off,
-                            len: SAMPLE.min(size - off),
-                            before: 0,
-                            after: 0,
-                        }],
+                        ptrs: vec![p],
                     }),
+                }
+                let r = regions.last_mut().expect("just pushed or extended");
+                let reach = p.off.saturating_add(hasher.reach).min(size);
+                r.size = match r.ptrs.len() {
+                    1 => reach,
+                    _ => r.size.max(reach),
+                };
+            }
+            for r in &regions {
+                if st.bufs.get(&r.buf).is_some_and(|(_, size)| r.size < *size) {
+                    out.bounded += 1;
                 }
             }
             for r in regions.iter_mut() {

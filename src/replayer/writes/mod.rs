@@ -50,11 +50,20 @@ const MAX_FILE: u64 = 256 << 20;
 pub struct WriteOptions {
     /// Bytes per hashed chunk (a power of two, at least 4): what the extents are rounded to.
     pub chunk: u64,
+    /// How far past its last pointer a region is hashed. An allocation can be one tensor or a
+    /// whole process's memory (PyTorch's expandable segments map it all into one reservation,
+    /// tens of GB): a launch's pointers further apart than this are hashed as separate regions,
+    /// and a write running further than this past the last pointer before it is cut there
+    /// (`WriteExtents::bounded` counts the regions that stop short of their allocation's end).
+    pub reach: u64,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        WriteOptions { chunk: CHUNK }
+        WriteOptions {
+            chunk: CHUNK,
+            reach: 1 << 30,
+        }
     }
 }
 
@@ -123,6 +132,13 @@ pub struct WriteExtents {
     pub replayed: u64,
     /// Bytes hashed (each region twice).
     pub bytes_hashed: u64,
+    /// Regions hashed only to `reach` past their last pointer, short of their allocation's
+    /// end (a write running further than that is cut there).
+    #[serde(default)]
+    pub bounded: u64,
+    /// `WriteOptions::reach` of the measurement.
+    #[serde(default)]
+    pub reach: u64,
     /// Wall time of the measuring replay.
     pub elapsed_ms: f64,
     /// The replay stopped early: the call and the error.
@@ -204,6 +220,14 @@ impl WriteExtents {
             self.chunk,
             self.elapsed_ms
         );
+        if self.bounded > 0 {
+            let _ = writeln!(
+                s,
+                "  {} regions were hashed only to {} past their last pointer (their allocation runs further): a write past that is not seen",
+                self.bounded,
+                super::finite::bytes_text(self.reach)
+            );
+        }
         for l in &self.launches {
             let site = t
                 .calls
