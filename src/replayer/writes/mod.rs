@@ -5,7 +5,8 @@
 //! A driver-level recording knows a launch's pointer arguments but not how far each reaches or
 //! whether the kernel writes through it, and a caching allocator puts many tensors in one
 //! allocation. So the replay measures: for each allocation a launch points into, the region
-//! from its lowest pointer to the allocation's end is hashed in chunks before the launch and
+//! from its lowest pointer to the allocation's end (or `WriteOptions::reach` past its last
+//! pointer, for allocations of tens of GB) is hashed in chunks before the launch and
 //! again after it, on the launch's stream (`kernel.rs`), and the chunks whose hash changed
 //! are what it wrote. Other pointers into the same allocation only split the changed bytes into
 //! tensors: a change belongs to the pointer at or before it, so a view longer than the gap to
