@@ -271,6 +271,14 @@ fn stored_extents_are_keyed_by_trace_and_chunk() {
     assert!(!back.ever_writes(&w.launches[1].kernel, 1, None));
     assert!(WriteExtents::load(&path, "other", 512).unwrap().is_none());
     assert!(WriteExtents::load(&path, "key", 4).unwrap().is_none());
+    // A range past its buffer (a hostile or stale file) is refused before any check reads it.
+    let mut bad = w.clone();
+    bad.launches[0].pointers[0].ranges = vec![(0, 1 << 40)];
+    bad.save(&path).unwrap();
+    let back = WriteExtents::load(&path, "key", 512).unwrap().expect("same key");
+    let e = back.checked(&t, &path).unwrap_err().to_string();
+    assert!(e.contains("do not lie in order inside"), "{e}");
+    assert!(w.clone().checked(&t, &path).is_ok());
     std::fs::write(&path, b"{\"format\": 1, \"trac").unwrap();
     let e = WriteExtents::load(&path, "key", 512)
         .unwrap_err()

@@ -320,6 +320,34 @@ impl WriteExtents {
         Ok(Some(w))
     }
 
+    /// `self`, if every range it holds lies inside a buffer of `t` (a stored file is untrusted
+    /// input: a range past its buffer would make a check read past it on the device); else an
+    /// error naming the first that does not.
+    pub fn checked(self, t: &Trace, path: &Path) -> Result<WriteExtents, WritesError> {
+        for l in &self.launches {
+            for p in &l.pointers {
+                let size = t.sizes.get(&p.buf).copied().unwrap_or(0);
+                let mut at = p.off;
+                let fits = p.off < size
+                    && p.ranges.iter().all(|(a, z)| {
+                        let ok = at <= *a && a < z && *z <= size;
+                        at = *z;
+                        ok
+                    });
+                if !fits {
+                    return Err(WritesError::Stored {
+                        path: path.to_path_buf(),
+                        why: format!(
+                            "launch #{} parameter {}: {}+{} ranges {:?} do not lie in order inside its {size} bytes",
+                            l.seq, p.param, p.buf, p.off, p.ranges
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// Store the measurement at `path` (through a temporary file, so a reader never sees half).
     pub fn save(&self, path: &Path) -> Result<(), WritesError> {
         let bad = |e: std::io::Error| WritesError::Stored {
@@ -425,7 +453,9 @@ impl Replayer<'_> {
             false => None,
         };
         if let Some(k) = &key {
-            match WriteExtents::load(&stored, k, opts.chunk) {
+            let loaded = WriteExtents::load(&stored, k, opts.chunk)
+                .and_then(|w| w.map(|w| w.checked(self.trace, &stored)).transpose());
+            match loaded {
                 Ok(Some(w)) => {
                     let note = format!("write extents: read from {}", stored.display());
                     return Ok((w, note));
