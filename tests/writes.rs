@@ -275,7 +275,9 @@ fn stored_extents_are_keyed_by_trace_and_chunk() {
     let mut bad = w.clone();
     bad.launches[0].pointers[0].ranges = vec![(0, 1 << 40)];
     bad.save(&path).unwrap();
-    let back = WriteExtents::load(&path, "key", 512).unwrap().expect("same key");
+    let back = WriteExtents::load(&path, "key", 512)
+        .unwrap()
+        .expect("same key");
     let e = back.checked(&t, &path).unwrap_err().to_string();
     assert!(e.contains("do not lie in order inside"), "{e}");
     assert!(w.clone().checked(&t, &path).is_ok());
@@ -407,6 +409,12 @@ fn an_uploaded_inf_is_named_as_planted_with_its_first_reader() {
     assert!(summary.contains("-> inf PLANTED by call #"), "{summary}");
     let f = r.first.as_ref().expect("the reader wrote the inf on");
     assert!(!f.inputs.is_empty(), "{summary}");
+    // What `inspect --writes` shows of the upload: the 64 bytes it wrote, not its buffer.
+    let wrote: Vec<(u64, u64)> = gputape::replayer::written_tensors(&t, p.seq, None, &[])
+        .iter()
+        .map(|w| (w.off, w.bytes))
+        .collect();
+    assert_eq!(wrote, vec![(0, 64)]);
 }
 
 /// A launch's input is the tensor its writer wrote, not the rest of the allocation from its

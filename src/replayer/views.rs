@@ -252,8 +252,8 @@ pub struct WrittenTensor {
 }
 
 /// What call `seq` wrote: a launch's written pointers, each typed and, where `writes` measured
-/// it, cut to the bytes it wrote (else from the pointer to the end of its buffer); a copy's or
-/// memset's destination buffer whole.
+/// it, cut to the bytes it wrote (else from the pointer to the end of its buffer); the bytes a
+/// copy or memset wrote; any other call's destination buffers whole.
 pub fn written_tensors(
     t: &Trace,
     seq: u64,
@@ -264,12 +264,34 @@ pub fn written_tensors(
         return Vec::new();
     };
     let Some((kernel, args)) = c.call.launch() else {
-        return crate::trace::written_through(t, c)
+        // A copy or memset names the bytes it wrote; anything else, its buffers whole.
+        let range = match &c.call {
+            Call::CopyH2D { dst, len, .. }
+            | Call::CopyH2DAsync { dst, len, .. }
+            | Call::CopyH2DAsyncRetained { dst, len, .. }
+            | Call::CopyD2D { dst, len, .. }
+            | Call::CopyD2DAsync { dst, len, .. }
+            | Call::Memset { dst, len, .. }
+            | Call::MemsetAsync { dst, len, .. } => match dst {
+                DevAddr::Buf { buf, off } => Some((*buf, *off, *len)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let whole = |buf: BufferId| (buf, 0, t.sizes.get(&buf).copied().unwrap_or(0));
+        let ranges: Vec<(BufferId, u64, u64)> = match range {
+            Some(r) => vec![r],
+            None => crate::trace::written_through(t, c)
+                .into_iter()
+                .map(whole)
+                .collect(),
+        };
+        return ranges
             .into_iter()
-            .map(|buf| WrittenTensor {
+            .map(|(buf, off, bytes)| WrittenTensor {
                 buf,
-                off: 0,
-                bytes: t.sizes.get(&buf).copied().unwrap_or(0),
+                off,
+                bytes,
                 elem: None,
                 how: "",
                 measured: false,
