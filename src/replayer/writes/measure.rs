@@ -458,20 +458,19 @@ impl Replayer<'_> {
                 };
                 if off < size {
                     let len = SAMPLE.min(size - off);
-                    let (before, after) = (0, 0);
                     let ptr = Ptr {
                         param,
                         inner,
                         off,
                         len,
-                        before,
-                        after,
+                        before: 0,
+                        after: 0,
                     };
                     ptrs.push((buf, size, ptr));
                 }
             }
-            // By buffer, then offset: a region per run of pointers no further than `REACH`
-            // apart.
+            // By buffer, then offset: a region per run of pointers no further apart than the
+            // reach, ending that far past its last pointer (or at the buffer's end).
             ptrs.sort_by_key(|(buf, _, p)| (*buf, p.off));
             for (buf, size, p) in ptrs {
                 match regions.last_mut() {
