@@ -229,13 +229,9 @@ impl WriteExtents {
                 super::finite::bytes_text(self.reach)
             );
         }
+        let sites: HashMap<u64, SiteId> = t.calls.iter().map(|c| (c.seq, c.site)).collect();
         for l in &self.launches {
-            let site = t
-                .calls
-                .iter()
-                .find(|c| c.seq == l.seq)
-                .map(|c| t.site(c.site))
-                .unwrap_or_default();
+            let site = sites.get(&l.seq).map(|s| t.site(*s)).unwrap_or_default();
             let _ = writeln!(s, "#{} {} @ {site}", l.seq, l.kernel);
             for p in &l.pointers {
                 let name = match p.inner {
@@ -243,7 +239,11 @@ impl WriteExtents {
                     None => format!("parameter {}", p.param),
                 };
                 if p.ranges.is_empty() {
-                    let _ = writeln!(s, "  {name} = {}+{}: read only", p.buf, p.off);
+                    let _ = writeln!(
+                        s,
+                        "  {name} = {}+{}: no byte changed (read only, or it wrote what was there)",
+                        p.buf, p.off
+                    );
                     continue;
                 }
                 let ranges: Vec<String> = p
