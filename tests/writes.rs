@@ -15,6 +15,9 @@ const SCALE: &str = "_Z5scaleIfEvPT_S1_i";
 const POISON: &str = "_Z6poisonIfEvPT_i";
 const LOG: &str = "_Z4logfIfEvPT_S1_i";
 
+/// A kernel body's arithmetic on one element.
+type Unary = fn(f32) -> f32;
+
 /// Kernels as a compiled program's arrive: no declared access, no source. `fill(out, n)` writes
 /// the square roots of 1..=n, `scale(out, in, n)` writes 2*in, `poison(out, n)` writes what
 /// fill does with a NaN at 3, `logf(out, in, n)` writes ln(in - 2) (NaN below 2).
@@ -35,34 +38,23 @@ fn compiled() -> MockGpuBackend {
             })),
         );
     }
-    m.register_kernel(
-        "compiled",
-        LOG,
-        ParamInfo::packed(&[(8, Unknown), (8, Unknown), (4, Value)]),
-        Some(Arc::new(|ctx| {
-            let (out, inp, n) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize);
-            let v: Vec<f32> = ctx
-                .read(inp, n * 4)?
-                .chunks_exact(4)
-                .map(|w| (f32::from_le_bytes([w[0], w[1], w[2], w[3]]) - 2.0).ln())
-                .collect();
-            ctx.write_f32(out, &v)
-        })),
-    );
-    m.register_kernel(
-        "compiled",
-        SCALE,
-        ParamInfo::packed(&[(8, Unknown), (8, Unknown), (4, Value)]),
-        Some(Arc::new(|ctx| {
-            let (out, inp, n) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize);
-            let v: Vec<f32> = ctx
-                .read(inp, n * 4)?
-                .chunks_exact(4)
-                .map(|w| 2.0 * f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                .collect();
-            ctx.write_f32(out, &v)
-        })),
-    );
+    let elementwise: [(&str, Unary); 2] = [(LOG, |x| (x - 2.0).ln()), (SCALE, |x| 2.0 * x)];
+    for (name, f) in elementwise {
+        m.register_kernel(
+            "compiled",
+            name,
+            ParamInfo::packed(&[(8, Unknown), (8, Unknown), (4, Value)]),
+            Some(Arc::new(move |ctx| {
+                let (out, inp, n) = (ctx.ptr(0)?, ctx.ptr(1)?, ctx.u32(2)? as usize);
+                let v: Vec<f32> = ctx
+                    .read(inp, n * 4)?
+                    .chunks_exact(4)
+                    .map(|w| f(f32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+                    .collect();
+                ctx.write_f32(out, &v)
+            })),
+        );
+    }
     m
 }
 

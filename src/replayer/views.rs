@@ -110,127 +110,132 @@ impl<'a> Typing<'a> {
         };
         let symbol = info.map_or("", |k| k.name.as_str());
         let mut out = Vec::new();
-        for (i, a) in args.iter().enumerate() {
-            let pointers: Vec<(Option<usize>, &BufferId, u64)> = match a {
-                Arg::Buf(DevAddr::Buf { buf, off }) => vec![(None, buf, *off)],
-                Arg::Words(w) => w
-                    .ptrs
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(j, (_, d))| match d {
-                        DevAddr::Buf { buf, off } => Some((Some(j), buf, *off)),
-                        _ => None,
-                    })
-                    .collect(),
-                _ => continue,
-            };
-            for (inner, buf, off) in pointers {
-                if self.ignore.contains(buf) {
-                    continue;
-                }
-                let sig = ptrs.as_ref().and_then(|p| p.get(i).copied().flatten());
-                let access = info
-                    .and_then(|k| k.params.get(i))
-                    .map_or(ParamAccess::Unknown, |p| p.access);
-                let mut written = writes_through(access, sig);
-                let size = t.sizes.get(buf).copied().unwrap_or(0);
-                let mut range = (off, size.saturating_sub(off));
-                // Declared access is the owner's word; anything else is what was measured.
-                let undeclared = !matches!(
-                    access,
-                    ParamAccess::Read | ParamAccess::Write | ParamAccess::ReadWrite
-                );
-                let launch = self
-                    .writes
-                    .filter(|_| undeclared)
-                    .and_then(|w| w.launch(seq));
-                let measured = launch.and_then(|l| {
-                    l.pointers
-                        .iter()
-                        .find(|p| p.param == i && p.inner == inner && p.buf == *buf && p.off == off)
-                });
-                let mut was_measured = false;
-                match measured.map(|m| m.hull()) {
-                    Some(Some((s, e))) => {
-                        written = true;
-                        range = (s, e - s);
-                        was_measured = true;
-                    }
-                    // Measured writing nothing (or not listed: it points past its buffer).
-                    Some(None) | None if launch.is_some() => {
-                        written = self.same_value_writes
-                            && self
-                                .writes
-                                .is_some_and(|w| w.ever_writes(&t.kernel_name(kernel), i, inner));
-                    }
-                    _ => {}
-                }
-                let inferred = measured.and_then(|m| m.inferred).or_else(|| {
-                    let w = self.writes?;
-                    w.param_type(&t.kernel_name(kernel), i, inner)
-                });
-                let given = self.dtypes.iter().find(|(b, _)| b == buf).map(|(_, e)| *e);
-                let declared = info
-                    .filter(|_| inner.is_none())
-                    .and_then(|k| k.elems.get(i).copied().flatten());
-                let signature = sig.and_then(|p| p.elem);
-                let named = || {
-                    let typed = kernel_types::type_of(self.rules, symbol, i, inner)?;
-                    let how = match typed.how {
-                        kernel_types::How::Rule(_) => "a --dtype rule",
-                        kernel_types::How::Template => "its name's template arguments",
-                        kernel_types::How::GemmName => "its cuBLAS/CUTLASS name",
-                        kernel_types::How::NvjetCode => match inferred {
-                            Some(g) if Some(g.elem) == typed.ty.scannable() => {
-                                "its nvjet type code, confirmed by the bytes it wrote"
-                            }
-                            Some(_) => return Some((inferred.map(|g| g.elem), GUESS_AGAINST_CODE)),
-                            None => "its nvjet type code (unconfirmed)",
-                        },
-                    };
-                    Some((typed.ty.scannable(), how))
-                };
-                let guessed = || inferred.map(|g| (Some(g.elem), GUESS));
-                let (elem, how) = match (given, declared, signature) {
-                    (Some(e), _, _) => (Some(e), "--dtype"),
-                    (None, Some(e), _) => (
-                        Some(e),
-                        info.and_then(|k| kernel_types::declared_by_triton(t, &k.module))
-                            .unwrap_or("declared"),
-                    ),
-                    (None, None, Some(e)) => (Some(e), sig_how),
-                    (None, None, None) => named().or_else(guessed).unwrap_or((None, "")),
-                };
-                if elem.is_none() && written && sig.is_none_or(|p| p.maybe_float) && how.is_empty()
-                {
-                    let name = match inner {
-                        Some(j) => format!("{} parameter {i} pointer {j}", t.kernel_name(kernel)),
-                        None => format!("{} parameter {i}", t.kernel_name(kernel)),
-                    };
-                    if !self.untyped.contains(&name) {
-                        self.untyped.push(name);
-                    }
-                }
-                let (off, bytes) = range;
-                let misaligned = elem.is_some_and(|e| off % e.size() != 0);
-                if bytes == 0 || misaligned {
-                    continue;
-                }
-                out.push(View {
-                    param: i,
-                    inner,
-                    buf: *buf,
-                    off,
-                    bytes,
-                    measured: was_measured,
-                    elem,
-                    how,
-                    written,
-                });
+        for (i, inner, buf, off) in launch_pointers(args) {
+            let buf = &buf;
+            if self.ignore.contains(buf) {
+                continue;
             }
+            let sig = ptrs.as_ref().and_then(|p| p.get(i).copied().flatten());
+            let access = info
+                .and_then(|k| k.params.get(i))
+                .map_or(ParamAccess::Unknown, |p| p.access);
+            let mut written = writes_through(access, sig);
+            let size = t.sizes.get(buf).copied().unwrap_or(0);
+            let mut range = (off, size.saturating_sub(off));
+            // Declared access is the owner's word; anything else is what was measured.
+            let undeclared = !matches!(
+                access,
+                ParamAccess::Read | ParamAccess::Write | ParamAccess::ReadWrite
+            );
+            let launch = self
+                .writes
+                .filter(|_| undeclared)
+                .and_then(|w| w.launch(seq));
+            let measured = launch.and_then(|l| {
+                l.pointers
+                    .iter()
+                    .find(|p| p.param == i && p.inner == inner && p.buf == *buf && p.off == off)
+            });
+            let mut was_measured = false;
+            match measured.map(|m| m.hull()) {
+                Some(Some((s, e))) => {
+                    written = true;
+                    range = (s, e - s);
+                    was_measured = true;
+                }
+                // Measured writing nothing (or not listed: it points past its buffer).
+                Some(None) | None if launch.is_some() => {
+                    written = self.same_value_writes
+                        && self
+                            .writes
+                            .is_some_and(|w| w.ever_writes(&t.kernel_name(kernel), i, inner));
+                }
+                _ => {}
+            }
+            let inferred = measured.and_then(|m| m.inferred).or_else(|| {
+                let w = self.writes?;
+                w.param_type(&t.kernel_name(kernel), i, inner)
+            });
+            let given = self.dtypes.iter().find(|(b, _)| b == buf).map(|(_, e)| *e);
+            let declared = info
+                .filter(|_| inner.is_none())
+                .and_then(|k| k.elems.get(i).copied().flatten());
+            let signature = sig.and_then(|p| p.elem);
+            let named = || {
+                let typed = kernel_types::type_of(self.rules, symbol, i, inner)?;
+                let how = match typed.how {
+                    kernel_types::How::Rule(_) => "a --dtype rule",
+                    kernel_types::How::Template => "its name's template arguments",
+                    kernel_types::How::GemmName => "its cuBLAS/CUTLASS name",
+                    kernel_types::How::NvjetCode => match inferred {
+                        Some(g) if Some(g.elem) == typed.ty.scannable() => {
+                            "its nvjet type code, confirmed by the bytes it wrote"
+                        }
+                        Some(_) => return Some((inferred.map(|g| g.elem), GUESS_AGAINST_CODE)),
+                        None => "its nvjet type code (unconfirmed)",
+                    },
+                };
+                Some((typed.ty.scannable(), how))
+            };
+            let guessed = || inferred.map(|g| (Some(g.elem), GUESS));
+            let (elem, how) = match (given, declared, signature) {
+                (Some(e), _, _) => (Some(e), "--dtype"),
+                (None, Some(e), _) => (
+                    Some(e),
+                    info.and_then(|k| kernel_types::declared_by_triton(t, &k.module))
+                        .unwrap_or("declared"),
+                ),
+                (None, None, Some(e)) => (Some(e), sig_how),
+                (None, None, None) => named().or_else(guessed).unwrap_or((None, "")),
+            };
+            if elem.is_none() && written && sig.is_none_or(|p| p.maybe_float) && how.is_empty() {
+                let name = match inner {
+                    Some(j) => format!("{} parameter {i} pointer {j}", t.kernel_name(kernel)),
+                    None => format!("{} parameter {i}", t.kernel_name(kernel)),
+                };
+                if !self.untyped.contains(&name) {
+                    self.untyped.push(name);
+                }
+            }
+            let (off, bytes) = range;
+            let misaligned = elem.is_some_and(|e| off % e.size() != 0);
+            if bytes == 0 || misaligned {
+                continue;
+            }
+            out.push(View {
+                param: i,
+                inner,
+                buf: *buf,
+                off,
+                bytes,
+                measured: was_measured,
+                elem,
+                how,
+                written,
+            });
         }
         out
     }
+}
+
+/// A launch's pointer arguments into buffers, and the pointers inside its by-value parameters
+/// (PyTorch's array of data pointers): (param, pointer inside it, buffer, offset).
+pub(super) fn launch_pointers(args: &[Arg]) -> Vec<(usize, Option<usize>, BufferId, u64)> {
+    let mut out = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        match a {
+            Arg::Buf(DevAddr::Buf { buf, off }) => out.push((i, None, *buf, *off)),
+            Arg::Words(w) => {
+                for (j, (_, d)) in w.ptrs.iter().enumerate() {
+                    if let DevAddr::Buf { buf, off } = d {
+                        out.push((i, Some(j), *buf, *off));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A range of a buffer a call wrote, with its element type where known.

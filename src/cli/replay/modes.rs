@@ -32,7 +32,7 @@ pub(super) fn check_finite(ctx: &Ctx, mut a: Args) -> Result<Exit> {
 /// `replay --write-extents`: measure what every launch wrote, print it, store it beside the
 /// trace for the checks that use it.
 pub(super) fn write_extents(ctx: &Ctx, mut a: Args) -> Result<Exit> {
-    use crate::replayer::writes::{trace_key, WriteExtents, WriteOptions};
+    use crate::replayer::writes::trace_key;
     let t = a.take_trace(ctx)?;
     let opened = backends::open(ctx, a.on, Want::replay())?;
     let load = |m: &crate::backend::ModuleCode| opened.load_trace_code(m);
@@ -41,27 +41,16 @@ pub(super) fn write_extents(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         r = r.with_opaque_kernels();
     }
     let key = match a.trace.is_file() {
-        true => trace_key(&a.trace)?,
-        false => String::new(),
+        true => Some(trace_key(&a.trace)?),
+        false => None,
     };
-    let w = r.measure_writes(
-        opened.gpu.as_ref(),
-        &WriteOptions::default(),
-        key.clone(),
-        Some(&load),
-    )?;
+    let (w, note) = r.measure_and_store(opened.gpu.as_ref(), &a.trace, key, Some(&load))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&w)?);
     } else {
         print!("{}", w.summary(&t));
     }
-    if !key.is_empty() && w.stopped.is_none() {
-        let stored = WriteExtents::path_for(&a.trace);
-        match w.save(&stored) {
-            Ok(()) => eprintln!("stored in {}", stored.display()),
-            Err(e) => eprintln!("warning: {e}: not stored"),
-        }
-    }
+    eprintln!("{note}");
     Ok(pass_if(w.stopped.is_none()))
 }
 

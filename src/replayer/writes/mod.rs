@@ -32,6 +32,7 @@ mod measure;
 
 pub use infer::infer;
 
+use super::views::launch_pointers as pointers;
 use super::{ModuleLoader, ReplayError, Replayer};
 use crate::backend::{ElemType, GpuBackend};
 use crate::trace::*;
@@ -416,25 +417,6 @@ pub fn wanted(t: &Trace) -> bool {
         })
 }
 
-/// A launch's pointer arguments into buffers: (param, inner, buffer, offset).
-fn pointers(args: &[Arg]) -> Vec<(usize, Option<usize>, BufferId, u64)> {
-    let mut out = Vec::new();
-    for (i, a) in args.iter().enumerate() {
-        match a {
-            Arg::Buf(DevAddr::Buf { buf, off }) => out.push((i, None, *buf, *off)),
-            Arg::Words(w) => {
-                for (j, (_, d)) in w.ptrs.iter().enumerate() {
-                    if let DevAddr::Buf { buf, off } = d {
-                        out.push((i, Some(j), *buf, *off));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 impl Replayer<'_> {
     /// The writes a check of the trace at `path` uses: the stored measurement beside it when it
     /// was made for this file, else measured now on `gpu` and stored there (a directory that
@@ -464,6 +446,21 @@ impl Replayer<'_> {
                 Err(e) => tracing::warn!("{e}; measuring again"),
             }
         }
+        self.measure_and_store(gpu, path, key, loader)
+    }
+
+    /// Measure what each launch of the trace at `path` writes on `gpu` and store it beside the
+    /// trace (`key`: the trace file's blake3, `None` when it is no file: nothing stored); also
+    /// a line saying what was measured and where it went.
+    pub fn measure_and_store(
+        &self,
+        gpu: &dyn GpuBackend,
+        path: &Path,
+        key: Option<String>,
+        loader: Option<ModuleLoader<'_>>,
+    ) -> Result<(WriteExtents, String), ReplayError> {
+        let opts = WriteOptions::default();
+        let stored = WriteExtents::path_for(path);
         let w = self.measure_writes(gpu, &opts, key.clone().unwrap_or_default(), loader)?;
         let note = match (&key, &w.stopped) {
             _ if w.launches.is_empty() => {
