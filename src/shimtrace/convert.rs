@@ -686,7 +686,7 @@ impl Converter {
                 },
                 ret(Value::Unit),
             ),
-            Rec::CtxSync => (
+            Rec::CtxSync {} => (
                 Call::Synchronize {
                     stream: StreamRef::Legacy,
                 },

@@ -449,8 +449,8 @@ fn python_stacks_become_sites_naming_the_programs_line() {
             managed: false,
         },
         Rec::Free { ptr: A },
-        Rec::CtxSync,
-        Rec::CtxSync,
+        Rec::CtxSync {},
+        Rec::CtxSync {},
     ];
     let mut bytes = header(Header {
         pid: 7,

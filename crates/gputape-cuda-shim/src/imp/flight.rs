@@ -263,7 +263,7 @@ impl Blocked {
     pub fn rec(self) -> Rec<'static> {
         match self {
             Blocked::Stream(stream) => Rec::StreamSync { stream },
-            Blocked::Ctx => Rec::CtxSync,
+            Blocked::Ctx => Rec::CtxSync {},
             Blocked::Event(event) => Rec::EventSync { event },
             Blocked::D2H { src, dst, len, on } => Rec::CopyD2H {
                 src,

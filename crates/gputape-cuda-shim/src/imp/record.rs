@@ -1305,7 +1305,7 @@ unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
     // SAFETY: entry point I is cuCtxSynchronize: ().
     let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
     drop(_w);
-    log::write(r, Rec::CtxSync);
+    log::write(r, Rec::CtxSync {});
     managed::after_sync(r, queued, false);
     if r == 0 {
         settle(Done::All);
@@ -1322,7 +1322,7 @@ unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
     // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
     drop(_w);
-    log::write(r, Rec::CtxSync);
+    log::write(r, Rec::CtxSync {});
     managed::after_sync(r, queued, false);
     if r == 0 {
         settle(Done::All);
