@@ -241,7 +241,11 @@ fn the_planted_fault_is_recorded_at_its_kernel_with_debug_sync() {
     model::kernels::load(&m).expect("load the model kernels");
     let (t, failed) = the_one_failure(record_step_on(m, 4, PLANTED));
     assert!(t.site(failed.site).starts_with("src/model/mod.rs:"));
-    let Call::LaunchTyped { kernel, .. } = &failed.call else {
+    let Call::LaunchTyped {
+        head: gputape::trace::LaunchHead { kernel, .. },
+        ..
+    } = &failed.call
+    else {
         panic!("the failing call is a launch");
     };
     assert_eq!(t.kernels[kernel].name, "silu_mul");

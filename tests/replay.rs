@@ -1092,7 +1092,10 @@ fn eager_trace() -> Trace {
     // recording names it the legacy stream, as here.
     for c in &mut t.calls {
         if let gputape::trace::Call::MemsetAsync { stream, .. }
-        | gputape::trace::Call::LaunchTyped { stream, .. } = &mut c.call
+        | gputape::trace::Call::LaunchTyped {
+            head: gputape::trace::LaunchHead { stream, .. },
+            ..
+        } = &mut c.call
         {
             *stream = gputape::trace::StreamRef::Legacy;
         }

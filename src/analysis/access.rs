@@ -67,9 +67,9 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
             range(dst, span(*dst_pitch), true, &mut v);
         }
         Memset { dst, len, .. } | MemsetAsync { dst, len, .. } => range(dst, *len, true, &mut v),
-        Launch { kernel, args, .. } | LaunchTyped { kernel, args, .. } => {
+        Launch { head, args } | LaunchTyped { head, args } => {
             let layout: &[crate::backend::ParamInfo] =
-                t.kernels.get(kernel).map_or(&[], |k| &k.params);
+                t.kernels.get(&head.kernel).map_or(&[], |k| &k.params);
             for (i, a) in args.iter().enumerate() {
                 for d in a.device_addrs() {
                     let (DevAddr::Buf { buf, off } | DevAddr::Freed { buf, off }) = d else {

@@ -108,8 +108,14 @@ impl SegmentPlan {
 /// can when it is `moved` to a stream of the replay's (an eager program's step).
 fn graphable(c: &Call, moved: bool) -> Option<StreamRef> {
     match c {
-        Call::Launch { stream, .. }
-        | Call::LaunchTyped { stream, .. }
+        Call::Launch {
+            head: LaunchHead { stream, .. },
+            ..
+        }
+        | Call::LaunchTyped {
+            head: LaunchHead { stream, .. },
+            ..
+        }
         | Call::MemsetAsync { stream, .. }
         | Call::CopyD2DAsync { stream, .. }
         | Call::CopyD2D2DAsync { stream, .. } => {

@@ -185,11 +185,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
                     unreachable!("launch_with_tensor_maps builds a typed launch")
                 };
                 let call = Call::Launch {
-                    kernel,
-                    grid,
-                    block,
-                    shared_mem,
-                    stream,
+                    head: LaunchHead {
+                        kernel,
+                        grid,
+                        block,
+                        shared_mem,
+                        stream,
+                    },
                     args,
                 };
                 st.emit_call(&head, &call);
@@ -218,11 +220,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             let unrecorded = (layout.is_empty() && !params.is_empty()).then_some(params.len());
             let view = LaunchRef {
                 typed: false,
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
+                head: LaunchHead {
+                    kernel,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                },
                 n_args: params.len().min(layout.len()),
                 // SAFETY: launch's contract: params[i] points at a value of the kernel's i-th
                 // parameter, whose size the layout gives.
@@ -291,11 +295,13 @@ impl<B: GpuBackend> GpuBackend for RecordingBackend<B> {
             let addrs = &parts.addrs;
             let view = LaunchRef {
                 typed: true,
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
+                head: LaunchHead {
+                    kernel,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                },
                 n_args: args.len(),
                 arg: |i| match args[i] {
                     KernelArg::Buffer(p) => ArgRef::Buf(addrs.addr(p.0)),

@@ -376,11 +376,13 @@ impl RecState {
             })
             .collect();
         Some(Call::LaunchTyped {
-            kernel,
-            grid,
-            block,
-            shared_mem,
-            stream,
+            head: LaunchHead {
+                kernel,
+                grid,
+                block,
+                shared_mem,
+                stream,
+            },
             args,
         })
     }

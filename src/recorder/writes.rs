@@ -55,7 +55,16 @@ pub(super) fn call_writes(
         // A raw launch of a kernel without a layout records no arguments: it may have
         // written anything.
         Call::Launch { args, .. } if args.is_empty() => anything(),
-        Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
+        Call::Launch {
+            head: LaunchHead { kernel, .. },
+            args,
+            ..
+        }
+        | Call::LaunchTyped {
+            head: LaunchHead { kernel, .. },
+            args,
+            ..
+        } => {
             let layout = layouts.get(kernel).copied().unwrap_or(&[]);
             let mut bufs = smallvec::SmallVec::new();
             for (i, a) in args.iter().enumerate() {

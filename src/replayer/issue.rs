@@ -108,22 +108,8 @@ impl Replayer<'_> {
                     *len as usize,
                 )
             }
-            Call::Launch {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream: s,
-                args,
-            }
-            | Call::LaunchTyped {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream: s,
-                args,
-            } => {
+            Call::Launch { head: LaunchHead { kernel, grid, block, shared_mem, stream: s }, args }
+            | Call::LaunchTyped { head: LaunchHead { kernel, grid, block, shared_mem, stream: s }, args } => {
                 self.taint_launch(st, *kernel, args);
                 if let Some(n) = self.args_missing.get(&c.seq) {
                     // Launched with garbage it would be worse than not at all: not run, said.

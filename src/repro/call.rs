@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{c_str, comment, stream, Gen, ProgramError};
-use crate::trace::{Arg, Call, CallRecord, DevAddr, HostAddr, StreamRef, Value};
+use crate::trace::{Arg, Call, CallRecord, DevAddr, HostAddr, LaunchHead, StreamRef, Value};
 
 /// An async read back, compared once a sync has completed it: (seq, host variable, data file,
 /// bytes, stream).
@@ -123,19 +123,25 @@ impl Gen<'_> {
                 }
             }
             Call::Launch {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream: st,
+                head:
+                    LaunchHead {
+                        kernel,
+                        grid,
+                        block,
+                        shared_mem,
+                        stream: st,
+                    },
                 args,
             }
             | Call::LaunchTyped {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream: st,
+                head:
+                    LaunchHead {
+                        kernel,
+                        grid,
+                        block,
+                        shared_mem,
+                        stream: st,
+                    },
                 args,
             } => {
                 let f = self.kernels[kernel];

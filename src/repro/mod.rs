@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::trace::{
-    Arg, BlobId, BufferId, Call, CallRecord, DevAddr, KernelId, StreamRef, Trace, Value,
+    Arg, BlobId, BufferId, Call, CallRecord, DevAddr, KernelId, LaunchHead, StreamRef, Trace, Value,
 };
 
 mod call;
@@ -428,18 +428,8 @@ impl<'a> Gen<'a> {
             Call::HostPtrToDevice { .. } => {
                 return refuse("device aliases of pinned host memory are not written by the program yet")
             }
-            Call::Launch {
-                kernel,
-                stream: st,
-                args,
-                ..
-            }
-            | Call::LaunchTyped {
-                kernel,
-                stream: st,
-                args,
-                ..
-            } => {
+            Call::Launch { head: LaunchHead { kernel, stream: st, .. }, args, .. }
+            | Call::LaunchTyped { head: LaunchHead { kernel, stream: st, .. }, args, .. } => {
                 s(st, self);
                 self.kernels.insert(*kernel, 0);
                 let params = self.t.kernels.get(kernel).map_or(0, |k| k.params.len());

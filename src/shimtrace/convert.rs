@@ -18,9 +18,9 @@ use crate::backend::{
 use crate::recorder::Addrs;
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
-    HostAddr, HostId, KernelId, OperandMut, Provenance, SiteDef, SiteId, StreamId, StreamRef,
-    TensorMapArg, Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION, MIN_READER_VERSION,
-    TOOL_SITE,
+    HostAddr, HostId, KernelId, LaunchHead, OperandMut, Provenance, SiteDef, SiteId, StreamId,
+    StreamRef, TensorMapArg, Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION,
+    MIN_READER_VERSION, TOOL_SITE,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -621,11 +621,13 @@ impl Converter {
                 let args = self.args(layout.as_deref(), params);
                 self.summary.launches += 1;
                 let call = Call::Launch {
-                    kernel,
-                    grid,
-                    block,
-                    shared_mem,
-                    stream: self.stream(stream),
+                    head: LaunchHead {
+                        kernel,
+                        grid,
+                        block,
+                        shared_mem,
+                        stream: self.stream(stream),
+                    },
                     args,
                 };
                 (call, ret(Value::Unit))

@@ -139,6 +139,24 @@ impl fmt::Display for BlobId {
     }
 }
 
+/// What a launch says besides its arguments: the head both launch calls share. A field of
+/// the launch variants, and encoded inline in their place (bincode writes a struct's fields
+/// one after another, with nothing around them), so traces are unchanged (the codec tests
+/// hold it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchHead {
+    /// The kernel, as a `Frame::Kernel` names it.
+    pub kernel: KernelId,
+    /// Blocks per dimension.
+    pub grid: [u32; 3],
+    /// Threads per block, per dimension.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem: u32,
+    /// The stream it was enqueued on.
+    pub stream: StreamRef,
+}
+
 /// One call of the trait, with its arguments as ids and blobs.
 ///
 /// Each variant is the [`GpuBackend`](crate::backend::GpuBackend) method of the same name
@@ -188,31 +206,15 @@ pub enum Call {
     },
     /// `launch`: a raw launch, its arguments read through the kernel's parameter layout.
     Launch {
-        /// The kernel, as a `Frame::Kernel` names it.
-        kernel: KernelId,
-        /// Blocks per dimension.
-        grid: [u32; 3],
-        /// Threads per block, per dimension.
-        block: [u32; 3],
-        /// Dynamic shared memory per block, in bytes.
-        shared_mem: u32,
-        /// The stream it was enqueued on.
-        stream: StreamRef,
+        /// Which kernel, its shape and its stream.
+        head: LaunchHead,
         /// One per parameter; empty when no layout was known (`Finding::ArgsNotRecorded`).
         args: Args,
     },
-    /// `launch_typed`: the same fields as `Launch`, its arguments as the engine typed them.
+    /// `launch_typed`: a launch whose arguments the engine typed.
     LaunchTyped {
-        /// The kernel, as a `Frame::Kernel` names it.
-        kernel: KernelId,
-        /// Blocks per dimension.
-        grid: [u32; 3],
-        /// Threads per block, per dimension.
-        block: [u32; 3],
-        /// Dynamic shared memory per block, in bytes.
-        shared_mem: u32,
-        /// The stream it was enqueued on.
-        stream: StreamRef,
+        /// Which kernel, its shape and its stream.
+        head: LaunchHead,
         /// One per argument passed.
         args: Args,
     },
@@ -575,44 +577,32 @@ impl Call {
         }
     }
 
-    /// A launch through `launch_typed` (`typed`) or `launch`: the two variants carry the same
-    /// fields.
-    pub fn new_launch(
-        typed: bool,
-        kernel: KernelId,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        stream: StreamRef,
-        args: Args,
-    ) -> Call {
+    /// A launch through `launch_typed` (`typed`) or `launch`.
+    pub fn new_launch(typed: bool, head: LaunchHead, args: Args) -> Call {
         if typed {
-            Call::LaunchTyped {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                args,
-            }
+            Call::LaunchTyped { head, args }
         } else {
-            Call::Launch {
-                kernel,
-                grid,
-                block,
-                shared_mem,
-                stream,
-                args,
-            }
+            Call::Launch { head, args }
         }
     }
 
     /// A kernel launch's kernel and arguments (typed or not); `None` for any other call.
     pub fn launch(&self) -> Option<(KernelId, &[Arg])> {
+        self.launch_head().map(|(h, args)| (h.kernel, &args[..]))
+    }
+
+    /// A kernel launch's head and arguments (typed or not); `None` for any other call.
+    pub fn launch_head(&self) -> Option<(&LaunchHead, &Args)> {
         match self {
-            Call::Launch { kernel, args, .. } | Call::LaunchTyped { kernel, args, .. } => {
-                Some((*kernel, args))
-            }
+            Call::Launch { head, args } | Call::LaunchTyped { head, args } => Some((head, args)),
+            _ => None,
+        }
+    }
+
+    /// `launch_head`, to change.
+    pub fn launch_mut(&mut self) -> Option<(&mut LaunchHead, &mut Args)> {
+        match self {
+            Call::Launch { head, args } | Call::LaunchTyped { head, args } => Some((head, args)),
             _ => None,
         }
     }
@@ -659,8 +649,14 @@ impl Call {
         use Call::*;
         use CaptureOp as O;
         match self {
-            Launch { stream, .. }
-            | LaunchTyped { stream, .. }
+            Launch {
+                head: LaunchHead { stream, .. },
+                ..
+            }
+            | LaunchTyped {
+                head: LaunchHead { stream, .. },
+                ..
+            }
             | MemsetAsync { stream, .. }
             | CopyD2DAsync { stream, .. }
             | CopyD2D2DAsync { stream, .. }

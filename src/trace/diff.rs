@@ -69,7 +69,14 @@ fn stats(t: &Trace) -> (usize, u64, usize, BTreeMap<String, usize>) {
                 allocs += 1;
                 bytes += b;
             }
-            Call::Launch { kernel, .. } | Call::LaunchTyped { kernel, .. } => {
+            Call::Launch {
+                head: LaunchHead { kernel, .. },
+                ..
+            }
+            | Call::LaunchTyped {
+                head: LaunchHead { kernel, .. },
+                ..
+            } => {
                 let name = t.kernel_name(*kernel);
                 *launches.entry(name).or_default() += 1;
             }

@@ -585,16 +585,8 @@ impl<C: Serialize + ?Sized> Serialize for BeginRef<'_, C> {
 pub struct LaunchRef<F> {
     /// `Call::LaunchTyped` rather than `Call::Launch`.
     pub typed: bool,
-    /// The launch's kernel.
-    pub kernel: KernelId,
-    /// Blocks per dimension.
-    pub grid: [u32; 3],
-    /// Threads per block, per dimension.
-    pub block: [u32; 3],
-    /// Dynamic shared memory per block, in bytes.
-    pub shared_mem: u32,
-    /// The stream it was enqueued on.
-    pub stream: StreamRef,
+    /// The launch's kernel, shape and stream.
+    pub head: LaunchHead,
     /// How many arguments `arg` gives (indices `0..n_args`).
     pub n_args: usize,
     /// `Fn(usize) -> ArgRef`.
@@ -623,23 +615,7 @@ impl Begin {
         BeginRef<'static, ()>,
         LaunchRef<impl Fn(usize) -> ArgRef<'a> + 'a>,
     )> {
-        let (Call::Launch {
-            kernel,
-            grid,
-            block,
-            shared_mem,
-            stream,
-            args,
-        }
-        | Call::LaunchTyped {
-            kernel,
-            grid,
-            block,
-            shared_mem,
-            stream,
-            args,
-        }) = &self.call
-        else {
+        let (Call::Launch { head, args } | Call::LaunchTyped { head, args }) = &self.call else {
             return None;
         };
         // The hand-written launch encoding has no tensor maps or address words: such launches
@@ -651,7 +627,7 @@ impl Begin {
             return None;
         }
         let typed = matches!(self.call, Call::LaunchTyped { .. });
-        let head = BeginRef {
+        let begin = BeginRef {
             seq: self.seq,
             thread: self.thread,
             site: self.site,
@@ -660,11 +636,7 @@ impl Begin {
         };
         let view = LaunchRef {
             typed,
-            kernel: *kernel,
-            grid: *grid,
-            block: *block,
-            shared_mem: *shared_mem,
-            stream: *stream,
+            head: *head,
             n_args: args.len(),
             arg: move |i: usize| match &args[i] {
                 Arg::Buf(a) => ArgRef::Buf(*a),
@@ -673,7 +645,7 @@ impl Begin {
                 Arg::TensorMap(_) | Arg::Words(_) => ArgRef::Val(&[]),
             },
         };
-        Some((head, view))
+        Some((begin, view))
     }
 }
 
@@ -688,11 +660,13 @@ mod tests {
     #[test]
     fn begin_ref_encodes_like_the_frame() {
         let call = Call::LaunchTyped {
-            kernel: KernelId(3),
-            grid: [4, 1, 1],
-            block: [128, 1, 1],
-            shared_mem: 64,
-            stream: StreamRef::Id(StreamId(1)),
+            head: LaunchHead {
+                kernel: KernelId(3),
+                grid: [4, 1, 1],
+                block: [128, 1, 1],
+                shared_mem: 64,
+                stream: StreamRef::Id(StreamId(1)),
+            },
             args: [
                 Arg::Buf(DevAddr::Buf {
                     buf: BufferId(2),

@@ -99,7 +99,7 @@ macro_rules! walk {
                 $f($Op::Dev(dst, Use::Writes));
                 $f($Op::Legacy);
             }
-            Launch { stream, args, .. } | LaunchTyped { stream, args, .. } => {
+            Launch { head: LaunchHead { stream, .. }, args } | LaunchTyped { head: LaunchHead { stream, .. }, args } => {
                 $f($Op::Stream(stream, On::Work));
                 for a in args {
                     for d in a.$addrs() {
@@ -263,11 +263,13 @@ mod tests {
     #[test]
     fn every_pointer_in_a_struct_argument_is_an_operand() {
         let mut call = Call::Launch {
-            kernel: KernelId(0),
-            grid: [1; 3],
-            block: [1; 3],
-            shared_mem: 0,
-            stream: StreamRef::Id(StreamId(1)),
+            head: LaunchHead {
+                kernel: KernelId(0),
+                grid: [1; 3],
+                block: [1; 3],
+                shared_mem: 0,
+                stream: StreamRef::Id(StreamId(1)),
+            },
             args: [
                 Arg::Words(Box::new(WordsArg {
                     bytes: vec![0; 16],

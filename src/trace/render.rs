@@ -81,19 +81,25 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
         Call::CopyD2H { src, len } => format!("copy_d2h({src}, {len} bytes)"),
         Call::CopyD2D { src, dst, len } => format!("copy_d2d({src} -> {dst}, {len})"),
         Call::Launch {
-            kernel,
-            grid,
-            block,
-            shared_mem,
-            stream,
+            head:
+                LaunchHead {
+                    kernel,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                },
             args: a,
         }
         | Call::LaunchTyped {
-            kernel,
-            grid,
-            block,
-            shared_mem,
-            stream,
+            head:
+                LaunchHead {
+                    kernel,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                },
             args: a,
         } => format!(
             "{} {}<<<{:?}, {:?}, {shared_mem}, {stream}>>>({})",
@@ -531,7 +537,17 @@ pub fn summary(t: &Trace) -> String {
             (Call::CreateStream, Some(Ok(Value::Stream(st)))) => {
                 streams.insert(*st);
             }
-            (Call::Launch { kernel, stream, .. } | Call::LaunchTyped { kernel, stream, .. }, _) => {
+            (
+                Call::Launch {
+                    head: LaunchHead { kernel, stream, .. },
+                    ..
+                }
+                | Call::LaunchTyped {
+                    head: LaunchHead { kernel, stream, .. },
+                    ..
+                },
+                _,
+            ) => {
                 streams.insert(*stream);
                 let name = t.kernel_name(*kernel);
                 *launches.entry(name).or_default() += 1;

@@ -1,6 +1,7 @@
 //! The templates, their raw keys and the fast path, on calls encoded as the recorder does.
 
 use super::*;
+use crate::trace::LaunchHead;
 
 #[test]
 fn a_call_that_changed_a_scalar_since_the_last_step_is_kept_as_a_delta() {
@@ -92,11 +93,13 @@ fn launch_on(buf: u32, pos: u32, scale: u64) -> (Vec<u8>, RawKey) {
     };
     let view = LaunchRef {
         typed: true,
-        kernel: KernelId(1),
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        shared_mem: 0,
-        stream: StreamRef::Legacy,
+        head: LaunchHead {
+            kernel: KernelId(1),
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            shared_mem: 0,
+            stream: StreamRef::Legacy,
+        },
         n_args: 3,
         arg: |i| args[i],
     };

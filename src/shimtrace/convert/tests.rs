@@ -133,7 +133,12 @@ fn launches_pointers_and_failures_map_onto_trace_calls() {
     assert!(k.module.starts_with("ptx-"), "{}", k.module);
     assert_eq!(k.name, "_Z1kPf1Sy");
     assert_eq!(k.params.len(), 3);
-    let Call::Launch { args, kernel, .. } = &t.calls[4].call else {
+    let Call::Launch {
+        head: LaunchHead { kernel, .. },
+        args,
+        ..
+    } = &t.calls[4].call
+    else {
         panic!("{:?}", t.calls[4].call)
     };
     assert_eq!(*kernel, KernelId(0));
@@ -361,7 +366,12 @@ fn tensor_maps_are_found_alone_and_inside_structs() {
     let a = BufferId(0);
     assert_eq!(*base, DevAddr::Buf { buf: a, off: 64 });
     assert_eq!(desc.dtype, TensorMapDtype::Bf16);
-    let Call::Launch { args, kernel, .. } = &t.calls[3].call else {
+    let Call::Launch {
+        head: LaunchHead { kernel, .. },
+        args,
+        ..
+    } = &t.calls[3].call
+    else {
         panic!("{:?}", t.calls[3].call)
     };
     // The cluster its cuLaunchKernelEx asked for is the kernel's, and written out.

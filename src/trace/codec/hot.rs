@@ -1,8 +1,8 @@
 //! The hand-written hot records: their own room, as they bypass serde and name variants by index.
 
 use super::super::call::{
-    Arg, ArgBytes, Args, BlobId, BufferId, Call, DevAddr, KernelId, Ret, SiteId, StreamId,
-    StreamRef, Value,
+    Arg, ArgBytes, Args, BlobId, BufferId, Call, DevAddr, KernelId, LaunchHead, Ret, SiteId,
+    StreamId, StreamRef, Value,
 };
 use super::super::frame::{ArgRef, Begin, BeginRef, End, Frame, LaunchRef};
 use super::de::Reader;
@@ -48,12 +48,13 @@ pub fn append_launch_begin<'a, F: Fn(usize) -> ArgRef<'a>>(
     } else {
         CALL_LAUNCH
     });
-    varint(out, launch.kernel.0.into());
-    for v in launch.grid.iter().chain(&launch.block) {
+    let h = &launch.head;
+    varint(out, h.kernel.0.into());
+    for v in h.grid.iter().chain(&h.block) {
         varint(out, (*v).into());
     }
-    varint(out, launch.shared_mem.into());
-    match launch.stream {
+    varint(out, h.shared_mem.into());
+    match h.stream {
         StreamRef::Legacy => out.push(STREAM_LEGACY),
         StreamRef::Id(s) => {
             out.push(STREAM_ID);
@@ -366,7 +367,17 @@ fn launch_begin(r: &mut Reader<'_>, out: &mut Frame) -> Option<()> {
         _ => return None,
     };
     let n = r.count().ok()?;
-    let call = Call::new_launch(typed, kernel, grid, block, shared_mem, stream, Args::new());
+    let call = Call::new_launch(
+        typed,
+        LaunchHead {
+            kernel,
+            grid,
+            block,
+            shared_mem,
+            stream,
+        },
+        Args::new(),
+    );
     *out = Frame::Begin(Begin {
         seq,
         thread,

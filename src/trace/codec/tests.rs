@@ -1,8 +1,8 @@
 //! The codec against bincode: its own room, as the tests cross every other room.
 
 use super::super::call::{
-    Arg, ArgBytes, Args, BlobId, BufferId, Call, DevAddr, KernelId, Ret, SiteId, StreamId,
-    StreamRef, Value,
+    Arg, ArgBytes, Args, BlobId, BufferId, Call, DevAddr, KernelId, LaunchHead, Ret, SiteId,
+    StreamId, StreamRef, Value,
 };
 use super::super::frame::{Begin, End, Frame};
 use super::*;
@@ -162,7 +162,14 @@ fn launch_begin_by_hand_is_bincodes_frame() {
                 let (seq, t_ns) = (e, e.rotate_left(k as u32));
                 let (kernel, grid, block, shared_mem) =
                     (KernelId(small), [small, 1, 251], [32, small, 65_536], small);
-                let call = Call::new_launch(typed, kernel, grid, block, shared_mem, stream, args);
+                let head = LaunchHead {
+                    kernel,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                };
+                let call = Call::new_launch(typed, head, args);
                 let begin = Begin {
                     seq,
                     thread: e as u16,
@@ -236,11 +243,13 @@ fn damaged_hot_records_decode_as_bincode_does() {
         t_ns: 12_345,
         call: Call::new_launch(
             true,
-            KernelId(2),
-            [1, 1, 1],
-            [256, 1, 1],
-            0,
-            StreamRef::Id(StreamId(1)),
+            LaunchHead {
+                kernel: KernelId(2),
+                grid: [1, 1, 1],
+                block: [256, 1, 1],
+                shared_mem: 0,
+                stream: StreamRef::Id(StreamId(1)),
+            },
             args,
         ),
     };
