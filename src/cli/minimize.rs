@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use super::backends::{self, Backend, Want};
 use super::common::{open_trace, print_json, temp_beside, write_trace_atomically};
 use super::{Ctx, Exit};
+use crate::replayer::FaultSignature;
 use serde::Serialize;
 
 #[derive(clap::Args)]
@@ -68,7 +69,7 @@ struct Kept<'a> {
     output: &'a Path,
     /// The fault the small trace still reproduces, in words, and its parts.
     fault: String,
-    signature: crate::replayer::FaultSignature,
+    signature: FaultSignature,
     /// Replays run, the first (of the whole trace) included.
     attempts: usize,
     /// Stopped at --max-attempts: a smaller trace may exist.
@@ -186,159 +187,47 @@ fn minimize(
     (max_attempts, json, check_finite): (usize, bool, bool),
     sanitize: Option<&str>,
 ) -> Result<Exit> {
-    use crate::replayer::{
-        minimize, minimize_value, signature, FaultSignature, MinimizeError, ReplayOptions, Replayer,
-    };
+    use crate::replayer::{minimize, minimize_value, MinimizeError};
     // A wrong value: the readback that recorded it is what each candidate must reproduce.
     let value = check_finite || t.dump.as_ref().is_some_and(|d| d.names_nan());
     let observed = match value {
         false => None,
-        true => {
-            let m = backends::open(ctx, on, Want::replay())?;
-            let load = |c: &crate::backend::ModuleCode| m.load_trace_code(c);
-            let mut r = Replayer::new(&t);
-            if on.runs_cpu_twins() {
-                r = r.with_opaque_kernels();
-            }
-            let opts = finite_options(&r, m.gpu.as_ref(), &t, Some(path), &load);
-            let rep = r.check_finite(m.gpu.as_ref(), &opts, Some(&load))?;
-            match &rep.recorded {
-                Some(rec) => Some(rec.seq),
-                None => anyhow::bail!(
-                    "{}: no recorded readback holds a NaN whose type the trace says, so there is no wrong value to keep{}",
-                    path.display(),
-                    if rep.checked_nothing() {
-                        " (and no launch could be checked on this backend: its kernels cannot run here)"
-                    } else {
-                        ""
-                    }
-                ),
-            }
-        }
+        true => Some(recorded_nan(ctx, on, &t, path)?),
     };
-    // A hang's dump: each candidate replays in a child under a deadline (`replay` does that
-    // for such traces), and one that is killed there reproduces it.
-    let hang = t.is_hang_dump();
-    let deadline = std::env::var("GPUTAPE_REPLAY_DEADLINE_S")
-        .unwrap_or_else(|_| format!("{:.3}", t.recorded_span_ns() as f64 * 2e-9 + 3.0));
     let before = std::fs::metadata(path)?.len();
     // Opened once up front, so a missing backend is this command's error.
     drop(backends::open(ctx, on, Want::default())?);
     if sanitize.is_some() {
-        anyhow::ensure!(
-            on.fault_poisons_process(),
-            "--sanitize runs compute-sanitizer over CUDA replays: add --on cuda"
-        );
-        if crate::replayer::sanitizer::find().is_none() {
-            return Err(backends::NeedsTool(
-                "compute-sanitizer (set COMPUTE_SANITIZER, put it on PATH, or CUDA_HOME)".into(),
-            )
-            .into());
-        }
+        sanitizer_usable(on)?;
     }
-    let opts = ReplayOptions {
-        verify: false,
-        ..Default::default()
+    let oracle = Oracle {
+        ctx,
+        on,
+        value,
+        // A hang's dump: each candidate replays in a child under a deadline (`replay` does
+        // that for such traces), and one that is killed there reproduces it.
+        hang: t.is_hang_dump(),
+        deadline: std::env::var("GPUTAPE_REPLAY_DEADLINE_S")
+            .unwrap_or_else(|_| format!("{:.3}", t.recorded_span_ns() as f64 * 2e-9 + 3.0)),
+        sanitize,
+        attempt: super::common::Scratch(temp_beside(out).with_extension("attempt.gtape")),
     };
-    let scratch = super::common::Scratch(temp_beside(out).with_extension("attempt.gtape"));
-    let attempt_file = &scratch.0;
-    // A candidate replayed on `on` by a child `replay --json` with `extra` arguments: its
-    // report, or `None` where it printed none (it died first).
-    let child_json =
-        |cand: &crate::trace::Trace, extra: &[&str]| -> Result<Option<serde_json::Value>> {
-            std::fs::write(attempt_file, cand.to_bytes()?)?;
-            let child = std::process::Command::new(std::env::current_exe()?)
-                .args(["replay", "--on", on.name(), "--json"])
-                .args(extra)
-                .arg(attempt_file)
-                .stderr(std::process::Stdio::null())
-                .output()?;
-            Ok(serde_json::from_slice(&child.stdout).ok())
-        };
-    let mut oracle = |cand: &crate::trace::Trace| -> Result<Option<FaultSignature>> {
-        if value {
-            return finite_signature(ctx, on, cand);
-        }
-        if hang {
-            std::fs::write(attempt_file, cand.to_bytes()?)?;
-            let child = std::process::Command::new(std::env::current_exe()?)
-                .args(["replay", "--on", on.name(), "--json"])
-                .arg(attempt_file)
-                .env("GPUTAPE_REPLAY_DEADLINE_S", &deadline)
-                .stderr(std::process::Stdio::null())
-                .output()?;
-            let v: serde_json::Value = serde_json::from_slice(&child.stdout).unwrap_or_default();
-            return Ok((v["hang"]["reproduced"] == true).then(FaultSignature::hang));
-        }
-        let report = match on.fault_poisons_process() {
-            false => {
-                let m = backends::open(ctx, on, Want::replay())?;
-                match Replayer::new(cand).run(m.gpu.as_ref(), &opts, None, |_| {}) {
-                    Ok(r) => r,
-                    // A candidate that cannot even be set up does not reproduce anything.
-                    Err(_) => return Ok(None),
-                }
-            }
-            // Under the sanitizer: the finding decides, whatever the driver's code.
-            true if sanitize.is_some() => {
-                let tool = sanitize.unwrap_or_default();
-                let Some(v) = child_json(cand, &["--sanitize", tool])? else {
-                    return Ok(None);
-                };
-                let first = &v["sanitizer"]["findings"][0];
-                return Ok(match (first["what"].as_str(), first["kernel"].as_str()) {
-                    (Some(what), Some(kernel)) => Some(FaultSignature::finding(what, kernel)),
-                    _ => None,
-                });
-            }
-            // Each candidate in a child: the first fault would end this process's context.
-            true => {
-                let Some(v) = child_json(cand, &["--no-isolate"])? else {
-                    return Ok(None);
-                };
-                // Only the faults decide the signature.
-                match serde_json::from_value(v["faults"].clone()) {
-                    Ok(faults) => crate::replayer::ReplayReport {
-                        faults,
-                        ..Default::default()
-                    },
-                    Err(_) => return Ok(None),
-                }
-            }
-        };
-        Ok(signature(&report).map(|(s, _)| s))
-    };
+    let mut judge = |cand: &crate::trace::Trace| oracle.judge(cand);
     let mut progress = progress("candidate");
-    // Under the sanitizer, a trace with no recorded fault (a race, a read of unwritten
-    // memory) keeps what the tool finds in the whole trace, ending at that kernel's last launch.
     let finding_at = match sanitize {
-        Some(_) if observed.is_none() && !crate::replayer::records_fault(&t) => {
-            let Some(want) = oracle(&t)? else {
-                anyhow::bail!(
-                    "{}: compute-sanitizer {} finds nothing in a kernel in the whole trace, so there is nothing to keep",
-                    path.display(),
-                    sanitize.unwrap_or_default()
-                );
-            };
-            let kernel = want.kernel.clone().unwrap_or_default();
-            let at = crate::replayer::sanitizer::last_launch_of(&t, &kernel).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{}: compute-sanitizer names {kernel}, which no launch of the trace ran",
-                    path.display()
-                )
-            })?;
-            Some((at, want))
+        Some(tool) if observed.is_none() && !crate::replayer::records_fault(&t) => {
+            Some(whole_trace_finding(&t, path, tool, &mut judge)?)
         }
         _ => None,
     };
     let m = match (observed, &finding_at) {
-        (Some(at), _) => minimize_value(&t, at, &mut oracle, max_attempts, &mut progress),
+        (Some(at), _) => minimize_value(&t, at, &mut judge, max_attempts, &mut progress),
         (None, Some((at, _))) => {
-            crate::replayer::minimize_at(&t, *at, &mut oracle, max_attempts, &mut progress)
+            crate::replayer::minimize_at(&t, *at, &mut judge, max_attempts, &mut progress)
         }
-        (None, None) => minimize(&t, &mut oracle, max_attempts, &mut progress),
+        (None, None) => minimize(&t, &mut judge, max_attempts, &mut progress),
     };
-    let m = match m {
+    let mut m = match m {
         Ok(m) => m,
         // A recorded fault the replay does not reproduce is a finding (exit 1), as for
         // `replay`; a trace that records no fault is a usage error (2), like any other
@@ -359,7 +248,6 @@ fn minimize(
         }
         Err(e) => return Err(e.into()),
     };
-    let mut m = m;
     if let (Some((_, want)), Some(tool)) = (&finding_at, sanitize) {
         // What the tool found is the trace's fault from now on: `replay --sanitize` checks it.
         let kernel = want.kernel.clone().unwrap_or_default();
@@ -400,26 +288,185 @@ fn minimize(
         })?;
         return Ok(Exit::Pass);
     }
+    print_kept(&kept, &m.trace);
+    Ok(Exit::Pass)
+}
+
+/// The recorded readback holding the NaN a wrong-value shrink keeps, found by a finite check
+/// of the whole trace on `on`.
+fn recorded_nan(ctx: &Ctx, on: Backend, t: &crate::trace::Trace, path: &Path) -> Result<u64> {
+    let m = backends::open(ctx, on, Want::replay())?;
+    let load = |c: &crate::backend::ModuleCode| m.load_trace_code(c);
+    let mut r = crate::replayer::Replayer::new(t);
+    if on.runs_cpu_twins() {
+        r = r.with_opaque_kernels();
+    }
+    let opts = finite_options(&r, m.gpu.as_ref(), t, Some(path), &load);
+    let rep = r.check_finite(m.gpu.as_ref(), &opts, Some(&load))?;
+    match &rep.recorded {
+        Some(rec) => Ok(rec.seq),
+        None => anyhow::bail!(
+            "{}: no recorded readback holds a NaN whose type the trace says, so there is no wrong value to keep{}",
+            path.display(),
+            if rep.checked_nothing() {
+                " (and no launch could be checked on this backend: its kernels cannot run here)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// `--sanitize` needs CUDA replays and the tool.
+fn sanitizer_usable(on: Backend) -> Result<()> {
+    anyhow::ensure!(
+        on.fault_poisons_process(),
+        "--sanitize runs compute-sanitizer over CUDA replays: add --on cuda"
+    );
+    if crate::replayer::sanitizer::find().is_none() {
+        return Err(backends::NeedsTool(
+            "compute-sanitizer (set COMPUTE_SANITIZER, put it on PATH, or CUDA_HOME)".into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Under the sanitizer, a trace with no recorded fault (a race, a read of unwritten memory)
+/// keeps what the tool finds in the whole trace, ending at that kernel's last launch.
+fn whole_trace_finding(
+    t: &crate::trace::Trace,
+    path: &Path,
+    tool: &str,
+    judge: &mut impl FnMut(&crate::trace::Trace) -> Result<Option<FaultSignature>>,
+) -> Result<(u64, FaultSignature)> {
+    let Some(want) = judge(t)? else {
+        anyhow::bail!(
+            "{}: compute-sanitizer {tool} finds nothing in a kernel in the whole trace, so there is nothing to keep",
+            path.display(),
+        );
+    };
+    let kernel = want.kernel.clone().unwrap_or_default();
+    let at = crate::replayer::sanitizer::last_launch_of(t, &kernel).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: compute-sanitizer names {kernel}, which no launch of the trace ran",
+            path.display()
+        )
+    })?;
+    Ok((at, want))
+}
+
+/// How a candidate is judged: the fault it reproduces on `on`, if any.
+struct Oracle<'a> {
+    ctx: &'a Ctx<'a>,
+    on: Backend,
+    /// A wrong value is kept, not a fault.
+    value: bool,
+    /// A hang's dump: a candidate killed at its deadline reproduces it.
+    hang: bool,
+    deadline: String,
+    sanitize: Option<&'a str>,
+    /// Where a candidate replayed in a child is written (removed on any exit).
+    attempt: super::common::Scratch,
+}
+
+impl Oracle<'_> {
+    fn judge(&self, cand: &crate::trace::Trace) -> Result<Option<FaultSignature>> {
+        if self.value {
+            return finite_signature(self.ctx, self.on, cand);
+        }
+        if self.hang {
+            let v = self.child_json(cand, &[], Some(&self.deadline))?;
+            let v = v.unwrap_or_default();
+            return Ok((v["hang"]["reproduced"] == true).then(FaultSignature::hang));
+        }
+        let report = match (self.on.fault_poisons_process(), self.sanitize) {
+            (false, _) => {
+                let m = backends::open(self.ctx, self.on, Want::replay())?;
+                let opts = crate::replayer::ReplayOptions {
+                    verify: false,
+                    ..Default::default()
+                };
+                match crate::replayer::Replayer::new(cand).run(m.gpu.as_ref(), &opts, None, |_| {})
+                {
+                    Ok(r) => r,
+                    // A candidate that cannot even be set up does not reproduce anything.
+                    Err(_) => return Ok(None),
+                }
+            }
+            // Under the sanitizer: the finding decides, whatever the driver's code.
+            (true, Some(tool)) => {
+                let Some(v) = self.child_json(cand, &["--sanitize", tool], None)? else {
+                    return Ok(None);
+                };
+                let first = &v["sanitizer"]["findings"][0];
+                return Ok(match (first["what"].as_str(), first["kernel"].as_str()) {
+                    (Some(what), Some(kernel)) => Some(FaultSignature::finding(what, kernel)),
+                    _ => None,
+                });
+            }
+            // Each candidate in a child: the first fault would end this process's context.
+            (true, None) => {
+                let Some(v) = self.child_json(cand, &["--no-isolate"], None)? else {
+                    return Ok(None);
+                };
+                // Only the faults decide the signature.
+                match serde_json::from_value(v["faults"].clone()) {
+                    Ok(faults) => crate::replayer::ReplayReport {
+                        faults,
+                        ..Default::default()
+                    },
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        Ok(crate::replayer::signature(&report).map(|(s, _)| s))
+    }
+
+    /// A candidate replayed on `on` by a child `replay --json` with `extra` arguments (under
+    /// `deadline`, when given): its report, or `None` where it printed none (it died first).
+    fn child_json(
+        &self,
+        cand: &crate::trace::Trace,
+        extra: &[&str],
+        deadline: Option<&str>,
+    ) -> Result<Option<serde_json::Value>> {
+        std::fs::write(&self.attempt.0, cand.to_bytes()?)?;
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.args(["replay", "--on", self.on.name(), "--json"])
+            .args(extra)
+            .arg(&self.attempt.0)
+            .stderr(std::process::Stdio::null());
+        if let Some(d) = deadline {
+            cmd.env("GPUTAPE_REPLAY_DEADLINE_S", d);
+        }
+        Ok(serde_json::from_slice(&cmd.output()?.stdout).ok())
+    }
+}
+
+/// What was kept, for a person: the fault, the sizes before and after, and the calls.
+fn print_kept(kept: &Kept<'_>, small: &crate::trace::Trace) {
     println!("fault kept: {}", kept.fault);
     println!(
-        "calls: {} -> {}; initial buffers: {} ({} bytes) -> {} ({} bytes); file: {before} -> {after} bytes",
+        "calls: {} -> {}; initial buffers: {} ({} bytes) -> {} ({} bytes); file: {} -> {} bytes",
         kept.calls.before,
         kept.calls.after,
         kept.initial_buffers.before,
         kept.initial_bytes.before,
         kept.initial_buffers.after,
         kept.initial_bytes.after,
+        kept.file_bytes.before,
+        kept.file_bytes.after,
     );
     println!(
         "{} replay(s){}; wrote {}",
-        m.attempts,
-        if m.budget_hit {
+        kept.attempts,
+        if kept.budget_hit {
             " (stopped at --max-attempts: a smaller trace may exist)"
         } else {
             ""
         },
-        out.display()
+        kept.output.display()
     );
-    print!("{}", crate::trace::render(&m.trace));
-    Ok(Exit::Pass)
+    print!("{}", crate::trace::render(small));
 }

@@ -55,27 +55,7 @@ pub fn exec(
     rank: Option<u32>,
     (max_attempts, json): (usize, bool),
 ) -> Result<Exit> {
-    let opened = paths
-        .iter()
-        .map(|p| open_trace(ctx, p))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Dumps that begin at different collectives are shrunk from a checkpoint they all hold,
-    // where there is one: the small traces then leave nothing out either.
-    // A trace begun where it began is taken as opened, not copied.
-    let rebased: Vec<Option<Trace>> = crate::replayer::aligned(&opened)
-        .into_iter()
-        .zip(paths)
-        .map(|(a, p)| {
-            let from = a.from?;
-            eprintln!("minimize: {}: {from}", p.display());
-            Some(a.trace.into_owned())
-        })
-        .collect();
-    let traces: Vec<Trace> = opened
-        .into_iter()
-        .zip(rebased)
-        .map(|(t, r)| r.unwrap_or(t))
-        .collect();
+    let traces = open_aligned(ctx, paths)?;
     let ranks: Vec<Option<u32>> = traces.iter().map(rank_of).collect();
     let chosen = match rank {
         None => None,
@@ -148,8 +128,58 @@ pub fn exec(
         ),
         Err(e) => return Err(e.into()),
     };
+    let outs = write_smalls(&m.traces, (paths, &ranks, &traces), out)?;
+    if json {
+        print_json(&Summary {
+            schema: "gputape.minimize-ranks.v1",
+            reproduced: true,
+            why: None,
+            faulting: Some(&paths[m.faulting]),
+            fault: Some(m.signature.to_string()),
+            collectives: Some(m.collectives),
+            ranks: outs,
+            attempts: m.attempts,
+            budget_hit: m.budget_hit,
+        })?;
+        return Ok(Exit::Pass);
+    }
+    print_kept(&m, paths, &outs);
+    Ok(Exit::Pass)
+}
+
+/// The traces at `paths`; dumps that begin at different collectives are shrunk from a
+/// checkpoint they all hold, where there is one (the small traces then leave nothing out
+/// either). A trace begun where it began is taken as opened, not copied.
+fn open_aligned(ctx: &Ctx, paths: &[PathBuf]) -> Result<Vec<Trace>> {
+    let opened = paths
+        .iter()
+        .map(|p| open_trace(ctx, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rebased: Vec<Option<Trace>> = crate::replayer::aligned(&opened)
+        .into_iter()
+        .zip(paths)
+        .map(|(a, p)| {
+            let from = a.from?;
+            eprintln!("minimize: {}: {from}", p.display());
+            Some(a.trace.into_owned())
+        })
+        .collect();
+    Ok(opened
+        .into_iter()
+        .zip(rebased)
+        .map(|(t, r)| r.unwrap_or(t))
+        .collect())
+}
+
+/// Each rank's small trace written beside `out` (tagged with its rank), where the fault still
+/// needs it.
+fn write_smalls<'p>(
+    smalls: &[Option<Trace>],
+    (paths, ranks, traces): (&'p [PathBuf], &[Option<u32>], &[Trace]),
+    out: &Path,
+) -> Result<Vec<RankOut<'p>>> {
     let mut outs = Vec::new();
-    for (i, small) in m.traces.iter().enumerate() {
+    for (i, small) in smalls.iter().enumerate() {
         let output = match small {
             Some(t) => {
                 let tag = format!("rank{}", ranks[i].map_or(i as u32, |r| r));
@@ -167,20 +197,11 @@ pub fn exec(
             output,
         });
     }
-    if json {
-        print_json(&Summary {
-            schema: "gputape.minimize-ranks.v1",
-            reproduced: true,
-            why: None,
-            faulting: Some(&paths[m.faulting]),
-            fault: Some(m.signature.to_string()),
-            collectives: Some(m.collectives),
-            ranks: outs,
-            attempts: m.attempts,
-            budget_hit: m.budget_hit,
-        })?;
-        return Ok(Exit::Pass);
-    }
+    Ok(outs)
+}
+
+/// What was kept, for a person.
+fn print_kept(m: &crate::replayer::RanksMinimized, paths: &[PathBuf], outs: &[RankOut<'_>]) {
     println!(
         "fault kept: {}, on {}",
         m.signature,
@@ -188,7 +209,7 @@ pub fn exec(
     );
     let (before, after) = m.collectives;
     println!("collectives: {before} -> {after}, kept on every rank still in the set");
-    for r in &outs {
+    for r in outs {
         let who = r.rank.map_or(String::new(), |k| format!(" (rank {k})"));
         match (&r.output, r.calls_after) {
             (Some(p), Some(n)) => println!(
@@ -212,5 +233,4 @@ pub fn exec(
             ""
         }
     );
-    Ok(Exit::Pass)
 }

@@ -44,32 +44,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         .iter()
         .map(|p| open_trace(ctx, p))
         .collect::<Result<Vec<_>, _>>()?;
-    // Joined in the trace, or before it began (a checkpoint lists those).
-    let comms: usize = traces
-        .iter()
-        .map(|t| {
-            let joined = t
-                .calls
-                .iter()
-                .filter(|c| matches!(c.call, crate::trace::Call::CommInit { .. }))
-                .count();
-            let adopted = t
-                .adopted
-                .iter()
-                .filter(|a| matches!(a, crate::trace::Adopted::Comm { .. }))
-                .count();
-            joined + adopted
-        })
-        .sum();
-    let collectives: usize = traces
-        .iter()
-        .map(|t| {
-            t.calls
-                .iter()
-                .filter(|c| matches!(c.call, crate::trace::Call::Collective { .. }))
-                .count()
-        })
-        .sum();
+    let (comms, collectives) = counts(&traces);
     let found = crate::analysis::ranks::match_ranks(&traces);
     let at_dump: Vec<serde_json::Value> = traces
         .iter()
@@ -120,42 +95,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if !found.is_empty() && !a.json {
         println!("replaying the rank set together:");
     }
-    // Each rank on the device its trace was recorded on; where two say the same one (traces
-    // from before the header said which), rank by rank in the order given.
-    let recorded: Vec<usize> = traces
-        .iter()
-        .map(|t| t.header.as_ref().map_or(0, |h| h.device_ordinal as usize))
-        .collect();
-    let distinct = recorded
-        .iter()
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-        == recorded.len();
-    let backends = traces
-        .iter()
-        .zip(&a.traces)
-        .enumerate()
-        .map(|(i, (t, p))| {
-            let device = if distinct { recorded[i] } else { i };
-            let want = super::backends::Want {
-                device,
-                ..super::backends::Want::replay()
-            };
-            let o = super::backends::open(ctx, a.backend, want).map_err(|e| {
-                e.context(format!(
-                    "opening device {device}'s backend for {}",
-                    p.display()
-                ))
-            })?;
-            // A backend that compiles code gets the modules the trace embeds.
-            for m in &t.modules {
-                o.load_trace_code(m).map_err(|e| {
-                    e.context(format!("loading module {} of {}", m.name, p.display()))
-                })?;
-            }
-            Ok(o.gpu)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let backends = open_backends(ctx, &a, &traces)?;
     let reports = crate::replayer::replay_ranks(
         &traces,
         &backends,
@@ -200,6 +140,82 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     } else {
         Exit::Findings
     })
+}
+
+/// Communicators joined (in the traces, or before they began: a checkpoint lists those) and
+/// collectives made, over the whole set.
+fn counts(traces: &[crate::trace::Trace]) -> (usize, usize) {
+    use crate::trace::{Adopted, Call};
+    let comms = traces
+        .iter()
+        .map(|t| {
+            let joined = t
+                .calls
+                .iter()
+                .filter(|c| matches!(c.call, Call::CommInit { .. }))
+                .count();
+            let adopted = t
+                .adopted
+                .iter()
+                .filter(|a| matches!(a, Adopted::Comm { .. }))
+                .count();
+            joined + adopted
+        })
+        .sum();
+    let collectives = traces
+        .iter()
+        .map(|t| {
+            t.calls
+                .iter()
+                .filter(|c| matches!(c.call, Call::Collective { .. }))
+                .count()
+        })
+        .sum();
+    (comms, collectives)
+}
+
+/// A backend per rank, with the modules its trace embeds loaded.
+fn open_backends(
+    ctx: &Ctx,
+    a: &Args,
+    traces: &[crate::trace::Trace],
+) -> Result<Vec<std::sync::Arc<dyn crate::backend::GpuBackend>>> {
+    // Each rank on the device its trace was recorded on; where two say the same one (traces
+    // from before the header said which), rank by rank in the order given.
+    let recorded: Vec<usize> = traces
+        .iter()
+        .map(|t| t.header.as_ref().map_or(0, |h| h.device_ordinal as usize))
+        .collect();
+    let distinct = recorded
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        == recorded.len();
+    traces
+        .iter()
+        .zip(&a.traces)
+        .enumerate()
+        .map(|(i, (t, p))| {
+            let device = if distinct { recorded[i] } else { i };
+            let want = super::backends::Want {
+                device,
+                ..super::backends::Want::replay()
+            };
+            let o = super::backends::open(ctx, a.backend, want).map_err(|e| {
+                e.context(format!(
+                    "opening device {device}'s backend for {}",
+                    p.display()
+                ))
+            })?;
+            // A backend that compiles code gets the modules the trace embeds.
+            for m in &t.modules {
+                o.load_trace_code(m).map_err(|e| {
+                    e.context(format!("loading module {} of {}", m.name, p.display()))
+                })?;
+            }
+            Ok(o.gpu)
+        })
+        .collect::<Result<Vec<_>>>()
 }
 
 /// Where a dump's process was when it was dumped, side by side with the set's others: why it

@@ -194,7 +194,9 @@ impl Model {
             .with_context(|| format!("kernel {name} at step {}", self.step_index))
     }
 
-    /// One decode step: feed `token` at `pos`, return the greedy next token.
+    /// One decode step: feed `token` at `pos`, return the greedy next token. Long on purpose:
+    /// the step's launches, copies and syncs in the order an engine issues them, which is the
+    /// order its recording (and every snapshot of it) shows.
     pub fn step(&mut self, gpu: &dyn GpuBackend, token: u32, pos: usize) -> Result<u32> {
         gpu.step_boundary(pos as u64);
         let c = &self.cfg;

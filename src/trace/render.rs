@@ -291,7 +291,9 @@ pub fn render_call(t: &Trace, c: &CallRecord) -> String {
     )
 }
 
-/// The whole trace as canonical text.
+/// The whole trace as canonical text. Long on purpose: the text is the trace's sections in one
+/// fixed order (header, blobs, kernels, modules, globals, adopted state, initial contents,
+/// calls), each a short loop; a snapshot's order is this function's order, read top to bottom.
 pub fn render(t: &Trace) -> String {
     let mut s = String::new();
     if let Some(h) = &t.header {

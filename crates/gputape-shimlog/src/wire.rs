@@ -6,6 +6,9 @@ use std::borrow::Cow;
 
 use crate::{LogError, On};
 
+/// A launch's parameter layout, (offset, size) pairs; `None` when the driver gave none.
+pub(crate) type Layout<'a> = Option<Cow<'a, [(u32, u32)]>>;
+
 /// Writers, one per field kind; each takes the field as a `match` on the record binds it.
 pub(crate) mod put {
     use super::*;
@@ -85,7 +88,7 @@ pub(crate) mod put {
 
     /// A launch's parameter layout: a u32 count (`u32::MAX` for none known), then the
     /// (offset, size) pairs.
-    pub fn layout(out: &mut Vec<u8>, l: &Option<Cow<'_, [(u32, u32)]>>) {
+    pub fn layout(out: &mut Vec<u8>, l: &Layout<'_>) {
         let n = l.as_ref().map_or(u32::MAX, |l| l.len() as u32);
         u32(out, &n);
         for (o, s) in l.as_deref().unwrap_or(&[]) {
@@ -224,10 +227,7 @@ impl<'a> Fields<'a> {
         self.entries(n, 4, what, |f| f.u32(what))
     }
 
-    pub fn layout(
-        &mut self,
-        what: &'static str,
-    ) -> Result<Option<Cow<'a, [(u32, u32)]>>, LogError> {
+    pub fn layout(&mut self, what: &'static str) -> Result<Layout<'a>, LogError> {
         let n = self.u32(what)?;
         if n == u32::MAX {
             return Ok(None);

@@ -69,38 +69,14 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         }
         None => &opts,
     };
-    if let Some(cut) = &t.cut {
-        eprintln!(
-            "note: {} is cut after {} frames ({}); replaying the {} complete calls",
-            path.display(),
-            cut.frames,
-            cut.reason,
-            t.calls.iter().filter(|c| c.ret.is_some()).count()
-        );
-    }
-    // Said once, by the process the user started: not again by the replay cuda-gdb runs.
-    let inside_debugger = std::env::var_os(crate::replayer::debugger::ENV_UNDER_DEBUGGER).is_some();
-    if let (None, None, false, Some((what, kernel))) = (
-        sanitize,
-        child_report,
-        inside_debugger,
-        crate::replayer::sanitizer::kept(&t),
-    ) {
-        eprintln!(
-            "note: {} keeps a compute-sanitizer finding ({what} in {kernel}) that no driver error shows: replay it with --on cuda --sanitize {}",
-            path.display(),
-            crate::replayer::sanitizer::kept_tool(&t).unwrap_or("memcheck")
-        );
-    }
     // What the trace records decides how it replays (see `replayer::ReplayPolicy`).
     let policy = crate::replayer::ReplayPolicy::of(&t);
-    if as_graph && !policy.as_graph(true) && child_report.is_none() {
-        // Said once, by the process the user started (a child replays the same command).
-        eprintln!(
-            "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
-            path.display()
-        );
-    }
+    say_notes(
+        &t,
+        path,
+        (sanitize, child_report),
+        as_graph && !policy.as_graph(true),
+    );
     let as_graph = policy.as_graph(as_graph);
     // A hang's dump is expected to hang again, on any backend: only a child can be killed.
     let hang_dump = t.is_hang_dump();
@@ -169,6 +145,58 @@ pub(super) fn replay(ctx: &Ctx, mut a: Args) -> Result<Exit> {
         };
         eager(&t, &r, gpu, opts, &load_cuda, ctl)?
     };
+    deliver(&mut done, &opened, pdl, child_report, json)
+}
+
+/// What the user should know before the replay's report: a cut trace, a sanitizer finding no
+/// driver error shows, a graph replay refused for a trace that records a fault
+/// (`graph_refused`). Said once, by the process the user started (not again by a child or
+/// the replay cuda-gdb runs).
+fn say_notes(
+    t: &crate::trace::Trace,
+    path: &Path,
+    (sanitize, child_report): (Option<&str>, Option<&Path>),
+    graph_refused: bool,
+) {
+    if let Some(cut) = &t.cut {
+        eprintln!(
+            "note: {} is cut after {} frames ({}); replaying the {} complete calls",
+            path.display(),
+            cut.frames,
+            cut.reason,
+            t.calls.iter().filter(|c| c.ret.is_some()).count()
+        );
+    }
+    let inside_debugger = std::env::var_os(crate::replayer::debugger::ENV_UNDER_DEBUGGER).is_some();
+    if let (None, None, false, Some((what, kernel))) = (
+        sanitize,
+        child_report,
+        inside_debugger,
+        crate::replayer::sanitizer::kept(t),
+    ) {
+        eprintln!(
+            "note: {} keeps a compute-sanitizer finding ({what} in {kernel}) that no driver error shows: replay it with --on cuda --sanitize {}",
+            path.display(),
+            crate::replayer::sanitizer::kept_tool(t).unwrap_or("memcheck")
+        );
+    }
+    if graph_refused && child_report.is_none() {
+        eprintln!(
+            "note: {} records a fault; replaying it eagerly (a graph replay would hide which call raised it)",
+            path.display()
+        );
+    }
+}
+
+/// The replay's report where it is wanted: to the parent (`--child-report`), as JSON, or as
+/// text, with what `--pdl` did.
+fn deliver(
+    done: &mut Outcome,
+    opened: &backends::Opened,
+    pdl: bool,
+    child_report: Option<&Path>,
+    json: bool,
+) -> Result<Exit> {
     let (out, report, passed) = (&mut done.text, &done.report, done.passed);
     if pdl {
         match &opened.pdl_kernels {

@@ -594,7 +594,8 @@ impl Llama {
     }
 
     /// One decode step for the whole batch: `tokens[b]` goes to sequence b at its current
-    /// length; returns each sequence's greedy next token.
+    /// length; returns each sequence's greedy next token. Long on purpose: the layer loop's
+    /// launches in the order an engine issues them, which is the order its recording shows.
     pub fn step(&mut self, gpu: &dyn GpuBackend, tokens: &[u32]) -> Result<Vec<u32>> {
         let (vocab, b) = (self.shape.vocab, self.opts.batch);
         anyhow::ensure!(
