@@ -167,31 +167,107 @@ pub fn run_pattern(
     p: Probe,
     capture: bool,
 ) -> Result<Outcome> {
-    use CaptureOp as O;
-    let a = g.create_stream()?;
-    let b = g.create_stream()?;
-    let buf = g.alloc(N)?;
-    let spare = g.alloc(N)?;
-    g.memset(buf, 0, N)?;
-    let pinned = g.alloc_host_pinned(N)?;
-    let ext = g.create_event()?;
-    let ev = g.create_event()?;
-    let ev2 = g.create_event()?;
-    g.record_event(ext, b)?;
-    g.synchronize(b)?;
-    let stream = match p.relation {
-        Relation::Capturing => a,
-        Relation::Legacy => LEGACY_STREAM,
-        Relation::Other | Relation::NoStream => b,
-    };
-    let src = vec![MARK; N];
-    let mut host = vec![0u8; N];
-
+    let fx = Fixture::new(g)?;
     if capture {
-        g.begin_capture(a)?;
+        g.begin_capture(fx.a)?;
     } else {
-        g.stream_is_capturing(a);
+        g.stream_is_capturing(fx.a);
     }
+    let probed = probed_call(g, code, p, &fx)?;
+    let call = probed.call;
+    let outcome = if capture {
+        end_capture(g, code, p, &fx, probed.forked, call)?
+    } else {
+        g.stream_is_capturing(fx.a);
+        if p.op == CaptureOp::BeginCapture && call.is_ok() && fx.stream(p) == fx.a {
+            // Eagerly, "beginning" on `a` really began a capture: end it.
+            g.abort_capture_if_active(fx.a);
+        }
+        Outcome {
+            call,
+            end: Ok(()),
+            landed: None,
+        }
+    };
+    g.free_host_pinned(fx.pinned, N)?;
+    release(
+        g,
+        &[fx.buf, fx.spare],
+        p.op == CaptureOp::DeviceFree && call.is_ok(),
+        &[fx.ext, fx.ev, fx.ev2],
+    );
+    give_back(g, probed.made, probed.made_host);
+    Ok(outcome)
+}
+
+/// What every probe sets up first: streams `a` (captured) and `b`, a buffer and a spare, a
+/// pinned region, an event recorded outside the capture and two for inside it.
+struct Fixture {
+    a: u64,
+    b: u64,
+    buf: DevicePtr,
+    spare: DevicePtr,
+    pinned: *mut u8,
+    ext: u64,
+    ev: u64,
+    ev2: u64,
+}
+
+impl Fixture {
+    fn new(g: &dyn GpuBackend) -> Result<Fixture> {
+        let a = g.create_stream()?;
+        let b = g.create_stream()?;
+        let buf = g.alloc(N)?;
+        let spare = g.alloc(N)?;
+        g.memset(buf, 0, N)?;
+        let pinned = g.alloc_host_pinned(N)?;
+        let ext = g.create_event()?;
+        let ev = g.create_event()?;
+        let ev2 = g.create_event()?;
+        g.record_event(ext, b)?;
+        g.synchronize(b)?;
+        Ok(Fixture {
+            a,
+            b,
+            buf,
+            spare,
+            pinned,
+            ext,
+            ev,
+            ev2,
+        })
+    }
+
+    /// The stream the probed call goes to, by its relation to the capture.
+    fn stream(&self, p: Probe) -> u64 {
+        match p.relation {
+            Relation::Capturing => self.a,
+            Relation::Legacy => LEGACY_STREAM,
+            Relation::Other | Relation::NoStream => self.b,
+        }
+    }
+}
+
+/// The probed call's result, and what it made or started that the pattern must undo.
+struct Probed {
+    call: Result<(), u32>,
+    /// `b` waited on an event of the capture: it joined it and must be joined back.
+    forked: bool,
+    made: Option<DevicePtr>,
+    made_host: Option<usize>,
+}
+
+/// The probed call, on this thread or another as `p` says.
+fn probed_call(
+    g: &dyn GpuBackend,
+    code: &(dyn Fn(&anyhow::Error) -> u32 + Sync),
+    p: Probe,
+    fx: &Fixture,
+) -> Result<Probed> {
+    use CaptureOp as O;
+    let (a, b, buf, spare, ev, ext) = (fx.a, fx.b, fx.buf, fx.spare, fx.ev, fx.ext);
+    let stream = fx.stream(p);
+    let src = vec![MARK; N];
     let run = |f: &(dyn Fn() -> Result<()> + Sync)| -> Result<(), u32> {
         if p.same_thread {
             f().map_err(|e| code(&e))
@@ -251,35 +327,37 @@ pub fn run_pattern(
         O::EndCapture => run(&|| g.end_capture(stream).map(|_| ())),
         O::HostOnly => run(&|| g.create_event().map(|_| ())),
     };
-    if !capture {
-        g.stream_is_capturing(a);
-        if p.op == O::BeginCapture && call.is_ok() && stream == a {
-            // Eagerly, "beginning" on `a` really began a capture: end it.
-            g.abort_capture_if_active(a);
-        }
-        g.free_host_pinned(pinned, N)?;
-        release(
-            g,
-            &[buf, spare],
-            p.op == O::DeviceFree && call.is_ok(),
-            &[ext, ev, ev2],
-        );
-        give_back(g, *made.lock(), *made_host.lock());
-        return Ok(Outcome {
-            call,
-            end: Ok(()),
-            landed: None,
-        });
-    }
+    let (made, made_host) = (*made.lock(), *made_host.lock());
+    Ok(Probed {
+        call,
+        forked,
+        made,
+        made_host,
+    })
+}
+
+/// End the capture on `a` and, for device work, see where the probed call's effect landed: before the
+/// graph's launch (it ran eagerly), after it (the graph carried it), or neither.
+fn end_capture(
+    g: &dyn GpuBackend,
+    code: &(dyn Fn(&anyhow::Error) -> u32 + Sync),
+    p: Probe,
+    fx: &Fixture,
+    forked: bool,
+    call: Result<(), u32>,
+) -> Result<Outcome> {
+    use CaptureOp as O;
+    let (a, b, buf) = (fx.a, fx.b, fx.buf);
     if forked {
         // Join the forked stream back so the capture can end cleanly.
-        g.record_event(ev2, b)?;
-        g.stream_wait_event(a, ev2)?;
+        g.record_event(fx.ev2, b)?;
+        g.stream_wait_event(a, fx.ev2)?;
     }
     let end = g.end_capture(a);
     g.abort_capture_if_active(a);
     g.abort_capture_if_active(b);
     let device_work = matches!(p.op, O::StreamWork | O::AsyncH2D | O::SyncCopy);
+    let mut host = vec![0u8; N];
     let mut landed = None;
     let end = match end {
         Ok(graph) => {
@@ -307,14 +385,6 @@ pub fn run_pattern(
             Err(code(&e))
         }
     };
-    g.free_host_pinned(pinned, N)?;
-    release(
-        g,
-        &[buf, spare],
-        p.op == O::DeviceFree && call.is_ok(),
-        &[ext, ev, ev2],
-    );
-    give_back(g, *made.lock(), *made_host.lock());
     Ok(Outcome { call, end, landed })
 }
 

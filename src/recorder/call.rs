@@ -152,7 +152,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         // While a stream captures, every call takes the slow path, so the capture's frames
         // exist to be kept with its graph (`FlightStore::capture_open`).
         if st.flight.is_none()
-            || st.hash_writes
+            || st.sync_writes.on
             || !st.capturing.is_empty()
             || st.tool_thread.is_some()
         {
@@ -282,8 +282,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
         if !tok.fast {
             st.in_flight = st.in_flight.saturating_sub(1);
         }
-        if st.hash_writes {
-            st.in_flight_writes.remove(&tok.seq);
+        if st.sync_writes.on {
+            st.sync_writes.returned(tok.seq);
         }
         let dur_ns = self.clock.delta_as_nanos(tok.t0, self.clock.raw());
         let failed = ret.is_err();
@@ -343,7 +343,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         let mut live: Vec<(BufferId, u64, u64)> = st
             .bufs
             .iter()
-            .filter(|(_, b)| b.alias_of.is_none() && !st.unsettled(b.id, seq))
+            .filter(|(_, b)| b.alias_of.is_none() && !st.sync_writes.unsettled(b.id, seq))
             .map(|(p, b)| (b.id, *p, b.size))
             .collect();
         live.sort();
@@ -372,9 +372,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
         };
         // An event sync waits only for the work before the event's record, not for all of
         // its stream: it settles nothing.
-        if let (true, SyncScope::Stream(_)) = (st.hash_writes, scope) {
+        if let (true, SyncScope::Stream(_)) = (st.sync_writes.on, scope) {
             let s = st.stream(stream);
-            st.settled(s);
+            st.sync_writes.settled(s);
         }
         let mut keep = Vec::new();
         for p in std::mem::take(&mut st.pending) {

@@ -32,7 +32,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     pub(super) fn flight_step(&self, marked: bool) {
         let wait_busy = {
             let mut st = self.st.lock();
-            let unread = st.unread_bytes;
+            let unread = st.since.unread_bytes;
             let in_rank_set = !st.comms.is_empty();
             let Some(f) = st.flight.as_deref_mut() else {
                 return;
@@ -131,8 +131,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
         }
         if taken.is_err() {
             // Nothing of this checkpoint can be trusted by the next: read everything again.
-            st.checkpointed.clear();
-            st.unread_bytes = st
+            st.since.checkpointed.clear();
+            st.since.unread_bytes = st
                 .bufs
                 .values()
                 .filter(|b| b.alias_of.is_none())
@@ -152,7 +152,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
         streams.push(0);
         streams.sort();
         streams.dedup();
-        let filled = std::mem::take(&mut st.filled);
+        let filled = std::mem::take(&mut st.since.filled);
         if !st.begin_checkpoint() {
             return Ok(());
         }
@@ -164,8 +164,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
         f.in_checkpoint = false;
         f.checkpoint_pending();
         let span_no = f.span_no();
-        let written = std::mem::take(&mut st.dirty);
-        let mut pending: Vec<u64> = std::mem::take(&mut st.span_streams)
+        let written = std::mem::take(&mut st.since.dirty);
+        let mut pending: Vec<u64> = std::mem::take(&mut st.since.span_streams)
             .into_iter()
             .filter_map(|s| match s {
                 StreamRef::Legacy => Some(0),
@@ -174,7 +174,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
             .collect();
         // The legacy stream last: the gather goes on the first.
         pending.sort_by_key(|s| (*s == 0, *s));
-        st.unread_bytes = 0;
+        st.since.unread_bytes = 0;
         let begun = t0.elapsed();
         let taken = d.take(&self.inner, &mut st, &streams, &pending, &written, &filled);
         if device_ckpt::say_times() {
@@ -217,8 +217,8 @@ impl<B: GpuBackend> RecordingBackend<B> {
             .iter()
             .map(|(buf, ..)| {
                 checkpoint.then_some(())?;
-                let id = st.checkpointed.get(buf).copied()?;
-                (!st.dirty.contains(buf)).then_some(id)
+                let id = st.since.checkpointed.get(buf).copied()?;
+                (!st.since.dirty.contains(buf)).then_some(id)
             })
             .collect();
         let jobs: Vec<snapshot::Job> = live
@@ -250,9 +250,9 @@ impl<B: GpuBackend> RecordingBackend<B> {
                 site,
             });
         }
-        st.checkpointed = seen;
-        st.dirty.clear();
-        st.unread_bytes = 0;
+        st.since.checkpointed = seen;
+        st.since.dirty.clear();
+        st.since.unread_bytes = 0;
         Ok(())
     }
 

@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+mod blob_out;
 mod call;
 mod checkpoint;
 mod ckpt_kernel;
@@ -21,6 +22,7 @@ mod forward;
 mod ids;
 mod peers;
 mod ring;
+mod settle;
 mod snapshot;
 mod spill;
 mod state;
@@ -402,7 +404,7 @@ impl<B: GpuBackend> RecordingBackend<B> {
     /// at which a buffer went wrong.
     pub fn hash_at_syncs(&self, on: bool) {
         self.hash_syncs.store(on, Ordering::Relaxed);
-        self.st.lock().hash_writes = on;
+        self.st.lock().sync_writes.on = on;
     }
 
     /// Put large blobs (a part of a buffer's contents, 64 KiB or more) into the shared blob

@@ -1,14 +1,16 @@
 //! The recorder's bookkeeping: the ledger of live allocations (kept even when not recording),
-//! the raw-handle-to-id maps, and the writer.
-//!
-//! One room, over 900 lines: `RecState` is what the recorder's one lock guards, and its methods
-//! are the operations that must see all of it at once (an allocation's id, its ledger entry
-//! and the frame that says so, under one lock). What stands apart lives apart: the flight
-//! store (`flight/`), checkpoints (`checkpoint.rs`, `device_ckpt/`), communicators
-//! (`comm.rs`), and the id maps events and graphs share (`ids.rs`).
+//! the raw-handle-to-id maps, and the writer. `RecState` is what the recorder's one lock
+//! guards; its methods here are the operations that must see all of it at once (an
+//! allocation's id, its ledger entry and the frame that says so, under one lock). What
+//! stands apart lives apart: how blobs are written (`blob_out.rs`), what sync hashes leave
+//! out (`settle.rs`), what changed since a flight checkpoint (`writes.rs`), the flight store
+//! (`flight/`), checkpoints (`checkpoint.rs`, `device_ckpt/`), communicators (`comm.rs`),
+//! and the id maps events and graphs share (`ids.rs`).
 
 use super::flight::FlightStore;
 use super::ids::IdMap;
+use super::settle::SyncWrites;
+use super::writes::SinceCheckpoint;
 use crate::backend::{KernelInfo, ParamAccess, ParamInfo, Site};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -179,31 +181,10 @@ pub(crate) struct RecState {
     /// Flight recorder only: calls begun on the slow path (syncs, copies, allocations: the
     /// calls that block) and not yet returned, oldest first. A hang's dump names them.
     pub open_calls: Vec<OpenCall>,
-    /// Buffers written since the last checkpoint (flight recorder only).
-    pub dirty: HashSet<BufferId>,
-    /// Each buffer's contents at the last checkpoint.
-    pub checkpointed: HashMap<BufferId, BlobId>,
-    /// Bytes of live buffers no checkpoint has read (allocated since the last one): what the
-    /// flight recorder's budget expects the next checkpoint to read at least.
-    pub unread_bytes: u64,
-    /// Flight recorder: buffers blocking `copy_h2d`s wrote since the last checkpoint, with
-    /// the ranges they left known (offset -> length and blob; a later copy over part of a
-    /// range makes all of that range unknown). The copies' bytes are in the trace already,
-    /// so a device checkpoint reads only the rest (a model's weights, loaded after arming,
-    /// into an arena: its alignment gaps).
-    pub filled: HashMap<BufferId, BTreeMap<u64, (u64, BlobId)>>,
-    /// Flight recorder: the streams the span before the last checkpoint queued device work on
-    /// (`begin_checkpoint`), which a device checkpoint orders itself after.
-    pub span_streams: HashSet<StreamRef>,
-    /// Hashes at syncs are on: writes are tracked so a sync hashes only settled buffers.
-    pub hash_writes: bool,
-    /// Buffers with device work writing them on a stream not synchronised since (by stream).
-    pub unsettled: HashMap<BufferId, Vec<StreamRef>>,
-    /// What calls still running (another thread's, say) write, by seq.
-    pub in_flight_writes: HashMap<u64, Vec<BufferId>>,
-    /// The latest call that wrote each buffer: one begun after a sync (on another thread)
-    /// may have written before the sync's hashes are taken.
-    pub last_write: HashMap<BufferId, u64>,
+    /// What changed since the last flight checkpoint (`recorder/writes.rs`).
+    pub since: SinceCheckpoint,
+    /// What sync hashes must leave out (`recorder/settle.rs`).
+    pub sync_writes: SyncWrites,
     /// Moves whenever a handle map or the address ledger changes: the flight recorder's fast
     /// path knows a call by its raw inputs only within one generation.
     pub gen: u64,
@@ -248,16 +229,9 @@ impl RecState {
             flight: None,
             capturing: HashSet::default(),
             open_calls: Vec::new(),
-            dirty: HashSet::default(),
-            checkpointed: HashMap::default(),
-            unread_bytes: 0,
-            filled: HashMap::default(),
-            span_streams: HashSet::default(),
-            hash_writes: false,
-            unsettled: HashMap::default(),
-            in_flight_writes: HashMap::default(),
-            last_write: HashMap::default(),
             tensor_maps: HashMap::default(),
+            since: SinceCheckpoint::default(),
+            sync_writes: SyncWrites::default(),
             gen: 0,
         };
         s.stream_id_quiet(default_stream);
@@ -290,7 +264,10 @@ impl RecState {
 
     /// Run one write on the writer, when recording.
     #[inline]
-    fn emit_with(&mut self, write: impl FnOnce(&mut TraceWriter) -> Result<(), TraceError>) {
+    pub(super) fn emit_with(
+        &mut self,
+        write: impl FnOnce(&mut TraceWriter) -> Result<(), TraceError>,
+    ) {
         if !self.recording {
             return;
         }
@@ -407,50 +384,14 @@ impl RecState {
         // A synchronous call has finished its writes when it returns; async work has not
         // until its stream is synchronised.
         let stream = (!call.is_host_sync()).then(|| call.work_stream()).flatten();
-        self.wrote(seq, stream, &written);
-    }
-
-    /// Buffers written by call `seq`, whose device work runs on `stream` (`None`: done when
-    /// the call returns).
-    fn wrote(&mut self, seq: u64, stream: Option<StreamRef>, bufs: &[BufferId]) {
-        if self.hash_writes {
-            if let Some(s) = stream {
-                for b in bufs {
-                    let v = self.unsettled.entry(*b).or_default();
-                    if !v.contains(&s) {
-                        v.push(s);
-                    }
-                }
-            }
-            for b in bufs {
-                self.last_write.insert(*b, seq);
-            }
-            self.in_flight_writes.insert(seq, bufs.to_vec());
-        }
+        self.sync_writes.wrote(seq, stream, &written);
     }
 
     /// Whether calls' writes are tracked as they are recorded (for hashes at syncs). The
     /// flight recorder does not pay for it per call: a checkpoint reads the writes off the
     /// span's frames (`begin_checkpoint`).
     pub fn tracks_writes(&self) -> bool {
-        self.hash_writes
-    }
-
-    /// Stream `s` was synchronised: its writes have landed.
-    pub fn settled(&mut self, s: StreamRef) {
-        self.unsettled.retain(|_, v| {
-            v.retain(|x| *x != s);
-            !v.is_empty()
-        });
-    }
-
-    /// Whether buffer `b`'s bytes at the sync `at` are not what the calls before `at` left:
-    /// written by unsynchronised work, by a call that has not returned, or by a call begun
-    /// after the sync.
-    pub fn unsettled(&self, b: BufferId, at: u64) -> bool {
-        self.unsettled.contains_key(&b)
-            || self.last_write.get(&b).is_some_and(|w| *w > at)
-            || self.in_flight_writes.values().any(|v| v.contains(&b))
+        self.sync_writes.on
     }
 
     /// Mark the buffers a launch of kernel `handle` may write: each pointer argument (`None`
@@ -477,7 +418,7 @@ impl RecState {
                 }
             })
             .collect();
-        self.wrote(seq, Some(stream), &written);
+        self.sync_writes.wrote(seq, Some(stream), &written);
     }
 
     /// A new segment starts: what it needs defined is written again, and its calls count from
@@ -494,9 +435,7 @@ impl RecState {
         self.pending.clear();
         // Calls of the last segment still running belong to it, not to this one.
         self.in_flight = 0;
-        self.in_flight_writes.clear();
-        self.last_write.clear();
-        self.unsettled.clear();
+        self.sync_writes.clear();
     }
 
     /// The capture the flight store holds open ended: into the graph of raw handle `made`,
@@ -557,7 +496,7 @@ impl RecState {
         }
     }
 
-    fn write_failed(&mut self, e: TraceError) {
+    pub(super) fn write_failed(&mut self, e: TraceError) {
         let mut why = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(s) = src {
@@ -622,147 +561,6 @@ impl RecState {
         }
     }
 
-    /// Store `bytes` as a blob (once per recording) and return its id. Larger than
-    /// `CHUNK_BYTES`, they are stored as parts and a `Chunked` frame naming them.
-    pub fn blob(&mut self, bytes: &[u8]) -> BlobId {
-        self.blob_as(bytes, false)
-    }
-
-    /// `blob` for the bytes a device-to-host copy returned: under a flight recorder named by
-    /// a number, not hashed at all (see `BlobId::numbered`; a dump names them by their hash).
-    pub fn readback(&mut self, bytes: &[u8]) -> BlobId {
-        self.blob_as(bytes, true)
-    }
-
-    fn blob_as(&mut self, bytes: &[u8], readback: bool) -> BlobId {
-        if bytes.len() <= crate::trace::CHUNK_BYTES {
-            return self.blob_part(bytes, readback);
-        }
-        let parts: Vec<BlobId> = bytes
-            .chunks(crate::trace::CHUNK_BYTES)
-            .map(|c| self.blob_part(c, readback))
-            .collect();
-        self.chunked(bytes.len() as u64, parts)
-    }
-
-    /// The `Chunked` frame of a blob made of `parts` (each stored already).
-    pub fn chunked(&mut self, len: u64, parts: Vec<BlobId>) -> BlobId {
-        let id = BlobId::chunked(len, &parts);
-        if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
-            f.note_chunked(id, len, parts);
-            return id;
-        }
-        if self.recording && self.blobs.insert(id) {
-            self.emit(&Frame::Chunked { id, len, parts });
-        }
-        id
-    }
-
-    /// A blob part a snapshot worker encoded (`payload` is its `Blob` record, `crc` that
-    /// record's checksum): written unless this recording has it already. Returns the payload
-    /// buffer for reuse when it was not kept.
-    pub fn blob_encoded(&mut self, id: BlobId, payload: Vec<u8>, crc: u32) -> Option<Vec<u8>> {
-        if !self.recording {
-            return Some(payload);
-        }
-        if let Some(f) = self.flight.as_deref_mut() {
-            return f.note_blob_payload(id, payload);
-        }
-        if self.blobs.insert(id) {
-            let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
-            if self.store_takes(len) {
-                self.put_in_store(id, len, &payload, crc);
-            } else {
-                self.emit_with(|w| w.write_encoded(FrameClass::Definition, &payload, crc));
-            }
-        }
-        Some(payload)
-    }
-
-    /// The shared store a snapshot worker may put blobs of at least `STORE_MIN` bytes into
-    /// itself, in parallel (`blob_stored` then names them): none for a flight recorder, which
-    /// keeps its blobs in memory, or when not recording.
-    pub fn store_for_workers(&self) -> Option<std::path::PathBuf> {
-        match (self.recording, &self.flight) {
-            (true, None) => self.store.clone(),
-            _ => None,
-        }
-    }
-
-    /// A part a snapshot worker put into the shared store (`put` is how that went; `payload`
-    /// its `Blob` record, handed back for reuse): named in the trace by a `Stored` frame
-    /// unless this recording has it already; a failed put stops the recording as a full disk
-    /// does.
-    pub fn blob_stored(
-        &mut self,
-        id: BlobId,
-        payload: Vec<u8>,
-        put: Result<(), TraceError>,
-    ) -> Option<Vec<u8>> {
-        if self.recording && self.blobs.insert(id) {
-            let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
-            match put {
-                Ok(()) => self.emit(&Frame::Stored { id, len }),
-                Err(e) => self.write_failed(e),
-            }
-        }
-        Some(payload)
-    }
-
-    /// Whether a blob of `len` bytes goes to the shared store rather than the trace.
-    fn store_takes(&self, len: u64) -> bool {
-        self.store.is_some() && len >= STORE_MIN as u64
-    }
-
-    /// Blob `id` into the shared store, and a `Stored` frame naming it into the trace. A store
-    /// that cannot take it stops the recording as a full disk does (the engine goes on).
-    fn put_in_store(&mut self, id: BlobId, len: u64, record: &[u8], crc: u32) {
-        let Some(dir) = &self.store else { return };
-        match store_put(dir, id, record, crc) {
-            Ok(()) => self.emit(&Frame::Stored { id, len }),
-            Err(e) => self.write_failed(e),
-        }
-    }
-
-    /// The id `blob` names these bytes by: a provisional one under a flight recorder (see
-    /// `BlobId::quick`), their hash otherwise.
-    pub fn blob_id(&self, bytes: &[u8]) -> BlobId {
-        match (self.recording, &self.flight) {
-            (true, Some(_)) => BlobId::quick(bytes),
-            _ => BlobId::of(bytes),
-        }
-    }
-
-    fn blob_part(&mut self, bytes: &[u8], readback: bool) -> BlobId {
-        let id = match (readback, self.recording, &self.flight) {
-            (true, true, Some(_)) => {
-                self.readbacks += 1;
-                BlobId::numbered(self.readbacks)
-            }
-            _ => self.blob_id(bytes),
-        };
-        if let (true, Some(f)) = (self.recording, self.flight.as_deref_mut()) {
-            // Kept by the flight store for as long as a kept span names it; not compressed:
-            // zstd on a step's readback cost a short step a fifth of its time. Nor hashed by
-            // blake3: a dump names it by its hash.
-            f.note_provisional(id, bytes);
-            return id;
-        }
-        if self.recording && self.blobs.insert(id) {
-            let f = crate::trace::blob_frame(id, bytes);
-            if self.store_takes(bytes.len() as u64) {
-                let mut record = Vec::new();
-                if codec::append(&f, &mut record).is_ok() {
-                    let crc = crate::trace::crc::crc32c(&record);
-                    self.put_in_store(id, bytes.len() as u64, &record, crc);
-                }
-            } else {
-                self.emit(&f);
-            }
-        }
-        id
-    }
-
     pub fn addr(&self, p: u64) -> DevAddr {
         Addrs {
             bufs: &self.bufs,
@@ -775,8 +573,8 @@ impl RecState {
     pub fn remove_buf(&mut self, p: u64) {
         self.gen += 1;
         if let Some(b) = self.bufs.remove(&p) {
-            if b.alias_of.is_none() && !self.checkpointed.contains_key(&b.id) {
-                self.unread_bytes = self.unread_bytes.saturating_sub(b.size);
+            if b.alias_of.is_none() && !self.since.checkpointed.contains_key(&b.id) {
+                self.since.unread_bytes = self.since.unread_bytes.saturating_sub(b.size);
             }
             self.freed.insert(p, (b.id, b.size));
             // Maps into it are stale: a later map of the same bytes describes new memory.
@@ -809,7 +607,7 @@ impl RecState {
         self.next_buf += 1;
         self.freed.remove(&p);
         if alias_of.is_none() {
-            self.unread_bytes = self.unread_bytes.saturating_add(size);
+            self.since.unread_bytes = self.since.unread_bytes.saturating_add(size);
         }
         self.emit(&Frame::Address { buf: id, addr: p });
         self.bufs.insert(

@@ -6,7 +6,30 @@ use super::ring::Writes;
 use super::state::RecState;
 use crate::backend::{ParamAccess, ParamInfo};
 use crate::trace::*;
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeMap;
+
+/// What changed since the last flight checkpoint, which the next one reads back: kept apart
+/// from `RecState`'s handle maps because only a flight recorder's checkpoints read it.
+#[derive(Default)]
+pub(crate) struct SinceCheckpoint {
+    /// Buffers written since the last checkpoint.
+    pub dirty: HashSet<BufferId>,
+    /// Each buffer's contents at the last checkpoint.
+    pub checkpointed: HashMap<BufferId, BlobId>,
+    /// Bytes of live buffers no checkpoint has read (allocated since the last one): what the
+    /// flight recorder's budget expects the next checkpoint to read at least.
+    pub unread_bytes: u64,
+    /// Buffers blocking `copy_h2d`s wrote since the last checkpoint, with the ranges they
+    /// left known (offset -> length and blob; a later copy over part of a range makes all of
+    /// that range unknown). The copies' bytes are in the trace already, so a device
+    /// checkpoint reads only the rest (a model's weights, loaded after arming, into an
+    /// arena: its alignment gaps).
+    pub filled: HashMap<BufferId, BTreeMap<u64, (u64, BlobId)>>,
+    /// The streams the span before the last checkpoint queued device work on
+    /// (`begin_checkpoint`), which a device checkpoint orders itself after.
+    pub span_streams: HashSet<StreamRef>,
+}
 
 /// What each live graph's captured calls write (they are in the store while the graph
 /// lives): a launch of the graph writes that, not every buffer, so a graph-launched engine's
@@ -110,8 +133,8 @@ impl RecState {
             .collect();
         let graphs = graph_writes(f, &layouts);
         let mut all = false;
-        let dirty = &mut self.dirty;
-        let streams = &mut self.span_streams;
+        let dirty = &mut self.since.dirty;
+        let streams = &mut self.since.span_streams;
         streams.clear();
         f.span_writes(
             |record| match crate::trace::codec::decode(record) {
@@ -134,11 +157,13 @@ impl RecState {
             },
         );
         if all {
-            self.dirty.extend(self.bufs.values().map(|x| x.id));
+            self.since.dirty.extend(self.bufs.values().map(|x| x.id));
         }
         // Filled by copies: written too, for a checkpoint that reads back (a device
         // checkpoint takes `filled` first and knows their bytes).
-        self.dirty.extend(self.filled.drain().map(|(b, _)| b));
+        self.since
+            .dirty
+            .extend(self.since.filled.drain().map(|(b, _)| b));
         f.begin_checkpoint();
         true
     }
@@ -150,7 +175,7 @@ impl RecState {
             return;
         }
         if let DevAddr::Buf { buf, off } = *dst {
-            let ranges = self.filled.entry(buf).or_default();
+            let ranges = self.since.filled.entry(buf).or_default();
             let end = off.saturating_add(len);
             // Ranges that overlap [off, end): the one starting before it, and those inside.
             let over: Vec<u64> = ranges

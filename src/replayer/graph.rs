@@ -245,7 +245,8 @@ fn recorded_ms(t: &crate::trace::Trace, (a, b): (u64, u64)) -> Option<f64> {
 impl Replayer<'_> {
     /// Build the step's graphs once (launching each right after capture, so the eager calls
     /// between them see its results), then launch the whole step `launches` times, checking the
-    /// device-to-host results of every launch against the recording.
+    /// device-to-host results of every launch against the recording; then time the captured
+    /// part alone, as graphs and as the same calls issued eagerly.
     pub fn run_as_graph(
         &self,
         gpu: &dyn GpuBackend,
@@ -284,15 +285,10 @@ impl Replayer<'_> {
             eager: eager.map(|e| e.note),
             ..Default::default()
         };
-        let fail = |c: &CallRecord, what: &str, e: String| ReplayError::Unsupported {
-            seq: c.seq,
-            site: self.trace.site(c.site),
-            msg: format!("{what}: {e}"),
-        };
         // Calls before the range rebuild the state.
         for c in self.trace.calls.iter().filter(|c| c.seq < a) {
             if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
-                return Err(fail(c, "fast-forward", format!("{e:#}")));
+                return Err(self.graph_failure(c, "fast-forward", e));
             }
         }
         // An eager program's work goes to a stream of the replay's, where a capture can begin
@@ -309,178 +305,20 @@ impl Replayer<'_> {
         } else {
             None
         };
-        // Build.
-        let mut graphs = Vec::new();
-        for seg in &report.plan.segments {
-            match seg.stream {
-                Some(s) => {
-                    let first = &self.trace.calls[seg.calls[0]];
-                    let raw = super::resolve_stream(st, s, first)?;
-                    let forked = seg
-                        .forked
-                        .iter()
-                        .map(|f| super::resolve_stream(st, *f, first))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    // Replay-owned events: one joins the forked streams back into the origin
-                    // (inside the capture), one orders them after each launch.
-                    let helper = || {
-                        gpu.create_event()
-                            .map_err(|e| fail(first, "create_event", format!("{e:#}")))
-                    };
-                    let (join, after) = if forked.is_empty() {
-                        (None, None)
-                    } else {
-                        (Some(helper()?), Some(helper()?))
-                    };
-                    gpu.begin_capture(raw)
-                        .map_err(|e| fail(first, "begin_capture", format!("{e:#}")))?;
-                    for &i in &seg.calls {
-                        let c = &self.trace.calls[i];
-                        if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
-                            gpu.abort_capture_if_active(raw);
-                            return Err(fail(c, "capturing", format!("{e:#}")));
-                        }
-                    }
-                    if let Some(join) = join {
-                        for &f in &forked {
-                            let joined = gpu
-                                .record_event(join, f)
-                                .and_then(|()| gpu.stream_wait_event(raw, join));
-                            if let Err(e) = joined {
-                                gpu.abort_capture_if_active(raw);
-                                return Err(fail(
-                                    first,
-                                    "joining a forked stream",
-                                    format!("{e:#}"),
-                                ));
-                            }
-                        }
-                    }
-                    let g = gpu
-                        .end_capture(raw)
-                        .map_err(|e| fail(first, "end_capture", format!("{e:#}")))?;
-                    let built = Built {
-                        g,
-                        raw,
-                        forked,
-                        join,
-                        after,
-                    };
-                    built
-                        .launch(gpu)
-                        .map_err(|e| fail(first, "launch_graph", format!("{e:#}")))?;
-                    graphs.push(Some(built));
-                }
-                None => {
-                    for &i in &seg.calls {
-                        let c = &self.trace.calls[i];
-                        if destroys(&c.call) {
-                            continue; // deferred to the end: the graphs still use it
-                        }
-                        if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
-                            if !matches!(c.ret, Some(Err(_))) {
-                                return Err(fail(c, "eager call", format!("{e:#}")));
-                            }
-                        }
-                    }
-                    graphs.push(None);
-                }
-            }
-        }
-        // Launch.
+        // The plan is the report's, lent to the phases that read it while they fill the rest.
+        let segments = std::mem::take(&mut report.plan.segments);
+        let graphs = self.build_segments(gpu, st, &segments)?;
         for _ in 0..launches {
             let t0 = Instant::now();
-            for (seg, g) in report.plan.segments.iter().zip(&graphs) {
-                match g {
-                    Some(g) => g.launch(gpu).map_err(|e| {
-                        fail(
-                            &self.trace.calls[seg.calls[0]],
-                            "launch_graph",
-                            format!("{e:#}"),
-                        )
-                    })?,
-                    None => {
-                        for &i in &seg.calls {
-                            let c = &self.trace.calls[i];
-                            if creates(&c.call) || destroys(&c.call) {
-                                continue;
-                            }
-                            match self.issue(gpu, st, c, true)? {
-                                Outcome::Ok { checked, mismatch } => {
-                                    report.d2h_checked += checked as u64;
-                                    match mismatch {
-                                        None if checked => report.d2h_matched += 1,
-                                        Some((buf, off, d)) if report.first_mismatch.is_none() => {
-                                            report.first_mismatch = Some(Divergence {
-                                                seq: c.seq,
-                                                site: self.trace.site(c.site),
-                                                call: c.call.kind().name().to_string(),
-                                                buffer: buf.map(|b| b.to_string()),
-                                                byte_offset: off,
-                                                last_writer: None,
-                                                detail: d,
-                                            })
-                                        }
-                                        _ => {}
-                                    }
-                                }
-                                Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
-                                    return Err(fail(c, "eager call", format!("{e:#}")))
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
-                }
-            }
+            self.launch_step(gpu, st, &segments, &graphs, &mut report)?;
             let _ = gpu.synchronize(gpu.default_stream());
             if let Some(s) = side {
                 let _ = gpu.synchronize(s);
             }
             report.loop_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         }
-        // The captured part alone: the graphs, then the same calls eagerly.
-        let captured: Vec<(&Segment, &Built)> = report
-            .plan
-            .segments
-            .iter()
-            .zip(&graphs)
-            .filter_map(|(seg, g)| g.as_ref().map(|g| (seg, g)))
-            .collect();
-        let sync_all = |st: &[(&Segment, &Built)]| {
-            for (_, b) in st {
-                for raw in std::iter::once(&b.raw).chain(&b.forked) {
-                    let _ = gpu.synchronize(*raw);
-                }
-            }
-        };
-        for _ in 0..if captured.is_empty() { 0 } else { launches } {
-            let t0 = Instant::now();
-            for (seg, b) in &captured {
-                b.launch(gpu).map_err(|e| {
-                    fail(
-                        &self.trace.calls[seg.calls[0]],
-                        "launch_graph",
-                        format!("{e:#}"),
-                    )
-                })?;
-            }
-            sync_all(&captured);
-            report.graphs_only_ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            let t0 = Instant::now();
-            for (seg, _) in &captured {
-                for &i in &seg.calls {
-                    let c = &self.trace.calls[i];
-                    if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
-                        return Err(fail(c, "eager run of a captured call", format!("{e:#}")));
-                    }
-                }
-            }
-            sync_all(&captured);
-            report
-                .captured_eager_ms
-                .push(t0.elapsed().as_secs_f64() * 1e3);
-        }
+        self.time_captured_part(gpu, st, &segments, &graphs, launches, &mut report)?;
+        report.plan.segments = segments;
         for b in graphs.into_iter().flatten() {
             let _ = gpu.destroy_graph(b.g);
             for e in [b.join, b.after].into_iter().flatten() {
@@ -495,5 +333,205 @@ impl Replayer<'_> {
         }
         drop(guard);
         Ok(report)
+    }
+
+    fn graph_failure(&self, c: &CallRecord, what: &str, e: impl std::fmt::Display) -> ReplayError {
+        ReplayError::Unsupported {
+            seq: c.seq,
+            site: self.trace.site(c.site),
+            msg: format!("{what}: {e:#}"),
+        }
+    }
+
+    /// The build pass: each captured segment becomes a graph, launched once at once; the
+    /// segments between them run eagerly (their frees deferred to the end: the graphs still
+    /// use what they free). `None` stands for an eager segment.
+    fn build_segments(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &mut super::State,
+        segments: &[Segment],
+    ) -> Result<Vec<Option<Built>>, ReplayError> {
+        let mut graphs = Vec::new();
+        for seg in segments {
+            match seg.stream {
+                Some(s) => graphs.push(Some(self.capture_segment(gpu, st, seg, s)?)),
+                None => {
+                    for &i in &seg.calls {
+                        let c = &self.trace.calls[i];
+                        if destroys(&c.call) {
+                            continue;
+                        }
+                        if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
+                            if !matches!(c.ret, Some(Err(_))) {
+                                return Err(self.graph_failure(c, "eager call", e));
+                            }
+                        }
+                    }
+                    graphs.push(None);
+                }
+            }
+        }
+        Ok(graphs)
+    }
+
+    /// Capture one segment on its origin stream (its forked streams joined back inside the
+    /// capture) and launch the graph once.
+    fn capture_segment(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &mut super::State,
+        seg: &Segment,
+        origin: StreamRef,
+    ) -> Result<Built, ReplayError> {
+        let first = &self.trace.calls[seg.calls[0]];
+        let fail = |what: &str, e: anyhow::Error| self.graph_failure(first, what, e);
+        let raw = super::resolve_stream(st, origin, first)?;
+        let forked = seg
+            .forked
+            .iter()
+            .map(|f| super::resolve_stream(st, *f, first))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Replay-owned events: one joins the forked streams back into the origin (inside the
+        // capture), one orders them after each launch.
+        let helper = || gpu.create_event().map_err(|e| fail("create_event", e));
+        let (join, after) = if forked.is_empty() {
+            (None, None)
+        } else {
+            (Some(helper()?), Some(helper()?))
+        };
+        gpu.begin_capture(raw)
+            .map_err(|e| fail("begin_capture", e))?;
+        for &i in &seg.calls {
+            let c = &self.trace.calls[i];
+            if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
+                gpu.abort_capture_if_active(raw);
+                return Err(self.graph_failure(c, "capturing", e));
+            }
+        }
+        if let Some(join) = join {
+            for &f in &forked {
+                let joined = gpu
+                    .record_event(join, f)
+                    .and_then(|()| gpu.stream_wait_event(raw, join));
+                if let Err(e) = joined {
+                    gpu.abort_capture_if_active(raw);
+                    return Err(fail("joining a forked stream", e));
+                }
+            }
+        }
+        let g = gpu.end_capture(raw).map_err(|e| fail("end_capture", e))?;
+        let built = Built {
+            g,
+            raw,
+            forked,
+            join,
+            after,
+        };
+        built.launch(gpu).map_err(|e| fail("launch_graph", e))?;
+        Ok(built)
+    }
+
+    /// One launch of the whole step: each graph launched, each eager segment's calls issued
+    /// (creations and frees skipped: the build pass made what the graphs hold), its reads
+    /// back checked against the recording.
+    fn launch_step(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &mut super::State,
+        segments: &[Segment],
+        graphs: &[Option<Built>],
+        report: &mut GraphReport,
+    ) -> Result<(), ReplayError> {
+        for (seg, g) in segments.iter().zip(graphs) {
+            if let Some(g) = g {
+                let first = &self.trace.calls[seg.calls[0]];
+                g.launch(gpu)
+                    .map_err(|e| self.graph_failure(first, "launch_graph", e))?;
+                continue;
+            }
+            for &i in &seg.calls {
+                let c = &self.trace.calls[i];
+                if creates(&c.call) || destroys(&c.call) {
+                    continue;
+                }
+                match self.issue(gpu, st, c, true)? {
+                    Outcome::Ok { checked, mismatch } => {
+                        report.d2h_checked += checked as u64;
+                        match mismatch {
+                            None if checked => report.d2h_matched += 1,
+                            Some((buf, off, d)) if report.first_mismatch.is_none() => {
+                                report.first_mismatch = Some(Divergence {
+                                    seq: c.seq,
+                                    site: self.trace.site(c.site),
+                                    call: c.call.kind().name().to_string(),
+                                    buffer: buf.map(|b| b.to_string()),
+                                    byte_offset: off,
+                                    last_writer: None,
+                                    detail: d,
+                                })
+                            }
+                            _ => {}
+                        }
+                    }
+                    Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
+                        return Err(self.graph_failure(c, "eager call", e));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The captured part alone, `launches` times: the graphs, then the same calls eagerly.
+    fn time_captured_part(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &mut super::State,
+        segments: &[Segment],
+        graphs: &[Option<Built>],
+        launches: usize,
+        report: &mut GraphReport,
+    ) -> Result<(), ReplayError> {
+        let captured: Vec<(&Segment, &Built)> = segments
+            .iter()
+            .zip(graphs)
+            .filter_map(|(seg, g)| g.as_ref().map(|g| (seg, g)))
+            .collect();
+        if captured.is_empty() {
+            return Ok(());
+        }
+        let sync_all = || {
+            for (_, b) in &captured {
+                for raw in std::iter::once(&b.raw).chain(&b.forked) {
+                    let _ = gpu.synchronize(*raw);
+                }
+            }
+        };
+        for _ in 0..launches {
+            let t0 = Instant::now();
+            for (seg, b) in &captured {
+                let first = &self.trace.calls[seg.calls[0]];
+                b.launch(gpu)
+                    .map_err(|e| self.graph_failure(first, "launch_graph", e))?;
+            }
+            sync_all();
+            report.graphs_only_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            for (seg, _) in &captured {
+                for &i in &seg.calls {
+                    let c = &self.trace.calls[i];
+                    if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
+                        return Err(self.graph_failure(c, "eager run of a captured call", e));
+                    }
+                }
+            }
+            sync_all();
+            report
+                .captured_eager_ms
+                .push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
     }
 }

@@ -356,31 +356,9 @@ impl Replayer<'_> {
         let mut pending: Vec<Pending<'_, '_>> = Vec::new();
         let mut pending_bytes = 0u64;
         'calls: for (at, (c, graph)) in self.eager_calls().into_iter().enumerate() {
-            for (i, s) in sides.iter_mut().enumerate() {
-                let g = s.guard.gpu;
-                let launch_stream = c.call.launch().and(c.call.work_stream());
-                if let (1, Some(d), Some(stream)) = (i, delays.as_mut(), launch_stream) {
-                    let held = super::state::resolve_stream(&s.guard.st, stream, c)
-                        .map_err(anyhow::Error::from)
-                        .and_then(|st| d.before_launch(g, st));
-                    if let Err(e) = held {
-                        report.stopped =
-                            Some(format!("on {}, delaying call #{}: {e:#}", s.name, c.seq));
-                        break 'calls;
-                    }
-                }
-                match self.issue(g, &mut s.guard.st, c, false)? {
-                    Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
-                        report.stopped = Some(format!(
-                            "on {}, call #{} at {}: {e:#}",
-                            s.name,
-                            c.seq,
-                            self.trace.site(c.site)
-                        ));
-                        break 'calls;
-                    }
-                    _ => {}
-                }
+            if let Some(stop) = self.issue_on_both(&mut sides, c, delays.as_mut())? {
+                report.stopped = Some(stop);
+                break 'calls;
             }
             let Some((kernel, args)) = c.call.launch() else {
                 continue;
@@ -430,34 +408,16 @@ impl Replayer<'_> {
                 }
                 continue;
             }
-            let mut read = Vec::new();
-            for s in &sides {
-                let (g, st) = (s.guard.gpu, &s.guard.st);
-                let bytes = sync_all(g, st).and_then(|()| {
-                    views
-                        .iter()
-                        .map(|v| {
-                            let (p, _) = st
-                                .bufs
-                                .get(&v.buf)
-                                .ok_or_else(|| anyhow::anyhow!("{} is not live", v.buf))?;
-                            let mut out = vec![0u8; v.bytes as usize];
-                            g.copy_d2h(p.offset(v.off as usize), &mut out)?;
-                            Ok(out)
-                        })
-                        .collect::<anyhow::Result<Vec<Vec<u8>>>>()
-                });
-                match bytes {
-                    Ok(b) => read.push(b),
-                    Err(e) => {
-                        report.stopped = Some(format!(
-                            "on {}, reading back what call #{} wrote: {e:#}",
-                            s.name, c.seq
-                        ));
-                        break 'calls;
-                    }
+            let read = match read_now(&sides, &views) {
+                Ok(read) => read,
+                Err((side, e)) => {
+                    report.stopped = Some(format!(
+                        "on {side}, reading back what call #{} wrote: {e:#}",
+                        c.seq
+                    ));
+                    break 'calls;
                 }
-            }
+            };
             report.compared += 1;
             for (i, v) in views.iter().enumerate() {
                 report.bytes_compared += v.bytes;
@@ -483,6 +443,75 @@ impl Replayer<'_> {
         report.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
         Ok(report)
     }
+}
+
+impl Replayer<'_> {
+    /// Issue one call on both sides (the second delayed first when `delays` asks). `Some` is
+    /// why the lockstep stops: a side failed a call the recording saw succeed.
+    fn issue_on_both(
+        &self,
+        sides: &mut [Side<'_, '_>],
+        c: &CallRecord,
+        mut delays: Option<&mut super::delay_kernel::Delays>,
+    ) -> Result<Option<String>, ReplayError> {
+        for (i, s) in sides.iter_mut().enumerate() {
+            let g = s.guard.gpu;
+            let launch_stream = c.call.launch().and(c.call.work_stream());
+            if let (1, Some(d), Some(stream)) = (i, delays.as_deref_mut(), launch_stream) {
+                let held = super::state::resolve_stream(&s.guard.st, stream, c)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|st| d.before_launch(g, st));
+                if let Err(e) = held {
+                    return Ok(Some(format!(
+                        "on {}, delaying call #{}: {e:#}",
+                        s.name, c.seq
+                    )));
+                }
+            }
+            match self.issue(g, &mut s.guard.st, c, false)? {
+                Outcome::Failed(e) if !matches!(c.ret, Some(Err(_))) => {
+                    return Ok(Some(format!(
+                        "on {}, call #{} at {}: {e:#}",
+                        s.name,
+                        c.seq,
+                        self.trace.site(c.site)
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// What a launch wrote, read back from both sides now (each side waited for first): per side,
+/// per view, its bytes. The error names the side that could not be read.
+fn read_now<'r>(
+    sides: &[Side<'r, '_>],
+    views: &[View],
+) -> Result<Vec<Vec<Vec<u8>>>, (&'r str, anyhow::Error)> {
+    sides
+        .iter()
+        .map(|s| {
+            let (g, st) = (s.guard.gpu, &s.guard.st);
+            sync_all(g, st)
+                .and_then(|()| {
+                    views
+                        .iter()
+                        .map(|v| {
+                            let (p, _) = st
+                                .bufs
+                                .get(&v.buf)
+                                .ok_or_else(|| anyhow::anyhow!("{} is not live", v.buf))?;
+                            let mut out = vec![0u8; v.bytes as usize];
+                            g.copy_d2h(p.offset(v.off as usize), &mut out)?;
+                            Ok(out)
+                        })
+                        .collect::<anyhow::Result<Vec<Vec<u8>>>>()
+                })
+                .map_err(|e| (s.name, e))
+        })
+        .collect()
 }
 
 impl Replayer<'_> {

@@ -501,27 +501,28 @@ impl<'t> Shrink<'t> {
                 ret: obs.and_then(|c| c.ret.clone()),
             });
         }
-        // What the kept calls name.
-        let mut bufs: HashSet<BufferId> = HashSet::default();
-        let mut streams: HashSet<StreamId> = HashSet::default();
-        let mut events: HashSet<EventId> = HashSet::default();
-        let mut hosts: HashSet<HostId> = HashSet::default();
-        let mut blobs: HashSet<BlobId> = HashSet::default();
-        let mut kernels: HashSet<KernelId> = HashSet::default();
-        for c in &calls {
-            let r = refs(&c.call);
-            bufs.extend(r.bufs);
-            streams.extend(r.streams);
-            events.extend(r.events);
-            hosts.extend(r.hosts);
-            blobs.extend(r.blobs);
-            if let Some((k, _)) = c.call.launch() {
-                kernels.insert(k);
-            }
-            if let Some(Ok(Value::Bytes(b))) = &c.ret {
-                blobs.insert(*b);
-            }
+        let mut named = Named::of(&calls);
+        let mut out = self.carried(&mut named);
+        self.renumber(&mut calls, &mut named, &mut out);
+        // A blob that cannot be read is left out: the candidate then fails to replay, which
+        // the oracle reads as "does not reproduce".
+        for id in &named.blobs {
+            let _ = t.blobs.copy_to(id, &mut out.blobs);
         }
+        out.sizes = t
+            .sizes
+            .iter()
+            .filter(|(b, _)| named.bufs.contains(b))
+            .map(|(b, s)| (*b, *s))
+            .collect();
+        out.calls = calls;
+        out
+    }
+
+    /// The tables a candidate trace carries from the whole one, cut to what its calls name
+    /// (the blobs those tables hold added to `named`).
+    fn carried(&self, named: &mut Named) -> Trace {
+        let t = self.t;
         let mut out = Trace {
             header: t.header.clone(),
             provenance: t.provenance.clone(),
@@ -535,18 +536,18 @@ impl<'t> Shrink<'t> {
         out.initial = t
             .initial
             .iter()
-            .filter(|i| bufs.contains(&i.buf))
+            .filter(|i| named.bufs.contains(&i.buf))
             .cloned()
             .collect();
-        blobs.extend(out.initial.iter().map(|i| i.data));
+        named.blobs.extend(out.initial.iter().map(|i| i.data));
         out.adopted = t
             .adopted
             .iter()
             .filter(|a| match a {
-                Adopted::Stream { id, is_default } => *is_default || streams.contains(id),
-                Adopted::Event { id } => events.contains(id),
+                Adopted::Stream { id, is_default } => *is_default || named.streams.contains(id),
+                Adopted::Event { id } => named.events.contains(id),
                 Adopted::Graph { .. } => false,
-                Adopted::Host { id, .. } => hosts.contains(id),
+                Adopted::Host { id, .. } => named.hosts.contains(id),
                 // Kept: a kept collective needs its communicator joined.
                 Adopted::Comm { .. } | Adopted::CommPairs { .. } => true,
             })
@@ -555,7 +556,7 @@ impl<'t> Shrink<'t> {
         out.kernels = t
             .kernels
             .iter()
-            .filter(|(k, _)| kernels.contains(k))
+            .filter(|(k, _)| named.kernels.contains(k))
             .map(|(k, v)| (*k, v.clone()))
             .collect();
         let modules: HashSet<&str> = out.kernels.values().map(|k| k.module.as_str()).collect();
@@ -571,7 +572,7 @@ impl<'t> Shrink<'t> {
             .filter(|(m, _)| modules.contains(m.as_str()))
             .map(|(m, b)| (m.clone(), *b))
             .collect();
-        blobs.extend(out.module_images.values().copied());
+        named.blobs.extend(out.module_images.values().copied());
         out.kernel_clusters = t
             .kernel_clusters
             .iter()
@@ -587,10 +588,16 @@ impl<'t> Shrink<'t> {
         out.addresses = t
             .addresses
             .iter()
-            .filter(|(b, _)| bufs.contains(b))
+            .filter(|(b, _)| named.bufs.contains(b))
             .map(|(b, a)| (*b, *a))
             .collect();
-        // Renumber calls from 0, with what is keyed by a call's number.
+        out
+    }
+
+    /// The kept calls renumbered from 0, with what is keyed by a call's number (the observed
+    /// call's recorded results are not carried: the oracle judges them afresh).
+    fn renumber(&self, calls: &mut [CallRecord], named: &mut Named, out: &mut Trace) {
+        let t = self.t;
         let renum: HashMap<u64, u64> = calls
             .iter()
             .enumerate()
@@ -599,20 +606,20 @@ impl<'t> Shrink<'t> {
         for (seq, blob) in &t.d2h_async {
             if let Some(n) = renum.get(seq).filter(|_| *seq != self.observed) {
                 out.d2h_async.insert(*n, *blob);
-                blobs.insert(*blob);
+                named.blobs.insert(*blob);
             }
         }
         for (seq, hashes) in &t.sync_hashes {
             if let Some(n) = renum.get(seq).filter(|_| *seq != self.observed) {
                 let h: Vec<_> = hashes
                     .iter()
-                    .filter(|(b, _)| bufs.contains(b))
+                    .filter(|(b, _)| named.bufs.contains(b))
                     .copied()
                     .collect();
                 out.sync_hashes.insert(*n, h);
             }
         }
-        for c in &mut calls {
+        for c in calls.iter_mut() {
             c.seq = renum[&c.seq];
         }
         // A dump's calls in flight keep their names in the new numbering (those not kept go).
@@ -623,19 +630,38 @@ impl<'t> Shrink<'t> {
                 .filter_map(|(seq, thread)| Some((*renum.get(seq)?, *thread)))
                 .collect();
         }
-        // A blob that cannot be read is left out: the candidate then fails to replay, which
-        // the oracle reads as "does not reproduce".
-        for id in &blobs {
-            let _ = t.blobs.copy_to(id, &mut out.blobs);
+    }
+}
+
+/// What a candidate's calls name: the resources, blobs and kernels its tables are cut to.
+#[derive(Default)]
+struct Named {
+    bufs: HashSet<BufferId>,
+    streams: HashSet<StreamId>,
+    events: HashSet<EventId>,
+    hosts: HashSet<HostId>,
+    blobs: HashSet<BlobId>,
+    kernels: HashSet<KernelId>,
+}
+
+impl Named {
+    fn of(calls: &[CallRecord]) -> Named {
+        let mut n = Named::default();
+        for c in calls {
+            let r = refs(&c.call);
+            n.bufs.extend(r.bufs);
+            n.streams.extend(r.streams);
+            n.events.extend(r.events);
+            n.hosts.extend(r.hosts);
+            n.blobs.extend(r.blobs);
+            if let Some((k, _)) = c.call.launch() {
+                n.kernels.insert(k);
+            }
+            if let Some(Ok(Value::Bytes(b))) = &c.ret {
+                n.blobs.insert(*b);
+            }
         }
-        out.sizes = t
-            .sizes
-            .iter()
-            .filter(|(b, _)| bufs.contains(b))
-            .map(|(b, s)| (*b, *s))
-            .collect();
-        out.calls = calls;
-        out
+        n
     }
 }
 

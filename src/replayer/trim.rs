@@ -21,6 +21,56 @@ impl Replayer<'_> {
     ) -> Result<Trace, ReplayError> {
         let t = self.trace;
         let (a, b) = range;
+        self.check_cut(a, b)?;
+        let kernels = self.kernels(gpu, loader)?;
+        let mut guard = Guard {
+            r: self,
+            gpu,
+            st: State::new(&kernels),
+        };
+        self.setup(gpu, &mut guard.st)?;
+        let st = &mut guard.st;
+        for c in t.calls.iter().take_while(|c| c.seq < a) {
+            if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
+                if c.ret.as_ref().is_some_and(|r| r.is_ok()) {
+                    return Err(ReplayError::Setup {
+                        what: format!("rebuilding the state at #{a}: call #{} failed", c.seq),
+                        cause: format!("{e:#}"),
+                    });
+                }
+            }
+        }
+        sync_all(gpu, st).map_err(setup_error(format!("waiting for the device at #{a}")))?;
+        let mut out = Trace {
+            header: t.header.clone(),
+            provenance: t.provenance.clone(),
+            dump: t.dump.clone(),
+            sites: t.sites.clone(),
+            stacks: t.stacks.clone(),
+            globals: t.globals.clone(),
+            modules: t.modules.clone(),
+            module_images: t.module_images.clone(),
+            kernel_clusters: t.kernel_clusters.clone(),
+            kernel_cooperative: t.kernel_cooperative.clone(),
+            kernels: t.kernels.clone(),
+            stopped: true,
+            ..Default::default()
+        };
+        for image in t.module_images.values() {
+            t.blobs.copy_to(image, &mut out.blobs)?;
+        }
+        self.snapshot_buffers(gpu, st, a, &mut out)?;
+        self.adopt_live(st, &mut out);
+        drop(guard);
+        self.copy_kept(a, b, &mut out)?;
+        out.size_buffers();
+        Ok(out)
+    }
+
+    /// A cut inside a capture, or kept calls that use a graph made before the cut, are
+    /// refused: a graph cannot be carried across it.
+    fn check_cut(&self, a: u64, b: u64) -> Result<(), ReplayError> {
+        let t = self.trace;
         let refuse = |seq: u64, msg: String| ReplayError::Unsupported {
             seq,
             site: t
@@ -47,7 +97,6 @@ impl Replayer<'_> {
                 ),
             ));
         }
-        let kept: Vec<&CallRecord> = t.calls.iter().filter(|c| c.seq >= a && c.seq < b).collect();
         let made_before: std::collections::BTreeSet<GraphId> = t
             .calls
             .iter()
@@ -57,7 +106,7 @@ impl Replayer<'_> {
                 _ => None,
             })
             .collect();
-        for c in &kept {
+        for c in t.calls.iter().filter(|c| c.seq >= a && c.seq < b) {
             if let Some(g) = refs(&c.call)
                 .graphs
                 .iter()
@@ -71,50 +120,19 @@ impl Replayer<'_> {
                 ));
             }
         }
-        let kernels = self.kernels(gpu, loader)?;
-        let mut guard = Guard {
-            r: self,
-            gpu,
-            st: State::new(&kernels),
-        };
-        self.setup(gpu, &mut guard.st)?;
-        let st = &mut guard.st;
-        for c in t.calls.iter().take_while(|c| c.seq < a) {
-            if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
-                if c.ret.as_ref().is_some_and(|r| r.is_ok()) {
-                    return Err(ReplayError::Setup {
-                        what: format!("rebuilding the state at #{a}: call #{} failed", c.seq),
-                        cause: format!("{e:#}"),
-                    });
-                }
-            }
-        }
-        let setup = |what: String| {
-            move |e: anyhow::Error| ReplayError::Setup {
-                what,
-                cause: format!("{e:#}"),
-            }
-        };
-        sync_all(gpu, st).map_err(setup(format!("waiting for the device at #{a}")))?;
-        let mut out = Trace {
-            header: t.header.clone(),
-            provenance: t.provenance.clone(),
-            dump: t.dump.clone(),
-            sites: t.sites.clone(),
-            stacks: t.stacks.clone(),
-            globals: t.globals.clone(),
-            modules: t.modules.clone(),
-            module_images: t.module_images.clone(),
-            kernel_clusters: t.kernel_clusters.clone(),
-            kernel_cooperative: t.kernel_cooperative.clone(),
-            kernels: t.kernels.clone(),
-            stopped: true,
-            ..Default::default()
-        };
-        for image in t.module_images.values() {
-            t.blobs.copy_to(image, &mut out.blobs)?;
-        }
-        // Where each buffer was made, for the snapshot's sites.
+        Ok(())
+    }
+
+    /// Every buffer live at the cut, read back into the new trace's initial snapshot (with
+    /// the site that made it and its recorded address).
+    fn snapshot_buffers(
+        &self,
+        gpu: &dyn GpuBackend,
+        st: &State,
+        a: u64,
+        out: &mut Trace,
+    ) -> Result<(), ReplayError> {
+        let t = self.trace;
         let mut made_at: HashMap<BufferId, SiteId> =
             t.initial.iter().map(|i| (i.buf, i.site)).collect();
         for c in &t.calls {
@@ -125,17 +143,15 @@ impl Replayer<'_> {
         let mut live: Vec<_> = st.bufs.iter().map(|(id, (p, n))| (*id, *p, *n)).collect();
         live.sort_by_key(|(id, _, _)| *id);
         for (id, p, n) in live {
+            let what = || format!("reading {id} back at #{a}");
             // A buffer's size comes from the trace: a host copy of it that cannot be made is
             // this trim's error, not an abort.
             let mut bytes = Vec::new();
             bytes.try_reserve_exact(n as usize).map_err(|_| {
-                setup(format!("reading {id} back at #{a}"))(anyhow::anyhow!(
-                    "{n} bytes do not fit in host memory"
-                ))
+                setup_error(what())(anyhow::anyhow!("{n} bytes do not fit in host memory"))
             })?;
             bytes.resize(n as usize, 0);
-            gpu.copy_d2h(p, &mut bytes)
-                .map_err(setup(format!("reading {id} back at #{a}")))?;
+            gpu.copy_d2h(p, &mut bytes).map_err(setup_error(what()))?;
             let data = out.blobs.insert_content(bytes);
             out.initial.push(InitialBuffer {
                 buf: id,
@@ -147,7 +163,13 @@ impl Replayer<'_> {
                 out.addresses.insert(id, *addr);
             }
         }
-        let default_stream: Option<StreamId> = t.adopted.iter().find_map(|x| match x {
+        Ok(())
+    }
+
+    /// Streams, events and pinned regions alive at the cut become the new trace's adopted
+    /// resources (the recording's default stream stays the default).
+    fn adopt_live(&self, st: &State, out: &mut Trace) {
+        let default_stream: Option<StreamId> = self.trace.adopted.iter().find_map(|x| match x {
             Adopted::Stream {
                 id,
                 is_default: true,
@@ -173,11 +195,19 @@ impl Replayer<'_> {
                 id,
                 bytes: n as u64,
             }));
-        drop(guard);
-        // The kept calls, numbered from 0, with what is keyed by their numbers.
-        for (i, c) in kept.iter().enumerate() {
+    }
+
+    /// The kept calls, numbered from 0, with their blobs and what is keyed by their numbers.
+    fn copy_kept(&self, a: u64, b: u64, out: &mut Trace) -> Result<(), ReplayError> {
+        let t = self.trace;
+        for (i, c) in t
+            .calls
+            .iter()
+            .filter(|c| c.seq >= a && c.seq < b)
+            .enumerate()
+        {
             let n = i as u64;
-            let mut c = (*c).clone();
+            let mut c = c.clone();
             let r = refs(&c.call);
             for blob in r.blobs {
                 t.blobs.copy_to(&blob, &mut out.blobs)?;
@@ -200,7 +230,14 @@ impl Replayer<'_> {
             c.seq = n;
             out.calls.push(c);
         }
-        out.size_buffers();
-        Ok(out)
+        Ok(())
+    }
+}
+
+/// A device failure while making the trimmed trace's state, said with what was being done.
+fn setup_error(what: String) -> impl FnOnce(anyhow::Error) -> ReplayError {
+    move |e: anyhow::Error| ReplayError::Setup {
+        what,
+        cause: format!("{e:#}"),
     }
 }

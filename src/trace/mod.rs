@@ -278,113 +278,7 @@ impl Trace {
                 detail,
             };
             i += 1;
-            match f {
-                Frame::Header(h) => t.header = Some(h),
-                Frame::Provenance(p) => t.provenance = Some(p),
-                Frame::Dumped(d) => t.dump = Some(d),
-                Frame::Restart(r) => t.restarts.push(r),
-                Frame::Clock { epoch_unix_ns } => t.clock_epoch_ns = Some(epoch_unix_ns),
-                Frame::Site {
-                    id,
-                    file,
-                    line,
-                    col,
-                } => {
-                    t.sites.insert(id, SiteDef { file, line, col });
-                }
-                Frame::Stack { site, stack } => {
-                    t.stacks.insert(site, stack);
-                }
-                Frame::Blob {
-                    id,
-                    len,
-                    zstd,
-                    data,
-                } => {
-                    let data = blobs::verified(id, len, zstd, data).map_err(bad)?;
-                    t.blobs.insert(id, data);
-                }
-                Frame::Chunked { id, len, parts } => {
-                    // Its id hashes its length and parts: a lie in either is caught here, at
-                    // its frame, before a reader sizes anything by the length.
-                    if BlobId::chunked(len, &parts) != id {
-                        return Err(bad(format!(
-                            "chunked blob {id}: its length ({len}) and {} parts do not hash to its id",
-                            parts.len()
-                        )));
-                    }
-                    t.blobs.insert_chunked(id, len, parts)
-                }
-                Frame::Stored { id, len } => t.blobs.insert_stored(id, len),
-                Frame::BlobStore { dir } => {
-                    if t.blobs.store_dir().is_none() {
-                        t.blobs.set_store(dir.into());
-                    }
-                }
-                Frame::Module(m) => t.modules.push(m),
-                Frame::Kernel { id, info } => {
-                    t.kernels.insert(id, info);
-                }
-                Frame::KernelElems { id, elems } => {
-                    if let Some(k) = t.kernels.get_mut(&id) {
-                        k.elems = elems;
-                    }
-                }
-                Frame::ModuleImage { name, image } => {
-                    t.module_images.insert(name, image);
-                }
-                Frame::Global { buf, global } => {
-                    t.globals.insert(buf, global);
-                }
-                Frame::KernelCluster { id, dims } => {
-                    t.kernel_clusters.insert(id, dims);
-                }
-                Frame::KernelCooperative { id } => {
-                    t.kernel_cooperative.insert(id);
-                }
-                Frame::Initial {
-                    buf,
-                    bytes,
-                    data,
-                    site,
-                } => t.initial.push(InitialBuffer {
-                    buf,
-                    bytes,
-                    data,
-                    site,
-                }),
-                Frame::Adopt(a) => t.adopted.push(a),
-                Frame::Begin(b) => {
-                    open.insert(b.seq, t.calls.len());
-                    t.calls.push(CallRecord {
-                        seq: b.seq,
-                        thread: b.thread,
-                        site: b.site,
-                        t_ns: b.t_ns,
-                        dur_ns: None,
-                        call: b.call,
-                        ret: None,
-                    });
-                }
-                Frame::End(e) => {
-                    let Some(ix) = open.remove(&e.seq) else {
-                        return Err(bad(format!("end of call {} that never began", e.seq)));
-                    };
-                    t.calls[ix].dur_ns = Some(e.dur_ns);
-                    t.calls[ix].ret = Some(e.ret);
-                }
-                Frame::D2HResult { seq, data, .. } => {
-                    t.d2h_async.insert(seq, data);
-                }
-                Frame::Finding(f) => t.findings.push(f),
-                Frame::Stop => t.stopped = true,
-                Frame::SyncHashes { seq, hashes } => {
-                    t.sync_hashes.insert(seq, hashes);
-                }
-                Frame::Address { buf, addr } => {
-                    t.addresses.insert(buf, addr);
-                }
-            }
+            t.take(f, &mut open).map_err(bad)?;
         }
         if t.header.is_none() {
             // A recorder writes its header first: without one nothing was recorded, and an
@@ -416,6 +310,120 @@ impl Trace {
             });
         }
         Ok(t)
+    }
+
+    /// One frame into the trace being loaded: the trace's vocabulary of frames, an arm each.
+    /// `open` maps a begun call's seq to its place until its end frame comes. The error is
+    /// what is wrong with the frame, said by the caller with where it is.
+    fn take(&mut self, f: Frame, open: &mut HashMap<u64, usize>) -> Result<(), String> {
+        match f {
+            Frame::Header(h) => self.header = Some(h),
+            Frame::Provenance(p) => self.provenance = Some(p),
+            Frame::Dumped(d) => self.dump = Some(d),
+            Frame::Restart(r) => self.restarts.push(r),
+            Frame::Clock { epoch_unix_ns } => self.clock_epoch_ns = Some(epoch_unix_ns),
+            Frame::Site {
+                id,
+                file,
+                line,
+                col,
+            } => {
+                self.sites.insert(id, SiteDef { file, line, col });
+            }
+            Frame::Stack { site, stack } => {
+                self.stacks.insert(site, stack);
+            }
+            Frame::Blob {
+                id,
+                len,
+                zstd,
+                data,
+            } => {
+                let data = blobs::verified(id, len, zstd, data)?;
+                self.blobs.insert(id, data);
+            }
+            Frame::Chunked { id, len, parts } => {
+                // Its id hashes its length and parts: a lie in either is caught here, at
+                // its frame, before a reader sizes anything by the length.
+                if BlobId::chunked(len, &parts) != id {
+                    return Err(format!(
+                        "chunked blob {id}: its length ({len}) and {} parts do not hash to its id",
+                        parts.len()
+                    ));
+                }
+                self.blobs.insert_chunked(id, len, parts)
+            }
+            Frame::Stored { id, len } => self.blobs.insert_stored(id, len),
+            Frame::BlobStore { dir } => {
+                if self.blobs.store_dir().is_none() {
+                    self.blobs.set_store(dir.into());
+                }
+            }
+            Frame::Module(m) => self.modules.push(m),
+            Frame::Kernel { id, info } => {
+                self.kernels.insert(id, info);
+            }
+            Frame::KernelElems { id, elems } => {
+                if let Some(k) = self.kernels.get_mut(&id) {
+                    k.elems = elems;
+                }
+            }
+            Frame::ModuleImage { name, image } => {
+                self.module_images.insert(name, image);
+            }
+            Frame::Global { buf, global } => {
+                self.globals.insert(buf, global);
+            }
+            Frame::KernelCluster { id, dims } => {
+                self.kernel_clusters.insert(id, dims);
+            }
+            Frame::KernelCooperative { id } => {
+                self.kernel_cooperative.insert(id);
+            }
+            Frame::Initial {
+                buf,
+                bytes,
+                data,
+                site,
+            } => self.initial.push(InitialBuffer {
+                buf,
+                bytes,
+                data,
+                site,
+            }),
+            Frame::Adopt(a) => self.adopted.push(a),
+            Frame::Begin(b) => {
+                open.insert(b.seq, self.calls.len());
+                self.calls.push(CallRecord {
+                    seq: b.seq,
+                    thread: b.thread,
+                    site: b.site,
+                    t_ns: b.t_ns,
+                    dur_ns: None,
+                    call: b.call,
+                    ret: None,
+                });
+            }
+            Frame::End(e) => {
+                let Some(ix) = open.remove(&e.seq) else {
+                    return Err(format!("end of call {} that never began", e.seq));
+                };
+                self.calls[ix].dur_ns = Some(e.dur_ns);
+                self.calls[ix].ret = Some(e.ret);
+            }
+            Frame::D2HResult { seq, data, .. } => {
+                self.d2h_async.insert(seq, data);
+            }
+            Frame::Finding(f) => self.findings.push(f),
+            Frame::Stop => self.stopped = true,
+            Frame::SyncHashes { seq, hashes } => {
+                self.sync_hashes.insert(seq, hashes);
+            }
+            Frame::Address { buf, addr } => {
+                self.addresses.insert(buf, addr);
+            }
+        }
+        Ok(())
     }
 
     /// `sizes` from the initial snapshot and the allocations: after loading, or after a

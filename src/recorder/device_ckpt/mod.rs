@@ -230,6 +230,16 @@ struct Job {
     cap: u64,
 }
 
+/// A checkpoint's table before it goes to the device: the words the gather reads (eight per
+/// entry) and, for the worker, what each entry is.
+struct Plan {
+    entries: Vec<(BufferId, Slot)>,
+    words: Vec<u64>,
+    fills: Vec<(BufferId, Vec<Seg>)>,
+    bufs: Vec<(BufferId, u64, u64, SiteId)>,
+    gone: Vec<BufChunks>,
+}
+
 /// The device side of a flight recorder's checkpoints: its stream, events, kernels and
 /// memory, and the worker that consumes what they leave.
 pub(crate) struct DeviceCkpt {
@@ -365,18 +375,46 @@ impl DeviceCkpt {
         filled: &HashMap<BufferId, std::collections::BTreeMap<u64, (u64, BlobId)>>,
     ) -> anyhow::Result<()> {
         let span_no = st.flight.as_deref().map_or(0, |f| f.span_no());
+        let plan = self.plan(st, written, filled);
+        let no = self.enqueue(gpu, streams, pending, &plan.words)?;
+        self.watch.busy.store(true, Ordering::Release);
+        let job = Job {
+            no,
+            span_no,
+            entries: plan.entries,
+            fills: plan.fills,
+            bufs: plan.bufs,
+            gone: plan.gone,
+            table: self.table.clone(),
+            host: self.host.clone(),
+            cap: self.cap,
+        };
+        if self.to_worker.send(job).is_err() {
+            self.watch.busy.store(false, Ordering::Release);
+            anyhow::bail!("the checkpoint thread has stopped");
+        }
+        Ok(())
+    }
+
+    /// The gather's table for this checkpoint: every chunk of a written buffer (a hash tells
+    /// which changed), the chunks not yet taken of the others (up to half the ring), and
+    /// buffers filled by copies as their copies and the gaps between them.
+    fn plan(
+        &mut self,
+        st: &mut super::state::RecState,
+        written: &HashSet<BufferId>,
+        filled: &HashMap<BufferId, std::collections::BTreeMap<u64, (u64, BlobId)>>,
+    ) -> Plan {
         let bufs: Vec<(BufferId, u64, u64, SiteId)> = st
             .live_buffers()
             .into_iter()
             .map(|(id, p, size, site)| (id, p, size, st.site(site)))
             .collect();
-        // The table: every chunk of a written buffer (a hash tells which changed), and the
-        // chunks not yet taken of the others, up to half the ring.
         let mut entries: Vec<(BufferId, Slot)> = Vec::new();
         let mut words: Vec<u64> = Vec::new();
         let mut rolling = 0u64;
         let mut forced = 0u64;
-        let known = std::mem::take(&mut st.checkpointed);
+        let known = std::mem::take(&mut st.since.checkpointed);
         let mut map = self.watch.chunks.lock();
         let live_ids: HashSet<BufferId> = bufs.iter().map(|b| b.0).collect();
         let gone_ids: Vec<BufferId> = map
@@ -504,6 +542,25 @@ impl DeviceCkpt {
             }
         }
         drop(map);
+        Plan {
+            entries,
+            words,
+            fills,
+            bufs,
+            gone,
+        }
+    }
+
+    /// Put the table on the device and queue the checkpoint: the gather on a stream with
+    /// work pending, the ring's copy to the host and the `done` kernel on the checkpoint's
+    /// own stream. Returns the checkpoint's number.
+    fn enqueue(
+        &mut self,
+        gpu: &dyn GpuBackend,
+        streams: &[u64],
+        pending: &[u64],
+        words: &[u64],
+    ) -> anyhow::Result<u64> {
         if words.len() * 8 > self.table.len {
             let want = (words.len() * 8).next_power_of_two();
             let t = Region::new(gpu, want)?;
@@ -513,13 +570,13 @@ impl DeviceCkpt {
                 let _ = gpu.free_host_pinned(r.host, r.len);
             }
         }
-        self.table.fill(&words);
+        self.table.fill(words);
         let no = self.next_no;
         self.next_no += 1;
         self.host.word(1).store(no, Ordering::Relaxed);
         self.host.word(3).store(self.cap, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
-        let n = entries.len() as u64;
+        let n = (words.len() / 8) as u64;
         anyhow::ensure!(
             n <= i32::MAX as u64,
             "{n} chunks are more than one launch of the gather kernel can take"
@@ -555,7 +612,7 @@ impl DeviceCkpt {
             }
         }
         // What the gather can have used: every chunk it may copy, rounded as it reserves.
-        let bound = entries_bound(&words).min(self.cap) as usize;
+        let bound = entries_bound(words).min(self.cap) as usize;
         if self.staging != self.host.dev.offset(RING_AT) && bound > 0 {
             // SAFETY: the ring lies inside the pinned region (`RING_AT + cap` bytes), no
             // checkpoint is on the device and the worker reads the ring only after `done`,
@@ -576,23 +633,7 @@ impl DeviceCkpt {
                 KernelArg::Buffer(self.host.dev),
             ],
         )?;
-        self.watch.busy.store(true, Ordering::Release);
-        let job = Job {
-            no,
-            span_no,
-            entries,
-            fills,
-            bufs,
-            gone,
-            table: self.table.clone(),
-            host: self.host.clone(),
-            cap: self.cap,
-        };
-        if self.to_worker.send(job).is_err() {
-            self.watch.busy.store(false, Ordering::Release);
-            anyhow::bail!("the checkpoint thread has stopped");
-        }
-        Ok(())
+        Ok(no)
     }
 
     /// Let go of what can be let go: the worker ends; the device memory and pinned regions

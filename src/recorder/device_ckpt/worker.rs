@@ -52,14 +52,85 @@ struct Taken {
 /// buffer's Address and Initial frames written into the checkpoint's span.
 fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<crate::recorder::state::RecState>) {
     let t0 = std::time::Instant::now();
-    let out = |i: usize| job.table.word(i * ENTRY_WORDS + 6).load(Ordering::Relaxed);
-    let hash = |i: usize| {
-        [
-            job.table.word(i * ENTRY_WORDS + 4).load(Ordering::Relaxed),
-            job.table.word(i * ENTRY_WORDS + 5).load(Ordering::Relaxed),
-        ]
+    let (taken, copied) = name_taken(job);
+    // A filled buffer's whole is made of its copies' parts (a part cannot itself be
+    // chunked), which only the store knows.
+    let flat: HashMap<BlobId, Vec<BlobId>> = {
+        let st = st.lock();
+        let f = st.flight.as_deref();
+        job.fills
+            .iter()
+            .flat_map(|(_, segs)| segs.iter())
+            .filter_map(|s| match s {
+                Seg::Known(b) => Some((*b, f?.parts_of(b)?.to_vec())),
+                Seg::Gap(_) => None,
+            })
+            .collect()
     };
-    // Named outside any lock: hashing is the checkpoint's real work.
+    let mut u = Update {
+        ok: true,
+        ..Update::default()
+    };
+    u.apply(job, watch, taken, &flat);
+    let (pins, unpins, wholes, data, mut ok) = (u.pins, u.unpins, u.wholes, u.data, u.ok);
+    let named = t0.elapsed();
+    // The checkpoint's frames, encoded before the lock is taken: the engine's calls wait
+    // for that lock.
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    if ok {
+        for &(buf, addr, size, site) in &job.bufs {
+            for f in [
+                Frame::Address { buf, addr },
+                Frame::Initial {
+                    buf,
+                    bytes: size,
+                    data: data[&buf],
+                    site,
+                },
+            ] {
+                let mut p = Vec::new();
+                if codec::append(&f, &mut p).is_err() {
+                    ok = false;
+                }
+                frames.push(p);
+            }
+        }
+    }
+    let mut st = st.lock();
+    let locked_at = std::time::Instant::now();
+    let Some(f) = st.flight.as_deref_mut() else {
+        return;
+    };
+    for (id, payload) in pins {
+        f.pin(id, move || payload);
+    }
+    for (id, len, parts) in &wholes {
+        f.pin_chunked(*id, *len, parts);
+    }
+    for id in unpins {
+        f.unpin(id);
+    }
+    f.checkpoint_read_bytes += copied;
+    f.checkpoint_frames(job.span_no, frames, ok);
+    if !ok {
+        f.incomplete_checkpoints += 1;
+    }
+    drop(st);
+    if say_times() {
+        eprintln!(
+            "gputape: device checkpoint {} consumed: {} entries, {copied} bytes named in {named:?}, held the lock {:?}, all {:?}",
+            job.no,
+            job.entries.len(),
+            locked_at.elapsed(),
+            t0.elapsed()
+        );
+    }
+}
+
+/// The chunks the gather copied into the ring, named (hashed) and encoded as blob frames.
+/// Done outside any lock: hashing is the checkpoint's real work.
+fn name_taken(job: &Job) -> (Vec<Taken>, u64) {
+    let out = |i: usize| job.table.word(i * ENTRY_WORDS + 6).load(Ordering::Relaxed);
     let mut taken: Vec<Taken> = Vec::new();
     let mut copied = 0u64;
     for i in 0..job.entries.len() {
@@ -84,26 +155,45 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<crate::recorder::st
             payload,
         });
     }
-    let mut pins: Vec<(BlobId, Option<Vec<u8>>)> = Vec::new();
-    let mut unpins: Vec<BlobId> = Vec::new();
-    let mut wholes: Vec<(BlobId, u64, Vec<BlobId>)> = Vec::new();
-    let mut ok = true;
-    let mut data: HashMap<BufferId, BlobId> = HashMap::default();
-    // A filled buffer's whole is made of its copies' parts (a part cannot itself be
-    // chunked), which only the store knows.
-    let flat: HashMap<BlobId, Vec<BlobId>> = {
-        let st = st.lock();
-        let f = st.flight.as_deref();
-        job.fills
-            .iter()
-            .flat_map(|(_, segs)| segs.iter())
-            .filter_map(|s| match s {
-                Seg::Known(b) => Some((*b, f?.parts_of(b)?.to_vec())),
-                Seg::Gap(_) => None,
-            })
-            .collect()
-    };
-    {
+    (taken, copied)
+}
+
+/// What a checkpoint changes in the store, worked out under the chunk map's lock and applied
+/// under the recorder's: blobs to pin (with their frames, or already stored), to let go, and
+/// wholes made of parts; each live buffer's blob. `ok` is false when a buffer is not whole.
+#[derive(Default)]
+struct Update {
+    pins: Vec<(BlobId, Option<Vec<u8>>)>,
+    unpins: Vec<BlobId>,
+    wholes: Vec<(BlobId, u64, Vec<BlobId>)>,
+    data: HashMap<BufferId, BlobId>,
+    ok: bool,
+}
+
+impl Update {
+    /// The chunk map brought up to date with what the gather saw: each entry's hash and
+    /// blob, each filled buffer's whole from its copies and gaps, each live buffer's blob.
+    fn apply(
+        &mut self,
+        job: &Job,
+        watch: &Watch,
+        taken: Vec<Taken>,
+        flat: &HashMap<BlobId, Vec<BlobId>>,
+    ) {
+        let out = |i: usize| job.table.word(i * ENTRY_WORDS + 6).load(Ordering::Relaxed);
+        let hash = |i: usize| {
+            [
+                job.table.word(i * ENTRY_WORDS + 4).load(Ordering::Relaxed),
+                job.table.word(i * ENTRY_WORDS + 5).load(Ordering::Relaxed),
+            ]
+        };
+        let Update {
+            pins,
+            unpins,
+            wholes,
+            data,
+            ok,
+        } = self;
         let mut map = watch.chunks.lock();
         for g in &job.gone {
             unpins.extend(g.chunks.iter().filter_map(|c| c.blob));
@@ -183,7 +273,7 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<crate::recorder::st
             }
             let parts: Option<Vec<BlobId>> = b.chunks.iter().map(|c| c.blob).collect();
             let Some(parts) = parts else {
-                ok = false;
+                *ok = false;
                 continue;
             };
             let id = match parts.as_slice() {
@@ -197,57 +287,5 @@ fn consume(job: &Job, watch: &Watch, st: &parking_lot::Mutex<crate::recorder::st
             };
             data.insert(buf, id);
         }
-    }
-    let named = t0.elapsed();
-    // The checkpoint's frames, encoded before the lock is taken: the engine's calls wait
-    // for that lock.
-    let mut frames: Vec<Vec<u8>> = Vec::new();
-    if ok {
-        for &(buf, addr, size, site) in &job.bufs {
-            for f in [
-                Frame::Address { buf, addr },
-                Frame::Initial {
-                    buf,
-                    bytes: size,
-                    data: data[&buf],
-                    site,
-                },
-            ] {
-                let mut p = Vec::new();
-                if codec::append(&f, &mut p).is_err() {
-                    ok = false;
-                }
-                frames.push(p);
-            }
-        }
-    }
-    let mut st = st.lock();
-    let locked_at = std::time::Instant::now();
-    let Some(f) = st.flight.as_deref_mut() else {
-        return;
-    };
-    for (id, payload) in pins {
-        f.pin(id, move || payload);
-    }
-    for (id, len, parts) in &wholes {
-        f.pin_chunked(*id, *len, parts);
-    }
-    for id in unpins {
-        f.unpin(id);
-    }
-    f.checkpoint_read_bytes += copied;
-    f.checkpoint_frames(job.span_no, frames, ok);
-    if !ok {
-        f.incomplete_checkpoints += 1;
-    }
-    drop(st);
-    if say_times() {
-        eprintln!(
-            "gputape: device checkpoint {} consumed: {} entries, {copied} bytes named in {named:?}, held the lock {:?}, all {:?}",
-            job.no,
-            job.entries.len(),
-            locked_at.elapsed(),
-            t0.elapsed()
-        );
     }
 }

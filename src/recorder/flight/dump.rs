@@ -47,7 +47,41 @@ impl FlightStore {
             reason: reason.to_string(),
             in_flight,
         }))?;
-        // A blob kept under both its provisional id and its hash is written once.
+        self.write_blobs(&mut w, &names, &kept, &mut buf)?;
+        // From the oldest span whose checkpoint is whole.
+        let first = self.spans.iter().position(Span::usable).unwrap_or(0);
+        if let Some(s) = self.spans.get(first) {
+            for c in &s.checkpoint {
+                w.write_payload(FrameClass::Checkpoint, renamed(&names, c, &mut buf)?)?;
+            }
+        }
+        self.write_old_graphs(&mut w, &names, first, &mut buf)?;
+        let lost = self.write_calls(&mut w, &names, first, (open, &waiting), &mut buf)?;
+        if lost > 0 {
+            tracing::error!("gputape: flight recorder lost the template of {lost} kept calls");
+        }
+        w.write(&crate::trace::Frame::Stop)?;
+        w.finish().map_err(io("finish", &path))?;
+        tracing::warn!(
+            "gputape: flight recorder dumped {} calls (steps {}..) to {} ({reason})",
+            self.held_calls(),
+            self.spans.front().map_or(0, |s| s.first_step),
+            path.display()
+        );
+        Ok(path)
+    }
+}
+
+impl FlightStore {
+    /// The kept blobs, each once (a blob kept under its provisional id and its hash is one),
+    /// under its real name; spilled ones read back from disk.
+    fn write_blobs(
+        &self,
+        w: &mut TraceWriter,
+        names: &FxHashMap<BlobId, BlobId>,
+        kept: &dyn Fn(&BlobId, u64) -> bool,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TraceError> {
         let mut written = rustc_hash::FxHashSet::default();
         for (id, (held, last)) in &self.blobs {
             if !kept(id, *last) || !written.insert(*names.get(id).unwrap_or(id)) {
@@ -58,9 +92,11 @@ impl FlightStore {
                 Held::Mem(p) => p,
                 Held::Disk(_) => {
                     let s = &self.spill;
-                    spilled = s
-                        .get(*id)
-                        .map_err(io("read the spilled blob", &s.place()))?;
+                    spilled = s.get(*id).map_err(|source| TraceError::Io {
+                        what: "read the spilled blob",
+                        path: s.place(),
+                        source,
+                    })?;
                     &spilled
                 }
             };
@@ -69,24 +105,27 @@ impl FlightStore {
             let p = match (names.get(id), crate::trace::codec::blob_record(p)) {
                 (Some(real), Some((_, len, zstd, data))) => {
                     buf.clear();
-                    crate::trace::codec::append_blob(*real, len, zstd, &p[data], &mut buf);
+                    crate::trace::codec::append_blob(*real, len, zstd, &p[data], buf);
                     &buf[..]
                 }
-                (Some(_), None) => renamed(&names, p, &mut buf)?,
+                (Some(_), None) => renamed(names, p, buf)?,
                 (None, _) => p,
             };
             w.write_payload(FrameClass::Definition, p)?;
         }
-        // From the oldest span whose checkpoint is whole.
-        let first = self.spans.iter().position(Span::usable).unwrap_or(0);
-        if let Some(s) = self.spans.get(first) {
-            for c in &s.checkpoint {
-                w.write_payload(FrameClass::Checkpoint, renamed(&names, c, &mut buf)?)?;
-            }
-        }
+        Ok(())
+    }
+
+    /// Graphs captured before the first kept call, still alive: their captures come first,
+    /// so a launch of one replays (and a fault inside it is pinned to its node).
+    fn write_old_graphs(
+        &self,
+        w: &mut TraceWriter,
+        names: &FxHashMap<BlobId, BlobId>,
+        first: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TraceError> {
         let records = || self.spans.iter().skip(first).flat_map(|s| s.log.records());
-        // Graphs captured before the first kept call, still alive: their captures come
-        // first, so a launch of one replays (and a fault inside it is pinned to its node).
         let first_seq = records()
             .find_map(|r| match r {
                 Record::Call { seq, .. } | Record::Delta { seq, .. } => Some(seq),
@@ -101,9 +140,24 @@ impl FlightStore {
         old_graphs.sort_by_key(|g| g.first_seq);
         for g in old_graphs {
             for f in &g.frames {
-                w.write_payload(FrameClass::Call, renamed(&names, f, &mut buf)?)?;
+                w.write_payload(FrameClass::Call, renamed(names, f, buf)?)?;
             }
         }
+        Ok(())
+    }
+
+    /// The kept spans' calls, each Begin made from its template and an End implied for a
+    /// fast-path call that returned (not for one still `open` or `waiting`); a later usable
+    /// checkpoint before its span. Returns how many calls had lost their template.
+    fn write_calls(
+        &self,
+        w: &mut TraceWriter,
+        names: &FxHashMap<BlobId, BlobId>,
+        first: usize,
+        (open, waiting): (Option<u64>, &rustc_hash::FxHashSet<u64>),
+        buf: &mut Vec<u8>,
+    ) -> Result<usize, TraceError> {
+        let records = || self.spans.iter().skip(first).flat_map(|s| s.log.records());
         // Calls whose End was kept whole (a fast-path call that failed): no End is implied.
         let ended: rustc_hash::FxHashSet<u64> = records()
             .filter_map(|r| match r {
@@ -123,7 +177,7 @@ impl FlightStore {
                 in_span = k;
                 // A later usable checkpoint goes before its span's first record.
                 let s = &self.spans[k];
-                if let (true, Some(f)) = (s.usable(), self.restart(s, &names, &mut buf)?) {
+                if let (true, Some(f)) = (s.usable(), self.restart(s, names, buf)?) {
                     w.write(&f)?;
                 }
             }
@@ -134,11 +188,7 @@ impl FlightStore {
                     seq,
                     t_ns,
                     ok,
-                } => (
-                    seq,
-                    ok,
-                    self.templates.append_begin(slot, seq, t_ns, &mut buf),
-                ),
+                } => (seq, ok, self.templates.append_begin(slot, seq, t_ns, buf)),
                 Record::Delta {
                     slot,
                     seq,
@@ -150,7 +200,7 @@ impl FlightStore {
                 } => {
                     let made =
                         self.templates
-                            .append_begin_patched((slot, at, bytes), seq, t_ns, &mut buf);
+                            .append_begin_patched((slot, at, bytes), seq, t_ns, buf);
                     (seq, ok, made)
                 }
                 Record::Frame(c) => {
@@ -161,7 +211,7 @@ impl FlightStore {
                         _ => true,
                     };
                     if keep {
-                        w.write_payload(FrameClass::Call, renamed(&names, c, &mut out)?)?;
+                        w.write_payload(FrameClass::Call, renamed(names, c, &mut out)?)?;
                     }
                     continue;
                 }
@@ -171,30 +221,17 @@ impl FlightStore {
                 continue;
             }
             begun.insert(seq);
-            w.write_payload(FrameClass::Call, renamed(&names, &buf, &mut out)?)?;
+            w.write_payload(FrameClass::Call, renamed(names, buf, &mut out)?)?;
             if ok && !ended.contains(&seq) && open != Some(seq) && !waiting.contains(&seq) {
                 buf.clear();
                 let unit = Ok(crate::trace::Value::Unit);
-                crate::trace::codec::append_end(seq, 0, &unit, &mut buf)?;
-                w.write_payload(FrameClass::Call, &buf)?;
+                crate::trace::codec::append_end(seq, 0, &unit, buf)?;
+                w.write_payload(FrameClass::Call, buf)?;
             }
         }
-        if lost > 0 {
-            tracing::error!("gputape: flight recorder lost the template of {lost} kept calls");
-        }
-        w.write(&crate::trace::Frame::Stop)?;
-        w.finish().map_err(io("finish", &path))?;
-        tracing::warn!(
-            "gputape: flight recorder dumped {} calls (steps {}..) to {} ({reason})",
-            self.held_calls(),
-            self.spans.front().map_or(0, |s| s.first_step),
-            path.display()
-        );
-        Ok(path)
+        Ok(lost)
     }
-}
 
-impl FlightStore {
     /// Span `s`'s checkpoint as a `Frame::Restart`, its blobs under their real names; `None`
     /// for a span that holds no call.
     fn restart(

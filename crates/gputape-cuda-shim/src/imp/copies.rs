@@ -1,4 +1,4 @@
-//! Copies of every shape the runtime makes besides the plain ones (`record.rs` has those):
+//! Copies of every shape the runtime makes besides the plain ones (`record/transfers.rs`):
 //! 2D and 3D copies (`cuMemcpy2D*`, `cuMemcpy3D*`: pitched memory, `cudaMemcpy2D`,
 //! `cudaMemcpy3D`), the generic `cuMemcpy`/`cuMemcpyAsync` of unified addressing
 //! (`cudaMemcpyDefault`: the direction is the pointers'), and `cuMemcpyPeer*`.

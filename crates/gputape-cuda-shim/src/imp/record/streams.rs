@@ -1,0 +1,191 @@
+//! Streams and events made and destroyed, event records and waits, and the host syncs: a
+//! successful sync is where the async device-to-host copies it completed are read (`settle`).
+
+use core::ffi::c_int;
+
+use gputape_shimlog::Rec;
+
+use super::memory::read_out;
+use super::{Done, R, real_at, same_stream, settle, stream_of, with_pending};
+use crate::imp::flight::{self, Blocked};
+use crate::imp::{log, managed};
+
+pub(super) unsafe extern "C" fn stream_create<const I: usize>(s: *mut u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuStreamCreate: (CUstream*, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u32) -> R>(I)(s, flags) };
+    let stream = if r == 0 { read_out(s) } else { 0 };
+    log::write(r, Rec::StreamCreate { stream, flags });
+    r
+}
+
+pub(super) unsafe extern "C" fn stream_create_prio<const I: usize>(
+    s: *mut u64,
+    flags: u32,
+    prio: c_int,
+) -> R {
+    // SAFETY: entry point I is cuStreamCreateWithPriority: (CUstream*, unsigned, int).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(*mut u64, u32, c_int) -> R>(I)(s, flags, prio) };
+    let stream = if r == 0 { read_out(s) } else { 0 };
+    log::write(r, Rec::StreamCreate { stream, flags });
+    r
+}
+
+pub(super) unsafe extern "C" fn stream_destroy<const I: usize>(s: u64) -> R {
+    // SAFETY: entry point I is cuStreamDestroy(_v2): (CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    log::write(r, Rec::StreamDestroy { stream: s });
+    r
+}
+
+pub(super) unsafe extern "C" fn event_create<const I: usize>(e: *mut u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuEventCreate: (CUevent*, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u32) -> R>(I)(e, flags) };
+    let event = if r == 0 { read_out(e) } else { 0 };
+    log::write(r, Rec::EventCreate { event, flags });
+    r
+}
+
+pub(super) unsafe extern "C" fn event_destroy<const I: usize>(e: u64) -> R {
+    // SAFETY: entry point I is cuEventDestroy(_v2): (CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    log::write(r, Rec::EventDestroy { event: e });
+    with_pending(|p| p.events.remove(&e));
+    r
+}
+
+fn log_event_record(r: R, event: u64, stream: u64) {
+    if let Some(i) = log::write(r, Rec::EventRecord { event, stream })
+        && r == 0
+    {
+        with_pending(|p| p.events.insert(event, (stream, i)));
+    }
+}
+
+pub(super) unsafe extern "C" fn event_record<const I: usize>(e: u64, s: u64) -> R {
+    // SAFETY: entry point I is cuEventRecord(_ptsz): (CUevent, CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(e, s) };
+    log_event_record(r, e, stream_of::<I>(s));
+    r
+}
+
+pub(super) unsafe extern "C" fn event_record_flags<const I: usize>(
+    e: u64,
+    s: u64,
+    flags: u32,
+) -> R {
+    // SAFETY: entry point I is cuEventRecordWithFlags(_ptsz): (CUevent, CUstream, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32) -> R>(I)(e, s, flags) };
+    log_event_record(r, e, stream_of::<I>(s));
+    r
+}
+
+pub(super) unsafe extern "C" fn stream_wait_event<const I: usize>(s: u64, e: u64, flags: u32) -> R {
+    // SAFETY: entry point I is cuStreamWaitEvent(_ptsz): (CUstream, CUevent, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32) -> R>(I)(s, e, flags) };
+    log::write(
+        r,
+        Rec::StreamWaitEvent {
+            stream: stream_of::<I>(s),
+            event: e,
+        },
+    );
+    r
+}
+
+/// What an event's completion completes: copies on its stream logged before its record.
+fn event_done(e: u64) -> Option<Done> {
+    with_pending(|p| p.events.get(&e).copied())
+        .map(|(stream, before)| Done::Before { stream, before })
+}
+
+pub(super) unsafe extern "C" fn event_sync<const I: usize>(e: u64) -> R {
+    let _w = flight::waiting(Blocked::Event(e));
+    // SAFETY: entry point I is cuEventSynchronize: (CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    drop(_w);
+    log::write(r, Rec::EventSync { event: e });
+    if r == 0
+        && let Some(d) = event_done(e)
+    {
+        settle(d);
+    }
+    log::flush();
+    r
+}
+
+pub(super) unsafe extern "C" fn event_query<const I: usize>(e: u64) -> R {
+    // SAFETY: entry point I is cuEventQuery: (CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(e) };
+    // A query that finds the event done is a sync the program may rely on; one that finds
+    // it pending (or fails) changes nothing and is not logged.
+    if r == 0
+        && let Some(d) = event_done(e)
+    {
+        log::write(r, Rec::EventSync { event: e });
+        settle(d);
+    }
+    r
+}
+
+pub(super) unsafe extern "C" fn stream_sync<const I: usize>(s: u64) -> R {
+    let _w = flight::waiting(Blocked::Stream(stream_of::<I>(s)));
+    let queued = managed::before_sync();
+    // SAFETY: entry point I is cuStreamSynchronize(_ptsz): (CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    drop(_w);
+    let s = stream_of::<I>(s);
+    log::write(r, Rec::StreamSync { stream: s });
+    if s <= 1 {
+        managed::after_sync(r, queued, true);
+    }
+    if r == 0 {
+        settle(Done::Stream(s));
+    }
+    log::flush();
+    r
+}
+
+pub(super) unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
+    // SAFETY: entry point I is cuStreamQuery(_ptsz): (CUstream).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(s) };
+    let s = stream_of::<I>(s);
+    let pending = r == 0 && with_pending(|p| p.copies.iter().any(|c| same_stream(c.3, s)));
+    if pending {
+        log::write(r, Rec::StreamSync { stream: s });
+        settle(Done::Stream(s));
+    }
+    r
+}
+
+pub(super) unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
+    let _w = flight::waiting(Blocked::Ctx);
+    let queued = managed::before_sync();
+    // SAFETY: entry point I is cuCtxSynchronize: ().
+    let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
+    drop(_w);
+    log::write(r, Rec::CtxSync {});
+    managed::after_sync(r, queued, false);
+    if r == 0 {
+        settle(Done::All);
+    }
+    log::flush();
+    r
+}
+
+/// `cuCtxSynchronize_v2` (CUDA 12.9's, naming the context; the CUDA 13 runtime's
+/// `cudaDeviceSynchronize` calls it): the same sync, recorded the same way.
+pub(super) unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
+    let _w = flight::waiting(Blocked::Ctx);
+    let queued = managed::before_sync();
+    // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
+    drop(_w);
+    log::write(r, Rec::CtxSync {});
+    managed::after_sync(r, queued, false);
+    if r == 0 {
+        settle(Done::All);
+    }
+    log::flush();
+    r
+}
