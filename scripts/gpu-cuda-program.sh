@@ -10,7 +10,8 @@
 #      --flight`, replays the dump (the fault reproduced and named), minimizes it, exports the
 #      minimized trace as a program, builds it against libcuda alone and runs it.
 # The programs: coop (cooperative launches), graph_nodes (a graph built node by node),
-# per_thread (--default-stream per-thread), managed (cudaMallocManaged). Builds nothing of
+# per_thread (--default-stream per-thread), managed (cudaMallocManaged), host_func (host
+# functions and stream callbacks, eager and in a captured graph). Builds nothing of
 # gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-NAME) gets traces and logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1805,6 +1805,61 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_replay() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// Host functions queued on a stream (`cuLaunchHostFunc`, `cuStreamAddCallback`) are recorded
+/// in their place on it, named by the program's function (its file and offset: a program's
+/// `static` function exports no symbol); the mock's replay keeps their place, says it did not
+/// run them, and still checks the copy they followed; an exported program leaves them out.
+#[test]
+fn host_functions_are_recorded_in_their_stream_s_order_and_named_by_the_replay() {
+    let d = support::scratch("run-host-func");
+    let prog = support::host_func_program(&d);
+    let trace = d.join("hf.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("host_func: seen 5e5e5e5e, callbacks 1, errors 0"),
+        "{out}"
+    );
+    assert!(!err.contains("cuLaunchHostFunc x"), "kept by name: {err}");
+    assert!(
+        !err.contains("cuStreamAddCallback x"),
+        "kept by name: {err}"
+    );
+    let calls: Vec<String> = show_json(&trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].as_str().unwrap().to_string())
+        .collect();
+    let at = |p: &str| {
+        calls
+            .iter()
+            .position(|c| c.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p}: {calls:?}"))
+    };
+    let funcs: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("host_func("))
+        .collect();
+    assert_eq!(funcs.len(), 2, "{calls:?}");
+    for f in &funcs {
+        assert!(f.starts_with("host_func(s1, host_func+0x"), "{f}");
+    }
+    assert_ne!(funcs[0], funcs[1], "two functions, one name: {funcs:?}");
+    // In the stream's order: after the copy the first one waited for, before the sync.
+    assert!(at("copy_d2h_async") < at("host_func("), "{calls:?}");
+    assert!(at("host_func(") < at("synchronize(s1)"), "{calls:?}");
+    let out = replay_on_mock_ok(&trace);
+    assert!(out.contains("1 of 1 match"), "{out}");
+    assert!(
+        out.contains("host functions the program queued, not run")
+            && out.contains(" on s1 x1 (first #"),
+        "{out}"
+    );
+    let (source, _) = export_program(&trace, &d.join("repro"));
+    assert!(!source.contains("HostFunc"), "{source}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A launch with more than 48 KiB of dynamic shared memory, exported as a program: the
 /// program raises the function's limit before it (as the recorded program did, by a call a
 /// recording may keep by name only), and built against the fake driver it makes every call as

@@ -148,7 +148,9 @@ pub fn accesses(t: &Trace, c: &Call) -> Vec<Access> {
         | CommGroupStart
         | CommGroupEnd
         // Not understood: what it touched is not known (its replay is skipped, and said so).
-        | Opaque { .. } => {}
+        | Opaque { .. }
+        // The program's own code, on the host: no device memory of the trace's.
+        | HostFunc { .. } => {}
         Collective {
             comm,
             op,

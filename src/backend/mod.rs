@@ -682,6 +682,9 @@ pub enum CallKind {
     /// No method: a driver call of a program recorded through the driver shim that gputape
     /// does not understand (`Call::Opaque`).
     Opaque,
+    /// No method: a host function a program recorded through the driver shim queued on a
+    /// stream (`Call::HostFunc`).
+    HostFunc,
 }
 
 impl CallKind {
@@ -747,6 +750,7 @@ impl CallKind {
             CommGroupStart => "comm_group_start",
             CommGroupEnd => "comm_group_end",
             Opaque => "driver_call",
+            HostFunc => "host_func",
         }
     }
 }

@@ -326,6 +326,38 @@ pub(crate) enum Outcome {
     SucceededButRecordedError,
 }
 
+/// The host functions of calls `a..stop` (`Call::HostFunc`), which no replay can run: each
+/// function and stream, how many, and the first; and the uploads queued after one on its
+/// stream (how many, the first), whose bytes are those recorded when they were queued: a
+/// function that wrote their source before the copy ran changed what the device got.
+fn host_funcs(t: &Trace, a: u64, stop: u64) -> (Vec<String>, Option<(u64, u64)>) {
+    let mut by_func: std::collections::BTreeMap<(&str, String), (u64, u64)> = Default::default();
+    let mut after: rustc_hash::FxHashSet<StreamRef> = Default::default();
+    let mut uploads: Option<(u64, u64)> = None;
+    for c in t.calls.iter().filter(|c| (a..stop).contains(&c.seq)) {
+        match &c.call {
+            Call::HostFunc { stream, func } => {
+                by_func
+                    .entry((func, stream.to_string()))
+                    .or_insert((0, c.seq))
+                    .0 += 1;
+                after.insert(*stream);
+            }
+            Call::CopyH2DAsync { stream, .. } | Call::CopyH2DAsyncRetained { stream, .. }
+                if after.contains(stream) =>
+            {
+                uploads.get_or_insert((0, c.seq)).0 += 1;
+            }
+            _ => {}
+        }
+    }
+    let funcs = by_func
+        .into_iter()
+        .map(|((f, s), (k, first))| format!("{f} on {s} x{k} (first #{first})"))
+        .collect();
+    (funcs, uploads)
+}
+
 /// The driver calls of calls `a..stop` that were not understood when recorded
 /// (`Call::Opaque`): each name, how many, and the first.
 fn opaque_calls(t: &Trace, a: u64, stop: u64) -> Vec<String> {

@@ -167,6 +167,14 @@ pub struct ReplayReport {
     /// Driver calls recorded by name only (`Call::Opaque`), skipped: "name xN (first #S)".
     #[serde(default)]
     pub opaque_calls: Vec<String>,
+    /// Host functions the program queued on its streams (`Call::HostFunc`), not run: "func on
+    /// sN xK (first #S)".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_funcs: Vec<String>,
+    /// Uploads queued on a stream after a host function on it: (how many, the first call).
+    /// Their bytes are those recorded when queued, which the function may have changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads_after_host_funcs: Option<(u64, u64)>,
     /// Device-to-host results not compared because they depend on a skipped kernel (first
     /// loop): "call #N: bufK depends on module::name".
     #[serde(default)]
@@ -290,6 +298,17 @@ impl ReplayReport {
             s.push_str(&format!(
                 "driver calls recorded by name only, not replayed (what they did is missing here): {}\n",
                 self.opaque_calls.join(", ")
+            ));
+        }
+        if !self.host_funcs.is_empty() {
+            s.push_str(&format!(
+                "host functions the program queued, not run (its own code; the stream order they held is kept): {}\n",
+                self.host_funcs.join(", ")
+            ));
+        }
+        if let Some((n, first)) = self.uploads_after_host_funcs {
+            s.push_str(&format!(
+                "{n} upload(s) queued after a host function on its stream (first #{first}) carry the bytes recorded when queued: had the function written their source, the device got other bytes\n"
             ));
         }
         if let Some(b) = &self.begun_at {

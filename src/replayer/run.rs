@@ -122,11 +122,14 @@ impl Replayer<'_> {
         let mut opaque_kernels: Vec<String> =
             opaque.iter().map(|k| self.trace.kernel_name(*k)).collect();
         opaque_kernels.sort();
+        let (host_funcs, uploads_after_host_funcs) = host_funcs(self.trace, first, stop);
         let mut report = ReplayReport {
             loops: opts.loops.max(1),
             dump_reason: self.trace.dump.as_ref().map(|d| d.reason.clone()),
             opaque_kernels,
             opaque_calls: opaque_calls(self.trace, first, stop),
+            host_funcs,
+            uploads_after_host_funcs,
             skipped: opts.skip.values().take(8).cloned().collect(),
             skipped_count: opts.skip.len(),
             ..Default::default()

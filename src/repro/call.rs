@@ -271,6 +271,8 @@ impl Gen<'_> {
             | Call::AllocHostPinned { .. }
             | Call::FreeHostPinned { .. }
             | Call::Opaque { .. }
+            // The recorded program's own code, which ran on the host.
+            | Call::HostFunc { .. }
             | Call::DefaultStream
             | Call::OpCache
             | Call::TotalMemory

@@ -763,6 +763,13 @@ impl Converter {
                 // Logged before the call ran: its result is not known.
                 (Call::Opaque { name }, Ok(Value::Unit))
             }
+            Rec::HostFunc { stream, func } => (
+                Call::HostFunc {
+                    stream: self.stream(stream),
+                    func: String::from_utf8_lossy(func).into_owned(),
+                },
+                ret(Value::Unit),
+            ),
             Rec::CaptureBegin { stream, .. } => (
                 Call::BeginCapture {
                     stream: self.stream(stream),

@@ -23,6 +23,7 @@
 //! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |
 //! | `cuGraphAddKernelNode*`, `cuGraphAddMemcpyNode`, `cuGraphAddMemsetNode`, `cuGraphAddNode*` (those kinds) | each node the `Launch`, copy or memset it runs, held aside (`Rec::GraphNode` before it); where the graph is first instantiated, `BeginCapture` / the nodes in the order added / `EndCapture` on a stream of the graph's own |
 //! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy` | no call (the trace's graph is made when its capture ends, or from its nodes) / `LaunchGraph` / `DestroyGraph` with the graph's last executable; a graph of nothing the trace holds: its launches opaque |
+//! | `cuLaunchHostFunc*`, `cuStreamAddCallback*` | `HostFunc` (its stream, the function by symbol or file + offset) |
 //! | anything else that changes the device | `Opaque` by name |
 //! | the calling thread's Python frames (`Rec::Code`, `Rec::Stack`) | each call's site: the program's own line (the innermost frame outside PyTorch and Triton), its stack kept (`Frame::Stack`; `lines.rs`) |
 //!

@@ -509,6 +509,16 @@ pub enum Call {
     CommGroupStart,
     /// `comm_group_end` (format 9).
     CommGroupEnd,
+    /// A host function a program queued on a stream (`cuLaunchHostFunc`,
+    /// `cuStreamAddCallback`; format 15): the stream's later work waited for it. A replay
+    /// cannot run the program's code; it keeps the place in the stream's order and says what
+    /// came after it there.
+    HostFunc {
+        /// The stream it was queued on.
+        stream: StreamRef,
+        /// The function: its symbol, or its module's file name and the offset in it.
+        func: String,
+    },
 }
 
 impl Call {
@@ -574,6 +584,7 @@ impl Call {
             Call::Opaque { .. } => K::Opaque,
             Call::CommGroupStart => K::CommGroupStart,
             Call::CommGroupEnd => K::CommGroupEnd,
+            Call::HostFunc { .. } => K::HostFunc,
         }
     }
 
@@ -662,6 +673,8 @@ impl Call {
             | CopyD2D2DAsync { stream, .. }
             | CopyD2HAsync { stream, .. }
             | LaunchGraph { stream, .. }
+            // A host function queued while capturing becomes a host node of the graph.
+            | HostFunc { stream, .. }
             | Collective { stream, .. } => (O::StreamWork, Some(*stream)),
             CopyH2DAsync { stream, .. } | CopyH2DAsyncRetained { stream, .. } => {
                 (O::AsyncH2D, Some(*stream))

@@ -19,12 +19,13 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `Adopted::CommPairs` (a dump's per-peer send and receive numbers). 11 added `Frame::Restart`
 /// (a dump's later checkpoints) and `Frame::Clock` (the wall time of a trace's time 0). 12 added
 /// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). 13 added
-/// `Finding::Sanitizer` (what `minimize --sanitize` kept). A format-2 to 12 file reads the same
-/// as before.
-pub const FORMAT_VERSION: u16 = 14;
-/// The oldest reader that can read what this build writes: a format-12 reader does not know
-/// `Finding::Sanitizer` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 14;
+/// `Finding::Sanitizer` (what `minimize --sanitize` kept). 14 added `Frame::KernelCooperative`
+/// (a kernel launched cooperatively). 15 added `Call::HostFunc` (a host
+/// function queued on a stream). A format-2 to 14 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 15;
+/// The oldest reader that can read what this build writes: a format-14 reader does not know
+/// `Call::HostFunc` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 15;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 

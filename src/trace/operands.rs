@@ -156,6 +156,8 @@ macro_rules! walk {
             | BeginCapture { stream }
             | EndCapture { stream }
             | AbortCaptureIfActive { stream } => $f($Op::Stream(stream, On::Names)),
+            // Work on the stream in that its later work waits for it; it touches no buffer.
+            HostFunc { stream, .. } => $f($Op::Stream(stream, On::Work)),
             LaunchGraph { graph, stream } => {
                 $f($Op::Graph(graph));
                 $f($Op::Stream(stream, On::Work));

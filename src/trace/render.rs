@@ -247,6 +247,7 @@ pub fn call_text(t: &Trace, c: &Call) -> String {
         Call::Opaque { name } => format!("{name}(...) (not understood: not replayed)"),
         Call::CommGroupStart => "comm_group_start()".into(),
         Call::CommGroupEnd => "comm_group_end()".into(),
+        Call::HostFunc { stream, func } => format!("host_func({stream}, {func}) (not run)"),
     }
 }
 

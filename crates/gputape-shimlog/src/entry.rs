@@ -96,6 +96,12 @@ pub const RECORDED: &[&str] = &[
     "cuLaunchKernelEx_ptsz",
     "cuLaunchCooperativeKernel",
     "cuLaunchCooperativeKernel_ptsz",
+    "cuLaunchHostFunc",
+    "cuLaunchHostFunc_ptsz",
+    "cuLaunchHostFunc_v2",
+    "cuLaunchHostFunc_v2_ptsz",
+    "cuStreamAddCallback",
+    "cuStreamAddCallback_ptsz",
     "cuTensorMapEncodeTiled",
     "cuDevicePrimaryCtxRetain",
     "cuCtxCreate_v2",
@@ -236,7 +242,7 @@ mod tests {
     #[test]
     fn kinds_follow_the_hooks_and_the_prefixes() {
         assert_eq!(kind("cuLaunchKernel"), Kind::Recorded);
-        assert_eq!(kind("cuLaunchHostFunc"), Kind::Opaque);
+        assert_eq!(kind("cuStreamWaitValue32"), Kind::Opaque);
         assert_eq!(kind("cuDeviceGetAttribute"), Kind::Forwarded);
         let mut sorted = RECORDED.to_vec();
         sorted.sort();

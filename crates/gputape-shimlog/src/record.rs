@@ -352,4 +352,11 @@ records! {
     /// `mode` from here (0 global, 1 thread-local, 2 relaxed), as PyTorch's allocator sets it
     /// around each allocation it makes while a capture is open.
     49 CaptureMode "cuThreadExchangeStreamCaptureMode" work { mode: u32 = u32("capture mode") }
+    /// `cuLaunchHostFunc*`, `cuStreamAddCallback*`: the program's own function `func` (its
+    /// symbol, or module + offset where it exports none) runs on the host once the work before
+    /// it on `stream` is done, and the stream's later work waits for it to return.
+    50 HostFunc "cuLaunchHostFunc" work {
+        stream: u64 = u64("stream"),
+        func: &'a [u8] = str("function"),
+    }
 }

@@ -143,6 +143,12 @@ pub fn stream_values_program(dir: &Path) -> PathBuf {
     link_program(dir, "stream_values", include_str!("c/stream_values.c"))
 }
 
+/// `c/host_func.c` compiled into `dir`, linked like `cooperative_program`: a host function
+/// and a stream callback queued after an async copy to the host.
+pub fn host_func_program(dir: &Path) -> PathBuf {
+    link_program(dir, "host_func", include_str!("c/host_func.c"))
+}
+
 /// `c/big_shared.c` compiled into `dir`, linked like `cooperative_program`: a launch with
 /// 96 KiB of dynamic shared memory, its function's limit raised first.
 pub fn big_shared_program(dir: &Path) -> PathBuf {

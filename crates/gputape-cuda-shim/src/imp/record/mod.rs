@@ -56,8 +56,8 @@ use modules::{
 };
 use streams::{
     ctx_sync, ctx_sync_v2, event_create, event_destroy, event_query, event_record,
-    event_record_flags, event_sync, stream_create, stream_create_prio, stream_destroy,
-    stream_query, stream_sync, stream_wait_event,
+    event_record_flags, event_sync, host_func, host_func_flags, stream_create, stream_create_prio,
+    stream_destroy, stream_query, stream_sync, stream_wait_event,
 };
 use tensor_maps::tensor_map_tiled;
 use transfers::{
@@ -280,6 +280,12 @@ hooks! {
     "cuLaunchKernelEx_ptsz" => launch_ex,
     "cuLaunchCooperativeKernel" => launch_cooperative,
     "cuLaunchCooperativeKernel_ptsz" => launch_cooperative,
+    "cuLaunchHostFunc" => host_func,
+    "cuLaunchHostFunc_ptsz" => host_func,
+    "cuLaunchHostFunc_v2" => host_func_flags,
+    "cuLaunchHostFunc_v2_ptsz" => host_func_flags,
+    "cuStreamAddCallback" => host_func_flags,
+    "cuStreamAddCallback_ptsz" => host_func_flags,
     "cuTensorMapEncodeTiled" => tensor_map_tiled,
     "cuDevicePrimaryCtxRetain" => primary_ctx_retain,
     "cuCtxCreate_v2" => ctx_create,

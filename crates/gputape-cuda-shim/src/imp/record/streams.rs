@@ -1,7 +1,8 @@
 //! Streams and events made and destroyed, event records and waits, and the host syncs: a
 //! successful sync is where the async device-to-host copies it completed are read (`settle`).
+//! Host functions queued on a stream are here too: to the stream they are an ordering point.
 
-use core::ffi::c_int;
+use core::ffi::{c_int, c_void};
 
 use gputape_shimlog::Rec;
 
@@ -188,4 +189,72 @@ pub(super) unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
     }
     log::flush();
     r
+}
+
+/// `cuLaunchHostFunc(_ptsz)`: (CUstream, CUhostFn, void *userData). The function is the
+/// program's own; what is logged is the stream and the function's name.
+pub(super) unsafe extern "C" fn host_func<const I: usize>(
+    s: u64,
+    f: usize,
+    data: *mut c_void,
+) -> R {
+    // SAFETY: entry point I is cuLaunchHostFunc(_ptsz): (CUstream, CUhostFn, void*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, usize, *mut c_void) -> R>(I)(s, f, data) };
+    log_host_func::<I>(r, s, f);
+    r
+}
+
+/// `cuLaunchHostFunc_v2(_ptsz)` and `cuStreamAddCallback(_ptsz)`: the same with a trailing
+/// `unsigned` (the sync mode, or the callback's reserved flags), passed on as given.
+pub(super) unsafe extern "C" fn host_func_flags<const I: usize>(
+    s: u64,
+    f: usize,
+    data: *mut c_void,
+    flags: u32,
+) -> R {
+    type F = unsafe extern "C" fn(u64, usize, *mut c_void, u32) -> R;
+    // SAFETY: entry point I is cuLaunchHostFunc_v2 or cuStreamAddCallback (either `_ptsz`):
+    // (CUstream, function pointer, void*, unsigned), which F is.
+    let r = unsafe { real_at::<F>(I)(s, f, data, flags) };
+    log_host_func::<I>(r, s, f);
+    r
+}
+
+fn log_host_func<const I: usize>(r: R, s: u64, f: usize) {
+    let func = function_name(f);
+    let stream = stream_of::<I>(s);
+    log::write(
+        r,
+        Rec::HostFunc {
+            stream,
+            func: &func,
+        },
+    );
+}
+
+/// How a trace names host function `f`: its symbol where the loader knows one that starts at
+/// it, else its module's file name and the offset in it (a `static` function exports none).
+/// Looked up once per function: a program queues the same few again and again.
+fn function_name(f: usize) -> Vec<u8> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashMap<usize, Vec<u8>>>> = OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    if let Some(n) = names.lock().ok().and_then(|m| m.get(&f).cloned()) {
+        return n;
+    }
+    // `name` names a return address by the byte before it: one past `f` names `f` itself.
+    let n = crate::imp::native::name(f.wrapping_add(1));
+    let name = if !n.symbol.is_empty() && n.symbol_offset == 0 {
+        n.symbol
+    } else {
+        let file = n.module.rsplit(|&b| b == b'/').next().unwrap_or(&n.module);
+        let mut v = file.to_vec();
+        v.extend_from_slice(format!("+{:#x}", n.offset).as_bytes());
+        v
+    };
+    if let Ok(mut m) = names.lock() {
+        m.insert(f, name.clone());
+    }
+    name
 }

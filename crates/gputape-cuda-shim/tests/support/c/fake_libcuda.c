@@ -181,6 +181,11 @@ API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *st
     return 0;
 }
 
+static void land_pending(void) {
+    for (int i = 0; i < npending; i++) memcpy(pending[i].dst, at(pending[i].src), pending[i].n);
+    npending = 0;
+}
+
 /* A kernel's fault, sticky as on a device: every sync after it reports it. */
 static CUresult sticky;
 /* A kernel that spins (launched with n == -1): the next sync waits for it, up to 4 s, then
@@ -195,8 +200,24 @@ API CUresult cuStreamSynchronize(void *stream) {
         sticky = 702;
     }
     if (sticky) return sticky;
-    for (int i = 0; i < npending; i++) memcpy(pending[i].dst, at(pending[i].src), pending[i].n);
-    npending = 0;
+    land_pending();
+    return 0;
+}
+
+/* A host function runs once the stream's earlier work is done: the pending copies land, then
+ * it is called (here, before the call that queued it returns). */
+API CUresult cuLaunchHostFunc(void *stream, void (*fn)(void *), void *data) {
+    (void)stream;
+    if (sticky) return sticky;
+    land_pending();
+    fn(data);
+    return 0;
+}
+API CUresult cuStreamAddCallback(void *stream, void (*cb)(void *, CUresult, void *), void *data,
+                                 unsigned flags) {
+    if (flags) return 1; /* CUDA_ERROR_INVALID_VALUE: reserved, must be 0 */
+    land_pending();
+    cb(stream, sticky, data);
     return 0;
 }
 
