@@ -1807,8 +1807,10 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_replay() {
 
 /// Host functions queued on a stream (`cuLaunchHostFunc`, `cuStreamAddCallback`) are recorded
 /// in their place on it, named by the program's function (its file and offset: a program's
-/// `static` function exports no symbol); the mock's replay keeps their place, says it did not
-/// run them, and still checks the copy they followed; an exported program leaves them out.
+/// `static` function exports no symbol), a captured one inside its capture; the mock's replay
+/// keeps their place, says it did not run them, and still checks the copy they followed (the
+/// captured copy to the host writes a pinned region of the trace's own, as a replay's capture
+/// needs); an exported program leaves them out.
 #[test]
 fn host_functions_are_recorded_in_their_stream_s_order_and_named_by_the_replay() {
     let d = support::scratch("run-host-func");
@@ -1840,18 +1842,34 @@ fn host_functions_are_recorded_in_their_stream_s_order_and_named_by_the_replay()
         .iter()
         .filter(|c| c.starts_with("host_func("))
         .collect();
-    assert_eq!(funcs.len(), 2, "{calls:?}");
+    assert_eq!(funcs.len(), 3, "{calls:?}");
     for f in &funcs {
         assert!(f.starts_with("host_func(s1, host_func+0x"), "{f}");
     }
     assert_ne!(funcs[0], funcs[1], "two functions, one name: {funcs:?}");
-    // In the stream's order: after the copy the first one waited for, before the sync.
+    assert_eq!(funcs[0], funcs[2], "one function, two names: {funcs:?}");
+    // In the stream's order: after the copy the first one waited for, before the sync; the
+    // captured one between its capture's ends.
     assert!(at("copy_d2h_async") < at("host_func("), "{calls:?}");
     assert!(at("host_func(") < at("synchronize(s1)"), "{calls:?}");
+    let last = calls
+        .iter()
+        .rposition(|c| c.starts_with("host_func("))
+        .unwrap();
+    assert!(
+        at("begin_capture") < last && last < at("end_capture"),
+        "{calls:?}"
+    );
+    let captured_copy = &calls[at("begin_capture") + 1];
+    assert!(
+        captured_copy.starts_with("copy_d2h_async") && !captured_copy.contains("pageable"),
+        "{captured_copy}"
+    );
     let out = replay_on_mock_ok(&trace);
     assert!(out.contains("1 of 1 match"), "{out}");
     assert!(
         out.contains("host functions the program queued, not run")
+            && out.contains(" on s1 x2 (first #")
             && out.contains(" on s1 x1 (first #"),
         "{out}"
     );

@@ -415,15 +415,22 @@ impl Converter {
                     (Call::CopyD2H { src, len }, v)
                 } else {
                     // A copy captured into a graph delivers its bytes at each graph launch,
-                    // not at a sync now: none are matched to it.
+                    // not at a sync now: none are matched to it, and it writes a region of its
+                    // own (a node's gets one where its graph is built, `build_graph`).
+                    let captured = self.capture_depth > 0 && node.is_none();
                     if self.capture_depth == 0 && node.is_none() {
                         self.copies.insert(index, self.seq);
                     }
+                    let dst = if captured {
+                        self.own_pinned(len)
+                    } else {
+                        HostAddr::Unknown
+                    };
                     let call = Call::CopyD2HAsync {
                         src,
                         len,
                         stream: self.stream(on.stream),
-                        dst: HostAddr::Unknown,
+                        dst,
                     };
                     (call, ret(Value::Unit))
                 }
@@ -946,13 +953,7 @@ impl Converter {
             // its own, pinned, as a captured copy to the host needs in a replay.
             if let Call::CopyD2HAsync { len, dst, .. } = &mut n.call {
                 if matches!(dst, HostAddr::Unknown) {
-                    let host = HostId(self.next_host);
-                    self.next_host += 1;
-                    self.t.adopted.push(Adopted::Host {
-                        id: host,
-                        bytes: *len,
-                    });
-                    *dst = HostAddr::Pinned { host, off: 0 };
+                    *dst = self.own_pinned(*len);
                 }
             }
             self.number(n);
@@ -1014,6 +1015,19 @@ impl Converter {
     /// `a` as the trace spells it, by the recorder's own ledger rules: null, inside (or one
     /// past) a live buffer, inside a freed one, or outside every buffer (with the nearest one
     /// below).
+    /// A pinned host region of the trace's own, `len` bytes, for a copy a graph makes to the
+    /// host at each launch: where it landed in the program is the program's, and a replay that
+    /// captures the copy needs memory that stays (a capture refuses pageable memory).
+    fn own_pinned(&mut self, len: u64) -> HostAddr {
+        let host = HostId(self.next_host);
+        self.next_host += 1;
+        self.t.adopted.push(Adopted::Host {
+            id: host,
+            bytes: len,
+        });
+        HostAddr::Pinned { host, off: 0 }
+    }
+
     fn addr(&self, a: u64) -> DevAddr {
         Addrs::new(&self.live, &self.freed).addr(a)
     }
