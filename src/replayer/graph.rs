@@ -270,13 +270,7 @@ impl Replayer<'_> {
             ),
             eager.is_some(),
         );
-        let kernels = self.kernels(gpu, loader)?;
-        let mut guard = super::Guard {
-            r: self,
-            gpu,
-            st: super::State::new(&kernels),
-        };
-        self.setup(gpu, &mut guard.st)?;
+        let mut guard = self.set_up(gpu, loader)?;
         let st = &mut guard.st;
         let mut report = GraphReport {
             plan,

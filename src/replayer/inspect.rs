@@ -5,7 +5,7 @@
 //! What the bytes mean (their element type) is the caller's to say or `elem_of` to guess
 //! from the kernels that use the buffer.
 
-use super::state::{sync_all, Guard, State};
+use super::state::sync_all;
 use super::{ModuleLoader, Outcome, ReplayError, Replayer};
 use crate::backend::GpuBackend;
 use crate::trace::*;
@@ -19,13 +19,7 @@ impl Replayer<'_> {
         bufs: &[BufferId],
         loader: Option<ModuleLoader<'_>>,
     ) -> Result<Vec<(BufferId, Vec<u8>)>, ReplayError> {
-        let kernels = self.kernels(gpu, loader)?;
-        let mut guard = Guard {
-            r: self,
-            gpu,
-            st: State::new(&kernels),
-        };
-        self.setup(gpu, &mut guard.st)?;
+        let mut guard = self.set_up(gpu, loader)?;
         let st = &mut guard.st;
         let stop = |seq: u64, e: String| ReplayError::Unsupported {
             seq,

@@ -523,16 +523,7 @@ impl<'t> Shrink<'t> {
     /// (the blobs those tables hold added to `named`).
     fn carried(&self, named: &mut Named) -> Trace {
         let t = self.t;
-        let mut out = Trace {
-            header: t.header.clone(),
-            provenance: t.provenance.clone(),
-            dump: t.dump.clone(),
-            sites: t.sites.clone(),
-            stacks: t.stacks.clone(),
-            globals: t.globals.clone(),
-            stopped: true,
-            ..Default::default()
-        };
+        let mut out = t.derived();
         out.initial = t
             .initial
             .iter()

@@ -58,7 +58,7 @@ pub use state::Seen;
 pub use views::{written_tensors, WrittenTensor};
 
 use fault::err_code;
-use state::{resolve_stream, sync_all, Guard, State};
+use state::{resolve_stream, sync_all, State};
 
 use crate::backend::{DevicePtr, GpuBackend, KernelArg, ModuleCode};
 use crate::trace::*;

@@ -133,6 +133,24 @@ impl<'t> Replayer<'t> {
     }
 
     /// Load modules (through `loader`, if given) and resolve every kernel the trace uses.
+    /// The replay's state with its kernels looked up and the trace's setup done (adopted
+    /// handles, initial contents): where every walk over the calls starts. The guard frees what
+    /// the replay made when it goes.
+    pub(crate) fn set_up<'r>(
+        &'r self,
+        gpu: &'r dyn GpuBackend,
+        loader: Option<ModuleLoader<'_>>,
+    ) -> Result<Guard<'r, 't>, ReplayError> {
+        let kernels = self.kernels(gpu, loader)?;
+        let mut guard = Guard {
+            r: self,
+            gpu,
+            st: State::new(&kernels),
+        };
+        self.setup(gpu, &mut guard.st)?;
+        Ok(guard)
+    }
+
     pub(crate) fn kernels(
         &self,
         gpu: &dyn GpuBackend,

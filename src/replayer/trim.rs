@@ -6,7 +6,7 @@
 //! resources. A cut inside a capture, or calls after A that use a graph made before it, are
 //! refused: a graph cannot be carried across the cut.
 
-use super::{sync_all, Guard, ModuleLoader, Outcome, ReplayError, Replayer, State};
+use super::{sync_all, ModuleLoader, Outcome, ReplayError, Replayer, State};
 use crate::backend::GpuBackend;
 use crate::trace::*;
 use rustc_hash::FxHashMap as HashMap;
@@ -22,13 +22,7 @@ impl Replayer<'_> {
         let t = self.trace;
         let (a, b) = range;
         self.check_cut(a, b)?;
-        let kernels = self.kernels(gpu, loader)?;
-        let mut guard = Guard {
-            r: self,
-            gpu,
-            st: State::new(&kernels),
-        };
-        self.setup(gpu, &mut guard.st)?;
+        let mut guard = self.set_up(gpu, loader)?;
         let st = &mut guard.st;
         for c in t.calls.iter().take_while(|c| c.seq < a) {
             if let Outcome::Failed(e) = self.issue(gpu, st, c, false)? {
@@ -42,19 +36,12 @@ impl Replayer<'_> {
         }
         sync_all(gpu, st).map_err(setup_error(format!("waiting for the device at #{a}")))?;
         let mut out = Trace {
-            header: t.header.clone(),
-            provenance: t.provenance.clone(),
-            dump: t.dump.clone(),
-            sites: t.sites.clone(),
-            stacks: t.stacks.clone(),
-            globals: t.globals.clone(),
             modules: t.modules.clone(),
             module_images: t.module_images.clone(),
             kernel_clusters: t.kernel_clusters.clone(),
             kernel_cooperative: t.kernel_cooperative.clone(),
             kernels: t.kernels.clone(),
-            stopped: true,
-            ..Default::default()
+            ..t.derived()
         };
         for image in t.module_images.values() {
             t.blobs.copy_to(image, &mut out.blobs)?;

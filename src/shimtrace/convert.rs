@@ -164,6 +164,8 @@ struct Converter {
     next_graph: u32,
     /// Captures open, and the calls made while one is (numbered when it ends: `place`).
     capture_depth: u32,
+    /// Host functions as the log named them -> as the trace names them (`host_function`).
+    host_functions: HashMap<String, String>,
     captured: Vec<CallRecord>,
     /// Calls a hang's dump says had not returned: (seq, thread).
     in_flight: Vec<(u64, u16)>,
@@ -235,6 +237,7 @@ impl Converter {
             exec_count: HashMap::new(),
             next_graph: 0,
             capture_depth: 0,
+            host_functions: HashMap::default(),
             captured: Vec::new(),
             in_flight: Vec::new(),
             index: 0,
@@ -773,7 +776,7 @@ impl Converter {
             Rec::HostFunc { stream, func } => (
                 Call::HostFunc {
                     stream: self.stream(stream),
-                    func: String::from_utf8_lossy(func).into_owned(),
+                    func: self.host_function(&String::from_utf8_lossy(func)),
                 },
                 ret(Value::Unit),
             ),
@@ -1015,6 +1018,32 @@ impl Converter {
     /// `a` as the trace spells it, by the recorder's own ledger rules: null, inside (or one
     /// past) a live buffer, inside a freed one, or outside every buffer (with the nearest one
     /// below).
+    /// How the trace names a host function the log named `logged`: as it is when that is a
+    /// symbol; for a file and offset (`/path/app+0x1a2b`), the function its file's symbol table
+    /// says is there, demangled, with the file's name and the offset (`take (app+0x1a2b)`), or
+    /// the file's name and the offset alone. Each looked up once.
+    fn host_function(&mut self, logged: &str) -> String {
+        if let Some(n) = self.host_functions.get(logged) {
+            return n.clone();
+        }
+        let named = match logged.rsplit_once("+0x") {
+            Some((path, off)) if path.starts_with('/') => {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                let at = format!("{file}+0x{off}");
+                u64::from_str_radix(off, 16)
+                    .ok()
+                    .and_then(|o| super::elf::function_at(std::path::Path::new(path), o))
+                    .map_or(at.clone(), |f| {
+                        format!("{} ({at})", crate::trace::demangle::readable(&f))
+                    })
+            }
+            _ => logged.to_string(),
+        };
+        self.host_functions
+            .insert(logged.to_string(), named.clone());
+        named
+    }
+
     /// A pinned host region of the trace's own, `len` bytes, for a copy a graph makes to the
     /// host at each launch: where it landed in the program is the program's, and a replay that
     /// captures the copy needs memory that stays (a capture refuses pageable memory).

@@ -43,6 +43,7 @@
 //! value that equals an address inside a live buffer is taken for a pointer.
 
 mod convert;
+mod elf;
 mod lines;
 pub mod triton;
 

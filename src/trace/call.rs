@@ -516,7 +516,8 @@ pub enum Call {
     HostFunc {
         /// The stream it was queued on.
         stream: StreamRef,
-        /// The function: its symbol, or its module's file name and the offset in it.
+        /// The function: its symbol, or where it exports none, the name its file's symbol table
+        /// gives with the file's name and the offset in it (`take (app+0x9570)`), or those alone.
         func: String,
     },
 }

@@ -170,6 +170,22 @@ pub struct Trace {
 const LAZY_BLOB: usize = 1 << 20;
 
 impl Trace {
+    /// An empty trace made from this one (a cut, a minimized candidate): its header,
+    /// provenance and dump, and the sites, stacks and globals its calls may name; stopped, as
+    /// a part of a run is.
+    pub fn derived(&self) -> Trace {
+        Trace {
+            header: self.header.clone(),
+            provenance: self.provenance.clone(),
+            dump: self.dump.clone(),
+            sites: self.sites.clone(),
+            stacks: self.stacks.clone(),
+            globals: self.globals.clone(),
+            stopped: true,
+            ..Default::default()
+        }
+    }
+
     /// The blob of bytes call `c` read back when recorded: its result, or for an async copy
     /// the bytes its sync made visible. `None` for any other call.
     pub fn readback_blob(&self, c: &CallRecord) -> Option<BlobId> {

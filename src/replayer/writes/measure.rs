@@ -4,7 +4,7 @@
 use super::kernel as wk;
 use super::{infer, pointers, LaunchWrites, PointerWrites, WriteExtents, WriteOptions, FORMAT};
 use crate::backend::{DevicePtr, GpuBackend, KernelArg, KernelHandle};
-use crate::replayer::state::{resolve_stream, sync_all, Guard, State};
+use crate::replayer::state::{resolve_stream, sync_all, State};
 use crate::replayer::{ModuleLoader, Outcome, ReplayError, Replayer};
 use crate::trace::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -364,13 +364,7 @@ impl Replayer<'_> {
                 ),
             });
         }
-        let kernels = self.kernels(gpu, loader)?;
-        let mut guard = Guard {
-            r: self,
-            gpu,
-            st: State::new(&kernels),
-        };
-        self.setup(gpu, &mut guard.st)?;
+        let mut guard = self.set_up(gpu, loader)?;
         let mut hasher = Hasher::new(gpu, opts).map_err(|e| ReplayError::Setup {
             what: "loading the write-extent hash kernel".into(),
             cause: format!("{e:#}"),

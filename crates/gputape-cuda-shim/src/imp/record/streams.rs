@@ -232,9 +232,10 @@ fn log_host_func<const I: usize>(r: R, s: u64, f: usize) {
     );
 }
 
-/// How a trace names host function `f`: its symbol where the loader knows one that starts at
-/// it, else its module's file name and the offset in it (a `static` function exports none).
-/// Looked up once per function: a program queues the same few again and again.
+/// How the log names host function `f`: its symbol where the loader knows one that starts at
+/// it, else its module's path and the offset in it (a `static` function exports none; the
+/// conversion looks it up in the file's own symbol table). Looked up once per function: a
+/// program queues the same few again and again.
 fn function_name(f: usize) -> Vec<u8> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
@@ -248,8 +249,7 @@ fn function_name(f: usize) -> Vec<u8> {
     let name = if !n.symbol.is_empty() && n.symbol_offset == 0 {
         n.symbol
     } else {
-        let file = n.module.rsplit(|&b| b == b'/').next().unwrap_or(&n.module);
-        let mut v = file.to_vec();
+        let mut v = n.module;
         v.extend_from_slice(format!("+{:#x}", n.offset).as_bytes());
         v
     };
