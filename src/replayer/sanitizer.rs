@@ -326,6 +326,92 @@ fn raw_pointers(t: &Trace) -> Vec<u64> {
     v
 }
 
+/// What a replay under compute-sanitizer comes to (`judge`).
+pub struct ToolVerdict {
+    /// The lines a person reads: the findings, then the verdict.
+    pub text: String,
+    /// Whether the replay passed, where the tool decides it (`None`: the replay's own verdict
+    /// stands).
+    pub passed: Option<bool>,
+    /// The call the tool stopped (a launch failure the recording did not have), if that is all
+    /// the replay's divergence was.
+    pub stopped_by_tool: Option<u64>,
+    /// The tool, its findings and whether they show the recorded fault, for `--json`.
+    pub json: serde_json::Value,
+}
+
+/// The verdict of a replay of `t` under `tool`: its `report` (the tool's log) read, the
+/// findings' addresses named from where the replay placed each buffer (`placed`: buffer,
+/// address, size), and held against what `t` recorded or `minimize --sanitize` kept, and
+/// against `replay` (the replay's JSON report: where it diverged). A finding in the recorded
+/// fault's window, or the one kept, reproduces it; a kept one not found does not; a launch
+/// failure the tool caused at a finding is the finding, not a divergence.
+pub fn judge(
+    t: &Trace,
+    tool: &str,
+    report: &str,
+    placed: &[(BufferId, u64, u64)],
+    replay: &serde_json::Value,
+) -> ToolVerdict {
+    let mut findings = parse(report);
+    name_addresses(t, placed, &mut findings);
+    let shown = reproduces(t, &findings);
+    let listed = for_report(&findings);
+    let mut text = format!("compute-sanitizer {tool}: {} finding(s)\n", listed.len());
+    for f in listed.iter().take(8) {
+        text.push_str(&format!("  {}\n", f.line()));
+    }
+    let kernel = |f: &Finding| f.kernel.clone().unwrap_or_default();
+    let (mut passed, mut stopped) = (None, None);
+    match (shown, kept(t)) {
+        (Some(f), Some(_)) => {
+            text.push_str(&format!(
+                "-> finding REPRODUCED under {tool}: {} in {}, as minimize kept it\n",
+                f.what,
+                kernel(f)
+            ));
+            passed = Some(true);
+        }
+        (Some(f), None) => {
+            text.push_str(&format!(
+                "-> fault REPRODUCED under {tool}: {} names {} in the recorded fault's window (the driver's own code under the tool may differ from the recording's)\n",
+                f.what,
+                kernel(f)
+            ));
+            passed = Some(true);
+        }
+        (None, Some((what, k))) => {
+            text.push_str(&format!(
+                "-> NOT REPRODUCED: the trace keeps {what} in {k} (compute-sanitizer {}), and {tool} did not find it\n",
+                kept_tool(t).unwrap_or_default()
+            ));
+            passed = Some(false);
+        }
+        (None, None) => {
+            if let Some((seq, f)) = stopped_by_tool(replay, &listed) {
+                text.push_str(&format!(
+                    "-> found under {tool}: {} in {}{}; the recording saw no error there (a bug the driver reports only under the tool): the replay's CUDA_ERROR_LAUNCH_FAILED at call #{seq} is the tool stopping that kernel, not a divergence\n",
+                    f.what,
+                    kernel(f),
+                    f.source.as_deref().map(|s| format!(" at {s}")).unwrap_or_default(),
+                ));
+                passed = Some(true);
+                stopped = Some(seq);
+            }
+        }
+    }
+    ToolVerdict {
+        text,
+        passed,
+        stopped_by_tool: stopped,
+        json: serde_json::json!({
+            "tool": tool,
+            "findings": listed,
+            "reproduced": shown.is_some(),
+        }),
+    }
+}
+
 /// The findings a person reads: those in kernels first, then the failed calls that followed,
 /// the replay's own layout probes left out.
 pub fn for_report(findings: &[Finding]) -> Vec<&Finding> {
@@ -594,6 +680,43 @@ mod tests {
         assert!(stopped_by_tool(&report(700.into(), 719), &listed).is_none());
         assert!(stopped_by_tool(&report(serde_json::Value::Null, 700), &listed).is_none());
         assert!(stopped_by_tool(&report(serde_json::Value::Null, 719), &[]).is_none());
+    }
+
+    /// The verdict of a replay under the tool: the recorded assert's report passes the replay
+    /// of the trace that recorded it and says so; the same report against another fault's
+    /// trace decides nothing (the replay's own verdict stands); a clean report lists none.
+    #[test]
+    fn a_tool_s_verdict_follows_what_the_trace_recorded() {
+        let r = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sanitizer/memcheck-assert.log"
+        ));
+        let open = |name: &str| {
+            Trace::open(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
+        };
+        let replay = serde_json::json!({"faults": []});
+        let asserted = open("traces/python/h200_py_eager_assert.gtape");
+        let v = judge(&asserted, "memcheck", r, &[], &replay);
+        assert_eq!(v.passed, Some(true), "{}", v.text);
+        assert!(
+            v.text
+                .starts_with("compute-sanitizer memcheck: 2 finding(s)\n"),
+            "{}",
+            v.text
+        );
+        assert!(
+            v.text
+                .contains("-> fault REPRODUCED under memcheck: Warp assert names __assertfail"),
+            "{}",
+            v.text
+        );
+        assert_eq!(v.json["reproduced"], true);
+        let other = open("traces/mock_tiny_fault_step4.gtape");
+        let v = judge(&other, "memcheck", r, &[], &replay);
+        assert_eq!((v.passed, v.stopped_by_tool), (None, None), "{}", v.text);
+        assert_eq!(v.json["reproduced"], false);
+        let v = judge(&other, "memcheck", "", &[], &replay);
+        assert_eq!(v.text, "compute-sanitizer memcheck: 0 finding(s)\n");
     }
 
     #[test]

@@ -337,59 +337,15 @@ fn in_child(
     if let Some((tool, _)) = &sanitize {
         let report = std::fs::read_to_string(&log).unwrap_or_default();
         let _ = std::fs::remove_file(&log);
-        let mut findings = sanitizer::parse(&report);
-        sanitizer::name_addresses(t, &placed, &mut findings);
-        let shown = sanitizer::reproduces(t, &findings);
-        let listed = sanitizer::for_report(&findings);
-        extra.push_str(&format!(
-            "compute-sanitizer {tool}: {} finding(s)\n",
-            listed.len()
-        ));
-        for f in listed.iter().take(8) {
-            extra.push_str(&format!("  {}\n", f.line()));
+        let j = sanitizer::judge(t, tool, &report, &placed, &v["report"]);
+        extra = j.text;
+        if let Some(passed) = j.passed {
+            v["passed"] = passed.into();
         }
-        match (shown, sanitizer::kept(t)) {
-            (Some(f), Some(_)) => {
-                extra.push_str(&format!(
-                    "-> finding REPRODUCED under {tool}: {} in {}, as minimize kept it\n",
-                    f.what,
-                    f.kernel.as_deref().unwrap_or_default()
-                ));
-                v["passed"] = true.into();
-            }
-            (Some(f), None) => {
-                extra.push_str(&format!(
-                    "-> fault REPRODUCED under {tool}: {} names {} in the recorded fault's window (the driver's own code under the tool may differ from the recording's)\n",
-                    f.what,
-                    f.kernel.as_deref().unwrap_or_default()
-                ));
-                v["passed"] = true.into();
-            }
-            (None, Some((what, kernel))) => {
-                extra.push_str(&format!(
-                    "-> NOT REPRODUCED: the trace keeps {what} in {kernel} (compute-sanitizer {}), and {tool} did not find it\n",
-                    sanitizer::kept_tool(t).unwrap_or_default()
-                ));
-                v["passed"] = false.into();
-            }
-            (None, None) => {
-                if let Some((seq, f)) = sanitizer::stopped_by_tool(&v["report"], &listed) {
-                    extra.push_str(&format!(
-                        "-> found under {tool}: {} in {}{}; the recording saw no error there (a bug the driver reports only under the tool): the replay's CUDA_ERROR_LAUNCH_FAILED at call #{seq} is the tool stopping that kernel, not a divergence\n",
-                        f.what,
-                        f.kernel.as_deref().unwrap_or_default(),
-                        f.source.as_deref().map(|s| format!(" at {s}")).unwrap_or_default(),
-                    ));
-                    v["passed"] = true.into();
-                    v["report"]["stopped_by_tool"] = seq.into();
-                }
-            }
+        if let Some(seq) = j.stopped_by_tool {
+            v["report"]["stopped_by_tool"] = seq.into();
         }
-        v["report"]["sanitizer"] = serde_json::json!({
-            "tool": tool,
-            "findings": listed,
-            "reproduced": shown.is_some(),
-        });
+        v["report"]["sanitizer"] = j.json;
     }
     if json {
         if let Some(l) = &assert_line {
