@@ -87,12 +87,18 @@ impl RecState {
     ) -> Option<Vec<u8>> {
         if self.recording && self.blobs.insert(id) {
             let len = codec::blob_head(&payload).map_or(0, |(_, len)| len);
-            match put {
-                Ok(()) => self.emit(&Frame::Stored { id, len }),
-                Err(e) => self.write_failed(e),
-            }
+            self.stored(id, len, put);
         }
         Some(payload)
+    }
+
+    /// Blob `id` went into the shared store, or failed to (`put`): a `Stored` frame names it
+    /// in the trace, or the recording stops as a full disk stops it (the engine goes on).
+    fn stored(&mut self, id: BlobId, len: u64, put: Result<(), TraceError>) {
+        match put {
+            Ok(()) => self.emit(&Frame::Stored { id, len }),
+            Err(e) => self.write_failed(e),
+        }
     }
 
     /// Whether a blob of `len` bytes goes to the shared store rather than the trace.
@@ -100,14 +106,11 @@ impl RecState {
         self.store.is_some() && len >= STORE_MIN as u64
     }
 
-    /// Blob `id` into the shared store, and a `Stored` frame naming it into the trace. A store
-    /// that cannot take it stops the recording as a full disk does (the engine goes on).
+    /// Blob `id` into the shared store (`stored` says how that went in the trace).
     fn put_in_store(&mut self, id: BlobId, len: u64, record: &[u8], crc: u32) {
         let Some(dir) = &self.store else { return };
-        match store_put(dir, id, record, crc) {
-            Ok(()) => self.emit(&Frame::Stored { id, len }),
-            Err(e) => self.write_failed(e),
-        }
+        let put = store_put(dir, id, record, crc);
+        self.stored(id, len, put);
     }
 
     /// The id `blob` names these bytes by: a provisional one under a flight recorder (see

@@ -166,6 +166,8 @@ struct Converter {
     capture_depth: u32,
     /// Host functions as the log named them -> as the trace names them (`host_function`).
     host_functions: HashMap<String, String>,
+    /// Files host functions lie in -> their symbol tables (`None`: none to read), read once.
+    elf_files: HashMap<String, Option<super::elf::Symbols>>,
     captured: Vec<CallRecord>,
     /// Calls a hang's dump says had not returned: (seq, thread).
     in_flight: Vec<(u64, u16)>,
@@ -238,6 +240,7 @@ impl Converter {
             next_graph: 0,
             capture_depth: 0,
             host_functions: HashMap::default(),
+            elf_files: HashMap::default(),
             captured: Vec::new(),
             in_flight: Vec::new(),
             index: 0,
@@ -420,14 +423,13 @@ impl Converter {
                     // A copy captured into a graph delivers its bytes at each graph launch,
                     // not at a sync now: none are matched to it, and it writes a region of its
                     // own (a node's gets one where its graph is built, `build_graph`).
-                    let captured = self.capture_depth > 0 && node.is_none();
-                    if self.capture_depth == 0 && node.is_none() {
-                        self.copies.insert(index, self.seq);
-                    }
-                    let dst = if captured {
-                        self.own_pinned(len)
-                    } else {
-                        HostAddr::Unknown
+                    let dst = match (node, self.capture_depth) {
+                        (Some(_), _) => HostAddr::Unknown,
+                        (None, 0) => {
+                            self.copies.insert(index, self.seq);
+                            HostAddr::Unknown
+                        }
+                        (None, _) => self.own_pinned(len),
                     };
                     let call = Call::CopyD2HAsync {
                         src,
@@ -1030,9 +1032,13 @@ impl Converter {
             Some((path, off)) if path.starts_with('/') => {
                 let file = path.rsplit('/').next().unwrap_or(path);
                 let at = format!("{file}+0x{off}");
+                let symbols = self
+                    .elf_files
+                    .entry(path.to_string())
+                    .or_insert_with(|| super::elf::Symbols::read(std::path::Path::new(path)));
                 u64::from_str_radix(off, 16)
                     .ok()
-                    .and_then(|o| super::elf::function_at(std::path::Path::new(path), o))
+                    .and_then(|o| symbols.as_ref()?.function_at(o))
                     .map_or(at.clone(), |f| {
                         format!("{} ({at})", crate::trace::demangle::readable(&f))
                     })

@@ -160,28 +160,24 @@ pub(super) unsafe extern "C" fn stream_query<const I: usize>(s: u64) -> R {
 }
 
 pub(super) unsafe extern "C" fn ctx_sync<const I: usize>() -> R {
-    let _w = flight::waiting(Blocked::Ctx);
-    let queued = managed::before_sync();
     // SAFETY: entry point I is cuCtxSynchronize: ().
-    let r = unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() };
-    drop(_w);
-    log::write(r, Rec::CtxSync {});
-    managed::after_sync(r, queued, false);
-    if r == 0 {
-        settle(Done::All);
-    }
-    log::flush();
-    r
+    ctx_sync_by(|| unsafe { real_at::<unsafe extern "C" fn() -> R>(I)() })
 }
 
 /// `cuCtxSynchronize_v2` (CUDA 12.9's, naming the context; the CUDA 13 runtime's
 /// `cudaDeviceSynchronize` calls it): the same sync, recorded the same way.
 pub(super) unsafe extern "C" fn ctx_sync_v2<const I: usize>(ctx: u64) -> R {
-    let _w = flight::waiting(Blocked::Ctx);
-    let queued = managed::before_sync();
     // SAFETY: entry point I is cuCtxSynchronize_v2: (CUcontext).
-    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) };
-    drop(_w);
+    ctx_sync_by(|| unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ctx) })
+}
+
+/// A context sync made by `sync` (either entry point): said to the flight recorder while it
+/// waits, managed memory compared around it, and what it completed read once it returned.
+fn ctx_sync_by(sync: impl FnOnce() -> R) -> R {
+    let w = flight::waiting(Blocked::Ctx);
+    let queued = managed::before_sync();
+    let r = sync();
+    drop(w);
     log::write(r, Rec::CtxSync {});
     managed::after_sync(r, queued, false);
     if r == 0 {
