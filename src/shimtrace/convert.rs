@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gputape_shimlog::{LogError, On, Reader, Rec, Record};
 
+use super::graphs::{Graphs, NodeTo};
 use super::{ShimTraceError, Summary};
 use crate::backend::image::image_kind;
 use crate::backend::{
@@ -138,10 +139,10 @@ struct Converter {
     thread: u32,
     /// Each thread's per-thread default stream, once used.
     per_thread: HashMap<u32, StreamId>,
-    /// Threads whose next record is a node added to a graph (`GraphNode`): thread -> graph.
-    node_of: HashMap<u32, u64>,
-    /// Graphs built node by node: their nodes so far, in the order added.
-    nodes: HashMap<u64, Vec<CallRecord>>,
+    /// Threads whose next record is a graph node's work (`NodeWork`): where it goes.
+    node_of: HashMap<u32, NodeTo>,
+    /// Graphs built node by node, and executables changed after they were made.
+    built: Graphs,
     /// Pinned host regions handed out so far (copy nodes' host sides).
     next_host: u32,
     /// Each thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`), where
@@ -161,6 +162,8 @@ struct Converter {
     /// Executable graphs alive per captured graph: the trace's graph (instantiated when its
     /// capture ends) is destroyed with the last.
     exec_count: HashMap<GraphId, u32>,
+    /// Trace graphs destroyed already.
+    dead: HashSet<GraphId>,
     next_graph: u32,
     /// Captures open, and the calls made while one is (numbered when it ends: `place`).
     capture_depth: u32,
@@ -228,7 +231,7 @@ impl Converter {
             thread: 0,
             per_thread: HashMap::new(),
             node_of: HashMap::new(),
-            nodes: HashMap::new(),
+            built: Graphs::default(),
             next_host: 0,
             capture_mode: HashMap::new(),
             relaxed_now: false,
@@ -237,6 +240,7 @@ impl Converter {
             graphs: HashMap::new(),
             execs: HashMap::new(),
             exec_count: HashMap::new(),
+            dead: HashSet::new(),
             next_graph: 0,
             capture_depth: 0,
             host_functions: HashMap::default(),
@@ -296,6 +300,7 @@ impl Converter {
             | Rec::CopyD2H { .. }
             | Rec::CopyD2D { .. }
             | Rec::Memset { .. }
+            | Rec::HostFunc { .. }
             | Rec::Opaque { .. } => self.node_of.remove(&r.thread),
             _ => None,
         };
@@ -559,7 +564,20 @@ impl Converter {
             }
             Rec::GraphNode { graph } => {
                 self.summary.records -= 1;
-                self.node_of.insert(r.thread, graph);
+                self.node_of
+                    .insert(r.thread, NodeTo::Add { graph, node: 0 });
+                return;
+            }
+            Rec::NodeWork {
+                target,
+                node,
+                how,
+                first,
+            } => {
+                self.summary.records -= 1;
+                if let Some(to) = NodeTo::of(target, node, how, first) {
+                    self.node_of.insert(r.thread, to);
+                }
                 return;
             }
             // Managed memory the host wrote before the work after it: a copy of those bytes,
@@ -804,18 +822,56 @@ impl Converter {
             // The trace's graph is instantiated when its capture ends: instantiating it again
             // is no call, only another handle for the same graph.
             Rec::GraphInstantiate { exec, graph } => {
-                if !self.graphs.contains_key(&graph) && self.nodes.contains_key(&graph) {
-                    let head = (self.thread_id(r.thread), self.site(r.stack), r.t_ns);
-                    self.build_graph(graph, head);
-                }
-                if let Some(&id) = self.graphs.get(&graph) {
+                let head = self.head(&r);
+                if let Some(id) = self.trace_graph(graph, head) {
                     self.execs.insert(exec, id);
                     *self.exec_count.entry(id).or_default() += 1;
                 }
+                self.built.instantiate(exec, graph);
                 return;
             }
-            Rec::GraphLaunch { exec, stream } => match self.execs.get(&exec) {
-                Some(&graph) => (
+            Rec::GraphUpdate { exec, graph } => {
+                self.summary.graph_changes += 1;
+                let head = self.head(&r);
+                match self.trace_graph(graph, head) {
+                    Some(id) => self.rebind(exec, id, head),
+                    None => self.built.lose_exec(
+                        exec,
+                        "updated from a graph the recording does not hold".into(),
+                    ),
+                }
+                self.built.instantiate(exec, graph);
+                return;
+            }
+            Rec::ChildGraph { graph, node, child } => {
+                let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
+                self.built.child(graph, node, child, captured);
+                return;
+            }
+            Rec::GraphClone { clone, original } => {
+                self.built.clone_graph(clone, original);
+                if let (false, Some(&id)) = (self.built.built(original), self.graphs.get(&original))
+                {
+                    self.graphs.insert(clone, id);
+                }
+                return;
+            }
+            Rec::NodeEnabled {
+                exec,
+                node,
+                enabled,
+            } => {
+                self.built.set_enabled(exec, node, enabled);
+                return;
+            }
+            Rec::GraphLaunch { exec, .. } if self.built.lost(exec).is_some() => {
+                let why = self.built.lost(exec).unwrap_or_default();
+                let name = format!("cuGraphLaunch ({why})");
+                *self.summary.opaque.entry(name.clone()).or_default() += 1;
+                (Call::Opaque { name }, ret(Value::Unit))
+            }
+            Rec::GraphLaunch { exec, stream } => match self.changed_graph(exec, &r) {
+                Some(graph) => (
                     Call::LaunchGraph {
                         graph,
                         stream: self.stream(stream),
@@ -831,18 +887,31 @@ impl Converter {
                 }
             },
             Rec::GraphExecDestroy { exec } => {
+                self.built.destroy_exec(exec);
                 let Some(graph) = self.execs.remove(&exec) else {
                     return;
                 };
-                let left = self.exec_count.entry(graph).or_default();
-                *left = left.saturating_sub(1);
-                if *left > 0 {
+                if !self.unused(graph) {
                     return;
                 }
                 (Call::DestroyGraph { graph }, ret(Value::Unit))
             }
-            // The captured graph's template: the trace's graph lives as long as its executables.
-            Rec::GraphDestroy { .. } => return,
+            // The graph's template: the trace's graph lives as long as its executables, or
+            // until this where it has none (a handle no later instantiation can name).
+            Rec::GraphDestroy { graph } => {
+                self.built.destroy_graph(graph);
+                let Some(id) = self.graphs.remove(&graph) else {
+                    return;
+                };
+                let named = self.graphs.values().any(|&g| g == id);
+                if named
+                    || self.exec_count.get(&id).is_some_and(|&n| n > 0)
+                    || !self.dead.insert(id)
+                {
+                    return;
+                }
+                (Call::DestroyGraph { graph: id }, ret(Value::Unit))
+            }
         };
         // A hang's dump writes the calls threads were blocked in as not returned.
         let returned = r.status != gputape_shimlog::STATUS_NOT_RETURNED;
@@ -858,11 +927,103 @@ impl Converter {
             call,
             ret: returned.then_some(value),
         };
-        if let Some(graph) = node {
-            self.nodes.entry(graph).or_default().push(rec);
+        if let Some(to) = node {
+            self.node_work(to, rec);
             return;
         }
         self.place(rec);
+    }
+
+    /// The thread, site and time of record `r`, for the calls the converter makes of its own
+    /// there.
+    fn head(&mut self, r: &Record<'_>) -> (u16, SiteId, u64) {
+        (self.thread_id(r.thread), self.site(r.stack), r.t_ns)
+    }
+
+    /// Work `rec` of a graph node, where `to` says: held with its graph, or made an
+    /// executable's (or a graph's) new parameters.
+    fn node_work(&mut self, to: NodeTo, rec: CallRecord) {
+        match to {
+            NodeTo::Add { graph, node } => {
+                let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
+                self.built.add(graph, node, rec, captured);
+            }
+            NodeTo::InGraph { node, first } => {
+                let head = (rec.thread, rec.site, rec.t_ns);
+                match self.built.set_in_graph(node, first, rec) {
+                    // Instantiations from here run the new parameters: a trace graph of their own.
+                    Ok(graph) => {
+                        self.graphs.remove(&graph);
+                    }
+                    Err(name) => {
+                        *self.summary.opaque.entry(name.clone()).or_default() += 1;
+                        let (thread, site, t_ns) = head;
+                        self.place(CallRecord {
+                            seq: 0,
+                            thread,
+                            site,
+                            t_ns,
+                            dur_ns: Some(0),
+                            call: Call::Opaque { name },
+                            ret: Some(Ok(Value::Unit)),
+                        });
+                    }
+                }
+            }
+            NodeTo::InExec { exec, node, first } => self.built.set_in_exec(exec, node, first, rec),
+        }
+    }
+
+    /// The trace graph instantiating `graph` runs: its capture's, or one made now of the nodes
+    /// it was built of (where it has none yet, or its nodes changed since). None for a graph
+    /// the recording does not hold.
+    fn trace_graph(&mut self, graph: u64, head: (u16, SiteId, u64)) -> Option<GraphId> {
+        if !self.graphs.contains_key(&graph) && self.built.built(graph) {
+            self.build_graph(graph, head);
+        }
+        self.graphs.get(&graph).copied()
+    }
+
+    /// Executable `exec` runs trace graph `id` from here; the graph it ran, left with no
+    /// executable, is destroyed (placed at `head`).
+    fn rebind(&mut self, exec: u64, id: GraphId, head: (u16, SiteId, u64)) {
+        *self.exec_count.entry(id).or_default() += 1;
+        let Some(old) = self.execs.insert(exec, id) else {
+            return;
+        };
+        if !self.unused(old) {
+            return;
+        }
+        let (thread, site, t_ns) = head;
+        self.place(CallRecord {
+            seq: 0,
+            thread,
+            site,
+            t_ns,
+            dur_ns: Some(0),
+            call: Call::DestroyGraph { graph: old },
+            ret: Some(Ok(Value::Unit)),
+        });
+    }
+
+    /// One executable fewer runs trace graph `id`: whether it is now unused (and destroyed:
+    /// the caller places the call).
+    fn unused(&mut self, id: GraphId) -> bool {
+        let left = self.exec_count.entry(id).or_default();
+        *left = left.saturating_sub(1);
+        *left == 0 && self.dead.insert(id)
+    }
+
+    /// The trace graph a launch of `exec` runs: a new one, made here, when the executable
+    /// changed since its graph was made (`cuGraphExec*NodeSetParams`, `cuGraphNodeSetEnabled`).
+    fn changed_graph(&mut self, exec: u64, r: &Record<'_>) -> Option<GraphId> {
+        if let Some(work) = self.built.take_changed(exec) {
+            let head = self.head(r);
+            let id = self.build_from(work, head);
+            self.summary.graph_changes += 1;
+            self.rebind(exec, id, head);
+        }
+        self.execs.get(&exec).copied()
     }
 
     /// Managed memory the device changed, `data` at `src` as the host saw it after a context
@@ -932,7 +1093,15 @@ impl Converter {
     /// first instantiated (`head`: the instantiating call's thread, site and time). A replay
     /// rebuilds it as it rebuilds a captured graph.
     fn build_graph(&mut self, handle: u64, head: (u16, SiteId, u64)) -> GraphId {
-        let nodes = self.nodes.get(&handle).cloned().unwrap_or_default();
+        let work = self.built.work_of(handle);
+        let id = self.build_from(work, head);
+        self.graphs.insert(handle, id);
+        self.summary.node_graphs += 1;
+        id
+    }
+
+    /// A trace graph of `nodes`' work: a capture of it, on a stream of its own, made here.
+    fn build_from(&mut self, nodes: Vec<CallRecord>, head: (u16, SiteId, u64)) -> GraphId {
         let stream = StreamRef::Id(self.adopted_stream());
         let id = GraphId(self.next_graph);
         self.next_graph += 1;
@@ -964,8 +1133,6 @@ impl Converter {
             self.number(n);
         }
         self.number(around(Call::EndCapture { stream }, Value::Graph(id)));
-        self.graphs.insert(handle, id);
-        self.summary.node_graphs += 1;
         id
     }
 

@@ -21,8 +21,9 @@
 //! | `cuTensorMapEncodeTiled` | `EncodeTensorMap`; a parameter holding the map's bytes is `Arg::TensorMap` (or a map inside `Arg::Words`) |
 //! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
 //! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |
-//! | `cuGraphAddKernelNode*`, `cuGraphAddMemcpyNode`, `cuGraphAddMemsetNode`, `cuGraphAddNode*` (those kinds) | each node the `Launch`, copy or memset it runs, held aside (`Rec::GraphNode` before it); where the graph is first instantiated, `BeginCapture` / the nodes in the order added / `EndCapture` on a stream of the graph's own |
-//! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy` | no call (the trace's graph is made when its capture ends, or from its nodes) / `LaunchGraph` / `DestroyGraph` with the graph's last executable; a graph of nothing the trace holds: its launches opaque |
+//! | `cuGraphAddKernelNode*`, `cuGraphAddMemcpyNode`, `cuGraphAddMemsetNode`, `cuGraphAddHostNode`, `cuGraphAddChildGraphNode`, `cuGraphAddNode*` (those kinds), `cuGraphClone` | each node the `Launch`, copy, memset or `HostFunc` it runs, held aside by its handle (`Rec::NodeWork` before it; `graphs.rs`); where the graph is first instantiated, `BeginCapture` / the nodes in the order added / `EndCapture` on a stream of the graph's own |
+//! | `cuGraph*NodeSetParams`, `cuGraphExec*NodeSetParams`, `cuGraphNodeSetEnabled`, `cuGraphExecUpdate*` | the graph's or the executable's own copy of its nodes changed; a changed executable's next launch first makes a trace graph of what it now runs (its old one destroyed when no executable runs it); an update the recording cannot follow (a captured graph's node): the executable's launches opaque, with why |
+//! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy`, `cuGraphDestroy` | no call (the trace's graph is made when its capture ends, or from its nodes) / `LaunchGraph` / `DestroyGraph` with the graph's last executable (or with its template, where it has none); a graph of nothing the trace holds: its launches opaque |
 //! | `cuLaunchHostFunc*`, `cuStreamAddCallback*` | `HostFunc` (its stream, the function by symbol or file + offset) |
 //! | anything else that changes the device | `Opaque` by name |
 //! | the calling thread's Python frames (`Rec::Code`, `Rec::Stack`) | each call's site: the program's own line (the innermost frame outside PyTorch and Triton), its stack kept (`Frame::Stack`; `lines.rs`) |
@@ -44,6 +45,7 @@
 
 mod convert;
 mod elf;
+mod graphs;
 mod lines;
 pub mod triton;
 
@@ -116,6 +118,10 @@ pub struct Summary {
     pub per_thread_streams: usize,
     /// Graphs built node by node, each made a capture of its nodes where it was instantiated.
     pub node_graphs: usize,
+    /// Executables changed after they were made (`cuGraphExec*NodeSetParams`,
+    /// `cuGraphNodeSetEnabled`, `cuGraphExecUpdate`): each change a trace graph of its own,
+    /// made where the executable next ran.
+    pub graph_changes: usize,
     /// Runs of managed memory the host wrote (copies before the work that followed).
     pub managed_writes: usize,
     /// Runs of managed memory the device changed (read backs after a context sync).
@@ -181,6 +187,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} built node by node (replayed as a capture of its nodes)",
                 count(self.node_graphs, "graph", "s")
+            ));
+        }
+        if self.graph_changes > 0 {
+            s.push_str(&format!(
+                "; {} after instantiation (each replayed as a graph of the nodes it then had)",
+                count(self.graph_changes, "executable graph change", "s")
             ));
         }
         if self.managed_writes + self.managed_reads > 0 {

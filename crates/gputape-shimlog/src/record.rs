@@ -359,4 +359,43 @@ records! {
         stream: u64 = u64("stream"),
         func: &'a [u8] = str("function"),
     }
+    /// A graph node's work follows: the same thread's next record is not work queued now but
+    /// what node `node` runs. `how` says where: 0, added to graph `target` (`cuGraphAdd*Node`;
+    /// nodes are logged in the order added, which their dependencies allow); 1, the node's new
+    /// parameters in the graph that holds it (`cuGraph*NodeSetParams`: instantiations made
+    /// from here run them); 2, its new parameters in executable graph `target`
+    /// (`cuGraphExec*NodeSetParams`: that executable's later launches run them). A node that
+    /// runs as several records (a memset of several rows) marks each, `first` on its first:
+    /// that one replaces what the node ran before. Supersedes `GraphNode`, which a reader
+    /// takes as `how` 0 of an unnamed node.
+    51 NodeWork "cuGraphAddNode" state {
+        target: u64 = u64("graph or executable"),
+        node: u64 = u64("graph node"),
+        how: u8 = u8("node change kind"),
+        first: bool = flag("first record flag"),
+    }
+    /// `cuGraphExecUpdate*`: executable `exec` runs graph `graph`'s nodes and parameters from
+    /// here (logged only when the driver took the update).
+    52 GraphUpdate "cuGraphExecUpdate" state {
+        exec: u64 = u64("executable graph"),
+        graph: u64 = u64("graph"),
+    }
+    /// `cuGraphAddChildGraphNode`: node `node` of `graph` runs graph `child`'s nodes (the
+    /// driver embeds a copy of `child` as it is now).
+    53 ChildGraph "cuGraphAddChildGraphNode" state {
+        graph: u64 = u64("graph"),
+        node: u64 = u64("graph node"),
+        child: u64 = u64("child graph"),
+    }
+    /// `cuGraphClone`: `clone` is a copy of `original` as it is now.
+    54 GraphClone "cuGraphClone" state {
+        clone: u64 = u64("graph clone"),
+        original: u64 = u64("graph"),
+    }
+    /// `cuGraphNodeSetEnabled`: node `node` of executable `exec` runs at its launches, or not.
+    55 NodeEnabled "cuGraphNodeSetEnabled" state {
+        exec: u64 = u64("executable graph"),
+        node: u64 = u64("graph node"),
+        enabled: bool = flag("enabled flag"),
+    }
 }

@@ -219,6 +219,40 @@ fn samples() -> Vec<Rec<'static>> {
     ]
 }
 
+/// A sample of each kind added after the golden bytes were written (50 on).
+fn later_samples() -> Vec<Rec<'static>> {
+    vec![
+        Rec::HostFunc {
+            stream: 0x56,
+            func: b"take (app+0x9570)",
+        },
+        Rec::NodeWork {
+            target: 0x6e00,
+            node: 0x6c01,
+            how: 2,
+            first: true,
+        },
+        Rec::GraphUpdate {
+            exec: 0x6e00,
+            graph: 0x6a01,
+        },
+        Rec::ChildGraph {
+            graph: 0x6a00,
+            node: 0x6c02,
+            child: 0x6a02,
+        },
+        Rec::GraphClone {
+            clone: 0x6a03,
+            original: 0x6a00,
+        },
+        Rec::NodeEnabled {
+            exec: 0x6e00,
+            node: 0x6c01,
+            enabled: false,
+        },
+    ]
+}
+
 fn log(recs: &[Rec<'_>]) -> Vec<u8> {
     let mut out = header(Header {
         pid: 42,
@@ -252,7 +286,10 @@ fn every_record_kind_is_written_in_the_bytes_earlier_builds_wrote() {
 
 #[test]
 fn every_record_reads_back_as_written() {
-    let recs = samples();
+    let mut recs = samples();
+    recs.extend(later_samples());
+    let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
+    assert_eq!(kinds, (1..=55).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

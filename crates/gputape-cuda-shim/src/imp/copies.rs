@@ -15,6 +15,7 @@ use gputape_shimlog::{On, Rec};
 
 use super::flight::{self, Blocked};
 use super::log;
+use super::nodes::NodeTo;
 use super::record::{R, async_on, blocking, real_at, with_pending};
 use super::table::{NAMES, entry};
 
@@ -262,18 +263,19 @@ unsafe fn host_rows<'a>(side: &Side, s: &Shape) -> std::borrow::Cow<'a, [u8]> {
 }
 
 /// Logs the copy `s` made with status `r` as the plain copies it amounts to (`name` names the
-/// entry point when it is logged as opaque). `node`: the graph whose copy node this is, which
+/// entry point when it is logged as opaque). `node`: the graph node whose copy this is, which
 /// copies at each launch of the graph, not now: a device-to-host one has no bytes for a sync
 /// to settle.
 ///
 /// # Safety
 /// The copy's host sides are the program's memory as it handed it to the driver: readable
 /// for its source, written by the driver (when `r` is 0 and `on.sync`) for its destination.
-unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str, node: Option<u64>) {
-    // Each record a node's copy is logged as follows a marker naming its graph.
+unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str, node: Option<NodeTo>) {
+    // Each record a node's copy is logged as follows a marker naming its node.
+    let first = std::cell::Cell::new(true);
     let write = |rec: Rec<'_>| {
-        if let Some(graph) = node {
-            log::write(0, Rec::GraphNode { graph });
+        if let Some(to) = node {
+            to.mark(first.replace(false));
         }
         log::write(r, rec)
     };
@@ -380,13 +382,13 @@ unsafe fn log_copy(r: R, s: &Shape, on: On, name: &'static str, node: Option<u64
     }
 }
 
-/// Logs a graph's copy node, described by `d` and added with status `r` (a failed one added
-/// nothing: not logged): each record it is logged as after a `GraphNode` record for `graph`,
-/// as if queued on stream 0 (the converter gives the graph a stream of its own).
+/// Logs a graph node's copy, described by `d` and taken with status `r` (a failed one changed
+/// nothing: not logged): each record it is logged as after a `NodeWork` marker for `to`, as if
+/// queued on stream 0 (the converter gives the graph a stream of its own).
 ///
 /// # Safety
 /// `d` is null or the descriptor the driver just read; its host sides as in `log_copy`.
-pub(super) unsafe fn log_node_copy(r: R, graph: u64, d: *const Memcpy3D) {
+pub(super) unsafe fn log_node_copy(r: R, to: NodeTo, d: *const Memcpy3D) {
     // Not while paused: the marker (state) would be kept and the copy dropped.
     if d.is_null() || r != 0 || !log::active() {
         return;
@@ -398,7 +400,7 @@ pub(super) unsafe fn log_node_copy(r: R, graph: u64, d: *const Memcpy3D) {
         sync: false,
     };
     // SAFETY: the contract.
-    unsafe { log_copy(r, &s, on, "cuGraphAddMemcpyNode", Some(graph)) };
+    unsafe { log_copy(r, &s, on, "cuGraphAddMemcpyNode", Some(to)) };
 }
 
 /// The name of entry point `i`, for an opaque record.

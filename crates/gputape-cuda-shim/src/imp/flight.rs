@@ -43,8 +43,8 @@ pub struct Ring {
     cap: usize,
     /// Captures begun and not yet ended.
     capturing: u32,
-    /// The thread whose `GraphNode` record came last: its next record is a node's work, kept
-    /// for good (another thread's record between is not).
+    /// The thread whose `NodeWork` (or `GraphNode`) record came last: its next record is a
+    /// node's work, kept for good (another thread's record between is not).
     node_next: Option<u32>,
     /// Work records dropped so far.
     pub dropped: u64,
@@ -88,7 +88,7 @@ impl Ring {
         match r.call {
             Rec::CaptureBegin { .. } if r.status == 0 => self.capturing += 1,
             Rec::CaptureEnd { .. } => self.capturing = self.capturing.saturating_sub(1),
-            Rec::GraphNode { .. } => self.node_next = Some(r.thread),
+            Rec::GraphNode { .. } | Rec::NodeWork { .. } => self.node_next = Some(r.thread),
             _ => {}
         }
         if r.call.is_state() || captured {

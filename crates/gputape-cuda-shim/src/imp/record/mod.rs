@@ -37,7 +37,12 @@ use super::copies::{
     copy_peer_async,
 };
 use super::log;
-use super::nodes::{add_kernel_node, add_memcpy_node, add_memset_node, add_node, add_node_v2};
+use super::nodes::{
+    add_child_node, add_host_node, add_kernel_node, add_memcpy_node, add_memset_node, add_node,
+    add_node_v2, clone, exec_set_host_node, exec_set_kernel_node, exec_set_memcpy_node,
+    exec_set_memset_node, exec_set_node, exec_update, set_enabled, set_host_node, set_kernel_node,
+    set_memcpy_node, set_memset_node, set_node,
+};
 use super::table::{NAMES, entry, real};
 use contexts::{ctx_create, primary_ctx_retain};
 use graphs::{
@@ -66,6 +71,7 @@ use transfers::{
 };
 
 /// The streams a call runs on, as logged: the other rooms', and `copies.rs`'s.
+pub(super) use streams::function_name as host_function_name;
 pub(super) use transfers::{async_on, blocking, stream_of};
 
 pub(super) type R = c_int;
@@ -338,6 +344,24 @@ hooks! {
     "cuGraphAddMemcpyNode" => add_memcpy_node,
     "cuGraphAddNode" => add_node,
     "cuGraphAddNode_v2" => add_node_v2,
+    "cuGraphAddHostNode" => add_host_node,
+    "cuGraphAddChildGraphNode" => add_child_node,
+    "cuGraphKernelNodeSetParams" => set_kernel_node<false>,
+    "cuGraphKernelNodeSetParams_v2" => set_kernel_node<true>,
+    "cuGraphExecKernelNodeSetParams" => exec_set_kernel_node<false>,
+    "cuGraphExecKernelNodeSetParams_v2" => exec_set_kernel_node<true>,
+    "cuGraphMemsetNodeSetParams" => set_memset_node,
+    "cuGraphExecMemsetNodeSetParams" => exec_set_memset_node,
+    "cuGraphMemcpyNodeSetParams" => set_memcpy_node,
+    "cuGraphExecMemcpyNodeSetParams" => exec_set_memcpy_node,
+    "cuGraphHostNodeSetParams" => set_host_node,
+    "cuGraphExecHostNodeSetParams" => exec_set_host_node,
+    "cuGraphNodeSetParams" => set_node,
+    "cuGraphExecNodeSetParams" => exec_set_node,
+    "cuGraphClone" => clone,
+    "cuGraphExecUpdate" => exec_update,
+    "cuGraphExecUpdate_v2" => exec_update,
+    "cuGraphNodeSetEnabled" => set_enabled,
     "cuGraphExecDestroy" => graph_exec_destroy,
     "cuGraphDestroy" => graph_destroy,
 }

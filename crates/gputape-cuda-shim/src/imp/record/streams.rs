@@ -232,7 +232,7 @@ fn log_host_func<const I: usize>(r: R, s: u64, f: usize) {
 /// it, else its module's path and the offset in it (a `static` function exports none; the
 /// conversion looks it up in the file's own symbol table). Looked up once per function: a
 /// program queues the same few again and again.
-fn function_name(f: usize) -> Vec<u8> {
+pub(in crate::imp) fn function_name(f: usize) -> Vec<u8> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static NAMES: OnceLock<Mutex<HashMap<usize, Vec<u8>>>> = OnceLock::new();
