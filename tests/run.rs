@@ -2104,3 +2104,68 @@ fn a_c_program_s_calls_carry_the_module_and_offset_they_were_made_from() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Graphs changed after they were made, as engines that build their own do: new parameters
+/// for an executable's nodes reach only it, new parameters for a graph's nodes only later
+/// instantiations, a node turned off stops running, `cuGraphExecUpdate` gives an executable a
+/// clone's nodes, and a child graph runs its nodes in its parent. Recorded, each launch runs in
+/// the trace the work it ran (a trace graph of the executable's nodes as they then were, made
+/// where it next ran, the one it replaced destroyed), and the mock replays it with every read
+/// back it can check matching (the memsets'; it cannot run the fake PTX kernel).
+#[test]
+fn graphs_changed_after_instantiation_replay_the_work_each_launch_ran() {
+    let d = support::scratch("run-graph-update");
+    let prog = support::graph_update_program(&d);
+    let trace = d.join("gu.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    for line in [
+        "eA: w[3] = 0x1010101, x[3] = 6, y[3] = 3, z[3] = 0, host node runs 1, errors 0",
+        "eA changed: w[3] = 0x2020202, x[3] = 6, y[3] = 9, z[3] = 0, host node runs 2, errors 0",
+        "eA again: w[3] = 0x2020202, x[3] = 6, y[3] = 27, z[3] = 0, host node runs 3, errors 0",
+        "eB: w[3] = 0x3030303, x[3] = 30, y[3] = 27, z[3] = 0, host node runs 4, errors 0",
+        "eB without its memset: w[3] = 0, x[3] = 150, y[3] = 27, z[3] = 0, host node runs 5, errors 0",
+        "eA updated: w[3] = 0x3030303, x[3] = 750, y[3] = 27, z[3] = 0, host node runs 6, errors 0",
+        "eD: w[3] = 0x3030303, x[3] = 3750, y[3] = 27, z[3] = 0x4040404, host node runs 7, errors 0",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    assert!(!err.contains("not understood"), "{err}");
+    assert!(
+        err.contains("3 executable graph changes after instantiation"),
+        "{err}"
+    );
+    let calls = show_json(&trace)["calls"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = calls.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    let n = |k: &str| kinds.iter().filter(|&&x| x == k).count();
+    // A, eA changed, A changed (eB), eB without its memset, C (eA updated), D.
+    assert_eq!(n("begin_capture"), 6, "{kinds:?}");
+    assert_eq!(n("launch_graph"), 7, "{kinds:?}");
+    assert_eq!(n("destroy_graph"), 6, "{kinds:?}");
+    assert_eq!(
+        n("host_func"),
+        6,
+        "every graph but eB's without its memset has the host node"
+    );
+    // The memsets each graph runs, in the order the graphs were made.
+    let memsets: Vec<String> = calls
+        .iter()
+        .filter(|c| c["kind"] == "memset_async")
+        .map(|c| {
+            c["call"]
+                .as_str()
+                .unwrap()
+                .split(", ")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let want = ["0x01", "0x02", "0x03", "0x03", "0x04", "0x03"];
+    assert_eq!(memsets, want, "{calls:?}");
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("15 of 15 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -242,7 +242,8 @@ pub fn entry_points_page() -> String {
         s,
         "\n## Recorded\n\nSome are recorded as what they amount to: a 2D copy as its rows, a \
          value written on a stream as an upload of its bytes, a graph built node by node as a \
-         capture of its nodes (see *Any program* in the book).\n\n"
+         capture of its nodes, an executable graph given new parameters as a capture of the \
+         nodes it then runs, made where it next runs (see *Any program* in the book).\n\n"
     );
     for n in &recorded {
         let _ = writeln!(s, "- `{n}`");

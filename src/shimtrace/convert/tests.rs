@@ -505,3 +505,117 @@ fn python_stacks_become_sites_naming_the_programs_line() {
     assert_eq!(back.stacks, t.stacks);
     assert_eq!(back.site(back.calls[0].site), site(0));
 }
+
+/// New parameters for a node of a captured graph (whose nodes the log does not name) cannot be
+/// followed: the executable's later launches are kept by name with why, not replayed as the
+/// graph it no longer is, until `cuGraphExecUpdate` gives it a graph the trace holds; new
+/// parameters for such a node in its graph are kept by name where they were set.
+#[test]
+fn an_executable_changed_in_a_way_not_followed_is_kept_by_name_until_updated() {
+    let on = |stream| On {
+        stream,
+        sync: false,
+    };
+    let fill = |value| Rec::Memset {
+        dst: A,
+        value,
+        elem: 1,
+        count: 64,
+        on: on(0),
+    };
+    let recs = [
+        Rec::Alloc {
+            ptr: A,
+            bytes: 64,
+            managed: false,
+        },
+        Rec::CaptureBegin {
+            stream: 0x50,
+            mode: 0,
+        },
+        Rec::Memset {
+            dst: A,
+            value: 1,
+            elem: 1,
+            count: 64,
+            on: on(0x50),
+        },
+        Rec::CaptureEnd {
+            stream: 0x50,
+            graph: 0x6a,
+        },
+        Rec::GraphInstantiate {
+            exec: 0x6e,
+            graph: 0x6a,
+        },
+        Rec::GraphLaunch {
+            exec: 0x6e,
+            stream: 0,
+        },
+        Rec::NodeWork {
+            target: 0x6e,
+            node: 0x6c,
+            how: 2,
+            first: true,
+        },
+        fill(2),
+        Rec::GraphLaunch {
+            exec: 0x6e,
+            stream: 0,
+        },
+        Rec::NodeWork {
+            target: 0,
+            node: 0x6c,
+            how: 1,
+            first: true,
+        },
+        fill(3),
+        Rec::GraphUpdate {
+            exec: 0x6e,
+            graph: 0x6a,
+        },
+        Rec::GraphLaunch {
+            exec: 0x6e,
+            stream: 0,
+        },
+    ];
+    // One thread: a marker and its work are the same thread's.
+    let mut bytes = header(Header {
+        pid: 7,
+        driver_version: 13000,
+    })
+    .to_vec();
+    for (i, call) in recs.into_iter().enumerate() {
+        let r = Record {
+            t_ns: i as u64,
+            thread: 100,
+            status: 0,
+            stack: gputape_shimlog::NO_STACK,
+            call,
+        };
+        encode(&r, &mut bytes);
+    }
+    let (t, summary) = convert("log", &bytes, vec![]).unwrap();
+    let calls: Vec<String> = t
+        .calls
+        .iter()
+        .map(|c| match &c.call {
+            Call::Opaque { name } => name.clone(),
+            other => other.kind().name().to_string(),
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "alloc",
+            "begin_capture",
+            "memset_async",
+            "end_capture",
+            "launch_graph",
+            "cuGraphLaunch (after cuGraphExecMemsetNodeSetParams on a node the recording does not know)",
+            "cuGraphMemsetNodeSetParams (a node the recording does not know)",
+            "launch_graph",
+        ]
+    );
+    assert_eq!(summary.opaque.len(), 2, "{:?}", summary.opaque);
+}

@@ -137,6 +137,13 @@ pub fn graph_nodes_program(dir: &Path) -> PathBuf {
     link_program(dir, "graph_nodes", include_str!("c/graph_nodes.c"))
 }
 
+/// `c/graph_update.c` compiled into `dir`, linked like `cooperative_program`: graphs
+/// changed after they were made (new node parameters in a graph and in an executable, a node
+/// turned off, an executable updated to a clone, a child graph, a host node).
+pub fn graph_update_program(dir: &Path) -> PathBuf {
+    link_program(dir, "graph_update", include_str!("c/graph_update.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

@@ -400,10 +400,10 @@ static struct { CUdeviceptr x; int n; float k; } captured[8];
 static int ncaptured, graph_made;
 #define GRAPH 0x6a0000ull
 #define GRAPH_EXEC 0x6e0000ull
-/* The graph built node by node (below), and its executable. */
+/* Graphs built node by node (below) are NODE_GRAPH + g, their executables NODE_EXEC + e. */
 #define NODE_GRAPH 0x6b0000ull
 #define NODE_EXEC 0x6f0000ull
-static int graph_created;
+static CUresult instantiate_built(void **exec, void *graph);
 
 API CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     if (capturing || mode < 0 || mode > 2) return 1;
@@ -433,99 +433,236 @@ API CUresult cuStreamEndCapture(void *stream, void **graph) {
 
 API CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     (void)flags;
-    if ((size_t)graph == NODE_GRAPH && graph_created) {
-        *exec = (void *)NODE_EXEC;
-        return 0;
-    }
+    if (instantiate_built(exec, graph) == 0) return 0;
     if ((size_t)graph != GRAPH || !graph_made) return 1;
     *exec = (void *)GRAPH_EXEC;
     return 0;
 }
 
 static CUresult scale(CUdeviceptr p, int n, float k);
-static CUresult run_built(void);
+static CUresult run_built(void *exec);
 
 API CUresult cuGraphLaunch(void *exec, void *stream) {
     (void)stream;
-    if ((size_t)exec == NODE_EXEC) return run_built();
+    if ((size_t)exec - NODE_EXEC < 4) return run_built(exec);
     if ((size_t)exec != GRAPH_EXEC) return 1;
     for (int i = 0; i < ncaptured; i++) scale(captured[i].x, captured[i].n, captured[i].k);
     return 0;
 }
 
-/* A graph built node by node: the one graph cuGraphCreate makes holds `scale` kernel nodes,
- * 32-bit memset nodes and copy nodes (by value), each launch of its executable running them in
- * the order they were added. */
-static struct {
-    int kind; /* 0 scale, 1 memset, 2 copy */
+/* Graphs built node by node: up to 4, of up to 16 nodes each: `scale` kernel nodes, 32-bit
+ * memset nodes, copy nodes (by value) and host nodes; a child graph node is its child's nodes
+ * as they were, in its place. An executable is a copy of its graph as it was instantiated, each
+ * launch running its nodes that are on in the order they were added. A node's handle is
+ * 0x6c0000 + 16 * graph + its index, and names the same index in an executable. */
+typedef struct {
+    int kind; /* 0 scale, 1 memset, 2 copy, 3 host function */
+    int off;
     CUdeviceptr x;
     int n;
     float k;
     unsigned value;
     Memcpy3D copy;
-} built[8];
-static int nbuilt;
+    void (*fn)(void *);
+    void *data;
+} Node;
+typedef struct {
+    int used, n;
+    Node nodes[16];
+} Built;
+static Built graphs_built[4], execs_built[4];
+
+static Built *built_graph(void *graph) {
+    size_t g = (size_t)graph - NODE_GRAPH;
+    return g < 4 && graphs_built[g].used ? &graphs_built[g] : NULL;
+}
+static Built *built_exec(void *exec) {
+    size_t e = (size_t)exec - NODE_EXEC;
+    return e < 4 && execs_built[e].used ? &execs_built[e] : NULL;
+}
+/* Node `node` of `b` (a graph's or an executable's), by its handle's index. */
+static Node *node_in(Built *b, void *node) {
+    size_t i = ((size_t)node - 0x6c0000ull) & 15;
+    return b && (size_t)node >= 0x6c0000ull && (int)i < b->n ? &b->nodes[i] : NULL;
+}
+/* The graph holding node `node`. */
+static Built *graph_of(void *node) {
+    return built_graph((void *)(NODE_GRAPH + ((((size_t)node - 0x6c0000ull) >> 4) & 3)));
+}
+
+static CUresult new_built(Built *all, size_t base, void **handle) {
+    for (int g = 0; g < 4; g++) {
+        if (all[g].used) continue;
+        memset(&all[g], 0, sizeof all[g]);
+        all[g].used = 1;
+        *handle = (void *)(base + (size_t)g);
+        return 0;
+    }
+    return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+}
 
 API CUresult cuGraphCreate(void **graph, unsigned flags) {
-    if (graph_created || flags) return 1;
-    graph_created = 1;
-    *graph = (void *)NODE_GRAPH;
+    if (flags) return 1;
+    return new_built(graphs_built, NODE_GRAPH, graph);
+}
+
+static CUresult instantiate_built(void **exec, void *graph) {
+    Built *g = built_graph(graph);
+    if (!g || new_built(execs_built, NODE_EXEC, exec)) return 1;
+    execs_built[(size_t)*exec - NODE_EXEC] = *g;
     return 0;
 }
 
+static Node *add_node(void **node, void *graph, int kind) {
+    Built *g = built_graph(graph);
+    if (!g || g->n == 16) return NULL;
+    Node *n = &g->nodes[g->n];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    *node = (void *)(0x6c0000ull + 16 * ((size_t)graph - NODE_GRAPH) + (size_t)g->n);
+    g->n++;
+    return n;
+}
 
-
-static CUresult add_node(void **node, void *graph, int kind) {
-    if ((size_t)graph != NODE_GRAPH || nbuilt == 8) return 1;
-    built[nbuilt].kind = kind;
-    *node = (void *)(0x6c0000ull + (size_t)nbuilt);
-    nbuilt++;
+static int kernel_params(Node *n, const KernelNodeParams *p) {
+    if (!n || !p || (size_t)p->func != SCALE) return 1;
+    n->x = *(CUdeviceptr *)p->params[0];
+    n->n = *(int *)p->params[1];
+    n->k = *(float *)p->params[2];
+    return 0;
+}
+static int memset_params(Node *n, const MemsetNodeParams *p) {
+    if (!n || !p || p->element_size != 4 || p->height != 1) return 1;
+    n->x = p->dst;
+    n->n = (int)p->width;
+    n->value = p->value;
     return 0;
 }
 
 API CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t ndeps,
                                      const KernelNodeParams *p) {
     (void)deps, (void)ndeps;
-    if (!p || (size_t)p->func != SCALE || add_node(node, graph, 0)) return 1;
-    built[nbuilt - 1].x = *(CUdeviceptr *)p->params[0];
-    built[nbuilt - 1].n = *(int *)p->params[1];
-    built[nbuilt - 1].k = *(float *)p->params[2];
-    return 0;
+    if (!p || (size_t)p->func != SCALE) return 1;
+    return kernel_params(add_node(node, graph, 0), p);
 }
 
 API CUresult cuGraphAddMemsetNode(void **node, void *graph, void **deps, size_t ndeps,
                                   const MemsetNodeParams *p, void *ctx) {
     (void)deps, (void)ndeps, (void)ctx;
-    if (!p || p->element_size != 4 || p->height != 1 || add_node(node, graph, 1)) return 1;
-    built[nbuilt - 1].x = p->dst;
-    built[nbuilt - 1].n = (int)p->width;
-    built[nbuilt - 1].value = p->value;
-    return 0;
+    if (!p || p->element_size != 4 || p->height != 1) return 1;
+    return memset_params(add_node(node, graph, 1), p);
 }
 
 API CUresult cuGraphAddMemcpyNode(void **node, void *graph, void **deps, size_t ndeps,
                                   const Memcpy3D *p, void *ctx) {
     (void)deps, (void)ndeps, (void)ctx;
-    if (!p || add_node(node, graph, 2)) return 1;
-    built[nbuilt - 1].copy = *p;
+    Node *n = p ? add_node(node, graph, 2) : NULL;
+    if (!n) return 1;
+    n->copy = *p;
     return 0;
 }
 
-static CUresult run_built(void) {
-    CUresult r = 0;
-    for (int i = 0; i < nbuilt && !r; i++) {
-        if (built[i].kind == 0) r = scale(built[i].x, built[i].n, built[i].k);
-        if (built[i].kind == 1) r = cuMemsetD32_v2(built[i].x, built[i].value, built[i].n);
-        if (built[i].kind == 2) r = cuMemcpy3D_v2(&built[i].copy);
+/* CUDA_HOST_NODE_PARAMS */
+typedef struct {
+    void (*fn)(void *);
+    void *data;
+} HostNodeParams;
+
+API CUresult cuGraphAddHostNode(void **node, void *graph, void **deps, size_t ndeps,
+                                const HostNodeParams *p) {
+    (void)deps, (void)ndeps;
+    Node *n = p && p->fn ? add_node(node, graph, 3) : NULL;
+    if (!n) return 1;
+    n->fn = p->fn, n->data = p->data;
+    return 0;
+}
+
+API CUresult cuGraphAddChildGraphNode(void **node, void *graph, void **deps, size_t ndeps,
+                                      void *child) {
+    (void)deps, (void)ndeps;
+    Built *g = built_graph(graph), *c = built_graph(child);
+    if (!g || !c || g == c || g->n + c->n > 16) return 1;
+    *node = (void *)(0x6c0000ull + 16 * ((size_t)graph - NODE_GRAPH) + (size_t)g->n);
+    memcpy(&g->nodes[g->n], c->nodes, (size_t)c->n * sizeof(Node));
+    g->n += c->n;
+    return 0;
+}
+
+API CUresult cuGraphClone(void **clone, void *original) {
+    Built *o = built_graph(original);
+    if (!o || new_built(graphs_built, NODE_GRAPH, clone)) return 1;
+    graphs_built[(size_t)*clone - NODE_GRAPH] = *o;
+    return 0;
+}
+
+API CUresult cuGraphKernelNodeSetParams_v2(void *node, const KernelNodeParams *p) {
+    Node *n = node_in(graph_of(node), node);
+    return n && n->kind == 0 ? kernel_params(n, p) : 1;
+}
+API CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node,
+                                               const KernelNodeParams *p) {
+    Node *n = node_in(built_exec(exec), node);
+    return n && n->kind == 0 ? kernel_params(n, p) : 1;
+}
+API CUresult cuGraphMemsetNodeSetParams(void *node, const MemsetNodeParams *p) {
+    Node *n = node_in(graph_of(node), node);
+    return n && n->kind == 1 ? memset_params(n, p) : 1;
+}
+API CUresult cuGraphExecMemsetNodeSetParams(void *exec, void *node, const MemsetNodeParams *p,
+                                            void *ctx) {
+    (void)ctx;
+    Node *n = node_in(built_exec(exec), node);
+    return n && n->kind == 1 ? memset_params(n, p) : 1;
+}
+API CUresult cuGraphNodeSetEnabled(void *exec, void *node, unsigned on) {
+    Node *n = node_in(built_exec(exec), node);
+    if (!n || n->kind == 3) return 1;
+    n->off = !on;
+    return 0;
+}
+/* Only an update between graphs of the same node kinds is taken (910,
+ * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, otherwise), as the driver requires the same topology. */
+API CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {
+    (void)info;
+    Built *e = built_exec(exec), *g = built_graph(graph);
+    if (!e || !g) return 1;
+    if (e->n != g->n) return 910;
+    for (int i = 0; i < g->n; i++)
+        if (e->nodes[i].kind != g->nodes[i].kind) return 910;
+    *e = *g;
+    return 0;
+}
+
+static CUresult run_built(void *exec) {
+    Built *e = built_exec(exec);
+    CUresult r = e ? 0 : 1;
+    for (int i = 0; e && i < e->n && !r; i++) {
+        Node *n = &e->nodes[i];
+        if (n->off) continue;
+        if (n->kind == 0) r = scale(n->x, n->n, n->k);
+        if (n->kind == 1) r = cuMemsetD32_v2(n->x, n->value, n->n);
+        if (n->kind == 2) r = cuMemcpy3D_v2(&n->copy);
+        if (n->kind == 3) {
+            land_pending();
+            n->fn(n->data);
+        }
     }
     return r;
 }
 
 API CUresult cuGraphExecDestroy(void *exec) {
-    return (size_t)exec == GRAPH_EXEC || (size_t)exec == NODE_EXEC ? 0 : 1;
+    if ((size_t)exec == GRAPH_EXEC) return 0;
+    Built *e = built_exec(exec);
+    if (!e) return 1;
+    e->used = 0;
+    return 0;
 }
 API CUresult cuGraphDestroy(void *graph) {
-    return (size_t)graph == GRAPH || (size_t)graph == NODE_GRAPH ? 0 : 1;
+    if ((size_t)graph == GRAPH) return 0;
+    Built *g = built_graph(graph);
+    if (!g) return 1;
+    g->used = 0;
+    return 0;
 }
 
 API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
