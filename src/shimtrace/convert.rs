@@ -832,6 +832,7 @@ impl Converter {
             }
             Rec::GraphUpdate { exec, graph } => {
                 self.summary.graph_changes += 1;
+                self.built.update(exec, graph);
                 let head = self.head(&r);
                 match self.trace_graph(graph, head) {
                     Some(id) => self.rebind(exec, id, head),
@@ -840,7 +841,6 @@ impl Converter {
                         "updated from a graph the recording does not hold".into(),
                     ),
                 }
-                self.built.instantiate(exec, graph);
                 return;
             }
             Rec::ChildGraph { graph, node, child } => {

@@ -272,6 +272,25 @@ impl Graphs {
         }
     }
 
+    /// Executable `exec` updated to `graph` (`cuGraphExecUpdate`): it runs `graph`'s nodes
+    /// and parameters from here, and the driver pairs them with the executable's own nodes by
+    /// the graphs' shared shape, so the executable's node handles still name them (paired here
+    /// by the order the nodes were added, where both are known and as many).
+    pub(super) fn update(&mut self, exec: u64, graph: u64) {
+        let handles: Option<Vec<u64>> = self
+            .execs
+            .get(&exec)
+            .map(|e| e.work.iter().map(|w| w.node).collect());
+        self.instantiate(exec, graph);
+        if let (Some(handles), Some(e)) = (handles, self.execs.get_mut(&exec)) {
+            if handles.len() == e.work.len() {
+                for (w, h) in e.work.iter_mut().zip(handles) {
+                    w.node = h;
+                }
+            }
+        }
+    }
+
     /// Why `exec`'s launches cannot be replayed, if they cannot.
     pub(super) fn lost(&self, exec: u64) -> Option<&str> {
         self.lost_execs.get(&exec).map(String::as_str)
@@ -396,6 +415,12 @@ mod tests {
         g.clone_graph(4, 3);
         g.instantiate(400, 4);
         assert!(g.lost(400).is_some());
+        // Updated to a clone (whose nodes the log does not name), an executable's own node
+        // handles still name its nodes.
+        g.clone_graph(5, 1);
+        g.update(100, 5);
+        g.set_in_exec(100, 10, true, memset(8));
+        assert_eq!(values(&g.take_changed(100).unwrap()), [8, 7]);
         // Updated to a graph it can follow: replayable again.
         g.instantiate(200, 1);
         assert!(g.lost(200).is_none());
