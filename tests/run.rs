@@ -2169,3 +2169,49 @@ fn graphs_changed_after_instantiation_replay_the_work_each_launch_ran() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Copies in batches (`cuMemcpyBatchAsync_v2`, CUDA 13) and a copy with attributes are
+/// recorded as the generic copies they are, each direction from its pointers (two uploads, a
+/// read back and a device copy, a read back), and the mock replays them with both read backs
+/// matching.
+#[test]
+fn batched_copies_are_recorded_as_their_copies_and_replay() {
+    let d = support::scratch("run-batch-copies");
+    let prog = support::batch_copies_program(&d);
+    let trace = d.join("bc.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    let want = out.lines().next().unwrap_or_default();
+    let sums: Vec<&str> = want.split(['(', ')', ' ', ',']).collect();
+    assert!(out.contains("errors 0"), "{out}");
+    assert_eq!(sums[1], sums[4], "x read back as uploaded: {out}");
+    assert!(!err.contains("not understood"), "{err}");
+    let kinds: Vec<String> = show_json(&trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap().to_string())
+        .filter(|k| k.starts_with("copy"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "copy_h2d_async",
+            "copy_h2d_async",
+            "copy_d2h_async",
+            "copy_d2d_async",
+            "copy_d2h_async"
+        ],
+        "{kinds:?}"
+    );
+    // Both read backs of the stream hold their bytes, taken at its sync, which the replay
+    // compares there (one check at the sync).
+    let o = gputape(&["show".as_ref(), trace.as_ref()]);
+    let shown = text(&o.stdout);
+    assert_eq!(shown.matches("at sync]").count(), 2, "{shown}");
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("1 of 1 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -536,6 +536,124 @@ pub unsafe extern "C" fn copy_any_async<const I: usize>(
     }
 }
 
+/// `cuMemcpyWithAttributesAsync(_ptsz)` (CUDA 13): (CUdeviceptr dst, CUdeviceptr src, size_t,
+/// CUmemcpyAttributes*, CUstream): a generic copy whose attributes say only how the source may
+/// be read (stream order, or during the call), nothing a replay needs.
+pub unsafe extern "C" fn copy_with_attrs<const I: usize>(
+    dst: u64,
+    src: u64,
+    n: usize,
+    attrs: *mut c_void,
+    stream: u64,
+) -> R {
+    let shape = Shape::linear(unified(src), unified(dst), n as u64);
+    type F = unsafe extern "C" fn(u64, u64, usize, *mut c_void, u64) -> R;
+    // SAFETY: entry point I is cuMemcpyWithAttributesAsync(_ptsz), whose signature F is; as in
+    // copy_any.
+    unsafe {
+        copy(Some(shape), async_on::<I>(stream), name_of(I), || {
+            real_at::<F>(I)(dst, src, n, attrs, stream)
+        })
+    }
+}
+
+/// A batch of `count` generic copies (`dsts[i]` from `srcs[i]`, `sizes[i]` bytes) made on
+/// `on` with status `r`, logged as the copies it is, in the order given (the driver may run
+/// them in any order: a batch whose copies depend on each other is the program's bug). One
+/// the driver refused is logged once, as its first copy, with the status.
+///
+/// # Safety
+/// The three arrays are null or `count` long, as the driver just read them; the copies' host
+/// sides as in `log_copy`.
+unsafe fn log_batch(
+    r: R,
+    dsts: *const u64,
+    srcs: *const u64,
+    sizes: *const usize,
+    count: usize,
+    on: On,
+    name: &'static str,
+) {
+    if dsts.is_null() || srcs.is_null() || sizes.is_null() {
+        return;
+    }
+    let count = if r == 0 { count } else { count.min(1) };
+    for i in 0..count {
+        // SAFETY: the contract: each array holds `count` entries.
+        let (dst, src, n) = unsafe { (*dsts.add(i), *srcs.add(i), *sizes.add(i)) };
+        let shape = Shape::linear(unified(src), unified(dst), n as u64);
+        // SAFETY: the contract.
+        unsafe { log_copy(r, &shape, on, name, None) };
+    }
+}
+
+/// `cuMemcpyBatchAsync(_ptsz)` (CUDA 12.8): (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t*
+/// sizes, size_t count, CUmemcpyAttributes*, size_t* attr indices, size_t attr count, size_t*
+/// fail index, CUstream).
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn copy_batch<const I: usize>(
+    dsts: *const u64,
+    srcs: *const u64,
+    sizes: *const usize,
+    count: usize,
+    attrs: *mut c_void,
+    idxs: *const usize,
+    nattrs: usize,
+    fail: *mut usize,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(
+        *const u64,
+        *const u64,
+        *const usize,
+        usize,
+        *mut c_void,
+        *const usize,
+        usize,
+        *mut usize,
+        u64,
+    ) -> R;
+    let on = async_on::<I>(stream);
+    super::managed::before_work(Some(on.stream));
+    // SAFETY: entry point I is cuMemcpyBatchAsync(_ptsz), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail, stream) };
+    // SAFETY: the driver read the arrays, `count` long.
+    unsafe { log_batch(r, dsts, srcs, sizes, count, on, name_of(I)) };
+    r
+}
+
+/// `cuMemcpyBatchAsync_v2(_ptsz)` (CUDA 13): `cuMemcpyBatchAsync`'s arguments less the fail
+/// index.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn copy_batch_v2<const I: usize>(
+    dsts: *const u64,
+    srcs: *const u64,
+    sizes: *const usize,
+    count: usize,
+    attrs: *mut c_void,
+    idxs: *const usize,
+    nattrs: usize,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(
+        *const u64,
+        *const u64,
+        *const usize,
+        usize,
+        *mut c_void,
+        *const usize,
+        usize,
+        u64,
+    ) -> R;
+    let on = async_on::<I>(stream);
+    super::managed::before_work(Some(on.stream));
+    // SAFETY: entry point I is cuMemcpyBatchAsync_v2(_ptsz), whose signature F is.
+    let r = unsafe { real_at::<F>(I)(dsts, srcs, sizes, count, attrs, idxs, nattrs, stream) };
+    // SAFETY: the driver read the arrays, `count` long.
+    unsafe { log_batch(r, dsts, srcs, sizes, count, on, name_of(I)) };
+    r
+}
+
 fn device(base: u64) -> Side {
     Side {
         mem: Mem::Device,

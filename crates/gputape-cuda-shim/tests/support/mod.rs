@@ -144,6 +144,12 @@ pub fn graph_update_program(dir: &Path) -> PathBuf {
     link_program(dir, "graph_update", include_str!("c/graph_update.c"))
 }
 
+/// `c/batch_copies.c` compiled into `dir`, linked like `cooperative_program`: copies in
+/// batches (`cuMemcpyBatchAsync_v2`) and a copy with attributes.
+pub fn batch_copies_program(dir: &Path) -> PathBuf {
+    link_program(dir, "batch_copies", include_str!("c/batch_copies.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

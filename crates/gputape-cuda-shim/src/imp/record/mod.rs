@@ -33,8 +33,8 @@ use std::sync::Mutex;
 use gputape_shimlog::Rec;
 
 use super::copies::{
-    copy_2d, copy_2d_async, copy_3d, copy_3d_async, copy_any, copy_any_async, copy_peer,
-    copy_peer_async,
+    copy_2d, copy_2d_async, copy_3d, copy_3d_async, copy_any, copy_any_async, copy_batch,
+    copy_batch_v2, copy_peer, copy_peer_async, copy_with_attrs,
 };
 use super::log;
 use super::nodes::{
@@ -254,6 +254,12 @@ hooks! {
     "cuMemcpyPeer_ptds" => copy_peer,
     "cuMemcpyPeerAsync" => copy_peer_async,
     "cuMemcpyPeerAsync_ptsz" => copy_peer_async,
+    "cuMemcpyWithAttributesAsync" => copy_with_attrs,
+    "cuMemcpyWithAttributesAsync_ptsz" => copy_with_attrs,
+    "cuMemcpyBatchAsync" => copy_batch,
+    "cuMemcpyBatchAsync_ptsz" => copy_batch,
+    "cuMemcpyBatchAsync_v2" => copy_batch_v2,
+    "cuMemcpyBatchAsync_v2_ptsz" => copy_batch_v2,
     "cuMemsetD8_v2" => memset<1>,
     "cuMemsetD8_v2_ptds" => memset<1>,
     "cuMemsetD16_v2" => memset<2>,

@@ -375,6 +375,22 @@ API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     return 0;
 }
 
+/* CUDA 12.8's batch of generic copies (CUDA 13's `_v2` has no fail index), each run now:
+ * attributes must be given, one at least, as the driver requires. */
+API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                   size_t count, void *attrs, size_t *idxs, size_t nattrs,
+                                   void *stream) {
+    (void)stream;
+    if (!dsts || !srcs || !sizes || !attrs || !idxs || !nattrs || idxs[0] != 0) return 1;
+    for (size_t i = 0; i < count; i++) cuMemcpy(dsts[i], srcs[i], sizes[i]);
+    return 0;
+}
+API CUresult cuMemcpyWithAttributesAsync(CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                         void *attrs, void *stream) {
+    (void)stream;
+    return attrs ? cuMemcpy(dst, src, n) : 1;
+}
+
 API CUresult cuMemcpyPeer(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx,
                           size_t n) {
     (void)dst_ctx, (void)src_ctx;
