@@ -2215,3 +2215,46 @@ fn batched_copies_are_recorded_as_their_copies_and_replay() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Pinned host memory the device reads and writes where it lies (zero-copy: allocated mapped,
+/// or registered and its device address asked) is a buffer of the trace's own, followed as
+/// managed memory: the launches on it name that buffer (a replay would otherwise refuse an
+/// address no allocation holds), what the host wrote is copied in before the work, what the
+/// device left is read back after each sync, and the mock replays it with every read back it
+/// can check matching (the memsets'; it cannot run the fake PTX kernel).
+#[test]
+fn pinned_memory_the_device_maps_is_a_buffer_followed_as_managed_memory() {
+    let d = support::scratch("run-mapped");
+    let prog = support::mapped_program(&d);
+    let trace = d.join("mapped.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    for line in [
+        "step 1: x[3] = 3, x[13] = 0.7471, y[3] = 13, y[13] = 0.7471, errors 0",
+        "step 2: x[3] = 6, y[3] = 39, errors 0",
+        "step 3: x[3] = 200, y[3] = 600, errors 0",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    assert!(
+        err.contains("2 pinned host regions the device maps"),
+        "{err}"
+    );
+    assert!(!err.contains("not understood"), "{err}");
+    let calls = show_json(&trace)["calls"].as_array().unwrap().clone();
+    let kinds: Vec<&str> = calls.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|&&k| k == "alloc_managed").count(), 2);
+    assert_eq!(kinds.iter().filter(|&&k| k == "free").count(), 2);
+    let launches: Vec<&str> = calls
+        .iter()
+        .filter(|c| c["kind"] == "launch")
+        .map(|c| c["call"].as_str().unwrap())
+        .collect();
+    assert_eq!(launches.len(), 4);
+    assert!(launches.iter().all(|l| l.contains("(buf")), "{launches:?}");
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("2 of 2 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -345,6 +345,27 @@ impl Converter {
             }
             // Pinned host memory is not a device call here: copies through it carry their bytes.
             Rec::HostAlloc { .. } | Rec::HostFree { .. } => return,
+            // Pinned memory the device reads and writes where it lies (zero-copy): a buffer of
+            // the trace's own, which a replay makes as managed memory; the shim follows it as
+            // managed memory (what the host wrote before work, what the device left after a
+            // sync), so its bytes travel as copies into it and read backs of it.
+            Rec::HostMapped { ptr, bytes } => {
+                self.summary.records -= 1;
+                self.summary.host_mapped += 1;
+                let id = BufferId(self.next_buf);
+                self.next_buf += 1;
+                self.live.insert(ptr, (id, bytes));
+                self.t.addresses.insert(id, ptr);
+                (Call::AllocManaged { bytes }, Ok(Value::Buffer(id)))
+            }
+            Rec::HostUnmapped { ptr } => {
+                self.summary.records -= 1;
+                let a = self.addr(ptr);
+                if let Some(b) = self.live.remove(&ptr) {
+                    self.freed.insert(ptr, b);
+                }
+                (Call::Free { ptr: a }, Ok(Value::Unit))
+            }
             // Markers of a flight dump, not calls: they take no index of their own.
             Rec::Gap { dropped } => {
                 self.summary.records -= 1;

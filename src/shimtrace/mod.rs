@@ -25,6 +25,7 @@
 //! | `cuGraph*NodeSetParams`, `cuGraphExec*NodeSetParams`, `cuGraphNodeSetEnabled`, `cuGraphExecUpdate*` | the graph's or the executable's own copy of its nodes changed; a changed executable's next launch first makes a trace graph of what it now runs (its old one destroyed when no executable runs it); an update the recording cannot follow (a captured graph's node): the executable's launches opaque, with why |
 //! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy`, `cuGraphDestroy` | no call (the trace's graph is made when its capture ends, or from its nodes) / `LaunchGraph` / `DestroyGraph` with the graph's last executable (or with its template, where it has none); a graph of nothing the trace holds: its launches opaque |
 //! | `cuLaunchHostFunc*`, `cuStreamAddCallback*` | `HostFunc` (its stream, the function by symbol or file + offset) |
+//! | pinned memory the device maps (`cuMemHostAlloc`/`cuMemHostRegister` with the device-map flag, `cuMemHostGetDevicePointer`), freed or unregistered | `AllocManaged` (a buffer at the host address) / `Free`; the shim's managed-memory records carry its bytes |
 //! | anything else that changes the device | `Opaque` by name |
 //! | the calling thread's Python frames (`Rec::Code`, `Rec::Stack`) | each call's site: the program's own line (the innermost frame outside PyTorch and Triton), its stack kept (`Frame::Stack`; `lines.rs`) |
 //!
@@ -122,6 +123,9 @@ pub struct Summary {
     /// `cuGraphNodeSetEnabled`, `cuGraphExecUpdate`): each change a trace graph of its own,
     /// made where the executable next ran.
     pub graph_changes: usize,
+    /// Pinned host regions the device reads and writes where they lie (zero-copy), each a
+    /// buffer of the trace's own, followed as managed memory.
+    pub host_mapped: usize,
     /// Runs of managed memory the host wrote (copies before the work that followed).
     pub managed_writes: usize,
     /// Runs of managed memory the device changed (read backs after a context sync).
@@ -193,6 +197,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} after instantiation (each replayed as a graph of the nodes it then had)",
                 count(self.graph_changes, "executable graph change", "s")
+            ));
+        }
+        if self.host_mapped > 0 {
+            s.push_str(&format!(
+                "; {} the device maps (zero-copy: a buffer each, followed as managed memory)",
+                count(self.host_mapped, "pinned host region", "s")
             ));
         }
         if self.managed_writes + self.managed_reads > 0 {

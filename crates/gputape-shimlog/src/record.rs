@@ -398,4 +398,15 @@ records! {
         node: u64 = u64("graph node"),
         enabled: bool = flag("enabled flag"),
     }
+    /// Pinned host memory the device reads and writes where it lies, from here: allocated or
+    /// registered with the device-map flag (`cuMemHostAlloc`, `cuMemHostRegister`), or a
+    /// region a device address was asked of (`cuMemHostGetDevicePointer`). `ptr` is its base
+    /// (the device's address for it too, under unified addressing), `bytes` its size. Followed
+    /// like managed memory from here (`ManagedWrite`, `ManagedRead`).
+    56 HostMapped "cuMemHostRegister" state {
+        ptr: u64 = u64("host address"),
+        bytes: u64 = u64("size"),
+    }
+    /// A region `HostMapped` named is freed or unregistered: the device no longer maps it.
+    57 HostUnmapped "cuMemHostUnregister" state { ptr: u64 = u64("host address") }
 }

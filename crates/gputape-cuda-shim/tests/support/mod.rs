@@ -150,6 +150,13 @@ pub fn batch_copies_program(dir: &Path) -> PathBuf {
     link_program(dir, "batch_copies", include_str!("c/batch_copies.c"))
 }
 
+/// `c/mapped.c` compiled into `dir`, linked like `cooperative_program`: pinned host memory
+/// the device reads and writes where it lies (allocated mapped, and registered with its device
+/// address asked).
+pub fn mapped_program(dir: &Path) -> PathBuf {
+    link_program(dir, "mapped", include_str!("c/mapped.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

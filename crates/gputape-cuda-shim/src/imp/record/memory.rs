@@ -60,8 +60,13 @@ pub(super) unsafe extern "C" fn host_alloc<const I: usize>(pp: *mut u64, bytes: 
     let ptr = if r == 0 { read_out(pp) } else { 0 };
     let bytes = bytes as u64;
     log::write(r, Rec::HostAlloc { ptr, bytes });
+    pinned(r, ptr, bytes, false);
     r
 }
+
+/// `CU_MEMHOSTALLOC_DEVICEMAP`, `CU_MEMHOSTREGISTER_DEVICEMAP` (the same bit): the program
+/// means the device to read and write the region where it lies.
+const DEVICEMAP: u32 = 0x02;
 
 pub(super) unsafe extern "C" fn host_alloc_flags<const I: usize>(
     pp: *mut u64,
@@ -74,6 +79,7 @@ pub(super) unsafe extern "C" fn host_alloc_flags<const I: usize>(
     let ptr = if r == 0 { read_out(pp) } else { 0 };
     let bytes = bytes as u64;
     log::write(r, Rec::HostAlloc { ptr, bytes });
+    pinned(r, ptr, bytes, flags & DEVICEMAP != 0);
     r
 }
 
@@ -81,7 +87,92 @@ pub(super) unsafe extern "C" fn host_free<const I: usize>(p: u64) -> R {
     // SAFETY: entry point I is cuMemFreeHost: (void*).
     let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(p) };
     log::write(r, Rec::HostFree { ptr: p });
+    unpinned(r, p);
     r
+}
+
+/// `cuMemHostRegister(_v2)`: (void*, size_t, unsigned flags): the program's own memory pinned.
+pub(super) unsafe extern "C" fn host_register<const I: usize>(
+    p: u64,
+    bytes: usize,
+    flags: u32,
+) -> R {
+    // SAFETY: entry point I is a cuMemHostRegister form: (void*, size_t, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, usize, u32) -> R>(I)(p, bytes, flags) };
+    pinned(r, p, bytes as u64, flags & DEVICEMAP != 0);
+    r
+}
+
+/// `cuMemHostUnregister`: (void*).
+pub(super) unsafe extern "C" fn host_unregister<const I: usize>(p: u64) -> R {
+    // SAFETY: entry point I is cuMemHostUnregister: (void*).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(p) };
+    unpinned(r, p);
+    r
+}
+
+/// `cuMemHostGetDevicePointer_v2`: (CUdeviceptr*, void*, unsigned): the program asks the
+/// device's address of pinned memory, to hand it to kernels (zero-copy): the region holding
+/// it is mapped from here.
+pub(super) unsafe extern "C" fn host_device_pointer<const I: usize>(
+    dptr: *mut u64,
+    p: u64,
+    flags: u32,
+) -> R {
+    // SAFETY: entry point I is cuMemHostGetDevicePointer_v2: (CUdeviceptr*, void*, unsigned).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut u64, u64, u32) -> R>(I)(dptr, p, flags) };
+    // Under unified addressing the device's address is the host's; a region reached at
+    // another address (no unified addressing) is not followed.
+    if r == 0 && read_out(dptr) == p {
+        let mut regions = pinned_regions();
+        let found = regions.range_mut(..=p).next_back();
+        if let Some((&base, (bytes, mapped))) = found.filter(|(b, (n, _))| p - *b < *n)
+            && !*mapped
+        {
+            *mapped = true;
+            let bytes = *bytes;
+            drop(regions);
+            mapped_from_here(base, bytes);
+        }
+    }
+    r
+}
+
+/// Pinned host regions alive: base -> (bytes, whether the device maps it).
+type Pinned = std::collections::BTreeMap<u64, (u64, bool)>;
+
+fn pinned_regions() -> std::sync::MutexGuard<'static, Pinned> {
+    static REGIONS: std::sync::Mutex<Pinned> = std::sync::Mutex::new(Pinned::new());
+    REGIONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A pinned region made with status `r` (`mapped`: with the device-map flag).
+fn pinned(r: R, ptr: u64, bytes: u64, mapped: bool) {
+    if r != 0 || ptr == 0 || bytes == 0 {
+        return;
+    }
+    pinned_regions().insert(ptr, (bytes, mapped));
+    if mapped {
+        mapped_from_here(ptr, bytes);
+    }
+}
+
+/// The region at `ptr` freed or unregistered with status `r`.
+fn unpinned(r: R, ptr: u64) {
+    if r != 0 {
+        return;
+    }
+    if let Some((_, true)) = pinned_regions().remove(&ptr) {
+        log::write(0, Rec::HostUnmapped { ptr });
+        managed::freed(ptr);
+    }
+}
+
+/// The device reads and writes the region at `ptr` where it lies from here: logged, and
+/// followed as managed memory is.
+fn mapped_from_here(ptr: u64, bytes: u64) {
+    log::write(0, Rec::HostMapped { ptr, bytes });
+    managed::allocated(ptr, bytes);
 }
 
 /// `cuMemAllocAsync` (STREAM_ARG false: no pool) and `cuMemAllocFromPoolAsync`: stream-ordered

@@ -51,9 +51,9 @@ use graphs::{
 };
 use launches::{launch, launch_cooperative, launch_ex};
 use memory::{
-    address_range, address_reserve, host_alloc, host_alloc_flags, host_free, mem_alloc,
-    mem_alloc_async, mem_alloc_managed, mem_alloc_pitch, mem_alloc_pool_async, mem_free,
-    mem_free_async, mem_map,
+    address_range, address_reserve, host_alloc, host_alloc_flags, host_device_pointer, host_free,
+    host_register, host_unregister, mem_alloc, mem_alloc_async, mem_alloc_managed, mem_alloc_pitch,
+    mem_alloc_pool_async, mem_free, mem_free_async, mem_map,
 };
 use modules::{
     get_function, get_global, kernel_get_function, library_get_module, library_load_data,
@@ -224,6 +224,10 @@ hooks! {
     "cuMemAllocHost_v2" => host_alloc,
     "cuMemHostAlloc" => host_alloc_flags,
     "cuMemFreeHost" => host_free,
+    "cuMemHostRegister" => host_register,
+    "cuMemHostRegister_v2" => host_register,
+    "cuMemHostUnregister" => host_unregister,
+    "cuMemHostGetDevicePointer_v2" => host_device_pointer,
     "cuMemcpyHtoD_v2" => h2d,
     "cuMemcpyHtoD_v2_ptds" => h2d,
     "cuMemcpyHtoDAsync_v2" => h2d_async,

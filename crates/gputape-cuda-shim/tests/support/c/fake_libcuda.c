@@ -44,8 +44,31 @@ static size_t cursor;
 static unsigned char managed[1 << 16];
 static size_t managed_cursor;
 
+/* Pinned host memory the device maps (zero-copy): up to 4 regions, each reached by the device
+ * at its host address, as under unified addressing. */
+static struct {
+    size_t base, n;
+    int mapped;
+} pinned[4];
+
+static int pin(void *p, size_t n, int mapped) {
+    for (int i = 0; i < 4; i++) {
+        if (pinned[i].base) continue;
+        pinned[i].base = (size_t)p, pinned[i].n = n, pinned[i].mapped = mapped;
+        return 0;
+    }
+    return 2;
+}
+static int pinned_at(size_t p) {
+    for (int i = 0; i < 4; i++)
+        if (pinned[i].base && p >= pinned[i].base && p < pinned[i].base + pinned[i].n) return i;
+    return -1;
+}
+
 static int in_managed(CUdeviceptr p) {
-    return p >= (size_t)managed && p < (size_t)managed + sizeof managed;
+    if (p >= (size_t)managed && p < (size_t)managed + sizeof managed) return 1;
+    int i = pinned_at((size_t)p);
+    return i >= 0 && pinned[i].mapped;
 }
 
 static unsigned char *at(CUdeviceptr p) {
@@ -142,7 +165,34 @@ API CUresult cuMemAllocHost_v2(void **p, size_t n) {
     *p = malloc(n ? n : 1);
     return *p ? 0 : 2;
 }
+/* cuMemHostAlloc: flag 2 (CU_MEMHOSTALLOC_DEVICEMAP) maps it for the device. */
+API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+    *p = malloc(n ? n : 1);
+    if (!*p) return 2;
+    return pin(*p, n, (flags & 2) != 0);
+}
+API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+    if (!p || !n || pinned_at((size_t)p) >= 0) return 1;
+    return pin(p, n, (flags & 2) != 0);
+}
+static CUresult unpin(void *p) {
+    int i = pinned_at((size_t)p);
+    if (i < 0 || pinned[i].base != (size_t)p) return 1;
+    pinned[i].base = 0;
+    return 0;
+}
+API CUresult cuMemHostUnregister(void *p) { return unpin(p); }
+/* Under unified addressing the device's address of pinned memory is its host address; asking
+ * it maps the region (as every pinned region is mapped on such a system). */
+API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+    int i = pinned_at((size_t)p);
+    if (i < 0 || flags) return 1;
+    pinned[i].mapped = 1;
+    *d = (CUdeviceptr)(size_t)p;
+    return 0;
+}
 API CUresult cuMemFreeHost(void *p) {
+    unpin(p);
     free(p);
     return 0;
 }
