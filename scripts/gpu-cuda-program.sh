@@ -11,8 +11,10 @@
 #      minimized trace as a program, builds it against libcuda alone and runs it.
 # The programs: coop (cooperative launches), graph_nodes (a graph built node by node),
 # per_thread (--default-stream per-thread), managed (cudaMallocManaged), host_func (host
-# functions and stream callbacks, eager and in a captured graph). Builds nothing of
-# gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-NAME) gets traces and logs.
+# functions and stream callbacks, eager and in a captured graph), graph_update (graphs changed
+# after they were made), mapped (zero-copy pinned memory), batch_copies (cudaMemcpyBatchAsync).
+# Builds nothing of gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-NAME) gets traces
+# and logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 NAME=$1; shift

@@ -2258,3 +2258,49 @@ fn pinned_memory_the_device_maps_is_a_buffer_followed_as_managed_memory() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `cuLaunchKernelEx`'s attributes beyond the cluster shape and the cooperative flag: an event
+/// the launch records (here its completion event, which another stream waits for) is an event
+/// record on the launch's stream just after it, so the wait keeps its order in a replay; the
+/// rest (a priority, programmatic stream serialization) change scheduling, not results, and
+/// the summary names them.
+#[test]
+fn launch_attributes_keep_their_events_and_are_named() {
+    let d = support::scratch("run-launch-attrs");
+    let prog = support::launch_attrs_program(&d);
+    let trace = d.join("attrs.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(out.contains("attributes: back[3] = 18, errors 0"), "{out}");
+    assert!(
+        err.contains(
+            "launch attributes a replay does not apply (they change how launches overlap or are scheduled, not what they compute): priority x1, programmatic stream serialization x1"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 event recorded by launch attributes"),
+        "{err}"
+    );
+    let calls = show_json(&trace)["calls"].as_array().unwrap().clone();
+    let kinds: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap(),
+                c["stream"].as_str().unwrap_or(""),
+            )
+        })
+        .filter(|(k, _)| matches!(*k, "launch" | "record_event" | "stream_wait_event"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("launch", "s1"),
+            ("record_event", "s1"),
+            ("stream_wait_event", "s2"),
+            ("launch", "s2")
+        ],
+        "{calls:?}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

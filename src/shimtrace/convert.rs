@@ -24,6 +24,28 @@ use crate::trace::{
     MIN_READER_VERSION, TOOL_SITE,
 };
 
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`, `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`: the
+/// value's first 8 bytes are an event the launch records.
+const LAUNCH_ATTR_PROGRAMMATIC_EVENT: u64 = 7;
+const LAUNCH_ATTR_COMPLETION_EVENT: u64 = 12;
+
+/// A `CUlaunchAttributeID`'s name, for a person.
+fn launch_attribute_name(id: u64) -> String {
+    match id {
+        1 => "access policy window".into(),
+        3 => "synchronization policy".into(),
+        5 => "cluster scheduling policy".into(),
+        6 => "programmatic stream serialization".into(),
+        8 => "priority".into(),
+        9 => "memory sync domain map".into(),
+        10 => "memory sync domain".into(),
+        11 => "preferred cluster dimension".into(),
+        13 => "device-updatable kernel node".into(),
+        14 => "preferred shared memory carveout".into(),
+        n => format!("attribute {n}"),
+    }
+}
+
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
 /// it, and what was found. A log cut short converts up to the cut (`Summary::cut` says where).
 pub fn convert(
@@ -130,6 +152,11 @@ struct Converter {
     functions: HashMap<u64, (String, String)>,
     /// Functions whose next launch a `Cooperative` record marked, and not yet launched.
     cooperative: HashSet<u64>,
+    /// Functions whose next launch a `LaunchAttrs` record gave attributes: (id, value) pairs.
+    launch_attrs: HashMap<u64, Vec<u64>>,
+    /// Calls the converter makes of its own just after the record being converted (an event a
+    /// launch attribute records).
+    after: Vec<Call>,
     kernels: HashMap<(String, String), KernelId>,
     /// Log index of an async read back -> its call's seq.
     copies: HashMap<u64, u64>,
@@ -225,6 +252,8 @@ impl Converter {
             modules: HashMap::new(),
             functions: HashMap::new(),
             cooperative: HashSet::new(),
+            launch_attrs: HashMap::new(),
+            after: Vec::new(),
             kernels: HashMap::new(),
             copies: HashMap::new(),
             threads: HashMap::new(),
@@ -578,6 +607,11 @@ impl Converter {
                 self.cooperative.insert(func);
                 return;
             }
+            Rec::LaunchAttrs { func, attrs } => {
+                self.summary.records -= 1;
+                self.launch_attrs.insert(func, attrs);
+                return;
+            }
             // No call of its own: what it says is which allocations a capture let through.
             Rec::CaptureMode { mode } => {
                 self.capture_mode.insert(r.thread, mode);
@@ -668,6 +702,9 @@ impl Converter {
                 }
                 if self.cooperative.remove(&func) {
                     self.t.kernel_cooperative.insert(kernel);
+                }
+                if let Some(attrs) = self.launch_attrs.remove(&func) {
+                    self.launch_attributes(&attrs, stream, ok);
                 }
                 let args = self.args(layout.as_deref(), params);
                 self.summary.launches += 1;
@@ -952,7 +989,47 @@ impl Converter {
             self.node_work(to, rec);
             return;
         }
+        let (thread, site, t_ns) = (rec.thread, rec.site, rec.t_ns);
         self.place(rec);
+        for call in std::mem::take(&mut self.after) {
+            self.place(CallRecord {
+                seq: 0,
+                thread,
+                site,
+                t_ns,
+                dur_ns: Some(0),
+                call,
+                ret: Some(Ok(Value::Unit)),
+            });
+        }
+    }
+
+    /// A launch's attributes beyond its cluster shape and the cooperative flag (`attrs`: id,
+    /// value pairs), on `stream`, the launch `ok`: an event the launch records (a programmatic
+    /// or completion event) is recorded on its stream just after it, which a replay waits for
+    /// as the program did (after the whole kernel: a later point than a programmatic trigger,
+    /// never an earlier one); the rest change how launches overlap or are scheduled, not what
+    /// they compute, and are counted by name.
+    fn launch_attributes(&mut self, attrs: &[u64], stream: u64, ok: bool) {
+        for pair in attrs.chunks_exact(2) {
+            let (id, value) = (pair[0], pair[1]);
+            match id {
+                LAUNCH_ATTR_PROGRAMMATIC_EVENT | LAUNCH_ATTR_COMPLETION_EVENT => {
+                    if ok && value != 0 {
+                        self.summary.launch_events += 1;
+                        let call = Call::RecordEvent {
+                            event: self.event(value),
+                            stream: self.stream(stream),
+                        };
+                        self.after.push(call);
+                    }
+                }
+                _ => {
+                    let name = launch_attribute_name(id);
+                    *self.summary.launch_attrs.entry(name).or_default() += 1;
+                }
+            }
+        }
     }
 
     /// The thread, site and time of record `r`, for the calls the converter makes of its own

@@ -18,6 +18,7 @@
 //! | `cuModuleGetGlobal_v2`, `cuLibraryGetGlobal` | no call: the variable is a buffer of its own at its address (`Frame::Global`: module, symbol, size), which a replay finds in the module it loaded |
 //! | `cuLaunchKernel*`, `cuLaunchKernelEx*` | `Launch`: each parameter by the driver's layout; an 8-byte one holding an address inside a live buffer is that buffer plus offset, a larger one with such words is `Arg::Words`; a cluster shape asked for is the kernel's (`Frame::KernelCluster`) |
 //! | `cuLaunchCooperativeKernel*`, `cuLaunchKernelEx*` (cooperative attribute) | `Launch`, its kernel marked cooperative (`Frame::KernelCooperative`): replayed with the cooperative attribute |
+//! | `cuLaunchKernelEx*`'s other attributes | a programmatic or completion event: `RecordEvent` on the launch's stream just after it; the rest (priority, programmatic serialization, memory sync domain, access policy, ...) counted by name in the summary, not applied |
 //! | `cuTensorMapEncodeTiled` | `EncodeTensorMap`; a parameter holding the map's bytes is `Arg::TensorMap` (or a map inside `Arg::Words`) |
 //! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
 //! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |
@@ -102,6 +103,12 @@ pub struct Summary {
     pub unnamed_launches: u64,
     /// Launches whose parameter layout the driver would not give (their arguments are lost).
     pub no_layout: u64,
+    /// Launch attributes a replay does not apply, by name, and how many launches gave each
+    /// (`cuLaunchKernelEx`: priority, programmatic stream serialization, ...).
+    pub launch_attrs: BTreeMap<String, u64>,
+    /// Events launches recorded through an attribute (programmatic or completion events), each
+    /// an event record just after its launch.
+    pub launch_events: u64,
     /// Launches in a thread-block cluster other than the first their kernel was launched in
     /// (the trace keeps one per kernel; these replay in the first).
     pub other_clusters: u64,
@@ -173,6 +180,23 @@ impl Summary {
             s.push_str(&format!(
                 "; {} launches in a cluster shape other than their kernel's first (replayed in the first)",
                 self.other_clusters
+            ));
+        }
+        if !self.launch_attrs.is_empty() {
+            let list: Vec<String> = self
+                .launch_attrs
+                .iter()
+                .map(|(n, k)| format!("{n} x{k}"))
+                .collect();
+            s.push_str(&format!(
+                "; launch attributes a replay does not apply (they change how launches overlap or are scheduled, not what they compute): {}",
+                list.join(", ")
+            ));
+        }
+        if self.launch_events > 0 {
+            s.push_str(&format!(
+                "; {} recorded by launch attributes (each an event record just after its launch)",
+                count(self.launch_events as usize, "event", "s")
             ));
         }
         if self.triton_typed > 0 {

@@ -409,4 +409,11 @@ records! {
     }
     /// A region `HostMapped` named is freed or unregistered: the device no longer maps it.
     57 HostUnmapped "cuMemHostUnregister" state { ptr: u64 = u64("host address") }
+    /// `cuLaunchKernelEx*`'s attributes other than its cluster shape and the cooperative flag,
+    /// as (attribute id, the first 8 bytes of its value) pairs: written just before the
+    /// launch's own `Launch` record (it travels with it), for function `func`.
+    58 LaunchAttrs "cuLaunchKernelEx" work {
+        func: u64 = u64("function"),
+        attrs: Vec<u64> = list64("launch attributes"),
+    }
 }

@@ -255,6 +255,10 @@ fn later_samples() -> Vec<Rec<'static>> {
             bytes: 4096,
         },
         Rec::HostUnmapped { ptr: 0x7f00_0000 },
+        Rec::LaunchAttrs {
+            func: 0x5000,
+            attrs: vec![6, 1, 12, 0x66],
+        },
     ]
 }
 
@@ -294,7 +298,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=57).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=58).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

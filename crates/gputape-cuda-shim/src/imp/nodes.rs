@@ -78,6 +78,7 @@ const NODE_KERNEL: u32 = 0;
 const NODE_MEMCPY: u32 = 1;
 const NODE_MEMSET: u32 = 2;
 const NODE_HOST: u32 = 3;
+const NODE_GRAPH: u32 = 4;
 const NODE_EMPTY: u32 = 5;
 
 // The union's members fit its 29 words, as the driver's header lays them out.
@@ -425,6 +426,8 @@ unsafe fn log_node(r: R, to: NodeTo, p: *const NodeParams) {
         },
         NODE_MEMSET => log_memset(r, to, unsafe { &*union.cast::<MemsetNode>() }),
         NODE_HOST => log_host(r, to, unsafe { &*union.cast::<HostNode>() }),
+        // A child graph added (`CUDA_CHILD_GRAPH_NODE_PARAMS` starts with the child graph).
+        NODE_GRAPH if to.how == 0 => log_child(r, to.target, to.node, unsafe { *union }),
         // An empty node runs nothing; the order of the rest is the order they were added.
         NODE_EMPTY => {}
         _ => {
@@ -507,11 +510,15 @@ pub unsafe extern "C" fn add_child_node<const I: usize>(
     type F = unsafe extern "C" fn(*mut u64, u64, *const u64, usize, u64) -> R;
     // SAFETY: entry point I is cuGraphAddChildGraphNode, whose signature F is.
     let r = unsafe { real_at::<F>(I)(node, graph, deps, n, child) };
+    log_child(r, graph, NodeTo::added(r, graph, node).node, child);
+    r
+}
+
+/// Logs node `node` of `graph`, added with status `r`, as running graph `child`'s nodes.
+fn log_child(r: R, graph: u64, node: u64, child: u64) {
     if r == 0 && log::active() {
-        let node = NodeTo::added(r, graph, node).node;
         log::write(r, Rec::ChildGraph { graph, node, child });
     }
-    r
 }
 
 /// `cuGraphClone`: (CUgraph* clone, CUgraph original).

@@ -157,6 +157,13 @@ pub fn mapped_program(dir: &Path) -> PathBuf {
     link_program(dir, "mapped", include_str!("c/mapped.c"))
 }
 
+/// `c/launch_attrs.c` compiled into `dir`, linked like `cooperative_program`: a launch with
+/// a priority, programmatic stream serialization and a completion event another stream waits
+/// for.
+pub fn launch_attrs_program(dir: &Path) -> PathBuf {
+    link_program(dir, "launch_attrs", include_str!("c/launch_attrs.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

@@ -161,6 +161,25 @@ pub(super) unsafe extern "C" fn launch_ex<const I: usize>(
         {
             log::write(r, Rec::Cooperative { func: f });
         }
+        let other: Vec<u64> = attrs
+            .iter()
+            .filter(|a| !matches!(a.id, 0 | ATTR_CLUSTER_DIMENSION | ATTR_COOPERATIVE))
+            .flat_map(|a| {
+                [
+                    u64::from(a.id),
+                    u64::from(a.value[0]) | u64::from(a.value[1]) << 32,
+                ]
+            })
+            .collect();
+        if !other.is_empty() {
+            log::write(
+                r,
+                Rec::LaunchAttrs {
+                    func: f,
+                    attrs: other,
+                },
+            );
+        }
         crate::imp::launch::log(r, f, dims, params, extra);
     }
     r
