@@ -1766,40 +1766,56 @@ fn each_committed_fault_fixture_s_program_builds_and_makes_its_calls_in_order() 
 }
 
 /// Values written on a stream (`cuStreamWriteValue32`/`64`) are the stream-ordered uploads of
-/// their bytes they amount to, and the mock replays them, the read back matching; the wait for
-/// a value (`cuStreamWaitValue32`) stays kept by name.
+/// their bytes they amount to, each followed by an event recorded on its stream; a wait for a
+/// value (`cuStreamWaitValue32`) that a recorded write meets is a wait for that write's event on
+/// another stream, and nothing on the writer's own (stream order holds it); a wait for a value
+/// no recorded write set stays kept by name. The mock replays it, both read backs matching.
 #[test]
-fn values_written_on_a_stream_are_recorded_as_uploads_and_replay() {
+fn values_written_on_a_stream_are_recorded_as_uploads_and_waits_for_them_as_event_waits() {
     let d = support::scratch("run-stream-values");
     let prog = support::stream_values_program(&d);
     let trace = d.join("sv.gtape");
     let (out, err) = record_ok(&prog, &trace);
     assert!(
-        out.contains("stream_values: cafe 1122334455667788, errors 0"),
+        out.contains(
+            "stream_values: cafe 1122334455667788, copied cafe 1122334455667788, errors 0"
+        ),
         "{out}"
     );
     assert!(
-        !err.contains("cuStreamWriteValue32 x"),
-        "kept by name: {err}"
+        err.contains(
+            "not understood, kept by name only (a replay skips them): cuStreamWaitValue32 (for a value no recorded stream write set) x1;"
+        ),
+        "{err}"
     );
     assert!(
-        !err.contains("cuStreamWriteValue64 x"),
-        "kept by name: {err}"
+        err.contains("2 stream waits for a value a recorded stream write set"),
+        "{err}"
     );
-    assert!(err.contains("cuStreamWaitValue32 x1"), "{err}");
     let calls: Vec<String> = show_json(&trace)["calls"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["call"].as_str().unwrap().to_string())
-        .filter(|c| c.starts_with("copy_h2d_async"))
+        .filter(|c| !c.starts_with("alloc") && !c.starts_with("create_stream"))
+        .map(|c| c.split(" -> ").next().unwrap_or_default().to_string())
         .collect();
-    assert_eq!(calls.len(), 2, "{calls:?}");
-    assert!(calls[0].contains("buf0+0, 4 bytes"), "{calls:?}");
-    assert!(calls[1].contains("buf0+8, 8 bytes"), "{calls:?}");
+    let want = [
+        "copy_h2d_async(buf0+0, 4 bytes #",
+        "record_event(ev0, s1)",
+        "copy_h2d_async(buf0+8, 8 bytes #",
+        "record_event(ev1, s1)",
+        "stream_wait_event(s2, ev0)",
+        "copy_d2d_async(buf0+0",
+        "cuStreamWaitValue32 (for a value no recorded stream write set)",
+    ];
+    assert!(calls.len() >= want.len(), "{calls:?}");
+    for (c, w) in calls.iter().zip(want) {
+        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
+    }
     let out = replay_on_mock_ok(&trace);
     assert!(
-        out.contains("1 of 1 match") && out.contains("no divergence"),
+        out.contains("2 of 2 match") && out.contains("no divergence"),
         "{out}"
     );
     let _ = std::fs::remove_dir_all(d);

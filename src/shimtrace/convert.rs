@@ -155,8 +155,13 @@ struct Converter {
     /// Functions whose next launch a `LaunchAttrs` record gave attributes: (id, value) pairs.
     launch_attrs: HashMap<u64, Vec<u64>>,
     /// Calls the converter makes of its own just after the record being converted (an event a
-    /// launch attribute records).
+    /// launch attribute records, or recorded after a value written on a stream).
     after: Vec<Call>,
+    /// Values written on streams (`cuStreamWriteValue*`), by address: the stream, the event
+    /// recorded just after, the bytes written.
+    value_writes: HashMap<u64, Vec<(StreamRef, EventId, Vec<u8>)>>,
+    /// The event recorded after values written on a stream (by handle) at an address.
+    value_events: HashMap<(u64, u64), EventId>,
     kernels: HashMap<(String, String), KernelId>,
     /// Log index of an async read back -> its call's seq.
     copies: HashMap<u64, u64>,
@@ -254,6 +259,8 @@ impl Converter {
             cooperative: HashSet::new(),
             launch_attrs: HashMap::new(),
             after: Vec::new(),
+            value_writes: HashMap::new(),
+            value_events: HashMap::new(),
             kernels: HashMap::new(),
             copies: HashMap::new(),
             threads: HashMap::new(),
@@ -326,6 +333,7 @@ impl Converter {
         let node = match r.call {
             Rec::Launch { .. }
             | Rec::CopyH2D { .. }
+            | Rec::ValueWrite { .. }
             | Rec::CopyD2H { .. }
             | Rec::CopyD2D { .. }
             | Rec::Memset { .. }
@@ -447,20 +455,56 @@ impl Converter {
                     .native_stack(&mut self.t, id, gputape_shimlog::native_frames(frames));
                 return;
             }
-            Rec::CopyH2D { dst, on, data } => {
-                let dst = self.addr(dst);
-                let len = data.len() as u64;
-                let data = self.t.blobs.insert_content(data.to_vec());
-                let call = if on.sync {
-                    Call::CopyH2D { dst, data, len }
-                } else {
-                    Call::CopyH2DAsync {
-                        dst,
-                        data,
-                        len,
-                        stream: self.stream(on.stream),
+            Rec::ValueWrite { dst, on, data } => {
+                // A flag another stream may wait for: an event recorded on its stream just
+                // after it (eager work only: not in a graph), which a wait that this write
+                // meets waits for.
+                if ok && !on.sync && node.is_none() && self.capture_depth == 0 {
+                    let event = self.value_event(on.stream, dst);
+                    let stream = self.stream(on.stream);
+                    self.value_writes
+                        .entry(dst)
+                        .or_default()
+                        .push((stream, event, data.to_vec()));
+                    self.after.push(Call::RecordEvent { event, stream });
+                }
+                let call = self.upload(dst, on, data);
+                (call, ret(Value::Unit))
+            }
+            Rec::ValueWait {
+                stream,
+                addr,
+                value,
+                flags,
+                wide,
+            } => {
+                let waits = self.stream(stream);
+                match self.value_met(addr, value, flags, wide) {
+                    // Met by a write on its own stream: stream order already holds it.
+                    Some((s, _)) if s == waits => {
+                        self.summary.value_waits += 1;
+                        return;
                     }
-                };
+                    Some((_, event)) => {
+                        self.summary.value_waits += 1;
+                        let call = Call::StreamWaitEvent {
+                            stream: waits,
+                            event,
+                        };
+                        (call, ret(Value::Unit))
+                    }
+                    None => {
+                        let bits = if wide { 64 } else { 32 };
+                        let name = format!(
+                            "cuStreamWaitValue{bits} (for a value no recorded stream write set)"
+                        );
+                        *self.summary.opaque.entry(name.clone()).or_default() += 1;
+                        (Call::Opaque { name }, ret(Value::Unit))
+                    }
+                }
+            }
+            Rec::CopyH2D { dst, on, data } => {
+                let call = self.upload(dst, on, data);
                 (call, ret(Value::Unit))
             }
             Rec::CopyD2H {
@@ -1070,6 +1114,68 @@ impl Converter {
             }
             NodeTo::InExec { exec, node, first } => self.built.set_in_exec(exec, node, first, rec),
         }
+    }
+
+    /// An upload of `data` to `dst` on `on`, as the trace spells it.
+    fn upload(&mut self, dst: u64, on: On, data: &[u8]) -> Call {
+        let dst = self.addr(dst);
+        let len = data.len() as u64;
+        let data = self.t.blobs.insert_content(data.to_vec());
+        if on.sync {
+            Call::CopyH2D { dst, data, len }
+        } else {
+            Call::CopyH2DAsync {
+                dst,
+                data,
+                len,
+                stream: self.stream(on.stream),
+            }
+        }
+    }
+
+    /// The event recorded after each value written at `addr` on stream `stream` (one per
+    /// stream and address, adopted: a replay makes it before the first call).
+    fn value_event(&mut self, stream: u64, addr: u64) -> EventId {
+        if let Some(&e) = self.value_events.get(&(stream, addr)) {
+            return e;
+        }
+        let id = EventId(self.next_event);
+        self.next_event += 1;
+        self.t.adopted.push(Adopted::Event { id });
+        self.value_events.insert((stream, addr), id);
+        id
+    }
+
+    /// The stream and event of the latest value written at `addr` that meets a wait for `value`
+    /// under `flags` (`CUstreamWaitValue_flags`' low bits: 0 greater or equal, as a wrapping
+    /// signed difference; 1 equal; 2 and; 3 nor), compared at 32 or 64 (`wide`) bits.
+    fn value_met(
+        &self,
+        addr: u64,
+        value: u64,
+        flags: u32,
+        wide: bool,
+    ) -> Option<(StreamRef, EventId)> {
+        let writes = self.value_writes.get(&addr)?;
+        let mask = if wide { u64::MAX } else { u64::from(u32::MAX) };
+        let meets = |written: &[u8]| {
+            let mut b = [0u8; 8];
+            let n = written.len().min(8);
+            b[..n].copy_from_slice(&written[..n]);
+            let (w, v) = (u64::from_le_bytes(b) & mask, value & mask);
+            match flags & 3 {
+                0 if wide => (w.wrapping_sub(v) as i64) >= 0,
+                0 => (w.wrapping_sub(v) as u32 as i32) >= 0,
+                1 => w == v,
+                2 => w & v != 0,
+                _ => !(w | v) & mask != 0,
+            }
+        };
+        writes
+            .iter()
+            .rev()
+            .find(|(_, _, data)| meets(data))
+            .map(|&(s, e, _)| (s, e))
     }
 
     /// The trace graph instantiating `graph` runs: its capture's, or one made now of the nodes

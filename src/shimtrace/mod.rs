@@ -20,6 +20,7 @@
 //! | `cuLaunchCooperativeKernel*`, `cuLaunchKernelEx*` (cooperative attribute) | `Launch`, its kernel marked cooperative (`Frame::KernelCooperative`): replayed with the cooperative attribute |
 //! | `cuLaunchKernelEx*`'s other attributes | a programmatic or completion event: `RecordEvent` on the launch's stream just after it; the rest (priority, programmatic serialization, memory sync domain, access policy, ...) counted by name in the summary, not applied |
 //! | `cuTensorMapEncodeTiled` | `EncodeTensorMap`; a parameter holding the map's bytes is `Arg::TensorMap` (or a map inside `Arg::Words`) |
+//! | `cuStreamWriteValue*` / `cuStreamWaitValue*` | an upload of the value's bytes, and an event recorded after it on its stream (`Adopted::Event`) / a `StreamWaitEvent` for the latest write that meets the wait (nothing when it was on the same stream; opaque when no recorded write meets it) |
 //! | streams, events, syncs | `CreateStream`, `CreateEvent`, `RecordEvent`, `StreamWaitEvent`, `EventSynchronize`, `Synchronize` |
 //! | `cuStreamBeginCapture*` / `cuStreamEndCapture*` | `BeginCapture` / `EndCapture` (the graph), the calls between captured as recorded |
 //! | `cuGraphAddKernelNode*`, `cuGraphAddMemcpyNode`, `cuGraphAddMemsetNode`, `cuGraphAddHostNode`, `cuGraphAddChildGraphNode`, `cuGraphAddNode*` (those kinds), `cuGraphClone` | each node the `Launch`, copy, memset or `HostFunc` it runs, held aside by its handle (`Rec::NodeWork` before it; `graphs.rs`); where the graph is first instantiated, `BeginCapture` / the nodes in the order added / `EndCapture` on a stream of the graph's own |
@@ -106,6 +107,9 @@ pub struct Summary {
     /// Launch attributes a replay does not apply, by name, and how many launches gave each
     /// (`cuLaunchKernelEx`: priority, programmatic stream serialization, ...).
     pub launch_attrs: BTreeMap<String, u64>,
+    /// Waits for a value on a stream met by a recorded write (`cuStreamWaitValue*`): each a
+    /// wait for the event recorded after that write, or nothing when it was on the same stream.
+    pub value_waits: u64,
     /// Events launches recorded through an attribute (programmatic or completion events), each
     /// an event record just after its launch.
     pub launch_events: u64,
@@ -197,6 +201,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} recorded by launch attributes (each an event record just after its launch)",
                 count(self.launch_events as usize, "event", "s")
+            ));
+        }
+        if self.value_waits > 0 {
+            s.push_str(&format!(
+                "; {} for a value a recorded stream write set (each a wait for that write's event)",
+                count(self.value_waits as usize, "stream wait", "s")
             ));
         }
         if self.triton_typed > 0 {

@@ -147,6 +147,14 @@ pub const RECORDED: &[&str] = &[
     "cuStreamWriteValue64_ptsz",
     "cuStreamWriteValue64_v2",
     "cuStreamWriteValue64_v2_ptsz",
+    "cuStreamWaitValue32",
+    "cuStreamWaitValue32_ptsz",
+    "cuStreamWaitValue32_v2",
+    "cuStreamWaitValue32_v2_ptsz",
+    "cuStreamWaitValue64",
+    "cuStreamWaitValue64_ptsz",
+    "cuStreamWaitValue64_v2",
+    "cuStreamWaitValue64_v2_ptsz",
     "cuStreamEndCapture",
     "cuStreamEndCapture_ptsz",
     "cuGraphInstantiate",
@@ -235,7 +243,6 @@ pub fn changes_device(name: &str) -> bool {
         "cuStreamBeginCapture",
         "cuStreamEndCapture",
         "cuStreamWriteValue",
-        "cuStreamWaitValue",
         "cuStreamBatchMemOp",
         "cuStreamAttach",
         "cuStreamCopyAttributes",
@@ -273,7 +280,7 @@ mod tests {
     #[test]
     fn kinds_follow_the_hooks_and_the_prefixes() {
         assert_eq!(kind("cuLaunchKernel"), Kind::Recorded);
-        assert_eq!(kind("cuStreamWaitValue32"), Kind::Opaque);
+        assert_eq!(kind("cuStreamBatchMemOp"), Kind::Opaque);
         assert_eq!(kind("cuDeviceGetAttribute"), Kind::Forwarded);
         let mut sorted = RECORDED.to_vec();
         sorted.sort();

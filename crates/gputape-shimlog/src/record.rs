@@ -416,4 +416,21 @@ records! {
         func: u64 = u64("function"),
         attrs: Vec<u64> = list64("launch attributes"),
     }
+    /// `cuStreamWriteValue32/64*`: `data` (4 or 8 bytes) written at `dst` in stream order on
+    /// `on`, as an upload would; a flag another stream may wait for (`ValueWait`).
+    59 ValueWrite "cuStreamWriteValue32" work {
+        dst: u64 = u64("destination"),
+        on: On = on("stream"),
+        data: &'a [u8] = bytes("value bytes"),
+    }
+    /// `cuStreamWaitValue32/64*`: `stream`'s later work waits until the `wide` (64-bit) or
+    /// 32-bit value at `addr` meets `value` as `flags` says (`CUstreamWaitValue_flags`: 0
+    /// greater or equal, 1 equal, 2 and, 3 nor).
+    60 ValueWait "cuStreamWaitValue32" work {
+        stream: u64 = u64("stream"),
+        addr: u64 = u64("address"),
+        value: u64 = u64("value"),
+        flags: u32 = u32("wait flags"),
+        wide: bool = flag("64-bit flag"),
+    }
 }

@@ -259,6 +259,21 @@ fn later_samples() -> Vec<Rec<'static>> {
             func: 0x5000,
             attrs: vec![6, 1, 12, 0x66],
         },
+        Rec::ValueWrite {
+            dst: 0x7000,
+            on: On {
+                stream: 0x56,
+                sync: false,
+            },
+            data: &[1, 0, 0, 0],
+        },
+        Rec::ValueWait {
+            stream: 0x57,
+            addr: 0x7000,
+            value: 1,
+            flags: 1,
+            wide: false,
+        },
     ]
 }
 
@@ -298,7 +313,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=58).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=60).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

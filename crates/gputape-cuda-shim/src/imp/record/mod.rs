@@ -66,8 +66,8 @@ use streams::{
 };
 use tensor_maps::tensor_map_tiled;
 use transfers::{
-    d2d, d2d_async, d2h, d2h_async, h2d, h2d_async, memset, memset_async, write_value32,
-    write_value64,
+    d2d, d2d_async, d2h, d2h_async, h2d, h2d_async, memset, memset_async, wait_value32,
+    wait_value64, write_value32, write_value64,
 };
 
 /// The streams a call runs on, as logged: the other rooms', and `copies.rs`'s.
@@ -337,6 +337,14 @@ hooks! {
     "cuStreamWriteValue64_ptsz" => write_value64,
     "cuStreamWriteValue64_v2" => write_value64,
     "cuStreamWriteValue64_v2_ptsz" => write_value64,
+    "cuStreamWaitValue32" => wait_value32,
+    "cuStreamWaitValue32_ptsz" => wait_value32,
+    "cuStreamWaitValue32_v2" => wait_value32,
+    "cuStreamWaitValue32_v2_ptsz" => wait_value32,
+    "cuStreamWaitValue64" => wait_value64,
+    "cuStreamWaitValue64_ptsz" => wait_value64,
+    "cuStreamWaitValue64_v2" => wait_value64,
+    "cuStreamWaitValue64_v2_ptsz" => wait_value64,
     "cuStreamEndCapture" => end_capture,
     "cuStreamEndCapture_ptsz" => end_capture,
     "cuGraphInstantiate" => graph_instantiate,

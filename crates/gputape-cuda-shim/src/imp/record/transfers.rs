@@ -230,7 +230,52 @@ pub(super) unsafe extern "C" fn write_value64<const I: usize>(
 
 fn log_write_value<const I: usize>(r: R, s: u64, dst: u64, data: &[u8]) {
     let on = async_on::<I>(s);
-    log::write(r, Rec::CopyH2D { dst, on, data });
+    log::write(r, Rec::ValueWrite { dst, on, data });
+}
+
+/// `cuStreamWaitValue32` (and its `_v2`, `_ptsz` forms): (CUstream, CUdeviceptr, cuuint32_t,
+/// unsigned flags).
+pub(super) unsafe extern "C" fn wait_value32<const I: usize>(
+    s: u64,
+    addr: u64,
+    v: u32,
+    flags: u32,
+) -> R {
+    managed::before_work(Some(stream_of::<I>(s)));
+    // SAFETY: entry point I is a cuStreamWaitValue32 form: (CUstream, CUdeviceptr, cuuint32_t,
+    // unsigned).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(u64, u64, u32, u32) -> R>(I)(s, addr, v, flags) };
+    log_wait_value::<I>(r, s, addr, u64::from(v), flags, false);
+    r
+}
+
+/// `cuStreamWaitValue64` (and its `_v2`, `_ptsz` forms): `cuStreamWaitValue32`'s, 8 bytes.
+pub(super) unsafe extern "C" fn wait_value64<const I: usize>(
+    s: u64,
+    addr: u64,
+    v: u64,
+    flags: u32,
+) -> R {
+    managed::before_work(Some(stream_of::<I>(s)));
+    // SAFETY: entry point I is a cuStreamWaitValue64 form: (CUstream, CUdeviceptr, cuuint64_t,
+    // unsigned).
+    let r =
+        unsafe { real_at::<unsafe extern "C" fn(u64, u64, u64, u32) -> R>(I)(s, addr, v, flags) };
+    log_wait_value::<I>(r, s, addr, v, flags, true);
+    r
+}
+
+fn log_wait_value<const I: usize>(r: R, s: u64, addr: u64, value: u64, flags: u32, wide: bool) {
+    let stream = stream_of::<I>(s);
+    let rec = Rec::ValueWait {
+        stream,
+        addr,
+        value,
+        flags,
+        wide,
+    };
+    log::write(r, rec);
 }
 
 /// A memset of `ELEM`-byte elements. The value is declared `u32` whatever the element: the C
