@@ -12,7 +12,9 @@
 # The programs: coop (cooperative launches), graph_nodes (a graph built node by node),
 # per_thread (--default-stream per-thread), managed (cudaMallocManaged), host_func (host
 # functions and stream callbacks, eager and in a captured graph), graph_update (graphs changed
-# after they were made), mapped (zero-copy pinned memory), batch_copies (cudaMemcpyBatchAsync).
+# after they were made), mapped (zero-copy pinned memory), batch_copies (cudaMemcpyBatchAsync),
+# stream_ops (cuStreamWriteValue32/cuStreamWaitValue32 between streams), launch_attrs
+# (cudaLaunchKernelEx: programmatic dependent launch, priority, a launch completion event).
 # Builds nothing of gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-NAME) gets traces
 # and logs.
 set -uo pipefail

@@ -2320,3 +2320,78 @@ fn launch_attributes_keep_their_events_and_are_named() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// A captured graph's nodes are known by the node each captured call became (the stream's
+/// capture dependencies just after it), so new parameters for them are followed as for a graph
+/// built node by node: the executable's own (`cuGraphExecKernelNodeSetParams` on a node
+/// `cuGraphGetNodes` listed) from its next launch, the graph's (`cuGraphKernelNodeSetParams`)
+/// only once the executable is updated to it. Each launch in the trace runs the factors that
+/// launch ran: (2, 3), (2, 5), (2, 5), (7, 3).
+#[test]
+fn new_parameters_for_a_captured_graph_s_nodes_are_followed() {
+    let d = support::scratch("run-capture-update");
+    let prog = support::capture_update_program(&d);
+    let trace = d.join("cu.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    for line in [
+        "step 1: x[3] = 18, errors 0",
+        "step 2: x[3] = 180, errors 0",
+        "step 3: x[3] = 1800, errors 0",
+        "step 4: x[3] = 37800, errors 0",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    assert!(!err.contains("not understood"), "{err}");
+    assert!(
+        err.contains("2 executable graph changes after instantiation"),
+        "{err}"
+    );
+    let calls = show_json(&trace)["calls"].as_array().unwrap().clone();
+    // The factor of each launch inside a capture, by the graph it is in, and the graph each
+    // launch of e ran.
+    let mut graphs: Vec<Vec<String>> = Vec::new();
+    let mut launched: Vec<String> = Vec::new();
+    for c in &calls {
+        let text = c["call"].as_str().unwrap();
+        match c["kind"].as_str().unwrap() {
+            "begin_capture" => graphs.push(Vec::new()),
+            "launch" => {
+                let k = text.rsplit(", ").next().unwrap_or_default();
+                graphs
+                    .last_mut()
+                    .unwrap()
+                    .push(k.trim_end_matches(')').to_string());
+            }
+            "launch_graph" => launched.push(text.to_string()),
+            _ => {}
+        }
+    }
+    let f = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+    assert_eq!(
+        graphs,
+        [
+            f("0x40000000", "0x40400000"),
+            f("0x40000000", "0x40a00000"),
+            f("0x40e00000", "0x40400000")
+        ],
+        "{calls:?}"
+    );
+    assert_eq!(launched.len(), 4);
+    assert!(
+        launched[0].starts_with("launch_graph(graph0,"),
+        "{launched:?}"
+    );
+    assert!(
+        launched[1].starts_with("launch_graph(graph1,"),
+        "{launched:?}"
+    );
+    assert!(
+        launched[2].starts_with("launch_graph(graph1,"),
+        "{launched:?}"
+    );
+    assert!(
+        launched[3].starts_with("launch_graph(graph2,"),
+        "{launched:?}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

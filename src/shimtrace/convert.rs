@@ -204,6 +204,15 @@ struct Converter {
     /// Files host functions lie in -> their symbol tables (`None`: none to read), read once.
     elf_files: HashMap<String, Option<super::elf::Symbols>>,
     captured: Vec<CallRecord>,
+    /// The graph node each call in `captured` became (0: not logged), by `CapturedNode`.
+    captured_nodes: Vec<u64>,
+    /// Each thread's last call in `captured`.
+    last_captured: HashMap<u32, usize>,
+    /// The open capture holds another (captures on two streams at once): its calls are not
+    /// one graph's, and no node list is kept for it.
+    nested_capture: bool,
+    /// The graph the capture being closed made (its `CaptureEnd`'s), for its node list.
+    ending: Option<u64>,
     /// Calls a hang's dump says had not returned: (seq, thread).
     in_flight: Vec<(u64, u16)>,
     /// Records read (the index the next one has).
@@ -282,6 +291,10 @@ impl Converter {
             host_functions: HashMap::default(),
             elf_files: HashMap::default(),
             captured: Vec::new(),
+            captured_nodes: Vec::new(),
+            last_captured: HashMap::new(),
+            nested_capture: false,
+            ending: None,
             in_flight: Vec::new(),
             index: 0,
             seq: 0,
@@ -667,6 +680,14 @@ impl Converter {
                     .insert(r.thread, NodeTo::Add { graph, node: 0 });
                 return;
             }
+            Rec::CapturedNode { node } => {
+                self.summary.records -= 1;
+                let at = self.last_captured.get(&r.thread).copied();
+                if let Some(n) = at.and_then(|i| self.captured_nodes.get_mut(i)) {
+                    *n = node;
+                }
+                return;
+            }
             Rec::NodeWork {
                 target,
                 node,
@@ -912,6 +933,9 @@ impl Converter {
                 let call = Call::EndCapture {
                     stream: self.stream(stream),
                 };
+                if ok && self.capture_depth == 1 {
+                    self.ending = Some(graph);
+                }
                 if ok {
                     let id = GraphId(self.next_graph);
                     self.next_graph += 1;
@@ -1088,6 +1112,11 @@ impl Converter {
         match to {
             NodeTo::Add { graph, node } => {
                 let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
+                // A graph gaining a node after its trace graph was made: instantiations from
+                // here make another.
+                if !captured {
+                    self.graphs.remove(&graph);
+                }
                 self.built.add(graph, node, rec, captured);
             }
             NodeTo::InGraph { node, first } => {
@@ -1351,6 +1380,7 @@ impl Converter {
         let alloc = matches!(rec.call, Call::Alloc { .. } | Call::AllocManaged { .. });
         if opens {
             self.capture_depth += 1;
+            self.nested_capture |= self.capture_depth > 1;
         }
         if self.capture_depth > 0 && alloc {
             self.summary.allocs_moved += 1;
@@ -1358,7 +1388,9 @@ impl Converter {
         }
         if self.capture_depth > 0 && !alloc {
             let ends = matches!(rec.call, Call::EndCapture { .. });
+            self.last_captured.insert(self.thread, self.captured.len());
             self.captured.push(rec);
+            self.captured_nodes.push(0);
             if ends {
                 self.capture_depth -= 1;
                 if self.capture_depth == 0 {
@@ -1371,7 +1403,20 @@ impl Converter {
     }
 
     /// The calls of a capture, numbered now (at its end, or where the log ends).
+    /// A capture that made one graph (none other open meanwhile) leaves its calls, by the
+    /// node each became, as that graph's node list (`Graphs::captured`): what new parameters
+    /// for its nodes later change.
     fn flush_captured(&mut self) {
+        let nodes = std::mem::take(&mut self.captured_nodes);
+        self.last_captured.clear();
+        let nested = std::mem::take(&mut self.nested_capture);
+        if let (Some(graph), false) = (self.ending.take(), nested) {
+            let work = self.captured.iter().zip(&nodes).filter(|(c, _)| {
+                !matches!(c.call, Call::BeginCapture { .. } | Call::EndCapture { .. })
+            });
+            let work = work.map(|(c, &n)| (n, c.clone())).collect();
+            self.built.captured(graph, work);
+        }
         for rec in std::mem::take(&mut self.captured) {
             self.number(rec);
         }

@@ -9,10 +9,12 @@
 //! only that executable, and `cuGraphExecUpdate` gives an executable another graph's nodes and
 //! parameters. This keeps the same copies, so each launch replays the work that launch ran.
 //!
-//! What it cannot follow it says, per executable: new parameters for a node of a captured graph
-//! (a capture's nodes have no handles in the log), a child graph it has no nodes of, nodes added
-//! to a captured graph. Such an executable's launches are not replayed as the old graph (which
-//! would run the wrong work without a word) but kept by name with the reason.
+//! A captured graph's calls are its node list too, by the node each became (`CapturedNode`), so
+//! new parameters for a captured node are followed the same way. What it cannot follow it says,
+//! per executable: new parameters for a node it does not know (a capture made while another
+//! was open, or logged before this build named captured nodes), a child graph it has no nodes
+//! of. Such an executable's launches are not replayed as the old graph (which would run the
+//! wrong work without a word) but kept by name with the reason.
 
 use std::collections::{HashMap, HashSet};
 
@@ -120,6 +122,21 @@ impl Graphs {
     pub(super) fn work_of(&self, graph: u64) -> Vec<CallRecord> {
         let work = self.graphs.get(&graph).map(Vec::as_slice).unwrap_or(&[]);
         work.iter().map(|w| w.rec.clone()).collect()
+    }
+
+    /// `graph`, made by a capture, ran `work`: each call by the node it became (0: not known).
+    pub(super) fn captured(&mut self, graph: u64, work: Vec<(u64, CallRecord)>) {
+        for &(node, _) in &work {
+            if node != 0 {
+                self.node_graph.insert(node, graph);
+            }
+        }
+        let work = work
+            .into_iter()
+            .map(|(node, rec)| Work { node, rec })
+            .collect();
+        self.graphs.insert(graph, work);
+        self.lost_graphs.remove(&graph);
     }
 
     /// Work `rec` of node `node`, added to `graph`; `captured`: the graph was made by a

@@ -433,4 +433,8 @@ records! {
         flags: u32 = u32("wait flags"),
         wide: bool = flag("64-bit flag"),
     }
+    /// The same thread's last work record (and the records of the same call before it, a
+    /// copy of several rows) was captured as graph node `node` (`cuStreamGetCaptureInfo`'s
+    /// dependencies just after it): what later new parameters for that node name.
+    61 CapturedNode "cuStreamGetCaptureInfo" state { node: u64 = u64("graph node") }
 }

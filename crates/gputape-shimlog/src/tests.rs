@@ -274,6 +274,7 @@ fn later_samples() -> Vec<Rec<'static>> {
             flags: 1,
             wide: false,
         },
+        Rec::CapturedNode { node: 0x6c05 },
     ]
 }
 
@@ -313,7 +314,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=60).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=61).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

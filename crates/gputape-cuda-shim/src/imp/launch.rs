@@ -287,6 +287,7 @@ pub(super) fn log(
     };
     // SAFETY: `src` names the bytes the driver read for this launch, laid out by `plan`.
     log::write_launch(r, |out, head| unsafe { encode(out, head, &h, plan, &src) });
+    super::captured::after_work(r, d.stream);
 }
 
 /// Bytes of a launch record before its pairs: the common head (length, type, time, thread,

@@ -182,6 +182,29 @@ extern "C" fn mark_forked() {
 /// `None` when nothing is logged.
 pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     let (tag, family, state) = (call.tag(), call.family(), call.is_state());
+    // Work queued on a stream: while a capture is open, the node it became follows it.
+    let queued = match &call {
+        Rec::CopyH2D { on, .. }
+        | Rec::CopyD2H { on, .. }
+        | Rec::CopyD2D { on, .. }
+        | Rec::Memset { on, .. }
+        | Rec::ValueWrite { on, .. } => (!on.sync).then_some(on.stream),
+        Rec::HostFunc { stream, .. } => Some(*stream),
+        _ => None,
+    };
+    let at = write_rec(status, call, (tag, family, state));
+    if let Some(stream) = queued {
+        super::captured::after_work(status, stream);
+    }
+    at
+}
+
+/// `write` of `call`, given its (type byte, family, whether it is state).
+fn write_rec(
+    status: i32,
+    call: Rec<'_>,
+    (tag, family, state): (u8, &'static str, bool),
+) -> Option<u64> {
     write_with(status, (tag, family, state), |to, head| {
         let rec = Record {
             t_ns: head.0,

@@ -109,6 +109,13 @@ pub fn capturing(begun: bool) {
     }
 }
 
+/// Whether a capture is open in the process (`captured.rs` asks which node a call became only
+/// then).
+#[inline]
+pub fn capture_open() -> bool {
+    CAPTURING.load(Ordering::Relaxed) > 0
+}
+
 /// Called before a call that queues device work is forwarded: while the device is idle, logs
 /// what the host wrote to managed memory since it was last seen. Work queued asynchronously on
 /// a stream (`Some`, the handle as logged: 0 and 1 the legacy stream) leaves the device busy

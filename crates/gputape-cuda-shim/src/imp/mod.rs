@@ -1,6 +1,7 @@
 //! The shim on x86_64 Linux: the forwarders and their tables, loading the driver, the hooks,
 //! the counts. See the crate's docs for how they fit.
 
+mod captured;
 mod chunks;
 mod clock;
 mod copies;

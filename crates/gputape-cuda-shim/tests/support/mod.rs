@@ -164,6 +164,12 @@ pub fn launch_attrs_program(dir: &Path) -> PathBuf {
     link_program(dir, "launch_attrs", include_str!("c/launch_attrs.c"))
 }
 
+/// `c/capture_update.c` compiled into `dir`, linked like `cooperative_program`: a captured
+/// graph's nodes given new parameters, in its executable and in the graph, and an update.
+pub fn capture_update_program(dir: &Path) -> PathBuf {
+    link_program(dir, "capture_update", include_str!("c/capture_update.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

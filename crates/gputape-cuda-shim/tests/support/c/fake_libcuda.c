@@ -462,7 +462,10 @@ static CUresult launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 /* Stream capture: launches of `scale` on the capturing stream are kept (by value) instead of
  * run, and each launch of the one executable graph runs them in order. */
 static void *capturing;
-static struct { CUdeviceptr x; int n; float k; } captured[8];
+/* The captured graph's `scale` launches (node handle 0x6d0000 + i), and its executable's own
+ * copy of them, made when it is instantiated. */
+typedef struct { CUdeviceptr x; int n; float k; } Scale;
+static Scale captured[8], exec_captured[8];
 static int ncaptured, graph_made;
 #define GRAPH 0x6a0000ull
 #define GRAPH_EXEC 0x6e0000ull
@@ -475,6 +478,31 @@ API CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     if (capturing || mode < 0 || mode > 2) return 1;
     capturing = stream;
     ncaptured = 0;
+    return 0;
+}
+
+/* The capturing stream's dependencies: the node its last captured launch became. */
+API CUresult cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id,
+                                       void **graph, const void **deps, const void **edges,
+                                       size_t *n) {
+    static size_t last;
+    int active = capturing && stream == capturing;
+    *status = active;
+    if (id) *id = 1;
+    if (graph) *graph = active ? (void *)GRAPH : NULL;
+    if (edges) *edges = NULL;
+    last = 0x6d0000ull + (size_t)(ncaptured - 1);
+    *deps = active && ncaptured ? (const void *)&last : NULL;
+    *n = active && ncaptured ? 1 : 0;
+    return 0;
+}
+
+/* The captured graph's nodes, in the order captured. */
+API CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *n) {
+    if ((size_t)graph != GRAPH || !graph_made) return 1;
+    if (nodes)
+        for (int i = 0; i < ncaptured && i < (int)*n; i++) nodes[i] = (void *)(0x6d0000ull + i);
+    *n = (size_t)ncaptured;
     return 0;
 }
 
@@ -501,6 +529,7 @@ API CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long
     (void)flags;
     if (instantiate_built(exec, graph) == 0) return 0;
     if ((size_t)graph != GRAPH || !graph_made) return 1;
+    memcpy(exec_captured, captured, sizeof captured);
     *exec = (void *)GRAPH_EXEC;
     return 0;
 }
@@ -512,7 +541,8 @@ API CUresult cuGraphLaunch(void *exec, void *stream) {
     (void)stream;
     if ((size_t)exec - NODE_EXEC < 4) return run_built(exec);
     if ((size_t)exec != GRAPH_EXEC) return 1;
-    for (int i = 0; i < ncaptured; i++) scale(captured[i].x, captured[i].n, captured[i].k);
+    for (int i = 0; i < ncaptured; i++)
+        scale(exec_captured[i].x, exec_captured[i].n, exec_captured[i].k);
     return 0;
 }
 
@@ -661,12 +691,28 @@ API CUresult cuGraphClone(void **clone, void *original) {
     return 0;
 }
 
+/* A node of the captured graph (0x6d0000 + i): its launch's parameters. */
+static Scale *captured_node(Scale *of, void *node) {
+    size_t i = (size_t)node - 0x6d0000ull;
+    return i < (size_t)ncaptured ? &of[i] : NULL;
+}
+static int scale_params(Scale *c, const KernelNodeParams *p) {
+    if (!c || !p || (size_t)p->func != SCALE) return 1;
+    c->x = *(CUdeviceptr *)p->params[0];
+    c->n = *(int *)p->params[1];
+    c->k = *(float *)p->params[2];
+    return 0;
+}
+
 API CUresult cuGraphKernelNodeSetParams_v2(void *node, const KernelNodeParams *p) {
+    Scale *c = captured_node(captured, node);
+    if (c) return scale_params(c, p);
     Node *n = node_in(graph_of(node), node);
     return n && n->kind == 0 ? kernel_params(n, p) : 1;
 }
 API CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node,
                                                const KernelNodeParams *p) {
+    if ((size_t)exec == GRAPH_EXEC) return scale_params(captured_node(exec_captured, node), p);
     Node *n = node_in(built_exec(exec), node);
     return n && n->kind == 0 ? kernel_params(n, p) : 1;
 }
@@ -690,6 +736,10 @@ API CUresult cuGraphNodeSetEnabled(void *exec, void *node, unsigned on) {
  * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, otherwise), as the driver requires the same topology. */
 API CUresult cuGraphExecUpdate_v2(void *exec, void *graph, void *info) {
     (void)info;
+    if ((size_t)exec == GRAPH_EXEC && (size_t)graph == GRAPH) {
+        memcpy(exec_captured, captured, sizeof captured);
+        return 0;
+    }
     Built *e = built_exec(exec), *g = built_graph(graph);
     if (!e || !g) return 1;
     if (e->n != g->n) return 910;
