@@ -3,7 +3,7 @@
 # program makes), as a user would take it: `scripts/gpu-cuda-program.sh NAME [NVCC FLAGS...]`
 # builds scripts/cuda/NAME.cu with nvcc, then
 #   1. runs it plain, and recorded with `gputape run -o` (the counts table says which entry
-#      points the runtime used and whether each was recorded),
+#      points the runtime used and whether each was recorded; also as OUT/counts.json),
 #   2. shows the trace (each call's stream too, `show --json`) and replays it with
 #      `replay --on cuda` (every read back compared), as graphs, and on the mock,
 #   3. with FAULT=1, runs `NAME fault` (a fault the program plants) under `gputape run
@@ -42,7 +42,7 @@ echo "-- nvcc $* exit $?"; tail -3 "$OUT/nvcc.log"
 
 echo "=============== 1. plain, then recorded"
 step "plain" 60 "$OUT/plain.log" "$P"; cat "$OUT/plain.log"
-step "run -o $NAME.gtape" 120 "$OUT/run.log" "$G" run -o "$OUT/$NAME.gtape" -- "$P"
+step "run -o $NAME.gtape" 120 "$OUT/run.log" "$G" run -o "$OUT/$NAME.gtape" --counts "$OUT/counts.json" -- "$P"
 grep -v -E '^ +[0-9]+ +no ' "$OUT/run.log" | cut -c1-400
 
 echo "=============== 2. show, replay --on cuda, --as-graph, --on mock"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Issue 53 on the GPU, the families added after host functions: graphs changed after they were
-# made (scripts/cuda/graph_update.cu, with its planted fault), pinned memory the device maps
-# (scripts/cuda/mapped.cu), batch copies (scripts/cuda/batch_copies.cu), each through
-# scripts/gpu-cuda-program.sh (plain, `run -o`, replay on CUDA, as graphs, on the mock; the
-# fault under `--flight`, its dump replayed, minimized, exported); then, as regressions, the
-# node-built graph and host-function programs, and PyTorch under `run -o`: pinned staging
-# memory (`pin_memory()`, which must not be followed as mapped memory) and a step captured with
-# torch.cuda.graph, each replayed on CUDA. Builds nothing of gputape's (scripts/gpu-bin.sh
-# first). OUT (default /tmp/gt-more) gets each program's logs.
+# Issue 53 on the GPU: every CUDA C++ program of scripts/cuda/ that exercises a call family
+# (PROGRAMS; by default graphs changed after they were made, stream memory operations, launch
+# attributes, pinned memory the device maps, batch copies, graphs built node by node, host
+# functions, module globals, 2D/3D copies, cooperative launches, managed memory, per-thread
+# default streams), each through scripts/gpu-cuda-program.sh (plain, `run -o`, replay on CUDA,
+# as graphs, on the mock; the planted fault of those that have one under `--flight`, its dump
+# replayed, minimized, exported); then the table of the entry points they called, with how each
+# is recorded; then PyTorch under `run -o`: pinned staging memory (`pin_memory()`, which must
+# not be followed as mapped memory) and a step captured with torch.cuda.graph, each replayed on
+# CUDA. Builds nothing of gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-more) gets
+# each program's logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-gpu-bin}
@@ -17,12 +19,44 @@ mkdir -p "$OUT"
 G="$B/gputape"
 chmod +x "$G" "$B"/gputape-shim/* 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for p in graph_update mapped batch_copies graph_nodes host_func; do
+PROGRAMS=${PROGRAMS:-graph_update stream_ops launch_attrs mapped batch_copies graph_nodes host_func constant copies coop managed per_thread}
+for p in $PROGRAMS; do
     echo "################ $p"
-    fault=0
-    case $p in graph_update | graph_nodes) fault=1 ;; esac
-    FAULT=$fault OUT="$OUT/$p" timeout 500 scripts/gpu-cuda-program.sh "$p" 2>&1 | cut -c1-400
+    fault=0 flags=""
+    case $p in graph_update | graph_nodes | stream_ops | coop | constant | host_func) fault=1 ;; esac
+    case $p in per_thread) flags="--default-stream per-thread" ;; esac
+    # shellcheck disable=SC2086
+    FAULT=$fault OUT="$OUT/$p" timeout 500 scripts/gpu-cuda-program.sh "$p" $flags 2>&1 | cut -c1-400
 done
+echo "################ the entry points these programs called (run -o --counts), and how each is recorded"
+python3 - "$OUT" $PROGRAMS <<'PY'
+import json, os, sys
+out, progs = sys.argv[1], sys.argv[2:]
+calls, how = {}, {}
+for p in progs:
+    f = os.path.join(out, p, "counts.json")
+    if not os.path.exists(f):
+        continue
+    v = json.load(open(f))
+    for name, n in v["calls"].items():
+        calls.setdefault(name, {})[p] = n
+    for name in v["entry_points_recorded"]:
+        how[name] = "recorded"
+    for name in v["entry_points_by_name"]:
+        how.setdefault(name, "by name")
+progs = [p for p in progs if os.path.exists(os.path.join(out, p, "counts.json"))]
+print("| entry point | in a trace | " + " | ".join(progs) + " |")
+print("|---|---|" + "---|" * len(progs))
+rows = sorted(calls, key=lambda n: ({"recorded": 0, "by name": 1}.get(how.get(n), 2), n))
+for name in rows:
+    h = how.get(name, "forwarded")
+    if h == "forwarded":
+        continue
+    cells = [str(calls[name].get(p, "")) for p in progs]
+    print(f"| `{name}` | {h} | " + " | ".join(cells) + " |")
+fwd = {p: sum(n for name, c in calls.items() for q, n in c.items() if q == p and how.get(name) is None) for p in progs}
+print("| (forwarded only: queries, bookkeeping) | forwarded | " + " | ".join(str(fwd[p]) for p in progs) + " |")
+PY
 echo "################ PyTorch: pinned staging memory"
 cat >"$OUT/pinned.py" <<'PY'
 import torch

@@ -12,7 +12,11 @@
 //   5. e2's kernel node turned off (cudaGraphNodeSetEnabled), e2 launched: y keeps step 4's;
 //   6. graph H captured from a stream (the same three kinds, other parameters) given to e
 //      (cudaGraphExecUpdate), e launched;
-//   7. graph P: G as a child graph node, then a kernel node doubling y; made and launched.
+//   7. eh made from H, its kernel node (as cudaGraphGetNodes lists it) given new parameters,
+//      eh launched;
+//   8. e's kernel node (G's, which the update paired with H's) given new parameters, e
+//      launched;
+//   9. graph P: G as a child graph node, then a kernel node doubling y; made and launched.
 // `./graph_update fault` gives e's kernel node, in step 2, an output offset far past y2.
 // Exits 0 when every check holds, 1 otherwise, 2 when an API call failed.
 #include <cstdio>
@@ -154,6 +158,34 @@ int main(int argc, char **argv) {
     }
     STEP(launch(6, e, y, 7.f, 2.f, 1.f, 6));
 
+    // A captured graph's node given new parameters in an executable made from it (the node
+    // as cudaGraphGetNodes lists it), then e's kernel node (G's, paired with H's by the
+    // update) given new parameters too.
+    cudaGraphExec_t eh;
+    cudaGraphNode_t hn[8], hk = nullptr;
+    size_t nh = 8;
+    if (check(cudaGraphInstantiate(&eh, h, 0), "instantiate H") ||
+        check(cudaGraphGetNodes(h, hn, &nh), "nodes of H"))
+        return 2;
+    for (size_t i = 0; i < nh; i++) {
+        cudaGraphNodeType t;
+        if (check(cudaGraphNodeGetType(hn[i], &t), "node type")) return 2;
+        if (t == cudaGraphNodeTypeKernel) hk = hn[i];
+    }
+    Affine a7(y, 9.f, 1.f, no_fault);
+    if (!hk || check(cudaGraphExecKernelNodeSetParams(eh, hk, &a7.p), "captured node params"))
+        return 2;
+    STEP(launch(7, eh, y, 9.f, 1.f, 1.f, 7));
+    Affine a8(y, 11.f, 0.f, no_fault);
+    if (up == cudaSuccess &&
+        check(cudaGraphExecKernelNodeSetParams(e, kern, &a8.p), "updated exec node params"))
+        return 2;
+    if (up == cudaSuccess) {
+        STEP(launch(8, e, y, 11.f, 0.f, 1.f, 8));
+    } else {
+        STEP(launch(8, e, y, 7.f, 2.f, 1.f, 8));
+    }
+
     void *twice_args[] = {&y, &n};
     cudaKernelNodeParams tp = {};
     tp.func = (void *)twice;
@@ -165,9 +197,10 @@ int main(int argc, char **argv) {
         check(cudaGraphAddKernelNode(&dbl, p, &child, 1, &tp), "twice node") ||
         check(cudaGraphInstantiate(&ep, p, 0), "instantiate P"))
         return 2;
-    STEP(launch(7, ep, y, 5.f, 0.f, 2.f, 7));
+    STEP(launch(9, ep, y, 5.f, 0.f, 2.f, 9));
 
     if (check(cudaGraphExecDestroy(e), "destroy") || check(cudaGraphExecDestroy(e2), "destroy") ||
+        check(cudaGraphExecDestroy(eh), "destroy") ||
         check(cudaGraphExecDestroy(ep), "destroy") || check(cudaGraphDestroy(g), "destroy") ||
         check(cudaGraphDestroy(h), "destroy") || check(cudaGraphDestroy(p), "destroy"))
         return 2;
