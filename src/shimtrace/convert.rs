@@ -1059,6 +1059,8 @@ impl Converter {
         }
         let (thread, site, t_ns) = (rec.thread, rec.site, rec.t_ns);
         self.place(rec);
+        // The node a captured call became (`CapturedNode`, next) is the call's, not these'.
+        let last = self.last_captured.get(&self.thread).copied();
         for call in std::mem::take(&mut self.after) {
             self.place(CallRecord {
                 seq: 0,
@@ -1069,6 +1071,9 @@ impl Converter {
                 call,
                 ret: Some(Ok(Value::Unit)),
             });
+        }
+        if let Some(i) = last {
+            self.last_captured.insert(self.thread, i);
         }
     }
 

@@ -158,14 +158,9 @@ impl Summary {
             s.push_str(&format!("; {} failed in the driver", self.failed));
         }
         if !self.opaque.is_empty() {
-            let list: Vec<String> = self
-                .opaque
-                .iter()
-                .map(|(n, k)| format!("{n} x{k}"))
-                .collect();
             s.push_str(&format!(
                 "; not understood, kept by name only (a replay skips them): {}",
-                list.join(", ")
+                listed(&self.opaque)
             ));
         }
         if self.unnamed_launches > 0 {
@@ -187,14 +182,9 @@ impl Summary {
             ));
         }
         if !self.launch_attrs.is_empty() {
-            let list: Vec<String> = self
-                .launch_attrs
-                .iter()
-                .map(|(n, k)| format!("{n} x{k}"))
-                .collect();
             s.push_str(&format!(
                 "; launch attributes a replay does not apply (they change how launches overlap or are scheduled, not what they compute): {}",
-                list.join(", ")
+                listed(&self.launch_attrs)
             ));
         }
         if self.launch_events > 0 {
@@ -261,6 +251,12 @@ impl Summary {
         }
         s
     }
+}
+
+/// `name xN, ...` of counts by name, in name order.
+fn listed(counts: &BTreeMap<String, u64>) -> String {
+    let list: Vec<String> = counts.iter().map(|(n, k)| format!("{n} x{k}")).collect();
+    list.join(", ")
 }
 
 /// `n thing` or `n things` (`suffix` makes the plural).
