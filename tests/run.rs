@@ -2395,3 +2395,54 @@ fn new_parameters_for_a_captured_graph_s_nodes_are_followed() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Another process's allocation opened through an IPC handle (`cuIpcOpenMemHandle`) is a buffer
+/// of the trace's own, its extent asked of the driver and its bytes as they were when opened
+/// copied in, so work on it replays instead of being refused for an address no allocation
+/// holds; the export is counted, the close frees the buffer. The mock replays it, both halves of
+/// the read back matching (the bytes copied in, and the memset's).
+#[test]
+fn memory_opened_through_an_ipc_handle_is_a_buffer_holding_its_bytes_when_opened() {
+    let d = support::scratch("run-ipc");
+    let prog = support::ipc_program(&d);
+    let trace = d.join("ipc.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("ipc: back[3] = 4, back[40] = 238, errors 0"),
+        "{out}"
+    );
+    assert!(!err.contains("not understood"), "{err}");
+    assert!(
+        err.contains("1 allocation shared with other processes (IPC)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 allocation of other processes opened (IPC"),
+        "{err}"
+    );
+    let calls: Vec<String> = show_json(&trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].as_str().unwrap().to_string())
+        .collect();
+    let want = [
+        "alloc(64)",
+        "copy_h2d(buf0+0, 64 bytes #",
+        "alloc(64)",
+        "copy_h2d(buf1+0, 64 bytes #",
+        "memset(buf1+32, 0xee, 32)",
+        "copy_d2h(buf1+0, 64 bytes)",
+        "free(buf1+0)",
+    ];
+    assert_eq!(calls.len(), want.len(), "{calls:?}");
+    for (c, w) in calls.iter().zip(want) {
+        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
+    }
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("1 of 1 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -408,6 +408,44 @@ impl Converter {
                 self.t.addresses.insert(id, ptr);
                 (Call::AllocManaged { bytes }, Ok(Value::Buffer(id)))
             }
+            // Memory this process shares with others: nothing to do here (the process that
+            // opens it records its own view).
+            Rec::IpcExport { .. } => {
+                self.summary.records -= 1;
+                self.summary.ipc_exported += 1;
+                return;
+            }
+            // Another process's allocation, opened here: a buffer of the trace's own, its
+            // bytes as they were when opened copied in (the tool's call, not the program's).
+            Rec::IpcImport {
+                ptr, bytes, data, ..
+            } => {
+                self.summary.ipc_imported += 1;
+                let id = BufferId(self.next_buf);
+                self.next_buf += 1;
+                self.live.insert(ptr, (id, bytes));
+                self.t.addresses.insert(id, ptr);
+                if !data.is_empty() {
+                    let len = data.len() as u64;
+                    let blob = self.t.blobs.insert_content(data.to_vec());
+                    let dst = DevAddr::Buf { buf: id, off: 0 };
+                    self.after.push(Call::CopyH2D {
+                        dst,
+                        data: blob,
+                        len,
+                    });
+                }
+                (Call::Alloc { bytes }, Ok(Value::Buffer(id)))
+            }
+            Rec::IpcClose { ptr } => {
+                let a = self.addr(ptr);
+                if ok {
+                    if let Some(b) = self.live.remove(&ptr) {
+                        self.freed.insert(ptr, b);
+                    }
+                }
+                (Call::Free { ptr: a }, ret(Value::Unit))
+            }
             Rec::HostUnmapped { ptr } => {
                 self.summary.records -= 1;
                 let a = self.addr(ptr);

@@ -27,6 +27,7 @@
 //! | `cuGraph*NodeSetParams`, `cuGraphExec*NodeSetParams`, `cuGraphNodeSetEnabled`, `cuGraphExecUpdate*` | the graph's or the executable's own copy of its nodes changed; a changed executable's next launch first makes a trace graph of what it now runs (its old one destroyed when no executable runs it); an update the recording cannot follow (a captured graph's node): the executable's launches opaque, with why |
 //! | `cuGraphInstantiate*`, `cuGraphLaunch*`, `cuGraphExecDestroy`, `cuGraphDestroy` | no call (the trace's graph is made when its capture ends, or from its nodes) / `LaunchGraph` / `DestroyGraph` with the graph's last executable (or with its template, where it has none); a graph of nothing the trace holds: its launches opaque |
 //! | `cuLaunchHostFunc*`, `cuStreamAddCallback*` | `HostFunc` (its stream, the function by symbol or file + offset) |
+//! | `cuIpcOpenMemHandle*` / `cuIpcCloseMemHandle` (another process's allocation) | `Alloc` and an upload of its bytes as they were when opened / `Free`; `cuIpcGetMemHandle` counted |
 //! | pinned memory the device maps (`cuMemHostAlloc`/`cuMemHostRegister` with the device-map flag, `cuMemHostGetDevicePointer`), freed or unregistered | `AllocManaged` (a buffer at the host address) / `Free`; the shim's managed-memory records carry its bytes |
 //! | anything else that changes the device | `Opaque` by name |
 //! | the calling thread's Python frames (`Rec::Code`, `Rec::Stack`) | each call's site: the program's own line (the innermost frame outside PyTorch and Triton), its stack kept (`Frame::Stack`; `lines.rs`) |
@@ -134,6 +135,11 @@ pub struct Summary {
     /// `cuGraphNodeSetEnabled`, `cuGraphExecUpdate`): each change a trace graph of its own,
     /// made where the executable next ran.
     pub graph_changes: usize,
+    /// Allocations this process shared with others (`cuIpcGetMemHandle`).
+    pub ipc_exported: usize,
+    /// Other processes' allocations opened here (`cuIpcOpenMemHandle`), each a buffer of the
+    /// trace's own holding its bytes as they were when opened.
+    pub ipc_imported: usize,
     /// Pinned host regions the device reads and writes where they lie (zero-copy), each a
     /// buffer of the trace's own, followed as managed memory.
     pub host_mapped: usize,
@@ -221,6 +227,18 @@ impl Summary {
             s.push_str(&format!(
                 "; {} after instantiation (each replayed as a graph of the nodes it then had)",
                 count(self.graph_changes, "executable graph change", "s")
+            ));
+        }
+        if self.ipc_exported > 0 {
+            s.push_str(&format!(
+                "; {} shared with other processes (IPC)",
+                count(self.ipc_exported, "allocation", "s")
+            ));
+        }
+        if self.ipc_imported > 0 {
+            s.push_str(&format!(
+                "; {} of other processes opened (IPC: a buffer each, with its bytes as they were when opened; what the other process wrote after is not in this trace)",
+                count(self.ipc_imported, "allocation", "s")
             ));
         }
         if self.host_mapped > 0 {

@@ -190,6 +190,10 @@ pub const RECORDED: &[&str] = &[
     "cuGraphExecUpdate",
     "cuGraphExecUpdate_v2",
     "cuGraphNodeSetEnabled",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
 ];

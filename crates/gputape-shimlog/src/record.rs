@@ -437,4 +437,21 @@ records! {
     /// copy of several rows) was captured as graph node `node` (`cuStreamGetCaptureInfo`'s
     /// dependencies just after it): what later new parameters for that node name.
     61 CapturedNode "cuStreamGetCaptureInfo" state { node: u64 = u64("graph node") }
+    /// `cuIpcGetMemHandle`: the allocation holding `ptr` is shared with other processes
+    /// under `handle` (the 64 bytes the driver wrote).
+    62 IpcExport "cuIpcGetMemHandle" state {
+        ptr: u64 = u64("device address"),
+        handle: &'a [u8] = bytes("IPC handle"),
+    }
+    /// `cuIpcOpenMemHandle*`: another process's allocation, shared under `handle`, is at
+    /// `ptr` here, `bytes` long; `data` its bytes as they were when opened (empty when not
+    /// read: a flight recording, or past the shim's limit).
+    63 IpcImport "cuIpcOpenMemHandle" state {
+        ptr: u64 = u64("device address"),
+        bytes: u64 = u64("size"),
+        handle: &'a [u8] = bytes("IPC handle"),
+        data: &'a [u8] = bytes("bytes when opened"),
+    }
+    /// `cuIpcCloseMemHandle`: the shared allocation at `ptr` is no longer mapped here.
+    64 IpcClose "cuIpcCloseMemHandle" state { ptr: u64 = u64("device address") }
 }

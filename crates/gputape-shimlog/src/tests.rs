@@ -275,6 +275,17 @@ fn later_samples() -> Vec<Rec<'static>> {
             wide: false,
         },
         Rec::CapturedNode { node: 0x6c05 },
+        Rec::IpcExport {
+            ptr: 0x7000,
+            handle: &[7; 64],
+        },
+        Rec::IpcImport {
+            ptr: 0x9000,
+            bytes: 4,
+            handle: &[7; 64],
+            data: &[1, 2, 3, 4],
+        },
+        Rec::IpcClose { ptr: 0x9000 },
     ]
 }
 
@@ -314,7 +325,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=61).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=64).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

@@ -170,6 +170,12 @@ pub fn capture_update_program(dir: &Path) -> PathBuf {
     link_program(dir, "capture_update", include_str!("c/capture_update.c"))
 }
 
+/// `c/ipc.c` compiled into `dir`, linked like `cooperative_program`: an allocation shared
+/// through an IPC handle and opened.
+pub fn ipc_program(dir: &Path) -> PathBuf {
+    link_program(dir, "ipc", include_str!("c/ipc.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

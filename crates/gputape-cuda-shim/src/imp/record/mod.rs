@@ -14,11 +14,13 @@
 //! layouts are asked of the driver once per function.
 //!
 //! The hooks live in rooms by what they record: `memory`, `transfers` (copies and memsets),
-//! `modules`, `launches`, `tensor_maps`, `contexts`, `streams` (streams, events, syncs) and
-//! `graphs` (capture and graphs); what they share, and the table of them, is here.
+//! `modules`, `launches`, `tensor_maps`, `contexts`, `streams` (streams, events, syncs),
+//! `graphs` (capture and graphs) and `ipc` (memory shared between processes); what they share,
+//! and the table of them, is here.
 
 mod contexts;
 mod graphs;
+mod ipc;
 mod launches;
 mod memory;
 mod modules;
@@ -49,6 +51,7 @@ use graphs::{
     begin_capture, end_capture, exchange_capture_mode, graph_destroy, graph_exec_destroy,
     graph_instantiate, graph_launch, graph_upload,
 };
+use ipc::{ipc_close_mem_handle, ipc_get_mem_handle, ipc_open_mem_handle};
 use launches::{launch, launch_cooperative, launch_ex};
 use memory::{
     address_range, address_reserve, host_alloc, host_alloc_flags, host_device_pointer, host_free,
@@ -380,6 +383,10 @@ hooks! {
     "cuGraphExecUpdate" => exec_update,
     "cuGraphExecUpdate_v2" => exec_update,
     "cuGraphNodeSetEnabled" => set_enabled,
+    "cuIpcGetMemHandle" => ipc_get_mem_handle,
+    "cuIpcOpenMemHandle" => ipc_open_mem_handle,
+    "cuIpcOpenMemHandle_v2" => ipc_open_mem_handle,
+    "cuIpcCloseMemHandle" => ipc_close_mem_handle,
     "cuGraphExecDestroy" => graph_exec_destroy,
     "cuGraphDestroy" => graph_destroy,
 }

@@ -102,13 +102,51 @@ API CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
     return 0;
 }
 
+/* The last allocations made, for cuMemGetAddressRange. */
+static struct { CUdeviceptr base; size_t n; } allocs[64];
+static int nallocs;
+
 API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
     size_t off = cursor + bytes;
     if (off + bytes > ARENA) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     *dptr = BASE + off;
     cursor = (off + bytes + 255) & ~(size_t)255;
+    allocs[nallocs % 64].base = *dptr, allocs[nallocs % 64].n = bytes;
+    nallocs++;
     return 0;
 }
+
+API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    for (int i = 0; i < 64 && i < nallocs; i++) {
+        if (p >= allocs[i].base && p < allocs[i].base + allocs[i].n) {
+            if (base) *base = allocs[i].base;
+            if (size) *size = allocs[i].n;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* CUipcMemHandle: the allocation's address in its first 8 bytes. This process's arena is the
+ * only device memory, so an opened handle maps the same bytes at the same address. */
+typedef struct { unsigned char reserved[64]; } IpcMemHandle;
+API CUresult cuIpcGetMemHandle(IpcMemHandle *h, CUdeviceptr p) {
+    CUdeviceptr base;
+    if (!h || cuMemGetAddressRange_v2(&base, NULL, p)) return 1;
+    memset(h, 0, sizeof *h);
+    memcpy(h->reserved, &base, sizeof base);
+    return 0;
+}
+API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, IpcMemHandle h, unsigned flags) {
+    CUdeviceptr base;
+    memcpy(&base, h.reserved, sizeof base);
+    if (!p || flags != 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */ ||
+        cuMemGetAddressRange_v2(NULL, NULL, base))
+        return 1;
+    *p = base;
+    return 0;
+}
+API CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return cuMemGetAddressRange_v2(NULL, NULL, p); }
 
 API CUresult cuMemFree_v2(CUdeviceptr p) { return p >= BASE && p < BASE + ARENA ? 0 : 1; }
 

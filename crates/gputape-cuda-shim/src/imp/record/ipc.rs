@@ -1,0 +1,116 @@
+//! Memory shared between processes (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle*`,
+//! `cuIpcCloseMemHandle`): the exporter's allocation is named with its handle; the opener's
+//! mapping is logged with its extent and, when recording to a file, its bytes as they were when
+//! opened (what a replay of the opener alone starts from; what the exporter writes after is its
+//! own process's work, not in this log).
+
+use gputape_shimlog::Rec;
+
+use super::{R, real_at};
+use crate::imp::log;
+use crate::imp::table::{index, real};
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct IpcHandle {
+    reserved: [u8; 64],
+}
+
+/// Bytes of a shared allocation read when it is opened, at most (a larger one is logged
+/// without its bytes).
+const READ_LIMIT: u64 = 256 << 20;
+
+/// `cuIpcGetMemHandle`: (CUipcMemHandle*, CUdeviceptr).
+pub(super) unsafe extern "C" fn ipc_get_mem_handle<const I: usize>(
+    handle: *mut IpcHandle,
+    ptr: u64,
+) -> R {
+    // SAFETY: entry point I is cuIpcGetMemHandle: (CUipcMemHandle*, CUdeviceptr).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut IpcHandle, u64) -> R>(I)(handle, ptr) };
+    if r == 0 && !handle.is_null() {
+        // SAFETY: on success the driver wrote the handle through the caller's pointer.
+        let h = unsafe { *handle };
+        log::write(
+            r,
+            Rec::IpcExport {
+                ptr,
+                handle: &h.reserved,
+            },
+        );
+    }
+    r
+}
+
+/// `cuIpcOpenMemHandle(_v2)`: (CUdeviceptr*, CUipcMemHandle by value, unsigned flags).
+pub(super) unsafe extern "C" fn ipc_open_mem_handle<const I: usize>(
+    ptr: *mut u64,
+    handle: IpcHandle,
+    flags: u32,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, IpcHandle, u32) -> R;
+    // SAFETY: entry point I is a cuIpcOpenMemHandle form, whose signature F is (the handle
+    // passed on by value, as it came).
+    let r = unsafe { real_at::<F>(I)(ptr, handle, flags) };
+    if r != 0 || ptr.is_null() || !log::active() {
+        return r;
+    }
+    // SAFETY: on success the driver wrote the mapping's address through the caller's pointer.
+    let at = unsafe { *ptr };
+    let (base, bytes) = extent(at).unwrap_or((at, 0));
+    let data = if log::is_flight() || bytes > READ_LIMIT {
+        Vec::new()
+    } else {
+        read(base, bytes).unwrap_or_default()
+    };
+    let rec = Rec::IpcImport {
+        ptr: base,
+        bytes,
+        handle: &handle.reserved,
+        data: &data,
+    };
+    log::write(r, rec);
+    r
+}
+
+/// `cuIpcCloseMemHandle`: (CUdeviceptr).
+pub(super) unsafe extern "C" fn ipc_close_mem_handle<const I: usize>(ptr: u64) -> R {
+    // SAFETY: entry point I is cuIpcCloseMemHandle: (CUdeviceptr).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(ptr) };
+    log::write(r, Rec::IpcClose { ptr });
+    r
+}
+
+/// The driver's function for entry point `name`, where it has one.
+///
+/// # Safety
+/// `F` is a function pointer type, the entry point's signature.
+unsafe fn driver<F: Copy>(name: &str) -> Option<F> {
+    let p = real(index(name)?);
+    // SAFETY: `F` is a function pointer of the entry point's signature (the contract); a null
+    // pointer (the driver lacks it) is not turned into one.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute_copy::<*mut (), F>(&p) })
+}
+
+/// The allocation holding `ptr`: its base and size (`cuMemGetAddressRange_v2`).
+fn extent(ptr: u64) -> Option<(u64, u64)> {
+    type F = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> R;
+    // SAFETY: F is cuMemGetAddressRange_v2's signature: (CUdeviceptr*, size_t*, CUdeviceptr).
+    let f: F = unsafe { driver("cuMemGetAddressRange_v2") }?;
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: the out-pointers are locals of the types the driver writes.
+    let r = unsafe { f(&mut base, &mut size, ptr) };
+    (r == 0).then_some((base, size as u64))
+}
+
+/// `bytes` bytes of device memory at `src` (`cuMemcpyDtoH_v2`, which waits for the device).
+fn read(src: u64, bytes: u64) -> Option<Vec<u8>> {
+    type F = unsafe extern "C" fn(*mut u8, u64, usize) -> R;
+    // SAFETY: F is cuMemcpyDtoH_v2's signature: (void*, CUdeviceptr, size_t).
+    let f: F = unsafe { driver("cuMemcpyDtoH_v2") }?;
+    let mut v = vec![0u8; bytes as usize];
+    // SAFETY: `v` holds `bytes` bytes for the driver to write; `src` is the mapping the driver
+    // just made, `bytes` long.
+    let r = unsafe { f(v.as_mut_ptr(), src, v.len()) };
+    (r == 0).then_some(v)
+}
