@@ -57,6 +57,19 @@ for name in rows:
 fwd = {p: sum(n for name, c in calls.items() for q, n in c.items() if q == p and how.get(name) is None) for p in progs}
 print("| (forwarded only: queries, bookkeeping) | forwarded | " + " | ".join(str(fwd[p]) for p in progs) + " |")
 PY
+echo "################ ipc: two processes sharing a buffer (scripts/cuda/ipc.cu)"
+mkdir -p "$OUT/ipc"
+export PATH="/usr/local/cuda/bin:$PATH"
+timeout 300 nvcc -O2 -arch=sm_90 -o "$OUT/ipc/ipc" scripts/cuda/ipc.cu >"$OUT/ipc/nvcc.log" 2>&1
+echo "nvcc exit $?"; tail -3 "$OUT/ipc/nvcc.log"
+timeout 60 "$OUT/ipc/ipc"; echo "plain exit $?"
+timeout 120 "$G" run -o "$OUT/ipc/ipc.gtape" -- "$OUT/ipc/ipc" >"$OUT/ipc/run.log" 2>&1
+echo "run -o exit $?"; grep -E '^ipc|recorded process' "$OUT/ipc/run.log" | cut -c1-500
+for t in "$OUT"/ipc/ipc*.gtape; do
+    echo "--- $t"
+    timeout 60 "$G" show "$t" 2>&1 | grep -E '^#' | cut -c1-160 | head -14
+    timeout 120 "$G" replay --on cuda "$t" 2>&1 | grep -v WARN | head -4
+done
 echo "################ PyTorch: pinned staging memory"
 cat >"$OUT/pinned.py" <<'PY'
 import torch
