@@ -1009,6 +1009,10 @@ impl Converter {
             }
             Rec::ChildGraph { graph, node, child } => {
                 let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
+                // As for a node added (`node_work`): a trace graph made before is stale.
+                if !captured {
+                    self.graphs.remove(&graph);
+                }
                 self.built.child(graph, node, child, captured);
                 return;
             }
