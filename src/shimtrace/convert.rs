@@ -377,22 +377,15 @@ impl Converter {
                 if !ok {
                     (call, ret(Value::Unit))
                 } else {
-                    let id = BufferId(self.next_buf);
-                    self.next_buf += 1;
-                    self.live.insert(ptr, (id, bytes));
-                    self.t.addresses.insert(id, ptr);
-                    (call, Ok(Value::Buffer(id)))
+                    (call, Ok(Value::Buffer(self.new_buffer(ptr, bytes))))
                 }
             }
-            Rec::Free { ptr } => {
-                let a = self.addr(ptr);
-                if ok {
-                    if let Some(b) = self.live.remove(&ptr) {
-                        self.freed.insert(ptr, b);
-                    }
-                }
-                (Call::Free { ptr: a }, ret(Value::Unit))
-            }
+            Rec::Free { ptr } => (
+                Call::Free {
+                    ptr: self.freed_at(ptr, ok),
+                },
+                ret(Value::Unit),
+            ),
             // Pinned host memory is not a device call here: copies through it carry their bytes.
             Rec::HostAlloc { .. } | Rec::HostFree { .. } => return,
             // Pinned memory the device reads and writes where it lies (zero-copy): a buffer of
@@ -402,10 +395,7 @@ impl Converter {
             Rec::HostMapped { ptr, bytes } => {
                 self.summary.records -= 1;
                 self.summary.host_mapped += 1;
-                let id = BufferId(self.next_buf);
-                self.next_buf += 1;
-                self.live.insert(ptr, (id, bytes));
-                self.t.addresses.insert(id, ptr);
+                let id = self.new_buffer(ptr, bytes);
                 (Call::AllocManaged { bytes }, Ok(Value::Buffer(id)))
             }
             // Memory this process shares with others: nothing to do here (the process that
@@ -421,10 +411,7 @@ impl Converter {
                 ptr, bytes, data, ..
             } => {
                 self.summary.ipc_imported += 1;
-                let id = BufferId(self.next_buf);
-                self.next_buf += 1;
-                self.live.insert(ptr, (id, bytes));
-                self.t.addresses.insert(id, ptr);
+                let id = self.new_buffer(ptr, bytes);
                 if !data.is_empty() {
                     let len = data.len() as u64;
                     let blob = self.t.blobs.insert_content(data.to_vec());
@@ -437,22 +424,20 @@ impl Converter {
                 }
                 (Call::Alloc { bytes }, Ok(Value::Buffer(id)))
             }
-            Rec::IpcClose { ptr } => {
-                let a = self.addr(ptr);
-                if ok {
-                    if let Some(b) = self.live.remove(&ptr) {
-                        self.freed.insert(ptr, b);
-                    }
-                }
-                (Call::Free { ptr: a }, ret(Value::Unit))
-            }
+            Rec::IpcClose { ptr } => (
+                Call::Free {
+                    ptr: self.freed_at(ptr, ok),
+                },
+                ret(Value::Unit),
+            ),
             Rec::HostUnmapped { ptr } => {
                 self.summary.records -= 1;
-                let a = self.addr(ptr);
-                if let Some(b) = self.live.remove(&ptr) {
-                    self.freed.insert(ptr, b);
-                }
-                (Call::Free { ptr: a }, Ok(Value::Unit))
+                (
+                    Call::Free {
+                        ptr: self.freed_at(ptr, true),
+                    },
+                    Ok(Value::Unit),
+                )
             }
             // Markers of a flight dump, not calls: they take no index of their own.
             Rec::Gap { dropped } => {
@@ -1190,6 +1175,25 @@ impl Converter {
             }
             NodeTo::InExec { exec, node, first } => self.built.set_in_exec(exec, node, first, rec),
         }
+    }
+
+    /// A new buffer for the memory at `ptr`, `bytes` long: live from here.
+    fn new_buffer(&mut self, ptr: u64, bytes: u64) -> BufferId {
+        let id = BufferId(self.next_buf);
+        self.next_buf += 1;
+        self.live.insert(ptr, (id, bytes));
+        self.t.addresses.insert(id, ptr);
+        id
+    }
+
+    /// The buffer at `ptr` as a free names it; freed from here when `ok` (the call succeeded).
+    fn freed_at(&mut self, ptr: u64, ok: bool) -> DevAddr {
+        let a = self.addr(ptr);
+        let gone = if ok { self.live.remove(&ptr) } else { None };
+        if let Some(b) = gone {
+            self.freed.insert(ptr, b);
+        }
+        a
     }
 
     /// An upload of `data` to `dst` on `on`, as the trace spells it.
