@@ -4,7 +4,9 @@
 //! its reservations, modules, functions and captures) is what every record reads and writes,
 //! and `record` is its one match over the log's record kinds, an arm each; the parts that need
 //! none of that state (reservation extents, launch arguments as addresses) are free functions
-//! here, and the summary's text is `mod.rs`'s.
+//! here, the summary's text is `mod.rs`'s, and the converter's calls for graphs
+//! (`convert/graph_calls.rs`) and for stream values and launch attributes
+//! (`convert/stream_calls.rs`) are rooms of their own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -23,28 +25,6 @@ use crate::trace::{
     StreamRef, TensorMapArg, Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION,
     MIN_READER_VERSION, TOOL_SITE,
 };
-
-/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`, `CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT`: the
-/// value's first 8 bytes are an event the launch records.
-const LAUNCH_ATTR_PROGRAMMATIC_EVENT: u64 = 7;
-const LAUNCH_ATTR_COMPLETION_EVENT: u64 = 12;
-
-/// A `CUlaunchAttributeID`'s name, for a person.
-fn launch_attribute_name(id: u64) -> String {
-    match id {
-        1 => "access policy window".into(),
-        3 => "synchronization policy".into(),
-        5 => "cluster scheduling policy".into(),
-        6 => "programmatic stream serialization".into(),
-        8 => "priority".into(),
-        9 => "memory sync domain map".into(),
-        10 => "memory sync domain".into(),
-        11 => "preferred cluster dimension".into(),
-        13 => "device-updatable kernel node".into(),
-        14 => "preferred shared memory carveout".into(),
-        n => format!("attribute {n}"),
-    }
-}
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
 /// it, and what was found. A log cut short converts up to the cut (`Summary::cut` says where).
@@ -1104,77 +1084,10 @@ impl Converter {
         }
     }
 
-    /// A launch's attributes beyond its cluster shape and the cooperative flag (`attrs`: id,
-    /// value pairs), on `stream`, the launch `ok`: an event the launch records (a programmatic
-    /// or completion event) is recorded on its stream just after it, which a replay waits for
-    /// as the program did (after the whole kernel: a later point than a programmatic trigger,
-    /// never an earlier one); the rest change how launches overlap or are scheduled, not what
-    /// they compute, and are counted by name.
-    fn launch_attributes(&mut self, attrs: &[u64], stream: u64, ok: bool) {
-        for pair in attrs.chunks_exact(2) {
-            let (id, value) = (pair[0], pair[1]);
-            match id {
-                LAUNCH_ATTR_PROGRAMMATIC_EVENT | LAUNCH_ATTR_COMPLETION_EVENT => {
-                    if ok && value != 0 {
-                        self.summary.launch_events += 1;
-                        let call = Call::RecordEvent {
-                            event: self.event(value),
-                            stream: self.stream(stream),
-                        };
-                        self.after.push(call);
-                    }
-                }
-                _ => {
-                    let name = launch_attribute_name(id);
-                    *self.summary.launch_attrs.entry(name).or_default() += 1;
-                }
-            }
-        }
-    }
-
     /// The thread, site and time of record `r`, for the calls the converter makes of its own
     /// there.
     fn head(&mut self, r: &Record<'_>) -> (u16, SiteId, u64) {
         (self.thread_id(r.thread), self.site(r.stack), r.t_ns)
-    }
-
-    /// Work `rec` of a graph node, where `to` says: held with its graph, or made an
-    /// executable's (or a graph's) new parameters.
-    fn node_work(&mut self, to: NodeTo, rec: CallRecord) {
-        match to {
-            NodeTo::Add { graph, node } => {
-                let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
-                // A graph gaining a node after its trace graph was made: instantiations from
-                // here make another.
-                if !captured {
-                    self.graphs.remove(&graph);
-                }
-                self.built.add(graph, node, rec, captured);
-            }
-            NodeTo::InGraph { node, first } => {
-                let head = (rec.thread, rec.site, rec.t_ns);
-                match self.built.set_in_graph(node, first, rec) {
-                    // Instantiations from here run the new parameters: a trace graph of their own.
-                    Ok(graph) => {
-                        self.graphs.remove(&graph);
-                    }
-                    Err(name) => {
-                        *self.summary.opaque.entry(name.clone()).or_default() += 1;
-                        let (thread, site, t_ns) = head;
-                        self.place(CallRecord {
-                            seq: 0,
-                            thread,
-                            site,
-                            t_ns,
-                            dur_ns: Some(0),
-                            call: Call::Opaque { name },
-                            ret: Some(Ok(Value::Unit)),
-                        });
-                    }
-                }
-            }
-            NodeTo::InExec { exec, node, first } => self.built.set_in_exec(exec, node, first, rec),
-        }
     }
 
     /// A new buffer for the memory at `ptr`, `bytes` long: live from here.
@@ -1194,120 +1107,6 @@ impl Converter {
             self.freed.insert(ptr, b);
         }
         a
-    }
-
-    /// An upload of `data` to `dst` on `on`, as the trace spells it.
-    fn upload(&mut self, dst: u64, on: On, data: &[u8]) -> Call {
-        let dst = self.addr(dst);
-        let len = data.len() as u64;
-        let data = self.t.blobs.insert_content(data.to_vec());
-        if on.sync {
-            Call::CopyH2D { dst, data, len }
-        } else {
-            Call::CopyH2DAsync {
-                dst,
-                data,
-                len,
-                stream: self.stream(on.stream),
-            }
-        }
-    }
-
-    /// The event recorded after each value written at `addr` on stream `stream` (one per
-    /// stream and address, adopted: a replay makes it before the first call).
-    fn value_event(&mut self, stream: u64, addr: u64) -> EventId {
-        if let Some(&e) = self.value_events.get(&(stream, addr)) {
-            return e;
-        }
-        let id = EventId(self.next_event);
-        self.next_event += 1;
-        self.t.adopted.push(Adopted::Event { id });
-        self.value_events.insert((stream, addr), id);
-        id
-    }
-
-    /// The stream and event of the latest value written at `addr` that meets a wait for `value`
-    /// under `flags` (`CUstreamWaitValue_flags`' low bits: 0 greater or equal, as a wrapping
-    /// signed difference; 1 equal; 2 and; 3 nor), compared at 32 or 64 (`wide`) bits.
-    fn value_met(
-        &self,
-        addr: u64,
-        value: u64,
-        flags: u32,
-        wide: bool,
-    ) -> Option<(StreamRef, EventId)> {
-        let writes = self.value_writes.get(&addr)?;
-        let mask = if wide { u64::MAX } else { u64::from(u32::MAX) };
-        let meets = |written: &[u8]| {
-            let mut b = [0u8; 8];
-            let n = written.len().min(8);
-            b[..n].copy_from_slice(&written[..n]);
-            let (w, v) = (u64::from_le_bytes(b) & mask, value & mask);
-            match flags & 3 {
-                0 if wide => (w.wrapping_sub(v) as i64) >= 0,
-                0 => (w.wrapping_sub(v) as u32 as i32) >= 0,
-                1 => w == v,
-                2 => w & v != 0,
-                _ => !(w | v) & mask != 0,
-            }
-        };
-        writes
-            .iter()
-            .rev()
-            .find(|(_, _, data)| meets(data))
-            .map(|&(s, e, _)| (s, e))
-    }
-
-    /// The trace graph instantiating `graph` runs: its capture's, or one made now of the nodes
-    /// it was built of (where it has none yet, or its nodes changed since). None for a graph
-    /// the recording does not hold.
-    fn trace_graph(&mut self, graph: u64, head: (u16, SiteId, u64)) -> Option<GraphId> {
-        if !self.graphs.contains_key(&graph) && self.built.built(graph) {
-            self.build_graph(graph, head);
-        }
-        self.graphs.get(&graph).copied()
-    }
-
-    /// Executable `exec` runs trace graph `id` from here; the graph it ran, left with no
-    /// executable, is destroyed (placed at `head`).
-    fn rebind(&mut self, exec: u64, id: GraphId, head: (u16, SiteId, u64)) {
-        *self.exec_count.entry(id).or_default() += 1;
-        let Some(old) = self.execs.insert(exec, id) else {
-            return;
-        };
-        if !self.unused(old) {
-            return;
-        }
-        let (thread, site, t_ns) = head;
-        self.place(CallRecord {
-            seq: 0,
-            thread,
-            site,
-            t_ns,
-            dur_ns: Some(0),
-            call: Call::DestroyGraph { graph: old },
-            ret: Some(Ok(Value::Unit)),
-        });
-    }
-
-    /// One executable fewer runs trace graph `id`: whether it is now unused (and destroyed:
-    /// the caller places the call).
-    fn unused(&mut self, id: GraphId) -> bool {
-        let left = self.exec_count.entry(id).or_default();
-        *left = left.saturating_sub(1);
-        *left == 0 && self.dead.insert(id)
-    }
-
-    /// The trace graph a launch of `exec` runs: a new one, made here, when the executable
-    /// changed since its graph was made (`cuGraphExec*NodeSetParams`, `cuGraphNodeSetEnabled`).
-    fn changed_graph(&mut self, exec: u64, r: &Record<'_>) -> Option<GraphId> {
-        if let Some(work) = self.built.take_changed(exec) {
-            let head = self.head(r);
-            let id = self.build_from(work, head);
-            self.summary.graph_changes += 1;
-            self.rebind(exec, id, head);
-        }
-        self.execs.get(&exec).copied()
     }
 
     /// Managed memory the device changed, `data` at `src` as the host saw it after a context
@@ -1370,54 +1169,6 @@ impl Converter {
     /// The site of a record whose stack is `stack`.
     fn site(&mut self, stack: u32) -> SiteId {
         self.lines.site(stack).unwrap_or(SITE)
-    }
-
-    /// A graph built node by node (`handle`), as the trace says a graph: a capture of its
-    /// nodes, in the order they were added, on a stream of the graph's own, made where it is
-    /// first instantiated (`head`: the instantiating call's thread, site and time). A replay
-    /// rebuilds it as it rebuilds a captured graph.
-    fn build_graph(&mut self, handle: u64, head: (u16, SiteId, u64)) -> GraphId {
-        let work = self.built.work_of(handle);
-        let id = self.build_from(work, head);
-        self.graphs.insert(handle, id);
-        self.summary.node_graphs += 1;
-        id
-    }
-
-    /// A trace graph of `nodes`' work: a capture of it, on a stream of its own, made here.
-    fn build_from(&mut self, nodes: Vec<CallRecord>, head: (u16, SiteId, u64)) -> GraphId {
-        let stream = StreamRef::Id(self.adopted_stream());
-        let id = GraphId(self.next_graph);
-        self.next_graph += 1;
-        let (thread, site, t_ns) = head;
-        let around = |call, value| CallRecord {
-            seq: 0,
-            thread,
-            site,
-            t_ns,
-            dur_ns: Some(0),
-            call,
-            ret: Some(Ok(value)),
-        };
-        self.number(around(Call::BeginCapture { stream }, Value::Unit));
-        for mut n in nodes {
-            // Logged as if queued on stream 0: each node is the graph stream's work.
-            n.call.operands_mut(&mut |o| {
-                if let OperandMut::Stream(s, _) = o {
-                    *s = stream;
-                }
-            });
-            // A copy node writing the host writes it at each launch of the graph: a region of
-            // its own, pinned, as a captured copy to the host needs in a replay.
-            if let Call::CopyD2HAsync { len, dst, .. } = &mut n.call {
-                if matches!(dst, HostAddr::Unknown) {
-                    *dst = self.own_pinned(*len);
-                }
-            }
-            self.number(n);
-        }
-        self.number(around(Call::EndCapture { stream }, Value::Graph(id)));
-        id
     }
 
     /// Adds `rec` to the trace, numbered in order, with one exception: while a capture is open
@@ -1767,5 +1518,7 @@ fn driver_error(code: i32) -> ErrorRec {
     }
 }
 
+mod graph_calls;
+mod stream_calls;
 #[cfg(test)]
 mod tests;
