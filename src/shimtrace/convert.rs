@@ -1064,24 +1064,31 @@ impl Converter {
             self.node_work(to, rec);
             return;
         }
-        let (thread, site, t_ns) = (rec.thread, rec.site, rec.t_ns);
+        let head = (rec.thread, rec.site, rec.t_ns);
         self.place(rec);
         // The node a captured call became (`CapturedNode`, next) is the call's, not these'.
         let last = self.last_captured.get(&self.thread).copied();
         for call in std::mem::take(&mut self.after) {
-            self.place(CallRecord {
-                seq: 0,
-                thread,
-                site,
-                t_ns,
-                dur_ns: Some(0),
-                call,
-                ret: Some(Ok(Value::Unit)),
-            });
+            self.place_own(head, call);
         }
         if let Some(i) = last {
             self.last_captured.insert(self.thread, i);
         }
+    }
+
+    /// A call of the converter's own (returning nothing, at once), placed as made by `head`'s
+    /// thread at its site and time.
+    fn place_own(&mut self, head: (u16, SiteId, u64), call: Call) {
+        let (thread, site, t_ns) = head;
+        self.place(CallRecord {
+            seq: 0,
+            thread,
+            site,
+            t_ns,
+            dur_ns: Some(0),
+            call,
+            ret: Some(Ok(Value::Unit)),
+        });
     }
 
     /// The thread, site and time of record `r`, for the calls the converter makes of its own

@@ -27,16 +27,7 @@ impl Converter {
                     }
                     Err(name) => {
                         *self.summary.opaque.entry(name.clone()).or_default() += 1;
-                        let (thread, site, t_ns) = head;
-                        self.place(CallRecord {
-                            seq: 0,
-                            thread,
-                            site,
-                            t_ns,
-                            dur_ns: Some(0),
-                            call: Call::Opaque { name },
-                            ret: Some(Ok(Value::Unit)),
-                        });
+                        self.place_own(head, Call::Opaque { name });
                     }
                 }
             }
@@ -64,16 +55,7 @@ impl Converter {
         if !self.unused(old) {
             return;
         }
-        let (thread, site, t_ns) = head;
-        self.place(CallRecord {
-            seq: 0,
-            thread,
-            site,
-            t_ns,
-            dur_ns: Some(0),
-            call: Call::DestroyGraph { graph: old },
-            ret: Some(Ok(Value::Unit)),
-        });
+        self.place_own(head, Call::DestroyGraph { graph: old });
     }
 
     /// One executable fewer runs trace graph `id`: whether it is now unused (and destroyed:
