@@ -26,6 +26,24 @@ fn launch_attribute_name(id: u64) -> String {
     }
 }
 
+/// Whether `written` (a value's little-endian bytes) meets a wait for `value` under `flags`
+/// (`CUstreamWaitValue_flags`' low bits: 0 greater or equal, as a wrapping signed difference;
+/// 1 equal; 2 and; 3 nor), compared at 64 (`wide`) or 32 bits.
+pub(super) fn value_meets(written: &[u8], value: u64, flags: u32, wide: bool) -> bool {
+    let mask = if wide { u64::MAX } else { u64::from(u32::MAX) };
+    let mut b = [0u8; 8];
+    let n = written.len().min(8);
+    b[..n].copy_from_slice(&written[..n]);
+    let (w, v) = (u64::from_le_bytes(b) & mask, value & mask);
+    match flags & 3 {
+        0 if wide => (w.wrapping_sub(v) as i64) >= 0,
+        0 => (w.wrapping_sub(v) as u32 as i32) >= 0,
+        1 => w == v,
+        2 => w & v != 0,
+        _ => !(w | v) & mask != 0,
+    }
+}
+
 impl Converter {
     /// A launch's attributes beyond its cluster shape and the cooperative flag (`attrs`: id,
     /// value pairs), on `stream`, the launch `ok`: an event the launch records (a programmatic
@@ -86,8 +104,7 @@ impl Converter {
     }
 
     /// The stream and event of the latest value written at `addr` that meets a wait for `value`
-    /// under `flags` (`CUstreamWaitValue_flags`' low bits: 0 greater or equal, as a wrapping
-    /// signed difference; 1 equal; 2 and; 3 nor), compared at 32 or 64 (`wide`) bits.
+    /// under `flags` (`value_meets`).
     pub(super) fn value_met(
         &self,
         addr: u64,
@@ -96,24 +113,10 @@ impl Converter {
         wide: bool,
     ) -> Option<(StreamRef, EventId)> {
         let writes = self.value_writes.get(&addr)?;
-        let mask = if wide { u64::MAX } else { u64::from(u32::MAX) };
-        let meets = |written: &[u8]| {
-            let mut b = [0u8; 8];
-            let n = written.len().min(8);
-            b[..n].copy_from_slice(&written[..n]);
-            let (w, v) = (u64::from_le_bytes(b) & mask, value & mask);
-            match flags & 3 {
-                0 if wide => (w.wrapping_sub(v) as i64) >= 0,
-                0 => (w.wrapping_sub(v) as u32 as i32) >= 0,
-                1 => w == v,
-                2 => w & v != 0,
-                _ => !(w | v) & mask != 0,
-            }
-        };
         writes
             .iter()
             .rev()
-            .find(|(_, _, data)| meets(data))
+            .find(|(_, _, data)| value_meets(data, value, flags, wide))
             .map(|&(s, e, _)| (s, e))
     }
 }

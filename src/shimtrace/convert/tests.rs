@@ -619,3 +619,34 @@ fn an_executable_changed_in_a_way_not_followed_is_kept_by_name_until_updated() {
     );
     assert_eq!(summary.opaque.len(), 2, "{:?}", summary.opaque);
 }
+
+/// A wait for a value is met as the driver's flags say: greater or equal as a wrapping signed
+/// difference (a counter that wrapped past the value still meets it), equal, and (a bit in
+/// common), nor (a bit clear in both), at 32 or 64 bits (a 32-bit wait reads the low word).
+#[test]
+fn waits_for_a_value_are_met_as_the_driver_s_flags_say() {
+    use super::stream_calls::value_meets;
+    let w32 = |v: u32| v.to_le_bytes().to_vec();
+    assert!(value_meets(&w32(5), 5, 0, false));
+    assert!(value_meets(&w32(6), 5, 0, false));
+    assert!(!value_meets(&w32(4), 5, 0, false));
+    assert!(
+        value_meets(&w32(2), u32::MAX as u64 - 1, 0, false),
+        "wrapped past it"
+    );
+    assert!(value_meets(&w32(7), 7, 1, false) && !value_meets(&w32(7), 8, 1, false));
+    assert!(value_meets(&w32(0b0110), 0b0100, 2, false));
+    assert!(!value_meets(&w32(0b0110), 0b1001, 2, false));
+    assert!(
+        value_meets(&w32(0xffff_fffe), 0, 3, false),
+        "bit 0 clear in both"
+    );
+    assert!(!value_meets(&w32(u32::MAX), 0, 3, false));
+    let w64 = 0x1_0000_0005u64.to_le_bytes();
+    assert!(
+        value_meets(&w64, 5, 1, false),
+        "a 32-bit wait reads the low word"
+    );
+    assert!(!value_meets(&w64, 5, 1, true));
+    assert!(value_meets(&w64, 0x1_0000_0004, 0, true));
+}
