@@ -183,9 +183,9 @@ struct Converter {
     host_functions: HashMap<String, String>,
     /// Files host functions lie in -> their symbol tables (`None`: none to read), read once.
     elf_files: HashMap<String, Option<super::elf::Symbols>>,
-    captured: Vec<CallRecord>,
-    /// The graph node each call in `captured` became (0: not logged), by `CapturedNode`.
-    captured_nodes: Vec<u64>,
+    /// The calls of the open capture (numbered when it ends: `place`), each with the graph
+    /// node it became (0: not logged; `CapturedNode` names it).
+    captured: Vec<(CallRecord, u64)>,
     /// Each thread's last call in `captured`.
     last_captured: HashMap<u32, usize>,
     /// The open capture holds another (captures on two streams at once): its calls are not
@@ -271,7 +271,6 @@ impl Converter {
             host_functions: HashMap::default(),
             elf_files: HashMap::default(),
             captured: Vec::new(),
-            captured_nodes: Vec::new(),
             last_captured: HashMap::new(),
             nested_capture: false,
             ending: None,
@@ -686,7 +685,7 @@ impl Converter {
             Rec::CapturedNode { node } => {
                 self.summary.records -= 1;
                 let at = self.last_captured.get(&r.thread).copied();
-                if let Some(n) = at.and_then(|i| self.captured_nodes.get_mut(i)) {
+                if let Some((_, n)) = at.and_then(|i| self.captured.get_mut(i)) {
                     *n = node;
                 }
                 return;
@@ -1065,30 +1064,20 @@ impl Converter {
             return;
         }
         let head = (rec.thread, rec.site, rec.t_ns);
-        self.place(rec);
-        // The node a captured call became (`CapturedNode`, next) is the call's, not these'.
-        let last = self.last_captured.get(&self.thread).copied();
+        // The node a captured call became (`CapturedNode`, next) is this call's, not the
+        // converter's own calls' after it.
+        if let Some(i) = self.place(rec) {
+            self.last_captured.insert(self.thread, i);
+        }
         for call in std::mem::take(&mut self.after) {
             self.place_own(head, call);
-        }
-        if let Some(i) = last {
-            self.last_captured.insert(self.thread, i);
         }
     }
 
     /// A call of the converter's own (returning nothing, at once), placed as made by `head`'s
     /// thread at its site and time.
     fn place_own(&mut self, head: (u16, SiteId, u64), call: Call) {
-        let (thread, site, t_ns) = head;
-        self.place(CallRecord {
-            seq: 0,
-            thread,
-            site,
-            t_ns,
-            dur_ns: Some(0),
-            call,
-            ret: Some(Ok(Value::Unit)),
-        });
+        self.place(own_call(head, call, Value::Unit));
     }
 
     /// The thread, site and time of record `r`, for the calls the converter makes of its own
@@ -1183,7 +1172,8 @@ impl Converter {
     /// capturing in thread-local or relaxed mode may allocate mid-capture (PyTorch's graph
     /// pool does); a replay captures in its backend's mode, where that would invalidate the
     /// capture, and an allocation is no stream work: made earlier, it changes nothing else.
-    fn place(&mut self, rec: CallRecord) {
+    /// Where `rec` waits in `captured`, if it waits there.
+    fn place(&mut self, rec: CallRecord) -> Option<usize> {
         let opens = matches!(rec.call, Call::BeginCapture { .. })
             && rec.ret.as_ref().is_some_and(|r| r.is_ok());
         let alloc = matches!(rec.call, Call::Alloc { .. } | Call::AllocManaged { .. });
@@ -1197,36 +1187,34 @@ impl Converter {
         }
         if self.capture_depth > 0 && !alloc {
             let ends = matches!(rec.call, Call::EndCapture { .. });
-            self.last_captured.insert(self.thread, self.captured.len());
-            self.captured.push(rec);
-            self.captured_nodes.push(0);
+            self.captured.push((rec, 0));
             if ends {
                 self.capture_depth -= 1;
                 if self.capture_depth == 0 {
                     self.flush_captured();
+                    return None;
                 }
             }
-            return;
+            return Some(self.captured.len() - 1);
         }
         self.number(rec);
+        None
     }
 
-    /// The calls of a capture, numbered now (at its end, or where the log ends).
-    /// A capture that made one graph (none other open meanwhile) leaves its calls, by the
-    /// node each became, as that graph's node list (`Graphs::captured`): what new parameters
-    /// for its nodes later change.
+    /// The calls of a capture, numbered now (at its end, or where the log ends). A capture that
+    /// made one graph (none other open meanwhile) leaves its calls, by the node each became, as
+    /// that graph's node list (`Graphs::captured`): what new parameters for its nodes change.
     fn flush_captured(&mut self) {
-        let nodes = std::mem::take(&mut self.captured_nodes);
         self.last_captured.clear();
         let nested = std::mem::take(&mut self.nested_capture);
         if let (Some(graph), false) = (self.ending.take(), nested) {
-            let work = self.captured.iter().zip(&nodes).filter(|(c, _)| {
+            let work = self.captured.iter().filter(|(c, _)| {
                 !matches!(c.call, Call::BeginCapture { .. } | Call::EndCapture { .. })
             });
-            let work = work.map(|(c, &n)| (n, c.clone())).collect();
+            let work = work.map(|(c, n)| (*n, c.clone())).collect();
             self.built.captured(graph, work);
         }
-        for rec in std::mem::take(&mut self.captured) {
+        for (rec, _) in std::mem::take(&mut self.captured) {
             self.number(rec);
         }
     }
@@ -1518,6 +1506,21 @@ fn params(layout: &[(u32, u32)]) -> Vec<ParamInfo> {
 }
 
 /// A driver status as a recorded error.
+/// A call of the converter's own that returned `value` at once, as made by `head`'s thread at
+/// its site and time.
+fn own_call(head: (u16, SiteId, u64), call: Call, value: Value) -> CallRecord {
+    let (thread, site, t_ns) = head;
+    CallRecord {
+        seq: 0,
+        thread,
+        site,
+        t_ns,
+        dur_ns: Some(0),
+        call,
+        ret: Some(Ok(value)),
+    }
+}
+
 fn driver_error(code: i32) -> ErrorRec {
     ErrorRec {
         code: Some(code as u32),

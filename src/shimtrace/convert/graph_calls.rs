@@ -99,17 +99,7 @@ impl Converter {
         let stream = StreamRef::Id(self.adopted_stream());
         let id = GraphId(self.next_graph);
         self.next_graph += 1;
-        let (thread, site, t_ns) = head;
-        let around = |call, value| CallRecord {
-            seq: 0,
-            thread,
-            site,
-            t_ns,
-            dur_ns: Some(0),
-            call,
-            ret: Some(Ok(value)),
-        };
-        self.number(around(Call::BeginCapture { stream }, Value::Unit));
+        self.number(own_call(head, Call::BeginCapture { stream }, Value::Unit));
         for mut n in nodes {
             // Logged as if queued on stream 0: each node is the graph stream's work.
             n.call.operands_mut(&mut |o| {
@@ -126,7 +116,11 @@ impl Converter {
             }
             self.number(n);
         }
-        self.number(around(Call::EndCapture { stream }, Value::Graph(id)));
+        self.number(own_call(
+            head,
+            Call::EndCapture { stream },
+            Value::Graph(id),
+        ));
         id
     }
 }

@@ -7,13 +7,12 @@
 //! driver call per captured call, and none outside a capture.
 
 use core::ffi::c_void;
-use std::sync::OnceLock;
 
 use gputape_shimlog::Rec;
 
 use super::log;
-use super::record::R;
-use super::table::{index, real};
+use super::record::{R, real_at};
+use super::table::entry;
 
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
 const ACTIVE: u32 = 1;
@@ -30,16 +29,6 @@ type CaptureInfo = unsafe extern "C" fn(
     *mut usize,
 ) -> R;
 
-/// The driver's `cuStreamGetCaptureInfo_v3`, where it has one.
-fn capture_info() -> Option<CaptureInfo> {
-    static F: OnceLock<Option<usize>> = OnceLock::new();
-    let i = (*F.get_or_init(|| index("cuStreamGetCaptureInfo_v3")))?;
-    let p = real(i);
-    // SAFETY: entry point `i` is cuStreamGetCaptureInfo_v3, whose signature `CaptureInfo` is;
-    // a null pointer (the driver lacks it) is not turned into a function.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), CaptureInfo>(p) })
-}
-
 /// After a call that queued work on `stream` (as logged) and returned `r`: while a capture is
 /// open, logs the node the call became when the stream is capturing.
 pub(super) fn after_work(r: R, stream: u64) {
@@ -47,16 +36,14 @@ pub(super) fn after_work(r: R, stream: u64) {
     if r != 0 || stream <= 1 || !super::managed::capture_open() || !log::active() {
         return;
     }
-    let Some(info) = capture_info() else {
-        return;
-    };
     let (mut status, mut id, mut graph, mut n) = (0u32, 0u64, 0u64, 0usize);
     let mut deps: *const u64 = core::ptr::null();
     let mut edges: *const c_void = core::ptr::null();
-    // SAFETY: every out-pointer is a local of the type the driver writes; `stream` is the
-    // program's stream handle, valid for the call just made on it.
+    // SAFETY: entry point `cuStreamGetCaptureInfo_v3`'s signature is `CaptureInfo` (a driver
+    // without it has a stub there, which fails); every out-pointer is a local of the type the
+    // driver writes; `stream` is the program's stream handle, valid for the call just made on it.
     let r = unsafe {
-        info(
+        real_at::<CaptureInfo>(entry("cuStreamGetCaptureInfo_v3"))(
             stream,
             &mut status,
             &mut id,

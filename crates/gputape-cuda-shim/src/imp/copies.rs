@@ -557,34 +557,37 @@ pub unsafe extern "C" fn copy_with_attrs<const I: usize>(
     }
 }
 
-/// A batch of `count` generic copies (`dsts[i]` from `srcs[i]`, `sizes[i]` bytes) made on
-/// `on` with status `r`, logged as the copies it is, in the order given (the driver may run
-/// them in any order: a batch whose copies depend on each other is the program's bug). One
-/// the driver refused is logged once, as its first copy, with the status.
+/// A batch's copies: destinations, sources and sizes, `count` each.
+type Batch = (*const u64, *const u64, *const usize, usize);
+
+/// Runs a batch of generic copies on `stream` through `call` (entry point `I`), and logs
+/// `dsts[i]` from `srcs[i]`, `sizes[i]` bytes, as the copies it is, in the order given (the
+/// driver may run them in any order: a batch whose copies depend on each other is the
+/// program's bug). One the driver refused is logged once, as its first copy, with the status.
 ///
 /// # Safety
-/// The three arrays are null or `count` long, as the driver just read them; the copies' host
-/// sides as in `log_copy`.
-unsafe fn log_batch(
-    r: R,
-    dsts: *const u64,
-    srcs: *const u64,
-    sizes: *const usize,
-    count: usize,
-    on: On,
-    name: &'static str,
-) {
+/// The three arrays are null or `count` long, as `call` hands them to the driver; the copies'
+/// host sides as in `log_copy`.
+unsafe fn batch<const I: usize>(
+    (dsts, srcs, sizes, count): Batch,
+    stream: u64,
+    call: impl FnOnce() -> R,
+) -> R {
+    let on = async_on::<I>(stream);
+    super::managed::before_work(Some(on.stream));
+    let r = call();
     if dsts.is_null() || srcs.is_null() || sizes.is_null() {
-        return;
+        return r;
     }
-    let count = if r == 0 { count } else { count.min(1) };
-    for i in 0..count {
+    let logged = if r == 0 { count } else { count.min(1) };
+    for i in 0..logged {
         // SAFETY: the contract: each array holds `count` entries.
         let (dst, src, n) = unsafe { (*dsts.add(i), *srcs.add(i), *sizes.add(i)) };
         let shape = Shape::linear(unified(src), unified(dst), n as u64);
         // SAFETY: the contract.
-        unsafe { log_copy(r, &shape, on, name, None) };
+        unsafe { log_copy(r, &shape, on, name_of(I), None) };
     }
+    r
 }
 
 /// `cuMemcpyBatchAsync(_ptsz)` (CUDA 12.8): (CUdeviceptr* dsts, CUdeviceptr* srcs, size_t*
@@ -613,13 +616,13 @@ pub unsafe extern "C" fn copy_batch<const I: usize>(
         *mut usize,
         u64,
     ) -> R;
-    let on = async_on::<I>(stream);
-    super::managed::before_work(Some(on.stream));
-    // SAFETY: entry point I is cuMemcpyBatchAsync(_ptsz), whose signature F is.
-    let r = unsafe { real_at::<F>(I)(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail, stream) };
-    // SAFETY: the driver read the arrays, `count` long.
-    unsafe { log_batch(r, dsts, srcs, sizes, count, on, name_of(I)) };
-    r
+    // SAFETY: entry point I is cuMemcpyBatchAsync(_ptsz), whose signature F is; the driver
+    // reads the arrays, `count` long.
+    unsafe {
+        batch::<I>((dsts, srcs, sizes, count), stream, || {
+            real_at::<F>(I)(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail, stream)
+        })
+    }
 }
 
 /// `cuMemcpyBatchAsync_v2(_ptsz)` (CUDA 13): `cuMemcpyBatchAsync`'s arguments less the fail
@@ -645,13 +648,13 @@ pub unsafe extern "C" fn copy_batch_v2<const I: usize>(
         usize,
         u64,
     ) -> R;
-    let on = async_on::<I>(stream);
-    super::managed::before_work(Some(on.stream));
-    // SAFETY: entry point I is cuMemcpyBatchAsync_v2(_ptsz), whose signature F is.
-    let r = unsafe { real_at::<F>(I)(dsts, srcs, sizes, count, attrs, idxs, nattrs, stream) };
-    // SAFETY: the driver read the arrays, `count` long.
-    unsafe { log_batch(r, dsts, srcs, sizes, count, on, name_of(I)) };
-    r
+    // SAFETY: entry point I is cuMemcpyBatchAsync_v2(_ptsz), whose signature F is; the driver
+    // reads the arrays, `count` long.
+    unsafe {
+        batch::<I>((dsts, srcs, sizes, count), stream, || {
+            real_at::<F>(I)(dsts, srcs, sizes, count, attrs, idxs, nattrs, stream)
+        })
+    }
 }
 
 fn device(base: u64) -> Side {

@@ -182,8 +182,9 @@ extern "C" fn mark_forked() {
 /// `None` when nothing is logged.
 pub fn write(status: i32, call: Rec<'_>) -> Option<u64> {
     let (tag, family, state) = (call.tag(), call.family(), call.is_state());
-    // Work queued on a stream: while a capture is open, the node it became follows it.
+    // Work queued on a stream while a capture is open: the node it became follows it.
     let queued = match &call {
+        _ if !super::managed::capture_open() => None,
         Rec::CopyH2D { on, .. }
         | Rec::CopyD2H { on, .. }
         | Rec::CopyD2D { on, .. }

@@ -8,7 +8,7 @@ use gputape_shimlog::Rec;
 
 use super::{R, real_at};
 use crate::imp::log;
-use crate::imp::table::{index, real};
+use crate::imp::table::entry;
 
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
@@ -81,36 +81,22 @@ pub(super) unsafe extern "C" fn ipc_close_mem_handle<const I: usize>(ptr: u64) -
     r
 }
 
-/// The driver's function for entry point `name`, where it has one.
-///
-/// # Safety
-/// `F` is a function pointer type, the entry point's signature.
-unsafe fn driver<F: Copy>(name: &str) -> Option<F> {
-    let p = real(index(name)?);
-    // SAFETY: `F` is a function pointer of the entry point's signature (the contract); a null
-    // pointer (the driver lacks it) is not turned into one.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute_copy::<*mut (), F>(&p) })
-}
-
 /// The allocation holding `ptr`: its base and size (`cuMemGetAddressRange_v2`).
 fn extent(ptr: u64) -> Option<(u64, u64)> {
     type F = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> R;
-    // SAFETY: F is cuMemGetAddressRange_v2's signature: (CUdeviceptr*, size_t*, CUdeviceptr).
-    let f: F = unsafe { driver("cuMemGetAddressRange_v2") }?;
     let (mut base, mut size) = (0u64, 0usize);
-    // SAFETY: the out-pointers are locals of the types the driver writes.
-    let r = unsafe { f(&mut base, &mut size, ptr) };
+    // SAFETY: F is cuMemGetAddressRange_v2's signature: (CUdeviceptr*, size_t*, CUdeviceptr);
+    // the out-pointers are locals of the types the driver writes.
+    let r = unsafe { real_at::<F>(entry("cuMemGetAddressRange_v2"))(&mut base, &mut size, ptr) };
     (r == 0).then_some((base, size as u64))
 }
 
 /// `bytes` bytes of device memory at `src` (`cuMemcpyDtoH_v2`, which waits for the device).
 fn read(src: u64, bytes: u64) -> Option<Vec<u8>> {
     type F = unsafe extern "C" fn(*mut u8, u64, usize) -> R;
-    // SAFETY: F is cuMemcpyDtoH_v2's signature: (void*, CUdeviceptr, size_t).
-    let f: F = unsafe { driver("cuMemcpyDtoH_v2") }?;
     let mut v = vec![0u8; bytes as usize];
-    // SAFETY: `v` holds `bytes` bytes for the driver to write; `src` is the mapping the driver
-    // just made, `bytes` long.
-    let r = unsafe { f(v.as_mut_ptr(), src, v.len()) };
+    // SAFETY: F is cuMemcpyDtoH_v2's signature: (void*, CUdeviceptr, size_t); `v` holds `bytes`
+    // bytes for the driver to write; `src` is the mapping the driver just made, `bytes` long.
+    let r = unsafe { real_at::<F>(entry("cuMemcpyDtoH_v2"))(v.as_mut_ptr(), src, v.len()) };
     (r == 0).then_some(v)
 }
