@@ -2446,3 +2446,81 @@ fn memory_opened_through_an_ipc_handle_is_a_buffer_holding_its_bytes_when_opened
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// The `show --json` calls of `trace`, each as `show` writes it.
+fn call_texts(trace: &std::path::Path) -> Vec<String> {
+    show_json(trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn processes_that_shared_memory_through_an_ipc_handle_replay_together_on_one_memory() {
+    let d = support::scratch("run-ipc-fork");
+    let prog = support::ipc_fork_program(&d);
+    let trace = d.join("ipc.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("ipc child: before[40] = 41, after[40] = 238, errors 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ipc parent: back[3] = 4, back[40] = 238, child exit 0, errors 0"),
+        "{out}"
+    );
+    assert!(err.contains("gputape ranks --replay"), "{err}");
+    let mut traces: Vec<std::path::PathBuf> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("ipc.") && name.ends_with(".gtape")
+        })
+        .collect();
+    traces.sort();
+    assert_eq!(traces.len(), 2, "{traces:?}");
+    // The parent's trace is the one that filled the buffer; the child's opened it.
+    let (parent, child) = if call_texts(&traces[0])
+        .iter()
+        .any(|c| c.starts_with("memset"))
+    {
+        (traces[1].clone(), traces[0].clone())
+    } else {
+        (traces[0].clone(), traces[1].clone())
+    };
+    let child_calls = call_texts(&child);
+    assert!(
+        child_calls[0].starts_with("alloc(64)") && child_calls[1].starts_with("copy_h2d(buf0+0"),
+        "{child_calls:?}"
+    );
+    // Alone, the parent's replay has no child: its read back of what the child wrote differs.
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        parent.as_ref(),
+    ]);
+    let alone = text(&o.stdout);
+    assert_ne!(o.status.code(), Some(0), "{alone}{}", text(&o.stderr));
+    // Together, the child's buffer is the parent's: both read backs match the recording.
+    let o = gputape(&[
+        "ranks".as_ref(),
+        "--replay".as_ref(),
+        parent.as_ref(),
+        child.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("buf0 (#0) is rank 0's buf0, opened from its IPC handle"),
+        "{out}"
+    );
+    assert!(
+        out.contains("#1, the upload of what buf0 held when opened"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

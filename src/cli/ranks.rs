@@ -95,10 +95,11 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if !found.is_empty() && !a.json {
         println!("replaying the rank set together:");
     }
-    let backends = open_backends(ctx, &a, &traces)?;
-    let reports = crate::replayer::replay_ranks(
+    let (backends, spaces) = open_backends(ctx, &a, &traces)?;
+    let reports = crate::replayer::replay_ranks_sharing(
         &traces,
         &backends,
+        &spaces,
         &crate::replayer::ReplayOptions::default(),
     )?;
     let mut all = true;
@@ -174,48 +175,129 @@ fn counts(traces: &[crate::trace::Trace]) -> (usize, usize) {
     (comms, collectives)
 }
 
-/// A backend per rank, with the modules its trace embeds loaded.
+/// A backend per rank, with the modules its trace embeds loaded, and which memory each
+/// addresses (`replay_ranks_sharing`'s spaces).
 fn open_backends(
     ctx: &Ctx,
     a: &Args,
     traces: &[crate::trace::Trace],
-) -> Result<Vec<std::sync::Arc<dyn crate::backend::GpuBackend>>> {
+) -> Result<(
+    Vec<std::sync::Arc<dyn crate::backend::GpuBackend>>,
+    Vec<usize>,
+)> {
     // Each rank on the device its trace was recorded on; where two say the same one (traces
-    // from before the header said which), rank by rank in the order given.
+    // from before the header said which), rank by rank in the order given. Processes that
+    // shared memory through IPC handles shared a device with it: they keep theirs.
     let recorded: Vec<usize> = traces
         .iter()
         .map(|t| t.header.as_ref().map_or(0, |h| h.device_ordinal as usize))
         .collect();
+    let linked = linked(traces);
     let distinct = recorded
         .iter()
         .collect::<std::collections::BTreeSet<_>>()
         .len()
         == recorded.len();
-    traces
-        .iter()
-        .zip(&a.traces)
-        .enumerate()
-        .map(|(i, (t, p))| {
-            let device = if distinct { recorded[i] } else { i };
-            let want = super::backends::Want {
-                device,
-                ..super::backends::Want::replay()
-            };
-            let o = super::backends::open(ctx, a.backend, want).map_err(|e| {
-                e.context(format!(
-                    "opening device {device}'s backend for {}",
-                    p.display()
-                ))
-            })?;
-            // A backend that compiles code gets the modules the trace embeds.
-            for m in &t.modules {
-                o.load_trace_code(m).map_err(|e| {
-                    e.context(format!("loading module {} of {}", m.name, p.display()))
-                })?;
+    let devices: Vec<usize> = (0..traces.len())
+        .map(|i| {
+            if distinct || linked[i] {
+                recorded[i]
+            } else {
+                i
             }
-            Ok(o.gpu)
         })
-        .collect::<Result<Vec<_>>>()
+        .collect();
+    // Mock ranks that shared memory on one device are one mock, as they were one device
+    // (unless they joined communicators: a mock's collectives are one rank's).
+    let one_mock = |i: usize| {
+        a.backend == super::backends::Backend::Mock
+            && linked[i]
+            && traces[i].calls.iter().all(|c| {
+                !matches!(
+                    c.call,
+                    crate::trace::Call::CommInit { .. } | crate::trace::Call::Collective { .. }
+                )
+            })
+    };
+    let mut mocks: std::collections::BTreeMap<
+        usize,
+        std::sync::Arc<dyn crate::backend::GpuBackend>,
+    > = Default::default();
+    let mut spaces = Vec::with_capacity(traces.len());
+    let mut gpus = Vec::with_capacity(traces.len());
+    for (i, (t, p)) in traces.iter().zip(&a.traces).enumerate() {
+        let device = devices[i];
+        // A mock loads no code (its kernels are registered), so a shared one needs nothing more.
+        let shared = one_mock(i).then(|| mocks.get(&device).cloned()).flatten();
+        let gpu = match shared {
+            Some(gpu) => gpu,
+            None => {
+                let want = super::backends::Want {
+                    device,
+                    ..super::backends::Want::replay()
+                };
+                let o = super::backends::open(ctx, a.backend, want).map_err(|e| {
+                    e.context(format!(
+                        "opening device {device}'s backend for {}",
+                        p.display()
+                    ))
+                })?;
+                if one_mock(i) {
+                    mocks.insert(device, o.gpu.clone());
+                }
+                // A backend that compiles code gets the modules the trace embeds.
+                load_modules(&o, t, p)?;
+                o.gpu
+            }
+        };
+        // CUDA ranks on one device address its one memory; a mock rank its own unless shared.
+        spaces.push(match a.backend {
+            super::backends::Backend::Cuda => device,
+            super::backends::Backend::Mock if one_mock(i) => device,
+            super::backends::Backend::Mock => usize::MAX - i,
+        });
+        gpus.push(gpu);
+    }
+    Ok((gpus, spaces))
+}
+
+/// Which traces opened a buffer another trace of the set exported, or exported one another
+/// opened: the processes that shared memory.
+fn linked(traces: &[crate::trace::Trace]) -> Vec<bool> {
+    use crate::trace::ShareSide;
+    let handles = |t: &crate::trace::Trace, exported: bool| -> Vec<Vec<u8>> {
+        t.shared
+            .iter()
+            .filter(|(_, s)| matches!(s.side, ShareSide::Exported { .. }) == exported)
+            .map(|(_, s)| s.handle.clone())
+            .collect()
+    };
+    (0..traces.len())
+        .map(|i| {
+            traces.iter().enumerate().any(|(j, u)| {
+                j != i
+                    && (handles(&traces[i], false)
+                        .iter()
+                        .any(|h| handles(u, true).contains(h))
+                        || handles(&traces[i], true)
+                            .iter()
+                            .any(|h| handles(u, false).contains(h)))
+            })
+        })
+        .collect()
+}
+
+/// The modules trace `t` embeds, onto a backend that compiles code.
+fn load_modules(
+    o: &super::backends::Opened,
+    t: &crate::trace::Trace,
+    p: &std::path::Path,
+) -> Result<()> {
+    for m in &t.modules {
+        o.load_trace_code(m)
+            .map_err(|e| e.context(format!("loading module {} of {}", m.name, p.display())))?;
+    }
+    Ok(())
 }
 
 /// Where a dump's process was when it was dumped, side by side with the set's others: why it

@@ -245,6 +245,7 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let mut written = Vec::new();
+    let mut sharing = false;
     for (i, (_, log)) in found.iter().enumerate() {
         let converted = crate::shimtrace::read_log(log).and_then(|bytes| {
             crate::shimtrace::convert(&log.display().to_string(), &bytes, argv.clone())
@@ -270,9 +271,18 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
             summary.text(),
             dst.display()
         );
+        sharing |= !trace.shared.is_empty();
         written.push(dst);
     }
     let _ = std::fs::remove_dir(logs);
+    // Processes that shared memory replay together: each alone has only what it saw.
+    if sharing && written.len() > 1 {
+        let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "the processes shared device memory through IPC handles: replay them together with `gputape ranks --replay {}`",
+            names.join(" ")
+        );
+    }
     Ok(written)
 }
 

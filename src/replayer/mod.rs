@@ -28,6 +28,7 @@ mod report;
 mod restore;
 mod run;
 pub mod sanitizer;
+pub mod shared;
 mod state;
 mod trim;
 mod verify;
@@ -50,7 +51,7 @@ pub use minimize::{
 pub use minimize_ranks::{faulting_rank, minimize_ranks, RanksMinimized, RanksOracle};
 pub use pointers::{hidden_pointers, HiddenPointer};
 pub use policy::ReplayPolicy;
-pub use ranks::{aligned, replay_ranks, Aligned};
+pub use ranks::{aligned, replay_ranks, replay_ranks_sharing, Aligned};
 pub use report::{
     replay_json, CallTiming, Culprit, Divergence, FaultReport, ReplayReport, REPLAY_SCHEMA,
 };
@@ -189,6 +190,10 @@ pub struct ReplayOptions {
     /// Stop this process just before issuing this launch, for the debugger running it
     /// (`replay --debug --break-at N`: `debugger::stop_before`).
     pub break_before: Option<u64>,
+    /// For a trace of a set replayed together whose processes shared memory through IPC
+    /// handles: this rank's part (`shared::plan`), so that what it opened is the memory
+    /// another rank's replay exported.
+    pub share: Option<shared::RankShare>,
 }
 
 /// A replay checks its results against the recording unless told not to, as the CLI does.
@@ -205,6 +210,7 @@ impl Default for ReplayOptions {
             comms: Default::default(),
             skip: Default::default(),
             break_before: None,
+            share: None,
         }
     }
 }

@@ -16,6 +16,19 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
     backends: &[B],
     opts: &ReplayOptions,
 ) -> anyhow::Result<Vec<Result<ReplayReport, ReplayError>>> {
+    let apart: Vec<usize> = (0..traces.len()).collect();
+    replay_ranks_sharing(traces, backends, &apart, opts)
+}
+
+/// `replay_ranks`, where the ranks whose `spaces` are equal address one memory (one CUDA
+/// device, or one mock backend): a buffer one of them opened from another's IPC handle is
+/// then that rank's buffer in the replay too (`shared.rs`).
+pub fn replay_ranks_sharing<B: GpuBackend + Sync>(
+    traces: &[Trace],
+    backends: &[B],
+    spaces: &[usize],
+    opts: &ReplayOptions,
+) -> anyhow::Result<Vec<Result<ReplayReport, ReplayError>>> {
     anyhow::ensure!(
         traces.len() == backends.len() && !traces.is_empty(),
         "{} trace(s) and {} backend(s): one backend per rank's trace",
@@ -24,7 +37,20 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
     );
     let starts = aligned(traces);
     let traces: Vec<&Trace> = starts.iter().map(|s| s.trace.as_ref()).collect();
-    let unmet = unmet(&traces);
+    let mut unmet = unmet(&traces);
+    // A trace begun again at a later checkpoint is numbered afresh: its shares' places no
+    // longer hold, so only traces replayed from their beginning share.
+    let whole: Vec<&Trace> = starts
+        .iter()
+        .map(|s| match (&s.from, &s.trace) {
+            (None, std::borrow::Cow::Borrowed(t)) => *t,
+            _ => &EMPTY,
+        })
+        .collect();
+    let plan = super::shared::plan(&whole, spaces);
+    for (skip, fills) in unmet.iter_mut().zip(&plan.skip) {
+        skip.extend(fills.iter().map(|(k, v)| (*k, v.clone())));
+    }
     let mut ids: HashMap<CommUniqueId, CommUniqueId> = HashMap::new();
     for t in &traces {
         // Joined in the trace, or before it began (a flight dump's checkpoint lists those).
@@ -52,7 +78,8 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
             .iter()
             .zip(backends)
             .zip(unmet)
-            .map(|((start, b), skip)| {
+            .zip(plan.ranks.iter().zip(&plan.notes))
+            .map(|(((start, b), skip), (share, notes))| {
                 sc.spawn(move || {
                     // CUDA binds a context per thread; this rank's thread is new.
                     b.bind_to_thread().map_err(|e| ReplayError::Setup {
@@ -61,10 +88,12 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
                     })?;
                     let opts = ReplayOptions {
                         skip,
+                        share: share.clone(),
                         ..opts.clone()
                     };
                     let mut r = Replayer::new(&start.trace).run(b, &opts, None, |_| {})?;
                     r.begun_at.clone_from(&start.from);
+                    r.shared.extend(notes.iter().cloned());
                     Ok(r)
                 })
             })
@@ -81,6 +110,9 @@ pub fn replay_ranks<B: GpuBackend + Sync>(
             .collect()
     }))
 }
+
+/// What a trace that shares nothing is seen as by `shared::plan`.
+static EMPTY: std::sync::LazyLock<Trace> = std::sync::LazyLock::new(Trace::default);
 
 /// Where a trace of a rank set begins its replay.
 #[derive(Clone, Debug)]

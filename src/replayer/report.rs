@@ -196,6 +196,10 @@ pub struct ReplayReport {
     /// checkpoint of its dump (`replayer::ranks::aligned`).
     #[serde(default)]
     pub begun_at: Option<String>,
+    /// Buffers that were another rank's memory in a joint replay (opened from its IPC
+    /// handle), in words.
+    #[serde(default)]
+    pub shared: Vec<String>,
 }
 
 impl ReplayReport {
@@ -314,6 +318,9 @@ impl ReplayReport {
         if let Some(b) = &self.begun_at {
             s.push_str(&format!("{b}\n"));
         }
+        for b in &self.shared {
+            s.push_str(&format!("{b}\n"));
+        }
         if self.skipped_count > 0 {
             s.push_str(&format!(
                 "{} call(s) not replayed: {}{}\n",
@@ -408,6 +415,7 @@ pub fn replay_json(
         "skipped": e.skipped,
         "skipped_count": e.skipped_count,
         "begun_at": e.begun_at,
+        "shared": e.shared,
         "checked_nothing": graph.is_none() && e.checked_nothing(),
         "timing_ms": {
             "loops": loop_ms,

@@ -6,6 +6,7 @@
 //! `on_ok`, `on_failed` or `on_missing_error`).
 
 use super::fault::Bands;
+use super::shared::RankShare;
 use super::state::{resolve_stream, sync_all, Guard, State};
 use super::*;
 use std::ops::ControlFlow;
@@ -30,6 +31,15 @@ struct Pass<'p> {
     /// Captures open at this call: nothing may sync while one is (it would invalidate the
     /// capture), so pinning waits for the graph's launch.
     open_captures: usize,
+}
+
+/// Ends a rank's part in a joint replay when its replay ends, however it ends.
+struct Ended<'a>(&'a RankShare);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.ended();
+    }
 }
 
 /// One call on its way through a pass.
@@ -70,6 +80,8 @@ impl Replayer<'_> {
             gpu,
             st: State::new(&kernels),
         };
+        // However the replay ends, the ranks sharing memory with it stop waiting for it.
+        let _ended = opts.share.as_ref().map(Ended);
         guard.st.comm_ids = opts.comms.iter().map(|(k, v)| (*k, *v)).collect();
         for lp in 0..report.loops {
             let tr = Instant::now();
@@ -94,10 +106,24 @@ impl Replayer<'_> {
                 if opts.skip.contains_key(&c.seq) {
                     continue;
                 }
+                if let Some(sh) = &opts.share {
+                    if self.share_step(sh, &pass, &mut guard.st, c, &mut report)? {
+                        continue;
+                    }
+                }
                 let flow =
-                    self.replay_call(&mut pass, &mut guard.st, c, &mut report, &mut progress)?;
-                if flow.is_break() {
+                    self.replay_call(&mut pass, &mut guard.st, c, &mut report, &mut progress);
+                if let Some(sh) = &opts.share {
+                    sh.returned();
+                }
+                if flow?.is_break() {
                     break;
+                }
+            }
+            if let Some(sh) = &opts.share {
+                let last = self.trace.calls.last().map_or(0, |c| c.seq);
+                for (buf, slot) in sh.exports_after(last) {
+                    self.hand_over(sh, &pass, &guard.st, buf, slot, None)?;
                 }
             }
             self.end_pass(&pass, &mut guard.st, &mut report);
@@ -109,6 +135,97 @@ impl Replayer<'_> {
         report.seen = std::mem::take(&mut guard.st.seen);
         drop(guard);
         Ok(report)
+    }
+
+    /// A joint replay's part in call `c` (`shared.rs`): the buffers this rank hands over
+    /// before it, its turn by the recorded clocks, and an opened buffer's open or close,
+    /// which are another rank's memory bound or let go here rather than calls to make. True
+    /// when `c` was such an open or close: nothing more to do for it.
+    fn share_step(
+        &self,
+        sh: &RankShare,
+        p: &Pass<'_>,
+        st: &mut State,
+        c: &CallRecord,
+        report: &mut ReplayReport,
+    ) -> Result<bool, ReplayError> {
+        for &(buf, slot) in sh.exports_at(c.seq) {
+            self.hand_over(sh, p, st, buf, slot, Some(c.seq))?;
+        }
+        let stalled = |cause: String| ReplayError::Setup {
+            what: format!("call #{} of a joint replay", c.seq),
+            cause,
+        };
+        sh.turn(c.t_ns).map_err(stalled)?;
+        let opened = match (&c.call, &c.ret) {
+            (Call::Alloc { bytes }, Some(Ok(Value::Buffer(id)))) => {
+                sh.opened(*id).map(|slot| (*id, *bytes, slot))
+            }
+            _ => None,
+        };
+        if let Some((id, bytes, slot)) = opened {
+            let (ptr, have) = sh.take(slot).map_err(stalled)?;
+            let (rank, theirs) = sh.owner(slot);
+            if have < bytes {
+                return Err(stalled(format!(
+                    "{id} was opened {bytes} bytes long; rank {rank}'s {theirs} is {have}"
+                )));
+            }
+            st.bufs.insert(id, (ptr, bytes));
+            st.borrowed.insert(id);
+            report.shared.push(format!(
+                "{id} (#{}) is rank {rank}'s {theirs}, opened from its IPC handle",
+                c.seq
+            ));
+            report.calls += 1;
+            return Ok(true);
+        }
+        if let Call::Free {
+            ptr: DevAddr::Buf { buf, off: 0 },
+        } = &c.call
+        {
+            if st.borrowed.remove(buf) {
+                if let Some((ptr, _)) = st.bufs.remove(buf) {
+                    st.freed.insert(*buf, ptr);
+                }
+                report.calls += 1;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Hands this rank's buffer `buf` over to the ranks that open it (before call `at`, or
+    /// after the last): once the device finished what was queued, as the process had to
+    /// make sure before it passed the handle on (not while a capture is open: a sync would
+    /// end it).
+    fn hand_over(
+        &self,
+        sh: &RankShare,
+        p: &Pass<'_>,
+        st: &State,
+        buf: BufferId,
+        slot: usize,
+        at: Option<u64>,
+    ) -> Result<(), ReplayError> {
+        let what = || match at {
+            Some(a) => format!("sharing {buf} before call #{a}"),
+            None => format!("sharing {buf} after the last call"),
+        };
+        if p.open_captures == 0 {
+            sync_all(p.gpu, st).map_err(|e| ReplayError::Setup {
+                what: what(),
+                cause: format!("waiting for the device: {e:#}"),
+            })?;
+        }
+        let Some(&(ptr, bytes)) = st.bufs.get(&buf) else {
+            return Err(ReplayError::Setup {
+                what: what(),
+                cause: "the buffer is not live in this replay".into(),
+            });
+        };
+        sh.hand_over(slot, ptr, bytes);
+        Ok(())
     }
 
     /// The report before anything ran: what the range holds that no replay can check.

@@ -31,6 +31,7 @@ impl State {
         State {
             bufs: HashMap::default(),
             globals: HashSet::default(),
+            borrowed: HashSet::default(),
             freed: HashMap::default(),
             streams: HashMap::default(),
             legacy: 0,
@@ -56,6 +57,9 @@ pub(crate) struct State {
     pub bufs: HashMap<BufferId, (DevicePtr, u64)>,
     /// Buffers that are the loaded modules' variables (`Trace::globals`): not freed.
     pub globals: HashSet<BufferId>,
+    /// Buffers that are another rank's, opened here in a joint replay (`shared.rs`): not
+    /// freed here either.
+    pub borrowed: HashSet<BufferId>,
     /// Every buffer, stream and event the replay made, with the backend's handle for it,
     /// kept after they go: what names a backend's own log of the replay
     /// (`ReplayReport::seen`).
@@ -470,7 +474,7 @@ impl<'t> Replayer<'t> {
         }
         for (id, (p, _)) in st.bufs.drain() {
             // A module variable is the module's, not the replay's to free.
-            if !st.globals.contains(&id) {
+            if !st.globals.contains(&id) && !st.borrowed.contains(&id) {
                 let _ = gpu.free(p);
             }
         }

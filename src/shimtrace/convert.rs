@@ -21,9 +21,9 @@ use crate::backend::{
 use crate::recorder::Addrs;
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
-    HostAddr, HostId, KernelId, LaunchHead, OperandMut, Provenance, SiteDef, SiteId, StreamId,
-    StreamRef, TensorMapArg, Trace, TraceHeader, Value, WordsArg, FORMAT_VERSION,
-    MIN_READER_VERSION, TOOL_SITE,
+    HostAddr, HostId, KernelId, LaunchHead, OperandMut, Provenance, ShareSide, SharedBuffer,
+    SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace, TraceHeader, Value, WordsArg,
+    FORMAT_VERSION, MIN_READER_VERSION, TOOL_SITE,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -137,6 +137,9 @@ struct Converter {
     /// Calls the converter makes of its own just after the record being converted (an event a
     /// launch attribute records, or recorded after a value written on a stream).
     after: Vec<Call>,
+    /// The buffer an `IpcImport` just made, its handle, and whether its bytes were read (and
+    /// so uploaded by a call of the converter's own): a `Frame::Shared` once numbered.
+    opened: Option<(BufferId, Vec<u8>, bool)>,
     /// Values written on streams (`cuStreamWriteValue*`), by address: the stream, the event
     /// recorded just after, the bytes written.
     value_writes: HashMap<u64, Vec<(StreamRef, EventId, Vec<u8>)>>,
@@ -248,6 +251,7 @@ impl Converter {
             cooperative: HashSet::new(),
             launch_attrs: HashMap::new(),
             after: Vec::new(),
+            opened: None,
             value_writes: HashMap::new(),
             value_events: HashMap::new(),
             kernels: HashMap::new(),
@@ -377,20 +381,38 @@ impl Converter {
                 let id = self.new_buffer(ptr, bytes);
                 (Call::AllocManaged { bytes }, Ok(Value::Buffer(id)))
             }
-            // Memory this process shares with others: nothing to do here (the process that
-            // opens it records its own view).
-            Rec::IpcExport { .. } => {
+            // Memory this process shares with others: no call (the process that opens it
+            // records its own view), but the buffer and its handle, for a joint replay.
+            Rec::IpcExport { ptr, handle } => {
                 self.summary.records -= 1;
                 self.summary.ipc_exported += 1;
+                if let (true, DevAddr::Buf { buf, .. }) = (ok, self.addr(ptr)) {
+                    let share = SharedBuffer {
+                        handle: handle.to_vec(),
+                        side: ShareSide::Exported { at: self.seq },
+                    };
+                    self.t.shared.push((buf, share));
+                }
+                return;
+            }
+            Rec::WallClock { wall_ns } => {
+                self.summary.records -= 1;
+                if self.t.clock_epoch_ns.is_none() {
+                    self.t.clock_epoch_ns = Some(wall_ns.saturating_sub(r.t_ns));
+                }
                 return;
             }
             // Another process's allocation, opened here: a buffer of the trace's own, its
             // bytes as they were when opened copied in (the tool's call, not the program's).
             Rec::IpcImport {
-                ptr, bytes, data, ..
+                ptr,
+                bytes,
+                data,
+                handle,
             } => {
                 self.summary.ipc_imported += 1;
                 let id = self.new_buffer(ptr, bytes);
+                self.opened = Some((id, handle.to_vec(), !data.is_empty()));
                 if !data.is_empty() {
                     let len = data.len() as u64;
                     let blob = self.t.blobs.insert_content(data.to_vec());
@@ -1071,6 +1093,12 @@ impl Converter {
         }
         for call in std::mem::take(&mut self.after) {
             self.place_own(head, call);
+        }
+        // An opened buffer's upload, numbered just now (unless a capture holds it).
+        if let Some((buf, handle, filled)) = self.opened.take() {
+            let fill = (filled && self.capture_depth == 0).then(|| self.seq - 1);
+            let side = ShareSide::Opened { fill };
+            self.t.shared.push((buf, SharedBuffer { handle, side }));
         }
     }
 

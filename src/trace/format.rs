@@ -165,7 +165,8 @@ impl FrameClass {
             | Frame::Stack { .. }
             | Frame::Global { .. }
             | Frame::KernelCluster { .. }
-            | Frame::KernelCooperative { .. } => FrameClass::Definition,
+            | Frame::KernelCooperative { .. }
+            | Frame::Shared { .. } => FrameClass::Definition,
             Frame::Initial { .. } | Frame::Adopt(_) | Frame::Address { .. } => {
                 FrameClass::Checkpoint
             }

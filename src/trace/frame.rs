@@ -21,11 +21,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). 13 added
 /// `Finding::Sanitizer` (what `minimize --sanitize` kept). 14 added `Frame::KernelCooperative`
 /// (a kernel launched cooperatively). 15 added `Call::HostFunc` (a host
-/// function queued on a stream). A format-2 to 14 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 15;
-/// The oldest reader that can read what this build writes: a format-14 reader does not know
-/// `Call::HostFunc` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 15;
+/// function queued on a stream). 16 added `Frame::Shared` (a buffer shared with another
+/// process through an IPC handle). A format-2 to 15 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 16;
+/// The oldest reader that can read what this build writes: a format-15 reader does not know
+/// `Frame::Shared` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 16;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -445,6 +446,49 @@ pub enum Frame {
     KernelCooperative {
         /// The kernel, named by an earlier `Frame::Kernel`.
         id: KernelId,
+    },
+    /// Buffer `buf` is memory shared between processes through a CUDA IPC handle (format 16:
+    /// a driver-level recording's `cuIpcGetMemHandle` or `cuIpcOpenMemHandle`). A trace
+    /// replayed alone needs none of it (an opened buffer is made and filled with the bytes
+    /// seen when it was opened); a joint replay of the processes' traces (`gputape ranks
+    /// --replay`) pairs each opened buffer with the buffer another trace exported under the
+    /// same handle, so that both replays use one piece of memory, as the processes did.
+    Shared {
+        /// The buffer the calls name.
+        buf: BufferId,
+        /// Its handle, and which side of the sharing this process was.
+        share: SharedBuffer,
+    },
+}
+
+/// A buffer shared between processes (`Frame::Shared`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedBuffer {
+    /// The driver's handle (at most `IPC_HANDLE_BYTES`): what pairs the exporting process's
+    /// buffer with the buffers other processes opened from it.
+    pub handle: Vec<u8>,
+    /// Which side of the sharing this process was.
+    pub side: ShareSide,
+}
+
+/// The most bytes an IPC handle has (`CUipcMemHandle` is 64): a longer one is a damaged file.
+pub const IPC_HANDLE_BYTES: usize = 64;
+
+/// Which side of a sharing a process was (`SharedBuffer::side`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShareSide {
+    /// This process shared its buffer: the handle was taken after the calls numbered below
+    /// `at` and before call `at`. A joint replay hands the buffer to its openers there.
+    Exported {
+        /// The first call after the handle was taken.
+        at: u64,
+    },
+    /// This process opened another's buffer: the `Alloc` that makes `buf` stands for the
+    /// open, and `fill` (when the bytes were read) is the upload of what it held then, which
+    /// a joint replay leaves out (the exporter's replay makes those bytes).
+    Opened {
+        /// The upload's call number.
+        fill: Option<u64>,
     },
 }
 

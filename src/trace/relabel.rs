@@ -48,6 +48,7 @@ pub fn each_blob_mut(frame: &mut Frame, f: &mut dyn FnMut(&mut BlobId)) {
         | Frame::Stack { .. }
         | Frame::Global { .. }
         | Frame::KernelCluster { .. }
-        | Frame::KernelCooperative { .. } => {}
+        | Frame::KernelCooperative { .. }
+        | Frame::Shared { .. } => {}
     }
 }

@@ -123,6 +123,12 @@ impl Trace {
                 w.write(&Frame::KernelCooperative { id: *id })?;
             }
         }
+        for (buf, share) in &self.shared {
+            w.write(&Frame::Shared {
+                buf: *buf,
+                share: share.clone(),
+            })?;
+        }
         for a in &self.adopted {
             w.write(&Frame::Adopt(a.clone()))?;
         }

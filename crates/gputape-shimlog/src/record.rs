@@ -454,4 +454,8 @@ records! {
     }
     /// `cuIpcCloseMemHandle`: the shared allocation at `ptr` is no longer mapped here.
     64 IpcClose "cuIpcCloseMemHandle" state { ptr: u64 = u64("device address") }
+    /// The wall clock (nanoseconds since the Unix epoch) when this record was written: with the
+    /// record's own time it says when the log's time 0 was, so that the logs of processes that
+    /// shared memory can be laid on one clock (a joint replay orders their calls by it).
+    65 WallClock "(recording clock)" state { wall_ns: u64 = u64("wall clock") }
 }

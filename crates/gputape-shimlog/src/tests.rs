@@ -286,6 +286,9 @@ fn later_samples() -> Vec<Rec<'static>> {
             data: &[1, 2, 3, 4],
         },
         Rec::IpcClose { ptr: 0x9000 },
+        Rec::WallClock {
+            wall_ns: 1_796_000_000_000_000_000,
+        },
     ]
 }
 
@@ -325,7 +328,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=64).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=65).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

@@ -443,6 +443,36 @@ fn reopen(g: &mut Option<Log>) -> Option<()> {
 }
 
 fn open(pid: u32) -> Option<Log> {
+    let mut log = open_log(pid)?;
+    note_wall_clock(&mut log);
+    Some(log)
+}
+
+/// The log's first record: the wall clock as the log's own clock starts, so that a reader
+/// can lay this process's calls beside another's (a process forked later starts a log, and
+/// a clock, of its own).
+fn note_wall_clock(log: &mut Log) {
+    let Ok(wall) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
+        return;
+    };
+    let rec = Record {
+        t_ns: log.clock.now_ns(),
+        thread: 0,
+        status: 0,
+        stack: NO_STACK,
+        call: Rec::WallClock {
+            wall_ns: wall.as_nanos() as u64,
+        },
+    };
+    let index = log.records;
+    log.records += 1;
+    match &mut log.ring {
+        Some(ring) => ring.push(index, &rec),
+        None => gputape_shimlog::encode(&rec, &mut log.buf),
+    }
+}
+
+fn open_log(pid: u32) -> Option<Log> {
     super::selftime::init();
     let header = gputape_shimlog::header(Header {
         pid,

@@ -176,6 +176,12 @@ pub fn ipc_program(dir: &Path) -> PathBuf {
     link_program(dir, "ipc", include_str!("c/ipc.c"))
 }
 
+/// `c/ipc_fork.c` compiled into `dir`, linked like `cooperative_program`: a parent and the
+/// child it forks sharing an allocation through an IPC handle.
+pub fn ipc_fork_program(dir: &Path) -> PathBuf {
+    link_program(dir, "ipc_fork", include_str!("c/ipc_fork.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -34,11 +35,18 @@ API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
 API CUresult cuCtxSetCurrent(void *ctx) { return ctx == (void *)0xc7c7 || !ctx ? 0 : 201; }
 
 /* Device memory: an arena at BASE. An allocation of n bytes starts n bytes past the cursor, so
- * the first answer is BASE + n, which the forwarding test checks. */
+ * the first answer is BASE + n, which the forwarding test checks. The arena is mapped shared,
+ * so that a child this process forks sees the same bytes, as processes on one GPU see its one
+ * memory (what a handle opened across a fork needs); each process keeps its own cursor. */
 #define BASE 0xfa0000000000ull
 #define ARENA (8u << 20)
-static unsigned char arena[ARENA];
+static unsigned char *arena;
 static size_t cursor;
+__attribute__((constructor)) static void map_arena(void) {
+    void *m = mmap(NULL, ARENA, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) abort();
+    arena = m;
+}
 
 /* Managed memory: host memory whose address is also the device's, as unified memory is. */
 static unsigned char managed[1 << 16];

@@ -1,0 +1,450 @@
+//! Memory that processes shared through CUDA IPC handles, replayed together (`replay_ranks`):
+//! each buffer a trace opened is the buffer another trace of the set exported under the same
+//! handle, not a copy of what it held when opened. Both replays then use one piece of memory,
+//! as the processes did, so what one writes the other reads.
+//!
+//! That needs the two replays to address one memory: ranks on one CUDA device (one primary
+//! context, so one address space), or one mock backend. The caller says which ranks do
+//! (`spaces`); a handle opened in another space is replayed as when alone, with a note.
+//!
+//! The processes ordered their use of the memory themselves (a pipe, a socket, a barrier),
+//! which no trace holds. Their calls' wall times do (`Trace::clock_epoch_ns`): while every
+//! rank that shares has a clock, a rank issues a call only once each other rank has
+//! returned from every call it began earlier. A rank that has been inside one call for
+//! `STUCK` (a sync waiting for work another rank queues later, say) is passed over, or the
+//! two would wait for each other. Without clocks only the handing over is ordered: an
+//! opener waits until the exporter's replay reaches the place it took the handle.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::backend::DevicePtr;
+use crate::trace::{BufferId, ShareSide, Trace};
+
+/// How long a rank waits for another rank's turn or buffer before its replay fails.
+const PATIENCE: Duration = Duration::from_secs(120);
+/// A rank inside one call this long is taken to wait on something another rank does later.
+const STUCK: Duration = Duration::from_millis(2000);
+
+/// What the ranks of one joint replay share: the exported buffers, and where each rank is.
+#[derive(Default)]
+pub struct Sharing {
+    board: Mutex<Board>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Board {
+    /// Each exported buffer, by slot: its exporter's rank and buffer, and its place in the
+    /// exporter's replay once handed over.
+    slots: Vec<Slot>,
+    /// Each rank's place, by rank.
+    places: Vec<Place>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    rank: usize,
+    buf: BufferId,
+    state: SlotState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    Waiting,
+    Ready(DevicePtr, u64),
+    /// The exporter's replay ended (or failed) without handing it over.
+    Gone,
+}
+
+/// Where a rank's replay is: the wall time of the next call it will issue (`u64::MAX` once
+/// ended, `None` for a rank without a clock), and since when it is inside a call.
+#[derive(Clone, Copy, Debug, Default)]
+struct Place {
+    next: Option<u64>,
+    inside: Option<Instant>,
+}
+
+/// One rank's part in a joint replay (`ReplayOptions::share`).
+#[derive(Clone)]
+pub struct RankShare {
+    sharing: Arc<Sharing>,
+    rank: usize,
+    /// Buffers this rank hands over before the call of each number: (buffer, slot).
+    exports: BTreeMap<u64, Vec<(BufferId, usize)>>,
+    /// Buffers this rank opens, with their slot.
+    opens: HashMap<BufferId, usize>,
+    /// The wall time of the trace's time 0, when every sharing rank has a clock.
+    epoch: Option<u64>,
+}
+
+impl std::fmt::Debug for RankShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RankShare")
+            .field("rank", &self.rank)
+            .field("exports", &self.exports)
+            .field("opens", &self.opens)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+/// A joint replay's sharing, worked out before it begins.
+#[derive(Debug, Default)]
+pub struct SharePlan {
+    /// Each rank's part (`None`: it shares nothing with the others).
+    pub ranks: Vec<Option<RankShare>>,
+    /// Calls each rank leaves out, with why: the uploads of what an opened buffer held when
+    /// opened, which the exporter's replay makes.
+    pub skip: Vec<BTreeMap<u64, String>>,
+    /// What could not be paired, and why, by rank.
+    pub notes: Vec<Vec<String>>,
+}
+
+impl std::fmt::Debug for Sharing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sharing")
+    }
+}
+
+/// Pairs every buffer a trace opened with the buffer another trace exported under the same
+/// handle, where both ranks address one memory (`spaces[i] == spaces[j]`).
+pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
+    let n = traces.len();
+    let mut out = SharePlan {
+        ranks: vec![None; n],
+        skip: vec![BTreeMap::new(); n],
+        notes: vec![Vec::new(); n],
+    };
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut exports: Vec<BTreeMap<u64, Vec<(BufferId, usize)>>> = vec![BTreeMap::new(); n];
+    let mut opens: Vec<HashMap<BufferId, usize>> = vec![HashMap::new(); n];
+    for (i, t) in traces.iter().enumerate() {
+        for (buf, share) in &t.shared {
+            let ShareSide::Opened { fill } = share.side else {
+                continue;
+            };
+            let exporter = traces.iter().enumerate().find_map(|(j, u)| {
+                (j != i)
+                    .then(|| {
+                        u.shared.iter().find_map(|(b, s)| match s.side {
+                            ShareSide::Exported { at } if s.handle == share.handle => {
+                                Some((j, *b, at))
+                            }
+                            _ => None,
+                        })
+                    })
+                    .flatten()
+            });
+            let Some((j, ebuf, at)) = exporter else {
+                out.notes[i].push(format!(
+                    "{buf} was opened from an IPC handle no trace of the set exported: replayed with the bytes it held when opened"
+                ));
+                continue;
+            };
+            if spaces.get(i) != spaces.get(j) {
+                out.notes[i].push(format!(
+                    "{buf} is rank {j}'s {ebuf}, which this replay keeps in another memory (another device, or a mock of its own): replayed with the bytes it held when opened"
+                ));
+                continue;
+            }
+            let slot = match slots.iter().position(|s| s.rank == j && s.buf == ebuf) {
+                Some(s) => s,
+                None => {
+                    slots.push(Slot {
+                        rank: j,
+                        buf: ebuf,
+                        state: SlotState::Waiting,
+                    });
+                    exports[j]
+                        .entry(at)
+                        .or_default()
+                        .push((ebuf, slots.len() - 1));
+                    slots.len() - 1
+                }
+            };
+            opens[i].insert(*buf, slot);
+            if let Some(f) = fill {
+                out.skip[i].insert(
+                    f,
+                    format!("#{f}, the upload of what {buf} held when opened (rank {j}'s replay makes those bytes)"),
+                );
+            }
+        }
+    }
+    let sharing_ranks: Vec<usize> = (0..n)
+        .filter(|&i| !exports[i].is_empty() || !opens[i].is_empty())
+        .collect();
+    if sharing_ranks.is_empty() {
+        return out;
+    }
+    let clocked = sharing_ranks
+        .iter()
+        .all(|&i| traces[i].clock_epoch_ns.is_some());
+    let sharing = Arc::new(Sharing {
+        board: Mutex::new(Board {
+            places: (0..n)
+                .map(|i| Place {
+                    next: (clocked && sharing_ranks.contains(&i)).then_some(0),
+                    inside: None,
+                })
+                .collect(),
+            slots,
+        }),
+        changed: Condvar::new(),
+    });
+    for &i in &sharing_ranks {
+        out.ranks[i] = Some(RankShare {
+            sharing: sharing.clone(),
+            rank: i,
+            exports: std::mem::take(&mut exports[i]),
+            opens: std::mem::take(&mut opens[i]),
+            epoch: traces[i].clock_epoch_ns.filter(|_| clocked),
+        });
+    }
+    out
+}
+
+/// Why a rank could not go on sharing: said as the replay's error.
+pub type Stalled = String;
+
+impl RankShare {
+    fn board(&self) -> MutexGuard<'_, Board> {
+        self.sharing.board.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot of `buf` when this rank opens it.
+    pub fn opened(&self, buf: BufferId) -> Option<usize> {
+        self.opens.get(&buf).copied()
+    }
+
+    /// Whose buffer `slot` is: the exporting rank and its buffer.
+    pub fn owner(&self, slot: usize) -> (usize, BufferId) {
+        self.board()
+            .slots
+            .get(slot)
+            .map_or((usize::MAX, BufferId(0)), |s| (s.rank, s.buf))
+    }
+
+    /// The buffers this rank hands over before call `seq`.
+    pub fn exports_at(&self, seq: u64) -> &[(BufferId, usize)] {
+        self.exports.get(&seq).map_or(&[], Vec::as_slice)
+    }
+
+    /// Buffers handed over after the last call (the handle taken at the trace's end).
+    pub fn exports_after(&self, last: u64) -> Vec<(BufferId, usize)> {
+        self.exports
+            .range(last.saturating_add(1)..)
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect()
+    }
+
+    /// Hands `slot`'s buffer over: it is at `ptr`, `bytes` long, in this rank's replay.
+    pub fn hand_over(&self, slot: usize, ptr: DevicePtr, bytes: u64) {
+        if let Some(s) = self.board().slots.get_mut(slot) {
+            s.state = SlotState::Ready(ptr, bytes);
+        }
+        self.sharing.changed.notify_all();
+    }
+
+    /// Waits until `slot`'s exporter has handed its buffer over: where it is, or why not.
+    pub fn take(&self, slot: usize) -> Result<(DevicePtr, u64), Stalled> {
+        let deadline = Instant::now() + PATIENCE;
+        let mut b = self.board();
+        loop {
+            let Some(s) = b.slots.get(slot).copied() else {
+                return Err(format!("no shared buffer {slot}"));
+            };
+            match s.state {
+                SlotState::Ready(p, n) => return Ok((p, n)),
+                SlotState::Gone => {
+                    return Err(format!(
+                        "rank {}'s replay ended before it reached the place its {} was shared",
+                        s.rank, s.buf
+                    ))
+                }
+                SlotState::Waiting => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "waited {PATIENCE:?} for rank {}'s replay to share its {}",
+                    s.rank, s.buf
+                ));
+            }
+            b = self
+                .sharing
+                .changed
+                .wait_timeout(b, left.min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Before issuing a call recorded at `t_ns`: waits until every other rank with a clock
+    /// has returned from each call it began before then (or sat inside one for `STUCK`), then
+    /// marks this rank inside the call.
+    pub fn turn(&self, t_ns: u64) -> Result<(), Stalled> {
+        let Some(epoch) = self.epoch else {
+            return Ok(());
+        };
+        let at = epoch.saturating_add(t_ns);
+        let deadline = Instant::now() + PATIENCE;
+        let mut b = self.board();
+        if let Some(p) = b.places.get_mut(self.rank) {
+            p.next = Some(at);
+        }
+        self.sharing.changed.notify_all();
+        loop {
+            let now = Instant::now();
+            let behind = b.places.iter().enumerate().find(|(r, p)| {
+                let earlier = match p.next {
+                    Some(n) => n < at || (n == at && *r < self.rank),
+                    None => false,
+                };
+                *r != self.rank
+                    && earlier
+                    && !p
+                        .inside
+                        .is_some_and(|since| now.duration_since(since) >= STUCK)
+            });
+            let Some((r, _)) = behind else {
+                break;
+            };
+            let left = deadline.saturating_duration_since(now);
+            if left.is_zero() {
+                return Err(format!(
+                    "waited {PATIENCE:?} for rank {r}'s replay to reach this call's recorded time"
+                ));
+            }
+            b = self
+                .sharing
+                .changed
+                .wait_timeout(b, left.min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if let Some(p) = b.places.get_mut(self.rank) {
+            p.inside = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// After a call returned: this rank is between calls again.
+    pub fn returned(&self) {
+        if self.epoch.is_none() {
+            return;
+        }
+        if let Some(p) = self.board().places.get_mut(self.rank) {
+            p.inside = None;
+        }
+        self.sharing.changed.notify_all();
+    }
+
+    /// This rank's replay is over (done or failed): nobody waits for it any more, and what
+    /// it never handed over is gone.
+    pub fn ended(&self) {
+        {
+            let mut b = self.board();
+            if let Some(p) = b.places.get_mut(self.rank) {
+                p.next = p.next.map(|_| u64::MAX);
+                p.inside = None;
+            }
+            for s in b.slots.iter_mut() {
+                if s.rank == self.rank && s.state == SlotState::Waiting {
+                    s.state = SlotState::Gone;
+                }
+            }
+        }
+        self.sharing.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::SharedBuffer;
+
+    fn trace(epoch: Option<u64>, shared: Vec<(u64, ShareSide)>) -> Trace {
+        Trace {
+            clock_epoch_ns: epoch,
+            shared: shared
+                .into_iter()
+                .map(|(b, side)| {
+                    (
+                        BufferId(b),
+                        SharedBuffer {
+                            handle: vec![7; 64],
+                            side,
+                        },
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_opened_buffer_pairs_with_the_export_of_its_handle_in_one_space_only() {
+        let exporter = trace(Some(0), vec![(1, ShareSide::Exported { at: 3 })]);
+        let opener = trace(Some(5), vec![(4, ShareSide::Opened { fill: Some(2) })]);
+        let p = plan(&[&exporter, &opener], &[0, 0]);
+        let (e, o) = (p.ranks[0].as_ref().unwrap(), p.ranks[1].as_ref().unwrap());
+        assert_eq!(e.exports_at(3), &[(BufferId(1), 0)]);
+        assert_eq!(o.opened(BufferId(4)), Some(0));
+        assert_eq!(p.skip[1].keys().copied().collect::<Vec<_>>(), [2]);
+        // Another device: nothing paired, the upload kept, and why said.
+        let p = plan(&[&exporter, &opener], &[0, 1]);
+        assert!(p.ranks.iter().all(Option::is_none));
+        assert!(p.skip[1].is_empty());
+        assert!(p.notes[1][0].contains("another memory"), "{:?}", p.notes);
+    }
+
+    #[test]
+    fn an_opener_waits_for_the_hand_over_and_hears_when_the_exporter_ended_without_it() {
+        let exporter = trace(None, vec![(1, ShareSide::Exported { at: 3 })]);
+        let opener = trace(None, vec![(4, ShareSide::Opened { fill: None })]);
+        let p = plan(&[&exporter, &opener], &[0, 0]);
+        let (e, o) = (p.ranks[0].clone().unwrap(), p.ranks[1].clone().unwrap());
+        let got = std::thread::scope(|s| {
+            let h = s.spawn(|| o.take(0));
+            e.hand_over(0, DevicePtr(0x1000), 64);
+            h.join().unwrap()
+        });
+        assert_eq!(got, Ok((DevicePtr(0x1000), 64)));
+        let p = plan(&[&exporter, &opener], &[0, 0]);
+        let (e, o) = (p.ranks[0].clone().unwrap(), p.ranks[1].clone().unwrap());
+        e.ended();
+        assert!(o.take(0).unwrap_err().contains("ended before"));
+    }
+
+    #[test]
+    fn a_rank_issues_a_call_only_after_the_others_returned_from_their_earlier_ones() {
+        // Rank 0's clock began at 100, rank 1's at 0: rank 0's call at t 50 is at wall 150.
+        let exporter = trace(Some(100), vec![(1, ShareSide::Exported { at: 0 })]);
+        let opener = trace(Some(0), vec![(4, ShareSide::Opened { fill: None })]);
+        let p = plan(&[&exporter, &opener], &[0, 0]);
+        let (e, o) = (p.ranks[0].clone().unwrap(), p.ranks[1].clone().unwrap());
+        let order = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            // Rank 1's call at wall 200 waits for rank 0's at 150 to return.
+            let h = s.spawn(|| {
+                o.turn(200).unwrap();
+                order.lock().unwrap().push("rank 1 at 200");
+                o.returned();
+                o.ended();
+            });
+            // Rank 1 is waiting (its place says 200) before rank 0 goes.
+            while o.board().places[1].next != Some(200) {
+                std::thread::yield_now();
+            }
+            e.turn(50).unwrap();
+            order.lock().unwrap().push("rank 0 at 150");
+            e.returned();
+            e.ended();
+            h.join().unwrap();
+        });
+        assert_eq!(*order.lock().unwrap(), ["rank 0 at 150", "rank 1 at 200"]);
+    }
+}
