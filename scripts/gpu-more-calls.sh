@@ -64,12 +64,17 @@ timeout 300 nvcc -O2 -arch=sm_90 -o "$OUT/ipc/ipc" scripts/cuda/ipc.cu >"$OUT/ip
 echo "nvcc exit $?"; tail -3 "$OUT/ipc/nvcc.log"
 timeout 60 "$OUT/ipc/ipc"; echo "plain exit $?"
 timeout 120 "$G" run -o "$OUT/ipc/ipc.gtape" -- "$OUT/ipc/ipc" >"$OUT/ipc/run.log" 2>&1
-echo "run -o exit $?"; grep -E '^ipc|recorded process' "$OUT/ipc/run.log" | cut -c1-500
+echo "run -o exit $?"; grep -E '^ipc|recorded |replay them together' "$OUT/ipc/run.log" | cut -c1-500
 for t in "$OUT"/ipc/ipc*.gtape; do
-    echo "--- $t"
+    echo "--- $t alone"
     timeout 60 "$G" show "$t" 2>&1 | grep -E '^#' | cut -c1-160 | head -14
     timeout 120 "$G" replay --on cuda "$t" 2>&1 | grep -v WARN | head -4
 done
+echo "--- the two together (ranks --replay --backend cuda)"
+timeout 200 "$G" ranks --replay --backend cuda "$OUT"/ipc/ipc*.gtape 2>&1 | grep -v WARN | head -20
+echo "ranks exit ${PIPESTATUS[0]}"
+echo "--- the two together on the mock"
+timeout 200 "$G" ranks --replay "$OUT"/ipc/ipc*.gtape 2>&1 | grep -v WARN | head -20
 echo "################ PyTorch: pinned staging memory"
 cat >"$OUT/pinned.py" <<'PY'
 import torch

@@ -2,8 +2,10 @@
 // program makes), for `scripts/gpu-more-calls.sh`: the parent allocates `x`, fills it, waits
 // for the device and sends its handle (cudaIpcGetMemHandle) down a pipe; the child (forked
 // before either touches CUDA) opens it (cudaIpcOpenMemHandle), `scale` reads it into memory
-// of its own, the child reads that back and checks it, closes the handle and tells the parent.
-// Exits 0 when the child's check holds, 1 otherwise, 2 when an API call failed.
+// of its own, `bump` adds 100 to every element of the parent's `x`, the child reads its own
+// memory back and checks it, closes the handle and tells the parent, which reads `x` back and
+// checks the child's bump (what only a replay of the two processes together reproduces).
+// Exits 0 when both checks hold, 1 otherwise, 2 when an API call failed.
 #include <cstdio>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +14,11 @@
 __global__ void scale(const float *x, float *y, int n, float by) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] * by;
+}
+
+__global__ void bump(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 100.f;
 }
 
 static int check(cudaError_t e, const char *who, const char *what) {
@@ -34,6 +41,7 @@ static int child(int from_parent, int to_parent) {
         check(cudaMalloc(&y, N * sizeof(float)), "child", "cudaMalloc"))
         return 2;
     scale<<<(N + 255) / 256, 256>>>(x, y, N, 3.f);
+    bump<<<(N + 255) / 256, 256>>>(x, N);
     if (check(cudaGetLastError(), "child", "scale") ||
         check(cudaMemcpy(got, y, N * sizeof(float), cudaMemcpyDeviceToHost), "child", "read") ||
         check(cudaIpcCloseMemHandle(x), "child", "cudaIpcCloseMemHandle"))
@@ -65,7 +73,12 @@ int main() {
     if (read(up[0], &done, 1) != 1) done = 2;
     int status = 0;
     waitpid(pid, &status, 0);
-    if (check(cudaFree(x), "parent", "cudaFree")) return 2;
-    printf("ipc parent: child said %d, exit %d\n", done, WEXITSTATUS(status));
-    return done == 0 && WEXITSTATUS(status) == 0 ? 0 : 1;
+    if (check(cudaMemcpy(got, x, N * sizeof(float), cudaMemcpyDeviceToHost), "parent", "read") ||
+        check(cudaFree(x), "parent", "cudaFree"))
+        return 2;
+    int wrong = 0;
+    for (int i = 0; i < N; i++) wrong += got[i] != (float)(i % 29) + 100.f;
+    printf("ipc parent: child said %d, exit %d; x[7] = %g (want %g), %d wrong\n", done,
+           WEXITSTATUS(status), got[7], 107.f, wrong);
+    return done == 0 && WEXITSTATUS(status) == 0 && wrong == 0 ? 0 : 1;
 }

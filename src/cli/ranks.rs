@@ -100,7 +100,12 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
         &traces,
         &backends,
         &spaces,
-        &crate::replayer::ReplayOptions::default(),
+        &crate::replayer::ReplayOptions {
+            // Compiled GPU code on mock ranks: its launches skipped and said, as `replay --on
+            // mock` does.
+            opaque_kernels: a.backend == super::backends::Backend::Mock,
+            ..Default::default()
+        },
     )?;
     let mut all = true;
     let mut replays = Vec::new();
@@ -293,7 +298,12 @@ fn load_modules(
     t: &crate::trace::Trace,
     p: &std::path::Path,
 ) -> Result<()> {
-    for m in &t.modules {
+    // Modules that are binary images are loaded by each replay, as images.
+    for m in t
+        .modules
+        .iter()
+        .filter(|m| !t.module_images.contains_key(&m.name))
+    {
         o.load_trace_code(m)
             .map_err(|e| e.context(format!("loading module {} of {}", m.name, p.display())))?;
     }

@@ -194,6 +194,10 @@ pub struct ReplayOptions {
     /// handles: this rank's part (`shared::plan`), so that what it opened is the memory
     /// another rank's replay exported.
     pub share: Option<shared::RankShare>,
+    /// Kernels the backend cannot run are skipped, and said, rather than refused: what a
+    /// replay of compiled GPU code on the mock does (`Replayer::with_opaque_kernels`, for
+    /// replays whose `Replayer` is made for them: a rank set's).
+    pub opaque_kernels: bool,
 }
 
 /// A replay checks its results against the recording unless told not to, as the CLI does.
@@ -211,6 +215,7 @@ impl Default for ReplayOptions {
             skip: Default::default(),
             break_before: None,
             share: None,
+            opaque_kernels: false,
         }
     }
 }

@@ -64,7 +64,10 @@ impl Replayer<'_> {
         loader: Option<ModuleLoader<'_>>,
         mut progress: impl FnMut(u64),
     ) -> Result<ReplayReport, ReplayError> {
-        let kernels = self.kernels(gpu, loader)?;
+        // However the replay ends (its setup too), the ranks sharing memory with it stop
+        // waiting for it.
+        let _ended = opts.share.as_ref().map(Ended);
+        let kernels = self.kernels_with(gpu, loader, self.opaque_ok || opts.opaque_kernels)?;
         let (first, last) = opts.range.unwrap_or((0, u64::MAX));
         let stop = opts
             .stop_at
@@ -80,8 +83,6 @@ impl Replayer<'_> {
             gpu,
             st: State::new(&kernels),
         };
-        // However the replay ends, the ranks sharing memory with it stop waiting for it.
-        let _ended = opts.share.as_ref().map(Ended);
         guard.st.comm_ids = opts.comms.iter().map(|(k, v)| (*k, *v)).collect();
         for lp in 0..report.loops {
             let tr = Instant::now();
