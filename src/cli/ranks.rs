@@ -5,7 +5,9 @@
 //! first laid side by side: why each dumped, the calls it was blocked in, the launches not
 //! known to have completed. With `--replay`, the rank set is then replayed together (one thread and one backend each:
 //! mock ranks with the engine's modules loaded, or `--backend cuda`, each rank on the GPU it
-//! was recorded on), every rank's readbacks checked.
+//! was recorded on), every rank's readbacks checked. Processes that shared device memory
+//! through IPC handles (`gputape run` of a program that forks, say) replay together too: a
+//! buffer one opened is the other's buffer again (`replayer::shared`).
 
 use anyhow::Result;
 use std::path::PathBuf;
@@ -15,7 +17,8 @@ use super::{Ctx, Exit};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// One trace per rank, in any order (their `comm_init` calls say which rank each is).
+    /// One trace per rank, in any order (their `comm_init` calls say which rank each is), or
+    /// one per process of a program whose processes shared memory through IPC handles.
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     /// Replay the rank set together after matching it, and check every rank's readbacks

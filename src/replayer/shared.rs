@@ -366,7 +366,7 @@ mod tests {
     use super::*;
     use crate::trace::SharedBuffer;
 
-    fn trace(epoch: Option<u64>, shared: Vec<(u64, ShareSide)>) -> Trace {
+    fn trace(epoch: Option<u64>, shared: Vec<(u32, ShareSide)>) -> Trace {
         Trace {
             clock_epoch_ns: epoch,
             shared: shared
