@@ -1821,6 +1821,53 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_waits_for_them_as_even
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A batch of stream memory operations (`cuStreamBatchMemOp`) is the values written and
+/// waited for that it holds, in its order, each recorded as its own call would be (a barrier
+/// orders memory only: nothing); the mock's replay checks both buffers.
+#[test]
+fn a_batch_of_stream_memory_operations_is_recorded_as_its_writes_and_waits() {
+    let d = support::scratch("run-stream-batch");
+    let prog = support::stream_batch_program(&d);
+    let trace = d.join("sb.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("stream_batch: cafe 1122334455667788, copied cafe 1122334455667788, errors 0"),
+        "{out}"
+    );
+    assert!(
+        err.contains("cuStreamWaitValue32 (for a value no recorded stream write set) x1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 stream wait for a value a recorded stream write set"),
+        "{err}"
+    );
+    let calls: Vec<String> = call_texts(&trace)
+        .into_iter()
+        .filter(|c| !c.starts_with("alloc") && !c.starts_with("create_stream"))
+        .map(|c| c.split(" -> ").next().unwrap_or_default().to_string())
+        .collect();
+    let want = [
+        "copy_h2d_async(buf0+0, 4 bytes #",
+        "record_event(ev0, s1)",
+        "copy_h2d_async(buf0+8, 8 bytes #",
+        "record_event(ev1, s1)",
+        "stream_wait_event(s2, ev0)",
+        "copy_d2d_async(buf0+0",
+        "cuStreamWaitValue32 (for a value no recorded stream write set)",
+    ];
+    assert!(calls.len() >= want.len(), "{calls:?}");
+    for (c, w) in calls.iter().zip(want) {
+        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
+    }
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("2 of 2 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// Host functions queued on a stream (`cuLaunchHostFunc`, `cuStreamAddCallback`) are recorded
 /// in their place on it, named by the program's function (a `static` one exports no symbol:
 /// found in the file's own symbol table, with its file and offset), a captured one inside its

@@ -197,8 +197,8 @@ pub struct ReplayReport {
     #[serde(default)]
     pub begun_at: Option<String>,
     /// Buffers that were another rank's memory in a joint replay (opened from its IPC
-    /// handle), in words.
-    #[serde(default)]
+    /// handle), in words. Left out of JSON when none (every replay but a joint one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared: Vec<String>,
 }
 
@@ -415,7 +415,6 @@ pub fn replay_json(
         "skipped": e.skipped,
         "skipped_count": e.skipped_count,
         "begun_at": e.begun_at,
-        "shared": e.shared,
         "checked_nothing": graph.is_none() && e.checked_nothing(),
         "timing_ms": {
             "loops": loop_ms,

@@ -46,15 +46,30 @@ fn a_program_s_calls_are_logged_in_order_with_their_bytes() {
     assert_eq!(h.driver_version, 12345);
     let recs: Vec<_> = r.map(|r| r.unwrap()).collect();
     assert!(recs.iter().all(|r| r.status == 0 || r.status == i32::MIN));
+    // The log begins with the wall clock at its time 0 (after 2020, before the record's own
+    // reading of it ends), what lays two processes' logs on one clock.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    match &recs[0].call {
+        Rec::WallClock { wall_ns } => assert!(
+            (1_577_836_800_000_000_000..=now).contains(wall_ns),
+            "{wall_ns}"
+        ),
+        other => panic!("the first record is {other:?}"),
+    }
     // Each call made from main carries where in it (a native stack, named before its first use).
     assert!(
         recs.iter()
+            .skip(1)
             .filter(|r| !matches!(r.call, Rec::NativeFrame { .. } | Rec::NativeStack { .. }))
             .all(|r| r.stack != gputape_shimlog::NO_STACK),
         "{recs:?}"
     );
     let calls: Vec<&Rec<'_>> = recs
         .iter()
+        .skip(1)
         .map(|r| &r.call)
         .filter(|c| !matches!(c, Rec::NativeFrame { .. } | Rec::NativeStack { .. }))
         .collect();

@@ -155,6 +155,10 @@ pub const RECORDED: &[&str] = &[
     "cuStreamWaitValue64_ptsz",
     "cuStreamWaitValue64_v2",
     "cuStreamWaitValue64_v2_ptsz",
+    "cuStreamBatchMemOp",
+    "cuStreamBatchMemOp_ptsz",
+    "cuStreamBatchMemOp_v2",
+    "cuStreamBatchMemOp_v2_ptsz",
     "cuStreamEndCapture",
     "cuStreamEndCapture_ptsz",
     "cuGraphInstantiate",
@@ -247,7 +251,6 @@ pub fn changes_device(name: &str) -> bool {
         "cuStreamBeginCapture",
         "cuStreamEndCapture",
         "cuStreamWriteValue",
-        "cuStreamBatchMemOp",
         "cuStreamAttach",
         "cuStreamCopyAttributes",
         "cuStreamSetAttribute",
@@ -284,7 +287,7 @@ mod tests {
     #[test]
     fn kinds_follow_the_hooks_and_the_prefixes() {
         assert_eq!(kind("cuLaunchKernel"), Kind::Recorded);
-        assert_eq!(kind("cuStreamBatchMemOp"), Kind::Opaque);
+        assert_eq!(kind("cuIpcGetEventHandle"), Kind::Opaque);
         assert_eq!(kind("cuDeviceGetAttribute"), Kind::Forwarded);
         let mut sorted = RECORDED.to_vec();
         sorted.sort();

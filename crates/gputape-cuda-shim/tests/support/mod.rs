@@ -182,6 +182,12 @@ pub fn ipc_fork_program(dir: &Path) -> PathBuf {
     link_program(dir, "ipc_fork", include_str!("c/ipc_fork.c"))
 }
 
+/// `c/stream_batch.c` compiled into `dir`, linked like `cooperative_program`: values written
+/// and waited for in batches (`cuStreamBatchMemOp`).
+pub fn stream_batch_program(dir: &Path) -> PathBuf {
+    link_program(dir, "stream_batch", include_str!("c/stream_batch.c"))
+}
+
 /// `c/stream_values.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// on a stream, and a wait for one.
 pub fn stream_values_program(dir: &Path) -> PathBuf {

@@ -69,8 +69,8 @@ use streams::{
 };
 use tensor_maps::tensor_map_tiled;
 use transfers::{
-    d2d, d2d_async, d2h, d2h_async, h2d, h2d_async, memset, memset_async, wait_value32,
-    wait_value64, write_value32, write_value64,
+    batch_mem_op, d2d, d2d_async, d2h, d2h_async, h2d, h2d_async, memset, memset_async,
+    wait_value32, wait_value64, write_value32, write_value64,
 };
 
 /// The streams a call runs on, as logged: the other rooms', and `copies.rs`'s.
@@ -348,6 +348,10 @@ hooks! {
     "cuStreamWaitValue64_ptsz" => wait_value64,
     "cuStreamWaitValue64_v2" => wait_value64,
     "cuStreamWaitValue64_v2_ptsz" => wait_value64,
+    "cuStreamBatchMemOp" => batch_mem_op,
+    "cuStreamBatchMemOp_ptsz" => batch_mem_op,
+    "cuStreamBatchMemOp_v2" => batch_mem_op,
+    "cuStreamBatchMemOp_v2_ptsz" => batch_mem_op,
     "cuStreamEndCapture" => end_capture,
     "cuStreamEndCapture_ptsz" => end_capture,
     "cuGraphInstantiate" => graph_instantiate,

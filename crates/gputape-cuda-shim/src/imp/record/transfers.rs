@@ -278,6 +278,74 @@ fn log_wait_value<const I: usize>(r: R, s: u64, addr: u64, value: u64, flags: u3
     log::write(r, rec);
 }
 
+/// The bytes of one `CUstreamBatchMemOpParams` (a union of 48).
+const MEM_OP_BYTES: usize = 48;
+/// The most operations one batch may hold (the driver refuses 256 or more).
+const MEM_OPS_MAX: u32 = 256;
+
+/// `cuStreamBatchMemOp` (and its `_v2`, `_ptsz` forms): (CUstream, unsigned count,
+/// CUstreamBatchMemOpParams*, unsigned flags). Each value written or waited for is logged as
+/// its own `cuStreamWriteValue*`/`cuStreamWaitValue*` would be, in the batch's order (the
+/// driver queues them so); barriers and flushes only order memory, which a replay's plain
+/// uploads already are. An operation of another kind (an atomic reduction) is kept by name.
+pub(super) unsafe extern "C" fn batch_mem_op<const I: usize>(
+    s: u64,
+    count: u32,
+    params: *const u8,
+    flags: u32,
+) -> R {
+    managed::before_work(Some(stream_of::<I>(s)));
+    // SAFETY: entry point I is a cuStreamBatchMemOp form: (CUstream, unsigned,
+    // CUstreamBatchMemOpParams*, unsigned).
+    let r = unsafe {
+        real_at::<unsafe extern "C" fn(u64, u32, *const u8, u32) -> R>(I)(s, count, params, flags)
+    };
+    // A batch the driver refused may point anywhere: only its name is logged.
+    if r != 0 || params.is_null() || count >= MEM_OPS_MAX {
+        log::write(
+            r,
+            Rec::Opaque {
+                name: b"cuStreamBatchMemOp",
+            },
+        );
+        return r;
+    }
+    for i in 0..count as usize {
+        let mut op = [0u8; MEM_OP_BYTES];
+        // SAFETY: the driver accepted the batch, so `params` holds `count` parameter unions of
+        // MEM_OP_BYTES each; the copy reads the i-th, unaligned-safe.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                params.add(i * MEM_OP_BYTES),
+                op.as_mut_ptr(),
+                MEM_OP_BYTES,
+            )
+        };
+        let word = |at: usize| u64::from_le_bytes(op[at..at + 8].try_into().unwrap_or_default());
+        let kind = u32::from_le_bytes([op[0], op[1], op[2], op[3]]);
+        let (addr, value, op_flags) = (word(8), word(16), word(24) as u32);
+        match kind {
+            // CU_STREAM_MEM_OP_WAIT_VALUE_32, _64
+            1 => log_wait_value::<I>(r, s, addr, value & 0xffff_ffff, op_flags, false),
+            4 => log_wait_value::<I>(r, s, addr, value, op_flags, true),
+            // CU_STREAM_MEM_OP_WRITE_VALUE_32, _64
+            2 => log_write_value::<I>(r, s, addr, &(value as u32).to_le_bytes()),
+            5 => log_write_value::<I>(r, s, addr, &value.to_le_bytes()),
+            // CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES, _BARRIER
+            3 | 6 => {}
+            _ => {
+                log::write(
+                    r,
+                    Rec::Opaque {
+                        name: b"cuStreamBatchMemOp",
+                    },
+                );
+            }
+        }
+    }
+    r
+}
+
 /// A memset of `ELEM`-byte elements. The value is declared `u32` whatever the element: the C
 /// `unsigned char`/`unsigned short` arrives in the same register, its upper bits unspecified,
 /// and is masked here; the driver gets the register as the caller left it.

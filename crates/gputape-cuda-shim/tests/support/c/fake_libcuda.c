@@ -262,6 +262,30 @@ API CUresult cuStreamWaitValue32(void *stream, CUdeviceptr addr, unsigned value,
     return now >= value ? 0 : 1; /* CU_STREAM_WAIT_VALUE_GEQ, already met */
 }
 
+/* A batch of stream memory operations (cuStreamBatchMemOp), each done at once as above: the
+ * 48-byte parameters hold the operation, address, value and flags at 0, 8, 16 and 24. */
+API CUresult cuStreamBatchMemOp_v2(void *stream, unsigned count, const unsigned char *ops,
+                                   unsigned flags) {
+    (void)stream;
+    if (flags || (count && !ops)) return 1;
+    for (unsigned i = 0; i < count; i++) {
+        const unsigned char *o = ops + 48 * (size_t)i;
+        unsigned op, f, now;
+        CUdeviceptr a;
+        unsigned long long v;
+        memcpy(&op, o, 4), memcpy(&a, o + 8, 8), memcpy(&v, o + 16, 8), memcpy(&f, o + 24, 4);
+        if (op == 2 || op == 5) { /* a 32- or 64-bit write: the value's low bytes first */
+            memcpy(at(a), &v, op == 2 ? 4 : 8);
+        } else if (op == 1) { /* a 32-bit wait, already met: greater or equal, or equal */
+            memcpy(&now, at(a), 4);
+            if (f == 1 ? now != (unsigned)v : now < (unsigned)v) return 1;
+        } else if (op != 3 && op != 6) { /* flush and barrier order only */
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* An async copy to the host lands at the stream's sync, as on a device that is still busy:
  * whoever reads the destination before then sees the old bytes. */
 static struct { void *dst; CUdeviceptr src; size_t n; } pending[16];
