@@ -1821,6 +1821,47 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_waits_for_them_as_even
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A graph built node by node with event nodes: its wait node becomes a wait for the event
+/// before each launch of the graph, its record node a record of the event after it, so the
+/// streams it joins keep their order in a replay; the mock's replay checks both buffers.
+#[test]
+fn a_graph_s_event_nodes_become_waits_before_its_launches_and_records_after() {
+    let d = support::scratch("run-event-nodes");
+    let prog = support::event_nodes_program(&d);
+    let trace = d.join("en.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("event_nodes: x[5] = 5, x[12] = 0.7471, y[12] = 0.7471, errors 0"),
+        "{out}"
+    );
+    assert!(!err.contains("not understood"), "{err}");
+    assert!(err.contains("2 event nodes of those graphs"), "{err}");
+    let calls: Vec<String> = call_texts(&trace)
+        .into_iter()
+        .map(|c| c.split(" -> ").next().unwrap_or_default().to_string())
+        .skip_while(|c| !c.starts_with("copy_h2d_async"))
+        .collect();
+    let want = [
+        "copy_h2d_async(buf0+0, 64 bytes #",
+        "record_event(ev0, s1)",
+        "stream_wait_event(s2, ev0)",
+        "launch_graph(graph0, s2)",
+        "record_event(ev1, s2)",
+        "stream_wait_event(s1, ev1)",
+        "copy_d2d_async(buf0+0",
+    ];
+    assert!(calls.len() >= want.len(), "{calls:?}");
+    for (c, w) in calls.iter().zip(want) {
+        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
+    }
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("2 of 2 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A batch of stream memory operations (`cuStreamBatchMemOp`) is the values written and
 /// waited for that it holds, in its order, each recorded as its own call would be (a barrier
 /// orders memory only: nothing); the mock's replay checks both buffers.

@@ -392,12 +392,15 @@ impl Replayer<'_> {
                 dst,
                 len,
                 stream: s,
-            } => gpu.copy_d2d_async(
-                self.addr(st, src, c)?,
-                self.addr(st, dst, c)?,
-                *len as usize,
-                resolve_stream(st, *s, c)?,
-            ),
+            } => {
+                taint_copy(st, src, dst);
+                gpu.copy_d2d_async(
+                    self.addr(st, src, c)?,
+                    self.addr(st, dst, c)?,
+                    *len as usize,
+                    resolve_stream(st, *s, c)?,
+                )
+            }
             Call::CopyD2D2DAsync {
                 src,
                 src_pitch,
@@ -406,7 +409,9 @@ impl Replayer<'_> {
                 width,
                 height,
                 stream: s,
-            } => gpu.copy_d2d_2d_async(
+            } => {
+                taint_copy(st, src, dst);
+                gpu.copy_d2d_2d_async(
                 self.addr(st, src, c)?,
                 *src_pitch as usize,
                 self.addr(st, dst, c)?,
@@ -414,7 +419,8 @@ impl Replayer<'_> {
                 *width as usize,
                 *height as usize,
                 resolve_stream(st, *s, c)?,
-            ),
+                )
+            }
             Call::BeginCapture { stream: s } => gpu.begin_capture(resolve_stream(st, *s, c)?),
             Call::EndCapture { stream: s } => {
                 gpu.end_capture(resolve_stream(st, *s, c)?).map(|g| {

@@ -140,6 +140,9 @@ struct Converter {
     /// The buffer an `IpcImport` just made, its handle, and whether its bytes were read (and
     /// so uploaded by a call of the converter's own): a `Frame::Shared` once numbered.
     opened: Option<(BufferId, Vec<u8>, bool)>,
+    /// The events each trace graph built of nodes waits for and records (its event nodes,
+    /// lifted out of it to its launches: `graph_calls.rs`).
+    graph_events: HashMap<GraphId, GraphEvents>,
     /// Values written on streams (`cuStreamWriteValue*`), by address: the stream, the event
     /// recorded just after, the bytes written.
     value_writes: HashMap<u64, Vec<(StreamRef, EventId, Vec<u8>)>>,
@@ -252,6 +255,7 @@ impl Converter {
             launch_attrs: HashMap::new(),
             after: Vec::new(),
             opened: None,
+            graph_events: HashMap::new(),
             value_writes: HashMap::new(),
             value_events: HashMap::new(),
             kernels: HashMap::new(),
@@ -334,6 +338,8 @@ impl Converter {
             | Rec::CopyD2D { .. }
             | Rec::Memset { .. }
             | Rec::HostFunc { .. }
+            | Rec::EventRecord { .. }
+            | Rec::StreamWaitEvent { .. }
             | Rec::Opaque { .. } => self.node_of.remove(&r.thread),
             _ => None,
         };
@@ -1025,13 +1031,11 @@ impl Converter {
                 (Call::Opaque { name }, ret(Value::Unit))
             }
             Rec::GraphLaunch { exec, stream } => match self.changed_graph(exec, &r) {
-                Some(graph) => (
-                    Call::LaunchGraph {
-                        graph,
-                        stream: self.stream(stream),
-                    },
-                    ret(Value::Unit),
-                ),
+                Some(graph) => {
+                    let (stream, head) = (self.stream(stream), self.head(&r));
+                    self.around_launch(graph, stream, head);
+                    (Call::LaunchGraph { graph, stream }, ret(Value::Unit))
+                }
                 // A graph made some other way (of nodes the recording does not understand, or
                 // before a flight dump's window): not replayable, and said.
                 None => {
@@ -1557,6 +1561,7 @@ fn driver_error(code: i32) -> ErrorRec {
 }
 
 mod graph_calls;
+use graph_calls::GraphEvents;
 mod stream_calls;
 #[cfg(test)]
 mod tests;

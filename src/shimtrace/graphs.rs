@@ -86,13 +86,15 @@ pub(super) struct Graphs {
 /// The entry point that gives a node new work of `call`'s kind (`exec`: in an executable).
 fn set_params_name(call: &Call, exec: bool) -> String {
     let kind = match call {
-        Call::Launch { .. } => "Kernel",
-        Call::MemsetAsync { .. } | Call::Memset { .. } => "Memset",
-        Call::HostFunc { .. } => "Host",
-        _ => "Memcpy",
+        Call::Launch { .. } => "KernelNodeSetParams",
+        Call::MemsetAsync { .. } | Call::Memset { .. } => "MemsetNodeSetParams",
+        Call::HostFunc { .. } => "HostNodeSetParams",
+        Call::RecordEvent { .. } => "EventRecordNodeSetEvent",
+        Call::StreamWaitEvent { .. } => "EventWaitNodeSetEvent",
+        _ => "MemcpyNodeSetParams",
     };
     let exec = if exec { "Exec" } else { "" };
-    format!("cuGraph{exec}{kind}NodeSetParams")
+    format!("cuGraph{exec}{kind}")
 }
 
 /// Puts `rec`, work of `node`, in `work`: the node's first record replaces what the node ran

@@ -131,6 +131,8 @@ pub struct Summary {
     pub per_thread_streams: usize,
     /// Graphs built node by node, each made a capture of its nodes where it was instantiated.
     pub node_graphs: usize,
+    /// Event record and wait nodes of those graphs, each lifted out to the graph's launches.
+    pub graph_event_nodes: usize,
     /// Executables changed after they were made (`cuGraphExec*NodeSetParams`,
     /// `cuGraphNodeSetEnabled`, `cuGraphExecUpdate`): each change a trace graph of its own,
     /// made where the executable next ran.
@@ -221,6 +223,12 @@ impl Summary {
             s.push_str(&format!(
                 "; {} built node by node (replayed as a capture of its nodes)",
                 count(self.node_graphs, "graph", "s")
+            ));
+        }
+        if self.graph_event_nodes > 0 {
+            s.push_str(&format!(
+                "; {} of those graphs (each a wait before the graph's launches, or a record after them)",
+                count(self.graph_event_nodes, "event node", "s")
             ));
         }
         if self.graph_changes > 0 {

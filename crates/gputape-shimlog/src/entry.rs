@@ -178,6 +178,12 @@ pub const RECORDED: &[&str] = &[
     "cuGraphAddNode_v2",
     "cuGraphAddHostNode",
     "cuGraphAddChildGraphNode",
+    "cuGraphAddEventRecordNode",
+    "cuGraphAddEventWaitNode",
+    "cuGraphEventRecordNodeSetEvent",
+    "cuGraphEventWaitNodeSetEvent",
+    "cuGraphExecEventRecordNodeSetEvent",
+    "cuGraphExecEventWaitNodeSetEvent",
     "cuGraphKernelNodeSetParams",
     "cuGraphKernelNodeSetParams_v2",
     "cuGraphExecKernelNodeSetParams",
@@ -235,12 +241,9 @@ pub fn changes_device(name: &str) -> bool {
         "cuGraphInstantiate",
         "cuGraphExec",
         "cuGraphUpload",
-        // Nodes the recording does not understand (events, allocations, memory operations,
-        // external semaphores), new parameters for them, and a node removed from a graph;
-        // kernel, copy, memset, host and child-graph nodes are hooked.
-        "cuGraphAddEvent",
-        "cuGraphEventRecordNodeSetEvent",
-        "cuGraphEventWaitNodeSetEvent",
+        // Nodes the recording does not understand (allocations, memory operations, external
+        // semaphores), new parameters for them, and a node removed from a graph; kernel,
+        // copy, memset, host, event and child-graph nodes are hooked.
         "cuGraphBatchMemOpNodeSetParams",
         "cuGraphExternalSemaphoresSignalNodeSetParams",
         "cuGraphExternalSemaphoresWaitNodeSetParams",

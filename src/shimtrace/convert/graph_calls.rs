@@ -91,6 +91,11 @@ impl Converter {
     }
 
     /// A trace graph of `nodes`' work: a capture of it, on a stream of its own, made here.
+    /// Its event nodes are not captured (an event recorded inside a capture is the capture's
+    /// own, which no stream outside it may wait for): each launch of the graph waits for the
+    /// events it waited for, and records those it recorded just after (`around_launch`). A
+    /// wait then holds the whole graph, and a record comes after all of it: never a weaker
+    /// order than the nodes had.
     pub(super) fn build_from(
         &mut self,
         nodes: Vec<CallRecord>,
@@ -99,6 +104,25 @@ impl Converter {
         let stream = StreamRef::Id(self.adopted_stream());
         let id = GraphId(self.next_graph);
         self.next_graph += 1;
+        let mut events = GraphEvents::default();
+        let nodes: Vec<CallRecord> = nodes
+            .into_iter()
+            .filter(|n| match n.call {
+                Call::StreamWaitEvent { event, .. } => {
+                    events.waits.push(event);
+                    false
+                }
+                Call::RecordEvent { event, .. } => {
+                    events.records.push(event);
+                    false
+                }
+                _ => true,
+            })
+            .collect();
+        if !events.waits.is_empty() || !events.records.is_empty() {
+            self.summary.graph_event_nodes += events.waits.len() + events.records.len();
+            self.graph_events.insert(id, events);
+        }
         self.number(own_call(head, Call::BeginCapture { stream }, Value::Unit));
         for mut n in nodes {
             // Logged as if queued on stream 0: each node is the graph stream's work.
@@ -123,4 +147,34 @@ impl Converter {
         ));
         id
     }
+
+    /// Around a launch of trace graph `graph` on `stream` (at `head`): the waits for the events
+    /// its event nodes waited for, placed now (before the launch), and the records of the
+    /// events they recorded, queued for just after it.
+    pub(super) fn around_launch(
+        &mut self,
+        graph: GraphId,
+        stream: StreamRef,
+        head: (u16, SiteId, u64),
+    ) {
+        let Some(events) = self.graph_events.get(&graph) else {
+            return;
+        };
+        let (waits, records) = (events.waits.clone(), events.records.clone());
+        for event in waits {
+            self.place_own(head, Call::StreamWaitEvent { stream, event });
+        }
+        self.after.extend(
+            records
+                .into_iter()
+                .map(|event| Call::RecordEvent { event, stream }),
+        );
+    }
+}
+
+/// The events a trace graph's event nodes wait for and record, in the order added.
+#[derive(Clone, Debug, Default)]
+pub(super) struct GraphEvents {
+    waits: Vec<EventId>,
+    records: Vec<EventId>,
 }

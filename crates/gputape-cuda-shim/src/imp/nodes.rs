@@ -6,13 +6,15 @@
 //! `cuGraphExec*NodeSetParams` in an executable) are logged the same way, as the work the node
 //! runs from then on. Child graphs, clones, whole-graph updates (`cuGraphExecUpdate`) and
 //! nodes turned off in an executable (`cuGraphNodeSetEnabled`) are logged as what they say.
+//! An event record or wait node is logged as the event record or wait it is (on stream 0, as
+//! the other nodes' work): the converter lifts those out of the graph to its launches.
 //! The converter (`shimtrace::graphs`) turns a graph's nodes into a capture of them on a
 //! stream of the graph's own, made where the graph is instantiated (or where a changed
 //! executable is next launched), so a replay builds the same graph the way it rebuilds a
 //! captured one. Nodes run in the order they were added: a node's dependencies exist before
 //! it, so that order is one the graph allows (it loses only the parallelism between
-//! independent nodes). Event, allocation and memory-operation nodes are forwarded and logged
-//! by name, not recorded.
+//! independent nodes). Allocation, semaphore and memory-operation nodes are forwarded and
+//! logged by name, not recorded.
 
 use core::ffi::c_void;
 
@@ -80,6 +82,8 @@ const NODE_MEMSET: u32 = 2;
 const NODE_HOST: u32 = 3;
 const NODE_GRAPH: u32 = 4;
 const NODE_EMPTY: u32 = 5;
+const NODE_WAIT_EVENT: u32 = 6;
+const NODE_EVENT_RECORD: u32 = 7;
 
 // The union's members fit its 29 words, as the driver's header lays them out.
 const _: () = assert!(size_of::<KernelNodeV2>() <= 29 * 8 && size_of::<MemcpyNode>() <= 29 * 8);
@@ -430,6 +434,9 @@ unsafe fn log_node(r: R, to: NodeTo, p: *const NodeParams) {
         NODE_GRAPH if to.how == 0 => log_child(r, to.target, to.node, unsafe { *union }),
         // An empty node runs nothing; the order of the rest is the order they were added.
         NODE_EMPTY => {}
+        // `CUDA_EVENT_RECORD_NODE_PARAMS` / `CUDA_EVENT_WAIT_NODE_PARAMS`: the event first.
+        NODE_EVENT_RECORD => log_event(r, to, unsafe { *union }, false),
+        NODE_WAIT_EVENT => log_event(r, to, unsafe { *union }, true),
         _ => {
             log::write(
                 r,
@@ -496,6 +503,64 @@ pub unsafe extern "C" fn exec_set_node<const I: usize>(
     let r = unsafe { real_at::<F>(I)(exec, node, p) };
     // SAFETY: `p` is what the driver just read.
     unsafe { log_node(r, NodeTo::in_exec(exec, node), p) };
+    r
+}
+
+/// Logs an event node's work for `to`, taken with status `r`: the record of `event` (or, with
+/// `wait`, a wait for it) on stream 0, after the node's marker.
+fn log_event(r: R, to: NodeTo, event: u64, wait: bool) {
+    if r != 0 || !log::active() {
+        return;
+    }
+    to.mark(true);
+    let rec = if wait {
+        Rec::StreamWaitEvent { stream: 0, event }
+    } else {
+        Rec::EventRecord { event, stream: 0 }
+    };
+    log::write(r, rec);
+}
+
+/// `cuGraphAddEventRecordNode` (`WAIT` false) and `cuGraphAddEventWaitNode`: (CUgraphNode*,
+/// CUgraph, deps, size_t, CUevent).
+pub unsafe extern "C" fn add_event_node<const I: usize, const WAIT: bool>(
+    node: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    n: usize,
+    event: u64,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, u64, *const u64, usize, u64) -> R;
+    // SAFETY: entry point I is cuGraphAddEventRecordNode or cuGraphAddEventWaitNode, whose
+    // signature F is.
+    let r = unsafe { real_at::<F>(I)(node, graph, deps, n, event) };
+    log_event(r, NodeTo::added(r, graph, node), event, WAIT);
+    r
+}
+
+/// `cuGraphEventRecordNodeSetEvent` (`WAIT` false) and `cuGraphEventWaitNodeSetEvent`:
+/// (CUgraphNode, CUevent).
+pub unsafe extern "C" fn set_event_node<const I: usize, const WAIT: bool>(
+    node: u64,
+    event: u64,
+) -> R {
+    // SAFETY: entry point I is cuGraphEvent{Record,Wait}NodeSetEvent: (CUgraphNode, CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64) -> R>(I)(node, event) };
+    log_event(r, NodeTo::in_graph(node), event, WAIT);
+    r
+}
+
+/// `cuGraphExecEventRecordNodeSetEvent` (`WAIT` false) and `cuGraphExecEventWaitNodeSetEvent`:
+/// (CUgraphExec, CUgraphNode, CUevent).
+pub unsafe extern "C" fn exec_set_event_node<const I: usize, const WAIT: bool>(
+    exec: u64,
+    node: u64,
+    event: u64,
+) -> R {
+    type F = unsafe extern "C" fn(u64, u64, u64) -> R;
+    // SAFETY: entry point I is cuGraphExecEvent{Record,Wait}NodeSetEvent, whose signature F is.
+    let r = unsafe { real_at::<F>(I)(exec, node, event) };
+    log_event(r, NodeTo::in_exec(exec, node), event, WAIT);
     r
 }
 

@@ -182,6 +182,12 @@ pub fn ipc_fork_program(dir: &Path) -> PathBuf {
     link_program(dir, "ipc_fork", include_str!("c/ipc_fork.c"))
 }
 
+/// `c/event_nodes.c` compiled into `dir`, linked like `cooperative_program`: a graph built
+/// node by node that waits for an event and records one.
+pub fn event_nodes_program(dir: &Path) -> PathBuf {
+    link_program(dir, "event_nodes", include_str!("c/event_nodes.c"))
+}
+
 /// `c/stream_batch.c` compiled into `dir`, linked like `cooperative_program`: values written
 /// and waited for in batches (`cuStreamBatchMemOp`).
 pub fn stream_batch_program(dir: &Path) -> PathBuf {

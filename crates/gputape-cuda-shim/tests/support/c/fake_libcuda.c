@@ -622,7 +622,7 @@ API CUresult cuGraphLaunch(void *exec, void *stream) {
  * launch running its nodes that are on in the order they were added. A node's handle is
  * 0x6c0000 + 16 * graph + its index, and names the same index in an executable. */
 typedef struct {
-    int kind; /* 0 scale, 1 memset, 2 copy, 3 host function */
+    int kind; /* 0 scale, 1 memset, 2 copy, 3 host function, 4 event record, 5 event wait */
     int off;
     CUdeviceptr x;
     int n;
@@ -740,6 +740,25 @@ API CUresult cuGraphAddHostNode(void **node, void *graph, void **deps, size_t nd
     Node *n = p && p->fn ? add_node(node, graph, 3) : NULL;
     if (!n) return 1;
     n->fn = p->fn, n->data = p->data;
+    return 0;
+}
+
+/* Event record (kind 4) and wait (kind 5) nodes: the fake runs work at once, in one order, so
+ * each only checks its event. */
+API CUresult cuGraphAddEventRecordNode(void **node, void *graph, void **deps, size_t ndeps,
+                                       void *event) {
+    (void)deps, (void)ndeps;
+    Node *n = event ? add_node(node, graph, 4) : NULL;
+    if (!n) return 1;
+    n->data = event;
+    return 0;
+}
+API CUresult cuGraphAddEventWaitNode(void **node, void *graph, void **deps, size_t ndeps,
+                                     void *event) {
+    (void)deps, (void)ndeps;
+    Node *n = event ? add_node(node, graph, 5) : NULL;
+    if (!n) return 1;
+    n->data = event;
     return 0;
 }
 
