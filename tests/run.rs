@@ -2546,7 +2546,7 @@ fn call_texts(trace: &std::path::Path) -> Vec<String> {
 }
 
 #[test]
-fn processes_that_shared_memory_through_an_ipc_handle_replay_together_on_one_memory() {
+fn processes_that_shared_memory_and_an_event_through_ipc_handles_replay_together() {
     let d = support::scratch("run-ipc-fork");
     let prog = support::ipc_fork_program(&d);
     let trace = d.join("ipc.gtape");
@@ -2608,6 +2608,11 @@ fn processes_that_shared_memory_through_an_ipc_handle_replay_together_on_one_mem
     );
     assert!(
         out.contains("#1, the upload of what buf0 held when opened"),
+        "{out}"
+    );
+    // The child's event is the parent's: what the child recorded, the parent waited for.
+    assert!(
+        out.contains("ev0 (#2) is rank 0's ev0, opened from its IPC handle"),
         "{out}"
     );
     let _ = std::fs::remove_dir_all(d);

@@ -6,9 +6,10 @@
 //! `on_ok`, `on_failed` or `on_missing_error`).
 
 use super::fault::Bands;
-use super::shared::RankShare;
+use super::shared::{Handed, RankShare};
 use super::state::{resolve_stream, sync_all, Guard, State};
 use super::*;
+use crate::trace::SharedId;
 use std::ops::ControlFlow;
 
 /// What one pass over the trace carries from call to call.
@@ -123,8 +124,8 @@ impl Replayer<'_> {
             }
             if let Some(sh) = &opts.share {
                 let last = self.trace.calls.last().map_or(0, |c| c.seq);
-                for (buf, slot) in sh.exports_after(last) {
-                    self.hand_over(sh, &pass, &guard.st, buf, slot, None)?;
+                for (what, slot) in sh.exports_after(last) {
+                    self.hand_over(sh, &pass, &guard.st, what, slot, None)?;
                 }
             }
             self.end_pass(&pass, &mut guard.st, &mut report);
@@ -138,9 +139,9 @@ impl Replayer<'_> {
         Ok(report)
     }
 
-    /// A joint replay's part in call `c` (`shared.rs`): the buffers this rank hands over
-    /// before it, its turn by the recorded clocks, and an opened buffer's open or close,
-    /// which are another rank's memory bound or let go here rather than calls to make. True
+    /// A joint replay's part in call `c` (`shared.rs`): what this rank hands over before it,
+    /// its turn by the recorded clocks, and an opened buffer's or event's open or close, which
+    /// are another rank's memory or event bound or let go here rather than calls to make. True
     /// when `c` was such an open or close: nothing more to do for it.
     fn share_step(
         &self,
@@ -150,8 +151,8 @@ impl Replayer<'_> {
         c: &CallRecord,
         report: &mut ReplayReport,
     ) -> Result<bool, ReplayError> {
-        for &(buf, slot) in sh.exports_at(c.seq) {
-            self.hand_over(sh, p, st, buf, slot, Some(c.seq))?;
+        for &(what, slot) in sh.exports_at(c.seq) {
+            self.hand_over(sh, p, st, what, slot, Some(c.seq))?;
         }
         let stalled = |cause: String| ReplayError::Setup {
             what: format!("call #{} of a joint replay", c.seq),
@@ -159,73 +160,95 @@ impl Replayer<'_> {
         };
         sh.turn(c.t_ns).map_err(stalled)?;
         let opened = match (&c.call, &c.ret) {
-            (Call::Alloc { bytes }, Some(Ok(Value::Buffer(id)))) => {
-                sh.opened(*id).map(|slot| (*id, *bytes, slot))
-            }
+            (Call::Alloc { .. }, Some(Ok(Value::Buffer(id)))) => Some(SharedId::Buffer(*id)),
+            (Call::CreateEvent, Some(Ok(Value::Event(id)))) => Some(SharedId::Event(*id)),
             _ => None,
         };
-        if let Some((id, bytes, slot)) = opened {
-            let (ptr, have) = sh.take(slot).map_err(stalled)?;
-            let (rank, theirs) = sh.owner(slot);
-            if have < bytes {
-                return Err(stalled(format!(
-                    "{id} was opened {bytes} bytes long; rank {rank}'s {theirs} is {have}"
-                )));
+        if let Some((what, slot)) = opened.and_then(|w| sh.opened(w).map(|s| (w, s))) {
+            let handed = sh.take(slot).map_err(stalled)?;
+            let (rank, theirs) = sh.owner(slot).unwrap_or((usize::MAX, what));
+            match (what, handed, &c.call) {
+                (SharedId::Buffer(id), Handed::Buffer(ptr, have), Call::Alloc { bytes }) => {
+                    if have < *bytes {
+                        return Err(stalled(format!(
+                            "{id} was opened {bytes} bytes long; rank {rank}'s {theirs} is {have}"
+                        )));
+                    }
+                    st.bufs.insert(id, (ptr, *bytes));
+                    st.borrowed.insert(id);
+                }
+                (SharedId::Event(id), Handed::Event(e), _) => {
+                    st.events.insert(id, e);
+                    st.borrowed_events.insert(id);
+                }
+                _ => {
+                    return Err(stalled(format!(
+                        "{what} was opened from rank {rank}'s {theirs}, which is of another kind"
+                    )))
+                }
             }
-            st.bufs.insert(id, (ptr, bytes));
-            st.borrowed.insert(id);
             report.shared.push(format!(
-                "{id} (#{}) is rank {rank}'s {theirs}, opened from its IPC handle",
+                "{what} (#{}) is rank {rank}'s {theirs}, opened from its IPC handle",
                 c.seq
             ));
             report.calls += 1;
             return Ok(true);
         }
-        if let Call::Free {
-            ptr: DevAddr::Buf { buf, off: 0 },
-        } = &c.call
-        {
-            if st.borrowed.remove(buf) {
+        // Closing what another rank shared: that rank's, not this replay's to free.
+        let closed = match &c.call {
+            Call::Free {
+                ptr: DevAddr::Buf { buf, off: 0 },
+            } if st.borrowed.remove(buf) => {
                 if let Some((ptr, _)) = st.bufs.remove(buf) {
                     st.freed.insert(*buf, ptr);
                 }
-                report.calls += 1;
-                return Ok(true);
+                true
             }
+            Call::DestroyEvent { event } if st.borrowed_events.remove(event) => {
+                st.events.remove(event);
+                true
+            }
+            _ => false,
+        };
+        if closed {
+            report.calls += 1;
         }
-        Ok(false)
+        Ok(closed)
     }
 
-    /// Hands this rank's buffer `buf` over to the ranks that open it (before call `at`, or
-    /// after the last): once the device finished what was queued, as the process had to
-    /// make sure before it passed the handle on (not while a capture is open: a sync would
-    /// end it).
+    /// Hands this rank's `what` over to the ranks that open it (before call `at`, or after the
+    /// last): once the device finished what was queued, as the process had to make sure
+    /// before it passed the handle on (not while a capture is open: a sync would end it).
     fn hand_over(
         &self,
         sh: &RankShare,
         p: &Pass<'_>,
         st: &State,
-        buf: BufferId,
+        what: SharedId,
         slot: usize,
         at: Option<u64>,
     ) -> Result<(), ReplayError> {
-        let what = || match at {
-            Some(a) => format!("sharing {buf} before call #{a}"),
-            None => format!("sharing {buf} after the last call"),
+        let place = || match at {
+            Some(a) => format!("sharing {what} before call #{a}"),
+            None => format!("sharing {what} after the last call"),
         };
         if p.open_captures == 0 {
             sync_all(p.gpu, st).map_err(|e| ReplayError::Setup {
-                what: what(),
+                what: place(),
                 cause: format!("waiting for the device: {e:#}"),
             })?;
         }
-        let Some(&(ptr, bytes)) = st.bufs.get(&buf) else {
+        let handed = match what {
+            SharedId::Buffer(b) => st.bufs.get(&b).map(|&(p, n)| Handed::Buffer(p, n)),
+            SharedId::Event(e) => st.events.get(&e).map(|&h| Handed::Event(h)),
+        };
+        let Some(handed) = handed else {
             return Err(ReplayError::Setup {
-                what: what(),
-                cause: "the buffer is not live in this replay".into(),
+                what: place(),
+                cause: "it is not live in this replay".into(),
             });
         };
-        sh.hand_over(slot, ptr, bytes);
+        sh.hand_over(slot, handed);
         Ok(())
     }
 

@@ -1,11 +1,13 @@
-//! Memory that processes shared through CUDA IPC handles, replayed together (`replay_ranks`):
-//! each buffer a trace opened is the buffer another trace of the set exported under the same
-//! handle, not a copy of what it held when opened. Both replays then use one piece of memory,
-//! as the processes did, so what one writes the other reads.
+//! Memory and events that processes shared through CUDA IPC handles, replayed together
+//! (`replay_ranks`): each buffer a trace opened is the buffer another trace of the set exported
+//! under the same handle, not a copy of what it held when opened, and each event it opened is
+//! the exporter's event. Both replays then use one piece of memory (one event), as the
+//! processes did, so what one writes the other reads, and what one records the other waits for.
 //!
 //! That needs the two replays to address one memory: ranks on one CUDA device (one primary
-//! context, so one address space), or one mock backend. The caller says which ranks do
-//! (`spaces`); a handle opened in another space is replayed as when alone, with a note.
+//! context, so one address space, whose events any of its streams may wait for), or one mock
+//! backend. The caller says which ranks do (`spaces`); a handle opened in another space is
+//! replayed as when alone, with a note.
 //!
 //! The processes ordered their use of the memory themselves (a pipe, a socket, a barrier),
 //! which no trace holds. Their calls' wall times do (`Trace::clock_epoch_ns`): while every
@@ -20,7 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::backend::DevicePtr;
-use crate::trace::{BufferId, ShareSide, Trace};
+use crate::trace::{ShareSide, SharedId, Trace};
 
 /// How long a rank waits for another rank's turn or buffer before its replay fails.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -36,8 +38,8 @@ pub struct Sharing {
 
 #[derive(Default)]
 struct Board {
-    /// Each exported buffer, by slot: its exporter's rank and buffer, and its place in the
-    /// exporter's replay once handed over.
+    /// Each exported buffer or event, by slot: its exporter's rank and id, and what it is in
+    /// the exporter's replay once handed over.
     slots: Vec<Slot>,
     /// Each rank's place, by rank.
     places: Vec<Place>,
@@ -46,16 +48,25 @@ struct Board {
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     rank: usize,
-    buf: BufferId,
+    what: SharedId,
     state: SlotState,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotState {
     Waiting,
-    Ready(DevicePtr, u64),
+    Ready(Handed),
     /// The exporter's replay ended (or failed) without handing it over.
     Gone,
+}
+
+/// What an exporting rank's replay hands over: where its buffer is and how long, or its event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handed {
+    /// A buffer at this address, this many bytes long.
+    Buffer(DevicePtr, u64),
+    /// An event, as its backend names it.
+    Event(u64),
 }
 
 /// Where a rank's replay is: the wall time of the next call it will issue (`u64::MAX` once
@@ -71,10 +82,10 @@ struct Place {
 pub struct RankShare {
     sharing: Arc<Sharing>,
     rank: usize,
-    /// Buffers this rank hands over before the call of each number: (buffer, slot).
-    exports: BTreeMap<u64, Vec<(BufferId, usize)>>,
-    /// Buffers this rank opens, with their slot.
-    opens: HashMap<BufferId, usize>,
+    /// What this rank hands over before the call of each number: (buffer or event, slot).
+    exports: BTreeMap<u64, Vec<(SharedId, usize)>>,
+    /// What this rank opens, with its slot.
+    opens: HashMap<SharedId, usize>,
     /// The wall time of the trace's time 0, when every sharing rank has a clock.
     epoch: Option<u64>,
 }
@@ -108,8 +119,8 @@ impl std::fmt::Debug for Sharing {
     }
 }
 
-/// Pairs every buffer a trace opened with the buffer another trace exported under the same
-/// handle, where both ranks address one memory (`spaces[i] == spaces[j]`).
+/// Pairs every buffer or event a trace opened with the one another trace exported under the
+/// same handle, where both ranks address one memory (`spaces[i] == spaces[j]`).
 pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
     let n = traces.len();
     let mut out = SharePlan {
@@ -118,8 +129,14 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
         notes: vec![Vec::new(); n],
     };
     let mut slots: Vec<Slot> = Vec::new();
-    let mut exports: Vec<BTreeMap<u64, Vec<(BufferId, usize)>>> = vec![BTreeMap::new(); n];
-    let mut opens: Vec<HashMap<BufferId, usize>> = vec![HashMap::new(); n];
+    let mut exports: Vec<BTreeMap<u64, Vec<(SharedId, usize)>>> = vec![BTreeMap::new(); n];
+    let mut opens: Vec<HashMap<SharedId, usize>> = vec![HashMap::new(); n];
+    let same_kind = |a: &SharedId, b: &SharedId| {
+        matches!(
+            (a, b),
+            (SharedId::Buffer(_), SharedId::Buffer(_)) | (SharedId::Event(_), SharedId::Event(_))
+        )
+    };
     for (i, t) in traces.iter().enumerate() {
         for (buf, share) in &t.shared {
             let ShareSide::Opened { fill } = share.side else {
@@ -129,7 +146,9 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
                 (j != i)
                     .then(|| {
                         u.shared.iter().find_map(|(b, s)| match s.side {
-                            ShareSide::Exported { at } if s.handle == share.handle => {
+                            ShareSide::Exported { at }
+                                if s.handle == share.handle && same_kind(b, buf) =>
+                            {
                                 Some((j, *b, at))
                             }
                             _ => None,
@@ -149,12 +168,12 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
                 ));
                 continue;
             }
-            let slot = match slots.iter().position(|s| s.rank == j && s.buf == ebuf) {
+            let slot = match slots.iter().position(|s| s.rank == j && s.what == ebuf) {
                 Some(s) => s,
                 None => {
                     slots.push(Slot {
                         rank: j,
-                        buf: ebuf,
+                        what: ebuf,
                         state: SlotState::Waiting,
                     });
                     exports[j]
@@ -214,42 +233,39 @@ impl RankShare {
         self.sharing.board.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The slot of `buf` when this rank opens it.
-    pub fn opened(&self, buf: BufferId) -> Option<usize> {
-        self.opens.get(&buf).copied()
+    /// The slot of `what` when this rank opens it.
+    pub fn opened(&self, what: SharedId) -> Option<usize> {
+        self.opens.get(&what).copied()
     }
 
-    /// Whose buffer `slot` is: the exporting rank and its buffer.
-    pub fn owner(&self, slot: usize) -> (usize, BufferId) {
-        self.board()
-            .slots
-            .get(slot)
-            .map_or((usize::MAX, BufferId(0)), |s| (s.rank, s.buf))
+    /// Whose `slot` is: the exporting rank and its buffer or event.
+    pub fn owner(&self, slot: usize) -> Option<(usize, SharedId)> {
+        self.board().slots.get(slot).map(|s| (s.rank, s.what))
     }
 
-    /// The buffers this rank hands over before call `seq`.
-    pub fn exports_at(&self, seq: u64) -> &[(BufferId, usize)] {
+    /// What this rank hands over before call `seq`.
+    pub fn exports_at(&self, seq: u64) -> &[(SharedId, usize)] {
         self.exports.get(&seq).map_or(&[], Vec::as_slice)
     }
 
-    /// Buffers handed over after the last call (the handle taken at the trace's end).
-    pub fn exports_after(&self, last: u64) -> Vec<(BufferId, usize)> {
+    /// What is handed over after the last call (the handle taken at the trace's end).
+    pub fn exports_after(&self, last: u64) -> Vec<(SharedId, usize)> {
         self.exports
             .range(last.saturating_add(1)..)
             .flat_map(|(_, v)| v.iter().copied())
             .collect()
     }
 
-    /// Hands `slot`'s buffer over: it is at `ptr`, `bytes` long, in this rank's replay.
-    pub fn hand_over(&self, slot: usize, ptr: DevicePtr, bytes: u64) {
+    /// Hands `slot`'s buffer or event over: what it is in this rank's replay.
+    pub fn hand_over(&self, slot: usize, handed: Handed) {
         if let Some(s) = self.board().slots.get_mut(slot) {
-            s.state = SlotState::Ready(ptr, bytes);
+            s.state = SlotState::Ready(handed);
         }
         self.sharing.changed.notify_all();
     }
 
-    /// Waits until `slot`'s exporter has handed its buffer over: where it is, or why not.
-    pub fn take(&self, slot: usize) -> Result<(DevicePtr, u64), Stalled> {
+    /// Waits until `slot`'s exporter has handed it over: what it is, or why not.
+    pub fn take(&self, slot: usize) -> Result<Handed, Stalled> {
         let deadline = Instant::now() + PATIENCE;
         let mut b = self.board();
         loop {
@@ -257,11 +273,11 @@ impl RankShare {
                 return Err(format!("no shared buffer {slot}"));
             };
             match s.state {
-                SlotState::Ready(p, n) => return Ok((p, n)),
+                SlotState::Ready(h) => return Ok(h),
                 SlotState::Gone => {
                     return Err(format!(
                         "rank {}'s replay ended before it reached the place its {} was shared",
-                        s.rank, s.buf
+                        s.rank, s.what
                     ))
                 }
                 SlotState::Waiting => {}
@@ -270,7 +286,7 @@ impl RankShare {
             if left.is_zero() {
                 return Err(format!(
                     "waited {PATIENCE:?} for rank {}'s replay to share its {}",
-                    s.rank, s.buf
+                    s.rank, s.what
                 ));
             }
             b = self
@@ -364,21 +380,20 @@ impl RankShare {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::SharedBuffer;
+    use crate::trace::{BufferId, EventId, Share};
 
-    fn trace(epoch: Option<u64>, shared: Vec<(u32, ShareSide)>) -> Trace {
+    fn buf(b: u32) -> SharedId {
+        SharedId::Buffer(BufferId(b))
+    }
+
+    fn trace(epoch: Option<u64>, shared: Vec<(SharedId, ShareSide)>) -> Trace {
         Trace {
             clock_epoch_ns: epoch,
             shared: shared
                 .into_iter()
-                .map(|(b, side)| {
-                    (
-                        BufferId(b),
-                        SharedBuffer {
-                            handle: vec![7; 64],
-                            side,
-                        },
-                    )
+                .map(|(what, side)| {
+                    let handle = vec![7; 64];
+                    (what, Share { handle, side })
                 })
                 .collect(),
             ..Default::default()
@@ -387,13 +402,23 @@ mod tests {
 
     #[test]
     fn an_opened_buffer_pairs_with_the_export_of_its_handle_in_one_space_only() {
-        let exporter = trace(Some(0), vec![(1, ShareSide::Exported { at: 3 })]);
-        let opener = trace(Some(5), vec![(4, ShareSide::Opened { fill: Some(2) })]);
+        let exporter = trace(Some(0), vec![(buf(1), ShareSide::Exported { at: 3 })]);
+        let opener = trace(Some(5), vec![(buf(4), ShareSide::Opened { fill: Some(2) })]);
         let p = plan(&[&exporter, &opener], &[0, 0]);
         let (e, o) = (p.ranks[0].as_ref().unwrap(), p.ranks[1].as_ref().unwrap());
-        assert_eq!(e.exports_at(3), &[(BufferId(1), 0)]);
-        assert_eq!(o.opened(BufferId(4)), Some(0));
+        assert_eq!(e.exports_at(3), &[(buf(1), 0)]);
+        assert_eq!(o.opened(buf(4)), Some(0));
         assert_eq!(p.skip[1].keys().copied().collect::<Vec<_>>(), [2]);
+        // An event opened under the same bytes is no buffer: not paired with one.
+        let event = SharedId::Event(EventId(2));
+        let opener = trace(Some(5), vec![(event, ShareSide::Opened { fill: None })]);
+        let p = plan(&[&exporter, &opener], &[0, 0]);
+        assert!(p.ranks.iter().all(Option::is_none));
+        assert!(
+            p.notes[1][0].contains("no trace of the set exported"),
+            "{:?}",
+            p.notes
+        );
         // Another device: nothing paired, the upload kept, and why said.
         let p = plan(&[&exporter, &opener], &[0, 1]);
         assert!(p.ranks.iter().all(Option::is_none));
@@ -403,16 +428,16 @@ mod tests {
 
     #[test]
     fn an_opener_waits_for_the_hand_over_and_hears_when_the_exporter_ended_without_it() {
-        let exporter = trace(None, vec![(1, ShareSide::Exported { at: 3 })]);
-        let opener = trace(None, vec![(4, ShareSide::Opened { fill: None })]);
+        let exporter = trace(None, vec![(buf(1), ShareSide::Exported { at: 3 })]);
+        let opener = trace(None, vec![(buf(4), ShareSide::Opened { fill: None })]);
         let p = plan(&[&exporter, &opener], &[0, 0]);
         let (e, o) = (p.ranks[0].clone().unwrap(), p.ranks[1].clone().unwrap());
         let got = std::thread::scope(|s| {
             let h = s.spawn(|| o.take(0));
-            e.hand_over(0, DevicePtr(0x1000), 64);
+            e.hand_over(0, Handed::Buffer(DevicePtr(0x1000), 64));
             h.join().unwrap()
         });
-        assert_eq!(got, Ok((DevicePtr(0x1000), 64)));
+        assert_eq!(got, Ok(Handed::Buffer(DevicePtr(0x1000), 64)));
         let p = plan(&[&exporter, &opener], &[0, 0]);
         let (e, o) = (p.ranks[0].clone().unwrap(), p.ranks[1].clone().unwrap());
         e.ended();
@@ -422,8 +447,8 @@ mod tests {
     #[test]
     fn a_rank_issues_a_call_only_after_the_others_returned_from_their_earlier_ones() {
         // Rank 0's clock began at 100, rank 1's at 0: rank 0's call at t 50 is at wall 150.
-        let exporter = trace(Some(100), vec![(1, ShareSide::Exported { at: 0 })]);
-        let opener = trace(Some(0), vec![(4, ShareSide::Opened { fill: None })]);
+        let exporter = trace(Some(100), vec![(buf(1), ShareSide::Exported { at: 0 })]);
+        let opener = trace(Some(0), vec![(buf(4), ShareSide::Opened { fill: None })]);
         let p = plan(&[&exporter, &opener], &[0, 0]);
         let (e, o) = (p.ranks[0].clone().unwrap(), p.ranks[1].clone().unwrap());
         let order = Mutex::new(Vec::new());

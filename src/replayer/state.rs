@@ -32,6 +32,7 @@ impl State {
             bufs: HashMap::default(),
             globals: HashSet::default(),
             borrowed: HashSet::default(),
+            borrowed_events: HashSet::default(),
             freed: HashMap::default(),
             streams: HashMap::default(),
             legacy: 0,
@@ -60,6 +61,8 @@ pub(crate) struct State {
     /// Buffers that are another rank's, opened here in a joint replay (`shared.rs`): not
     /// freed here either.
     pub borrowed: HashSet<BufferId>,
+    /// Events that are another rank's, opened here in a joint replay: not destroyed here.
+    pub borrowed_events: HashSet<EventId>,
     /// Every buffer, stream and event the replay made, with the backend's handle for it,
     /// kept after they go: what names a backend's own log of the replay
     /// (`ReplayReport::seen`).
@@ -478,8 +481,10 @@ impl<'t> Replayer<'t> {
                 let _ = gpu.free(p);
             }
         }
-        for (_, e) in st.events.drain() {
-            let _ = gpu.destroy_event(e);
+        for (id, e) in st.events.drain() {
+            if !st.borrowed_events.contains(&id) {
+                let _ = gpu.destroy_event(e);
+            }
         }
         for (_, (p, n)) in st.hosts.drain() {
             let _ = gpu.free_host_pinned(p, n);

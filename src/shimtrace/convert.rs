@@ -21,7 +21,7 @@ use crate::backend::{
 use crate::recorder::Addrs;
 use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
-    HostAddr, HostId, KernelId, LaunchHead, OperandMut, Provenance, ShareSide, SharedBuffer,
+    HostAddr, HostId, KernelId, LaunchHead, OperandMut, Provenance, Share, ShareSide, SharedId,
     SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace, TraceHeader, Value, WordsArg,
     FORMAT_VERSION, MIN_READER_VERSION, TOOL_SITE,
 };
@@ -393,13 +393,32 @@ impl Converter {
                 self.summary.records -= 1;
                 self.summary.ipc_exported += 1;
                 if let (true, DevAddr::Buf { buf, .. }) = (ok, self.addr(ptr)) {
-                    let share = SharedBuffer {
-                        handle: handle.to_vec(),
-                        side: ShareSide::Exported { at: self.seq },
-                    };
-                    self.t.shared.push((buf, share));
+                    self.exported(SharedId::Buffer(buf), handle);
                 }
                 return;
+            }
+            // An event this process shares with others: no call, the event and its handle.
+            Rec::IpcEventExport { event, handle } => {
+                self.summary.records -= 1;
+                self.summary.ipc_events_exported += 1;
+                if ok {
+                    let id = self.event(event);
+                    self.exported(SharedId::Event(id), handle);
+                }
+                return;
+            }
+            // Another process's event, opened here: an event of the trace's own (a replay alone
+            // records and waits for it as for any), paired with the exporter's in a joint one.
+            Rec::IpcEventImport { event, handle } => {
+                self.summary.ipc_events_imported += 1;
+                let id = self.new_event(event);
+                let side = ShareSide::Opened { fill: None };
+                let share = Share {
+                    handle: handle.to_vec(),
+                    side,
+                };
+                self.t.shared.push((SharedId::Event(id), share));
+                (Call::CreateEvent, Ok(Value::Event(id)))
             }
             Rec::WallClock { wall_ns } => {
                 self.summary.records -= 1;
@@ -1102,7 +1121,9 @@ impl Converter {
         if let Some((buf, handle, filled)) = self.opened.take() {
             let fill = (filled && self.capture_depth == 0).then(|| self.seq - 1);
             let side = ShareSide::Opened { fill };
-            self.t.shared.push((buf, SharedBuffer { handle, side }));
+            self.t
+                .shared
+                .push((SharedId::Buffer(buf), Share { handle, side }));
         }
     }
 
@@ -1119,6 +1140,15 @@ impl Converter {
     }
 
     /// A new buffer for the memory at `ptr`, `bytes` long: live from here.
+    /// `what` is shared with other processes under `handle`, from the next call on.
+    fn exported(&mut self, what: SharedId, handle: &[u8]) {
+        let share = Share {
+            handle: handle.to_vec(),
+            side: ShareSide::Exported { at: self.seq },
+        };
+        self.t.shared.push((what, share));
+    }
+
     fn new_buffer(&mut self, ptr: u64, bytes: u64) -> BufferId {
         let id = BufferId(self.next_buf);
         self.next_buf += 1;

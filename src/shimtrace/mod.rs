@@ -137,6 +137,11 @@ pub struct Summary {
     /// `cuGraphNodeSetEnabled`, `cuGraphExecUpdate`): each change a trace graph of its own,
     /// made where the executable next ran.
     pub graph_changes: usize,
+    /// Events this process shared with others (`cuIpcGetEventHandle`).
+    pub ipc_events_exported: usize,
+    /// Other processes' events opened here (`cuIpcOpenEventHandle`), each an event of the
+    /// trace's own.
+    pub ipc_events_imported: usize,
     /// Allocations this process shared with others (`cuIpcGetMemHandle`).
     pub ipc_exported: usize,
     /// Other processes' allocations opened here (`cuIpcOpenMemHandle`), each a buffer of the
@@ -245,8 +250,20 @@ impl Summary {
         }
         if self.ipc_imported > 0 {
             s.push_str(&format!(
-                "; {} of other processes opened (IPC: a buffer each, with its bytes as they were when opened; what the other process wrote after is not in this trace)",
+                "; {} of other processes opened (IPC: a buffer each, with its bytes as they were when opened; what the other process wrote after is in its own trace: replay them together with `gputape ranks --replay`)",
                 count(self.ipc_imported, "allocation", "s")
+            ));
+        }
+        if self.ipc_events_exported > 0 {
+            s.push_str(&format!(
+                "; {} shared with other processes (IPC)",
+                count(self.ipc_events_exported, "event", "s")
+            ));
+        }
+        if self.ipc_events_imported > 0 {
+            s.push_str(&format!(
+                "; {} of other processes opened (IPC: an event each, the other process's in a joint replay)",
+                count(self.ipc_events_imported, "event", "s")
             ));
         }
         if self.host_mapped > 0 {

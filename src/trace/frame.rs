@@ -447,45 +447,65 @@ pub enum Frame {
         /// The kernel, named by an earlier `Frame::Kernel`.
         id: KernelId,
     },
-    /// Buffer `buf` is memory shared between processes through a CUDA IPC handle (format 16:
-    /// a driver-level recording's `cuIpcGetMemHandle` or `cuIpcOpenMemHandle`). A trace
-    /// replayed alone needs none of it (an opened buffer is made and filled with the bytes
-    /// seen when it was opened); a joint replay of the processes' traces (`gputape ranks
-    /// --replay`) pairs each opened buffer with the buffer another trace exported under the
-    /// same handle, so that both replays use one piece of memory, as the processes did.
+    /// A buffer or an event shared between processes through a CUDA IPC handle (format 16: a
+    /// driver-level recording's `cuIpcGetMemHandle`, `cuIpcOpenMemHandle`,
+    /// `cuIpcGetEventHandle`, `cuIpcOpenEventHandle`). A trace replayed alone needs none of it
+    /// (an opened buffer is made and filled with the bytes seen when it was opened, an opened
+    /// event is an event of its own); a joint replay of the processes' traces (`gputape ranks
+    /// --replay`) pairs each opened one with the one another trace exported under the same
+    /// handle, so that both replays use one piece of memory, or one event, as the processes did.
     Shared {
-        /// The buffer the calls name.
-        buf: BufferId,
+        /// The buffer or event the calls name.
+        what: SharedId,
         /// Its handle, and which side of the sharing this process was.
-        share: SharedBuffer,
+        share: Share,
     },
 }
 
-/// A buffer shared between processes (`Frame::Shared`).
+/// What a process shared with another (`Frame::Shared`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SharedId {
+    /// A buffer (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`).
+    Buffer(BufferId),
+    /// An event (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`).
+    Event(EventId),
+}
+
+impl std::fmt::Display for SharedId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SharedId::Buffer(b) => write!(f, "{b}"),
+            SharedId::Event(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A buffer or event shared between processes (`Frame::Shared`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SharedBuffer {
+pub struct Share {
     /// The driver's handle (at most `IPC_HANDLE_BYTES`): what pairs the exporting process's
-    /// buffer with the buffers other processes opened from it.
+    /// buffer or event with those other processes opened from it.
     pub handle: Vec<u8>,
     /// Which side of the sharing this process was.
     pub side: ShareSide,
 }
 
-/// The most bytes an IPC handle has (`CUipcMemHandle` is 64): a longer one is a damaged file.
+/// The most bytes an IPC handle has (`CUipcMemHandle` and `CUipcEventHandle` are 64): a longer
+/// one is a damaged file.
 pub const IPC_HANDLE_BYTES: usize = 64;
 
-/// Which side of a sharing a process was (`SharedBuffer::side`).
+/// Which side of a sharing a process was (`Share::side`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ShareSide {
-    /// This process shared its buffer: the handle was taken after the calls numbered below
-    /// `at` and before call `at`. A joint replay hands the buffer to its openers there.
+    /// This process shared its buffer or event: the handle was taken after the calls numbered
+    /// below `at` and before call `at`. A joint replay hands it to its openers there.
     Exported {
         /// The first call after the handle was taken.
         at: u64,
     },
-    /// This process opened another's buffer: the `Alloc` that makes `buf` stands for the
-    /// open, and `fill` (when the bytes were read) is the upload of what it held then, which
-    /// a joint replay leaves out (the exporter's replay makes those bytes).
+    /// This process opened another's: the `Alloc` (or `CreateEvent`) that makes it stands for
+    /// the open, and for a buffer `fill` (when the bytes were read) is the upload of what it
+    /// held then, which a joint replay leaves out (the exporter's replay makes those bytes).
     Opened {
         /// The upload's call number.
         fill: Option<u64>,

@@ -133,9 +133,9 @@ pub struct Trace {
     pub kernel_clusters: BTreeMap<KernelId, [u32; 3]>,
     /// Kernels launched cooperatively (`Frame::KernelCooperative`).
     pub kernel_cooperative: BTreeSet<KernelId>,
-    /// Buffers shared with other processes through IPC handles, in the order shared
-    /// (`Frame::Shared`).
-    pub shared: Vec<(BufferId, SharedBuffer)>,
+    /// Buffers and events shared with other processes through IPC handles, in the order
+    /// shared (`Frame::Shared`).
+    pub shared: Vec<(SharedId, Share)>,
     /// Every kernel the calls name: module, name, layout.
     pub kernels: BTreeMap<KernelId, KernelInfo>,
     /// Buffers live when recording started, with their contents then.
@@ -399,14 +399,14 @@ impl Trace {
             Frame::KernelCooperative { id } => {
                 self.kernel_cooperative.insert(id);
             }
-            Frame::Shared { buf, share } => {
+            Frame::Shared { what, share } => {
                 if share.handle.len() > IPC_HANDLE_BYTES {
                     return Err(format!(
-                        "buffer {buf}'s IPC handle is {} bytes; a handle is at most {IPC_HANDLE_BYTES}",
+                        "{what}'s IPC handle is {} bytes; a handle is at most {IPC_HANDLE_BYTES}",
                         share.handle.len()
                     ));
                 }
-                self.shared.push((buf, share));
+                self.shared.push((what, share));
             }
             Frame::Initial {
                 buf,

@@ -123,9 +123,9 @@ impl Trace {
                 w.write(&Frame::KernelCooperative { id: *id })?;
             }
         }
-        for (buf, share) in &self.shared {
+        for (what, share) in &self.shared {
             w.write(&Frame::Shared {
-                buf: *buf,
+                what: *what,
                 share: share.clone(),
             })?;
         }

@@ -204,6 +204,8 @@ pub const RECORDED: &[&str] = &[
     "cuIpcOpenMemHandle",
     "cuIpcOpenMemHandle_v2",
     "cuIpcCloseMemHandle",
+    "cuIpcGetEventHandle",
+    "cuIpcOpenEventHandle",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
 ];
@@ -290,7 +292,7 @@ mod tests {
     #[test]
     fn kinds_follow_the_hooks_and_the_prefixes() {
         assert_eq!(kind("cuLaunchKernel"), Kind::Recorded);
-        assert_eq!(kind("cuIpcGetEventHandle"), Kind::Opaque);
+        assert_eq!(kind("cuGraphAddMemAllocNode"), Kind::Opaque);
         assert_eq!(kind("cuDeviceGetAttribute"), Kind::Forwarded);
         let mut sorted = RECORDED.to_vec();
         sorted.sort();

@@ -458,4 +458,14 @@ records! {
     /// record's own time it says when the log's time 0 was, so that the logs of processes that
     /// shared memory can be laid on one clock (a joint replay orders their calls by it).
     65 WallClock "(recording clock)" state { wall_ns: u64 = u64("wall clock") }
+    /// `cuIpcGetEventHandle`: `event` is shared with other processes under `handle`.
+    66 IpcEventExport "cuIpcGetEventHandle" state {
+        event: u64 = u64("event"),
+        handle: &'a [u8] = bytes("IPC handle"),
+    }
+    /// `cuIpcOpenEventHandle`: another process's event, shared under `handle`, is `event` here.
+    67 IpcEventImport "cuIpcOpenEventHandle" state {
+        event: u64 = u64("event"),
+        handle: &'a [u8] = bytes("IPC handle"),
+    }
 }

@@ -289,6 +289,14 @@ fn later_samples() -> Vec<Rec<'static>> {
         Rec::WallClock {
             wall_ns: 1_796_000_000_000_000_000,
         },
+        Rec::IpcEventExport {
+            event: 0xe7000,
+            handle: &[9; 64],
+        },
+        Rec::IpcEventImport {
+            event: 0xe7001,
+            handle: &[9; 64],
+        },
     ]
 }
 
@@ -328,7 +336,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=65).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=67).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

@@ -1,8 +1,9 @@
-//! Memory shared between processes (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle*`,
-//! `cuIpcCloseMemHandle`): the exporter's allocation is named with its handle; the opener's
-//! mapping is logged with its extent and, when recording to a file, its bytes as they were when
-//! opened (what a replay of the opener alone starts from; what the exporter writes after is its
-//! own process's work, not in this log).
+//! Memory and events shared between processes (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle*`,
+//! `cuIpcCloseMemHandle`, `cuIpcGetEventHandle`, `cuIpcOpenEventHandle`): the exporter's
+//! allocation or event is named with its handle; the opener's mapping is logged with its
+//! extent and, when recording to a file, its bytes as they were when opened (what a replay of
+//! the opener alone starts from; what the exporter writes after is its own process's work, not
+//! in this log), an opened event with the handle it came from.
 
 use gputape_shimlog::Rec;
 
@@ -15,6 +16,51 @@ use crate::imp::table::entry;
 #[derive(Clone, Copy)]
 pub(super) struct IpcHandle {
     reserved: [u8; 64],
+}
+
+/// `cuIpcGetEventHandle`: (CUipcEventHandle*, CUevent).
+pub(super) unsafe extern "C" fn ipc_get_event_handle<const I: usize>(
+    handle: *mut IpcHandle,
+    event: u64,
+) -> R {
+    // SAFETY: entry point I is cuIpcGetEventHandle: (CUipcEventHandle*, CUevent); the event
+    // handle is 64 bytes, as the memory handle.
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut IpcHandle, u64) -> R>(I)(handle, event) };
+    if r == 0 && !handle.is_null() {
+        // SAFETY: on success the driver wrote the handle through the caller's pointer.
+        let h = unsafe { *handle };
+        log::write(
+            r,
+            Rec::IpcEventExport {
+                event,
+                handle: &h.reserved,
+            },
+        );
+    }
+    r
+}
+
+/// `cuIpcOpenEventHandle`: (CUevent*, CUipcEventHandle by value).
+pub(super) unsafe extern "C" fn ipc_open_event_handle<const I: usize>(
+    event: *mut u64,
+    handle: IpcHandle,
+) -> R {
+    type F = unsafe extern "C" fn(*mut u64, IpcHandle) -> R;
+    // SAFETY: entry point I is cuIpcOpenEventHandle, whose signature F is (the handle passed on
+    // by value, as it came).
+    let r = unsafe { real_at::<F>(I)(event, handle) };
+    if r == 0 && !event.is_null() {
+        // SAFETY: on success the driver wrote the event through the caller's pointer.
+        let e = unsafe { *event };
+        log::write(
+            r,
+            Rec::IpcEventImport {
+                event: e,
+                handle: &handle.reserved,
+            },
+        );
+    }
+    r
 }
 
 /// Bytes of a shared allocation read when it is opened, at most (a larger one is logged

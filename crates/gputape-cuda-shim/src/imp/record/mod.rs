@@ -52,7 +52,10 @@ use graphs::{
     begin_capture, end_capture, exchange_capture_mode, graph_destroy, graph_exec_destroy,
     graph_instantiate, graph_launch, graph_upload,
 };
-use ipc::{ipc_close_mem_handle, ipc_get_mem_handle, ipc_open_mem_handle};
+use ipc::{
+    ipc_close_mem_handle, ipc_get_event_handle, ipc_get_mem_handle, ipc_open_event_handle,
+    ipc_open_mem_handle,
+};
 use launches::{launch, launch_cooperative, launch_ex};
 use memory::{
     address_range, address_reserve, host_alloc, host_alloc_flags, host_device_pointer, host_free,
@@ -398,6 +401,8 @@ hooks! {
     "cuIpcOpenMemHandle" => ipc_open_mem_handle,
     "cuIpcOpenMemHandle_v2" => ipc_open_mem_handle,
     "cuIpcCloseMemHandle" => ipc_close_mem_handle,
+    "cuIpcGetEventHandle" => ipc_get_event_handle,
+    "cuIpcOpenEventHandle" => ipc_open_event_handle,
     "cuGraphExecDestroy" => graph_exec_destroy,
     "cuGraphDestroy" => graph_destroy,
 }

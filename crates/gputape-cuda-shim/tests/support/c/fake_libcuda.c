@@ -155,6 +155,18 @@ API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, IpcMemHandle h, unsigned flag
     return 0;
 }
 API CUresult cuIpcCloseMemHandle(CUdeviceptr p) { return cuMemGetAddressRange_v2(NULL, NULL, p); }
+/* CUipcEventHandle: the event's handle in its first 8 bytes (a forked child shares them). */
+API CUresult cuIpcGetEventHandle(IpcMemHandle *h, void *event) {
+    if (!h || !event) return 1;
+    memset(h, 0, sizeof *h);
+    memcpy(h->reserved, &event, sizeof event);
+    return 0;
+}
+API CUresult cuIpcOpenEventHandle(void **event, IpcMemHandle h) {
+    if (!event) return 1;
+    memcpy(event, h.reserved, sizeof *event);
+    return *event ? 0 : 1;
+}
 
 API CUresult cuMemFree_v2(CUdeviceptr p) { return p >= BASE && p < BASE + ARENA ? 0 : 1; }
 
