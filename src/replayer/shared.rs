@@ -119,6 +119,14 @@ impl std::fmt::Debug for Sharing {
     }
 }
 
+/// How an opened buffer or event that is not paired replays: as when its trace replays alone.
+fn alone(what: &SharedId) -> &'static str {
+    match what {
+        SharedId::Buffer(_) => "replayed with the bytes it held when opened",
+        SharedId::Event(_) => "replayed as an event of its own, which only this rank records",
+    }
+}
+
 /// Pairs every buffer or event a trace opened with the one another trace exported under the
 /// same handle, where both ranks address one memory (`spaces[i] == spaces[j]`).
 pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
@@ -158,13 +166,15 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
             });
             let Some((j, ebuf, at)) = exporter else {
                 out.notes[i].push(format!(
-                    "{buf} was opened from an IPC handle no trace of the set exported: replayed with the bytes it held when opened"
+                    "{buf} was opened from an IPC handle no trace of the set exported: {}",
+                    alone(buf)
                 ));
                 continue;
             };
             if spaces.get(i) != spaces.get(j) {
                 out.notes[i].push(format!(
-                    "{buf} is rank {j}'s {ebuf}, which this replay keeps in another memory (another device, or a mock of its own): replayed with the bytes it held when opened"
+                    "{buf} is rank {j}'s {ebuf}, which this replay keeps in another memory (another device, or a mock of its own): {}",
+                    alone(buf)
                 ));
                 continue;
             }
@@ -411,8 +421,8 @@ mod tests {
         assert_eq!(p.skip[1].keys().copied().collect::<Vec<_>>(), [2]);
         // An event opened under the same bytes is no buffer: not paired with one.
         let event = SharedId::Event(EventId(2));
-        let opener = trace(Some(5), vec![(event, ShareSide::Opened { fill: None })]);
-        let p = plan(&[&exporter, &opener], &[0, 0]);
+        let event_opener = trace(Some(5), vec![(event, ShareSide::Opened { fill: None })]);
+        let p = plan(&[&exporter, &event_opener], &[0, 0]);
         assert!(p.ranks.iter().all(Option::is_none));
         assert!(
             p.notes[1][0].contains("no trace of the set exported"),
