@@ -4,7 +4,9 @@
 // before either touches CUDA) opens it (cudaIpcOpenMemHandle), `scale` reads it into memory
 // of its own, `bump` adds 100 to every element of the parent's `x`, the child reads its own
 // memory back and checks it, closes the handle and tells the parent, which reads `x` back and
-// checks the child's bump (what only a replay of the two processes together reproduces).
+// checks the child's bump (what only a replay of the two processes together reproduces), its
+// stream first waiting for the event `bumped` the parent shared (cudaIpcGetEventHandle) and the
+// child recorded after the bump.
 // Exits 0 when both checks hold, 1 otherwise, 2 when an API call failed.
 #include <cstdio>
 #include <sys/wait.h>
@@ -34,15 +36,21 @@ static float host[N], got[N];
 
 static int child(int from_parent, int to_parent) {
     cudaIpcMemHandle_t h;
-    if (read(from_parent, &h, sizeof h) != (ssize_t)sizeof h) return 2;
+    cudaIpcEventHandle_t eh;
+    if (read(from_parent, &h, sizeof h) != (ssize_t)sizeof h ||
+        read(from_parent, &eh, sizeof eh) != (ssize_t)sizeof eh)
+        return 2;
     float *x, *y;
+    cudaEvent_t bumped;
     if (check(cudaIpcOpenMemHandle((void **)&x, h, cudaIpcMemLazyEnablePeerAccess), "child",
               "cudaIpcOpenMemHandle") ||
+        check(cudaIpcOpenEventHandle(&bumped, eh), "child", "cudaIpcOpenEventHandle") ||
         check(cudaMalloc(&y, N * sizeof(float)), "child", "cudaMalloc"))
         return 2;
     scale<<<(N + 255) / 256, 256>>>(x, y, N, 3.f);
     bump<<<(N + 255) / 256, 256>>>(x, N);
     if (check(cudaGetLastError(), "child", "scale") ||
+        check(cudaEventRecord(bumped, 0), "child", "cudaEventRecord") ||
         check(cudaMemcpy(got, y, N * sizeof(float), cudaMemcpyDeviceToHost), "child", "read") ||
         check(cudaIpcCloseMemHandle(x), "child", "cudaIpcCloseMemHandle"))
         return 2;
@@ -68,12 +76,27 @@ int main() {
         check(cudaDeviceSynchronize(), "parent", "sync") ||
         check(cudaIpcGetMemHandle(&h, x), "parent", "cudaIpcGetMemHandle"))
         return 2;
-    if (write(down[1], &h, sizeof h) != (ssize_t)sizeof h) return 2;
+    // The child records `bumped` after its bump; the parent's stream waits for it before the
+    // read (the pipe's message says the record is queued).
+    cudaEvent_t bumped;
+    cudaIpcEventHandle_t eh;
+    cudaStream_t s;
+    if (check(cudaEventCreateWithFlags(&bumped, cudaEventInterprocess | cudaEventDisableTiming),
+              "parent", "cudaEventCreateWithFlags") ||
+        check(cudaIpcGetEventHandle(&eh, bumped), "parent", "cudaIpcGetEventHandle") ||
+        check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "parent", "stream"))
+        return 2;
+    if (write(down[1], &h, sizeof h) != (ssize_t)sizeof h ||
+        write(down[1], &eh, sizeof eh) != (ssize_t)sizeof eh)
+        return 2;
     char done = 2;
     if (read(up[0], &done, 1) != 1) done = 2;
     int status = 0;
     waitpid(pid, &status, 0);
-    if (check(cudaMemcpy(got, x, N * sizeof(float), cudaMemcpyDeviceToHost), "parent", "read") ||
+    if (check(cudaStreamWaitEvent(s, bumped, 0), "parent", "cudaStreamWaitEvent") ||
+        check(cudaMemcpyAsync(got, x, N * sizeof(float), cudaMemcpyDeviceToHost, s), "parent",
+              "read") ||
+        check(cudaStreamSynchronize(s), "parent", "sync") ||
         check(cudaFree(x), "parent", "cudaFree"))
         return 2;
     int wrong = 0;

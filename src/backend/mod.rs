@@ -490,7 +490,9 @@ pub trait GpuBackend: Send + Sync {
     }
 
     /// A new event, for ordering streams (`record_event`, `stream_wait_event`) and for host
-    /// waits. Timing is off: it is never used to measure.
+    /// waits. Timing is off: it is never used to measure. Backends of one device may be handed
+    /// each other's events (a joint replay of processes that shared one through IPC): the CUDA
+    /// backend's events are its device's primary context's, which every backend there uses.
     #[track_caller]
     fn create_event(&self) -> Result<u64> {
         anyhow::bail!("events are not supported by this backend")

@@ -97,8 +97,9 @@ impl CudaBackend {
 
     #[track_caller]
     pub(super) fn record_event_impl(&self, event: u64, stream: u64) -> Result<()> {
-        // SAFETY: the trait's contract: `event` from `create_event`, not destroyed; `stream`
-        // one of this backend's or 0.
+        // SAFETY: the trait's contract: `event` from `create_event` (of this backend, or of
+        // another on this device's primary context: a joint replay's shared event, which that
+        // context's streams may use), not destroyed; `stream` one of this backend's or 0.
         Ok(unsafe { driver::event_record(event as sys::CUevent, st(stream)) }?)
     }
 
