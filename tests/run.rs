@@ -2579,6 +2579,27 @@ fn processes_that_shared_memory_and_an_event_through_ipc_handles_replay_together
     } else {
         (traces[0].clone(), traces[1].clone())
     };
+    // Each trace names what it shared: the parent's buffer and event handed over, the child's
+    // opened (the buffer with the upload of its bytes when opened).
+    let shown = |t: &std::path::Path| {
+        let o = gputape(&["show".as_ref(), t.as_ref()]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let (p_shown, c_shown) = (shown(&parent), shown(&child));
+    for want in [
+        "shared buf0: handed to other processes before #",
+        "shared ev0: handed",
+    ] {
+        assert!(p_shown.contains(want), "{want}: {p_shown}");
+    }
+    for want in [
+        "shared buf0: another process's, opened here (IPC handle",
+        "; what it held then uploaded by #1",
+        "shared ev0: another process's, opened here",
+    ] {
+        assert!(c_shown.contains(want), "{want}: {c_shown}");
+    }
     let child_calls = call_texts(&child);
     assert!(
         child_calls[0].starts_with("alloc(64)") && child_calls[1].starts_with("copy_h2d(buf0+0"),

@@ -293,8 +293,9 @@ pub fn render_call(t: &Trace, c: &CallRecord) -> String {
 }
 
 /// The whole trace as canonical text. Long on purpose: the text is the trace's sections in one
-/// fixed order (header, blobs, kernels, modules, globals, adopted state, initial contents,
-/// calls), each a short loop; a snapshot's order is this function's order, read top to bottom.
+/// fixed order (header, blobs, kernels, modules, globals, shared memory and events, adopted
+/// state, initial contents, calls), each a short loop; a snapshot's order is this function's
+/// order, read top to bottom.
 pub fn render(t: &Trace) -> String {
     let mut s = String::new();
     if let Some(h) = &t.header {
@@ -382,6 +383,27 @@ pub fn render(t: &Trace) -> String {
             "global {buf} = {}::{} ({} bytes, the module's own memory)",
             g.module, g.name, g.bytes
         );
+    }
+    for (what, share) in &t.shared {
+        let handle: String = share
+            .handle
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let _ = match share.side {
+            ShareSide::Exported { at } => writeln!(
+                s,
+                "shared {what}: handed to other processes before #{at} (IPC handle {handle}..)"
+            ),
+            ShareSide::Opened { fill } => writeln!(
+                s,
+                "shared {what}: another process's, opened here (IPC handle {handle}..){}",
+                fill.map_or(String::new(), |f| format!(
+                    "; what it held then uploaded by #{f}"
+                ))
+            ),
+        };
     }
     for a in &t.adopted {
         let _ = match a {
