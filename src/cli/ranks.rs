@@ -183,16 +183,15 @@ fn counts(traces: &[crate::trace::Trace]) -> (usize, usize) {
     (comms, collectives)
 }
 
-/// A backend per rank, with the modules its trace embeds loaded, and which memory each
-/// addresses (`replay_ranks_sharing`'s spaces).
-fn open_backends(
-    ctx: &Ctx,
-    a: &Args,
-    traces: &[crate::trace::Trace],
-) -> Result<(
+/// Each rank's backend, and the memory it addresses (`replay_ranks_sharing`'s spaces).
+type RankBackends = (
     Vec<std::sync::Arc<dyn crate::backend::GpuBackend>>,
     Vec<usize>,
-)> {
+);
+
+/// A backend per rank, with the modules its trace embeds loaded, and which memory each
+/// addresses (`replay_ranks_sharing`'s spaces).
+fn open_backends(ctx: &Ctx, a: &Args, traces: &[crate::trace::Trace]) -> Result<RankBackends> {
     // Each rank on the device its trace was recorded on; where two say the same one (traces
     // from before the header said which), rank by rank in the order given. Processes that
     // shared memory through IPC handles shared a device with it: they keep theirs.

@@ -329,11 +329,11 @@ impl RankShare {
                     Some(n) => n < at || (n == at && *r < self.rank),
                     None => false,
                 };
-                *r != self.rank
-                    && earlier
-                    && !p
-                        .inside
-                        .is_some_and(|since| now.duration_since(since) >= STUCK)
+                // A rank inside one call for `STUCK` is passed over (it waits on this one).
+                let stuck = p
+                    .inside
+                    .is_some_and(|since| now.duration_since(since) >= STUCK);
+                *r != self.rank && earlier && !stuck
             });
             let Some((r, _)) = behind else {
                 break;
