@@ -176,6 +176,48 @@ fn show_json(trace: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The `show --json` calls of `trace`, each as `show` writes it.
+fn call_texts(trace: &std::path::Path) -> Vec<String> {
+    show_json(trace)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `calls`, each without its result, begin with `want`'s texts, in order.
+fn assert_calls_begin(calls: &[String], want: &[&str]) {
+    let heads: Vec<&str> = calls
+        .iter()
+        .map(|c| c.split(" -> ").next().unwrap_or_default())
+        .collect();
+    assert!(heads.len() >= want.len(), "{heads:?}");
+    for (c, w) in heads.iter().zip(want) {
+        assert!(c.starts_with(w), "{c} is not {w}: {heads:?}");
+    }
+}
+
+/// `stream_values.c`'s and `stream_batch.c`'s calls, the same whether their values were
+/// written and waited for one by one or in batches: uploads each followed by an event record,
+/// a wait for the first write's event, the copy it held back, the wait no write met.
+fn assert_value_ops(trace: &std::path::Path) {
+    let calls: Vec<String> = call_texts(trace)
+        .into_iter()
+        .filter(|c| !c.starts_with("alloc") && !c.starts_with("create_stream"))
+        .collect();
+    let want = [
+        "copy_h2d_async(buf0+0, 4 bytes #",
+        "record_event(ev0, s1)",
+        "copy_h2d_async(buf0+8, 8 bytes #",
+        "record_event(ev1, s1)",
+        "stream_wait_event(s2, ev0)",
+        "copy_d2d_async(buf0+0",
+        "cuStreamWaitValue32 (for a value no recorded stream write set)",
+    ];
+    assert_calls_begin(&calls, &want);
+}
+
 /// `export --program` of `trace` into `dir` (which must succeed): the program's source and
 /// what `gputape` said.
 fn export_program(trace: &std::path::Path, dir: &std::path::Path) -> (String, String) {
@@ -1792,27 +1834,7 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_waits_for_them_as_even
         err.contains("2 stream waits for a value a recorded stream write set"),
         "{err}"
     );
-    let calls: Vec<String> = show_json(&trace)["calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["call"].as_str().unwrap().to_string())
-        .filter(|c| !c.starts_with("alloc") && !c.starts_with("create_stream"))
-        .map(|c| c.split(" -> ").next().unwrap_or_default().to_string())
-        .collect();
-    let want = [
-        "copy_h2d_async(buf0+0, 4 bytes #",
-        "record_event(ev0, s1)",
-        "copy_h2d_async(buf0+8, 8 bytes #",
-        "record_event(ev1, s1)",
-        "stream_wait_event(s2, ev0)",
-        "copy_d2d_async(buf0+0",
-        "cuStreamWaitValue32 (for a value no recorded stream write set)",
-    ];
-    assert!(calls.len() >= want.len(), "{calls:?}");
-    for (c, w) in calls.iter().zip(want) {
-        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
-    }
+    assert_value_ops(&trace);
     let out = replay_on_mock_ok(&trace);
     assert!(
         out.contains("2 of 2 match") && out.contains("no divergence"),
@@ -1838,7 +1860,6 @@ fn a_graph_s_event_nodes_become_waits_before_its_launches_and_records_after() {
     assert!(err.contains("2 event nodes of those graphs"), "{err}");
     let calls: Vec<String> = call_texts(&trace)
         .into_iter()
-        .map(|c| c.split(" -> ").next().unwrap_or_default().to_string())
         .skip_while(|c| !c.starts_with("copy_h2d_async"))
         .collect();
     let want = [
@@ -1850,10 +1871,7 @@ fn a_graph_s_event_nodes_become_waits_before_its_launches_and_records_after() {
         "stream_wait_event(s1, ev1)",
         "copy_d2d_async(buf0+0",
     ];
-    assert!(calls.len() >= want.len(), "{calls:?}");
-    for (c, w) in calls.iter().zip(want) {
-        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
-    }
+    assert_calls_begin(&calls, &want);
     let out = replay_on_mock_ok(&trace);
     assert!(
         out.contains("2 of 2 match") && out.contains("no divergence"),
@@ -1883,24 +1901,7 @@ fn a_batch_of_stream_memory_operations_is_recorded_as_its_writes_and_waits() {
         err.contains("1 stream wait for a value a recorded stream write set"),
         "{err}"
     );
-    let calls: Vec<String> = call_texts(&trace)
-        .into_iter()
-        .filter(|c| !c.starts_with("alloc") && !c.starts_with("create_stream"))
-        .map(|c| c.split(" -> ").next().unwrap_or_default().to_string())
-        .collect();
-    let want = [
-        "copy_h2d_async(buf0+0, 4 bytes #",
-        "record_event(ev0, s1)",
-        "copy_h2d_async(buf0+8, 8 bytes #",
-        "record_event(ev1, s1)",
-        "stream_wait_event(s2, ev0)",
-        "copy_d2d_async(buf0+0",
-        "cuStreamWaitValue32 (for a value no recorded stream write set)",
-    ];
-    assert!(calls.len() >= want.len(), "{calls:?}");
-    for (c, w) in calls.iter().zip(want) {
-        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
-    }
+    assert_value_ops(&trace);
     let out = replay_on_mock_ok(&trace);
     assert!(
         out.contains("2 of 2 match") && out.contains("no divergence"),
@@ -2533,16 +2534,6 @@ fn memory_opened_through_an_ipc_handle_is_a_buffer_holding_its_bytes_when_opened
         "{out}"
     );
     let _ = std::fs::remove_dir_all(d);
-}
-
-/// The `show --json` calls of `trace`, each as `show` writes it.
-fn call_texts(trace: &std::path::Path) -> Vec<String> {
-    show_json(trace)["calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["call"].as_str().unwrap().to_string())
-        .collect()
 }
 
 #[test]

@@ -243,6 +243,17 @@ impl RankShare {
         self.sharing.board.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits for another rank's change to the board (or a tenth of a second, to look at the
+    /// clock again: a rank stuck in a call changes nothing), no later than `deadline`.
+    fn wait<'a>(&'a self, b: MutexGuard<'a, Board>, deadline: Instant) -> MutexGuard<'a, Board> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.sharing
+            .changed
+            .wait_timeout(b, left.min(Duration::from_millis(100)))
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+    }
+
     /// The slot of `what` when this rank opens it.
     pub fn opened(&self, what: SharedId) -> Option<usize> {
         self.opens.get(&what).copied()
@@ -292,19 +303,13 @@ impl RankShare {
                 }
                 SlotState::Waiting => {}
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if Instant::now() >= deadline {
                 return Err(format!(
                     "waited {PATIENCE:?} for rank {}'s replay to share its {}",
                     s.rank, s.what
                 ));
             }
-            b = self
-                .sharing
-                .changed
-                .wait_timeout(b, left.min(Duration::from_millis(100)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            b = self.wait(b, deadline);
         }
     }
 
@@ -338,18 +343,12 @@ impl RankShare {
             let Some((r, _)) = behind else {
                 break;
             };
-            let left = deadline.saturating_duration_since(now);
-            if left.is_zero() {
+            if now >= deadline {
                 return Err(format!(
                     "waited {PATIENCE:?} for rank {r}'s replay to reach this call's recorded time"
                 ));
             }
-            b = self
-                .sharing
-                .changed
-                .wait_timeout(b, left.min(Duration::from_millis(100)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            b = self.wait(b, deadline);
         }
         if let Some(p) = b.places.get_mut(self.rank) {
             p.inside = Some(Instant::now());
