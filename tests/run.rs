@@ -1843,6 +1843,32 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_waits_for_them_as_even
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A node destroyed before its graph is instantiated is not in the graph the trace makes of
+/// it; an executable's child-graph node given another graph runs that graph's nodes from its
+/// next launch (a graph of its own, made there); the mock's replay checks every buffer.
+#[test]
+fn a_destroyed_node_and_a_child_graph_given_to_an_executable_replay_as_they_ran() {
+    let d = support::scratch("run-node-changes");
+    let prog = support::node_changes_program(&d);
+    let trace = d.join("nc.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("node_changes: x 01010101, y 00000000, z 05050505 then 07070707, errors 0"),
+        "{out}"
+    );
+    assert!(!err.contains("not understood"), "{err}");
+    assert!(
+        err.contains("1 executable graph change after instantiation"),
+        "{err}"
+    );
+    let out = replay_on_mock_ok(&trace);
+    assert!(
+        out.contains("4 of 4 match") && out.contains("no divergence"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// A graph built node by node with event nodes: its wait node becomes a wait for the event
 /// before each launch of the graph, its record node a record of the event after it, so the
 /// streams it joins keep their order in a replay; the mock's replay checks both buffers.

@@ -1027,6 +1027,16 @@ impl Converter {
                 self.built.child(graph, node, child, captured);
                 return;
             }
+            Rec::NodeDestroyed { node } => {
+                if let Some(graph) = self.built.destroy_node(node) {
+                    self.graphs.remove(&graph);
+                }
+                return;
+            }
+            Rec::ExecChildGraph { exec, node, child } => {
+                self.built.exec_child(exec, node, child);
+                return;
+            }
             Rec::GraphClone { clone, original } => {
                 self.built.clone_graph(clone, original);
                 if let (false, Some(&id)) = (self.built.built(original), self.graphs.get(&original))

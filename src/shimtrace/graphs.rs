@@ -247,6 +247,49 @@ impl Graphs {
         self.graphs.entry(graph).or_default().extend(work);
     }
 
+    /// Node `node` is gone from the graph holding it (`cuGraphDestroyNode`): that graph's
+    /// handle (its trace graph, if made, no longer what a new instantiation runs), or None for
+    /// a node the recording does not know. Executables made before keep it, as the driver's do.
+    pub(super) fn destroy_node(&mut self, node: u64) -> Option<u64> {
+        let graph = self.node_graph.remove(&node).filter(|_| node != 0)?;
+        self.graphs.get_mut(&graph)?.retain(|w| w.node != node);
+        Some(graph)
+    }
+
+    /// Child-graph node `node` of executable `exec` runs `child`'s nodes from its next launch
+    /// (`cuGraphExecChildGraphNodeSetParams`), in the place of the ones it ran.
+    pub(super) fn exec_child(&mut self, exec: u64, node: u64, child: u64) {
+        let work: Option<Vec<Work>> = self.graphs.get(&child).map(|w| {
+            w.iter()
+                .map(|w| Work {
+                    node,
+                    rec: w.rec.clone(),
+                })
+                .collect()
+        });
+        let lost = self.lost_graphs.get(&child).cloned();
+        let done = match (self.execs.get_mut(&exec), work, lost) {
+            (Some(e), Some(work), None) if node != 0 => {
+                match e.work.iter().position(|w| w.node == node) {
+                    Some(at) => {
+                        e.work.retain(|w| w.node != node);
+                        e.work.splice(at..at, work);
+                        e.changed = true;
+                        true
+                    }
+                    None => false,
+                }
+            }
+            _ => false,
+        };
+        if !done {
+            self.lose_exec(
+                exec,
+                "after cuGraphExecChildGraphNodeSetParams with a node or graph the recording does not know".into(),
+            );
+        }
+    }
+
     /// `clone` is a copy of `original`, built node by node (its nodes' handles are the
     /// clone's own, which the log does not name: new parameters for them are not followed).
     pub(super) fn clone_graph(&mut self, clone: u64, original: u64) {
@@ -404,6 +447,30 @@ mod tests {
 
     /// What cannot be followed is said, per executable, and a child graph's nodes are copied
     /// into its parent.
+    #[test]
+    fn a_destroyed_node_leaves_later_instantiations_and_a_new_child_one_executable() {
+        let mut g = Graphs::default();
+        g.add(1, 11, memset(1), false);
+        g.add(1, 12, memset(2), false);
+        g.instantiate(100, 1);
+        assert_eq!(g.destroy_node(12), Some(1));
+        assert_eq!(values(&g.work_of(1)), [1]);
+        // The executable made before keeps the node, as the driver's does.
+        assert_eq!(g.take_changed(100), None);
+        g.instantiate(101, 1);
+        assert_eq!(g.destroy_node(99), None);
+        // A child node given another graph in one executable.
+        g.add(2, 21, memset(5), false);
+        g.add(3, 31, memset(7), false);
+        g.child(4, 41, 2, false);
+        g.instantiate(102, 4);
+        g.exec_child(102, 41, 3);
+        assert_eq!(values(&g.take_changed(102).unwrap()), [7]);
+        assert_eq!(values(&g.work_of(4)), [5]);
+        g.exec_child(102, 99, 3);
+        assert!(g.lost(102).is_some());
+    }
+
     #[test]
     fn what_cannot_be_followed_loses_the_executable_and_says_why() {
         let mut g = Graphs::default();

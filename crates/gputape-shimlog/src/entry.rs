@@ -178,6 +178,8 @@ pub const RECORDED: &[&str] = &[
     "cuGraphAddNode_v2",
     "cuGraphAddHostNode",
     "cuGraphAddChildGraphNode",
+    "cuGraphDestroyNode",
+    "cuGraphExecChildGraphNodeSetParams",
     "cuGraphAddEventRecordNode",
     "cuGraphAddEventWaitNode",
     "cuGraphEventRecordNodeSetEvent",
@@ -244,12 +246,11 @@ pub fn changes_device(name: &str) -> bool {
         "cuGraphExec",
         "cuGraphUpload",
         // Nodes the recording does not understand (allocations, memory operations, external
-        // semaphores), new parameters for them, and a node removed from a graph; kernel,
-        // copy, memset, host, event and child-graph nodes are hooked.
+        // semaphores) and new parameters for them; kernel, copy, memset, host, event and
+        // child-graph nodes are hooked, and so are nodes removed.
         "cuGraphBatchMemOpNodeSetParams",
         "cuGraphExternalSemaphoresSignalNodeSetParams",
         "cuGraphExternalSemaphoresWaitNodeSetParams",
-        "cuGraphDestroyNode",
         "cuGraphAddMem",
         "cuGraphAddBatchMemOpNode",
         "cuGraphAddExternalSemaphores",

@@ -468,4 +468,13 @@ records! {
         event: u64 = u64("event"),
         handle: &'a [u8] = bytes("IPC handle"),
     }
+    /// `cuGraphDestroyNode`: node `node` is gone from the graph that held it.
+    68 NodeDestroyed "cuGraphDestroyNode" state { node: u64 = u64("graph node") }
+    /// `cuGraphExecChildGraphNodeSetParams`: child-graph node `node` of executable `exec` runs
+    /// graph `child`'s nodes (as they are now) from its next launch.
+    69 ExecChildGraph "cuGraphExecChildGraphNodeSetParams" state {
+        exec: u64 = u64("executable graph"),
+        node: u64 = u64("graph node"),
+        child: u64 = u64("child graph"),
+    }
 }

@@ -297,6 +297,12 @@ fn later_samples() -> Vec<Rec<'static>> {
             event: 0xe7001,
             handle: &[9; 64],
         },
+        Rec::NodeDestroyed { node: 0x6c0003 },
+        Rec::ExecChildGraph {
+            exec: 0x6e0001,
+            node: 0x6c0004,
+            child: 0x6f0002,
+        },
     ]
 }
 
@@ -336,7 +342,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=67).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=69).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

@@ -579,6 +579,31 @@ pub unsafe extern "C" fn add_child_node<const I: usize>(
     r
 }
 
+/// `cuGraphDestroyNode`: (CUgraphNode).
+pub unsafe extern "C" fn destroy_node<const I: usize>(node: u64) -> R {
+    // SAFETY: entry point I is cuGraphDestroyNode: (CUgraphNode).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64) -> R>(I)(node) };
+    if r == 0 && log::active() {
+        log::write(r, Rec::NodeDestroyed { node });
+    }
+    r
+}
+
+/// `cuGraphExecChildGraphNodeSetParams`: (CUgraphExec, CUgraphNode, CUgraph child).
+pub unsafe extern "C" fn exec_set_child_node<const I: usize>(
+    exec: u64,
+    node: u64,
+    child: u64,
+) -> R {
+    // SAFETY: entry point I is cuGraphExecChildGraphNodeSetParams: (CUgraphExec, CUgraphNode,
+    // CUgraph).
+    let r = unsafe { real_at::<unsafe extern "C" fn(u64, u64, u64) -> R>(I)(exec, node, child) };
+    if r == 0 && log::active() {
+        log::write(r, Rec::ExecChildGraph { exec, node, child });
+    }
+    r
+}
+
 /// Logs node `node` of `graph`, added with status `r`, as running graph `child`'s nodes.
 fn log_child(r: R, graph: u64, node: u64, child: u64) {
     if r == 0 && log::active() {

@@ -182,6 +182,12 @@ pub fn ipc_fork_program(dir: &Path) -> PathBuf {
     link_program(dir, "ipc_fork", include_str!("c/ipc_fork.c"))
 }
 
+/// `c/node_changes.c` compiled into `dir`, linked like `cooperative_program`: a graph node
+/// destroyed, and an executable's child-graph node given another graph.
+pub fn node_changes_program(dir: &Path) -> PathBuf {
+    link_program(dir, "node_changes", include_str!("c/node_changes.c"))
+}
+
 /// `c/event_nodes.c` compiled into `dir`, linked like `cooperative_program`: a graph built
 /// node by node that waits for an event and records one.
 pub fn event_nodes_program(dir: &Path) -> PathBuf {

@@ -41,10 +41,10 @@ use super::copies::{
 use super::log;
 use super::nodes::{
     add_child_node, add_event_node, add_host_node, add_kernel_node, add_memcpy_node,
-    add_memset_node, add_node, add_node_v2, clone, exec_set_event_node, exec_set_host_node,
-    exec_set_kernel_node, exec_set_memcpy_node, exec_set_memset_node, exec_set_node, exec_update,
-    set_enabled, set_event_node, set_host_node, set_kernel_node, set_memcpy_node, set_memset_node,
-    set_node,
+    add_memset_node, add_node, add_node_v2, clone, destroy_node, exec_set_child_node,
+    exec_set_event_node, exec_set_host_node, exec_set_kernel_node, exec_set_memcpy_node,
+    exec_set_memset_node, exec_set_node, exec_update, set_enabled, set_event_node, set_host_node,
+    set_kernel_node, set_memcpy_node, set_memset_node, set_node,
 };
 use super::table::{NAMES, entry, real};
 use contexts::{ctx_create, primary_ctx_retain};
@@ -375,6 +375,8 @@ hooks! {
     "cuGraphAddNode_v2" => add_node_v2,
     "cuGraphAddHostNode" => add_host_node,
     "cuGraphAddChildGraphNode" => add_child_node,
+    "cuGraphDestroyNode" => destroy_node,
+    "cuGraphExecChildGraphNodeSetParams" => exec_set_child_node,
     "cuGraphAddEventRecordNode" => add_event_node<false>,
     "cuGraphAddEventWaitNode" => add_event_node<true>,
     "cuGraphEventRecordNodeSetEvent" => set_event_node<false>,

@@ -785,6 +785,23 @@ API CUresult cuGraphAddChildGraphNode(void **node, void *graph, void **deps, siz
     return 0;
 }
 
+/* A node removed from its graph: off for good there (an executable made before keeps it). */
+API CUresult cuGraphDestroyNode(void *node) {
+    Node *n = node_in(graph_of(node), node);
+    if (!n) return 1;
+    n->off = 1;
+    return 0;
+}
+/* A child-graph node of an executable given another graph of as many nodes as fit where its
+ * child's were (the driver requires the same topology): those nodes replaced. */
+API CUresult cuGraphExecChildGraphNodeSetParams(void *exec, void *node, void *child) {
+    Built *e = built_exec(exec), *c = built_graph(child);
+    size_t i = ((size_t)node - 0x6c0000ull) & 15;
+    if (!node_in(e, node) || !c || (int)i + c->n > e->n) return 1;
+    memcpy(&e->nodes[i], c->nodes, (size_t)c->n * sizeof(Node));
+    return 0;
+}
+
 API CUresult cuGraphClone(void **clone, void *original) {
     Built *o = built_graph(original);
     if (!o || new_built(graphs_built, NODE_GRAPH, clone)) return 1;
