@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 53 on the GPU: every CUDA C++ program of scripts/cuda/ that exercises a call family
-# (PROGRAMS; by default graphs changed after they were made, graphs with event nodes, stream
+# (PROGRAMS; by default graphs changed after they were made (nodes set, destroyed, given other
+# child graphs), graphs with event nodes, stream
 # memory operations (single and batched), launch
 # attributes, pinned memory the device maps, batch copies, graphs built node by node, host
 # functions, module globals, 2D/3D copies, cooperative launches, managed memory, per-thread
@@ -20,7 +21,7 @@ mkdir -p "$OUT"
 G="$B/gputape"
 chmod +x "$G" "$B"/gputape-shim/* 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-PROGRAMS=${PROGRAMS:-graph_update event_nodes stream_ops launch_attrs mapped batch_copies graph_nodes host_func constant copies coop managed per_thread}
+PROGRAMS=${PROGRAMS:-graph_update event_nodes node_changes stream_ops launch_attrs mapped batch_copies graph_nodes host_func constant copies coop managed per_thread}
 for p in $PROGRAMS; do
     echo "################ $p"
     fault=0 flags=""
