@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Issue 53 on the GPU: every CUDA C++ program of scripts/cuda/ that exercises a call family
 # (PROGRAMS; by default graphs changed after they were made (nodes set, destroyed, given other
-# child graphs), graphs with event nodes, stream
-# memory operations (single and batched), launch
+# child graphs), graphs with event nodes, stream memory operations (single and batched), launch
 # attributes, pinned memory the device maps, batch copies, graphs built node by node, host
 # functions, module globals, 2D/3D copies, cooperative launches, managed memory, per-thread
 # default streams), each through scripts/gpu-cuda-program.sh (plain, `run -o`, replay on CUDA,
