@@ -23,7 +23,7 @@ use crate::trace::{
     Adopted, Arg, Args, BlobId, BufferId, Call, CallRecord, DevAddr, ErrorRec, EventId, GraphId,
     HostAddr, HostId, KernelId, LaunchHead, OperandMut, Provenance, Share, ShareSide, SharedId,
     SiteDef, SiteId, StreamId, StreamRef, TensorMapArg, Trace, TraceHeader, Value, WordsArg,
-    FORMAT_VERSION, MIN_READER_VERSION, TOOL_SITE,
+    FORMAT_VERSION, IPC_HANDLE_BYTES, MIN_READER_VERSION, TOOL_SITE,
 };
 
 /// The log in `bytes` (read from `path`, named in errors) as a trace of the process that wrote
@@ -413,11 +413,7 @@ impl Converter {
                 self.summary.ipc_events_imported += 1;
                 let id = self.new_event(event);
                 let side = ShareSide::Opened { fill: None };
-                let share = Share {
-                    handle: handle.to_vec(),
-                    side,
-                };
-                self.t.shared.push((SharedId::Event(id), share));
+                self.share(SharedId::Event(id), handle.to_vec(), side);
                 (Call::CreateEvent, Ok(Value::Event(id)))
             }
             Rec::WallClock { wall_ns } => {
@@ -1130,10 +1126,7 @@ impl Converter {
         // An opened buffer's upload, numbered just now (unless a capture holds it).
         if let Some((buf, handle, filled)) = self.opened.take() {
             let fill = (filled && self.capture_depth == 0).then(|| self.seq - 1);
-            let side = ShareSide::Opened { fill };
-            self.t
-                .shared
-                .push((SharedId::Buffer(buf), Share { handle, side }));
+            self.share(SharedId::Buffer(buf), handle, ShareSide::Opened { fill });
         }
     }
 
@@ -1152,11 +1145,17 @@ impl Converter {
     /// A new buffer for the memory at `ptr`, `bytes` long: live from here.
     /// `what` is shared with other processes under `handle`, from the next call on.
     fn exported(&mut self, what: SharedId, handle: &[u8]) {
-        let share = Share {
-            handle: handle.to_vec(),
-            side: ShareSide::Exported { at: self.seq },
-        };
-        self.t.shared.push((what, share));
+        let side = ShareSide::Exported { at: self.seq };
+        self.share(what, handle.to_vec(), side);
+    }
+
+    /// `what` is shared under `handle`, on this `side`: a `Frame::Shared`, unless the handle
+    /// is longer than a handle is (a damaged log), which no trace may hold (its reader would
+    /// refuse the file): the sharing is then left out, and the trace replays as alone.
+    fn share(&mut self, what: SharedId, handle: Vec<u8>, side: ShareSide) {
+        if handle.len() <= IPC_HANDLE_BYTES {
+            self.t.shared.push((what, Share { handle, side }));
+        }
     }
 
     fn new_buffer(&mut self, ptr: u64, bytes: u64) -> BufferId {

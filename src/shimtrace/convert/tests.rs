@@ -650,3 +650,73 @@ fn waits_for_a_value_are_met_as_the_driver_s_flags_say() {
     assert!(!value_meets(&w64, 5, 1, true));
     assert!(value_meets(&w64, 0x1_0000_0004, 0, true));
 }
+
+#[test]
+fn shared_memory_and_events_are_named_with_their_handles_and_an_oversized_handle_is_left_out() {
+    let handle = [7u8; 64];
+    let long = [8u8; 80];
+    let recs = [
+        (0, Rec::WallClock { wall_ns: 5_000 }),
+        (
+            0,
+            Rec::Alloc {
+                ptr: A,
+                bytes: 64,
+                managed: false,
+            },
+        ),
+        (
+            0,
+            Rec::IpcExport {
+                ptr: A + 8,
+                handle: &handle,
+            },
+        ),
+        (
+            0,
+            Rec::EventCreate {
+                event: 0xe1,
+                flags: 0,
+            },
+        ),
+        (
+            0,
+            Rec::IpcEventExport {
+                event: 0xe1,
+                handle: &long,
+            },
+        ),
+        (
+            0,
+            Rec::IpcImport {
+                ptr: B,
+                bytes: 4,
+                handle: &handle,
+                data: &[1, 2, 3, 4],
+            },
+        ),
+    ];
+    let (t, s) = convert("ipc", &log(&recs), vec![]).unwrap();
+    // The log's first record's time is 0: its wall clock is the trace's time 0.
+    assert_eq!(t.clock_epoch_ns, Some(5_000));
+    assert_eq!(
+        (s.ipc_exported, s.ipc_events_exported, s.ipc_imported),
+        (1, 1, 1)
+    );
+    let shared: Vec<(SharedId, ShareSide)> = t.shared.iter().map(|(w, s)| (*w, s.side)).collect();
+    assert_eq!(
+        shared,
+        [
+            (SharedId::Buffer(BufferId(0)), ShareSide::Exported { at: 1 }),
+            (
+                SharedId::Buffer(BufferId(1)),
+                ShareSide::Opened { fill: Some(3) }
+            ),
+        ],
+        "{:?}",
+        t.calls.iter().map(|c| &c.call).collect::<Vec<_>>()
+    );
+    // What it wrote reads back.
+    let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.shared, t.shared);
+}
