@@ -198,6 +198,15 @@ fn assert_calls_begin(calls: &[String], want: &[&str]) {
     }
 }
 
+/// `trace` replays on the mock with no divergence and `matched` ("2 of 2") read backs matching.
+fn replays_on_mock_matching(trace: &std::path::Path, matched: &str) {
+    let out = replay_on_mock_ok(trace);
+    assert!(
+        out.contains(&format!("{matched} match")) && out.contains("no divergence"),
+        "{out}"
+    );
+}
+
 /// `stream_values.c`'s and `stream_batch.c`'s calls, the same whether their values were
 /// written and waited for one by one or in batches: uploads each followed by an event record,
 /// a wait for the first write's event, the copy it held back, the wait no write met.
@@ -1390,11 +1399,7 @@ fn managed_memory_the_host_writes_and_reads_is_recorded_and_compared() {
             of("copy_d2h", true),
         ]
     );
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("1 of 1 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "1 of 1");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -1456,11 +1461,7 @@ fn a_graph_built_node_by_node_is_recorded_as_a_capture_of_its_nodes_and_replays(
     );
     let graph_launches = kinds.iter().filter(|(k, _)| k == "launch_graph").count();
     assert_eq!(graph_launches, 2, "{kinds:?}");
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("4 of 4 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "4 of 4");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -1835,11 +1836,7 @@ fn values_written_on_a_stream_are_recorded_as_uploads_and_waits_for_them_as_even
         "{err}"
     );
     assert_value_ops(&trace);
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("2 of 2 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "2 of 2");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -1861,11 +1858,7 @@ fn a_destroyed_node_and_a_child_graph_given_to_an_executable_replay_as_they_ran(
         err.contains("1 executable graph change after instantiation"),
         "{err}"
     );
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("4 of 4 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "4 of 4");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -1898,11 +1891,7 @@ fn a_graph_s_event_nodes_become_waits_before_its_launches_and_records_after() {
         "copy_d2d_async(buf0+0",
     ];
     assert_calls_begin(&calls, &want);
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("2 of 2 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "2 of 2");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -1928,11 +1917,7 @@ fn a_batch_of_stream_memory_operations_is_recorded_as_its_writes_and_waits() {
         "{err}"
     );
     assert_value_ops(&trace);
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("2 of 2 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "2 of 2");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -2293,11 +2278,7 @@ fn graphs_changed_after_instantiation_replay_the_work_each_launch_ran() {
         .collect();
     let want = ["0x01", "0x02", "0x03", "0x03", "0x04", "0x03"];
     assert_eq!(memsets, want, "{calls:?}");
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("15 of 15 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "15 of 15");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -2339,11 +2320,7 @@ fn batched_copies_are_recorded_as_their_copies_and_replay() {
     let o = gputape(&["show".as_ref(), trace.as_ref()]);
     let shown = text(&o.stdout);
     assert_eq!(shown.matches("at sync]").count(), 2, "{shown}");
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("1 of 1 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "1 of 1");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -2382,11 +2359,7 @@ fn pinned_memory_the_device_maps_is_a_buffer_followed_as_managed_memory() {
         .collect();
     assert_eq!(launches.len(), 4);
     assert!(launches.iter().all(|l| l.contains("(buf")), "{launches:?}");
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("2 of 2 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "2 of 2");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -2554,11 +2527,7 @@ fn memory_opened_through_an_ipc_handle_is_a_buffer_holding_its_bytes_when_opened
     for (c, w) in calls.iter().zip(want) {
         assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
     }
-    let out = replay_on_mock_ok(&trace);
-    assert!(
-        out.contains("1 of 1 match") && out.contains("no divergence"),
-        "{out}"
-    );
+    replays_on_mock_matching(&trace, "1 of 1");
     let _ = std::fs::remove_dir_all(d);
 }
 
