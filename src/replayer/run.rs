@@ -6,10 +6,9 @@
 //! `on_ok`, `on_failed` or `on_missing_error`).
 
 use super::fault::Bands;
-use super::shared::{Handed, RankShare};
+use super::shared::{Ended, Turn};
 use super::state::{resolve_stream, sync_all, Guard, State};
 use super::*;
-use crate::trace::SharedId;
 use std::ops::ControlFlow;
 
 /// What one pass over the trace carries from call to call.
@@ -32,15 +31,6 @@ struct Pass<'p> {
     /// Captures open at this call: nothing may sync while one is (it would invalidate the
     /// capture), so pinning waits for the graph's launch.
     open_captures: usize,
-}
-
-/// Ends a rank's part in a joint replay when its replay ends, however it ends.
-struct Ended<'a>(&'a RankShare);
-
-impl Drop for Ended<'_> {
-    fn drop(&mut self) {
-        self.0.ended();
-    }
 }
 
 /// One call on its way through a pass.
@@ -67,7 +57,7 @@ impl Replayer<'_> {
     ) -> Result<ReplayReport, ReplayError> {
         // However the replay ends (its setup too), the ranks sharing memory with it stop
         // waiting for it.
-        let _ended = opts.share.as_ref().map(Ended);
+        let _ended = opts.share.as_ref().map(Ended::new);
         let kernels = self.kernels_with(gpu, loader, self.opaque_ok || opts.opaque_kernels)?;
         let (first, last) = opts.range.unwrap_or((0, u64::MAX));
         let stop = opts
@@ -108,8 +98,13 @@ impl Replayer<'_> {
                 if opts.skip.contains_key(&c.seq) {
                     continue;
                 }
-                if let Some(sh) = &opts.share {
-                    if self.share_step(sh, &pass, &mut guard.st, c, &mut report)? {
+                if let Some(share) = &opts.share {
+                    let at = Turn {
+                        share,
+                        gpu,
+                        capturing: pass.open_captures > 0,
+                    };
+                    if self.share_step(at, &mut guard.st, c, &mut report)? {
                         continue;
                     }
                 }
@@ -122,10 +117,15 @@ impl Replayer<'_> {
                     break;
                 }
             }
-            if let Some(sh) = &opts.share {
+            if let Some(share) = &opts.share {
                 let last = self.trace.calls.last().map_or(0, |c| c.seq);
-                for (what, slot) in sh.exports_after(last) {
-                    self.hand_over(sh, &pass, &guard.st, what, slot, None)?;
+                let at = Turn {
+                    share,
+                    gpu,
+                    capturing: pass.open_captures > 0,
+                };
+                for (what, slot) in share.exports_after(last) {
+                    self.hand_over(at, &guard.st, what, slot, None)?;
                 }
             }
             self.end_pass(&pass, &mut guard.st, &mut report);
@@ -137,119 +137,6 @@ impl Replayer<'_> {
         report.seen = std::mem::take(&mut guard.st.seen);
         drop(guard);
         Ok(report)
-    }
-
-    /// A joint replay's part in call `c` (`shared.rs`): what this rank hands over before it,
-    /// its turn by the recorded clocks, and an opened buffer's or event's open or close, which
-    /// are another rank's memory or event bound or let go here rather than calls to make. True
-    /// when `c` was such an open or close: nothing more to do for it.
-    fn share_step(
-        &self,
-        sh: &RankShare,
-        p: &Pass<'_>,
-        st: &mut State,
-        c: &CallRecord,
-        report: &mut ReplayReport,
-    ) -> Result<bool, ReplayError> {
-        for &(what, slot) in sh.exports_at(c.seq) {
-            self.hand_over(sh, p, st, what, slot, Some(c.seq))?;
-        }
-        let stalled = |cause: String| ReplayError::Setup {
-            what: format!("call #{} of a joint replay", c.seq),
-            cause,
-        };
-        sh.turn(c.t_ns).map_err(stalled)?;
-        let opened = match (&c.call, &c.ret) {
-            (Call::Alloc { .. }, Some(Ok(Value::Buffer(id)))) => Some(SharedId::Buffer(*id)),
-            (Call::CreateEvent, Some(Ok(Value::Event(id)))) => Some(SharedId::Event(*id)),
-            _ => None,
-        };
-        if let Some((what, slot)) = opened.and_then(|w| sh.opened(w).map(|s| (w, s))) {
-            let handed = sh.take(slot).map_err(stalled)?;
-            let (rank, theirs) = sh.owner(slot).unwrap_or((usize::MAX, what));
-            match (what, handed, &c.call) {
-                (SharedId::Buffer(id), Handed::Buffer(ptr, have), Call::Alloc { bytes }) => {
-                    if have < *bytes {
-                        return Err(stalled(format!(
-                            "{id} was opened {bytes} bytes long; rank {rank}'s {theirs} is {have}"
-                        )));
-                    }
-                    st.bufs.insert(id, (ptr, *bytes));
-                    st.borrowed.insert(id);
-                }
-                (SharedId::Event(id), Handed::Event(e), _) => {
-                    st.events.insert(id, e);
-                    st.borrowed_events.insert(id);
-                }
-                _ => {
-                    return Err(stalled(format!(
-                        "{what} was opened from rank {rank}'s {theirs}, which is of another kind"
-                    )))
-                }
-            }
-            report.shared.push(format!(
-                "{what} (#{}) is rank {rank}'s {theirs}, opened from its IPC handle",
-                c.seq
-            ));
-            report.calls += 1;
-            return Ok(true);
-        }
-        // Closing what another rank shared: that rank's, not this replay's to free.
-        let closed = match &c.call {
-            Call::Free {
-                ptr: DevAddr::Buf { buf, off: 0 },
-            } if st.borrowed.remove(buf) => {
-                if let Some((ptr, _)) = st.bufs.remove(buf) {
-                    st.freed.insert(*buf, ptr);
-                }
-                true
-            }
-            Call::DestroyEvent { event } if st.borrowed_events.remove(event) => {
-                st.events.remove(event);
-                true
-            }
-            _ => false,
-        };
-        if closed {
-            report.calls += 1;
-        }
-        Ok(closed)
-    }
-
-    /// Hands this rank's `what` over to the ranks that open it (before call `at`, or after the
-    /// last): once the device finished what was queued, as the process had to make sure
-    /// before it passed the handle on (not while a capture is open: a sync would end it).
-    fn hand_over(
-        &self,
-        sh: &RankShare,
-        p: &Pass<'_>,
-        st: &State,
-        what: SharedId,
-        slot: usize,
-        at: Option<u64>,
-    ) -> Result<(), ReplayError> {
-        let place = || match at {
-            Some(a) => format!("sharing {what} before call #{a}"),
-            None => format!("sharing {what} after the last call"),
-        };
-        if p.open_captures == 0 {
-            sync_all(p.gpu, st).map_err(|e| ReplayError::Setup {
-                what: place(),
-                cause: format!("waiting for the device: {e:#}"),
-            })?;
-        }
-        let handed = match what {
-            SharedId::Buffer(b) => st.bufs.get(&b).map(|&(p, n)| Handed::Buffer(p, n)),
-            SharedId::Event(e) => st.events.get(&e).map(|&h| Handed::Event(h)),
-        };
-        let Some(handed) = handed else {
-            return Err(ReplayError::Setup {
-                what: place(),
-                cause: "it is not live in this replay".into(),
-            });
-        };
-        sh.hand_over(slot, handed);
-        Ok(())
     }
 
     /// The report before anything ran: what the range holds that no replay can check.

@@ -16,13 +16,19 @@
 //! `STUCK` (a sync waiting for work another rank queues later, say) is passed over, or the
 //! two would wait for each other. Without clocks only the handing over is ordered: an
 //! opener waits until the exporter's replay reaches the place it took the handle.
+//!
+//! The board the ranks share (`Sharing`, `RankShare`) comes first; the replay's side of it
+//! (`Replayer::share_step`, what each call of a sharing rank does) last. One room: both halves
+//! are the one protocol.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::backend::DevicePtr;
-use crate::trace::{ShareSide, SharedId, Trace};
+use super::state::{sync_all, State};
+use super::{ReplayError, ReplayReport, Replayer};
+use crate::backend::{DevicePtr, GpuBackend};
+use crate::trace::{Call, CallRecord, DevAddr, ShareSide, SharedId, Trace, Value};
 
 /// How long a rank waits for another rank's turn or buffer before its replay fails.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -383,6 +389,147 @@ impl RankShare {
             }
         }
         self.sharing.changed.notify_all();
+    }
+}
+
+/// Ends a rank's part in a joint replay when its replay ends, however it ends (a `Drop`, so a
+/// replay that fails in its setup releases the ranks waiting on it too).
+pub(super) struct Ended<'a>(&'a RankShare);
+
+impl<'a> Ended<'a> {
+    pub(super) fn new(sh: &'a RankShare) -> Self {
+        Ended(sh)
+    }
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.ended();
+    }
+}
+
+/// A sharing rank's replay at one of its calls: its part, its backend, and whether a capture
+/// is open (no sync may end it).
+#[derive(Clone, Copy)]
+pub(super) struct Turn<'a> {
+    pub share: &'a RankShare,
+    pub gpu: &'a dyn GpuBackend,
+    pub capturing: bool,
+}
+
+/// The replay's side of a joint replay: what each call of a sharing rank does beside (or
+/// instead of) being issued.
+impl Replayer<'_> {
+    /// A joint replay's part in call `c` (`shared.rs`): what this rank hands over before it,
+    /// its turn by the recorded clocks, and an opened buffer's or event's open or close, which
+    /// are another rank's memory or event bound or let go here rather than calls to make. True
+    /// when `c` was such an open or close: nothing more to do for it.
+    pub(super) fn share_step(
+        &self,
+        at: Turn<'_>,
+        st: &mut State,
+        c: &CallRecord,
+        report: &mut ReplayReport,
+    ) -> Result<bool, ReplayError> {
+        let sh = at.share;
+        for &(what, slot) in sh.exports_at(c.seq) {
+            self.hand_over(at, st, what, slot, Some(c.seq))?;
+        }
+        let stalled = |cause: String| ReplayError::Setup {
+            what: format!("call #{} of a joint replay", c.seq),
+            cause,
+        };
+        sh.turn(c.t_ns).map_err(stalled)?;
+        let opened = match (&c.call, &c.ret) {
+            (Call::Alloc { .. }, Some(Ok(Value::Buffer(id)))) => Some(SharedId::Buffer(*id)),
+            (Call::CreateEvent, Some(Ok(Value::Event(id)))) => Some(SharedId::Event(*id)),
+            _ => None,
+        };
+        if let Some((what, slot)) = opened.and_then(|w| sh.opened(w).map(|s| (w, s))) {
+            let handed = sh.take(slot).map_err(stalled)?;
+            let (rank, theirs) = sh.owner(slot).unwrap_or((usize::MAX, what));
+            match (what, handed, &c.call) {
+                (SharedId::Buffer(id), Handed::Buffer(ptr, have), Call::Alloc { bytes }) => {
+                    if have < *bytes {
+                        return Err(stalled(format!(
+                            "{id} was opened {bytes} bytes long; rank {rank}'s {theirs} is {have}"
+                        )));
+                    }
+                    st.bufs.insert(id, (ptr, *bytes));
+                    st.borrowed.insert(id);
+                }
+                (SharedId::Event(id), Handed::Event(e), _) => {
+                    st.events.insert(id, e);
+                    st.borrowed_events.insert(id);
+                }
+                _ => {
+                    return Err(stalled(format!(
+                        "{what} was opened from rank {rank}'s {theirs}, which is of another kind"
+                    )))
+                }
+            }
+            report.shared.push(format!(
+                "{what} (#{}) is rank {rank}'s {theirs}, opened from its IPC handle",
+                c.seq
+            ));
+            report.calls += 1;
+            return Ok(true);
+        }
+        // Closing what another rank shared: that rank's, not this replay's to free.
+        let closed = match &c.call {
+            Call::Free {
+                ptr: DevAddr::Buf { buf, off: 0 },
+            } if st.borrowed.remove(buf) => {
+                if let Some((ptr, _)) = st.bufs.remove(buf) {
+                    st.freed.insert(*buf, ptr);
+                }
+                true
+            }
+            Call::DestroyEvent { event } if st.borrowed_events.remove(event) => {
+                st.events.remove(event);
+                true
+            }
+            _ => false,
+        };
+        if closed {
+            report.calls += 1;
+        }
+        Ok(closed)
+    }
+
+    /// Hands this rank's `what` over to the ranks that open it (before call `at`, or after the
+    /// last): once the device finished what was queued, as the process had to make sure
+    /// before it passed the handle on (not while a capture is open: a sync would end it).
+    pub(super) fn hand_over(
+        &self,
+        on: Turn<'_>,
+        st: &State,
+        what: SharedId,
+        slot: usize,
+        at: Option<u64>,
+    ) -> Result<(), ReplayError> {
+        let place = || match at {
+            Some(a) => format!("sharing {what} before call #{a}"),
+            None => format!("sharing {what} after the last call"),
+        };
+        if !on.capturing {
+            sync_all(on.gpu, st).map_err(|e| ReplayError::Setup {
+                what: place(),
+                cause: format!("waiting for the device: {e:#}"),
+            })?;
+        }
+        let handed = match what {
+            SharedId::Buffer(b) => st.bufs.get(&b).map(|&(ptr, n)| Handed::Buffer(ptr, n)),
+            SharedId::Event(e) => st.events.get(&e).map(|&h| Handed::Event(h)),
+        };
+        let Some(handed) = handed else {
+            return Err(ReplayError::Setup {
+                what: place(),
+                cause: "it is not live in this replay".into(),
+            });
+        };
+        on.share.hand_over(slot, handed);
+        Ok(())
     }
 }
 
