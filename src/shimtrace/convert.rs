@@ -1125,7 +1125,7 @@ impl Converter {
         }
         // An opened buffer's upload, numbered just now (unless a capture holds it).
         if let Some((buf, handle, filled)) = self.opened.take() {
-            let fill = (filled && self.capture_depth == 0).then(|| self.seq - 1);
+            let fill = (filled && self.capture_depth == 0).then(|| self.seq.saturating_sub(1));
             self.share(SharedId::Buffer(buf), handle, ShareSide::Opened { fill });
         }
     }
