@@ -2610,6 +2610,12 @@ fn processes_that_shared_memory_and_an_event_through_ipc_handles_replay_together
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(
+        out.contains(
+            "2 buffer(s) and event(s) opened through IPC handles by processes that shared"
+        ),
+        "{out}"
+    );
+    assert!(
         out.contains("buf0 (#0) is rank 0's buf0, opened from its IPC handle"),
         "{out}"
     );

@@ -57,6 +57,19 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     // With --json the document is printed once, at the end, with the replays' reports.
     if !a.json {
         print_where_dumped(&at_dump);
+        // What the processes opened of each other's (through IPC handles), when any did.
+        let opened = traces
+            .iter()
+            .zip(linked(&traces))
+            .filter(|(_, l)| *l)
+            .flat_map(|(t, _)| &t.shared)
+            .filter(|(_, s)| matches!(s.side, crate::trace::ShareSide::Opened { .. }))
+            .count();
+        if opened > 0 {
+            println!(
+                "{opened} buffer(s) and event(s) opened through IPC handles by processes that shared with each other (--replay makes each the exporter's)"
+            );
+        }
         if comms == 0 {
             println!(
                 "{} trace(s), no communicator joined in any: no collectives to match",
