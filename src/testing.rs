@@ -398,6 +398,15 @@ impl Recording {
     }
 }
 
+/// `trace format 16` (this build's format, which `render` and `show` print) becomes
+/// `trace format <this build's>`, so that a snapshot does not change when the format does.
+pub fn mask_format(text: &str) -> String {
+    text.replace(
+        &format!("trace format {}", crate::trace::FORMAT_VERSION),
+        "trace format <this build's>",
+    )
+}
+
 /// `src/model/mod.rs:346:18` becomes `src/model/mod.rs:_`, wherever a Rust source path with a
 /// line (and optional column) appears in `text`.
 pub fn mask_lines(text: &str) -> String {

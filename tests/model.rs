@@ -191,7 +191,11 @@ fn a_recorded_decode_step_is_self_contained_and_snapshot_stable() {
     assert!(matches!(last.call, Call::CopyD2H { len: 4, .. }));
     insta::assert_snapshot!(
         "tiny_step5",
-        gputape::testing::mask_lines(&format!("{}\n{}", trace::render(&t), trace::summary(&t)))
+        gputape::testing::mask_format(&gputape::testing::mask_lines(&format!(
+            "{}\n{}",
+            trace::render(&t),
+            trace::summary(&t)
+        )))
     );
 }
 

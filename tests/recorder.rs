@@ -3,7 +3,7 @@
 use gputape::backend::{CallKind, GpuBackend};
 use gputape::mock::MockGpuBackend;
 use gputape::recorder::{BackendDesc, RecordingBackend};
-use gputape::testing::mask_lines;
+use gputape::testing::{mask_format, mask_lines};
 use gputape::trace::{self, Call, Finding, Trace, TraceError, VecSink};
 use gputape::workloads::{self, f32_bytes};
 use parking_lot::Mutex;
@@ -46,7 +46,7 @@ fn snapshots_of_recorded_workloads() {
         let bytes = record(|g| {
             w(g).unwrap();
         });
-        insta::assert_snapshot!(name, mask_lines(&show(&bytes)));
+        insta::assert_snapshot!(name, mask_format(&mask_lines(&show(&bytes))));
     }
 }
 
@@ -138,7 +138,10 @@ fn mid_run_start_snapshots_live_memory() {
         .iter()
         .all(|c| !matches!(c.call, Call::Alloc { .. })));
     assert_eq!(t.kernels.len(), 1);
-    insta::assert_snapshot!("mid_run_start", mask_lines(&show(&buf.lock())));
+    insta::assert_snapshot!(
+        "mid_run_start",
+        mask_format(&mask_lines(&show(&buf.lock())))
+    );
 }
 
 #[test]
@@ -163,7 +166,7 @@ fn errors_are_recorded_with_their_code_and_flushed() {
         "{}",
         errs[0].message
     );
-    insta::assert_snapshot!("error_path", mask_lines(&show(&bytes)));
+    insta::assert_snapshot!("error_path", mask_format(&mask_lines(&show(&bytes))));
 }
 
 #[test]

@@ -140,9 +140,19 @@ fn run_refuses_a_missing_shim_or_command_and_its_help_says_what_it_records() {
 
 /// `gputape VERB ARGS` (no shim involved).
 /// `shown` with the parts of native sites that depend on where the test ran and which compiler
-/// built the program (the scratch directory, offsets) written as `<dir>` and `+0x…`.
+/// built the program (the scratch directory, offsets) written as `<dir>` and `+0x…`, and the
+/// trace's format and frame count (this build's, not the program's) masked.
 fn native_sites(shown: &str, dir: &std::path::Path) -> String {
     let shown = shown.replace(&dir.display().to_string(), "<dir>");
+    let shown = gputape::testing::mask_format(&shown);
+    let shown = match shown.find(" stream(s) used, ") {
+        Some(at) => {
+            let (head, tail) = shown.split_at(at + " stream(s) used, ".len());
+            let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+            format!("{head}_{}", &tail[digits..])
+        }
+        None => shown,
+    };
     let mut out = String::with_capacity(shown.len());
     let mut rest = shown.as_str();
     while let Some(at) = rest.find("+0x") {
