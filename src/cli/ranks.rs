@@ -58,13 +58,7 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     if !a.json {
         print_where_dumped(&at_dump);
         // What the processes opened of each other's (through IPC handles), when any did.
-        let opened = traces
-            .iter()
-            .zip(linked(&traces))
-            .filter(|(_, l)| *l)
-            .flat_map(|(t, _)| &t.shared)
-            .filter(|(_, s)| matches!(s.side, crate::trace::ShareSide::Opened { .. }))
-            .count();
+        let opened: usize = sharing(&traces).iter().flatten().map(|r| r.opens()).sum();
         if opened > 0 {
             println!(
                 "{opened} buffer(s) and event(s) opened through IPC handles by processes that shared with each other (--replay makes each the exporter's)"
@@ -229,16 +223,20 @@ fn open_backends(ctx: &Ctx, a: &Args, traces: &[crate::trace::Trace]) -> Result<
         .collect();
     // Mock ranks that shared memory on one device are one mock, as they were one device
     // (unless they joined communicators: a mock's collectives are one rank's).
-    let one_mock = |i: usize| {
-        a.backend == super::backends::Backend::Mock
-            && linked[i]
-            && traces[i].calls.iter().all(|c| {
-                !matches!(
-                    c.call,
-                    crate::trace::Call::CommInit { .. } | crate::trace::Call::Collective { .. }
-                )
-            })
-    };
+    let one_mock: Vec<bool> = traces
+        .iter()
+        .zip(&linked)
+        .map(|(t, &linked)| {
+            a.backend == super::backends::Backend::Mock
+                && linked
+                && t.calls.iter().all(|c| {
+                    !matches!(
+                        c.call,
+                        crate::trace::Call::CommInit { .. } | crate::trace::Call::Collective { .. }
+                    )
+                })
+        })
+        .collect();
     let mut mocks: std::collections::BTreeMap<
         usize,
         std::sync::Arc<dyn crate::backend::GpuBackend>,
@@ -248,7 +246,7 @@ fn open_backends(ctx: &Ctx, a: &Args, traces: &[crate::trace::Trace]) -> Result<
     for (i, (t, p)) in traces.iter().zip(&a.traces).enumerate() {
         let device = devices[i];
         // A mock loads no code (its kernels are registered), so a shared one needs nothing more.
-        let shared = one_mock(i).then(|| mocks.get(&device).cloned()).flatten();
+        let shared = one_mock[i].then(|| mocks.get(&device).cloned()).flatten();
         let gpu = match shared {
             Some(gpu) => gpu,
             None => {
@@ -262,7 +260,7 @@ fn open_backends(ctx: &Ctx, a: &Args, traces: &[crate::trace::Trace]) -> Result<
                         p.display()
                     ))
                 })?;
-                if one_mock(i) {
+                if one_mock[i] {
                     mocks.insert(device, o.gpu.clone());
                 }
                 // A backend that compiles code gets the modules the trace embeds.
@@ -273,7 +271,7 @@ fn open_backends(ctx: &Ctx, a: &Args, traces: &[crate::trace::Trace]) -> Result<
         // CUDA ranks on one device address its one memory; a mock rank its own unless shared.
         spaces.push(match a.backend {
             super::backends::Backend::Cuda => device,
-            super::backends::Backend::Mock if one_mock(i) => device,
+            super::backends::Backend::Mock if one_mock[i] => device,
             super::backends::Backend::Mock => usize::MAX - i,
         });
         gpus.push(gpu);
@@ -281,30 +279,16 @@ fn open_backends(ctx: &Ctx, a: &Args, traces: &[crate::trace::Trace]) -> Result<
     Ok((gpus, spaces))
 }
 
-/// Which traces opened a buffer another trace of the set exported, or exported one another
-/// opened: the processes that shared memory.
+/// Each trace's part in what the set shared through IPC handles, as if every trace were on
+/// one memory (`None`: it shared nothing with the others): the replay's own pairing.
+fn sharing(traces: &[crate::trace::Trace]) -> Vec<Option<crate::replayer::shared::RankShare>> {
+    let all: Vec<&crate::trace::Trace> = traces.iter().collect();
+    crate::replayer::shared::plan(&all, &vec![0; traces.len()]).ranks
+}
+
+/// Which traces shared memory or events with another of the set.
 fn linked(traces: &[crate::trace::Trace]) -> Vec<bool> {
-    use crate::trace::ShareSide;
-    let handles = |t: &crate::trace::Trace, exported: bool| -> Vec<Vec<u8>> {
-        t.shared
-            .iter()
-            .filter(|(_, s)| matches!(s.side, ShareSide::Exported { .. }) == exported)
-            .map(|(_, s)| s.handle.clone())
-            .collect()
-    };
-    (0..traces.len())
-        .map(|i| {
-            traces.iter().enumerate().any(|(j, u)| {
-                j != i
-                    && (handles(&traces[i], false)
-                        .iter()
-                        .any(|h| handles(u, true).contains(h))
-                        || handles(&traces[i], true)
-                            .iter()
-                            .any(|h| handles(u, false).contains(h)))
-            })
-        })
-        .collect()
+    sharing(traces).iter().map(Option::is_some).collect()
 }
 
 /// The modules trace `t` embeds, onto a backend that compiles code.

@@ -412,13 +412,13 @@ impl Replayer<'_> {
             } => {
                 taint_copy(st, src, dst);
                 gpu.copy_d2d_2d_async(
-                self.addr(st, src, c)?,
-                *src_pitch as usize,
-                self.addr(st, dst, c)?,
-                *dst_pitch as usize,
-                *width as usize,
-                *height as usize,
-                resolve_stream(st, *s, c)?,
+                    self.addr(st, src, c)?,
+                    *src_pitch as usize,
+                    self.addr(st, dst, c)?,
+                    *dst_pitch as usize,
+                    *width as usize,
+                    *height as usize,
+                    resolve_stream(st, *s, c)?,
                 )
             }
             Call::BeginCapture { stream: s } => gpu.begin_capture(resolve_stream(st, *s, c)?),

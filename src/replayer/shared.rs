@@ -260,6 +260,11 @@ impl RankShare {
             .0
     }
 
+    /// How many buffers and events this rank opens of another's.
+    pub fn opens(&self) -> usize {
+        self.opens.len()
+    }
+
     /// The slot of `what` when this rank opens it.
     pub fn opened(&self, what: SharedId) -> Option<usize> {
         self.opens.get(&what).copied()

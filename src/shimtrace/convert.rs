@@ -435,14 +435,12 @@ impl Converter {
                 let id = self.new_buffer(ptr, bytes);
                 self.opened = Some((id, handle.to_vec(), !data.is_empty()));
                 if !data.is_empty() {
-                    let len = data.len() as u64;
-                    let blob = self.t.blobs.insert_content(data.to_vec());
-                    let dst = DevAddr::Buf { buf: id, off: 0 };
-                    self.after.push(Call::CopyH2D {
-                        dst,
-                        data: blob,
-                        len,
-                    });
+                    let at_once = On {
+                        stream: 0,
+                        sync: true,
+                    };
+                    let fill = self.upload(ptr, at_once, data);
+                    self.after.push(fill);
                 }
                 (Call::Alloc { bytes }, Ok(Value::Buffer(id)))
             }
@@ -1015,11 +1013,7 @@ impl Converter {
                 return;
             }
             Rec::ChildGraph { graph, node, child } => {
-                let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
-                // As for a node added (`node_work`): a trace graph made before is stale.
-                if !captured {
-                    self.graphs.remove(&graph);
-                }
+                let captured = self.graph_grows(graph);
                 self.built.child(graph, node, child, captured);
                 return;
             }
@@ -1142,7 +1136,6 @@ impl Converter {
         (self.thread_id(r.thread), self.site(r.stack), r.t_ns)
     }
 
-    /// A new buffer for the memory at `ptr`, `bytes` long: live from here.
     /// `what` is shared with other processes under `handle`, from the next call on.
     fn exported(&mut self, what: SharedId, handle: &[u8]) {
         let side = ShareSide::Exported { at: self.seq };
@@ -1158,6 +1151,7 @@ impl Converter {
         }
     }
 
+    /// A new buffer for the memory at `ptr`, `bytes` long: live from here.
     fn new_buffer(&mut self, ptr: u64, bytes: u64) -> BufferId {
         let id = BufferId(self.next_buf);
         self.next_buf += 1;
@@ -1243,7 +1237,7 @@ impl Converter {
     /// capturing in thread-local or relaxed mode may allocate mid-capture (PyTorch's graph
     /// pool does); a replay captures in its backend's mode, where that would invalidate the
     /// capture, and an allocation is no stream work: made earlier, it changes nothing else.
-    /// Where `rec` waits in `captured`, if it waits there.
+    /// Returns where `rec` waits in `captured`, if it waits there.
     fn place(&mut self, rec: CallRecord) -> Option<usize> {
         let opens = matches!(rec.call, Call::BeginCapture { .. })
             && rec.ret.as_ref().is_some_and(|r| r.is_ok());
@@ -1576,7 +1570,6 @@ fn params(layout: &[(u32, u32)]) -> Vec<ParamInfo> {
         .collect()
 }
 
-/// A driver status as a recorded error.
 /// A call of the converter's own that returned `value` at once, as made by `head`'s thread at
 /// its site and time.
 fn own_call(head: (u16, SiteId, u64), call: Call, value: Value) -> CallRecord {
@@ -1592,6 +1585,7 @@ fn own_call(head: (u16, SiteId, u64), call: Call, value: Value) -> CallRecord {
     }
 }
 
+/// A driver status as a recorded error.
 fn driver_error(code: i32) -> ErrorRec {
     ErrorRec {
         code: Some(code as u32),

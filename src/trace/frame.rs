@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `Frame::Stack` (a site's Python stack) and `Frame::Global` (a module's variable). 13 added
 /// `Finding::Sanitizer` (what `minimize --sanitize` kept). 14 added `Frame::KernelCooperative`
 /// (a kernel launched cooperatively). 15 added `Call::HostFunc` (a host
-/// function queued on a stream). 16 added `Frame::Shared` (a buffer shared with another
-/// process through an IPC handle). A format-2 to 15 file reads the same as before.
+/// function queued on a stream). 16 added `Frame::Shared` (a buffer or event shared
+/// with another process through an IPC handle). A format-2 to 15 file reads the same as before.
 pub const FORMAT_VERSION: u16 = 16;
 /// The oldest reader that can read what this build writes: a format-15 reader does not know
 /// `Frame::Shared` and would call the trace corrupt where one is.

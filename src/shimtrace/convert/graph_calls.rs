@@ -10,12 +10,7 @@ impl Converter {
     pub(super) fn node_work(&mut self, to: NodeTo, rec: CallRecord) {
         match to {
             NodeTo::Add { graph, node } => {
-                let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
-                // A graph gaining a node after its trace graph was made: instantiations from
-                // here make another.
-                if !captured {
-                    self.graphs.remove(&graph);
-                }
+                let captured = self.graph_grows(graph);
                 self.built.add(graph, node, rec, captured);
             }
             NodeTo::InGraph { node, first } => {
@@ -33,6 +28,17 @@ impl Converter {
             }
             NodeTo::InExec { exec, node, first } => self.built.set_in_exec(exec, node, first, rec),
         }
+    }
+
+    /// `graph` gains a node (or a child graph's): whether it was made by a capture (which the
+    /// recording holds as the capture, not node by node). Otherwise a trace graph made of it
+    /// before is stale: instantiations from here make another.
+    pub(super) fn graph_grows(&mut self, graph: u64) -> bool {
+        let captured = self.graphs.contains_key(&graph) && !self.built.built(graph);
+        if !captured {
+            self.graphs.remove(&graph);
+        }
+        captured
     }
 
     /// The trace graph instantiating `graph` runs: its capture's, or one made now of the nodes

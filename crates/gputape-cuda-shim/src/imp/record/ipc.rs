@@ -11,33 +11,11 @@ use super::{R, real_at};
 use crate::imp::log;
 use crate::imp::table::entry;
 
-/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+/// `CUipcMemHandle` and `CUipcEventHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(super) struct IpcHandle {
     reserved: [u8; 64],
-}
-
-/// `cuIpcGetEventHandle`: (CUipcEventHandle*, CUevent).
-pub(super) unsafe extern "C" fn ipc_get_event_handle<const I: usize>(
-    handle: *mut IpcHandle,
-    event: u64,
-) -> R {
-    // SAFETY: entry point I is cuIpcGetEventHandle: (CUipcEventHandle*, CUevent); the event
-    // handle is 64 bytes, as the memory handle.
-    let r = unsafe { real_at::<unsafe extern "C" fn(*mut IpcHandle, u64) -> R>(I)(handle, event) };
-    if r == 0 && !handle.is_null() {
-        // SAFETY: on success the driver wrote the handle through the caller's pointer.
-        let h = unsafe { *handle };
-        log::write(
-            r,
-            Rec::IpcEventExport {
-                event,
-                handle: &h.reserved,
-            },
-        );
-    }
-    r
 }
 
 /// `cuIpcOpenEventHandle`: (CUevent*, CUipcEventHandle by value).
@@ -67,23 +45,26 @@ pub(super) unsafe extern "C" fn ipc_open_event_handle<const I: usize>(
 /// without its bytes).
 const READ_LIMIT: u64 = 256 << 20;
 
-/// `cuIpcGetMemHandle`: (CUipcMemHandle*, CUdeviceptr).
-pub(super) unsafe extern "C" fn ipc_get_mem_handle<const I: usize>(
+/// `cuIpcGetMemHandle` (`EVENT` false): (CUipcMemHandle*, CUdeviceptr), and
+/// `cuIpcGetEventHandle`: (CUipcEventHandle*, CUevent). The 64 bytes the driver wrote are
+/// logged with the allocation or event they name.
+pub(super) unsafe extern "C" fn ipc_get_handle<const I: usize, const EVENT: bool>(
     handle: *mut IpcHandle,
-    ptr: u64,
+    of: u64,
 ) -> R {
-    // SAFETY: entry point I is cuIpcGetMemHandle: (CUipcMemHandle*, CUdeviceptr).
-    let r = unsafe { real_at::<unsafe extern "C" fn(*mut IpcHandle, u64) -> R>(I)(handle, ptr) };
+    // SAFETY: entry point I is cuIpcGetMemHandle or cuIpcGetEventHandle: (a 64-byte handle*,
+    // CUdeviceptr or CUevent).
+    let r = unsafe { real_at::<unsafe extern "C" fn(*mut IpcHandle, u64) -> R>(I)(handle, of) };
     if r == 0 && !handle.is_null() {
         // SAFETY: on success the driver wrote the handle through the caller's pointer.
         let h = unsafe { *handle };
-        log::write(
-            r,
-            Rec::IpcExport {
-                ptr,
-                handle: &h.reserved,
-            },
-        );
+        let handle = &h.reserved;
+        let rec = if EVENT {
+            Rec::IpcEventExport { event: of, handle }
+        } else {
+            Rec::IpcExport { ptr: of, handle }
+        };
+        log::write(r, rec);
     }
     r
 }

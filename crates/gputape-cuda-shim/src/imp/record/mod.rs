@@ -52,10 +52,7 @@ use graphs::{
     begin_capture, end_capture, exchange_capture_mode, graph_destroy, graph_exec_destroy,
     graph_instantiate, graph_launch, graph_upload,
 };
-use ipc::{
-    ipc_close_mem_handle, ipc_get_event_handle, ipc_get_mem_handle, ipc_open_event_handle,
-    ipc_open_mem_handle,
-};
+use ipc::{ipc_close_mem_handle, ipc_get_handle, ipc_open_event_handle, ipc_open_mem_handle};
 use launches::{launch, launch_cooperative, launch_ex};
 use memory::{
     address_range, address_reserve, host_alloc, host_alloc_flags, host_device_pointer, host_free,
@@ -399,11 +396,11 @@ hooks! {
     "cuGraphExecUpdate" => exec_update,
     "cuGraphExecUpdate_v2" => exec_update,
     "cuGraphNodeSetEnabled" => set_enabled,
-    "cuIpcGetMemHandle" => ipc_get_mem_handle,
+    "cuIpcGetMemHandle" => ipc_get_handle<false>,
     "cuIpcOpenMemHandle" => ipc_open_mem_handle,
     "cuIpcOpenMemHandle_v2" => ipc_open_mem_handle,
     "cuIpcCloseMemHandle" => ipc_close_mem_handle,
-    "cuIpcGetEventHandle" => ipc_get_event_handle,
+    "cuIpcGetEventHandle" => ipc_get_handle<true>,
     "cuIpcOpenEventHandle" => ipc_open_event_handle,
     "cuGraphExecDestroy" => graph_exec_destroy,
     "cuGraphDestroy" => graph_destroy,

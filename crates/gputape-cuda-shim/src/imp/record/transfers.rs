@@ -300,14 +300,21 @@ pub(super) unsafe extern "C" fn batch_mem_op<const I: usize>(
     let r = unsafe {
         real_at::<unsafe extern "C" fn(u64, u32, *const u8, u32) -> R>(I)(s, count, params, flags)
     };
-    // A batch the driver refused may point anywhere: only its name is logged.
-    if r != 0 || params.is_null() || count >= MEM_OPS_MAX {
+    let by_name = || {
         log::write(
             r,
             Rec::Opaque {
                 name: b"cuStreamBatchMemOp",
             },
-        );
+        )
+    };
+    // A batch the driver refused may point anywhere: only its name is logged.
+    if r != 0 || params.is_null() || count >= MEM_OPS_MAX {
+        by_name();
+        return r;
+    }
+    // Nothing to read the operations for while nothing is logged.
+    if !log::active() {
         return r;
     }
     for i in 0..count as usize {
@@ -334,12 +341,7 @@ pub(super) unsafe extern "C" fn batch_mem_op<const I: usize>(
             // CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES, _BARRIER
             3 | 6 => {}
             _ => {
-                log::write(
-                    r,
-                    Rec::Opaque {
-                        name: b"cuStreamBatchMemOp",
-                    },
-                );
+                by_name();
             }
         }
     }
