@@ -2541,6 +2541,128 @@ fn memory_opened_through_an_ipc_handle_is_a_buffer_holding_its_bytes_when_opened
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// The two traces `run -o DIR/STEM.gtape` wrote for a parent and the child it forked: the
+/// parent's (the one that filled the shared memory) first, the child's (the one that wrote over
+/// it with a memset) second.
+fn parent_and_child(d: &std::path::Path, stem: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mut traces: Vec<std::path::PathBuf> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(stem) && name.ends_with(".gtape")
+        })
+        .collect();
+    traces.sort();
+    assert_eq!(traces.len(), 2, "{traces:?}");
+    if call_texts(&traces[0])
+        .iter()
+        .any(|c| c.starts_with("memset"))
+    {
+        (traces[1].clone(), traces[0].clone())
+    } else {
+        (traces[0].clone(), traces[1].clone())
+    }
+}
+
+/// `show` of `trace`'s text.
+fn shown(trace: &std::path::Path) -> String {
+    let o = gputape(&["show".as_ref(), trace.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// The parent's trace alone replays on the mock with a read back that differs (the child's
+/// writes are not in it); with the child's, through `ranks --replay`, every read back matches.
+/// The ranks replay's stdout.
+fn diverges_alone_matches_together(parent: &std::path::Path, child: &std::path::Path) -> String {
+    let o = gputape(&[
+        "replay".as_ref(),
+        "--on".as_ref(),
+        "mock".as_ref(),
+        parent.as_ref(),
+    ]);
+    let alone = text(&o.stdout);
+    assert_ne!(o.status.code(), Some(0), "{alone}{}", text(&o.stderr));
+    let o = gputape(&[
+        "ranks".as_ref(),
+        "--replay".as_ref(),
+        parent.as_ref(),
+        child.as_ref(),
+    ]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    out
+}
+
+#[test]
+fn processes_that_shared_physical_memory_through_a_file_descriptor_replay_together() {
+    let d = support::scratch("run-vmm-fork");
+    let prog = support::vmm_fork_program(&d);
+    let trace = d.join("vmm.gtape");
+    let (out, err) = record_ok(&prog, &trace);
+    assert!(
+        out.contains("vmm child: before[40] = 41, after[40] = 238, errors 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("vmm parent: back[3] = 4, back[40] = 238, child exit 0, errors 0"),
+        "{out}"
+    );
+    assert!(
+        err.contains("1 physical allocation shared with other processes"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1 physical allocation of other processes imported"),
+        "{err}"
+    );
+    assert!(!err.contains("cannot pair"), "{err}");
+    assert!(err.contains("gputape ranks --replay"), "{err}");
+    // The list of exported descriptors went with the run's logs.
+    assert!(
+        !std::fs::read_dir(&d).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("shared-fds")),
+        "the descriptor list was left behind"
+    );
+    let (parent, child) = parent_and_child(&d, "vmm.");
+    let p_shown = shown(&parent);
+    assert!(
+        p_shown.contains("shared buf0: handed to other processes before #"),
+        "{p_shown}"
+    );
+    assert!(
+        p_shown.contains("(shareable handle: a file descriptor process "),
+        "{p_shown}"
+    );
+    let c_shown = shown(&child);
+    for want in [
+        "shared buf0: another process's, opened here (shareable handle: a file descriptor",
+        "; what it held then uploaded by #1",
+    ] {
+        assert!(c_shown.contains(want), "{want}: {c_shown}");
+    }
+    // The child's buffer is made where its mapping became readable, with the parent's bytes.
+    assert_calls_begin(
+        &call_texts(&child),
+        &[
+            "alloc(4096)",
+            "copy_h2d(buf0+0, 4096 bytes",
+            "copy_d2h(buf0+0, 64 bytes)",
+            "memset(buf0+32, 0xee, 32)",
+        ],
+    );
+    let out = diverges_alone_matches_together(&parent, &child);
+    assert!(
+        out.contains("buf0 (#0) is rank 0's buf0, opened from its shareable handle"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn processes_that_shared_memory_and_an_event_through_ipc_handles_replay_together() {
     let d = support::scratch("run-ipc-fork");
@@ -2556,32 +2678,9 @@ fn processes_that_shared_memory_and_an_event_through_ipc_handles_replay_together
         "{out}"
     );
     assert!(err.contains("gputape ranks --replay"), "{err}");
-    let mut traces: Vec<std::path::PathBuf> = std::fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.starts_with("ipc.") && name.ends_with(".gtape")
-        })
-        .collect();
-    traces.sort();
-    assert_eq!(traces.len(), 2, "{traces:?}");
-    // The parent's trace is the one that filled the buffer; the child's opened it.
-    let (parent, child) = if call_texts(&traces[0])
-        .iter()
-        .any(|c| c.starts_with("memset"))
-    {
-        (traces[1].clone(), traces[0].clone())
-    } else {
-        (traces[0].clone(), traces[1].clone())
-    };
+    let (parent, child) = parent_and_child(&d, "ipc.");
     // Each trace names what it shared: the parent's buffer and event handed over, the child's
     // opened (the buffer with the upload of its bytes when opened).
-    let shown = |t: &std::path::Path| {
-        let o = gputape(&["show".as_ref(), t.as_ref()]);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        text(&o.stdout)
-    };
     let (p_shown, c_shown) = (shown(&parent), shown(&child));
     for want in [
         "shared buf0: handed to other processes before #",
@@ -2602,26 +2701,11 @@ fn processes_that_shared_memory_and_an_event_through_ipc_handles_replay_together
         "{child_calls:?}"
     );
     // Alone, the parent's replay has no child: its read back of what the child wrote differs.
-    let o = gputape(&[
-        "replay".as_ref(),
-        "--on".as_ref(),
-        "mock".as_ref(),
-        parent.as_ref(),
-    ]);
-    let alone = text(&o.stdout);
-    assert_ne!(o.status.code(), Some(0), "{alone}{}", text(&o.stderr));
     // Together, the child's buffer is the parent's: both read backs match the recording.
-    let o = gputape(&[
-        "ranks".as_ref(),
-        "--replay".as_ref(),
-        parent.as_ref(),
-        child.as_ref(),
-    ]);
-    let (out, err) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let out = diverges_alone_matches_together(&parent, &child);
     assert!(
         out.contains(
-            "2 buffer(s) and event(s) opened through IPC handles by processes that shared"
+            "2 buffer(s) and event(s) opened through IPC or shareable handles by processes that shared"
         ),
         "{out}"
     );

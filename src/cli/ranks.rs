@@ -57,11 +57,12 @@ pub fn exec(a: Args, ctx: &Ctx) -> Result<Exit> {
     // With --json the document is printed once, at the end, with the replays' reports.
     if !a.json {
         print_where_dumped(&at_dump);
-        // What the processes opened of each other's (through IPC handles), when any did.
+        // What the processes opened of each other's (through IPC or shareable handles), when
+        // any did.
         let opened: usize = sharing(&traces).iter().flatten().map(|r| r.opens()).sum();
         if opened > 0 {
             println!(
-                "{opened} buffer(s) and event(s) opened through IPC handles by processes that shared with each other (--replay makes each the exporter's)"
+                "{opened} buffer(s) and event(s) opened through IPC or shareable handles by processes that shared with each other (--replay makes each the exporter's)"
             );
         }
         if comms == 0 {

@@ -274,12 +274,13 @@ fn record_traces(logs: &Path, out: &Path, command: &[OsString]) -> Result<Vec<Pa
         sharing |= !trace.shared.is_empty();
         written.push(dst);
     }
+    let _ = std::fs::remove_file(logs.join(gputape_shimlog::SHARED_FDS));
     let _ = std::fs::remove_dir(logs);
     // Processes that shared memory replay together: each alone has only what it saw.
     if sharing && written.len() > 1 {
         let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
-            "the processes shared device memory through IPC handles: replay them together with `gputape ranks --replay {}`",
+            "the processes shared device memory through IPC or shareable handles: replay them together with `gputape ranks --replay {}`",
             names.join(" ")
         );
     }
@@ -335,6 +336,7 @@ fn flight_traces(
 fn remove_announcements(dir: &Path, run_id: &str) {
     let peers = dir.join(gputape_shimlog::PEERS_DIR);
     let Ok(entries) = std::fs::read_dir(&peers) else {
+        let _ = std::fs::remove_file(dir.join(gputape_shimlog::SHARED_FDS));
         return;
     };
     let prefix = format!("{run_id}.");
@@ -346,8 +348,11 @@ fn remove_announcements(dir: &Path, run_id: &str) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    // Only when empty: another run may share the directory.
-    let _ = std::fs::remove_dir(&peers);
+    // Only when empty: another run may share the directory (and the list of shared
+    // descriptors, which goes with the last run's announcements).
+    if std::fs::remove_dir(&peers).is_ok() {
+        let _ = std::fs::remove_file(dir.join(gputape_shimlog::SHARED_FDS));
+    }
 }
 
 /// The shim: `GPUTAPE_SHIM_DIR`'s, else `gputape-shim/libcuda.so.1` beside this binary, else

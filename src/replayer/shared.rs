@@ -1,6 +1,7 @@
-//! Memory and events that processes shared through CUDA IPC handles, replayed together
-//! (`replay_ranks`): each buffer a trace opened is the buffer another trace of the set exported
-//! under the same handle, not a copy of what it held when opened, and each event it opened is
+//! Memory and events that processes shared through CUDA IPC handles (or, for memory, the
+//! virtual memory API's shareable handles), replayed together (`replay_ranks`): each buffer a
+//! trace opened is the buffer another trace of the set exported under the same handle, not a
+//! copy of what it held when opened, and each event it opened is
 //! the exporter's event. Both replays then use one piece of memory (one event), as the
 //! processes did, so what one writes the other reads, and what one records the other waits for.
 //!
@@ -128,7 +129,7 @@ impl std::fmt::Debug for Sharing {
 /// How an opened buffer or event that is not paired replays: as when its trace replays alone.
 fn alone(what: &SharedId) -> &'static str {
     match what {
-        SharedId::Buffer(_) => "replayed with the bytes it held when opened",
+        SharedId::Buffer(_) | SharedId::Memory(_) => "replayed with the bytes it held when opened",
         SharedId::Event(_) => "replayed as an event of its own, which only this rank records",
     }
 }
@@ -148,7 +149,9 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
     let same_kind = |a: &SharedId, b: &SharedId| {
         matches!(
             (a, b),
-            (SharedId::Buffer(_), SharedId::Buffer(_)) | (SharedId::Event(_), SharedId::Event(_))
+            (SharedId::Buffer(_), SharedId::Buffer(_))
+                | (SharedId::Memory(_), SharedId::Memory(_))
+                | (SharedId::Event(_), SharedId::Event(_))
         )
     };
     for (i, t) in traces.iter().enumerate() {
@@ -172,7 +175,8 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
             });
             let Some((j, ebuf, at)) = exporter else {
                 out.notes[i].push(format!(
-                    "{buf} was opened from an IPC handle no trace of the set exported: {}",
+                    "{buf} was opened from a {} no trace of the set exported: {}",
+                    buf.through(),
                     alone(buf)
                 ));
                 continue;
@@ -445,16 +449,22 @@ impl Replayer<'_> {
             cause,
         };
         sh.turn(c.t_ns).map_err(stalled)?;
-        let opened = match (&c.call, &c.ret) {
-            (Call::Alloc { .. }, Some(Ok(Value::Buffer(id)))) => Some(SharedId::Buffer(*id)),
-            (Call::CreateEvent, Some(Ok(Value::Event(id)))) => Some(SharedId::Event(*id)),
-            _ => None,
+        let opened: &[SharedId] = match (&c.call, &c.ret) {
+            (Call::Alloc { .. }, Some(Ok(Value::Buffer(id)))) => {
+                &[SharedId::Buffer(*id), SharedId::Memory(*id)]
+            }
+            (Call::CreateEvent, Some(Ok(Value::Event(id)))) => &[SharedId::Event(*id)],
+            _ => &[],
         };
-        if let Some((what, slot)) = opened.and_then(|w| sh.opened(w).map(|s| (w, s))) {
+        if let Some((what, slot)) = opened.iter().find_map(|&w| sh.opened(w).map(|s| (w, s))) {
             let handed = sh.take(slot).map_err(stalled)?;
             let (rank, theirs) = sh.owner(slot).unwrap_or((usize::MAX, what));
             match (what, handed, &c.call) {
-                (SharedId::Buffer(id), Handed::Buffer(ptr, have), Call::Alloc { bytes }) => {
+                (
+                    SharedId::Buffer(id) | SharedId::Memory(id),
+                    Handed::Buffer(ptr, have),
+                    Call::Alloc { bytes },
+                ) => {
                     if have < *bytes {
                         return Err(stalled(format!(
                             "{id} was opened {bytes} bytes long; rank {rank}'s {theirs} is {have}"
@@ -474,8 +484,9 @@ impl Replayer<'_> {
                 }
             }
             report.shared.push(format!(
-                "{what} (#{}) is rank {rank}'s {theirs}, opened from its IPC handle",
-                c.seq
+                "{what} (#{}) is rank {rank}'s {theirs}, opened from its {}",
+                c.seq,
+                what.through()
             ));
             report.calls += 1;
             return Ok(true);
@@ -524,7 +535,9 @@ impl Replayer<'_> {
             })?;
         }
         let handed = match what {
-            SharedId::Buffer(b) => st.bufs.get(&b).map(|&(ptr, n)| Handed::Buffer(ptr, n)),
+            SharedId::Buffer(b) | SharedId::Memory(b) => {
+                st.bufs.get(&b).map(|&(ptr, n)| Handed::Buffer(ptr, n))
+            }
             SharedId::Event(e) => st.events.get(&e).map(|&h| Handed::Event(h)),
         };
         let Some(handed) = handed else {

@@ -55,6 +55,7 @@ pub fn convert(
         }
     }
     c.extents = reservation_extents(&records);
+    c.vmm.opened = shared_memory::opened_reservations(&records);
     for r in records {
         c.record(r);
     }
@@ -84,7 +85,7 @@ fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
             Rec::Reserve { ptr, size } => {
                 open.insert(ptr, (size, at, 0));
             }
-            Rec::Map { ptr, size } => {
+            Rec::Map { ptr, size } | Rec::MapHandle { ptr, size, .. } => {
                 if let Some((base, (rsize, _, extent))) = open.range_mut(..=ptr).next_back() {
                     if ptr - base < *rsize {
                         *extent = (*extent).max((ptr - base).saturating_add(size).min(*rsize));
@@ -137,9 +138,12 @@ struct Converter {
     /// Calls the converter makes of its own just after the record being converted (an event a
     /// launch attribute records, or recorded after a value written on a stream).
     after: Vec<Call>,
-    /// The buffer an `IpcImport` just made, its handle, and whether its bytes were read (and
-    /// so uploaded by a call of the converter's own): a `Frame::Shared` once numbered.
-    opened: Option<(BufferId, Vec<u8>, bool)>,
+    /// The buffer an `IpcImport` (or an imported allocation's `ImportedBytes`) just made, its
+    /// handle, and whether its bytes were read (and so uploaded by a call of the converter's
+    /// own): a `Frame::Shared` once numbered.
+    opened: Option<(SharedId, Vec<u8>, bool)>,
+    /// Physical memory shared through shareable handles (`convert/shared_memory.rs`).
+    vmm: shared_memory::SharedMemory,
     /// The events each trace graph built of nodes waits for and records (its event nodes,
     /// lifted out of it to its launches: `graph_calls.rs`).
     graph_events: HashMap<GraphId, GraphEvents>,
@@ -255,6 +259,7 @@ impl Converter {
             launch_attrs: HashMap::new(),
             after: Vec::new(),
             opened: None,
+            vmm: Default::default(),
             graph_events: HashMap::new(),
             value_writes: HashMap::new(),
             value_events: HashMap::new(),
@@ -433,7 +438,7 @@ impl Converter {
             } => {
                 self.summary.ipc_imported += 1;
                 let id = self.new_buffer(ptr, bytes);
-                self.opened = Some((id, handle.to_vec(), !data.is_empty()));
+                self.opened = Some((SharedId::Buffer(id), handle.to_vec(), !data.is_empty()));
                 if !data.is_empty() {
                     let at_once = On {
                         stream: 0,
@@ -892,7 +897,7 @@ impl Converter {
             ),
             Rec::Reserve { ptr, .. } => {
                 let extent = self.extents.get(&index).copied().unwrap_or(0);
-                if extent == 0 {
+                if extent == 0 || self.defer_reservation(index, ptr, extent) {
                     return;
                 }
                 let id = BufferId(self.next_buf);
@@ -902,6 +907,9 @@ impl Converter {
                 (Call::Alloc { bytes: extent }, Ok(Value::Buffer(id)))
             }
             Rec::Unreserve { ptr, .. } => {
+                if self.drop_deferred(ptr) {
+                    return;
+                }
                 let Some(b) = self.live.remove(&ptr) else {
                     return;
                 };
@@ -915,6 +923,35 @@ impl Converter {
             }
             // The reservation is the buffer; what backs it when does not change its bytes.
             Rec::Map { .. } | Rec::Unmap { .. } => return,
+            Rec::MapHandle {
+                ptr,
+                offset,
+                handle,
+                ..
+            } => {
+                if ok {
+                    self.mapped_allocation(ptr, offset, handle);
+                }
+                return;
+            }
+            // Physical memory shared with other processes, or opened from one: no call, but
+            // the key that pairs the two (`convert/shared_memory.rs`).
+            Rec::ShareableExport { handle, key, .. } => {
+                if ok {
+                    self.shareable_export(handle, key);
+                }
+                return;
+            }
+            Rec::ShareableImport { handle, key, .. } => {
+                if ok {
+                    self.shareable_import(handle, key);
+                }
+                return;
+            }
+            Rec::ImportedBytes { ptr, data } => match self.imported_bytes(ptr, data) {
+                Some((call, value)) => (call, Ok(value)),
+                None => return,
+            },
             Rec::TensorMap {
                 map,
                 dtype,
@@ -1118,9 +1155,9 @@ impl Converter {
             self.place_own(head, call);
         }
         // An opened buffer's upload, numbered just now (unless a capture holds it).
-        if let Some((buf, handle, filled)) = self.opened.take() {
+        if let Some((what, handle, filled)) = self.opened.take() {
             let fill = (filled && self.capture_depth == 0).then(|| self.seq.saturating_sub(1));
-            self.share(SharedId::Buffer(buf), handle, ShareSide::Opened { fill });
+            self.share(what, handle, ShareSide::Opened { fill });
         }
     }
 
@@ -1594,6 +1631,7 @@ fn driver_error(code: i32) -> ErrorRec {
 }
 
 mod graph_calls;
+mod shared_memory;
 use graph_calls::GraphEvents;
 mod stream_calls;
 #[cfg(test)]

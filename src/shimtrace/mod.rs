@@ -147,6 +147,15 @@ pub struct Summary {
     /// Other processes' allocations opened here (`cuIpcOpenMemHandle`), each a buffer of the
     /// trace's own holding its bytes as they were when opened.
     pub ipc_imported: usize,
+    /// Physical allocations this process shared with others (`cuMemExportToShareableHandle`).
+    pub vmm_exported: usize,
+    /// Other processes' physical allocations imported here
+    /// (`cuMemImportFromShareableHandle`).
+    pub vmm_imported: usize,
+    /// Of those exported or imported, the ones a joint replay cannot pair: no key (the
+    /// exporter was not found, a handle type without one) or not mapped whole at a
+    /// reservation's base.
+    pub vmm_unpaired: usize,
     /// Pinned host regions the device reads and writes where they lie (zero-copy), each a
     /// buffer of the trace's own, followed as managed memory.
     pub host_mapped: usize,
@@ -264,6 +273,24 @@ impl Summary {
             s.push_str(&format!(
                 "; {} of other processes opened (IPC: an event each, the other process's in a joint replay)",
                 count(self.ipc_events_imported, "event", "s")
+            ));
+        }
+        if self.vmm_exported > 0 {
+            s.push_str(&format!(
+                "; {} shared with other processes (shareable handles)",
+                count(self.vmm_exported, "physical allocation", "s")
+            ));
+        }
+        if self.vmm_imported > 0 {
+            s.push_str(&format!(
+                "; {} of other processes imported (shareable handles: a buffer each, with its bytes as they were when mapped; replay the processes together with `gputape ranks --replay`)",
+                count(self.vmm_imported, "physical allocation", "s")
+            ));
+        }
+        if self.vmm_unpaired > 0 {
+            s.push_str(&format!(
+                "; {} that a joint replay cannot pair (the exporter not found, or not mapped whole at a reservation's start): replayed as when alone",
+                count(self.vmm_unpaired, "shared allocation", "s")
             ));
         }
         if self.host_mapped > 0 {

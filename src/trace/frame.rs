@@ -22,11 +22,12 @@ use serde::{Deserialize, Serialize, Serializer};
 /// `Finding::Sanitizer` (what `minimize --sanitize` kept). 14 added `Frame::KernelCooperative`
 /// (a kernel launched cooperatively). 15 added `Call::HostFunc` (a host
 /// function queued on a stream). 16 added `Frame::Shared` (a buffer or event shared
-/// with another process through an IPC handle). A format-2 to 15 file reads the same as before.
-pub const FORMAT_VERSION: u16 = 16;
-/// The oldest reader that can read what this build writes: a format-15 reader does not know
-/// `Frame::Shared` and would call the trace corrupt where one is.
-pub const MIN_READER_VERSION: u16 = 16;
+/// with another process through an IPC handle). 17 added `SharedId::Memory` (physical memory
+/// shared through a shareable handle). A format-2 to 16 file reads the same as before.
+pub const FORMAT_VERSION: u16 = 17;
+/// The oldest reader that can read what this build writes: a format-16 reader does not know
+/// `SharedId::Memory` and would call the trace corrupt where one is.
+pub const MIN_READER_VERSION: u16 = 17;
 /// The file's first 8 bytes: what `Trace::open` checks before anything else.
 pub const MAGIC: [u8; 8] = *b"GPUTAPE\0";
 
@@ -469,12 +470,35 @@ pub enum SharedId {
     Buffer(BufferId),
     /// An event (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`).
     Event(EventId),
+    /// A buffer that is one physical allocation mapped whole, shared through the virtual
+    /// memory API (`cuMemExportToShareableHandle`, `cuMemImportFromShareableHandle`): its
+    /// handle is the recording's key for the allocation (a file descriptor's exporting process
+    /// and number, or a fabric handle), not an IPC handle.
+    Memory(BufferId),
+}
+
+impl SharedId {
+    /// The buffer shared, for either kind of buffer.
+    pub fn buffer(&self) -> Option<BufferId> {
+        match *self {
+            SharedId::Buffer(b) | SharedId::Memory(b) => Some(b),
+            SharedId::Event(_) => None,
+        }
+    }
+
+    /// What the sharing went through, for a person: "IPC handle", "shareable handle".
+    pub fn through(&self) -> &'static str {
+        match self {
+            SharedId::Buffer(_) | SharedId::Event(_) => "IPC handle",
+            SharedId::Memory(_) => "shareable handle",
+        }
+    }
 }
 
 impl std::fmt::Display for SharedId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SharedId::Buffer(b) => write!(f, "{b}"),
+            SharedId::Buffer(b) | SharedId::Memory(b) => write!(f, "{b}"),
             SharedId::Event(e) => write!(f, "{e}"),
         }
     }

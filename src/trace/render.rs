@@ -385,20 +385,15 @@ pub fn render(t: &Trace) -> String {
         );
     }
     for (what, share) in &t.shared {
-        let handle: String = share
-            .handle
-            .iter()
-            .take(8)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let handle = share_key(what, &share.handle);
         let _ = match share.side {
             ShareSide::Exported { at } => writeln!(
                 s,
-                "shared {what}: handed to other processes before #{at} (IPC handle {handle}..)"
+                "shared {what}: handed to other processes before #{at} ({handle})"
             ),
             ShareSide::Opened { fill } => writeln!(
                 s,
-                "shared {what}: another process's, opened here (IPC handle {handle}..){}",
+                "shared {what}: another process's, opened here ({handle}){}",
                 fill.map_or(String::new(), |f| format!(
                     "; what it held then uploaded by #{f}"
                 ))
@@ -620,4 +615,19 @@ pub fn summary(t: &Trace) -> String {
         let _ = writeln!(s, "{} finding(s)", t.findings.len());
     }
     s
+}
+
+/// What names a shared buffer or event in both processes, for a person: an IPC or fabric
+/// handle's first bytes, or the exporting process and the number of its file descriptor (the
+/// recording's key for a descriptor, `Rec::ShareableExport`).
+fn share_key(what: &SharedId, key: &[u8]) -> String {
+    if let (SharedId::Memory(_), [p0, p1, p2, p3, f0, f1, f2, f3]) = (what, key) {
+        let pid = u32::from_le_bytes([*p0, *p1, *p2, *p3]);
+        let fd = u32::from_le_bytes([*f0, *f1, *f2, *f3]);
+        return format!(
+            "shareable handle: a file descriptor process {pid} exported, its copy {fd}"
+        );
+    }
+    let hex: String = key.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{} {hex}..", what.through())
 }

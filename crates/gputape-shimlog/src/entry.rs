@@ -31,6 +31,10 @@ pub const RECORDED: &[&str] = &[
     "cuMemAddressFree",
     "cuMemMap",
     "cuMemUnmap",
+    "cuMemRelease",
+    "cuMemSetAccess",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
     "cuMemAllocHost_v2",
     "cuMemHostAlloc",
     "cuMemFreeHost",
@@ -231,8 +235,9 @@ pub fn changes_device(name: &str) -> bool {
         "cuMemset",
         "cuMemAlloc",
         "cuMemFree",
-        // cuMemCreate, cuMemRelease and cuMemSetAccess are not here: physical handles and
-        // access rights say nothing a replay needs beyond the reservations and maps logged.
+        // cuMemCreate is not here: a physical allocation is memory where it is mapped (the
+        // reservation and its maps are logged); releasing it, setting access and sharing it
+        // are hooked (what another process shares is named where it is mapped).
         "cuMemMap",
         "cuMemUnmap",
         "cuMemAddressReserve",

@@ -66,6 +66,11 @@ pub const HANG_PREFIX: &str = "hang: ";
 /// `gputape dump PID`'s requests (`ask_path`).
 pub const PEERS_DIR: &str = ".peers";
 
+/// The file in a recording's directory where processes that exported memory through file
+/// descriptors list the shim's duplicates of them, a line `PID FD` each, for the processes
+/// that import it to find (the shim's `record/shareable.rs`).
+pub const SHARED_FDS: &str = ".gputape-shared-fds";
+
 /// The request `gputape dump PID` writes for process `pid` in flight directory `dir` (its text
 /// is the reason): the shim's peers thread and a trait-level recorder's watcher look for it.
 pub fn ask_path(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {

@@ -477,4 +477,38 @@ records! {
         node: u64 = u64("graph node"),
         child: u64 = u64("child graph"),
     }
+    /// `cuMemMap`: `size` bytes at `ptr` now backed by physical allocation `handle` from its
+    /// byte `offset` (what `Map` says, and which memory: a shared allocation's mapping is found
+    /// by its handle). Written instead of `Map` from this kind on.
+    70 MapHandle "cuMemMap" state {
+        ptr: u64 = u64("address"),
+        size: u64 = u64("size"),
+        offset: u64 = u64("offset"),
+        handle: u64 = u64("allocation handle"),
+    }
+    /// `cuMemExportToShareableHandle`: physical allocation `handle` is shared with other
+    /// processes as a handle of driver type `kind`; `key` is what names it in the processes
+    /// that import it (a file descriptor: the exporting process's id and the number of the
+    /// shim's own duplicate of it, 4 bytes each; a fabric handle: its 64 bytes), empty when
+    /// nothing can name it.
+    71 ShareableExport "cuMemExportToShareableHandle" state {
+        handle: u64 = u64("allocation handle"),
+        kind: u32 = u32("handle type"),
+        key: &'a [u8] = bytes("shared key"),
+    }
+    /// `cuMemImportFromShareableHandle`: another process's physical allocation is `handle`
+    /// here; `key` the exporter's `ShareableExport` key it was found to be (empty when the
+    /// exporter could not be told).
+    72 ShareableImport "cuMemImportFromShareableHandle" state {
+        handle: u64 = u64("allocation handle"),
+        kind: u32 = u32("handle type"),
+        key: &'a [u8] = bytes("shared key"),
+    }
+    /// `cuMemSetAccess` made the mapping at `ptr` of an imported allocation readable: `data`
+    /// its bytes then (empty when not read: a flight recording, or past the shim's limit), what
+    /// a replay of this process alone starts from.
+    73 ImportedBytes "cuMemSetAccess" state {
+        ptr: u64 = u64("address"),
+        data: &'a [u8] = bytes("bytes when mapped"),
+    }
 }

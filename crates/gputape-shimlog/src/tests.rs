@@ -303,6 +303,26 @@ fn later_samples() -> Vec<Rec<'static>> {
             node: 0x6c0004,
             child: 0x6f0002,
         },
+        Rec::MapHandle {
+            ptr: 0x7f_0000_0000,
+            size: 2 << 20,
+            offset: 0,
+            handle: 0x4800_0001,
+        },
+        Rec::ShareableExport {
+            handle: 0x4800_0001,
+            kind: 1,
+            key: &[1, 2, 3, 4, 0, 4, 0, 0],
+        },
+        Rec::ShareableImport {
+            handle: 0x4800_0002,
+            kind: 1,
+            key: &[1, 2, 3, 4, 0, 4, 0, 0],
+        },
+        Rec::ImportedBytes {
+            ptr: 0x7f_0020_0000,
+            data: &[5, 6, 7],
+        },
     ]
 }
 
@@ -342,7 +362,7 @@ fn every_record_reads_back_as_written() {
     let mut recs = samples();
     recs.extend(later_samples());
     let kinds: std::collections::BTreeSet<u8> = recs.iter().map(Rec::tag).collect();
-    assert_eq!(kinds, (1..=69).collect(), "a sample of every kind");
+    assert_eq!(kinds, (1..=73).collect(), "a sample of every kind");
     let bytes = log(&recs);
     let (h, r) = Reader::new(&bytes).unwrap();
     assert_eq!(h.pid, 42);

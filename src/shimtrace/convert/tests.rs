@@ -720,3 +720,116 @@ fn shared_memory_and_events_are_named_with_their_handles_and_an_oversized_handle
     let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
     assert_eq!(back.shared, t.shared);
 }
+
+/// Physical memory shared through a shareable handle: the exporter's reservation is handed
+/// over from the later of its export and its map; the importer's buffer is made where its
+/// mapping became readable, its bytes then uploaded; an import mapped beside other memory in
+/// one reservation, and an export no importer could name (no key), are counted as unpaired.
+#[test]
+fn memory_shared_through_shareable_handles_is_paired_where_mapped_whole() {
+    const R: u64 = 0x7f00_0000_0000;
+    const S: u64 = 0x7f10_0000_0000;
+    const T: u64 = 0x7f20_0000_0000;
+    let key = [1, 0, 0, 0, 0, 2, 0, 0];
+    let map = |ptr, handle| Rec::MapHandle {
+        ptr,
+        size: 64,
+        offset: 0,
+        handle,
+    };
+    let recs = [
+        // Exported before it is mapped: handed over at the map.
+        (0, Rec::Reserve { ptr: R, size: 64 }),
+        (
+            0,
+            Rec::ShareableExport {
+                handle: 0xa1,
+                kind: 1,
+                key: &key,
+            },
+        ),
+        (0, map(R, 0xa1)),
+        // Exported with no key: not paired.
+        (
+            0,
+            Rec::ShareableExport {
+                handle: 0xa2,
+                kind: 2,
+                key: &[],
+            },
+        ),
+        // Imported and mapped whole: a buffer where it became readable.
+        (
+            0,
+            Rec::ShareableImport {
+                handle: 0xb1,
+                kind: 1,
+                key: &key,
+            },
+        ),
+        (0, Rec::Reserve { ptr: S, size: 64 }),
+        (0, map(S, 0xb1)),
+        (
+            0,
+            Rec::ImportedBytes {
+                ptr: S,
+                data: &[9; 64],
+            },
+        ),
+        // Imported into the second half of a reservation: its bytes uploaded, not paired.
+        (
+            0,
+            Rec::ShareableImport {
+                handle: 0xb2,
+                kind: 1,
+                key: &key,
+            },
+        ),
+        (0, Rec::Reserve { ptr: T, size: 128 }),
+        (0, map(T, 0xc1)),
+        (0, map(T + 64, 0xb2)),
+        (
+            0,
+            Rec::ImportedBytes {
+                ptr: T + 64,
+                data: &[7; 64],
+            },
+        ),
+    ];
+    let (t, s) = convert("vmm", &log(&recs), vec![]).unwrap();
+    let calls: Vec<String> = t
+        .calls
+        .iter()
+        .map(|c| crate::trace::call_text(&t, &c.call))
+        .collect();
+    assert_eq!(
+        (s.vmm_exported, s.vmm_imported, s.vmm_unpaired),
+        (2, 2, 2),
+        "{calls:?}"
+    );
+    let shared: Vec<(SharedId, ShareSide)> = t.shared.iter().map(|(w, s)| (*w, s.side)).collect();
+    assert_eq!(
+        shared,
+        [
+            (SharedId::Memory(BufferId(0)), ShareSide::Exported { at: 1 }),
+            (
+                SharedId::Memory(BufferId(1)),
+                ShareSide::Opened { fill: Some(2) }
+            ),
+        ],
+        "{calls:?}"
+    );
+    let want = [
+        "alloc(64)",
+        "alloc(64)",
+        "copy_h2d(buf1+0, 64 bytes",
+        "alloc(128)",
+        "copy_h2d(buf2+64, 64 bytes",
+    ];
+    assert_eq!(calls.len(), want.len(), "{calls:?}");
+    for (c, w) in calls.iter().zip(want) {
+        assert!(c.starts_with(w), "{c} is not {w}: {calls:?}");
+    }
+    let back = Trace::from_bytes(std::path::Path::new("t"), &t.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.shared, t.shared);
+}

@@ -116,6 +116,14 @@ fn mode() -> Option<&'static Mode> {
         .as_ref()
 }
 
+/// The directory this process's log or flight dump goes to, when calls are logged (where the
+/// processes of one recording find each other's shared handles: `record/shareable.rs`).
+pub fn dir() -> Option<&'static std::path::Path> {
+    mode().map(|m| match m {
+        Mode::File(d) | Mode::Flight(d) => d.as_path(),
+    })
+}
+
 /// `mode`, as `FLAGS.mode` caches it: one load on the hot path.
 #[inline(always)]
 fn mode_flag() -> u8 {

@@ -182,6 +182,12 @@ pub fn ipc_fork_program(dir: &Path) -> PathBuf {
     link_program(dir, "ipc_fork", include_str!("c/ipc_fork.c"))
 }
 
+/// `c/vmm_fork.c` compiled into `dir`, linked like `cooperative_program`: a parent and its
+/// child sharing physical memory through a file descriptor sent over a socket.
+pub fn vmm_fork_program(dir: &Path) -> PathBuf {
+    link_program(dir, "vmm_fork", include_str!("c/vmm_fork.c"))
+}
+
 /// `c/node_changes.c` compiled into `dir`, linked like `cooperative_program`: a graph node
 /// destroyed, and an executable's child-graph node given another graph.
 pub fn node_changes_program(dir: &Path) -> PathBuf {

@@ -43,7 +43,7 @@ pub(super) unsafe extern "C" fn ipc_open_event_handle<const I: usize>(
 
 /// Bytes of a shared allocation read when it is opened, at most (a larger one is logged
 /// without its bytes).
-const READ_LIMIT: u64 = 256 << 20;
+pub(super) const READ_LIMIT: u64 = 256 << 20;
 
 /// `cuIpcGetMemHandle` (`EVENT` false): (CUipcMemHandle*, CUdeviceptr), and
 /// `cuIpcGetEventHandle`: (CUipcEventHandle*, CUevent). The 64 bytes the driver wrote are
@@ -119,7 +119,7 @@ fn extent(ptr: u64) -> Option<(u64, u64)> {
 }
 
 /// `bytes` bytes of device memory at `src` (`cuMemcpyDtoH_v2`, which waits for the device).
-fn read(src: u64, bytes: u64) -> Option<Vec<u8>> {
+pub(super) fn read(src: u64, bytes: u64) -> Option<Vec<u8>> {
     type F = unsafe extern "C" fn(*mut u8, u64, usize) -> R;
     let mut v = vec![0u8; bytes as usize];
     // SAFETY: F is cuMemcpyDtoH_v2's signature: (void*, CUdeviceptr, size_t); `v` holds `bytes`

@@ -4,7 +4,7 @@
 
 use gputape_shimlog::Rec;
 
-use super::{R, real_at};
+use super::{R, real_at, shareable};
 use crate::imp::{log, managed};
 
 pub(super) unsafe extern "C" fn mem_alloc<const I: usize>(dptr: *mut u64, bytes: usize) -> R {
@@ -242,6 +242,9 @@ pub(super) unsafe extern "C" fn address_range<const I: usize, const UNMAP: bool>
     let r = unsafe { real_at::<unsafe extern "C" fn(u64, usize) -> R>(I)(ptr, size) };
     let size = size as u64;
     if r == 0 {
+        if UNMAP {
+            shareable::unmapped(ptr, size);
+        }
         log::write(
             r,
             if UNMAP {
@@ -266,11 +269,16 @@ pub(super) unsafe extern "C" fn mem_map<const I: usize>(
     // SAFETY: entry point I is cuMemMap, whose signature F is.
     let r = unsafe { real_at::<F>(I)(ptr, size, offset, handle, flags) };
     if r == 0 {
+        let size = size as u64;
+        shareable::mapped(ptr, size, handle);
+        let offset = offset as u64;
         log::write(
             r,
-            Rec::Map {
+            Rec::MapHandle {
                 ptr,
-                size: size as u64,
+                size,
+                offset,
+                handle,
             },
         );
     }

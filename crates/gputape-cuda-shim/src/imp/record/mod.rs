@@ -15,7 +15,8 @@
 //!
 //! The hooks live in rooms by what they record: `memory`, `transfers` (copies and memsets),
 //! `modules`, `launches`, `tensor_maps`, `contexts`, `streams` (streams, events, syncs),
-//! `graphs` (capture and graphs) and `ipc` (memory shared between processes); what they share,
+//! `graphs` (capture and graphs), `ipc` (memory shared between processes through IPC
+//! handles) and `shareable` (through the virtual memory API's shareable handles); what they share,
 //! and the table of them, is here.
 
 mod contexts;
@@ -24,6 +25,7 @@ mod ipc;
 mod launches;
 mod memory;
 mod modules;
+mod shareable;
 mod streams;
 mod tensor_maps;
 mod transfers;
@@ -63,6 +65,7 @@ use modules::{
     get_function, get_global, kernel_get_function, library_get_module, library_load_data,
     library_load_file, module_load_data, module_load_data_ex, module_load_file, module_unload,
 };
+use shareable::{export_shareable, import_shareable, mem_release, set_access};
 use streams::{
     ctx_sync, ctx_sync_v2, event_create, event_destroy, event_query, event_record,
     event_record_flags, event_sync, host_func, host_func_flags, stream_create, stream_create_prio,
@@ -225,6 +228,10 @@ hooks! {
     "cuMemAddressFree" => address_range<false>,
     "cuMemMap" => mem_map,
     "cuMemUnmap" => address_range<true>,
+    "cuMemRelease" => mem_release,
+    "cuMemSetAccess" => set_access,
+    "cuMemExportToShareableHandle" => export_shareable,
+    "cuMemImportFromShareableHandle" => import_shareable,
     "cuMemAllocHost_v2" => host_alloc,
     "cuMemHostAlloc" => host_alloc_flags,
     "cuMemFreeHost" => host_free,

@@ -3,6 +3,7 @@
  * arguments arrived intact. Built at test time with `cc -shared -fPIC -Wl,-Bsymbolic` (the real
  * driver binds its own symbols too: with the shim preloaded, this library's references to its
  * own functions must not resolve to the shim's forwarders). */
+#define _GNU_SOURCE
 #define GPUTAPE_FAKE_DRIVER
 #include "cuda_types.h"
 #include <stddef.h>
@@ -79,8 +80,24 @@ static int in_managed(CUdeviceptr p) {
     return i >= 0 && pinned[i].mapped;
 }
 
+/* Virtual memory: reservations handed out from VBASE, each map backed by arena bytes. A
+ * physical allocation's handle is its arena offset and size (so a child forked before it, which
+ * shares the arena, maps the same bytes from the same handle); a file descriptor exported for
+ * one is a memfd holding the handle. */
+#define VBASE 0xfb0000000000ull
+static size_t vcursor;
+static struct { CUdeviceptr va; size_t n, off; } maps[16];
+
+static int map_at(CUdeviceptr p) {
+    for (int i = 0; i < 16; i++)
+        if (maps[i].n && p >= maps[i].va && p < maps[i].va + maps[i].n) return i;
+    return -1;
+}
+
 static unsigned char *at(CUdeviceptr p) {
-    return in_managed(p) ? (unsigned char *)(size_t)p : arena + (p - BASE);
+    if (in_managed(p)) return (unsigned char *)(size_t)p;
+    int m = p >= VBASE ? map_at(p) : -1;
+    return m >= 0 ? arena + maps[m].off + (p - maps[m].va) : arena + (p - BASE);
 }
 
 API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
@@ -450,7 +467,59 @@ API CUresult cuMemcpyAtoH_v2(void *dst, void *array, size_t offset, size_t n) {
 }
 
 /* Unified addressing: the arena is device memory, anything else the host's. */
-static int in_arena(CUdeviceptr p) { return p >= BASE && p < BASE + ARENA; }
+static int in_arena(CUdeviceptr p) { return (p >= BASE && p < BASE + ARENA) || map_at(p) >= 0; }
+
+API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                                 unsigned long long flags) {
+    if (!ptr || !size || align > 0x10000 || flags) return 1;
+    (void)addr;
+    *ptr = VBASE + vcursor;
+    vcursor += (size + 0xffff) & ~(size_t)0xffff;
+    return 0;
+}
+API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    return ptr >= VBASE && ptr + size <= VBASE + vcursor ? 0 : 1;
+}
+API CUresult cuMemCreate(unsigned long long *h, size_t size, const void *prop,
+                         unsigned long long flags) {
+    if (!h || !prop || flags || cursor + size > ARENA) return 2;
+    *h = 1ull << 63 | (unsigned long long)cursor << 32 | size;
+    cursor = (cursor + size + 255) & ~(size_t)255;
+    return 0;
+}
+API CUresult cuMemRelease(unsigned long long h) { return h >> 63 ? 0 : 1; }
+API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, unsigned long long h,
+                      unsigned long long flags) {
+    size_t off = (size_t)(h >> 32 & 0x7fffffff), n = (size_t)(h & 0xffffffff);
+    if (!(h >> 63) || flags || offset + size > n) return 1;
+    for (int i = 0; i < 16; i++) {
+        if (maps[i].n) continue;
+        maps[i].va = ptr, maps[i].n = size, maps[i].off = off + offset;
+        return 0;
+    }
+    return 2;
+}
+API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    int m = map_at(ptr);
+    if (m < 0 || maps[m].va != ptr || maps[m].n != size) return 1;
+    maps[m].n = 0;
+    return 0;
+}
+API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
+    return desc && count && map_at(ptr) >= 0 && map_at(ptr + size - 1) >= 0 ? 0 : 1;
+}
+API CUresult cuMemExportToShareableHandle(void *out, unsigned long long h, int type,
+                                          unsigned long long flags) {
+    if (type != 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */ || flags || !(h >> 63)) return 1;
+    int fd = memfd_create("fake-cumem", 0);
+    if (fd < 0 || write(fd, &h, sizeof h) != (ssize_t)sizeof h) return 999;
+    *(int *)out = fd;
+    return 0;
+}
+API CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os, int type) {
+    if (type != 1) return 1;
+    return pread((int)(size_t)os, h, sizeof *h, 0) == (ssize_t)sizeof *h && *h >> 63 ? 0 : 1;
+}
 
 API CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p) {
     if (attribute != 2 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */ || !in_arena(p)) return 1;
