@@ -7,7 +7,8 @@
 # default streams), each through scripts/gpu-cuda-program.sh (plain, `run -o`, replay on CUDA,
 # as graphs, on the mock; the planted fault of those that have one under `--flight`, its dump
 # replayed, minimized, exported); then the table of the entry points they called, with how each
-# is recorded; then PyTorch under `run -o`: pinned staging memory (`pin_memory()`, which must
+# is recorded; then two pairs of processes sharing memory (an IPC handle, a file descriptor of
+# the virtual memory API), each recorded and replayed alone and together; then PyTorch under `run -o`: pinned staging memory (`pin_memory()`, which must
 # not be followed as mapped memory) and a step captured with torch.cuda.graph, each replayed on
 # CUDA. Builds nothing of gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-more) gets
 # each program's logs.
@@ -58,24 +59,28 @@ for name in rows:
 fwd = {p: sum(n for name, c in calls.items() for q, n in c.items() if q == p and how.get(name) is None) for p in progs}
 print("| (forwarded only: queries, bookkeeping) | forwarded | " + " | ".join(str(fwd[p]) for p in progs) + " |")
 PY
-echo "################ ipc: two processes sharing a buffer (scripts/cuda/ipc.cu)"
-mkdir -p "$OUT/ipc"
 export PATH="/usr/local/cuda/bin:$PATH"
-timeout 300 nvcc -O2 -arch=sm_90 -o "$OUT/ipc/ipc" scripts/cuda/ipc.cu >"$OUT/ipc/nvcc.log" 2>&1
-echo "nvcc exit $?"; tail -3 "$OUT/ipc/nvcc.log"
-timeout 60 "$OUT/ipc/ipc"; echo "plain exit $?"
-timeout 120 "$G" run -o "$OUT/ipc/ipc.gtape" -- "$OUT/ipc/ipc" >"$OUT/ipc/run.log" 2>&1
-echo "run -o exit $?"; grep -E '^ipc|recorded |replay them together' "$OUT/ipc/run.log" | cut -c1-500
-for t in "$OUT"/ipc/ipc*.gtape; do
-    echo "--- $t alone"
-    timeout 60 "$G" show "$t" 2>&1 | grep -E '^#' | cut -c1-160 | head -14
-    timeout 120 "$G" replay --on cuda "$t" 2>&1 | grep -v WARN | head -4
+# Two processes sharing memory: through an IPC handle (ipc.cu, with an event), and through a
+# file descriptor of the virtual memory API sent over a socket (vmm_share.cu).
+for p in ${SHARING:-ipc vmm_share}; do
+    echo "################ $p: two processes sharing memory (scripts/cuda/$p.cu)"
+    mkdir -p "$OUT/$p"
+    timeout 300 nvcc -O2 -arch=sm_90 -o "$OUT/$p/$p" "scripts/cuda/$p.cu" -lcuda >"$OUT/$p/nvcc.log" 2>&1
+    echo "nvcc exit $?"; tail -3 "$OUT/$p/nvcc.log"
+    timeout 60 "$OUT/$p/$p"; echo "plain exit $?"
+    timeout 120 "$G" run -o "$OUT/$p/$p.gtape" -- "$OUT/$p/$p" >"$OUT/$p/run.log" 2>&1
+    echo "run -o exit $?"; grep -E '^(ipc|vmm)|recorded |replay them together' "$OUT/$p/run.log" | cut -c1-500
+    for t in "$OUT/$p/$p"*.gtape; do
+        echo "--- $t alone"
+        timeout 60 "$G" show "$t" 2>&1 | grep -E '^#|^shared' | cut -c1-160 | head -16
+        timeout 120 "$G" replay --on cuda "$t" 2>&1 | grep -v WARN | head -4
+    done
+    echo "--- the two together (ranks --replay --backend cuda)"
+    timeout 200 "$G" ranks --replay --backend cuda "$OUT/$p/$p"*.gtape 2>&1 | grep -v WARN | head -20
+    echo "ranks exit ${PIPESTATUS[0]}"
+    echo "--- the two together on the mock"
+    timeout 200 "$G" ranks --replay "$OUT/$p/$p"*.gtape 2>&1 | grep -v WARN | head -20
 done
-echo "--- the two together (ranks --replay --backend cuda)"
-timeout 200 "$G" ranks --replay --backend cuda "$OUT"/ipc/ipc*.gtape 2>&1 | grep -v WARN | head -20
-echo "ranks exit ${PIPESTATUS[0]}"
-echo "--- the two together on the mock"
-timeout 200 "$G" ranks --replay "$OUT"/ipc/ipc*.gtape 2>&1 | grep -v WARN | head -20
 echo "################ PyTorch: pinned staging memory"
 cat >"$OUT/pinned.py" <<'PY'
 import torch

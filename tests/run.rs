@@ -2306,6 +2306,12 @@ fn batched_copies_are_recorded_as_their_copies_and_replay() {
     let sums: Vec<&str> = want.split(['(', ')', ' ', ',']).collect();
     assert!(out.contains("errors 0"), "{out}");
     assert_eq!(sums[1], sums[4], "x read back as uploaded: {out}");
+    // "w SUM (want SUM)": the rows the 3D batch packed read back as the host packed them.
+    let w: Vec<&str> = want
+        .split_once(", w ")
+        .map(|(_, rest)| rest.split([' ', '(', ')']).filter(|t| !t.is_empty()).collect())
+        .unwrap_or_default();
+    assert!(w.len() > 2 && w[0] == w[2], "w read back packed: {out}");
     assert!(!err.contains("not understood"), "{err}");
     let kinds: Vec<String> = show_json(&trace)["calls"]
         .as_array()
@@ -2321,15 +2327,23 @@ fn batched_copies_are_recorded_as_their_copies_and_replay() {
             "copy_h2d_async",
             "copy_d2h_async",
             "copy_d2d_async",
+            "copy_d2h_async",
+            "copy_h2d_async",
             "copy_d2h_async"
         ],
         "{kinds:?}"
     );
-    // Both read backs of the stream hold their bytes, taken at its sync, which the replay
+    // The 3D batch's upload is the rows packed together (32 bytes, not the source's pitch).
+    let calls = call_texts(&trace);
+    assert!(
+        calls.iter().any(|c| c.starts_with("copy_h2d_async(buf3+0, 32 bytes")),
+        "{calls:?}"
+    );
+    // The read backs of the stream hold their bytes, taken at its sync, which the replay
     // compares there (one check at the sync).
     let o = gputape(&["show".as_ref(), trace.as_ref()]);
     let shown = text(&o.stdout);
-    assert_eq!(shown.matches("at sync]").count(), 2, "{shown}");
+    assert_eq!(shown.matches("at sync]").count(), 3, "{shown}");
     replays_on_mock_matching(&trace, "1 of 1");
     let _ = std::fs::remove_dir_all(d);
 }

@@ -3,8 +3,10 @@
 // three steps uploads four host arrays (pinned) to four device buffers in one batch, `add4`
 // sums them into `s` on the device, and a second batch reads `s` back to pinned memory and
 // copies it to a second device buffer (the copies of a batch run in no set order, so none
-// depends on another); a plain cudaMemcpy reads the copy back. Each result is checked against
-// the host's. Exits 0 when every check holds, 1 otherwise, 2 when an API call failed.
+// depends on another); a plain cudaMemcpy reads the copy back; a batch of 3D copies
+// (cudaMemcpy3DBatchAsync) takes a tile of 16 rows of 64 floats, 128 floats apart, out of `s`
+// into `tile`, packed, and another reads `tile` back to pinned memory. Each result is checked
+// against the host's. Exits 0 when every check holds, 1 otherwise, 2 when an API call failed.
 #include <cstdio>
 #include <cstring>
 #include <cuda_runtime.h>
@@ -39,6 +41,37 @@ static cudaError_t batch(void **dsts, void **srcs, size_t *sizes, size_t count, 
 #endif
 }
 
+// A 3D copy operand: a pointer whose rows are `row` bytes apart, its layers `rows` rows.
+static cudaMemcpy3DOperand operand(void *p, size_t row, size_t rows) {
+    cudaMemcpy3DOperand o;
+    memset(&o, 0, sizeof o);
+    o.type = cudaMemcpyOperandTypePointer;
+    o.op.ptr.ptr = p;
+    o.op.ptr.rowLength = row;
+    o.op.ptr.layerHeight = rows;
+    return o;
+}
+
+// One batch of one 3D copy on `s` of `height` rows of `width` bytes (between pointers an
+// element is a byte).
+static cudaError_t batch_3d(void *dst, size_t dst_row, void *src, size_t src_row, size_t width,
+                            size_t height, cudaStream_t s) {
+    cudaMemcpy3DBatchOp op;
+    memset(&op, 0, sizeof op);
+    op.src = operand(src, src_row, height);
+    op.dst = operand(dst, dst_row, height);
+    op.extent = make_cudaExtent(width, height, 1);
+    op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+#if CUDART_VERSION >= 13000
+    return cudaMemcpy3DBatchAsync(1, &op, 0, s);
+#else
+    size_t fail = 0;
+    return cudaMemcpy3DBatchAsync(1, &op, &fail, 0, s);
+#endif
+}
+
+static const int TILE_W = 64, TILE_H = 16, ROW = 128;
+
 int main() {
     float *h[4], *back, *dev[4], *sum, *copy;
     static float again[N];
@@ -48,6 +81,10 @@ int main() {
         if (check(cudaMallocHost(&h[k], N * sizeof(float)), "cudaMallocHost") ||
             check(cudaMalloc(&dev[k], N * sizeof(float)), "cudaMalloc"))
             return 2;
+    float *tile, *tile_back;
+    if (check(cudaMalloc(&tile, TILE_W * TILE_H * sizeof(float)), "cudaMalloc tile") ||
+        check(cudaMallocHost(&tile_back, TILE_W * TILE_H * sizeof(float)), "cudaMallocHost tile"))
+        return 2;
     if (check(cudaMallocHost(&back, N * sizeof(float)), "cudaMallocHost back") ||
         check(cudaMalloc(&sum, N * sizeof(float)), "cudaMalloc sum") ||
         check(cudaMalloc(&copy, N * sizeof(float)), "cudaMalloc copy"))
@@ -63,6 +100,12 @@ int main() {
         add4<<<(N + 255) / 256, 256, 0, s>>>(dev[0], dev[1], dev[2], dev[3], sum, N);
         void *dn_d[2] = {back, copy}, *dn_s[2] = {sum, sum};
         if (check(cudaGetLastError(), "add4") || check(batch(dn_d, dn_s, sizes, 2, s), "batch") ||
+            check(batch_3d(tile, TILE_W * sizeof(float), sum, ROW * sizeof(float),
+                           TILE_W * sizeof(float), TILE_H, s),
+                  "3D batch (tile)") ||
+            check(batch_3d(tile_back, TILE_W * TILE_H * sizeof(float), tile,
+                           TILE_W * TILE_H * sizeof(float), TILE_W * TILE_H * sizeof(float), 1, s),
+                  "3D batch (read back)") ||
             check(cudaStreamSynchronize(s), "sync") ||
             check(cudaMemcpy(again, copy, N * sizeof(float), cudaMemcpyDeviceToHost), "read"))
             return 2;
@@ -71,6 +114,9 @@ int main() {
             float w = h[0][i] + h[1][i] + h[2][i] + h[3][i];
             bad += back[i] != w || again[i] != w;
         }
+        for (int r = 0; r < TILE_H; r++)
+            for (int c = 0; c < TILE_W; c++)
+                bad += tile_back[r * TILE_W + c] != back[r * ROW + c];
         printf("batch_copies: step %d s[9] = %g (want %g), %d wrong\n", step, back[9],
                h[0][9] + h[1][9] + h[2][9] + h[3][9], bad);
         wrong += bad;

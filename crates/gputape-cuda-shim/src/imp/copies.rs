@@ -657,6 +657,144 @@ pub unsafe extern "C" fn copy_batch_v2<const I: usize>(
     }
 }
 
+/// `CU_MEMCPY_OPERAND_TYPE_POINTER`.
+const OPERAND_POINTER: u32 = 1;
+
+/// `CUmemcpy3DOperand`: a pointer (its address, row length and layer height in elements, a
+/// location hint) or a CUDA array (its handle and an offset), by `kind`.
+#[repr(C)]
+pub struct Memcpy3DOperand {
+    kind: u32,
+    ptr: u64,
+    row_length: usize,
+    layer_height: usize,
+    /// `CUmemLocation` for a pointer; the array's offset's last words for an array.
+    hint: [u32; 2],
+}
+
+/// `CUDA_MEMCPY3D_BATCH_OP`.
+#[repr(C)]
+pub struct Memcpy3DBatchOp {
+    src: Memcpy3DOperand,
+    dst: Memcpy3DOperand,
+    width: usize,
+    height: usize,
+    depth: usize,
+    src_access_order: u32,
+    flags: u32,
+}
+
+// The driver's layouts: 40 and 112 bytes.
+const _: () = assert!(size_of::<Memcpy3DOperand>() == 40 && size_of::<Memcpy3DBatchOp>() == 112);
+
+impl Memcpy3DOperand {
+    /// The side this operand is of a copy `width` x `height`: a pointer's rows `row_length`
+    /// bytes apart (elements are bytes between pointers; 0 is packed) and its layers
+    /// `layer_height` rows apart; an array is no memory a trace holds.
+    fn side(&self, width: u64, height: u64) -> Side {
+        if self.kind != OPERAND_POINTER {
+            return Side {
+                mem: Mem::Other,
+                base: 0,
+                pitch: 0,
+                slice: 0,
+            };
+        }
+        let pitch = match self.row_length as u64 {
+            0 => width,
+            n => n,
+        };
+        let rows = match self.layer_height as u64 {
+            0 => height,
+            n => n,
+        };
+        Side {
+            pitch,
+            slice: pitch.wrapping_mul(rows),
+            ..unified(self.ptr)
+        }
+    }
+}
+
+impl Shape {
+    fn of_batch_op(op: &Memcpy3DBatchOp) -> Shape {
+        let (width, height) = (op.width as u64, op.height as u64);
+        Shape {
+            src: op.src.side(width, height),
+            dst: op.dst.side(width, height),
+            width,
+            height,
+            depth: op.depth as u64,
+        }
+    }
+}
+
+/// Runs a batch of 3D copies on `stream` through `call` (entry point `I`) and logs each as
+/// the copies it amounts to, in the order given (as `batch`); one the driver refused is logged
+/// once, as its first copy, with the status.
+///
+/// # Safety
+/// `ops` is null or `count` long, as `call` hands it to the driver; the copies' host sides as
+/// in `log_copy`.
+unsafe fn batch_3d<const I: usize>(
+    ops: *const Memcpy3DBatchOp,
+    count: usize,
+    stream: u64,
+    call: impl FnOnce() -> R,
+) -> R {
+    let on = async_on::<I>(stream);
+    super::managed::before_work(Some(on.stream));
+    let r = call();
+    if ops.is_null() {
+        return r;
+    }
+    let logged = if r == 0 { count } else { count.min(1) };
+    for i in 0..logged {
+        // SAFETY: the contract: `ops` holds `count` entries.
+        let shape = Shape::of_batch_op(unsafe { &*ops.add(i) });
+        // SAFETY: the contract.
+        unsafe { log_copy(r, &shape, on, name_of(I), None) };
+    }
+    r
+}
+
+/// `cuMemcpy3DBatchAsync(_ptsz)` (CUDA 12.8): (size_t count, CUDA_MEMCPY3D_BATCH_OP*, size_t*
+/// fail index, unsigned long long flags, CUstream).
+pub unsafe extern "C" fn copy_3d_batch<const I: usize>(
+    count: usize,
+    ops: *const Memcpy3DBatchOp,
+    fail: *mut usize,
+    flags: u64,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(usize, *const Memcpy3DBatchOp, *mut usize, u64, u64) -> R;
+    // SAFETY: entry point I is cuMemcpy3DBatchAsync(_ptsz), whose signature F is; the driver
+    // reads `count` operations.
+    unsafe {
+        batch_3d::<I>(ops, count, stream, || {
+            real_at::<F>(I)(count, ops, fail, flags, stream)
+        })
+    }
+}
+
+/// `cuMemcpy3DBatchAsync_v2(_ptsz)` (CUDA 13): `cuMemcpy3DBatchAsync`'s arguments less the fail
+/// index.
+pub unsafe extern "C" fn copy_3d_batch_v2<const I: usize>(
+    count: usize,
+    ops: *const Memcpy3DBatchOp,
+    flags: u64,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(usize, *const Memcpy3DBatchOp, u64, u64) -> R;
+    // SAFETY: entry point I is cuMemcpy3DBatchAsync_v2(_ptsz), whose signature F is; the driver
+    // reads `count` operations.
+    unsafe {
+        batch_3d::<I>(ops, count, stream, || {
+            real_at::<F>(I)(count, ops, flags, stream)
+        })
+    }
+}
+
 fn device(base: u64) -> Side {
     Side {
         mem: Mem::Device,

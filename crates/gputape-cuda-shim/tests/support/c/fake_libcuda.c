@@ -586,6 +586,36 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
     for (size_t i = 0; i < count; i++) cuMemcpy(dsts[i], srcs[i], sizes[i]);
     return 0;
 }
+/* CUmemcpy3DOperand and CUDA_MEMCPY3D_BATCH_OP: pointer operands only, copied row by row. */
+typedef struct {
+    int type;
+    CUdeviceptr ptr;
+    size_t row_length, layer_height;
+    int hint[2];
+} Operand3D;
+typedef struct {
+    Operand3D src, dst;
+    size_t width, height, depth;
+    int order;
+    unsigned flags;
+} BatchOp3D;
+API CUresult cuMemcpy3DBatchAsync_v2(size_t count, BatchOp3D *ops, unsigned long long flags,
+                                     void *stream) {
+    (void)stream;
+    if (!ops || flags) return 1;
+    for (size_t i = 0; i < count; i++) {
+        BatchOp3D *o = &ops[i];
+        if (o->src.type != 1 || o->dst.type != 1) return 1;
+        size_t sp = o->src.row_length ? o->src.row_length : o->width;
+        size_t dp = o->dst.row_length ? o->dst.row_length : o->width;
+        size_t sh = o->src.layer_height ? o->src.layer_height : o->height;
+        size_t dh = o->dst.layer_height ? o->dst.layer_height : o->height;
+        for (size_t z = 0; z < o->depth; z++)
+            for (size_t y = 0; y < o->height; y++)
+                cuMemcpy(o->dst.ptr + (z * dh + y) * dp, o->src.ptr + (z * sh + y) * sp, o->width);
+    }
+    return 0;
+}
 API CUresult cuMemcpyWithAttributesAsync(CUdeviceptr dst, CUdeviceptr src, size_t n,
                                          void *attrs, void *stream) {
     (void)stream;
