@@ -1,7 +1,8 @@
 //! Copies of every shape the runtime makes besides the plain ones (`record/transfers.rs`):
 //! 2D and 3D copies (`cuMemcpy2D*`, `cuMemcpy3D*`: pitched memory, `cudaMemcpy2D`,
 //! `cudaMemcpy3D`), the generic `cuMemcpy`/`cuMemcpyAsync` of unified addressing
-//! (`cudaMemcpyDefault`: the direction is the pointers'), and `cuMemcpyPeer*`.
+//! (`cudaMemcpyDefault`: the direction is the pointers'), `cuMemcpyPeer*`, and the batches of
+//! CUDA 12.8+ (`cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`).
 //!
 //! Each is logged as the plain copies it amounts to, so the trace, every analysis, `minimize`
 //! and the replay understand it with nothing new: a side that is contiguous in device memory
