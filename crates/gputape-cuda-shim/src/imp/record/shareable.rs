@@ -11,7 +11,8 @@
 //! recording's directory (`REGISTRY`); the importer asks the kernel (`kcmp`) which of those
 //! files its descriptor is. The duplicate keeps the file open while the exporter might still
 //! be imported from, and is closed once the allocation is released and no longer mapped in
-//! the exporter, so the allocation lives no longer than the program made it.
+//! the exporter (and in a child it forks at once), so the allocation lives no longer than the
+//! program made it.
 //!
 //! An imported allocation's bytes are read once a mapping of it becomes readable
 //! (`cuMemSetAccess`): what a replay of the importer alone starts from.
@@ -127,8 +128,28 @@ fn exported_fd(handle: u64, fd: c_int) -> Vec<u8> {
         unsafe { libc::close(dup) };
         return Vec::new();
     }
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only closes descriptors, safe in a forked child.
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(drop_in_child));
+    });
     with(|s| s.exported.entry(handle).or_default().dups.push(dup));
     key(pid, dup)
+}
+
+/// A forked child's copies of its parent's duplicates name nothing an importer looks for (the
+/// registry names the parent's), and would keep the parent's memory alive as long as the child
+/// lives: closed. Skipped when another thread held the table at the fork (it never will again).
+extern "C" fn drop_in_child() {
+    let Ok(mut g) = SHARED.try_lock() else {
+        return;
+    };
+    if let Some(s) = g.as_mut() {
+        for fd in s.exported.drain().flat_map(|(_, e)| e.dups) {
+            // SAFETY: `fd` is this process's copy of a duplicate of the shim's own.
+            unsafe { libc::close(fd) };
+        }
+    }
 }
 
 fn key(pid: i32, fd: c_int) -> Vec<u8> {
