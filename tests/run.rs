@@ -2309,7 +2309,11 @@ fn batched_copies_are_recorded_as_their_copies_and_replay() {
     // "w SUM (want SUM)": the rows the 3D batch packed read back as the host packed them.
     let w: Vec<&str> = want
         .split_once(", w ")
-        .map(|(_, rest)| rest.split([' ', '(', ')']).filter(|t| !t.is_empty()).collect())
+        .map(|(_, rest)| {
+            rest.split([' ', '(', ')'])
+                .filter(|t| !t.is_empty())
+                .collect()
+        })
         .unwrap_or_default();
     assert!(w.len() > 2 && w[0] == w[2], "w read back packed: {out}");
     assert!(!err.contains("not understood"), "{err}");
@@ -2336,7 +2340,9 @@ fn batched_copies_are_recorded_as_their_copies_and_replay() {
     // The 3D batch's upload is the rows packed together (32 bytes, not the source's pitch).
     let calls = call_texts(&trace);
     assert!(
-        calls.iter().any(|c| c.starts_with("copy_h2d_async(buf3+0, 32 bytes")),
+        calls
+            .iter()
+            .any(|c| c.starts_with("copy_h2d_async(buf3+0, 32 bytes")),
         "{calls:?}"
     );
     // The read backs of the stream hold their bytes, taken at its sync, which the replay

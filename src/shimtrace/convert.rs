@@ -54,8 +54,7 @@ pub fn convert(
             }
         }
     }
-    c.extents = reservation_extents(&records);
-    c.vmm.opened = shared_memory::opened_reservations(&records);
+    (c.extents, c.vmm.opened) = reservation_extents(&records);
     for r in records {
         c.record(r);
     }
@@ -69,10 +68,22 @@ pub fn convert(
 /// How far each reservation of virtual addresses (by the index of its `Reserve` record) was
 /// ever backed by maps, from its base: the one buffer it becomes in the trace. PyTorch's
 /// expandable segments reserve far more than they map, and a tensor may straddle two maps, so
-/// the reservation (up to its last mapped byte), not each map, is the allocation.
-fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
-    let mut open: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new(); // base -> (size, index, extent)
-    let mut out = HashMap::new();
+/// the reservation (up to its last mapped byte), not each map, is the allocation. Second, the
+/// reservations whose only map is of an imported allocation, at their base from its start
+/// (`SharedMemory::opened`).
+fn reservation_extents(records: &[Record<'_>]) -> (HashMap<u64, u64>, HashSet<u64>) {
+    /// A reservation open in the first pass.
+    struct Open {
+        size: u64,
+        index: u64,
+        extent: u64,
+        maps: u32,
+        /// Its one map so far is an imported allocation's, at its base.
+        imported: bool,
+    }
+    let mut open: BTreeMap<u64, Open> = BTreeMap::new();
+    let mut imported = HashSet::new();
+    let (mut out, mut opened) = (HashMap::new(), HashSet::new());
     let mut i = 0u64;
     for r in records {
         // The index the converter gives this record (a flight dump's gaps skip indices).
@@ -81,27 +92,58 @@ fn reservation_extents(records: &[Record<'_>]) -> HashMap<u64, u64> {
             Rec::Gap { dropped } => dropped,
             _ => 1,
         });
-        match r.call {
+        let (ptr, size, whole) = match r.call {
             Rec::Reserve { ptr, size } => {
-                open.insert(ptr, (size, at, 0));
+                let (extent, maps, imported) = (0, 0, false);
+                open.insert(
+                    ptr,
+                    Open {
+                        size,
+                        index: at,
+                        extent,
+                        maps,
+                        imported,
+                    },
+                );
+                continue;
             }
-            Rec::Map { ptr, size } | Rec::MapHandle { ptr, size, .. } => {
-                if let Some((base, (rsize, _, extent))) = open.range_mut(..=ptr).next_back() {
-                    if ptr - base < *rsize {
-                        *extent = (*extent).max((ptr - base).saturating_add(size).min(*rsize));
-                    }
-                }
+            Rec::ShareableImport { handle, .. } => {
+                imported.insert(handle);
+                continue;
             }
             Rec::Unreserve { ptr, .. } => {
-                if let Some((_, index, extent)) = open.remove(&ptr) {
-                    out.insert(index, extent);
+                if let Some(o) = open.remove(&ptr) {
+                    out.insert(o.index, o.extent);
+                    if o.imported {
+                        opened.insert(o.index);
+                    }
                 }
+                continue;
             }
-            _ => {}
+            Rec::Map { ptr, size } => (ptr, size, None),
+            Rec::MapHandle {
+                ptr,
+                size,
+                offset,
+                handle,
+            } => (ptr, size, Some(offset == 0 && imported.contains(&handle))),
+            _ => continue,
+        };
+        if let Some((base, o)) = open.range_mut(..=ptr).next_back() {
+            if ptr - base < o.size {
+                o.extent = o.extent.max((ptr - base).saturating_add(size).min(o.size));
+                o.maps += 1;
+                o.imported = o.maps == 1 && ptr == *base && whole == Some(true);
+            }
         }
     }
-    out.extend(open.into_values().map(|(_, index, extent)| (index, extent)));
-    out
+    for o in open.into_values() {
+        out.insert(o.index, o.extent);
+        if o.imported {
+            opened.insert(o.index);
+        }
+    }
+    (out, opened)
 }
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.

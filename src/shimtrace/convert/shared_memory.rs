@@ -17,7 +17,8 @@ use super::*;
 #[derive(Default)]
 pub(super) struct SharedMemory {
     /// Reservations (by the index of their `Reserve` record) that hold exactly one map, at
-    /// their base, of an imported allocation: their buffer is made where it became readable.
+    /// their base, of an imported allocation (`reservation_extents`): their buffer is made
+    /// where it became readable.
     pub(super) opened: HashSet<u64>,
     /// Those reservations not given a buffer yet: base -> extent.
     deferred: HashMap<u64, u64>,
@@ -29,65 +30,6 @@ pub(super) struct SharedMemory {
     imports: HashMap<u64, Vec<u8>>,
     /// Deferred reservations mapped from an imported allocation: base -> its key.
     mapped_imports: HashMap<u64, Vec<u8>>,
-}
-
-/// The reservations (by the index of their `Reserve` record) whose only map is of an imported
-/// allocation, at their base from the allocation's start (`SharedMemory::opened`).
-pub(super) fn opened_reservations(records: &[Record<'_>]) -> HashSet<u64> {
-    let mut imported = HashSet::new();
-    // base -> (size, index, maps, whether the one map so far is an imported one at the base)
-    let mut open: BTreeMap<u64, (u64, u64, u32, bool)> = BTreeMap::new();
-    let mut out = HashSet::new();
-    let mut i = 0u64;
-    for r in records {
-        let at = i;
-        i = i.saturating_add(match r.call {
-            Rec::Gap { dropped } => dropped,
-            _ => 1,
-        });
-        match r.call {
-            Rec::ShareableImport { handle, .. } => {
-                imported.insert(handle);
-            }
-            Rec::Reserve { ptr, size } => {
-                open.insert(ptr, (size, at, 0, false));
-            }
-            Rec::MapHandle {
-                ptr,
-                offset,
-                handle,
-                ..
-            } => {
-                if let Some((base, (size, _, maps, whole))) = open.range_mut(..=ptr).next_back() {
-                    if ptr - base < *size {
-                        *maps += 1;
-                        *whole =
-                            *maps == 1 && ptr == *base && offset == 0 && imported.contains(&handle);
-                    }
-                }
-            }
-            Rec::Map { ptr, .. } => {
-                if let Some((base, (size, _, maps, whole))) = open.range_mut(..=ptr).next_back() {
-                    if ptr - base < *size {
-                        *maps += 1;
-                        *whole = false;
-                    }
-                }
-            }
-            Rec::Unreserve { ptr, .. } => {
-                if let Some((_, index, _, true)) = open.remove(&ptr) {
-                    out.insert(index);
-                }
-            }
-            _ => {}
-        }
-    }
-    out.extend(
-        open.into_values()
-            .filter(|&(_, _, _, whole)| whole)
-            .map(|(_, index, _, _)| index),
-    );
-    out
 }
 
 impl Converter {
