@@ -364,6 +364,8 @@ impl Converter {
         self.summary.calls = self.t.calls.len() as u64;
         self.summary.kernels = self.t.kernels.len();
         self.summary.modules = self.t.module_images.len();
+        // Exported allocations never mapped at a reservation's start: nothing to hand over.
+        self.summary.vmm_unpaired += self.vmm.exports.len();
         (self.t, self.summary)
     }
 

@@ -23,7 +23,7 @@ pub(super) struct SharedMemory {
     /// Those reservations not given a buffer yet: base -> extent.
     deferred: HashMap<u64, u64>,
     /// Exported allocations not yet mapped at a reservation's base: handle -> key.
-    exports: HashMap<u64, Vec<u8>>,
+    pub(super) exports: HashMap<u64, Vec<u8>>,
     /// Allocations mapped at a live buffer's base (offset 0): handle -> base.
     at_base: HashMap<u64, u64>,
     /// Imported allocations: handle -> key (empty: the exporter was not found).

@@ -724,7 +724,8 @@ fn shared_memory_and_events_are_named_with_their_handles_and_an_oversized_handle
 /// Physical memory shared through a shareable handle: the exporter's reservation is handed
 /// over from the later of its export and its map; the importer's buffer is made where its
 /// mapping became readable, its bytes then uploaded; an import mapped beside other memory in
-/// one reservation, and an export no importer could name (no key), are counted as unpaired.
+/// one reservation, an export no importer could name (no key) and one never mapped at a
+/// reservation's start are counted as unpaired.
 #[test]
 fn memory_shared_through_shareable_handles_is_paired_where_mapped_whole() {
     const R: u64 = 0x7f00_0000_0000;
@@ -749,13 +750,22 @@ fn memory_shared_through_shareable_handles_is_paired_where_mapped_whole() {
             },
         ),
         (0, map(R, 0xa1)),
-        // Exported with no key: not paired.
+        // Exported with no key, and exported but never mapped at a reservation's start: not
+        // paired.
         (
             0,
             Rec::ShareableExport {
                 handle: 0xa2,
                 kind: 2,
                 key: &[],
+            },
+        ),
+        (
+            0,
+            Rec::ShareableExport {
+                handle: 0xa3,
+                kind: 1,
+                key: &key,
             },
         ),
         // Imported and mapped whole: a buffer where it became readable.
@@ -804,7 +814,7 @@ fn memory_shared_through_shareable_handles_is_paired_where_mapped_whole() {
         .collect();
     assert_eq!(
         (s.vmm_exported, s.vmm_imported, s.vmm_unpaired),
-        (2, 2, 2),
+        (3, 2, 3),
         "{calls:?}"
     );
     let shared: Vec<(SharedId, ShareSide)> = t.shared.iter().map(|(w, s)| (*w, s.side)).collect();
