@@ -82,6 +82,8 @@ pub const RECORDED: &[&str] = &[
     "cuMemcpy3DBatchAsync_ptsz",
     "cuMemcpy3DBatchAsync_v2",
     "cuMemcpy3DBatchAsync_v2_ptsz",
+    "cuMemcpy3DWithAttributesAsync",
+    "cuMemcpy3DWithAttributesAsync_ptsz",
     "cuMemsetD8_v2",
     "cuMemsetD8_v2_ptds",
     "cuMemsetD16_v2",

@@ -2,7 +2,7 @@
 //! 2D and 3D copies (`cuMemcpy2D*`, `cuMemcpy3D*`: pitched memory, `cudaMemcpy2D`,
 //! `cudaMemcpy3D`), the generic `cuMemcpy`/`cuMemcpyAsync` of unified addressing
 //! (`cudaMemcpyDefault`: the direction is the pointers'), `cuMemcpyPeer*`, and the batches of
-//! CUDA 12.8+ (`cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`).
+//! CUDA 12.8+ (`cuMemcpyBatchAsync`, `cuMemcpy3DBatchAsync`, `cuMemcpy3DWithAttributesAsync`).
 //!
 //! Each is logged as the plain copies it amounts to, so the trace, every analysis, `minimize`
 //! and the replay understand it with nothing new: a side that is contiguous in device memory
@@ -794,6 +794,19 @@ pub unsafe extern "C" fn copy_3d_batch_v2<const I: usize>(
             real_at::<F>(I)(count, ops, flags, stream)
         })
     }
+}
+
+/// `cuMemcpy3DWithAttributesAsync(_ptsz)` (CUDA 13): one `CUDA_MEMCPY3D_BATCH_OP`, flags, a
+/// stream: a batch of one.
+pub unsafe extern "C" fn copy_3d_with_attrs<const I: usize>(
+    op: *const Memcpy3DBatchOp,
+    flags: u64,
+    stream: u64,
+) -> R {
+    type F = unsafe extern "C" fn(*const Memcpy3DBatchOp, u64, u64) -> R;
+    // SAFETY: entry point I is cuMemcpy3DWithAttributesAsync(_ptsz), whose signature F is; the
+    // driver reads one operation.
+    unsafe { batch_3d::<I>(op, 1, stream, || real_at::<F>(I)(op, flags, stream)) }
 }
 
 fn device(base: u64) -> Side {

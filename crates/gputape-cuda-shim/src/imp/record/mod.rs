@@ -37,8 +37,9 @@ use std::sync::Mutex;
 use gputape_shimlog::Rec;
 
 use super::copies::{
-    copy_2d, copy_2d_async, copy_3d, copy_3d_async, copy_3d_batch, copy_3d_batch_v2, copy_any,
-    copy_any_async, copy_batch, copy_batch_v2, copy_peer, copy_peer_async, copy_with_attrs,
+    copy_2d, copy_2d_async, copy_3d, copy_3d_async, copy_3d_batch, copy_3d_batch_v2,
+    copy_3d_with_attrs, copy_any, copy_any_async, copy_batch, copy_batch_v2, copy_peer,
+    copy_peer_async, copy_with_attrs,
 };
 use super::log;
 use super::nodes::{
@@ -279,6 +280,8 @@ hooks! {
     "cuMemcpy3DBatchAsync_ptsz" => copy_3d_batch,
     "cuMemcpy3DBatchAsync_v2" => copy_3d_batch_v2,
     "cuMemcpy3DBatchAsync_v2_ptsz" => copy_3d_batch_v2,
+    "cuMemcpy3DWithAttributesAsync" => copy_3d_with_attrs,
+    "cuMemcpy3DWithAttributesAsync_ptsz" => copy_3d_with_attrs,
     "cuMemsetD8_v2" => memset<1>,
     "cuMemsetD8_v2_ptds" => memset<1>,
     "cuMemsetD16_v2" => memset<2>,

@@ -3,7 +3,8 @@
  * two host arrays to `x` and `y`, a second reads `x` back to the host and copies `y` to `z` on
  * the device, and a copy with attributes (cudaMemcpyWithAttributesAsync) reads `z` back; then a
  * batch of 3D copies (cudaMemcpy3DBatchAsync) uploads 4 rows of 8 bytes, taken 16 bytes apart
- * from `a`, packed into `w`, and another reads `w` back. After the stream's sync each read back's
+ * from `a`, packed into `w`, and a 3D copy with attributes (cudaMemcpy3DWithAttributesAsync)
+ * reads `w` back. After the stream's sync each read back's
  * checksum is printed. Linked with -lcuda, like records.c. */
 #include "cuda_types.h"
 #include <stdio.h>
@@ -34,6 +35,7 @@ typedef struct {
     unsigned flags;
 } BatchOp3D;
 int cuMemcpy3DBatchAsync_v2(size_t count, BatchOp3D *ops, unsigned long long flags, void *stream);
+int cuMemcpy3DWithAttributesAsync(BatchOp3D *op, unsigned long long flags, void *stream);
 int cuMemcpyWithAttributesAsync(CUdeviceptr dst, CUdeviceptr src, size_t n,
                                 MemcpyAttributes *attrs, void *stream);
 
@@ -69,7 +71,7 @@ int main(void) {
     BatchOp3D up = {{1, (CUdeviceptr)(size_t)a, 16, 0, 0, 0}, {1, w, 0, 0, 0, 0}, 8, 4, 1, 1, 0};
     bad |= cuMemcpy3DBatchAsync_v2(1, &up, 0, s);
     BatchOp3D dn = {{1, w, 0, 0, 0, 0}, {1, (CUdeviceptr)(size_t)back_w, 0, 0, 0, 0}, 32, 1, 1, 1, 0};
-    bad |= cuMemcpy3DBatchAsync_v2(1, &dn, 0, s);
+    bad |= cuMemcpy3DWithAttributesAsync(&dn, 0, s);
     bad |= cuStreamSynchronize(s);
     printf("x %08x (want %08x), z %08x (want %08x), w %08x (want %08x), errors %d\n",
            sum(back_x, 64), sum(a, 64), sum(back_z, 64), sum(b, 64), sum(back_w, 32), sum(rows, 32),

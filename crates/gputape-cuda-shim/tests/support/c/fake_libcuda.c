@@ -616,6 +616,9 @@ API CUresult cuMemcpy3DBatchAsync_v2(size_t count, BatchOp3D *ops, unsigned long
     }
     return 0;
 }
+API CUresult cuMemcpy3DWithAttributesAsync(BatchOp3D *op, unsigned long long flags, void *stream) {
+    return cuMemcpy3DBatchAsync_v2(1, op, flags, stream);
+}
 API CUresult cuMemcpyWithAttributesAsync(CUdeviceptr dst, CUdeviceptr src, size_t n,
                                          void *attrs, void *stream) {
     (void)stream;
