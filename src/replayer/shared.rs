@@ -175,7 +175,7 @@ pub fn plan(traces: &[&Trace], spaces: &[usize]) -> SharePlan {
             });
             let Some((j, ebuf, at)) = exporter else {
                 out.notes[i].push(format!(
-                    "{buf} was opened from a {} no trace of the set exported: {}",
+                    "{buf} was opened through its {}, which no trace of the set exported: {}",
                     buf.through(),
                     alone(buf)
                 ));

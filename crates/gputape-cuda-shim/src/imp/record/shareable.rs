@@ -18,7 +18,7 @@
 //! (`cuMemSetAccess`): what a replay of the importer alone starts from.
 
 use core::ffi::{c_int, c_void};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::sync::Mutex;
 
@@ -49,7 +49,7 @@ struct Shared {
     exported: HashMap<u64, Exported>,
     /// Every mapping here: address -> allocation handle (an allocation is often exported
     /// after it is mapped, and released while still mapped).
-    mapped: HashMap<u64, u64>,
+    mapped: BTreeMap<u64, u64>,
     /// Imported allocations (a map of one backs memory another process wrote).
     imported: HashSet<u64>,
     /// Mappings of imported allocations not read yet: (address, size).
@@ -244,12 +244,7 @@ pub(super) fn unmapped(ptr: u64, size: u64) {
     let end = ptr.saturating_add(size);
     with(|s| {
         s.unread.retain(|&(p, _)| p < ptr || p >= end);
-        let gone: Vec<u64> = s
-            .mapped
-            .keys()
-            .copied()
-            .filter(|&p| p >= ptr && p < end)
-            .collect();
+        let gone: Vec<u64> = s.mapped.range(ptr..end).map(|(&p, _)| p).collect();
         for p in gone {
             if let Some(h) = s.mapped.remove(&p) {
                 settle(s, h);
