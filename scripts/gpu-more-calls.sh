@@ -2,16 +2,17 @@
 # Issue 53 on the GPU: every CUDA C++ program of scripts/cuda/ that exercises a call family
 # (PROGRAMS; by default graphs changed after they were made (nodes set, destroyed, given other
 # child graphs), graphs with event nodes, stream memory operations (single and batched), launch
-# attributes, pinned memory the device maps, batch copies, graphs built node by node, host
-# functions, module globals, 2D/3D copies, cooperative launches, managed memory, per-thread
-# default streams), each through scripts/gpu-cuda-program.sh (plain, `run -o`, replay on CUDA,
-# as graphs, on the mock; the planted fault of those that have one under `--flight`, its dump
-# replayed, minimized, exported); then the table of the entry points they called, with how each
-# is recorded; then two pairs of processes sharing memory (an IPC handle, a file descriptor of
-# the virtual memory API), each recorded and replayed alone and together; then PyTorch under `run -o`: pinned staging memory (`pin_memory()`, which must
-# not be followed as mapped memory) and a step captured with torch.cuda.graph, each replayed on
-# CUDA. Builds nothing of gputape's (scripts/gpu-bin.sh first). OUT (default /tmp/gt-more) gets
-# each program's logs.
+# attributes, pinned memory the device maps, batch copies (1D and 3D), graphs built node by
+# node, host functions, module globals, 2D/3D copies, cooperative launches, managed memory,
+# per-thread default streams), each through scripts/gpu-cuda-program.sh (plain, `run -o`,
+# replay on CUDA, as graphs, on the mock; the planted fault of those that have one under
+# `--flight`, its dump replayed, minimized, exported); then the table of the entry points they
+# called, with how each is recorded; then two pairs of processes sharing memory (SHARING: an
+# IPC handle, ipc.cu; a file descriptor of the virtual memory API, vmm_share.cu), each recorded
+# and replayed alone and together; then PyTorch under `run -o`: pinned staging memory
+# (`pin_memory()`, which must not be followed as mapped memory) and a step captured with
+# torch.cuda.graph, each replayed on CUDA. Builds nothing of gputape's (scripts/gpu-bin.sh
+# first). OUT (default /tmp/gt-more) gets each program's logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${B:-gpu-bin}
