@@ -11,7 +11,7 @@
 # IPC handle, ipc.cu; a file descriptor of the virtual memory API, vmm_share.cu), each recorded
 # and replayed alone and together; then PyTorch under `run -o`: pinned staging memory
 # (`pin_memory()`, which must not be followed as mapped memory) and a step captured with
-# torch.cuda.graph, each replayed on CUDA. Builds nothing of gputape's (scripts/gpu-bin.sh
+# torch.cuda.graph, each replayed on CUDA (PYTORCH=0 leaves these out). Builds nothing of gputape's (scripts/gpu-bin.sh
 # first). OUT (default /tmp/gt-more) gets each program's logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +82,8 @@ for p in ${SHARING:-ipc vmm_share}; do
     echo "--- the two together on the mock"
     timeout 200 "$G" ranks --replay "$OUT/$p/$p"*.gtape 2>&1 | grep -v WARN | head -20
 done
+# PYTORCH=0 stops here.
+[ "${PYTORCH:-1}" = 0 ] && exit 0
 echo "################ PyTorch: pinned staging memory"
 cat >"$OUT/pinned.py" <<'PY'
 import torch
