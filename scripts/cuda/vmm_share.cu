@@ -113,12 +113,13 @@ static int recv_fd(int sock) {
 static int child(int sock) {
     int fd = recv_fd(sock);
     if (fd < 0) return 2;
+    if (check(cudaFree(0), "child", "cudaFree(0)")) return 2;
     CUmemAllocationProp p = props();
     size_t size = rounded(p);
     CUmemGenericAllocationHandle h;
     CUdeviceptr va;
     float *y;
-    if (check(cudaFree(0), "child", "cudaFree(0)") ||
+    if (
         check(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
               "child", "cuMemImportFromShareableHandle") ||
@@ -149,13 +150,13 @@ int main() {
     pid_t pid = fork();
     if (pid < 0) return 2;
     if (pid == 0) return child(socks[1]);
+    if (check(cudaFree(0), "parent", "cudaFree(0)")) return 2;
     CUmemAllocationProp p = props();
     size_t size = rounded(p);
     CUmemGenericAllocationHandle h;
     CUdeviceptr va;
     int fd = -1;
-    if (check(cudaFree(0), "parent", "cudaFree(0)") ||
-        check(cuMemCreate(&h, size, &p, 0), "parent", "cuMemCreate") || map_rw(h, size, &va, "parent"))
+    if (check(cuMemCreate(&h, size, &p, 0), "parent", "cuMemCreate") || map_rw(h, size, &va, "parent"))
         return 2;
     float *x = (float *)va;
     fill<<<(N + 255) / 256, 256>>>(x, N);
