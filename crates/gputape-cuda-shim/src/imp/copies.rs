@@ -558,6 +558,20 @@ pub unsafe extern "C" fn copy_with_attrs<const I: usize>(
     }
 }
 
+/// Runs a batch of `count` copies on `stream` through `call` (entry point `I`): its status,
+/// the stream as logged, and how many of its copies to log (all; or the first alone when the
+/// driver refused the batch, which then did nothing).
+fn run_batch<const I: usize>(
+    stream: u64,
+    count: usize,
+    call: impl FnOnce() -> R,
+) -> (R, On, usize) {
+    let on = async_on::<I>(stream);
+    super::managed::before_work(Some(on.stream));
+    let r = call();
+    (r, on, if r == 0 { count } else { count.min(1) })
+}
+
 /// A batch's copies: destinations, sources and sizes, `count` each.
 type Batch = (*const u64, *const u64, *const usize, usize);
 
@@ -574,13 +588,10 @@ unsafe fn batch<const I: usize>(
     stream: u64,
     call: impl FnOnce() -> R,
 ) -> R {
-    let on = async_on::<I>(stream);
-    super::managed::before_work(Some(on.stream));
-    let r = call();
+    let (r, on, logged) = run_batch::<I>(stream, count, call);
     if dsts.is_null() || srcs.is_null() || sizes.is_null() {
         return r;
     }
-    let logged = if r == 0 { count } else { count.min(1) };
     for i in 0..logged {
         // SAFETY: the contract: each array holds `count` entries.
         let (dst, src, n) = unsafe { (*dsts.add(i), *srcs.add(i), *sizes.add(i)) };
@@ -743,13 +754,10 @@ unsafe fn batch_3d<const I: usize>(
     stream: u64,
     call: impl FnOnce() -> R,
 ) -> R {
-    let on = async_on::<I>(stream);
-    super::managed::before_work(Some(on.stream));
-    let r = call();
+    let (r, on, logged) = run_batch::<I>(stream, count, call);
     if ops.is_null() {
         return r;
     }
-    let logged = if r == 0 { count } else { count.min(1) };
     for i in 0..logged {
         // SAFETY: the contract: `ops` holds `count` entries.
         let shape = Shape::of_batch_op(unsafe { &*ops.add(i) });
