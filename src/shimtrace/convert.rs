@@ -439,7 +439,6 @@ impl Converter {
             // Memory this process shares with others: no call (the process that opens it
             // records its own view), but the buffer and its handle, for a joint replay.
             Rec::IpcExport { ptr, handle } => {
-                self.summary.records -= 1;
                 self.summary.ipc_exported += 1;
                 if let (true, DevAddr::Buf { buf, .. }) = (ok, self.addr(ptr)) {
                     self.exported(SharedId::Buffer(buf), handle);
@@ -448,7 +447,6 @@ impl Converter {
             }
             // An event this process shares with others: no call, the event and its handle.
             Rec::IpcEventExport { event, handle } => {
-                self.summary.records -= 1;
                 self.summary.ipc_events_exported += 1;
                 if ok {
                     let id = self.event(event);
