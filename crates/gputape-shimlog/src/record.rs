@@ -203,7 +203,8 @@ records! {
         ptr: u64 = u64("address"),
         size: u64 = u64("size"),
     }
-    /// `cuMemMap`: `size` bytes at `ptr` now backed by physical memory.
+    /// `cuMemMap`: `size` bytes at `ptr` now backed by physical memory (written by older
+    /// shims; `MapHandle` says which memory).
     27 Map "cuMemMap" state {
         ptr: u64 = u64("address"),
         size: u64 = u64("size"),
