@@ -58,6 +58,15 @@ impl Replayer<'_> {
         // However the replay ends (its setup too), the ranks sharing memory with it stop
         // waiting for it.
         let _ended = opts.share.as_ref().map(Ended::new);
+        // A sharing rank's place in the joint replay at a call of pass `p` (`shared.rs`).
+        let turn = |p: &Pass<'_>| {
+            let capturing = p.open_captures > 0;
+            (opts.share.as_ref()).map(|share| Turn {
+                share,
+                gpu,
+                capturing,
+            })
+        };
         let kernels = self.kernels_with(gpu, loader, self.opaque_ok || opts.opaque_kernels)?;
         let (first, last) = opts.range.unwrap_or((0, u64::MAX));
         let stop = opts
@@ -98,12 +107,7 @@ impl Replayer<'_> {
                 if opts.skip.contains_key(&c.seq) {
                     continue;
                 }
-                if let Some(share) = &opts.share {
-                    let at = Turn {
-                        share,
-                        gpu,
-                        capturing: pass.open_captures > 0,
-                    };
+                if let Some(at) = turn(&pass) {
                     if self.share_step(at, &mut guard.st, c, &mut report)? {
                         continue;
                     }
@@ -117,14 +121,9 @@ impl Replayer<'_> {
                     break;
                 }
             }
-            if let Some(share) = &opts.share {
+            if let Some(at) = turn(&pass) {
                 let last = self.trace.calls.last().map_or(0, |c| c.seq);
-                let at = Turn {
-                    share,
-                    gpu,
-                    capturing: pass.open_captures > 0,
-                };
-                for (what, slot) in share.exports_after(last) {
+                for (what, slot) in at.share.exports_after(last) {
                     self.hand_over(at, &guard.st, what, slot, None)?;
                 }
             }

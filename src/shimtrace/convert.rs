@@ -94,17 +94,14 @@ fn reservation_extents(records: &[Record<'_>]) -> (HashMap<u64, u64>, HashSet<u6
         });
         let (ptr, size, whole) = match r.call {
             Rec::Reserve { ptr, size } => {
-                let (extent, maps, imported) = (0, 0, false);
-                open.insert(
-                    ptr,
-                    Open {
-                        size,
-                        index: at,
-                        extent,
-                        maps,
-                        imported,
-                    },
-                );
+                let o = Open {
+                    size,
+                    index: at,
+                    extent: 0,
+                    maps: 0,
+                    imported: false,
+                };
+                open.insert(ptr, o);
                 continue;
             }
             Rec::ShareableImport { handle, .. } => {
@@ -145,6 +142,13 @@ fn reservation_extents(records: &[Record<'_>]) -> (HashMap<u64, u64>, HashSet<u6
     }
     (out, opened)
 }
+
+/// A copy the converter makes of its own that happens at once (not on a stream): what another
+/// process's memory held when this one opened it.
+const AT_ONCE: On = On {
+    stream: 0,
+    sync: true,
+};
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: u32 = 2;
@@ -479,16 +483,8 @@ impl Converter {
                 handle,
             } => {
                 self.summary.ipc_imported += 1;
-                let id = self.new_buffer(ptr, bytes);
+                let id = self.open_buffer(ptr, bytes, data);
                 self.opened = Some((SharedId::Buffer(id), handle.to_vec(), !data.is_empty()));
-                if !data.is_empty() {
-                    let at_once = On {
-                        stream: 0,
-                        sync: true,
-                    };
-                    let fill = self.upload(ptr, at_once, data);
-                    self.after.push(fill);
-                }
                 (Call::Alloc { bytes }, Ok(Value::Buffer(id)))
             }
             Rec::IpcClose { ptr } => (
@@ -1228,6 +1224,18 @@ impl Converter {
         if handle.len() <= IPC_HANDLE_BYTES {
             self.t.shared.push((what, Share { handle, side }));
         }
+    }
+
+    /// Another process's memory, opened here at `ptr`, `bytes` long: a buffer of the trace's
+    /// own, live from here, with `data` (what it held when opened; empty when not read)
+    /// uploaded just after by a call of the converter's own.
+    fn open_buffer(&mut self, ptr: u64, bytes: u64, data: &[u8]) -> BufferId {
+        let id = self.new_buffer(ptr, bytes);
+        if !data.is_empty() {
+            let fill = self.upload(ptr, AT_ONCE, data);
+            self.after.push(fill);
+        }
+        id
     }
 
     /// A new buffer for the memory at `ptr`, `bytes` long: live from here.

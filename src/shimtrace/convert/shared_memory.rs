@@ -20,16 +20,15 @@ pub(super) struct SharedMemory {
     /// their base, of an imported allocation (`reservation_extents`): their buffer is made
     /// where it became readable.
     pub(super) opened: HashSet<u64>,
-    /// Those reservations not given a buffer yet: base -> extent.
-    deferred: HashMap<u64, u64>,
+    /// Those reservations not given a buffer yet: base -> (extent, the key of the imported
+    /// allocation mapped there, once mapped).
+    deferred: HashMap<u64, (u64, Option<Vec<u8>>)>,
     /// Exported allocations not yet mapped at a reservation's base: handle -> key.
     pub(super) exports: HashMap<u64, Vec<u8>>,
     /// Allocations mapped at a live buffer's base (offset 0): handle -> base.
     at_base: HashMap<u64, u64>,
     /// Imported allocations: handle -> key (empty: the exporter was not found).
     imports: HashMap<u64, Vec<u8>>,
-    /// Deferred reservations mapped from an imported allocation: base -> its key.
-    mapped_imports: HashMap<u64, Vec<u8>>,
 }
 
 impl Converter {
@@ -39,22 +38,22 @@ impl Converter {
         if !self.vmm.opened.contains(&index) {
             return false;
         }
-        self.vmm.deferred.insert(ptr, extent);
+        self.vmm.deferred.insert(ptr, (extent, None));
         true
     }
 
     /// The reservation at `ptr` freed: whether it was one deferred and never made a buffer.
     pub(super) fn drop_deferred(&mut self, ptr: u64) -> bool {
-        self.vmm.mapped_imports.remove(&ptr);
         self.vmm.deferred.remove(&ptr).is_some()
     }
 
     /// `cuMemMap` of allocation `handle` from its byte `offset` at `ptr`.
     pub(super) fn mapped_allocation(&mut self, ptr: u64, offset: u64, handle: u64) {
-        if let Some(key) = self.vmm.imports.get(&handle) {
-            if self.vmm.deferred.contains_key(&ptr) {
-                self.vmm.mapped_imports.insert(ptr, key.clone());
-            }
+        if let (Some(key), Some((_, mapped))) = (
+            self.vmm.imports.get(&handle),
+            self.vmm.deferred.get_mut(&ptr),
+        ) {
+            *mapped = Some(key.clone());
         }
         let at_base = offset == 0 && self.live.contains_key(&ptr);
         if !at_base {
@@ -99,29 +98,19 @@ impl Converter {
     /// its bytes uploaded just after); elsewhere the call is the upload of the bytes where
     /// they lie (none when not read).
     pub(super) fn imported_bytes(&mut self, ptr: u64, data: &[u8]) -> Option<(Call, Value)> {
-        let at_once = On {
-            stream: 0,
-            sync: true,
-        };
-        let Some(extent) = self.vmm.deferred.remove(&ptr) else {
+        let Some((extent, key)) = self.vmm.deferred.remove(&ptr) else {
             self.summary.vmm_unpaired += 1;
             let known = matches!(self.addr(ptr), DevAddr::Buf { .. });
             return (known && !data.is_empty())
-                .then(|| (self.upload(ptr, at_once, data), Value::Unit));
+                .then(|| (self.upload(ptr, AT_ONCE, data), Value::Unit));
         };
         let data = &data[..data
             .len()
             .min(usize::try_from(extent).unwrap_or(usize::MAX))];
-        let id = self.new_buffer(ptr, extent);
-        match self.vmm.mapped_imports.remove(&ptr) {
-            Some(key) if !key.is_empty() => {
-                self.opened = Some((SharedId::Memory(id), key, !data.is_empty()));
-            }
-            _ => self.summary.vmm_unpaired += 1,
-        }
-        if !data.is_empty() {
-            let fill = self.upload(ptr, at_once, data);
-            self.after.push(fill);
+        let id = self.open_buffer(ptr, extent, data);
+        match key.filter(|k| !k.is_empty()) {
+            Some(key) => self.opened = Some((SharedId::Memory(id), key, !data.is_empty())),
+            None => self.summary.vmm_unpaired += 1,
         }
         Some((Call::Alloc { bytes: extent }, Value::Buffer(id)))
     }

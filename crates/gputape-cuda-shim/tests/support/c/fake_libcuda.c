@@ -859,21 +859,21 @@ API CUresult cuGraphAddHostNode(void **node, void *graph, void **deps, size_t nd
 
 /* Event record (kind 4) and wait (kind 5) nodes: the fake runs work at once, in one order, so
  * each only checks its event. */
-API CUresult cuGraphAddEventRecordNode(void **node, void *graph, void **deps, size_t ndeps,
-                                       void *event) {
-    (void)deps, (void)ndeps;
-    Node *n = event ? add_node(node, graph, 4) : NULL;
+static CUresult add_event_node(void **node, void *graph, void *event, int kind) {
+    Node *n = event ? add_node(node, graph, kind) : NULL;
     if (!n) return 1;
     n->data = event;
     return 0;
 }
+API CUresult cuGraphAddEventRecordNode(void **node, void *graph, void **deps, size_t ndeps,
+                                       void *event) {
+    (void)deps, (void)ndeps;
+    return add_event_node(node, graph, event, 4);
+}
 API CUresult cuGraphAddEventWaitNode(void **node, void *graph, void **deps, size_t ndeps,
                                      void *event) {
     (void)deps, (void)ndeps;
-    Node *n = event ? add_node(node, graph, 5) : NULL;
-    if (!n) return 1;
-    n->data = event;
-    return 0;
+    return add_event_node(node, graph, event, 5);
 }
 
 API CUresult cuGraphAddChildGraphNode(void **node, void *graph, void **deps, size_t ndeps,
