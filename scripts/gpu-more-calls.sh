@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 53 on the GPU: every CUDA C++ program of scripts/cuda/ that exercises a call family
-# (PROGRAMS; by default graphs changed after they were made (nodes set, destroyed, given other
+# (PROGRAMS, empty for none; by default graphs changed after they were made (nodes set, destroyed, given other
 # child graphs), graphs with event nodes, stream memory operations (single and batched), launch
 # attributes, pinned memory the device maps, batch copies (1D and 3D), graphs built node by
 # node, host functions, module globals, 2D/3D copies, cooperative launches, managed memory,
@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 G="$B/gputape"
 chmod +x "$G" "$B"/gputape-shim/* 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-PROGRAMS=${PROGRAMS:-graph_update event_nodes node_changes stream_ops launch_attrs mapped batch_copies graph_nodes host_func constant copies coop managed per_thread}
+PROGRAMS=${PROGRAMS-graph_update event_nodes node_changes stream_ops launch_attrs mapped batch_copies graph_nodes host_func constant copies coop managed per_thread}
 for p in $PROGRAMS; do
     echo "################ $p"
     fault=0 flags=""
@@ -63,7 +63,7 @@ PY
 export PATH="/usr/local/cuda/bin:$PATH"
 # Two processes sharing memory: through an IPC handle (ipc.cu, with an event), and through a
 # file descriptor of the virtual memory API sent over a socket (vmm_share.cu).
-for p in ${SHARING:-ipc vmm_share}; do
+for p in ${SHARING-ipc vmm_share}; do
     echo "################ $p: two processes sharing memory (scripts/cuda/$p.cu)"
     mkdir -p "$OUT/$p"
     timeout 300 nvcc -O2 -arch=sm_90 -o "$OUT/$p/$p" "scripts/cuda/$p.cu" -lcuda >"$OUT/$p/nvcc.log" 2>&1
